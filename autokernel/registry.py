@@ -1,0 +1,463 @@
+"""The registry of kernel types: one entry per type, read by bench, profile, extract and verify.
+
+An entry says everything the tool needs to know about a kind of kernel: its PyTorch reference
+(in reference.py, the oracle), how to make inputs for a shape, which shapes to check and time,
+which adversarial inputs to try, and how many bytes and FLOPs one call must move and do.
+Adding a kernel type means one entry here, one function in reference.py and one starter in
+kernels/, and nothing else.
+
+A shape is a dict of named sizes, for example {"M": 4096, "N": 4096, "K": 4096}; some types also
+carry flags in it (attention's "causal", the MLP's "act", reduce's "op" and "dim"). On the command
+line it is written "M=4096,N=4096,K=4096".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+import reference
+
+Shape = dict[str, int | float | str]
+Inputs = dict[str, object]
+InputMaker = Callable[[Shape, torch.dtype, torch.Generator, str], Inputs]
+
+
+@dataclass(frozen=True)
+class Adversarial:
+    """Inputs chosen to break a kernel that is only right on friendly data."""
+    name: str
+    shape: Shape
+    make_inputs: InputMaker
+    why: str
+
+
+@dataclass(frozen=True)
+class KernelType:
+    name: str
+    reference: Callable
+    make_inputs: InputMaker
+    smoke_shape: Shape
+    sweep: list[Shape]                # stage 2 on a GPU (8 to 10 shapes)
+    cpu_sweep: list[Shape]            # stage 2 under the Triton interpreter
+    edge_shapes: list[Shape]          # stage 5 on a GPU: non-powers of two and size 1
+    cpu_edge_shapes: list[Shape]      # stage 5 under the interpreter
+    timing_shape: Shape               # the default shape bench.py times on a GPU
+    adversarial: list[Adversarial]    # stage 3
+    bytes_moved: Callable[[Shape, int], float]   # fewest bytes one call must move (shape, element size)
+    flops: Callable[[Shape], float]
+    description: str
+    tolerance_scale: float = 1.0     # multiplies the per-dtype tolerances, for types that need slack
+
+    def inputs(self, shape: Shape, dtype: torch.dtype, seed: int, device: str) -> Inputs:
+        """Fresh random inputs for one call, reproducible from the seed."""
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed)
+        return self.make_inputs(shape, dtype, gen, device)
+
+
+def _randn(shape, dtype, gen, device, scale=1.0):
+    return (torch.randn(shape, generator=gen, device=device, dtype=torch.float32) * scale).to(dtype)
+
+
+def _rand_uniform(shape, gen, device, low, high):
+    return torch.rand(shape, generator=gen, device=device, dtype=torch.float32) * (high - low) + low
+
+
+def parse_shape(text: str) -> Shape:
+    """"M=4096,N=11008,act=silu" -> {"M": 4096, "N": 11008, "act": "silu"}."""
+    shape: Shape = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if "=" not in part:
+            raise ValueError(f"bad shape {text!r}: expected NAME=VALUE pairs separated by commas, like M=4096,N=4096")
+        key, value = (s.strip() for s in part.split("=", 1))
+        shape[key] = _parse_value(value)
+    return shape
+
+
+def _parse_value(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def format_shape(shape: Shape) -> str:
+    return ",".join(f"{k}={v}" for k, v in shape.items())
+
+
+def dtype_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+# --------------------------------------------------------------------------- matmul
+def _matmul_inputs(s, dtype, gen, device):
+    return {"a": _randn((s["M"], s["K"]), dtype, gen, device), "b": _randn((s["K"], s["N"]), dtype, gen, device)}
+
+
+def _matmul_high_dynamic_range(s, dtype, gen, device):
+    # Rows of a and columns of b span 10^-2..10^1, so a sloppy accumulator or a low-precision
+    # intermediate loses the small rows while the output stays inside float16's range.
+    row_scale = 10 ** _rand_uniform((s["M"], 1), gen, device, -2, 1)
+    col_scale = 10 ** _rand_uniform((1, s["N"]), gen, device, -2, 1)
+    a = (torch.randn((s["M"], s["K"]), generator=gen, device=device) * row_scale).to(dtype)
+    b = (torch.randn((s["K"], s["N"]), generator=gen, device=device) * col_scale).to(dtype)
+    return {"a": a, "b": b}
+
+
+MATMUL = KernelType(
+    name="matmul",
+    description="C = A @ B, A (M, K), B (K, N)",
+    reference=reference.matmul,
+    make_inputs=_matmul_inputs,
+    smoke_shape={"M": 64, "N": 64, "K": 64},
+    sweep=[{"M": m, "N": n, "K": k} for m, n, k in [
+        (256, 256, 256), (512, 1024, 768), (1024, 1024, 1024), (2048, 2048, 2048), (128, 4096, 4096),
+        (4096, 4096, 128), (4096, 11008, 4096), (3072, 768, 3072), (4096, 4096, 4096)]],
+    cpu_sweep=[{"M": m, "N": n, "K": k} for m, n, k in [
+        (16, 16, 16), (32, 64, 32), (64, 32, 128), (128, 128, 64), (48, 80, 96), (96, 64, 160),
+        (64, 128, 256), (128, 64, 32)]],
+    edge_shapes=[{"M": m, "N": n, "K": k} for m, n, k in [
+        (1023, 1537, 4097), (4097, 1023, 1537), (1, 4096, 4096), (4096, 1, 1023), (1537, 1537, 1)]],
+    cpu_edge_shapes=[{"M": m, "N": n, "K": k} for m, n, k in [
+        (1023, 8, 16), (9, 1537, 16), (5, 7, 4097), (1, 33, 64), (33, 1, 17), (17, 19, 1)]],
+    timing_shape={"M": 4096, "N": 4096, "K": 4096},
+    adversarial=[Adversarial("high dynamic range", {"M": 128, "N": 96, "K": 256}, _matmul_high_dynamic_range,
+                             "row and column scales from 0.01 to 10")],
+    bytes_moved=lambda s, e: (s["M"] * s["K"] + s["K"] * s["N"] + s["M"] * s["N"]) * e,
+    flops=lambda s: 2.0 * s["M"] * s["N"] * s["K"],
+)
+
+
+# --------------------------------------------------------------------------- softmax
+def _rows_inputs(s, dtype, gen, device):
+    return {"x": _randn((s["M"], s["N"]), dtype, gen, device)}
+
+
+def _softmax_large_identical(s, dtype, gen, device):
+    # exp(10000) overflows every float type: only a kernel that subtracts the row max survives.
+    return {"x": torch.full((s["M"], s["N"]), 1e4, device=device, dtype=dtype)}
+
+
+def _softmax_large_mixed(s, dtype, gen, device):
+    signs = torch.randint(0, 2, (s["M"], s["N"]), generator=gen, device=device) * 2 - 1
+    x = signs * 1e4 + torch.randn((s["M"], s["N"]), generator=gen, device=device)
+    return {"x": x.to(dtype)}
+
+
+def _softmax_masked(s, dtype, gen, device):
+    # Attention masks put -inf into rows; each row keeps at least one finite entry.
+    x = torch.randn((s["M"], s["N"]), generator=gen, device=device)
+    masked = torch.rand((s["M"], s["N"]), generator=gen, device=device) < 0.5
+    masked[:, 0] = False
+    return {"x": x.masked_fill(masked, float("-inf")).to(dtype)}
+
+
+SOFTMAX = KernelType(
+    name="softmax",
+    description="softmax over the last dimension of an (M, N) tensor",
+    reference=reference.softmax,
+    make_inputs=_rows_inputs,
+    smoke_shape={"M": 32, "N": 128},
+    sweep=[{"M": m, "N": n} for m, n in [
+        (1, 512), (128, 1024), (1024, 256), (4096, 2048), (2048, 4096), (1024, 8192), (256, 32768),
+        (8192, 1024), (8192, 8192)]],
+    cpu_sweep=[{"M": m, "N": n} for m, n in [
+        (1, 64), (4, 128), (16, 256), (8, 512), (32, 96), (64, 64), (3, 1024), (2, 2048)]],
+    edge_shapes=[{"M": m, "N": n} for m, n in [(1023, 1023), (17, 4097), (1537, 1537), (1, 1), (4096, 1)]],
+    cpu_edge_shapes=[{"M": m, "N": n} for m, n in [(3, 1023), (2, 4097), (5, 1537), (1, 1), (7, 1)]],
+    timing_shape={"M": 8192, "N": 8192},
+    adversarial=[
+        Adversarial("large identical values", {"M": 8, "N": 1000}, _softmax_large_identical,
+                    "every entry 1e4: exp overflows without max subtraction"),
+        Adversarial("large mixed-sign values", {"M": 8, "N": 1000}, _softmax_large_mixed,
+                    "entries of +-1e4"),
+        Adversarial("masked rows", {"M": 8, "N": 1000}, _softmax_masked, "half of each row is -inf"),
+    ],
+    bytes_moved=lambda s, e: 2.0 * s["M"] * s["N"] * e,
+    flops=lambda s: 5.0 * s["M"] * s["N"],
+)
+
+
+# --------------------------------------------------------------------------- layernorm / rmsnorm
+def _layernorm_inputs(s, dtype, gen, device, x_scale=1.0, x_offset=0.0):
+    x = (torch.randn((s["M"], s["N"]), generator=gen, device=device) * x_scale + x_offset).to(dtype)
+    weight = (1 + 0.1 * torch.randn(s["N"], generator=gen, device=device)).to(dtype)
+    bias = (0.1 * torch.randn(s["N"], generator=gen, device=device)).to(dtype)
+    return {"x": x, "weight": weight, "bias": bias, "eps": 1e-5}
+
+
+def _layernorm_near_constant(s, dtype, gen, device):
+    # Variance ~1e-8 around a mean of 100: E[x^2] - E[x]^2 cancels catastrophically, so a
+    # one-pass variance gives garbage while the two-pass or Welford form stays right.
+    return _layernorm_inputs(s, dtype, gen, device, x_scale=1e-4, x_offset=100.0)
+
+
+def _layernorm_large(s, dtype, gen, device):
+    # Squares of 1e3 overflow float16: statistics must be accumulated in float32.
+    return _layernorm_inputs(s, dtype, gen, device, x_scale=1e3)
+
+
+def _rmsnorm_inputs(s, dtype, gen, device, x_scale=1.0):
+    x = _randn((s["M"], s["N"]), dtype, gen, device, scale=x_scale)
+    weight = (1 + 0.1 * torch.randn(s["N"], generator=gen, device=device)).to(dtype)
+    return {"x": x, "weight": weight, "eps": 1e-6}
+
+
+NORM_SWEEP = [{"M": m, "N": n} for m, n in [
+    (1, 768), (128, 1024), (1024, 768), (4096, 2048), (2048, 4096), (4096, 5120), (512, 16384),
+    (8192, 4096), (8192, 8192)]]
+NORM_CPU_SWEEP = [{"M": m, "N": n} for m, n in [
+    (1, 64), (4, 128), (16, 256), (8, 512), (32, 96), (64, 64), (3, 1024), (2, 2048)]]
+NORM_EDGE = [{"M": m, "N": n} for m, n in [(1023, 1023), (17, 4097), (1537, 1537), (1, 1), (4096, 1)]]
+NORM_CPU_EDGE = [{"M": m, "N": n} for m, n in [(3, 1023), (2, 4097), (5, 1537), (1, 1), (7, 1)]]
+
+LAYERNORM = KernelType(
+    name="layernorm",
+    description="LayerNorm over the last dimension of an (M, N) tensor, with weight and bias",
+    reference=reference.layernorm,
+    make_inputs=_layernorm_inputs,
+    smoke_shape={"M": 32, "N": 128},
+    sweep=NORM_SWEEP,
+    cpu_sweep=NORM_CPU_SWEEP,
+    edge_shapes=NORM_EDGE,
+    cpu_edge_shapes=NORM_CPU_EDGE,
+    timing_shape={"M": 8192, "N": 4096},
+    adversarial=[
+        Adversarial("near-zero variance", {"M": 16, "N": 1000}, _layernorm_near_constant,
+                    "mean 100, standard deviation 1e-4"),
+        Adversarial("large values", {"M": 16, "N": 1000}, _layernorm_large, "standard deviation 1e3"),
+    ],
+    bytes_moved=lambda s, e: (2.0 * s["M"] * s["N"] + 2.0 * s["N"]) * e,
+    flops=lambda s: 8.0 * s["M"] * s["N"],
+)
+
+RMSNORM = KernelType(
+    name="rmsnorm",
+    description="RMSNorm over the last dimension of an (M, N) tensor, with weight",
+    reference=reference.rmsnorm,
+    make_inputs=_rmsnorm_inputs,
+    smoke_shape={"M": 32, "N": 128},
+    sweep=NORM_SWEEP,
+    cpu_sweep=NORM_CPU_SWEEP,
+    edge_shapes=NORM_EDGE,
+    cpu_edge_shapes=NORM_CPU_EDGE,
+    timing_shape={"M": 8192, "N": 8192},
+    adversarial=[
+        Adversarial("near-zero values", {"M": 16, "N": 1000},
+                    lambda s, d, g, dev: _rmsnorm_inputs(s, d, g, dev, x_scale=1e-4), "standard deviation 1e-4"),
+        Adversarial("large values", {"M": 16, "N": 1000},
+                    lambda s, d, g, dev: _rmsnorm_inputs(s, d, g, dev, x_scale=1e3),
+                    "standard deviation 1e3: squares overflow float16"),
+    ],
+    bytes_moved=lambda s, e: (2.0 * s["M"] * s["N"] + s["N"]) * e,
+    flops=lambda s: 4.0 * s["M"] * s["N"],
+)
+
+
+# --------------------------------------------------------------------------- flash attention
+def _attention_inputs(s, dtype, gen, device, qk_scale=1.0):
+    size = (s["B"], s["H"], s["S"], s["D"])
+    return {
+        "q": _randn(size, dtype, gen, device, scale=qk_scale),
+        "k": _randn(size, dtype, gen, device, scale=qk_scale),
+        "v": _randn(size, dtype, gen, device),
+        "causal": bool(s.get("causal", 0)),
+        "sm_scale": float(s["sm_scale"]) if "sm_scale" in s else None,
+    }
+
+
+def _attention_flops(s):
+    full = 4.0 * s["B"] * s["H"] * s["S"] * s["S"] * s["D"]
+    return full / 2 if s.get("causal", 0) else full
+
+
+FLASH_ATTENTION = KernelType(
+    name="flash_attention",
+    description="softmax(Q K^T * sm_scale) V over (B, H, S, D), causal or not",
+    reference=reference.flash_attention,
+    make_inputs=_attention_inputs,
+    smoke_shape={"B": 1, "H": 2, "S": 64, "D": 64, "causal": 0},
+    sweep=[{"B": b, "H": h, "S": sq, "D": d, "causal": c} for b, h, sq, d, c in [
+        (1, 8, 128, 64, 0), (2, 8, 512, 64, 1), (4, 16, 1024, 64, 0), (2, 16, 1024, 128, 1),
+        (1, 12, 2048, 64, 1), (8, 16, 512, 128, 0), (1, 8, 4096, 128, 1), (4, 32, 2048, 128, 0),
+        (4, 32, 2048, 128, 1)]] + [{"B": 2, "H": 8, "S": 1024, "D": 64, "causal": 1, "sm_scale": 0.25}],
+    cpu_sweep=[{"B": b, "H": h, "S": sq, "D": d, "causal": c} for b, h, sq, d, c in [
+        (1, 1, 16, 16, 0), (1, 2, 32, 32, 1), (2, 2, 64, 32, 0), (1, 2, 64, 64, 1), (1, 1, 128, 16, 1),
+        (2, 1, 48, 32, 0), (1, 1, 80, 64, 1)]] + [{"B": 1, "H": 2, "S": 64, "D": 32, "causal": 0, "sm_scale": 0.25}],
+    edge_shapes=[{"B": b, "H": h, "S": sq, "D": d, "causal": c} for b, h, sq, d, c in [
+        (1, 4, 1023, 64, 1), (1, 2, 4097, 64, 0), (2, 3, 1537, 128, 1), (1, 1, 1, 64, 0), (3, 1, 1, 128, 1)]],
+    cpu_edge_shapes=[{"B": b, "H": h, "S": sq, "D": d, "causal": c} for b, h, sq, d, c in [
+        (1, 1, 1023, 16, 1), (1, 1, 1537, 16, 0), (1, 3, 33, 32, 1), (1, 1, 1, 16, 0), (2, 1, 1, 32, 1)]],
+    timing_shape={"B": 4, "H": 32, "S": 2048, "D": 128, "causal": 1},
+    adversarial=[Adversarial("large scores", {"B": 1, "H": 2, "S": 256, "D": 64, "causal": 1},
+                             lambda s, d, g, dev: _attention_inputs(s, d, g, dev, qk_scale=20.0),
+                             "q and k scaled by 20: scores in the hundreds, exp overflows without max subtraction")],
+    bytes_moved=lambda s, e: 4.0 * s["B"] * s["H"] * s["S"] * s["D"] * e,
+    flops=_attention_flops,
+)
+
+
+# --------------------------------------------------------------------------- fused MLP
+def _mlp_inputs(s, dtype, gen, device, x_scale=1.0):
+    d, f = s["D"], s["F"]
+    return {
+        "x": _randn((s["M"], d), dtype, gen, device, scale=x_scale),
+        "w_gate": _randn((f, d), dtype, gen, device, scale=1 / math.sqrt(d)),
+        "w_up": _randn((f, d), dtype, gen, device, scale=1 / math.sqrt(d)),
+        "w_down": _randn((d, f), dtype, gen, device, scale=1 / math.sqrt(f)),
+        "activation": str(s.get("act", "silu")),
+    }
+
+
+FUSED_MLP = KernelType(
+    name="fused_mlp",
+    description="gated MLP: (act(x W_gate^T) * (x W_up^T)) W_down^T, act in silu / gelu / relu2",
+    reference=reference.fused_mlp,
+    make_inputs=_mlp_inputs,
+    smoke_shape={"M": 32, "D": 64, "F": 128, "act": "silu"},
+    sweep=[{"M": m, "D": d, "F": f, "act": a} for m, d, f, a in [
+        (128, 512, 1408, "silu"), (512, 1024, 2816, "gelu"), (1024, 768, 3072, "relu2"),
+        (2048, 2048, 5632, "silu"), (256, 4096, 11008, "silu"), (4096, 1024, 4096, "gelu"),
+        (1024, 4096, 14336, "silu"), (4096, 4096, 11008, "silu")]],
+    cpu_sweep=[{"M": m, "D": d, "F": f, "act": a} for m, d, f, a in [
+        (8, 32, 64, "silu"), (16, 64, 128, "gelu"), (32, 32, 96, "relu2"), (24, 48, 80, "silu"),
+        (64, 64, 64, "gelu"), (16, 128, 256, "silu"), (40, 64, 160, "relu2"), (32, 96, 192, "silu")]],
+    edge_shapes=[{"M": m, "D": d, "F": f, "act": a} for m, d, f, a in [
+        (1023, 1024, 4097, "silu"), (1537, 1537, 1023, "gelu"), (1, 4096, 11008, "silu"), (5, 1, 1, "relu2")]],
+    cpu_edge_shapes=[{"M": m, "D": d, "F": f, "act": a} for m, d, f, a in [
+        (1023, 16, 16, "silu"), (3, 16, 1537, "gelu"), (3, 1023, 16, "relu2"), (1, 32, 64, "silu"),
+        (5, 1, 1, "gelu")]],
+    timing_shape={"M": 4096, "D": 4096, "F": 11008, "act": "silu"},
+    adversarial=[Adversarial("large activations", {"M": 64, "D": 256, "F": 512, "act": "silu"},
+                             lambda s, d, g, dev: _mlp_inputs(s, d, g, dev, x_scale=30.0),
+                             "x scaled by 30: gate pre-activations far into silu's tails")],
+    bytes_moved=lambda s, e: (2.0 * s["M"] * s["D"] + 3.0 * s["D"] * s["F"]) * e,
+    flops=lambda s: 6.0 * s["M"] * s["D"] * s["F"],
+)
+
+
+# --------------------------------------------------------------------------- cross entropy
+def _ce_inputs(s, dtype, gen, device, logit_scale=1.0):
+    logits = _randn((s["M"], s["V"]), dtype, gen, device, scale=logit_scale)
+    targets = torch.randint(0, s["V"], (s["M"],), generator=gen, device=device)
+    return {"logits": logits, "targets": targets}
+
+
+def _ce_extreme(s, dtype, gen, device):
+    # Logits of +-1e4: the log-sum-exp must subtract the row max and accumulate in float32.
+    inputs = _ce_inputs(s, dtype, gen, device)
+    signs = torch.randint(0, 2, (s["M"], s["V"]), generator=gen, device=device) * 2 - 1
+    inputs["logits"] = (signs * 1e4 + torch.randn((s["M"], s["V"]), generator=gen, device=device)).to(dtype)
+    return inputs
+
+
+CROSS_ENTROPY = KernelType(
+    name="cross_entropy",
+    description="mean cross-entropy of (M, V) logits against M integer targets",
+    reference=reference.cross_entropy,
+    make_inputs=_ce_inputs,
+    smoke_shape={"M": 16, "V": 256},
+    sweep=[{"M": m, "V": v} for m, v in [
+        (1, 1000), (128, 32000), (1024, 50257), (2048, 32768), (4096, 8192), (512, 128256),
+        (8192, 4096), (4096, 32000), (8192, 32768)]],
+    cpu_sweep=[{"M": m, "V": v} for m, v in [
+        (1, 64), (4, 128), (16, 256), (8, 512), (32, 96), (64, 64), (3, 1000), (2, 2048)]],
+    edge_shapes=[{"M": m, "V": v} for m, v in [(1023, 1023), (17, 4097), (1537, 1537), (1, 1), (4096, 1)]],
+    cpu_edge_shapes=[{"M": m, "V": v} for m, v in [(3, 1023), (2, 4097), (5, 1537), (1, 1), (7, 1)]],
+    timing_shape={"M": 8192, "V": 32768},
+    adversarial=[Adversarial("extreme logits", {"M": 16, "V": 1000}, _ce_extreme, "logits of +-1e4")],
+    bytes_moved=lambda s, e: s["M"] * s["V"] * e + s["M"] * 8.0,
+    flops=lambda s: 4.0 * s["M"] * s["V"],
+)
+
+
+# --------------------------------------------------------------------------- rotary embedding
+def _rope_inputs(s, dtype, gen, device, x_scale=1.0):
+    b, h, seq, d = s["B"], s["H"], s["S"], s["D"]
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, d // 2, device=device, dtype=torch.float32) * 2 / d))
+    angles = torch.arange(seq, device=device, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    return {"x": _randn((b, h, seq, d), dtype, gen, device, scale=x_scale),
+            "cos": angles.cos().to(dtype), "sin": angles.sin().to(dtype)}
+
+
+ROTARY_EMBEDDING = KernelType(
+    name="rotary_embedding",
+    description="rotary position embedding (rotate-half) of (B, H, S, D) with (S, D/2) cos and sin",
+    reference=reference.rotary_embedding,
+    make_inputs=_rope_inputs,
+    smoke_shape={"B": 1, "H": 2, "S": 16, "D": 64},
+    sweep=[{"B": b, "H": h, "S": sq, "D": d} for b, h, sq, d in [
+        (1, 1, 128, 64), (1, 8, 512, 64), (2, 12, 1024, 64), (1, 32, 2048, 128), (8, 8, 1024, 128),
+        (2, 32, 4096, 128), (16, 16, 512, 64), (1, 8, 8192, 128), (4, 32, 2048, 128)]],
+    cpu_sweep=[{"B": b, "H": h, "S": sq, "D": d} for b, h, sq, d in [
+        (1, 1, 8, 16), (1, 2, 16, 32), (2, 2, 32, 64), (1, 4, 64, 64), (2, 1, 48, 128), (1, 3, 24, 32),
+        (1, 2, 128, 16), (3, 2, 16, 64)]],
+    edge_shapes=[{"B": b, "H": h, "S": sq, "D": d} for b, h, sq, d in [
+        (1, 3, 1023, 128), (1, 1, 4097, 64), (2, 5, 1537, 64), (1, 1, 1, 64), (1, 7, 1, 128)]],
+    cpu_edge_shapes=[{"B": b, "H": h, "S": sq, "D": d} for b, h, sq, d in [
+        (1, 1, 1023, 16), (1, 1, 4097, 8), (1, 2, 1537, 8), (1, 1, 1, 16), (1, 3, 1, 64)]],
+    timing_shape={"B": 4, "H": 32, "S": 2048, "D": 128},
+    adversarial=[Adversarial("large values", {"B": 1, "H": 2, "S": 64, "D": 64},
+                             lambda s, d, g, dev: _rope_inputs(s, d, g, dev, x_scale=1e3), "x of magnitude 1e3")],
+    bytes_moved=lambda s, e: (2.0 * s["B"] * s["H"] * s["S"] * s["D"] + s["S"] * s["D"]) * e,
+    flops=lambda s: 3.0 * s["B"] * s["H"] * s["S"] * s["D"],
+)
+
+
+# --------------------------------------------------------------------------- reduce
+def _reduce_inputs(s, dtype, gen, device, x_scale=1.0, x_offset=0.0):
+    x = (torch.randn((s["M"], s["N"]), generator=gen, device=device) * x_scale + x_offset).to(dtype)
+    return {"x": x, "dim": int(s.get("dim", -1)), "op": str(s.get("op", "sum"))}
+
+
+def _reduce_output_elems(s):
+    return s["M"] if int(s.get("dim", -1)) in (1, -1) else s["N"]
+
+
+REDUCE = KernelType(
+    name="reduce",
+    description="sum or max of an (M, N) tensor over one dimension",
+    reference=reference.reduce,
+    make_inputs=_reduce_inputs,
+    smoke_shape={"M": 32, "N": 128, "dim": -1, "op": "sum"},
+    sweep=[{"M": m, "N": n, "dim": dim, "op": op} for m, n, dim, op in [
+        (1, 4096, -1, "sum"), (1024, 1024, -1, "max"), (4096, 4096, -1, "sum"), (4096, 4096, 0, "sum"),
+        (8192, 1024, 0, "max"), (256, 65536, -1, "sum"), (65536, 256, -1, "max"), (8192, 8192, 0, "sum"),
+        (8192, 8192, -1, "max"), (8192, 8192, -1, "sum")]],
+    cpu_sweep=[{"M": m, "N": n, "dim": dim, "op": op} for m, n, dim, op in [
+        (1, 64, -1, "sum"), (4, 128, -1, "max"), (16, 256, 0, "sum"), (8, 512, -1, "sum"),
+        (32, 96, 0, "max"), (64, 64, -1, "max"), (3, 1024, -1, "sum"), (128, 16, 0, "sum")]],
+    edge_shapes=[{"M": m, "N": n, "dim": dim, "op": op} for m, n, dim, op in [
+        (1023, 1023, -1, "sum"), (17, 4097, -1, "max"), (1537, 1537, 0, "sum"), (4097, 3, 0, "max"),
+        (1, 1, -1, "sum"), (4096, 1, -1, "max"), (1, 4096, 0, "sum")]],
+    cpu_edge_shapes=[{"M": m, "N": n, "dim": dim, "op": op} for m, n, dim, op in [
+        (3, 1023, -1, "sum"), (2, 4097, -1, "max"), (1537, 3, 0, "sum"), (4097, 2, 0, "max"),
+        (1, 1, -1, "sum"), (7, 1, -1, "max"), (1, 7, 0, "sum")]],
+    timing_shape={"M": 8192, "N": 8192, "dim": -1, "op": "sum"},
+    adversarial=[
+        Adversarial("all-negative rows (max)", {"M": 16, "N": 1000, "op": "max"},
+                    lambda s, d, g, dev: _reduce_inputs(s, d, g, dev, x_offset=-50.0),
+                    "every value below zero: a max that starts from 0 is wrong"),
+        Adversarial("large values (sum)", {"M": 16, "N": 1000, "op": "sum"},
+                    lambda s, d, g, dev: _reduce_inputs(s, d, g, dev, x_scale=1e2),
+                    "sums of +-100: a float16 accumulator loses the result"),
+    ],
+    bytes_moved=lambda s, e: (s["M"] * s["N"] + _reduce_output_elems(s)) * e,
+    flops=lambda s: float(s["M"] * s["N"]),
+)
+
+
+REGISTRY: dict[str, KernelType] = {t.name: t for t in [
+    MATMUL, SOFTMAX, LAYERNORM, RMSNORM, FLASH_ATTENTION, FUSED_MLP, CROSS_ENTROPY, ROTARY_EMBEDDING, REDUCE]}
+
+
+def get(name: str) -> KernelType:
+    if name not in REGISTRY:
+        raise KeyError(f"unknown kernel type {name!r}; known types: {', '.join(REGISTRY)}")
+    return REGISTRY[name]
