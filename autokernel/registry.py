@@ -168,16 +168,16 @@ SOFTMAX = KernelType(
         (1, 512), (128, 1024), (1024, 256), (4096, 2048), (2048, 4096), (1024, 8192), (256, 32768),
         (8192, 1024), (8192, 8192)]],
     cpu_sweep=[{"M": m, "N": n} for m, n in [
-        (1, 64), (4, 128), (16, 256), (8, 512), (32, 96), (64, 64), (3, 1024), (2, 2048)]],
+        (1, 64), (4, 128), (16, 256), (8, 512), (32, 32), (64, 64), (3, 1024), (2, 2048)]],
     edge_shapes=[{"M": m, "N": n} for m, n in [(1023, 1023), (17, 4097), (1537, 1537), (1, 1), (4096, 1)]],
     cpu_edge_shapes=[{"M": m, "N": n} for m, n in [(3, 1023), (2, 4097), (5, 1537), (1, 1), (7, 1)]],
     timing_shape={"M": 8192, "N": 8192},
     adversarial=[
-        Adversarial("large identical values", {"M": 8, "N": 1000}, _softmax_large_identical,
+        Adversarial("large identical values", {"M": 8, "N": 1024}, _softmax_large_identical,
                     "every entry 1e4: exp overflows without max subtraction"),
-        Adversarial("large mixed-sign values", {"M": 8, "N": 1000}, _softmax_large_mixed,
+        Adversarial("large mixed-sign values", {"M": 8, "N": 1024}, _softmax_large_mixed,
                     "entries of +-1e4"),
-        Adversarial("masked rows", {"M": 8, "N": 1000}, _softmax_masked, "half of each row is -inf"),
+        Adversarial("masked rows", {"M": 8, "N": 1024}, _softmax_masked, "half of each row is -inf"),
     ],
     bytes_moved=lambda s, e: 2.0 * s["M"] * s["N"] * e,
     flops=lambda s: 5.0 * s["M"] * s["N"],
@@ -213,7 +213,7 @@ NORM_SWEEP = [{"M": m, "N": n} for m, n in [
     (1, 768), (128, 1024), (1024, 768), (4096, 2048), (2048, 4096), (4096, 5120), (512, 16384),
     (8192, 4096), (8192, 8192)]]
 NORM_CPU_SWEEP = [{"M": m, "N": n} for m, n in [
-    (1, 64), (4, 128), (16, 256), (8, 512), (32, 96), (64, 64), (3, 1024), (2, 2048)]]
+    (1, 64), (4, 128), (16, 256), (8, 512), (32, 32), (64, 64), (3, 1024), (2, 2048)]]
 NORM_EDGE = [{"M": m, "N": n} for m, n in [(1023, 1023), (17, 4097), (1537, 1537), (1, 1), (4096, 1)]]
 NORM_CPU_EDGE = [{"M": m, "N": n} for m, n in [(3, 1023), (2, 4097), (5, 1537), (1, 1), (7, 1)]]
 
@@ -229,9 +229,9 @@ LAYERNORM = KernelType(
     cpu_edge_shapes=NORM_CPU_EDGE,
     timing_shape={"M": 8192, "N": 4096},
     adversarial=[
-        Adversarial("near-zero variance", {"M": 16, "N": 1000}, _layernorm_near_constant,
+        Adversarial("near-zero variance", {"M": 16, "N": 1024}, _layernorm_near_constant,
                     "mean 100, standard deviation 1e-4"),
-        Adversarial("large values", {"M": 16, "N": 1000}, _layernorm_large, "standard deviation 1e3"),
+        Adversarial("large values", {"M": 16, "N": 1024}, _layernorm_large, "standard deviation 1e3"),
     ],
     bytes_moved=lambda s, e: (2.0 * s["M"] * s["N"] + 2.0 * s["N"]) * e,
     flops=lambda s: 8.0 * s["M"] * s["N"],
@@ -249,9 +249,9 @@ RMSNORM = KernelType(
     cpu_edge_shapes=NORM_CPU_EDGE,
     timing_shape={"M": 8192, "N": 8192},
     adversarial=[
-        Adversarial("near-zero values", {"M": 16, "N": 1000},
+        Adversarial("near-zero values", {"M": 16, "N": 1024},
                     lambda s, d, g, dev: _rmsnorm_inputs(s, d, g, dev, x_scale=1e-4), "standard deviation 1e-4"),
-        Adversarial("large values", {"M": 16, "N": 1000},
+        Adversarial("large values", {"M": 16, "N": 1024},
                     lambda s, d, g, dev: _rmsnorm_inputs(s, d, g, dev, x_scale=1e3),
                     "standard deviation 1e3: squares overflow float16"),
     ],
@@ -367,11 +367,11 @@ CROSS_ENTROPY = KernelType(
         (1, 1000), (128, 32000), (1024, 50257), (2048, 32768), (4096, 8192), (512, 128256),
         (8192, 4096), (4096, 32000), (8192, 32768)]],
     cpu_sweep=[{"M": m, "V": v} for m, v in [
-        (1, 64), (4, 128), (16, 256), (8, 512), (32, 96), (64, 64), (3, 1000), (2, 2048)]],
+        (1, 64), (4, 128), (16, 256), (8, 512), (32, 32), (64, 64), (3, 1024), (2, 2048)]],
     edge_shapes=[{"M": m, "V": v} for m, v in [(1023, 1023), (17, 4097), (1537, 1537), (1, 1), (4096, 1)]],
     cpu_edge_shapes=[{"M": m, "V": v} for m, v in [(3, 1023), (2, 4097), (5, 1537), (1, 1), (7, 1)]],
     timing_shape={"M": 8192, "V": 32768},
-    adversarial=[Adversarial("extreme logits", {"M": 16, "V": 1000}, _ce_extreme, "logits of +-1e4")],
+    adversarial=[Adversarial("extreme logits", {"M": 16, "V": 1024}, _ce_extreme, "logits of +-1e4")],
     bytes_moved=lambda s, e: s["M"] * s["V"] * e + s["M"] * 8.0,
     flops=lambda s: 4.0 * s["M"] * s["V"],
 )
@@ -432,7 +432,7 @@ REDUCE = KernelType(
         (8192, 8192, -1, "max"), (8192, 8192, -1, "sum")]],
     cpu_sweep=[{"M": m, "N": n, "dim": dim, "op": op} for m, n, dim, op in [
         (1, 64, -1, "sum"), (4, 128, -1, "max"), (16, 256, 0, "sum"), (8, 512, -1, "sum"),
-        (32, 96, 0, "max"), (64, 64, -1, "max"), (3, 1024, -1, "sum"), (128, 16, 0, "sum")]],
+        (32, 32, 0, "max"), (64, 64, -1, "max"), (3, 1024, -1, "sum"), (128, 16, 0, "sum")]],
     edge_shapes=[{"M": m, "N": n, "dim": dim, "op": op} for m, n, dim, op in [
         (1023, 1023, -1, "sum"), (17, 4097, -1, "max"), (1537, 1537, 0, "sum"), (4097, 3, 0, "max"),
         (1, 1, -1, "sum"), (4096, 1, -1, "max"), (1, 4096, 0, "sum")]],
@@ -441,10 +441,10 @@ REDUCE = KernelType(
         (1, 1, -1, "sum"), (7, 1, -1, "max"), (1, 7, 0, "sum")]],
     timing_shape={"M": 8192, "N": 8192, "dim": -1, "op": "sum"},
     adversarial=[
-        Adversarial("all-negative rows (max)", {"M": 16, "N": 1000, "op": "max"},
+        Adversarial("all-negative rows (max)", {"M": 16, "N": 1024, "op": "max"},
                     lambda s, d, g, dev: _reduce_inputs(s, d, g, dev, x_offset=-50.0),
                     "every value below zero: a max that starts from 0 is wrong"),
-        Adversarial("large values (sum)", {"M": 16, "N": 1000, "op": "sum"},
+        Adversarial("large values (sum)", {"M": 16, "N": 1024, "op": "sum"},
                     lambda s, d, g, dev: _reduce_inputs(s, d, g, dev, x_scale=1e2),
                     "sums of +-100: a float16 accumulator loses the result"),
     ],

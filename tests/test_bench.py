@@ -1,0 +1,122 @@
+"""The judge rejects what it claims to reject, each at the right stage with a clear message.
+
+Every broken kernel here is the minimal correct softmax in tests/judge_fixtures/row_softmax.py
+with one classic bug swapped in, run through the real bench.py in a child process (CPU
+interpreter, as in CI).
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = (ROOT / "tests" / "judge_fixtures" / "row_softmax.py").read_text()
+
+
+def run_bench(kernel_source: str, tmp_path: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text(kernel_source)
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--kernel", str(kernel), "--json-out", str(out),
+                           "--seed", "1234", *extra], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.exists(), f"bench wrote no result\nstdout:{proc.stdout}\nstderr:{proc.stderr}"
+    return json.loads(out.read_text()), proc
+
+
+def broken(old: str, new: str, source: str = BASE) -> str:
+    assert old in source, f"fixture no longer contains {old!r}"
+    return source.replace(old, new)
+
+
+def wrapped(extra: str) -> str:
+    """The base kernel with kernel_fn wrapped by extra code (which sees the original as _correct)."""
+    return BASE + "\n\n_correct = kernel_fn\n" + extra
+
+
+def test_base_fixture_passes(tmp_path):
+    result, proc = run_bench(BASE, tmp_path)
+    assert result["correctness"] == "PASS", result["message"]
+    assert proc.returncode == 0
+    assert [s["stage"] for s in result["stages"]] == ["smoke", "shape sweep", "stability", "determinism", "edge shapes"]
+    assert "RESULT kernel_type=softmax correctness=PASS" in proc.stdout
+    assert result["timings_meaningful"] is False and result["latency_us"] > 0
+
+
+CASES = {
+    "padding masked with 0 instead of -inf (wrong only at non-powers of two)": (
+        broken('other=-float("inf")).to(tl.float32)  # BUG-SITE: padding', 'other=0.0).to(tl.float32)'),
+        "FAIL", "edge shapes", "elements wrong"),
+    "no max subtraction (overflows on large logits)": (
+        broken("x = x - tl.max(x, axis=0)  # BUG-SITE: max subtraction", "x = x"),
+        "FAIL", "stability", "large identical values"),
+    "summation order changes between calls": (
+        broken("return 0  # BUG-SITE: summation order",
+               "global _calls\n    _calls = globals().get('_calls', 0) + 1\n    return _calls % n_cols",
+               broken("denom = tl.sum(num, axis=0)",
+                      "denom = tl.sum(tl.where(cols < shift, num, 0.0), axis=0) + "
+                      "tl.sum(tl.where(cols >= shift, num, 0.0), axis=0)")),
+        "FAIL", "determinism", "differs from call 1"),
+    "last row never written": (
+        broken("grid = (rows,)  # BUG-SITE: grid", "grid = (max(rows - 1, 1),)"),
+        "FAIL", "smoke", "where the reference has"),
+    "input overwritten in place": (
+        wrapped("def kernel_fn(x):\n    out = _correct(x)\n    x.add_(1.0)\n    return out\n"),
+        "FAIL", "smoke", "modified its input 'x'"),
+    "returns the PyTorch reference": (
+        wrapped("import reference\n\ndef kernel_fn(x):\n    return reference.softmax(x)\n"),
+        "FAIL", "smoke", "launched no Triton kernel"),
+    "caches its result by shape": (
+        wrapped("_cache = {}\n\ndef kernel_fn(x):\n    key = (tuple(x.shape), x.dtype)\n"
+                "    if key not in _cache:\n        _cache[key] = _correct(x)\n    return _cache[key]\n"),
+        "FAIL", "smoke", "second call with fresh inputs"),
+    "returns an output of the wrong dtype": (
+        wrapped("def kernel_fn(x):\n    return _correct(x).float()\n"),
+        "FAIL", "smoke", "output dtype"),
+    "raises inside kernel_fn": (
+        wrapped("def kernel_fn(x):\n    raise RuntimeError('illegal memory access (simulated)')\n"),
+        "CRASH", "smoke", "illegal memory access"),
+    "syntax error": ("def kernel_fn(x:\n", "CRASH", "load", "SyntaxError"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_judge_rejects_broken_kernel(name, tmp_path):
+    source, correctness, stage, message = CASES[name]
+    result, proc = run_bench(source, tmp_path)
+    assert result["correctness"] == correctness, result["message"]
+    assert result["failed_stage"] == stage, result["message"]
+    assert message in result["message"]
+    assert proc.returncode == {"FAIL": 1, "CRASH": 2}[correctness]
+    assert f"RESULT kernel_type=softmax correctness={correctness}" in proc.stdout or stage == "load"
+
+
+def test_hang_is_reported_as_timeout(tmp_path):
+    source = wrapped("import time\n\ndef kernel_fn(x):\n    time.sleep(3600)\n")
+    result, proc = run_bench(source, tmp_path, "--time-limit-scale", "0.02")
+    assert result["correctness"] == "TIMEOUT"
+    assert result["failed_stage"] == "smoke"
+    assert proc.returncode == 3
+
+
+def test_missing_kernel_file_is_a_clear_crash(tmp_path):
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--kernel", str(tmp_path / "nope.py"),
+                           "--json-out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = json.loads(out.read_text())
+    assert proc.returncode == 2 and result["correctness"] == "CRASH"
+    assert "kernel file not found" in result["message"]
+
+
+def test_seed_is_printed_and_reproduces_inputs(tmp_path):
+    source = wrapped("import torch\n_seen = []\n\ndef kernel_fn(x):\n"
+                     "    print('FIRST', float(x.flatten()[0]), flush=True) if not _seen else None\n"
+                     "    _seen.append(1)\n    return _correct(x)\n")
+    first, proc1 = run_bench(source, tmp_path)
+    second, proc2 = run_bench(source, tmp_path)
+    assert first["seed"] == 1234
+    line = [ln for ln in proc1.stdout.splitlines() if ln.startswith("FIRST")]
+    assert line and line == [ln for ln in proc2.stdout.splitlines() if ln.startswith("FIRST")]
+    assert "seed=1234" in proc1.stdout
