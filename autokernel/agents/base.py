@@ -1,0 +1,237 @@
+"""The agent interface the loop talks to, and the call-retry-parse flow the LLM agents share.
+
+The loop builds an AgentContext, calls `agent.propose(ctx)` and gets back a Proposal (a complete new
+kernel.py and a one-line description). An agent signals trouble with three exceptions: a reply it
+could not parse (MalformedReply: the loop logs it and asks again), an unrecoverable setup problem
+(AgentError: the loop stops), or nothing left to try on this kernel (SearchExhausted: the loop moves
+on to the next kernel).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import os
+import random
+import re
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Callable, Protocol
+
+from autokernel.agents import prompt
+
+log = logging.getLogger(__name__)
+
+AGENT_KINDS = ("auto", "anthropic", "openai", "builtin")
+
+
+@dataclass
+class AgentContext:
+    """Everything an agent sees when it proposes the next experiment on one kernel."""
+    kernel_type: str
+    kernel_source: str                          # the current kernel.py (last kept version)
+    last_result: dict | None                    # bench.py JSON of the previous experiment; None at start
+    history: list[dict]                         # recent experiments: experiment, description, status,
+                                                # correctness, throughput, speedup_vs_pytorch, message
+    best_versions: list[tuple[str, dict]]       # up to 3 best kept (source, bench result), best first
+    program: str                                # program.md text
+    job: dict                                   # rank, kernel_type, shapes, dtype, gpu, baseline
+
+
+@dataclass
+class Proposal:
+    description: str                            # one line: the commit message is "exp N: <description>"
+    kernel_source: str                          # the complete new kernel.py
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float | None = None
+
+
+class MalformedReply(Exception):
+    """The reply had no parsable description or kernel; it still cost tokens, which the loop logs."""
+
+    def __init__(self, message: str, *, tokens_in: int = 0, tokens_out: int = 0, cost_usd: float | None = None):
+        super().__init__(message)
+        self.tokens_in = tokens_in
+        self.tokens_out = tokens_out
+        self.cost_usd = cost_usd
+
+
+class AgentError(Exception):
+    """Unrecoverable (bad key, unknown model, API down past every retry): the loop stops with this message."""
+
+
+class SearchExhausted(Exception):
+    """The agent has nothing left to try on this kernel."""
+
+
+class Agent(Protocol):
+    name: str
+
+    def propose(self, ctx: AgentContext) -> Proposal: ...
+
+
+def make_agent(kind: str | None, *, model: str | None = None, base_url: str | None = None) -> Agent:
+    """The agent of `kind` ("auto" or None picks by which API key is set; "builtin" needs none)."""
+    # Imported here: the agent modules import this one, and the SDKs may be missing on a GPU machine.
+    from autokernel.agents.anthropic_agent import AnthropicAgent
+    from autokernel.agents.builtin import BuiltinAgent
+    from autokernel.agents.openai_agent import OpenAIAgent
+
+    chosen = _resolve_kind(kind, base_url)
+    if chosen == "anthropic":
+        return AnthropicAgent(model, base_url=base_url)
+    if chosen == "openai":
+        return OpenAIAgent(model, base_url=base_url)
+    if model or base_url:
+        raise AgentError("a model or base URL was given, but the built-in search agent uses neither: set "
+                         "ANTHROPIC_API_KEY or OPENAI_API_KEY, or choose the anthropic or openai agent")
+    return BuiltinAgent()
+
+
+def _resolve_kind(kind: str | None, base_url: str | None) -> str:
+    kind = (kind or "auto").lower()
+    if kind not in AGENT_KINDS:
+        raise AgentError(f"unknown agent {kind!r}; choose one of: {', '.join(AGENT_KINDS)}")
+    if kind != "auto":
+        return kind
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        return "anthropic"
+    # A base URL without any key means a local OpenAI-compatible server (vLLM, Ollama).
+    if os.environ.get("OPENAI_API_KEY") or base_url or os.environ.get("OPENAI_BASE_URL"):
+        return "openai"
+    return "builtin"
+
+
+@dataclass
+class RetryPolicy:
+    """How an LLM agent waits out transient API errors: exponential backoff with jitter, Retry-After honoured."""
+    max_retries: int = 8
+    base_delay_s: float = 2.0
+    max_delay_s: float = 120.0
+    sleep: Callable[[float], None] = time.sleep
+    rng: random.Random = field(default_factory=random.Random)
+
+    def __post_init__(self):
+        if self.max_retries < 0 or self.base_delay_s < 0 or self.max_delay_s < 0:
+            raise ValueError(f"retry counts and delays must not be negative: {self}")
+
+    def backoff_s(self, retry_number: int) -> float:
+        """The wait before retry `retry_number` (0-based) when the server did not say how long."""
+        ceiling = min(self.max_delay_s, self.base_delay_s * 2 ** retry_number)
+        # Half fixed so waits keep growing, half random so runs that failed together retry apart.
+        return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
+
+
+def retry_after_s(headers) -> float | None:
+    """The wait a response asks for in retry-after-ms or Retry-After (seconds or an HTTP date), if any."""
+    milliseconds = headers.get("retry-after-ms")
+    if milliseconds is not None:
+        try:
+            return max(0.0, float(milliseconds) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+Prices = dict[str, tuple[float, float]]   # model -> (USD per million input tokens, per million output tokens)
+
+
+def cost_usd(model: str, prices: Prices, tokens_in: int, tokens_out: int) -> float | None:
+    """What a call cost, or None for a model missing from the price table (local servers, new models)."""
+    # Dated snapshots ("claude-sonnet-4-5-20250929", "gpt-4.1-2025-04-14") cost what their alias costs.
+    price = prices.get(model) or prices.get(re.sub(r"-(\d{8}|\d{4}-\d{2}-\d{2})$", "", model))
+    if price is None:
+        return None
+    return (tokens_in * price[0] + tokens_out * price[1]) / 1e6
+
+
+@dataclass
+class ChatReply:
+    text: str
+    truncated: bool            # the API stopped at its token limit
+    tokens_in: int
+    tokens_out: int
+
+
+class ChatAgent(ABC):
+    """An LLM agent: prompt, one chat call with our retry policy, parse. Subclasses wrap one SDK.
+
+    Both SDKs share their error classes' names and meaning, so the retry policy is written once
+    against whichever SDK module the subclass passes in; the SDK clients' own retries are off.
+    """
+
+    def __init__(self, *, vendor: str, sdk: ModuleType, model: str, prices: Prices, key_env: str,
+                 retry: RetryPolicy | None):
+        self.name = f"{vendor}:{model}"
+        self.model = model
+        self.retry = retry or RetryPolicy()
+        self._sdk = sdk
+        self._prices = prices
+        self._key_env = key_env
+
+    @abstractmethod
+    def _complete(self, system: str, user: str) -> ChatReply:
+        """One API call, no retries."""
+
+    def propose(self, ctx: AgentContext) -> Proposal:
+        system, user = prompt.build_messages(ctx)
+        reply = self._complete_with_retries(system, user)
+        cost = cost_usd(self.model, self._prices, reply.tokens_in, reply.tokens_out)
+        log.info("%s: %d tokens in, %d out, %s", self.name, reply.tokens_in, reply.tokens_out,
+                 "cost unknown" if cost is None else f"${cost:.4f}")
+        try:
+            description, source = prompt.parse_reply(reply.text, truncated=reply.truncated)
+        except ValueError as err:
+            raise MalformedReply(f"{self.name}: {err}", tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
+                                 cost_usd=cost) from None
+        return Proposal(description, source, reply.tokens_in, reply.tokens_out, cost)
+
+    def _complete_with_retries(self, system: str, user: str) -> ChatReply:
+        sdk = self._sdk
+        for retry_number in range(self.retry.max_retries + 1):
+            try:
+                return self._complete(system, user)
+            except sdk.APIStatusError as err:
+                if not _is_transient(err.status_code):
+                    raise AgentError(self._explain(err)) from err
+                failure, wait = f"HTTP {err.status_code}: {err.message}", retry_after_s(err.response.headers)
+            except sdk.APIConnectionError as err:
+                failure, wait = f"connection failed: {err}", None
+            except sdk.APIError as err:
+                raise AgentError(f"{self.name}: unexpected API error: {err}") from err
+            if retry_number == self.retry.max_retries:
+                break
+            wait = self.retry.backoff_s(retry_number) if wait is None else wait
+            log.warning("%s: %s; retry %d of %d in %.1f s", self.name, failure, retry_number + 1,
+                        self.retry.max_retries, wait)
+            self.retry.sleep(wait)
+        raise AgentError(f"{self.name}: gave up after {self.retry.max_retries} retries; last error: {failure}")
+
+    def _explain(self, err) -> str:
+        status = err.status_code
+        if status == 401:
+            return f"{self.name}: the API rejected the key (HTTP 401): {err.message}. Check {self._key_env}."
+        if status == 403:
+            return f"{self.name}: the key may not use this API or model (HTTP 403): {err.message}"
+        if status == 404:
+            return f"{self.name}: model {self.model!r} not found (HTTP 404): {err.message}. Pick another with --model."
+        return f"{self.name}: the API refused the request (HTTP {status}): {err.message}"
+
+
+def _is_transient(status: int) -> bool:
+    # 408 timeout, 409 conflict, 429 rate limit and 5xx (529 overloaded included) pass if you wait.
+    return status in (408, 409, 429) or status >= 500

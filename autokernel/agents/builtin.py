@@ -1,0 +1,140 @@
+"""The built-in agent: offline coordinate descent over the TUNABLES a kernel declares, no API key needed.
+
+Starting from the kernel's current TUNABLES, it tries the neighbouring values (in TUNABLE_CHOICES
+order) of one tunable at a time. While a tunable improves the score it keeps walking along it; when
+neither neighbour of the best value helps it moves to the next tunable; when a whole round over
+every tunable improves nothing, the search has converged and it raises SearchExhausted. A proposal
+rewrites the TUNABLES literal and nothing else. The score of an experiment is the throughput of a
+PASS (or its negated latency when there is no throughput); anything else is a dead end. It never
+proposes a configuration twice, and the same results always lead to the same proposals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autokernel.agents.base import AgentContext, Proposal, SearchExhausted
+from autokernel.agents.tunables import format_literal, read_tunables, rewrite_tunables
+
+
+def score(result: dict | None) -> float | None:
+    """Higher is better: a PASS's throughput, else its negated latency; None for a failure or no timing."""
+    if not result or result.get("correctness") != "PASS":
+        return None
+    if result.get("throughput") is not None:
+        return float(result["throughput"])
+    if result.get("latency_us") is not None:
+        return -float(result["latency_us"])
+    return None
+
+
+def config_key(config: dict) -> str:
+    return format_literal(dict(sorted(config.items())))
+
+
+def neighbours(choices: list, value) -> list:
+    """The choices next to `value`; all of them when `value` is not among the choices."""
+    if value not in choices:
+        return list(choices)
+    index = choices.index(value)
+    return choices[max(index - 1, 0):index] + choices[index + 1:index + 2]
+
+
+@dataclass
+class CoordinateSearch:
+    """The search state of one kernel job."""
+    choices: dict[str, list]                    # the tunables searched, in declaration order
+    best: dict
+    best_score: float | None
+    scores: dict[str, float | None] = field(default_factory=dict)   # every configuration seen, by config_key
+    axis: int = 0                               # index of the tunable being walked
+    stale_axes: int = 0                         # tunables in a row that brought no improvement
+    pending: dict | None = None                 # proposed, outcome not yet seen
+    pending_description: str = ""
+
+    def record(self, result: dict | None) -> None:
+        """Learns the outcome of the pending proposal."""
+        outcome = score(result)
+        self.scores[config_key(self.pending)] = outcome
+        if outcome is not None and (self.best_score is None or outcome > self.best_score):
+            self.best, self.best_score, self.stale_axes = self.pending, outcome, 0
+        self.pending = None
+
+    def next_config(self) -> dict | None:
+        """The next untried configuration, or None once a full round over the tunables improved nothing."""
+        axes = list(self.choices)
+        while self.stale_axes < len(axes):
+            name = axes[self.axis]
+            for value in neighbours(self.choices[name], self.best[name]):
+                candidate = {**self.best, name: value}
+                if config_key(candidate) not in self.scores:
+                    return candidate
+            self.axis = (self.axis + 1) % len(axes)
+            self.stale_axes += 1
+        return None
+
+    def mark_pending(self, config: dict, description: str) -> None:
+        self.scores[config_key(config)] = None
+        self.pending, self.pending_description = config, description
+
+
+class BuiltinAgent:
+    """Keeps one CoordinateSearch per kernel job, so one agent serves a whole overnight run."""
+
+    name = "builtin"
+
+    def __init__(self):
+        self._searches: dict[tuple, CoordinateSearch] = {}
+
+    def propose(self, ctx: AgentContext) -> Proposal:
+        job_key = (ctx.kernel_type, ctx.job.get("rank"))
+        search = self._searches.get(job_key)
+        if search is None:
+            search = self._searches[job_key] = _start_search(ctx)
+        elif search.pending is not None:
+            search.record(_outcome_of_pending(ctx, search.pending_description))
+        candidate = search.next_config()
+        if candidate is None:
+            raise SearchExhausted(
+                f"{ctx.kernel_type}: coordinate descent over {', '.join(search.choices)} converged after "
+                f"{len(search.scores)} configurations; best {format_literal(search.best)}")
+        current, _ = _read(ctx.kernel_source)
+        description = ", ".join(f"{name} {format_literal(current.get(name))} -> {format_literal(value)}"
+                                for name, value in candidate.items() if current.get(name) != value)
+        search.mark_pending(candidate, description)
+        return Proposal(description, rewrite_tunables(ctx.kernel_source, candidate))
+
+
+def _start_search(ctx: AgentContext) -> CoordinateSearch:
+    tunables, choices = _read(ctx.kernel_source)
+    if not choices:
+        raise SearchExhausted(f"{ctx.kernel_type}: kernel.py lists no TUNABLE_CHOICES, so there is nothing to search")
+    search = CoordinateSearch(choices=choices, best=tunables, best_score=None)
+    # A resumed run: the kept versions' configurations are already measured.
+    for source, result in ctx.best_versions:
+        try:
+            config, _ = read_tunables(source)
+        except ValueError:
+            continue
+        search.scores.setdefault(config_key(config), score(result))
+    start = config_key(tunables)
+    search.best_score = search.scores[start] if start in search.scores else score(ctx.job.get("baseline"))
+    search.scores[start] = search.best_score
+    return search
+
+
+def _outcome_of_pending(ctx: AgentContext, description: str) -> dict | None:
+    """The bench result of the previous proposal: the last result, else its row in the history."""
+    if ctx.last_result is not None:
+        return ctx.last_result
+    for entry in reversed(ctx.history):
+        if entry.get("description") == description:
+            return entry
+    return None
+
+
+def _read(source: str) -> tuple[dict, dict[str, list]]:
+    try:
+        return read_tunables(source)
+    except ValueError as err:
+        raise SearchExhausted(f"the built-in agent cannot search this kernel.py: {err}") from None

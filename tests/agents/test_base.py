@@ -1,0 +1,214 @@
+"""Tests for autokernel/agents/base.py: choosing an agent, and the retry, parse and cost flow of both LLM agents.
+
+The LLM agents run their real SDK clients against tests/fake_llm_server.py on 127.0.0.1.
+"""
+
+import random
+import socket
+import sys
+import time
+from email.utils import formatdate
+
+import pytest
+
+from autokernel.agents import AgentContext, AgentError, MalformedReply, RetryPolicy, make_agent
+from autokernel.agents.anthropic_agent import AnthropicAgent
+from autokernel.agents.base import cost_usd, retry_after_s
+from autokernel.agents.builtin import BuiltinAgent
+from autokernel.agents.openai_agent import OpenAIAgent
+from tests.fake_llm_server import FakeLLMServer
+
+KEY_ENVS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL")
+KERNEL = 'KERNEL_TYPE = "softmax"\n\ndef kernel_fn(x):\n    return x\n'
+CONTEXT = AgentContext(kernel_type="softmax", kernel_source=KERNEL, last_result=None, history=[], best_versions=[],
+                       program="PLAYBOOK", job={"rank": 1, "kernel_type": "softmax", "shapes": [{"M": 8, "N": 8}],
+                                                "dtype": "float16", "gpu": "test GPU", "baseline": None})
+
+
+@pytest.fixture(autouse=True)
+def no_keys(monkeypatch):
+    for name in KEY_ENVS:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def server():
+    with FakeLLMServer() as running:
+        yield running
+
+
+class Sleeps(list):
+    """An injected sleep that records the waits instead of waiting."""
+
+    def __call__(self, seconds):
+        self.append(seconds)
+
+
+def llm_agent(kind: str, server: FakeLLMServer, sleeps: Sleeps, **options):
+    retry = RetryPolicy(max_retries=options.pop("max_retries", 3), sleep=sleeps, rng=random.Random(0))
+    if kind == "anthropic":
+        return AnthropicAgent("claude-sonnet-5-5", base_url=server.anthropic_base_url, api_key="test-key",
+                              retry=retry, **options)
+    return OpenAIAgent("gpt-6.1-sol", base_url=server.openai_base_url, api_key="test-key", retry=retry, **options)
+
+
+LLM_KINDS = pytest.mark.parametrize("kind", ["anthropic", "openai"])
+
+
+# --------------------------------------------------------------------------- make_agent
+def test_auto_without_keys_is_the_builtin_agent():
+    assert isinstance(make_agent(None), BuiltinAgent)
+    assert isinstance(make_agent("auto"), BuiltinAgent)
+
+
+def test_auto_prefers_anthropic_then_openai(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    assert isinstance(make_agent(None), OpenAIAgent)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    agent = make_agent("auto", model="claude-haiku-4-5")
+    assert isinstance(agent, AnthropicAgent) and agent.name == "anthropic:claude-haiku-4-5"
+
+
+def test_auto_with_only_a_base_url_talks_to_a_local_server():
+    agent = make_agent(None, model="qwen2.5-coder", base_url="http://127.0.0.1:9/v1")
+    assert isinstance(agent, OpenAIAgent) and agent.name == "openai:qwen2.5-coder"
+
+
+@pytest.mark.parametrize("kind, env_name", [("anthropic", "ANTHROPIC_API_KEY"), ("openai", "OPENAI_API_KEY")])
+def test_explicit_kind_without_its_key_names_the_variable(kind, env_name):
+    with pytest.raises(AgentError, match=env_name):
+        make_agent(kind)
+
+
+@pytest.mark.parametrize("kind, options, complaint", [
+    ("gemini", {}, "unknown agent 'gemini'"),
+    ("builtin", {"model": "gpt-5"}, "built-in search agent uses neither"),
+    (None, {"model": "gpt-5"}, "set ANTHROPIC_API_KEY or OPENAI_API_KEY"),
+])
+def test_bad_choices_are_explained(kind, options, complaint):
+    with pytest.raises(AgentError, match=complaint):
+        make_agent(kind, **options)
+
+
+@pytest.mark.parametrize("agent_class, package", [(AnthropicAgent, "anthropic"), (OpenAIAgent, "openai")])
+def test_missing_sdk_is_an_agent_error(monkeypatch, agent_class, package):
+    monkeypatch.setitem(sys.modules, package, None)     # what a machine without the package sees
+    with pytest.raises(AgentError, match=f"pip install {package}"):
+        agent_class(api_key="k", base_url="http://127.0.0.1:9")
+
+
+# --------------------------------------------------------------------------- retry policy, Retry-After, cost
+def test_backoff_grows_exponentially_with_jitter_and_a_ceiling():
+    policy = RetryPolicy(base_delay_s=2, max_delay_s=30, rng=random.Random(1))
+    waits = [policy.backoff_s(n) for n in range(8)]
+    for n, wait in enumerate(waits):
+        ceiling = min(30, 2 * 2 ** n)
+        assert ceiling / 2 <= wait <= ceiling
+    assert len(set(waits)) == len(waits), "jitter spreads the waits"
+
+
+def test_negative_retry_settings_are_rejected():
+    with pytest.raises(ValueError, match="must not be negative"):
+        RetryPolicy(max_retries=-1)
+
+
+def test_retry_after_forms():
+    assert retry_after_s({"retry-after": "7"}) == 7.0
+    assert retry_after_s({"retry-after": "1.5", "retry-after-ms": "250"}) == 0.25
+    assert 50 < retry_after_s({"retry-after": formatdate(time.time() + 60, usegmt=True)}) <= 61
+    assert retry_after_s({"retry-after": "soon"}) is None
+    assert retry_after_s({}) is None
+
+
+def test_cost_from_the_price_table():
+    prices = {"model-a": (3.0, 15.0)}
+    assert cost_usd("model-a", prices, 1_000_000, 100_000) == pytest.approx(4.5)
+    assert cost_usd("model-a-20250929", prices, 1_000_000, 0) == pytest.approx(3.0)
+    assert cost_usd("local-llama", prices, 10, 10) is None
+
+
+# --------------------------------------------------------------------------- both LLM agents against the fake server
+@LLM_KINDS
+def test_good_reply_becomes_a_proposal_with_tokens_and_cost(kind, server):
+    server.add_kernel_reply("fuse the scale into exp2", KERNEL, tokens_in=2000, tokens_out=500)
+    proposal = llm_agent(kind, server, Sleeps()).propose(CONTEXT)
+    assert (proposal.description, proposal.kernel_source) == ("fuse the scale into exp2", KERNEL)
+    assert (proposal.tokens_in, proposal.tokens_out) == (2000, 500)
+    assert proposal.cost_usd == pytest.approx(0.009)   # $2 / $10 per million tokens for both models
+
+
+@LLM_KINDS
+def test_malformed_reply_raises_with_its_tokens(kind, server):
+    server.add_reply("I would try a bigger block.", tokens_in=300, tokens_out=20)
+    with pytest.raises(MalformedReply, match="no ```python code block") as caught:
+        llm_agent(kind, server, Sleeps()).propose(CONTEXT)
+    assert (caught.value.tokens_in, caught.value.tokens_out) == (300, 20)
+    assert caught.value.cost_usd > 0
+
+
+@LLM_KINDS
+def test_reply_cut_at_the_token_limit_is_malformed(kind, server):
+    server.add_reply("DESCRIPTION: longer\n```python\n" + KERNEL, truncated=True)
+    with pytest.raises(MalformedReply, match="token limit"):
+        llm_agent(kind, server, Sleeps()).propose(CONTEXT)
+
+
+@LLM_KINDS
+def test_server_error_is_retried_after_a_backoff(kind, server):
+    server.add_error(500)
+    server.add_kernel_reply("second try", KERNEL)
+    sleeps = Sleeps()
+    assert llm_agent(kind, server, sleeps).propose(CONTEXT).description == "second try"
+    assert len(server.requests) == 2
+    assert len(sleeps) == 1 and 1.0 <= sleeps[0] <= 2.0
+
+
+@LLM_KINDS
+def test_rate_limit_waits_as_long_as_retry_after_says(kind, server):
+    server.add_error(429, retry_after="7")
+    server.add_kernel_reply("after the rate limit", KERNEL)
+    sleeps = Sleeps()
+    assert llm_agent(kind, server, sleeps).propose(CONTEXT).description == "after the rate limit"
+    assert sleeps == [7.0]
+
+
+@LLM_KINDS
+@pytest.mark.parametrize("status, complaint", [(401, "rejected the key"), (403, "may not use"),
+                                               (404, "not found"), (400, "refused the request")])
+def test_client_errors_stop_at_once(kind, server, status, complaint):
+    server.add_error(status)
+    server.add_kernel_reply("never reached", KERNEL)
+    sleeps = Sleeps()
+    with pytest.raises(AgentError, match=complaint):
+        llm_agent(kind, server, sleeps).propose(CONTEXT)
+    assert len(server.requests) == 1 and sleeps == [] and server.pending == 1
+
+
+@LLM_KINDS
+def test_unauthorized_names_the_key_variable(kind, server):
+    server.add_error(401)
+    with pytest.raises(AgentError, match={"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}[kind]):
+        llm_agent(kind, server, Sleeps()).propose(CONTEXT)
+
+
+@LLM_KINDS
+def test_gives_up_after_the_configured_retries(kind, server):
+    for _ in range(3):
+        server.add_error(503)
+    sleeps = Sleeps()
+    with pytest.raises(AgentError, match="gave up after 2 retries; last error: HTTP 503"):
+        llm_agent(kind, server, sleeps, max_retries=2).propose(CONTEXT)
+    assert len(server.requests) == 3 and len(sleeps) == 2 and sleeps[1] > sleeps[0] / 2
+
+
+@LLM_KINDS
+def test_connection_failures_are_retried(kind, server):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    retry = RetryPolicy(max_retries=2, sleep=(sleeps := Sleeps()))
+    agent_class, path = {"anthropic": (AnthropicAgent, ""), "openai": (OpenAIAgent, "/v1")}[kind]
+    agent = agent_class(base_url=f"http://127.0.0.1:{closed_port}{path}", api_key="k", retry=retry)
+    with pytest.raises(AgentError, match="connection failed"):
+        agent.propose(CONTEXT)
+    assert len(sleeps) == 2

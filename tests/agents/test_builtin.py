@@ -1,0 +1,165 @@
+"""Tests for autokernel/agents/builtin.py: coordinate descent over TUNABLES, driven by scripted bench results."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from autokernel.agents import AgentContext, SearchExhausted
+from autokernel.agents.builtin import BuiltinAgent, config_key, neighbours, score
+from autokernel.agents.tunables import read_tunables, rewrite_tunables
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNEL = '''"""A kernel with two tunables."""
+KERNEL_TYPE = "softmax"
+TUNABLES = {"BLOCK": 64, "num_warps": 4}
+TUNABLE_CHOICES = {"BLOCK": [16, 32, 64, 128, 256], "num_warps": [1, 2, 4, 8]}
+
+
+def kernel_fn(x):
+    return x
+'''
+
+
+def passing(throughput: float) -> dict:
+    return {"correctness": "PASS", "throughput": throughput, "throughput_unit": "GB/s", "latency_us": 1e6 / throughput}
+
+
+FAILING = {"correctness": "FAIL", "failed_stage": "edge shapes", "message": "wrong", "throughput": None}
+
+
+def peak_at(block: int, warps: int):
+    """A smooth throughput landscape with its single peak at (block, warps)."""
+    def bench(config: dict) -> dict:
+        distance = (math.log2(config["BLOCK"] / block)) ** 2 + (math.log2(config["num_warps"] / warps)) ** 2
+        return passing(1000.0 / (1.0 + distance))
+    return bench
+
+
+def run_loop(bench, source=KERNEL, agent=None, rank=1, max_experiments=100):
+    """Plays the overnight loop: propose, bench, keep if faster, until the agent gives up."""
+    agent = agent or BuiltinAgent()
+    kept, kept_result = source, bench(read_tunables(source)[0])
+    job = {"rank": rank, "kernel_type": "softmax", "shapes": [], "dtype": "float16", "gpu": "test", "baseline": kept_result}
+    last_result, history, proposals = None, [], []
+    for experiment in range(1, max_experiments + 1):
+        ctx = AgentContext("softmax", kept, last_result, history[-10:], [(kept, kept_result)], "", job)
+        try:
+            proposal = agent.propose(ctx)
+        except SearchExhausted as exhausted:
+            return proposals, kept, str(exhausted)
+        proposals.append(proposal)
+        last_result = bench(read_tunables(proposal.kernel_source)[0])
+        improved = score(last_result) is not None and score(last_result) > score(kept_result)
+        if improved:
+            kept, kept_result = proposal.kernel_source, last_result
+        history.append({"experiment": experiment, "description": proposal.description,
+                        "status": "keep" if improved else "revert", "correctness": last_result["correctness"],
+                        "throughput": last_result["throughput"], "speedup_vs_pytorch": None, "message": ""})
+    raise AssertionError(f"the search did not stop within {max_experiments} experiments")
+
+
+def configs(proposals) -> list[dict]:
+    return [read_tunables(p.kernel_source)[0] for p in proposals]
+
+
+def test_climbs_to_the_optimum_and_stops():
+    proposals, kept, message = run_loop(peak_at(block=256, warps=1))
+    assert read_tunables(kept)[0] == {"BLOCK": 256, "num_warps": 1}
+    assert "converged" in message and '{"BLOCK": 256, "num_warps": 1}' in message
+    assert len(proposals) < 5 * 4, "coordinate descent needs fewer runs than the full grid"
+
+
+def test_never_proposes_a_configuration_twice_or_the_starting_one():
+    proposals, _, _ = run_loop(peak_at(block=32, warps=8))
+    seen = [config_key(c) for c in configs(proposals)]
+    assert len(seen) == len(set(seen))
+    assert config_key({"BLOCK": 64, "num_warps": 4}) not in seen
+
+
+def test_proposals_change_only_the_tunables_and_say_how():
+    agent = BuiltinAgent()
+    ctx = AgentContext("softmax", KERNEL, None, [], [], "", {"rank": 1, "baseline": passing(100.0)})
+    proposal = agent.propose(ctx)
+    assert proposal.description == "BLOCK 64 -> 32"
+    assert proposal.kernel_source == KERNEL.replace('"BLOCK": 64,', '"BLOCK": 32,')
+
+
+def test_failures_are_dead_ends():
+    optimum = peak_at(block=256, warps=4)
+
+    def bench(config):
+        return FAILING if config["BLOCK"] == 256 else optimum(config)
+
+    proposals, kept, _ = run_loop(bench)
+    assert read_tunables(kept)[0] == {"BLOCK": 128, "num_warps": 4}
+    tried = configs(proposals)
+    assert sum(c["BLOCK"] == 256 for c in tried) == 1, "nothing is built on a failed configuration"
+
+
+def test_same_results_give_the_same_proposals():
+    first, _, _ = run_loop(peak_at(block=16, warps=2))
+    second, _, _ = run_loop(peak_at(block=16, warps=2))
+    assert [p.kernel_source for p in first] == [p.kernel_source for p in second]
+
+
+def test_latency_is_the_score_when_there_is_no_throughput():
+    def bench(config):
+        return {"correctness": "PASS", "throughput": None, "latency_us": abs(config["num_warps"] - 2) + 10.0}
+
+    _, kept, _ = run_loop(bench)
+    assert read_tunables(kept)[0]["num_warps"] == 2
+
+
+def test_exhausts_when_every_choice_is_tried():
+    source = 'TUNABLES = {"num_stages": 1}\nTUNABLE_CHOICES = {"num_stages": [1, 2]}\n'
+    proposals, _, message = run_loop(lambda config: passing(10.0), source=source)
+    assert configs(proposals) == [{"num_stages": 2}]
+    assert "converged after 2 configurations" in message
+
+
+def test_each_job_has_its_own_search():
+    agent = BuiltinAgent()
+    first = agent.propose(AgentContext("softmax", KERNEL, None, [], [], "", {"rank": 1}))
+    second = agent.propose(AgentContext("softmax", KERNEL, None, [], [], "", {"rank": 2}))
+    assert first.kernel_source == second.kernel_source
+
+
+def test_resumed_run_does_not_repeat_kept_versions():
+    older = rewrite_tunables(KERNEL, {"BLOCK": 32, "num_warps": 4})
+    ctx = AgentContext("softmax", KERNEL, None, [], [(KERNEL, passing(200.0)), (older, passing(150.0))], "", {"rank": 1})
+    assert read_tunables(BuiltinAgent().propose(ctx).kernel_source)[0] == {"BLOCK": 128, "num_warps": 4}
+
+
+def test_outcome_is_read_from_history_when_there_is_no_last_result():
+    agent = BuiltinAgent()
+    job = {"rank": 1, "baseline": passing(100.0)}
+    proposal = agent.propose(AgentContext("softmax", KERNEL, None, [], [], "", job))
+    history = [{"experiment": 1, "description": proposal.description, "status": "keep", "correctness": "PASS",
+                "throughput": 500.0, "speedup_vs_pytorch": None, "message": ""}]
+    following = agent.propose(AgentContext("softmax", proposal.kernel_source, None, history, [], "", job))
+    assert read_tunables(following.kernel_source)[0] == {"BLOCK": 16, "num_warps": 4}, "walks on past an improvement"
+
+
+@pytest.mark.parametrize("source, complaint", [
+    ('TUNABLES = {"A": 1}\nTUNABLE_CHOICES = {}\n', "lists no TUNABLE_CHOICES"),
+    ("def kernel_fn(x):\n    return x\n", "cannot search this kernel.py: kernel source has no top-level `TUNABLES"),
+])
+def test_kernels_without_a_search_space_are_exhausted_at_once(source, complaint):
+    with pytest.raises(SearchExhausted, match=complaint):
+        BuiltinAgent().propose(AgentContext("softmax", source, None, [], [], "", {"rank": 1}))
+
+
+def test_searches_a_real_starter():
+    source = (ROOT / "kernels" / "softmax.py").read_text()
+    proposal = BuiltinAgent().propose(AgentContext("softmax", source, None, [], [], "", {"rank": 1}))
+    before, choices = read_tunables(source)
+    after, _ = read_tunables(proposal.kernel_source)
+    changed = {name for name in before if before[name] != after[name]}
+    assert len(changed) == 1 and all(after[name] in choices[name] for name in changed)
+
+
+def test_neighbours_follow_the_choice_order():
+    assert neighbours([1, 2, 4, 8], 4) == [2, 8]
+    assert neighbours([1, 2, 4, 8], 1) == [2]
+    assert neighbours([1, 2, 4, 8], 3) == [1, 2, 4, 8], "an unlisted value explores the whole axis"

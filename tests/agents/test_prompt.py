@@ -1,0 +1,105 @@
+"""Tests for autokernel/agents/prompt.py: what the prompt carries and how strictly replies are parsed."""
+
+import pytest
+
+from autokernel.agents.base import AgentContext
+from autokernel.agents.prompt import build_messages, describe_result, format_reply, parse_reply
+
+KERNEL = 'KERNEL_TYPE = "softmax"\nTUNABLES = {"BLOCK": 64}\n\ndef kernel_fn(x):\n    return x\n'
+OLDER_KERNEL = 'KERNEL_TYPE = "softmax"\nTUNABLES = {"BLOCK": 32}\n'
+PASS = {"correctness": "PASS", "throughput": 1234.5678, "throughput_unit": "GB/s", "latency_us": 81.0,
+        "pct_peak": 37.5, "bound": "memory", "speedup_vs_pytorch": 1.42, "speedup_vs_compile": 0.97,
+        "timing_shape": {"M": 8192, "N": 8192}, "dtype": "float16", "timings_meaningful": True}
+FAIL = {"correctness": "FAIL", "failed_stage": "edge shapes",
+        "message": "M=3,N=1023 float16: max abs error 0.5 at (2, 1022)"}
+
+
+def context(**changes) -> AgentContext:
+    fields = dict(kernel_type="softmax", kernel_source=KERNEL, last_result=FAIL,
+                  history=[{"experiment": 1, "description": "BLOCK 32 -> 64", "status": "keep", "correctness": "PASS",
+                            "throughput": 1234.5678, "speedup_vs_pytorch": 1.42, "message": ""},
+                           {"experiment": 2, "description": "drop the column mask", "status": "revert",
+                            "correctness": "FAIL", "throughput": None, "speedup_vs_pytorch": None,
+                            "message": "edge | shapes\nfailed"}],
+                  best_versions=[(KERNEL, PASS), (OLDER_KERNEL, PASS)], program="PLAYBOOK TEXT",
+                  job={"rank": 2, "kernel_type": "softmax", "shapes": [{"M": 4096, "N": 50257}], "dtype": "bfloat16",
+                       "gpu": "NVIDIA H100 80GB HBM3", "baseline": PASS})
+    fields.update(changes)
+    return AgentContext(**fields)
+
+
+def test_prompt_carries_program_kernel_error_history_best_versions_and_job():
+    system, user = build_messages(context())
+    assert "PLAYBOOK TEXT" in system
+    assert KERNEL.rstrip() in user
+    assert "correctness=FAIL at edge shapes" in user and "max abs error 0.5 at (2, 1022)" in user
+    assert "| 1 | keep | PASS | 1235 | 1.42 | BLOCK 32 -> 64 |" in user
+    assert "| 2 | revert | FAIL | - | - | drop the column mask | edge / shapes failed |" in user
+    assert OLDER_KERNEL.rstrip() in user
+    assert "(This is the current kernel.py below.)" in user
+    assert "M=4096,N=50257" in user and "bfloat16" in user and "NVIDIA H100 80GB HBM3" in user
+    assert "def softmax(x: torch.Tensor)" in user, "the reference defines the math"
+    assert user.rstrip().endswith("```"), "the reply format comes last"
+
+
+def test_first_experiment_says_so_and_skips_empty_sections():
+    _, user = build_messages(context(last_result=None, history=[], best_versions=[]))
+    assert "first experiment" in user
+    assert "Recent experiments" not in user and "Best versions" not in user
+
+
+def test_pass_result_reports_speed_headroom_and_bound():
+    text = describe_result(PASS)
+    for fragment in ("throughput 1235 GB/s", "37.5% of peak", "memory-bound", "1.42x vs PyTorch", "M=8192,N=8192"):
+        assert fragment in text
+
+
+def test_interpreter_timings_are_flagged():
+    assert "say nothing about GPU speed" in describe_result({**PASS, "timings_meaningful": False})
+
+
+def test_long_error_keeps_both_ends():
+    message = "stage summary " + "x" * 10000 + " root cause"
+    text = describe_result({**FAIL, "message": message})
+    assert "stage summary" in text and "root cause" in text and "characters cut" in text
+    assert len(text) < 4000
+
+
+def test_format_reply_round_trips():
+    assert parse_reply(format_reply("BLOCK 64 -> 128", KERNEL)) == ("BLOCK 64 -> 128", KERNEL)
+
+
+def test_parse_tolerates_prose_and_markdown_and_takes_the_full_file_over_a_snippet():
+    reply = ("I looked at the kernel.\n\n**Description:** use   exp2 instead of exp\n\n"
+             "The key line:\n```python\ny = tl.exp2(x)\n```\nFull file:\n```python\n" + KERNEL + "```\nDone.")
+    assert parse_reply(reply) == ("use exp2 instead of exp", KERNEL)
+
+
+def test_code_with_a_syntax_error_is_still_a_proposal():
+    broken = "def kernel_fn(x:\n    return\n"
+    assert parse_reply(format_reply("broken on purpose", broken))[1] == broken
+
+
+@pytest.mark.parametrize("reply, complaint", [
+    ("```python\n" + KERNEL + "```\n", "no `DESCRIPTION"),
+    ("DESCRIPTION:   \n```python\n" + KERNEL + "```\n", "no `DESCRIPTION"),
+    ("```python\n# DESCRIPTION: inside the code\n" + KERNEL + "```\n", "no `DESCRIPTION"),
+    ("DESCRIPTION: faster\nHere is the idea, but no code.", "no ```python code block"),
+    ("DESCRIPTION: faster\n```python\n\n```\n", "empty"),
+    ("DESCRIPTION: faster\n```python\n" + KERNEL, "ended inside a code block"),
+])
+def test_malformed_replies_are_rejected(reply, complaint):
+    with pytest.raises(ValueError, match=complaint.replace("(", r"\(")):
+        parse_reply(reply)
+
+
+def test_truncated_reply_names_the_token_limit():
+    with pytest.raises(ValueError, match="token limit inside a code block"):
+        parse_reply("DESCRIPTION: faster\n```python\n" + KERNEL, truncated=True)
+    with pytest.raises(ValueError, match="the reply hit the token limit"):
+        parse_reply("DESCRIPTION: faster\nLet me think", truncated=True)
+
+
+def test_description_is_one_bounded_line():
+    description, _ = parse_reply(format_reply("x" * 500, KERNEL))
+    assert description == "x" * 200

@@ -1,0 +1,170 @@
+"""A scripted LLM server on 127.0.0.1 for tests: speaks the Anthropic Messages and OpenAI Chat Completions APIs.
+
+The real SDK clients talk to it through their base_url (`server.anthropic_base_url`,
+`server.openai_base_url`). Tests queue what it answers, in order, and read back what it received:
+
+    with FakeLLMServer() as server:
+        server.add_kernel_reply("num_warps 8 -> 4", new_source)
+        server.add_error(429, retry_after="7")
+        server.add_reply("no code here")
+        ...
+        server.requests[0].body["model"]
+
+One scripted reply answers either API; the wire format follows the request path. A request with
+nothing left in the queue gets HTTP 400 "no scripted reply left", which the agents turn into an
+AgentError at once rather than retrying.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from autokernel.agents.prompt import format_reply
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 429: "rate_limit_error", 529: "overloaded_error"}
+
+
+@dataclass
+class ScriptedReply:
+    text: str = ""
+    truncated: bool = False                 # answer as if the token limit cut the reply
+    tokens_in: int = 100
+    tokens_out: int = 50
+    status: int = 200                       # anything else answers an API error instead of text
+    retry_after: str | None = None          # Retry-After header of an error
+
+
+@dataclass
+class RecordedRequest:
+    path: str
+    headers: dict[str, str]
+    body: dict
+
+
+class FakeLLMServer:
+    def __init__(self):
+        self.requests: list[RecordedRequest] = []
+        self._script: deque[ScriptedReply] = deque()
+        self._lock = threading.Lock()
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._thread = threading.Thread(target=self._http.serve_forever, name="fake-llm-server", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._http.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return self.url
+
+    @property
+    def openai_base_url(self) -> str:
+        return self.url + "/v1"
+
+    def start(self) -> FakeLLMServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> FakeLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def add(self, reply: ScriptedReply) -> None:
+        with self._lock:
+            self._script.append(reply)
+
+    def add_reply(self, text: str, **options) -> None:
+        """Queue a text reply; options are ScriptedReply fields (truncated, tokens_in, tokens_out)."""
+        self.add(ScriptedReply(text=text, **options))
+
+    def add_kernel_reply(self, description: str, kernel_source: str, **options) -> None:
+        """Queue a well-formed proposal of `kernel_source`."""
+        self.add_reply(format_reply(description, kernel_source), **options)
+
+    def add_error(self, status: int, *, retry_after: str | None = None, message: str = "scripted error") -> None:
+        self.add(ScriptedReply(text=message, status=status, retry_after=retry_after))
+
+    @property
+    def pending(self) -> int:
+        """Scripted replies not yet served."""
+        with self._lock:
+            return len(self._script)
+
+    def _next(self, request: RecordedRequest) -> ScriptedReply:
+        with self._lock:
+            self.requests.append(request)
+            if self._script:
+                return self._script.popleft()
+        return ScriptedReply(text="fake LLM server: no scripted reply left", status=400)
+
+
+def _handler_for(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            length = int(self.headers.get("content-length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            path = self.path.split("?", 1)[0]
+            request = RecordedRequest(path, {k.lower(): v for k, v in self.headers.items()}, body)
+            if path.endswith("/v1/messages"):
+                render = _anthropic_message
+            elif path.endswith("/chat/completions"):
+                render = _openai_completion
+            else:
+                return self._send(404, {"error": {"type": "not_found_error", "message": f"no endpoint {path}"}})
+            reply = server._next(request)
+            if reply.status != 200:
+                headers = {"retry-after": reply.retry_after} if reply.retry_after is not None else {}
+                return self._send(reply.status, _error_body(render, reply), headers)
+            self._send(200, render(body, reply))
+
+        def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None):
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            """Quiet: pytest shows the requests through `server.requests` when a test needs them."""
+
+    return Handler
+
+
+def _anthropic_message(request: dict, reply: ScriptedReply) -> dict:
+    return {"id": f"msg_fake_{id(reply):x}", "type": "message", "role": "assistant",
+            "content": [{"type": "text", "text": reply.text}], "model": request.get("model", "fake"),
+            "stop_reason": "max_tokens" if reply.truncated else "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": reply.tokens_in, "output_tokens": reply.tokens_out}}
+
+
+def _openai_completion(request: dict, reply: ScriptedReply) -> dict:
+    return {"id": f"chatcmpl-fake-{id(reply):x}", "object": "chat.completion", "created": int(time.time()),
+            "model": request.get("model", "fake"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
+                         "finish_reason": "length" if reply.truncated else "stop"}],
+            "usage": {"prompt_tokens": reply.tokens_in, "completion_tokens": reply.tokens_out,
+                      "total_tokens": reply.tokens_in + reply.tokens_out}}
+
+
+def _error_body(render, reply: ScriptedReply) -> dict:
+    error_type = _ERROR_TYPES.get(reply.status, "api_error")
+    if render is _anthropic_message:
+        return {"type": "error", "error": {"type": error_type, "message": reply.text}}
+    return {"error": {"message": reply.text, "type": error_type, "param": None, "code": None}}
