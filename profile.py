@@ -1,0 +1,98 @@
+"""Command line for the profiler: where a model's time goes, ranked by Amdahl's law, into workspace/.
+
+    python profile.py MODEL [--class-name NAME] [--input-shape 1,512] [--dtype float16]
+                      [--model-arg NAME=VALUE ...] [--device cuda] [--top N] [--out DIR]
+    python profile.py --hf llama [--input-shape 1,512] [--dtype float16] ...
+
+Writes workspace/profile_report.json (every op, its time, shapes and kernel type) and
+workspace/optimization_plan.json (kernel types ranked by end-to-end impact), then prints the
+plan. The work is done by autokernel/profiler.py; extract.py turns the plan into kernel jobs.
+
+A note on this file's name: it is also the name of the standard library's `profile` module,
+which cProfile imports, and torch.compile imports cProfile. With the project root first on
+sys.path (running any script here, or pytest), `import profile` finds this file instead.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+if __name__ == "profile":
+    # Imported as the module `profile` (by cProfile, hence torch.compile), not run as a script:
+    # load the real standard-library module from its own directory and put it in sys.modules in
+    # our place. The import system hands back whatever sys.modules holds when this file finishes,
+    # so every importer gets the standard library's profile, and nothing below here is used.
+    import importlib.util
+    import sysconfig
+
+    _stdlib_file = Path(sysconfig.get_paths()["stdlib"]) / "profile.py"
+    if not _stdlib_file.is_file():
+        raise ImportError(f"profile.py in the AutoKernel project shadows the standard library's profile module, "
+                          f"and the real one was not found at {_stdlib_file}")
+    _spec = importlib.util.spec_from_file_location("profile", _stdlib_file)
+    _stdlib_profile = importlib.util.module_from_spec(_spec)
+    sys.modules["profile"] = _stdlib_profile
+    _spec.loader.exec_module(_stdlib_profile)
+
+
+def _parse_model_arg(text: str) -> tuple[str, object]:
+    """"config=tiny" -> ("config", "tiny"); numbers become int or float."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"bad --model-arg {text!r}: expected NAME=VALUE, like config=tiny")
+    for kind in (int, float):
+        try:
+            return name.strip(), kind(value)
+        except ValueError:
+            pass
+    return name.strip(), value.strip()
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Profile a PyTorch model and rank its kernels by Amdahl's law (writes workspace/*.json).")
+    parser.add_argument("model", nargs="?", help="model file, like models/llama.py (or use --hf)")
+    parser.add_argument("--class-name", help="the nn.Module class in the model file to build")
+    parser.add_argument("--input-shape", help="input shape, like 1,512 (token ids when the model starts "
+                                              "with an embedding, else random floats)")
+    parser.add_argument("--dtype", help="float16, bfloat16 or float32 (default: as the model file makes it)")
+    parser.add_argument("--hf", help="a Hugging Face architecture with random weights instead of a file, like llama")
+    parser.add_argument("--model-arg", action="append", default=[], type=_parse_model_arg, metavar="NAME=VALUE",
+                        help="keyword argument for the model file's get_model / class, like config=tiny (repeatable)")
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
+    parser.add_argument("--warmup", type=_positive_int, default=3, help="unprofiled forward passes first (default 3)")
+    parser.add_argument("--iters", type=_positive_int, default=10, help="profiled forward passes (default 10)")
+    parser.add_argument("--top", type=_positive_int, default=None, help="show only the top N kernel types")
+    parser.add_argument("--out", help="workspace directory for the JSON files (default: workspace/)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # Imported here, not at the top: torch is slow to import, and --help should not wait for it.
+    from autokernel import paths, profiler
+    from autokernel.models import ModelLoadError, load_model, parse_input_shape
+
+    try:
+        loaded = load_model(args.model, class_name=args.class_name, hf=args.hf, dtype=args.dtype,
+                            input_shape=parse_input_shape(args.input_shape) if args.input_shape else None,
+                            device=args.device, model_kwargs=dict(args.model_arg) or None)
+    except ModelLoadError as error:
+        print(f"profile.py: {error}", file=sys.stderr)
+        return 2
+    _, plan = profiler.profile_to_workspace(loaded.model, loaded.inputs, name=loaded.name, workspace=args.out,
+                                            warmup=args.warmup, iters=args.iters)
+    profiler.print_plan(plan, top=args.top)
+    workspace = Path(args.out) if args.out else paths.WORKSPACE
+    print(f"wrote {workspace / profiler.PLAN_FILE} and {workspace / profiler.REPORT_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
