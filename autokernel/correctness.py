@@ -103,7 +103,7 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.numel() == 0:
         return True
-    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
 
 
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:

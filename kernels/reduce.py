@@ -1,0 +1,149 @@
+"""Reduce starter: sum or max of a tensor of any rank over one dimension, in Triton, in float32.
+
+The contiguous input is viewed as (outer, R, inner) and reduced over R in place, whatever the
+dimension, without a transposing copy. One kernel serves both layouts through strides: when R
+is the last dimension its rows are read along R and several rows share a program; otherwise a
+program reads a band of contiguous inner columns and walks down R. When that leaves too few
+programs to fill the GPU, R is split across programs that write float32 partial results, and a
+second launch of the same kernel reduces the partials in a fixed order (no atomics, so results
+are bitwise reproducible). Like torch.amax, max propagates nan.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+KERNEL_TYPE = "reduce"
+
+# Tunable parameters: the built-in search agent edits this dict and nothing else.
+# MAX_BLOCK_R: chunk of a contiguous reduced row read per loop step.
+# STRIDED_BLOCK_INNER: contiguous columns per program when the reduced dimension is not last.
+# TILE_ELEMS: target elements per program tile (rows per program, or R rows per loop step).
+# MIN_PROGRAMS: below this many programs, R is split across programs.
+# ELEMS_PER_THREAD and MAX_NUM_WARPS set num_warps from the tile size.
+TUNABLES = {"MAX_BLOCK_R": 8192, "STRIDED_BLOCK_INNER": 64, "TILE_ELEMS": 4096, "MIN_PROGRAMS": 264,
+            "ELEMS_PER_THREAD": 16, "MAX_NUM_WARPS": 16, "num_stages": 2}
+# The values the search agent may try for each tunable.
+TUNABLE_CHOICES = {"MAX_BLOCK_R": [1024, 2048, 4096, 8192, 16384],
+                   "STRIDED_BLOCK_INNER": [16, 32, 64, 128, 256],
+                   "TILE_ELEMS": [1024, 2048, 4096, 8192, 16384],
+                   "MIN_PROGRAMS": [1, 132, 264, 528, 1056],
+                   "ELEMS_PER_THREAD": [4, 8, 16, 32], "MAX_NUM_WARPS": [4, 8, 16, 32],
+                   "num_stages": [1, 2, 3, 4]}
+
+OPS = ("sum", "max")
+
+
+@triton.jit
+def _reduce_over_r(x_ptr, out_ptr, n_reduce, n_inner, inner_blocks, reduce_per_split,
+                   x_stride_outer, x_stride_reduce, x_stride_inner,
+                   out_stride_outer, out_stride_split, out_stride_inner,
+                   IS_MAX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_INNER: tl.constexpr):
+    # Axis 0 covers (outer, inner block) pairs, which may outnumber axis 1's 65535 limit.
+    pid = tl.program_id(0).to(tl.int64)
+    outer = pid // inner_blocks
+    inner = (pid % inner_blocks) * BLOCK_INNER + tl.arange(0, BLOCK_INNER)
+    inner_mask = inner < n_inner
+    split = tl.program_id(1).to(tl.int64)
+    r_begin = split * reduce_per_split
+    r_end = tl.minimum(r_begin + reduce_per_split, n_reduce)
+    x_cols = x_ptr + outer * x_stride_outer + inner[None, :] * x_stride_inner
+    if IS_MAX:
+        acc = tl.full([BLOCK_R, BLOCK_INNER], -float("inf"), tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_R, BLOCK_INNER], tl.float32)
+    for start in range(r_begin, r_end, BLOCK_R):
+        r = start + tl.arange(0, BLOCK_R)
+        mask = (r < r_end)[:, None] & inner_mask[None, :]
+        ptrs = x_cols + r[:, None] * x_stride_reduce
+        if IS_MAX:
+            x = tl.load(ptrs, mask=mask, other=-float("inf")).to(tl.float32)
+            acc = tl.maximum(acc, x, propagate_nan=tl.PropagateNan.ALL)
+        else:
+            acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    if IS_MAX:
+        # tl.max may drop nan on a GPU; counting nan lanes costs one reduction per program.
+        has_nan = tl.sum((acc != acc).to(tl.int32), axis=0) > 0
+        result = tl.where(has_nan, float("nan"), tl.max(acc, axis=0))
+    else:
+        result = tl.sum(acc, axis=0)
+    out = out_ptr + outer * out_stride_outer + split * out_stride_split + inner * out_stride_inner
+    tl.store(out, result.to(out_ptr.dtype.element_ty), mask=inner_mask)
+
+
+def _num_warps(tile_elems: int) -> int:
+    """Enough warps that each thread holds about ELEMS_PER_THREAD elements of the tile."""
+    warps = triton.next_power_of_2(max(1, tile_elems // (32 * TUNABLES["ELEMS_PER_THREAD"])))
+    return min(warps, TUNABLES["MAX_NUM_WARPS"])
+
+
+def _tiles(n_reduce: int, n_inner: int, reduce_is_contiguous: bool) -> tuple[int, int]:
+    """(BLOCK_R, BLOCK_INNER): the tile is long along whichever axis is contiguous in memory."""
+    if reduce_is_contiguous:
+        block_r = min(triton.next_power_of_2(n_reduce), TUNABLES["MAX_BLOCK_R"])
+        block_inner = min(max(1, TUNABLES["TILE_ELEMS"] // block_r), triton.next_power_of_2(n_inner))
+    else:
+        block_inner = min(triton.next_power_of_2(n_inner), TUNABLES["STRIDED_BLOCK_INNER"])
+        block_r = min(max(1, TUNABLES["TILE_ELEMS"] // block_inner), triton.next_power_of_2(n_reduce))
+    return block_r, block_inner
+
+
+def _split(n_reduce: int, block_r: int, programs: int) -> tuple[int, int]:
+    """(R rows per split, number of splits): enough splits to reach MIN_PROGRAMS, none of them empty."""
+    r_blocks = triton.cdiv(n_reduce, block_r)
+    wanted = min(r_blocks, triton.cdiv(TUNABLES["MIN_PROGRAMS"], programs))
+    reduce_per_split = triton.cdiv(r_blocks, max(wanted, 1)) * block_r
+    return reduce_per_split, triton.cdiv(n_reduce, reduce_per_split)
+
+
+def _launch(x, out, n_outer, n_reduce, n_inner, x_strides, out_strides, is_max, block_r, block_inner,
+            reduce_per_split, splits):
+    inner_blocks = triton.cdiv(n_inner, block_inner)
+    _reduce_over_r[(n_outer * inner_blocks, splits)](
+        x, out, n_reduce, n_inner, inner_blocks, reduce_per_split, *x_strides, *out_strides,
+        IS_MAX=is_max, BLOCK_R=block_r, BLOCK_INNER=block_inner,
+        num_warps=_num_warps(block_r * block_inner), num_stages=TUNABLES["num_stages"])
+
+
+def kernel_fn(x: torch.Tensor, dim: int = -1, op: str = "sum") -> torch.Tensor:
+    if op not in OPS:
+        raise ValueError(f"reduce: unknown op {op!r} (expected 'sum' or 'max')")
+    if not isinstance(dim, int):
+        raise TypeError(f"reduce: dim must be a single int, got {dim!r}")
+    if not x.is_floating_point():
+        raise TypeError(f"reduce: x must be a floating-point tensor, got {x.dtype}")
+    sizes = list(x.shape) or [1]
+    if not -len(sizes) <= dim < len(sizes):
+        raise IndexError(f"reduce: dim {dim} is out of range for a tensor of shape {tuple(x.shape)}")
+    dim %= len(sizes)
+    n_outer, n_reduce, n_inner = (torch.Size(sizes[:dim]).numel(), sizes[dim],
+                                  torch.Size(sizes[dim + 1:]).numel())
+    out_shape = x.shape[:dim] + x.shape[dim + 1:]
+    if n_reduce == 0 and op == "max":
+        raise ValueError(f"reduce: max over dimension {dim} of size 0 has no identity")
+    out = torch.empty(out_shape, dtype=x.dtype, device=x.device)
+    if out.numel() == 0:
+        return out
+    x = x.contiguous()
+    # A reduction over the last dimension is the same problem with the rows as the inner axis:
+    # then R is contiguous and one program can take several rows.
+    if n_inner == 1:
+        n_outer, n_inner = 1, n_outer
+        x_strides = (0, 1, n_reduce)
+    else:
+        x_strides = (n_reduce * n_inner, n_inner, 1)
+    block_r, block_inner = _tiles(max(n_reduce, 1), n_inner, x_strides[1] == 1)
+    reduce_per_split, splits = _split(max(n_reduce, 1), block_r, n_outer * triton.cdiv(n_inner, block_inner))
+    is_max = op == "max"
+    out_strides = (n_inner, 0, 1)
+    if splits == 1:
+        _launch(x, out, n_outer, n_reduce, n_inner, x_strides, out_strides, is_max, block_r, block_inner,
+                reduce_per_split, 1)
+        return out
+    partials = torch.empty((n_outer, splits, n_inner), dtype=torch.float32, device=x.device)
+    _launch(x, partials, n_outer, n_reduce, n_inner, x_strides, partials.stride(), is_max, block_r, block_inner,
+            reduce_per_split, splits)
+    block_r, block_inner = _tiles(splits, n_inner, n_inner == 1)
+    _launch(partials, out, n_outer, splits, n_inner, partials.stride(), out_strides, is_max, block_r, block_inner,
+            triton.cdiv(splits, block_r) * block_r, 1)
+    return out

@@ -1,0 +1,92 @@
+"""The LayerNorm starter beyond what the judge checks: the chunked (Chan) path, batch dims, tunables."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton.jit runs: CPU tensors need the interpreter
+
+import pytest
+import torch
+
+import reference
+from autokernel.paths import starter_path
+from bench import load_kernel
+
+layernorm, _ = load_kernel(starter_path("layernorm"))
+TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4}
+
+
+def _randn(*shape, dtype=torch.float32, seed=0):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _affine(n, dtype=torch.float32):
+    return (1 + 0.1 * _randn(n, seed=1)).to(dtype), (0.1 * _randn(n, seed=2)).to(dtype)
+
+
+def _assert_matches_reference(x, weight, bias, eps=1e-5):
+    out = layernorm.kernel_fn(x, weight, bias, eps)
+    expected = reference.layernorm(x.double(), weight.double(), bias.double(), eps)
+    assert out.dtype == x.dtype and out.shape == x.shape
+    torch.testing.assert_close(out.double(), expected, atol=TOLERANCE[x.dtype], rtol=TOLERANCE[x.dtype])
+    return out
+
+
+def test_rows_longer_than_one_block_merge_chunk_statistics_and_agree(monkeypatch):
+    x = _randn(5, 100) * 3 + 2
+    one_block = _assert_matches_reference(x, *_affine(100))
+    monkeypatch.setitem(layernorm.TUNABLES, "MAX_BLOCK_N", 16)   # 100 columns -> 7 chunks, last one partial
+    chunked = _assert_matches_reference(x, *_affine(100))
+    torch.testing.assert_close(chunked, one_block, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("max_block_n", [16, 16384])
+def test_near_constant_rows_keep_float32_precision_on_both_paths(monkeypatch, max_block_n):
+    # Mean 100, standard deviation 1e-4: a float32 mean of ~100 is already off by ~4e-6, which
+    # eps^-1/2 ~ 316 amplifies past the float32 tolerance. Only the shifted statistics pass.
+    monkeypatch.setitem(layernorm.TUNABLES, "MAX_BLOCK_N", max_block_n)
+    _assert_matches_reference(100 + 1e-4 * _randn(6, 300), *_affine(300))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_leading_batch_dims_are_rows(dtype):
+    _assert_matches_reference(_randn(2, 3, 40, dtype=dtype), *_affine(40, dtype))
+
+
+def test_rows_of_a_wider_buffer_are_read_through_the_row_stride():
+    x = _randn(9, 64)[:, :33]
+    assert x.stride(0) == 64
+    _assert_matches_reference(x, *_affine(33))
+
+
+def test_a_single_column_normalizes_to_the_bias():
+    weight, bias = _affine(1)
+    out = _assert_matches_reference(_randn(7, 1), weight, bias)
+    assert torch.allclose(out, bias.expand(7, 1))
+
+
+def test_inputs_are_left_unchanged():
+    x, (weight, bias) = _randn(7, 50), _affine(50)
+    before = [t.clone() for t in (x, weight, bias)]
+    layernorm.kernel_fn(x, weight, bias)
+    assert all(torch.equal(t, b) for t, b in zip((x, weight, bias), before))
+
+
+def test_weight_or_bias_of_the_wrong_size_is_rejected():
+    weight, bias = _affine(32)
+    with pytest.raises(ValueError, match="bias"):
+        layernorm.kernel_fn(_randn(4, 32), weight, bias[:31])
+
+
+@pytest.mark.parametrize("name,value", [(name, value) for name, values in layernorm.TUNABLE_CHOICES.items()
+                                        for value in values])
+def test_every_tunable_choice_stays_correct(monkeypatch, name, value):
+    monkeypatch.setitem(layernorm.TUNABLES, name, value)
+    _assert_matches_reference(_randn(3, 1500, dtype=torch.float16) + 5, *_affine(1500, torch.float16))
+    _assert_matches_reference(_randn(37, 33), *_affine(33))
+
+
+def test_the_smallest_and_largest_choices_together_stay_correct(monkeypatch):
+    for pick in (min, max):
+        for name, values in layernorm.TUNABLE_CHOICES.items():
+            monkeypatch.setitem(layernorm.TUNABLES, name, pick(values))
+        _assert_matches_reference(_randn(19, 1100), *_affine(1100))

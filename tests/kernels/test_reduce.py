@@ -1,0 +1,101 @@
+"""The reduce starter beyond what the judge checks: any rank and dim, split reductions, nan, tunables."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton.jit runs: CPU tensors need the interpreter
+
+import pytest
+import torch
+
+import reference
+from autokernel.paths import starter_path
+from bench import load_kernel
+
+reduce, _ = load_kernel(starter_path("reduce"))
+TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4}
+
+
+def _randn(*shape, dtype=torch.float32, seed=0):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _assert_matches_reference(x, dim, op):
+    out = reduce.kernel_fn(x, dim, op)
+    expected = reference.reduce(x.double(), dim, op)
+    assert out.dtype == x.dtype and out.shape == expected.shape
+    torch.testing.assert_close(out.double(), expected, atol=TOLERANCE[x.dtype], rtol=TOLERANCE[x.dtype])
+    return out
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+@pytest.mark.parametrize("shape", [(5, 37, 3), (2, 3, 4, 5), (7, 1, 9), (40,)])
+def test_every_dim_of_every_rank(shape, op):
+    x = _randn(*shape)
+    for dim in range(-len(shape), len(shape)):
+        _assert_matches_reference(x, dim, op)
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+@pytest.mark.parametrize("shape,dim", [((2, 300, 5), 1), ((2, 700), -1), ((700, 6), 0)])
+def test_splitting_the_reduced_dim_across_programs_agrees(monkeypatch, shape, dim, op):
+    x = _randn(*shape, dtype=torch.float16)
+    whole = _assert_matches_reference(x, dim, op)
+    monkeypatch.setitem(reduce.TUNABLES, "TILE_ELEMS", 64)        # small tiles: many R blocks to split
+    monkeypatch.setitem(reduce.TUNABLES, "MAX_BLOCK_R", 64)
+    monkeypatch.setitem(reduce.TUNABLES, "MIN_PROGRAMS", 10**6)   # always split as far as the blocks allow
+    split = _assert_matches_reference(x, dim, op)
+    torch.testing.assert_close(split, whole, atol=1e-2, rtol=1e-2)
+    assert torch.equal(split, reduce.kernel_fn(x, dim, op))   # the two-launch result is reproducible
+
+
+def test_max_propagates_nan_like_amax():
+    x = _randn(6, 50)
+    x[2, 7] = x[4, 0] = float("nan")
+    assert reduce.kernel_fn(x, -1, "max").isnan().tolist() == [False, False, True, False, True, False]
+    assert reduce.kernel_fn(x, 0, "max").isnan().nonzero().flatten().tolist() == [0, 7]
+
+
+def test_non_contiguous_input_is_reduced_by_value():
+    x = _randn(30, 40).T
+    _assert_matches_reference(x, 0, "sum")
+    _assert_matches_reference(x, 1, "max")
+
+
+def test_zero_dim_tensor_and_empty_sum():
+    assert reduce.kernel_fn(torch.tensor(3.0), 0, "sum").item() == 3.0
+    assert torch.equal(reduce.kernel_fn(torch.zeros(4, 0), -1, "sum"), torch.zeros(4))
+
+
+def test_inputs_are_left_unchanged():
+    x = _randn(7, 50)
+    before = x.clone()
+    reduce.kernel_fn(x, 0, "max")
+    assert torch.equal(x, before)
+
+
+@pytest.mark.parametrize("args,error,match", [
+    ((torch.zeros(4, 0), -1, "max"), ValueError, "no identity"),
+    ((torch.zeros(4, 5), 2, "sum"), IndexError, "out of range"),
+    ((torch.zeros(4, 5), -1, "mean"), ValueError, "unknown op"),
+    ((torch.zeros(4, 5), (0, 1), "sum"), TypeError, "single int"),
+    ((torch.zeros(4, 5, dtype=torch.int32), -1, "sum"), TypeError, "floating-point")])
+def test_bad_arguments_are_rejected(args, error, match):
+    with pytest.raises(error, match=match):
+        reduce.kernel_fn(*args)
+
+
+@pytest.mark.parametrize("name,value", [(name, value) for name, values in reduce.TUNABLE_CHOICES.items()
+                                        for value in values])
+def test_every_tunable_choice_stays_correct(monkeypatch, name, value):
+    monkeypatch.setitem(reduce.TUNABLES, name, value)
+    _assert_matches_reference(_randn(3, 1500, dtype=torch.float16), -1, "sum")   # long contiguous rows
+    _assert_matches_reference(_randn(37, 33), -1, "max")                         # many short rows per program
+    _assert_matches_reference(_randn(4, 300, 70), 1, "sum")                      # strided middle dimension
+
+
+def test_the_smallest_and_largest_choices_together_stay_correct(monkeypatch):
+    for pick in (min, max):
+        for name, values in reduce.TUNABLE_CHOICES.items():
+            monkeypatch.setitem(reduce.TUNABLES, name, pick(values))
+        _assert_matches_reference(_randn(19, 1100), -1, "sum")
+        _assert_matches_reference(_randn(1100, 19), 0, "max")
