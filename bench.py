@@ -249,7 +249,7 @@ class Report:
         self.result = {"kernel_type": kernel_type, "correctness": None, "failed_stage": None, "message": "",
                        "seed": args.seed, "device": torch.cuda.get_device_name() if ON_GPU else "cpu",
                        "dtype": args.dtype, "timings_meaningful": ON_GPU, "stages": [],
-                       "timing_shape": [registry.format_shape(s) for s in args.shape] or None}
+                       "timing_shapes": [registry.format_shape(s) for s in args.shape]}
         self.lock = threading.Lock()
         self.written = False
 
@@ -355,6 +355,7 @@ def main(argv=None) -> int:
         return EXIT_CODES["CRASH"]
     report.result["kernel_type"] = kt.name
     judge = Judge(module.kernel_fn, kt, args)
+    report.result["timing_shapes"] = [registry.format_shape(s) for s in judge.timing_shapes()]
     stage = "load"
     try:
         for stage, run_stage in STAGES:

@@ -64,8 +64,8 @@ def describe_result(result: dict | None) -> str:
              f"latency {_number(result.get('latency_us'))} us, {_number(result.get('pct_peak'))}% of peak "
              f"({result.get('bound') or 'unknown'}-bound), speedup {_number(result.get('speedup_vs_pytorch'))}x "
              f"vs PyTorch eager, {_number(result.get('speedup_vs_compile'))}x vs torch.compile"]
-    if result.get("timing_shape"):
-        lines.append(f"timed at {registry.format_shape(result['timing_shape'])}, dtype {result.get('dtype', '?')}")
+    if result.get("timing_shapes"):
+        lines.append(f"timed at {'; '.join(result['timing_shapes'])}, dtype {result.get('dtype', '?')}")
     if result.get("timings_meaningful") is False:
         lines.append("(timed under the CPU interpreter: the numbers say nothing about GPU speed)")
     return "\n".join(lines)

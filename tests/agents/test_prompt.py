@@ -9,7 +9,7 @@ KERNEL = 'KERNEL_TYPE = "softmax"\nTUNABLES = {"BLOCK": 64}\n\ndef kernel_fn(x):
 OLDER_KERNEL = 'KERNEL_TYPE = "softmax"\nTUNABLES = {"BLOCK": 32}\n'
 PASS = {"correctness": "PASS", "throughput": 1234.5678, "throughput_unit": "GB/s", "latency_us": 81.0,
         "pct_peak": 37.5, "bound": "memory", "speedup_vs_pytorch": 1.42, "speedup_vs_compile": 0.97,
-        "timing_shape": {"M": 8192, "N": 8192}, "dtype": "float16", "timings_meaningful": True}
+        "timing_shapes": ["M=8192,N=8192"], "dtype": "float16", "timings_meaningful": True}
 FAIL = {"correctness": "FAIL", "failed_stage": "edge shapes",
         "message": "M=3,N=1023 float16: max abs error 0.5 at (2, 1022)"}
 

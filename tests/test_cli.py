@@ -1,0 +1,131 @@
+"""Tests for autokernel/cli.py: durations, pass-through scripts, status and report, and one-line user errors.
+
+The `optimize` error cases run the real command in a child process on a temporary copy of the
+project, so the git checks look at that copy and never at this checkout.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+import orchestrate
+from autokernel import cli, paths, results
+from tests.test_orchestrate import TINY_MODEL, copy_project
+
+
+@pytest.mark.parametrize("text, seconds", [("8h", 28800), ("30m", 1800), ("90s", 90), ("1h30m", 5400),
+                                           ("1.5h", 5400), ("45", 45), (" 2H ", 7200)])
+def test_durations(text, seconds):
+    assert cli.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "8x", "h", "1h-5m", "0m"])
+def test_bad_durations_are_refused(text):
+    with pytest.raises(Exception, match="duration"):
+        cli.parse_duration(text)
+
+
+def test_bad_flag_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["optimize", "model.py", "--budget", "soon"])
+    assert exit_info.value.code == 2
+    assert "bad duration 'soon'" in capsys.readouterr().err
+
+
+def test_pass_through_runs_the_script_with_its_arguments(tmp_path, monkeypatch, capsys):
+    script = tmp_path / "verify.py"
+    script.write_text("import sys\nprint('got', sys.argv[1:])\nsys.exit(3)\n")
+    monkeypatch.setitem(cli.PASS_THROUGH_SCRIPTS, "verify", script)
+    assert cli.main(["verify", "--model", "m.py", "-h"]) == 3
+    monkeypatch.setitem(cli.PASS_THROUGH_SCRIPTS, "verify", tmp_path / "absent.py")
+    assert cli.main(["verify"]) == cli.EXIT_ERROR
+    assert "verify is not available in this checkout (absent.py is missing)" in capsys.readouterr().err
+
+
+def test_report_prints_markdown_of_a_results_file(tmp_path, capsys):
+    tsv = tmp_path / "results.tsv"
+    for number, status, latency in [(1, "baseline", 20.0), (2, "keep", 10.0)]:
+        results.append_row(tsv, results.make_row(
+            experiment=number, tag="night", kernel_type="rmsnorm", result={"correctness": "PASS", "latency_us": latency},
+            description="d", status=status, wall_seconds=1.0, llm_tokens=5))
+    assert cli.main(["report", "--results", str(tsv)]) == 0
+    assert "| rmsnorm | night | 2 | 1 | 20.0 | 10.0 | 2.00 |" in capsys.readouterr().out
+    assert cli.main(["report", "--results", str(tsv), "--out", str(tmp_path / "report")]) == 0
+    assert "| rmsnorm | night | 2 | 1 | 20.0 | 10.0 | 2.00 |" in (tmp_path / "report" / "report.md").read_text()
+    assert (tmp_path / "report" / "progress.png").stat().st_size > 0
+    assert cli.main(["report", "--results", str(tmp_path / "absent.tsv"), "--out", str(tmp_path / "none")]) == 1
+    assert "autokernel: error: no experiments in" in capsys.readouterr().err
+
+
+def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(orchestrate, "STATE_FILE", tmp_path / "state.json")
+    monkeypatch.setattr(paths, "RESULTS_TSV", tmp_path / "results.tsv")
+    assert cli.main(["status"]) == 0
+    assert "no run yet" in capsys.readouterr().out
+
+    progress = orchestrate.JobProgress(baseline={"latency_us": 30.0}, best={"latency_us": 20.0}, noise=0.02,
+                                       experiments=3)
+    finished = {"file": "1_matmul.py", "speedup_over_baseline": 1.8, "best_speedup_vs_pytorch": 1.1,
+                "experiments": 9, "stopped_because": "5 reverts in a row"}
+    orchestrate.RunState(tag="night", jobs=[{"rank": 1, "kernel_type": "matmul"}, {"rank": 2, "kernel_type": "softmax"}],
+                         kept_commit="abc", budget_s=7200, job_index=1, experiment=14, elapsed_s=3600,
+                         current=progress, finished=[finished]).save()
+    results.append_row(paths.RESULTS_TSV, results.make_row(
+        experiment=14, tag="night", kernel_type="softmax", result={"correctness": "PASS"}, description="d",
+        status="keep", wall_seconds=1.0, llm_tokens=0))
+    assert cli.main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "run night (branch autokernel/night): job 2 of 2, 14 experiments numbered, 1.00 h of 2.00 h used" in out
+    assert "1_matmul.py: 1.80x over its baseline, 1.10x vs PyTorch (9 experiments; 5 reverts in a row)" in out
+    assert "now: rank 2 softmax, 3 experiments, best 1.50x over its baseline" in out
+    assert "autokernel optimize --resume" in out
+    assert "results.tsv: 1 rows for this run, 1 kept" in out
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = copy_project(tmp_path_factory.mktemp("cli") / "project")
+    (root.parent / "model.py").write_text(TINY_MODEL)
+    return root
+
+
+def _autokernel(project, *args: str, env_extra=None) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(project.parent), "PYTHONPATH": str(project), **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "autokernel.cli", *args], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _one_error_line(completed: subprocess.CompletedProcess) -> str:
+    assert completed.returncode == cli.EXIT_ERROR, completed.stderr
+    assert "Traceback" not in completed.stderr
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1, completed.stderr
+    assert lines[0].startswith("autokernel: error: ")
+    return lines[0]
+
+
+def test_missing_model_file_is_one_line(project):
+    line = _one_error_line(_autokernel(project, "optimize", "no_such_model.py", "--agent", "builtin"))
+    assert "no_such_model.py" in line
+
+
+def test_missing_api_key_is_one_line(project):
+    line = _one_error_line(_autokernel(project, "optimize", "../model.py", "--agent", "anthropic"))
+    assert "ANTHROPIC_API_KEY" in line
+
+
+def test_dirty_tree_is_one_line(project):
+    bench = project / "bench.py"
+    original = bench.read_text()
+    bench.write_text(original + "# edited\n")
+    try:
+        line = _one_error_line(_autokernel(project, "optimize", "../model.py", "--agent", "builtin"))
+    finally:
+        bench.write_text(original)
+    assert "uncommitted changes (bench.py)" in line
+
+
+def test_resume_without_a_saved_run_is_one_line(project):
+    line = _one_error_line(_autokernel(project, "optimize", "--resume", "--agent", "builtin"))
+    assert "nothing to resume" in line

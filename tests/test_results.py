@@ -1,0 +1,93 @@
+"""Tests for autokernel/results.py: the exact columns, appending, sanitizing, reading back and the summary."""
+
+import pytest
+
+from autokernel import results
+
+PASS_RESULT = {"correctness": "PASS", "throughput": 812.25, "latency_us": 41.3, "pct_peak": 24.6,
+               "speedup_vs_pytorch": 1.37, "peak_vram_mb": 64.0, "message": None}
+
+
+def _row(experiment, status, latency, kernel_type="softmax", description="try", correctness="PASS"):
+    result = dict(PASS_RESULT, latency_us=latency, correctness=correctness)
+    return results.make_row(experiment=experiment, tag="t1", kernel_type=kernel_type, result=result,
+                            description=description, status=status, wall_seconds=3.5, llm_tokens=120)
+
+
+def test_columns_are_exactly_the_documented_ones():
+    assert results.COLUMNS == ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak",
+                               "speedup_vs_pytorch", "correctness", "peak_vram_mb", "description", "status",
+                               "wall_seconds", "llm_tokens")
+
+
+def test_header_written_once_and_rows_read_back_typed(tmp_path):
+    path = tmp_path / "results.tsv"
+    results.append_row(path, _row(1, results.STATUS_BASELINE, 50.0))
+    results.append_row(path, _row(2, results.STATUS_KEEP, 41.3))
+    lines = path.read_text().splitlines()
+    assert lines[0] == "\t".join(results.COLUMNS)
+    assert len(lines) == 3
+    rows = results.read_rows(path)
+    assert [r["experiment"] for r in rows] == [1, 2]
+    assert rows[1] == {"experiment": 2, "tag": "t1", "kernel_type": "softmax", "throughput": 812.25,
+                       "latency_us": 41.3, "pct_peak": 24.6, "speedup_vs_pytorch": 1.37, "correctness": "PASS",
+                       "peak_vram_mb": 64.0, "description": "try", "status": "keep", "wall_seconds": 3.5,
+                       "llm_tokens": 120}
+
+
+def test_missing_numbers_are_empty_cells_and_none(tmp_path):
+    path = tmp_path / "results.tsv"
+    crash = results.make_row(experiment=3, tag="t1", kernel_type="softmax", result={"correctness": "CRASH"},
+                             description="bad", status=results.STATUS_REVERT, wall_seconds=0.5, llm_tokens=0)
+    results.append_row(path, crash)
+    row = results.read_rows(path)[0]
+    assert row["latency_us"] is None and row["throughput"] is None
+    assert row["correctness"] == "CRASH"
+    assert row["llm_tokens"] == 0
+
+
+def test_tabs_and_newlines_in_descriptions_are_sanitized(tmp_path):
+    path = tmp_path / "results.tsv"
+    results.append_row(path, _row(1, results.STATUS_REVERT, 60.0, description='fuse\tloads\nand "store"\r\n'))
+    assert len(path.read_text().splitlines()) == 2
+    assert results.read_rows(path)[0]["description"] == 'fuse loads and "store"'
+
+
+def test_rows_are_on_disk_without_closing_anything(tmp_path):
+    path = tmp_path / "results.tsv"
+    results.append_row(path, _row(1, results.STATUS_BASELINE, 50.0))
+    with open(path) as independent_reader:
+        assert len(independent_reader.read().splitlines()) == 2
+
+
+def test_unknown_column_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="unknown columns"):
+        results.append_row(tmp_path / "results.tsv", dict(_row(1, "keep", 1.0), speedup=2))
+
+
+def test_foreign_header_is_refused(tmp_path):
+    path = tmp_path / "results.tsv"
+    path.write_text("commit\tval_bpb\n")
+    with pytest.raises(results.ResultsFileError, match="move it aside"):
+        results.append_row(path, _row(1, "keep", 1.0))
+    with pytest.raises(results.ResultsFileError):
+        results.read_rows(path)
+
+
+def test_no_file_reads_as_no_rows(tmp_path):
+    assert results.read_rows(tmp_path / "absent.tsv") == []
+    assert results.markdown_summary([]) == "No experiments recorded yet."
+
+
+def test_summary_has_one_table_per_kernel_and_the_best_gain():
+    rows = [_row(1, "baseline", 100.0), _row(2, "keep", 80.0), _row(3, "revert", 90.0, correctness="FAIL"),
+            _row(4, "keep", 50.0, description="a|b"), _row(5, "baseline", 30.0, kernel_type="matmul"),
+            _row(6, "revert", None, kernel_type="matmul", correctness="TIMEOUT")]
+    text = results.markdown_summary(rows)
+    overview = text.split("\n\n")[0].splitlines()
+    assert overview[2].startswith("| softmax | t1 | 4 | 2 | 100.0 | 50.0 | 2.00 |")
+    assert overview[3].startswith("| matmul | t1 | 2 | 0 | 30.0 | 30.0 | 1.00 |")
+    assert "## softmax (t1, experiments 1-4)" in text
+    assert "## matmul (t1, experiments 5-6)" in text
+    assert "| 4 | keep | PASS | 50.0 | 1.37 | 120 | a\\|b |" in text
+    assert "| 6 | revert | TIMEOUT |  | 1.37 | 120 | try |" in text

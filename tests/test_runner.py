@@ -1,0 +1,178 @@
+"""Tests for autokernel/runner.py: time limits that kill whole process groups, scrubbed secrets, synthesized results."""
+
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from autokernel import runner
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def _is_gone(pid: int) -> bool:
+    # A killed process may linger as a zombie until its new parent reaps it: that counts as gone.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+def _wait_gone(pid: int, within_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if _is_gone(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_timeout_kills_the_child_and_its_grandchildren(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    code = f"""
+        import subprocess, time
+        grandchild = subprocess.Popen(["sleep", "60"])
+        open({str(pid_file)!r}, "w").write(str(grandchild.pid))
+        time.sleep(60)
+    """
+    result = runner.run_child(_python(code), timeout_s=1.5, cwd=tmp_path)
+    assert result.timed_out
+    assert result.wall_seconds < 1.5 + runner.KILL_GRACE_S + 5
+    assert _wait_gone(int(pid_file.read_text()))
+
+
+def test_child_that_ignores_sigterm_is_killed(tmp_path):
+    code = """
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("ready", flush=True)
+        time.sleep(60)
+    """
+    result = runner.run_child(_python(code), timeout_s=1.0, cwd=tmp_path)
+    assert result.timed_out
+    assert result.returncode == -9
+    assert "ready" in result.stdout
+
+
+def test_normal_exit_reports_code_and_output(tmp_path):
+    code = """
+        import os, sys
+        print("to stdout", os.getcwd())
+        print("to stderr", file=sys.stderr)
+        sys.exit(3)
+    """
+    result = runner.run_child(_python(code), timeout_s=30, cwd=tmp_path)
+    assert not result.timed_out
+    assert result.returncode == 3
+    assert result.stdout.strip() == f"to stdout {tmp_path}"
+    assert result.stderr.strip() == "to stderr"
+
+
+def test_environment_is_scrubbed_of_secrets(tmp_path, monkeypatch):
+    secrets = {"ANTHROPIC_API_KEY": "a", "ANTHROPIC_BASE_URL": "b", "OPENAI_ORG": "c", "HF_TOKEN": "d",
+               "MY_SERVICE_API_KEY": "e", "DB_SECRET_VALUE": "f", "github_token": "g"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AUTOKERNEL_HARMLESS", "kept")
+    code = "import json, os; print(json.dumps(dict(os.environ)))"
+    result = runner.run_child(_python(code), timeout_s=30, cwd=tmp_path, env_extra={"EXTRA_SETTING": "1"})
+    child_env = json.loads(result.stdout)
+    assert not set(secrets) & set(child_env)
+    assert child_env["AUTOKERNEL_HARMLESS"] == "kept"
+    assert child_env["EXTRA_SETTING"] == "1"
+    assert "PATH" in child_env
+
+
+def test_output_is_bounded_to_its_tail(tmp_path):
+    code = """
+        import sys
+        for i in range(40000):
+            sys.stdout.write(f"line {i:08d} " + "x" * 20 + "\\n")
+        sys.stdout.write("LAST LINE\\n")
+    """
+    result = runner.run_child(_python(code), timeout_s=60, cwd=tmp_path)
+    assert len(result.stdout) < runner.OUTPUT_LIMIT_BYTES + 200
+    assert result.stdout.startswith("[... ")
+    assert result.stdout.rstrip().endswith("LAST LINE")
+
+
+def _fake_bench(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "bench.py"
+    script.write_text("import json, sys, time\nargs = sys.argv[1:]\n" + textwrap.dedent(body))
+    return script
+
+
+def test_run_bench_returns_the_json_bench_wrote(tmp_path):
+    bench = _fake_bench(tmp_path, """
+        out = args[args.index("--json-out") + 1]
+        json.dump({"correctness": "PASS", "latency_us": 12.5, "args": args}, open(out, "w"))
+    """)
+    result = runner.run_bench(tmp_path / "kernel.py", shapes=[{"M": 4, "N": 8}, {"M": 2, "N": 2}],
+                              dtype="float32", timeout_s=30, seed=7, extra_args=["--quick"], bench_script=bench)
+    assert result["correctness"] == "PASS"
+    assert result["latency_us"] == 12.5
+    args = result["args"]
+    assert args[:2] == ["--kernel", str(tmp_path / "kernel.py")]
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--shape"] == ["M=4,N=8", "M=2,N=2"]
+    assert args[args.index("--dtype") + 1] == "float32"
+    assert args[args.index("--seed") + 1] == "7"
+    assert args[-1] == "--quick"
+    assert result["wall_seconds"] > 0
+
+
+def test_run_bench_without_json_is_a_crash_with_stderr_tail(tmp_path):
+    bench = _fake_bench(tmp_path, """
+        for i in range(50):
+            print(f"noise {i}", file=sys.stderr)
+        print("SyntaxError: invalid syntax in kernel.py", file=sys.stderr)
+        sys.exit(2)
+    """)
+    result = runner.run_bench("kernel.py", shapes=[], dtype="float16", timeout_s=30, bench_script=bench)
+    assert result["correctness"] == "CRASH"
+    assert "exited with code 2" in result["message"]
+    assert "SyntaxError: invalid syntax in kernel.py" in result["message"]
+    assert "noise 0\n" not in result["message"]
+    assert set(runner.BENCH_FIELDS) <= set(result)
+    assert result["latency_us"] is None
+
+
+def test_run_bench_that_hangs_is_a_timeout(tmp_path):
+    bench = _fake_bench(tmp_path, "time.sleep(60)\n")
+    started = time.monotonic()
+    result = runner.run_bench("kernel.py", shapes=[], dtype="float16", timeout_s=1, bench_script=bench)
+    assert result["correctness"] == "TIMEOUT"
+    assert "1 s limit" in result["message"]
+    assert time.monotonic() - started < 1 + runner.KILL_GRACE_S + 5
+
+
+def test_interrupting_the_caller_kills_the_child(tmp_path, monkeypatch):
+    pid_file = tmp_path / "child.pid"
+    code = f"""
+        import os, time
+        open({str(pid_file)!r}, "w").write(str(os.getpid()))
+        time.sleep(60)
+    """
+    original_wait = runner.subprocess.Popen.wait
+
+    def wait_then_interrupt(proc, timeout=None):
+        if timeout is not None and timeout > runner.KILL_GRACE_S:
+            while not pid_file.exists():
+                time.sleep(0.02)
+            raise KeyboardInterrupt
+        return original_wait(proc, timeout=timeout)
+
+    monkeypatch.setattr(runner.subprocess.Popen, "wait", wait_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_child(_python(code), timeout_s=60, cwd=tmp_path)
+    assert _wait_gone(int(pid_file.read_text()))
+
+
+def test_scrubbed_environment_matches_case_insensitively():
+    env = runner.scrubbed_environment({"Openai_Api_Key": "x", "PATH": "/bin", "my_password": "y"})
+    assert env == {"PATH": "/bin"}
