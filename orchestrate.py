@@ -457,17 +457,19 @@ def jobs_from_profile(model, inputs, *, name: str, top: int, log) -> list[dict]:
 
 
 def plan_jobs(model: str | None, *, class_name: str | None, input_shape: tuple[int, ...] | None,
-              dtype: str | None, hf: str | None, top: int, log) -> list[dict]:
+              dtype: str | None, hf: str | None, model_kwargs: dict | None, top: int, log) -> list[dict]:
     """Load a model file (or --hf architecture), then profile and extract it (jobs_from_profile)."""
     from autokernel import models
 
-    loaded = models.load_model(model, class_name=class_name, input_shape=input_shape, dtype=dtype, hf=hf)
+    loaded = models.load_model(model, class_name=class_name, input_shape=input_shape, dtype=dtype, hf=hf,
+                               model_kwargs=model_kwargs)
     return jobs_from_profile(loaded.model, loaded.inputs, name=f"{loaded.name} on {loaded.device}", top=top, log=log)
 
 
 def run_optimization(model: str | None = None, *, class_name: str | None = None,
                      input_shape: tuple[int, ...] | None = None, dtype: str | None = None, hf: str | None = None,
-                     agent: str | None = None, llm_model: str | None = None, base_url: str | None = None,
+                     model_kwargs: dict | None = None, agent: str | None = None, llm_model: str | None = None,
+                     base_url: str | None = None,
                      top: int = 5, tag: str | None = None, resume: bool = False, jobs: list[dict] | None = None,
                      settings: LoopSettings | None = None, view: ProgressView | None = None) -> RunState:
     """Profile, extract and optimize (or resume a run); returns the final state.
@@ -501,8 +503,8 @@ def run_optimization(model: str | None = None, *, class_name: str | None = None,
             raise OptimizationError(f"bad tag {tag!r}: use letters, digits, '.', '_' and '-'")
         repo.ensure_new_branch(tag)
         if jobs is None:
-            jobs = plan_jobs(model, class_name=class_name, input_shape=input_shape, dtype=dtype, hf=hf, top=top,
-                             log=view.log)
+            jobs = plan_jobs(model, class_name=class_name, input_shape=input_shape, dtype=dtype, hf=hf,
+                             model_kwargs=model_kwargs, top=top, log=view.log)
         repo.start_branch(tag)
         state = RunState(tag=tag, jobs=jobs, kept_commit=repo.head(), budget_s=settings.budget_s,
                          experiment=max((row["experiment"] for row in results.read_rows(paths.RESULTS_TSV)),

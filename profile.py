@@ -35,19 +35,6 @@ if __name__ == "profile":
     _spec.loader.exec_module(_stdlib_profile)
 
 
-def _parse_model_arg(text: str) -> tuple[str, object]:
-    """"config=tiny" -> ("config", "tiny"); numbers become int or float."""
-    name, sep, value = text.partition("=")
-    if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"bad --model-arg {text!r}: expected NAME=VALUE, like config=tiny")
-    for kind in (int, float):
-        try:
-            return name.strip(), kind(value)
-        except ValueError:
-            pass
-    return name.strip(), value.strip()
-
-
 def _positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
@@ -63,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                                               "with an embedding, else random floats)")
     parser.add_argument("--dtype", help="float16, bfloat16 or float32 (default: as the model file makes it)")
     parser.add_argument("--hf", help="a Hugging Face architecture with random weights instead of a file, like llama")
-    parser.add_argument("--model-arg", action="append", default=[], type=_parse_model_arg, metavar="NAME=VALUE",
+    parser.add_argument("--model-arg", action="append", default=[], metavar="NAME=VALUE",
                         help="keyword argument for the model file's get_model / class, like config=tiny (repeatable)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     parser.add_argument("--warmup", type=_positive_int, default=3, help="unprofiled forward passes first (default 3)")
@@ -77,12 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Imported here, not at the top: torch is slow to import, and --help should not wait for it.
     from autokernel import paths, profiler
-    from autokernel.models import ModelLoadError, load_model, parse_input_shape
+    from autokernel.models import ModelLoadError, load_model, parse_input_shape, parse_model_arg
 
     try:
         loaded = load_model(args.model, class_name=args.class_name, hf=args.hf, dtype=args.dtype,
                             input_shape=parse_input_shape(args.input_shape) if args.input_shape else None,
-                            device=args.device, model_kwargs=dict(args.model_arg) or None)
+                            device=args.device,
+                            model_kwargs=dict(parse_model_arg(a) for a in args.model_arg) or None)
     except ModelLoadError as error:
         print(f"profile.py: {error}", file=sys.stderr)
         return 2

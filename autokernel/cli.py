@@ -59,6 +59,8 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--class-name", help="the nn.Module class in the model file to build")
     parser.add_argument("--input-shape", help="input shape like 1,512 (token ids for models that start with an embedding)")
     parser.add_argument("--dtype", help="fp16, bf16 or fp32 (default: as the model file builds it)")
+    parser.add_argument("--model-arg", action="append", default=[], metavar="NAME=VALUE",
+                        help="keyword argument for the model file's get_model or class, like config=tiny (repeatable)")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -108,7 +110,8 @@ def _model_spec(args) -> dict:
     if (args.model is None) == (args.hf is None):
         raise models.ModelLoadError("give exactly one model: a model file (like models/llama.py) or --hf NAME")
     return {"model": args.model, "hf": args.hf, "class_name": args.class_name, "dtype": args.dtype,
-            "input_shape": models.parse_input_shape(args.input_shape) if args.input_shape else None}
+            "input_shape": models.parse_input_shape(args.input_shape) if args.input_shape else None,
+            "model_kwargs": dict(models.parse_model_arg(arg) for arg in args.model_arg) or None}
 
 
 def _cmd_optimize(args) -> int:

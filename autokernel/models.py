@@ -65,6 +65,19 @@ def parse_input_shape(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
+def parse_model_arg(text: str) -> tuple[str, object]:
+    """"config=tiny" -> ("config", "tiny"): one keyword for get_model()/the model class; numbers become int or float."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise ModelLoadError(f"Bad --model-arg {text!r}: expected NAME=VALUE, like config=tiny.")
+    for kind in (int, float):
+        try:
+            return name.strip(), kind(value)
+        except ValueError:
+            pass
+    return name.strip(), value.strip()
+
+
 def parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     """"fp16" / "bfloat16" / torch.float32 -> the torch dtype; None stays None."""
     if dtype is None or (isinstance(dtype, torch.dtype) and dtype.is_floating_point):

@@ -1,0 +1,98 @@
+"""Tests for autokernel/api.py: optimize() on a model in memory (with the loop stubbed out) and the exports."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import autokernel  # noqa: E402
+import orchestrate  # noqa: E402
+from autokernel import api, paths, plugin  # noqa: E402
+from tests.test_plugin import reference_kernel, write_optimized  # noqa: E402
+
+
+class TinyClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 32)
+
+    def forward(self, x):
+        return torch.softmax(self.proj(x), dim=-1)
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """The workspace and optimized_kernels/ in tmp_path, and a stand-in for the optimization loop.
+
+    The stand-in records what it was asked to do and "optimizes" each job into a reference-backed
+    kernel verified at the job's shapes (or into the source the test puts in `sources`).
+    """
+    monkeypatch.setattr(paths, "WORKSPACE", tmp_path / "workspace")
+    monkeypatch.setattr(paths, "OPTIMIZED_DIR", tmp_path / "optimized_kernels")
+    runs, sources = [], {}
+
+    def run_optimization(**kwargs):
+        runs.append(kwargs)
+        for job in kwargs["jobs"]:
+            write_optimized(paths.OPTIMIZED_DIR, {job["kernel_type"]: job["shapes"]}, dtypes=(job["dtype"],),
+                            sources={job["kernel_type"]: sources.get(job["kernel_type"],
+                                                                    reference_kernel(job["kernel_type"]))})
+
+    monkeypatch.setattr(orchestrate, "run_optimization", run_optimization)
+    return runs, sources
+
+
+def test_optimize_profiles_extracts_runs_the_loop_and_plugs_in(project):
+    runs, _ = project
+    torch.manual_seed(0)
+    model, x = TinyClassifier().eval(), torch.randn(4, 16)
+    with torch.no_grad():
+        expected = model(x)
+
+    returned = autokernel.optimize(model, x, budget_hours=0.5, top=1)
+
+    assert returned is model
+    (run,) = runs
+    assert [(job["kernel_type"], job["shapes"]) for job in run["jobs"]] in (
+        [("matmul", [{"M": 4, "N": 32, "K": 16}])], [("softmax", [{"M": 4, "N": 32}])])
+    assert run["tag"].startswith("TinyClassifier-") and run["agent"] is None
+    assert run["settings"].budget_s == 1800 and run["settings"].quick_bench is True
+    assert (paths.WORKSPACE / "optimization_plan.json").is_file()
+    router = plugin.router_of(model)
+    router.reset_stats()        # optimize() ran the model once to check it
+    with torch.no_grad():
+        assert plugin.output_error(expected, model(x)) <= plugin.tolerance(expected)
+    assert [stats.hits for stats in router.stats.values()] == [1]
+
+
+def test_optimize_takes_the_kernels_out_when_the_output_differs(project):
+    _, sources = project
+    # Both types are wrong: a softmax too quick to register in the CPU profile may not become a job.
+    sources["softmax"] = reference_kernel("softmax", body="reference.softmax(*args) * 0")
+    sources["matmul"] = reference_kernel("matmul", body="reference.matmul(*args) * 0")
+    model = TinyClassifier().eval()
+    with pytest.raises(plugin.PlugInError, match="differs from the original's"):
+        api.optimize(model, (torch.randn(4, 16),), top=2)
+    assert plugin.router_of(model) is None
+
+
+def test_optimize_rejects_bad_arguments_before_doing_anything(project):
+    runs, _ = project
+    model = TinyClassifier().eval()
+    with pytest.raises(ValueError, match="backend 'cuda' is not supported.*triton"):
+        api.optimize(model, torch.randn(4, 16), backend="cuda")
+    with pytest.raises(ValueError, match="model.eval()"):
+        api.optimize(TinyClassifier().train(), torch.randn(4, 16))
+    with pytest.raises(ValueError, match="budget_hours"):
+        api.optimize(model, torch.randn(4, 16), budget_hours=0)
+    assert runs == [] and not paths.WORKSPACE.exists()
+
+
+def test_the_package_exports_the_api():
+    assert autokernel.optimize is api.optimize
+    assert autokernel.plug_in is plugin.plug_in and autokernel.unplug is plugin.unplug
+    with pytest.raises(AttributeError):
+        autokernel.no_such_thing

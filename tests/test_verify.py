@@ -1,0 +1,107 @@
+"""Tests for verify.py: the end-to-end check passes with the real starter kernels, fails on a wrong one, and reports."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import json  # noqa: E402
+import textwrap  # noqa: E402
+
+import pytest  # noqa: E402
+
+import verify  # noqa: E402
+from autokernel.paths import ROOT  # noqa: E402
+from tests.test_plugin import LLAMA_SHAPES, reference_kernel, write_optimized  # noqa: E402
+
+TINY_LLAMA_ARGS = [str(ROOT / "models" / "llama.py"), "--input-shape", "1,8", "--device", "cpu",
+                   "--model-arg", "config=tiny", "--model-arg", "n_layers=1", "--model-arg", "vocab_size=128"]
+SOFTMAX_MODEL = '''
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 32)
+
+    def forward(self, x):
+        return torch.softmax(self.proj(x), dim=-1)
+
+
+def get_model():
+    return Model()
+
+
+def get_inputs():
+    return [torch.randn(4, 16)]
+'''
+
+
+def read_report(workspace) -> dict:
+    return json.loads((workspace / verify.REPORT_FILE).read_text())
+
+
+def test_tiny_llama_with_the_starter_kernels_passes(tmp_path, capsys):
+    folder = write_optimized(tmp_path / "opt", LLAMA_SHAPES)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "optimization_plan.json").write_text(json.dumps({
+        "model": "llama.py:Model on cpu", "timing": "GPU kernel time", "device_name": "H100",
+        "entries": [{"kernel_type": "matmul", "share": 0.5}, {"kernel_type": "rmsnorm", "share": 0.1},
+                    {"kernel_type": "rotary_embedding", "share": 0.05}]}))
+
+    code = verify.main([*TINY_LLAMA_ARGS, "--optimized-dir", str(folder), "--workspace", str(workspace),
+                        "--no-compile"])
+
+    assert code == verify.EXIT_PASS
+    report = read_report(workspace)
+    check = report["correctness"]
+    assert check["passed"] and check["max_error"] <= 1e-4 and check["compiled_max_error"] is None
+    assert check["tolerance"] == 1e-4
+    kernels = {k["kernel_type"]: k for k in report["kernels"]}
+    assert {t: (k["hits"], k["fallbacks"]) for t, k in kernels.items()} == {
+        "rmsnorm": (3, 0), "matmul": (5, 0), "flash_attention": (1, 0), "fused_mlp": (1, 0),
+        "rotary_embedding": (2, 0)}
+    assert kernels["matmul"]["share"] == 0.5 and kernels["fused_mlp"]["share"] is None
+    assert report["replaced_share"] == pytest.approx(0.65)
+    assert set(report["latency_ms"]) == {"eager", "ours"} and report["latency_ms"]["ours"] > 0
+    assert set(report["speedups"]) == {"ours_vs_eager"}
+    assert report["timings_meaningful"] is False
+    out = capsys.readouterr().out
+    assert "NOT MEANINGFUL" in out and "PASS" in out
+
+
+def test_a_wrong_kernel_fails_the_check_and_compile_is_timed(tmp_path, capsys):
+    model_file = tmp_path / "softmax_model.py"
+    model_file.write_text(textwrap.dedent(SOFTMAX_MODEL))
+    wrong = reference_kernel("softmax", body="reference.softmax(*args) * 1.01")
+    folder = write_optimized(tmp_path / "opt", {"softmax": [{"M": 4, "N": 32}]}, sources={"softmax": wrong})
+    workspace = tmp_path / "ws"
+
+    # aot_eager: torch.compile's tracing without inductor's C++ compile, which is slow on this CPU.
+    code = verify.main([str(model_file), "--device", "cpu", "--optimized-dir", str(folder),
+                        "--workspace", str(workspace), "--compile-backend", "aot_eager"])
+
+    assert code == verify.EXIT_FAIL
+    report = read_report(workspace)
+    check = report["correctness"]
+    assert not check["passed"]
+    assert 0.005 < check["max_error"] < 0.02 and check["compiled_max_error"] == check["max_error"]
+    assert report["kernels"][0]["hits"] == 1
+    assert set(report["latency_ms"]) == {"eager", "compile", "ours", "ours_compile"}
+    assert all(report["latency_ms"].values()) and not report["latency_errors"]
+    assert set(report["speedups"]) == {"ours_vs_eager", "ours_vs_compile", "ours_compile_vs_eager",
+                                       "ours_compile_vs_compile"}
+    assert "no plan at" in report["plan"]
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_missing_kernels_or_model_exit_with_a_message(tmp_path, capsys):
+    code = verify.main([*TINY_LLAMA_ARGS, "--optimized-dir", str(tmp_path / "none"), "--workspace", str(tmp_path)])
+    assert code == verify.EXIT_ERROR
+    assert "manifest.json does not exist" in capsys.readouterr().err
+    code = verify.main([str(tmp_path / "missing.py"), "--optimized-dir", str(tmp_path), "--workspace", str(tmp_path)])
+    assert code == verify.EXIT_ERROR
+    assert "Model file not found" in capsys.readouterr().err
+    assert not (tmp_path / verify.REPORT_FILE).exists()
