@@ -1,0 +1,206 @@
+"""Flash attention starter: softmax(Q K^T * sm_scale) V over (B, H, S, D), causal or not, in Triton.
+
+FlashAttention-2 forward: each program owns BLOCK_M query rows of one (batch, head), keeps them in
+registers and streams the keys and values in BLOCK_N blocks, with an online softmax (running row
+max and row sum, the output rescaled as the max grows), so the S x S score matrix never exists.
+Scores are pre-multiplied by log2(e) so the softmax uses exp2. A key block is masked only where it
+has to be: blocks entirely below the causal diagonal and inside the sequence run unmasked, the
+blocks that straddle the diagonal or the sequence end run masked, and causal blocks entirely above
+the diagonal are never loaded.
+"""
+
+import functools
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+KERNEL_TYPE = "flash_attention"
+
+# Tunable parameters: the built-in search agent edits this dict and nothing else.
+# The big-block config is used from `large_min_seq` queries up, the small one below.
+TUNABLES = {
+    "BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3,
+    "SMALL_BLOCK_M": 32, "SMALL_BLOCK_N": 32, "small_num_warps": 4, "small_num_stages": 2,
+    "large_min_seq": 256,
+}
+# The values the search agent may try for each tunable.
+TUNABLE_CHOICES = {
+    "BLOCK_M": [64, 128, 256], "BLOCK_N": [32, 64, 128], "num_warps": [4, 8], "num_stages": [2, 3, 4, 5],
+    "SMALL_BLOCK_M": [16, 32, 64], "SMALL_BLOCK_N": [16, 32, 64], "small_num_warps": [2, 4],
+    "small_num_stages": [1, 2, 3], "large_min_seq": [64, 128, 256, 512, 1024],
+}
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+LOG2_E = 1.4426950408889634
+
+
+@triton.jit
+def _attend_key_blocks(acc, row_sum, row_max, q, k_head, v_head, stride_kn, stride_kd, stride_vn, stride_vd,
+                       dims, queries, key_start, key_stop, seq_k, causal_shift, qk_scale,
+                       BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                       MASKED: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
+    """Folds the keys [key_start, key_stop) into the running output, row sum and row max.
+
+    UPCAST is for the CPU interpreter, whose tl.dot multiplies bfloat16 tiles as their raw uint16
+    bits: there the tiles go to float32 first (products of 16-bit floats are exact in float32, so
+    no result changes). "ieee" keeps float32 inputs exact; 16-bit inputs use the tensor cores anyway.
+    """
+    dim_ok = dims[None, :] < HEAD_DIM
+    offs_n = tl.arange(0, BLOCK_N)
+    # int64 offsets and steps: S times the sequence stride may pass 2^31.
+    k_ptrs = k_head + (key_start + offs_n).to(tl.int64)[:, None] * stride_kn + dims[None, :] * stride_kd
+    v_ptrs = v_head + (key_start + offs_n).to(tl.int64)[:, None] * stride_vn + dims[None, :] * stride_vd
+    k_step = tl.cast(stride_kn, tl.int64) * BLOCK_N
+    v_step = tl.cast(stride_vn, tl.int64) * BLOCK_N
+    for start_n in range(key_start, key_stop, BLOCK_N):
+        keys = start_n + offs_n
+        tile_ok = dim_ok
+        if MASKED:
+            tile_ok = dim_ok & (keys[:, None] < seq_k)
+        k = tl.load(k_ptrs, mask=tile_ok, other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
+        scores = tl.dot(q, tl.trans(k), input_precision="ieee")
+        if MASKED:
+            visible = keys[None, :] < seq_k
+            if CAUSAL:
+                visible = visible & (keys[None, :] <= queries[:, None] + causal_shift)
+            scores = tl.where(visible, scores, -float("inf"))
+        # qk_scale > 0, so the max of the raw scores gives the max of the scaled ones, and the
+        # scaling folds into one multiply-add with the max subtraction. Every valid query row sees
+        # a key in the first block it visits, so new_max is finite from then on and exp2 never
+        # meets -inf - -inf.
+        new_max = tl.maximum(row_max, tl.max(scores, axis=1) * qk_scale)
+        rescale = tl.math.exp2(row_max - new_max)
+        p = tl.math.exp2(scores * qk_scale - new_max[:, None])
+        row_sum = row_sum * rescale + tl.sum(p, axis=1)
+        v = tl.load(v_ptrs, mask=tile_ok, other=0.0)
+        # P is rounded to the input dtype, as the tensor cores need, before it meets V.
+        p = p.to(v_head.dtype.element_ty)
+        if UPCAST:
+            p = p.to(tl.float32)
+            v = v.to(tl.float32)
+        acc = tl.dot(p, v, acc * rescale[:, None], input_precision="ieee")
+        row_max = new_max
+        k_ptrs += k_step
+        v_ptrs += v_step
+    return acc, row_sum, row_max
+
+
+@triton.jit
+def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, seq_q, seq_k, qk_scale,
+                            stride_qb, stride_qh, stride_qs, stride_qd, stride_kb, stride_kh, stride_ks, stride_kd,
+                            stride_vb, stride_vh, stride_vs, stride_vd, stride_ob, stride_oh, stride_os, stride_od,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                            BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
+    # Causal query blocks near the end do the most work: launch them first so the last wave is short.
+    if CAUSAL:
+        block_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        block_m = tl.program_id(0)
+    batch = tl.program_id(1) // H
+    head = tl.program_id(1) % H
+    # int64 offsets: B * H * S * D may pass 2^31.
+    q_head = q_ptr + batch.to(tl.int64) * stride_qb + head.to(tl.int64) * stride_qh
+    k_head = k_ptr + batch.to(tl.int64) * stride_kb + head.to(tl.int64) * stride_kh
+    v_head = v_ptr + batch.to(tl.int64) * stride_vb + head.to(tl.int64) * stride_vh
+    o_head = o_ptr + batch.to(tl.int64) * stride_ob + head.to(tl.int64) * stride_oh
+
+    first_query = block_m * BLOCK_M
+    queries = first_query + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    q_ok = (queries[:, None] < seq_q) & (dims[None, :] < HEAD_DIM)
+    q = tl.load(q_head + queries.to(tl.int64)[:, None] * stride_qs + dims[None, :] * stride_qd, mask=q_ok, other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+
+    # Causal alignment as in the reference: query i sees keys j <= i + (seq_k - seq_q).
+    causal_shift = seq_k - seq_q
+    if CAUSAL:
+        # Blocks every row of this query block sees in full, then the ones crossing the diagonal.
+        unmasked_stop = tl.minimum(first_query + causal_shift + 1, seq_k)
+        key_stop = tl.minimum(first_query + BLOCK_M + causal_shift, seq_k)
+    else:
+        unmasked_stop = seq_k
+        key_stop = seq_k
+    unmasked_stop = tl.maximum(unmasked_stop, 0) // BLOCK_N * BLOCK_N
+
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    row_max = tl.full((BLOCK_M,), -float("inf"), dtype=tl.float32)
+    acc, row_sum, row_max = _attend_key_blocks(
+        acc, row_sum, row_max, q, k_head, v_head, stride_ks, stride_kd, stride_vs, stride_vd, dims, queries,
+        0, unmasked_stop, seq_k, causal_shift, qk_scale, BLOCK_N, HEAD_DIM, False, CAUSAL, UPCAST)
+    acc, row_sum, row_max = _attend_key_blocks(
+        acc, row_sum, row_max, q, k_head, v_head, stride_ks, stride_kd, stride_vs, stride_vd, dims, queries,
+        unmasked_stop, key_stop, seq_k, causal_shift, qk_scale, BLOCK_N, HEAD_DIM, True, CAUSAL, UPCAST)
+
+    out = acc / row_sum[:, None]
+    o_ptrs = o_head + queries.to(tl.int64)[:, None] * stride_os + dims[None, :] * stride_od
+    tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=q_ok)
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_memory_bytes(device_index: int) -> int:
+    return triton.runtime.driver.active.utils.get_device_properties(device_index)["max_shared_mem"]
+
+
+def _stages_that_fit(requested: int, stage_bytes: int, fixed_bytes: int, device: torch.device) -> int:
+    """Fewer pipeline stages when the requested ones would not fit in shared memory (big float32 tiles)."""
+    if device.type != "cuda":
+        return requested
+    return max(1, min(requested, (_shared_memory_bytes(device.index) - fixed_bytes) // stage_bytes))
+
+
+def _block_config(seq_q: int) -> dict:
+    """The big-block config from `large_min_seq` queries up, else the small one."""
+    t = TUNABLES
+    if seq_q >= t["large_min_seq"]:
+        return {"BLOCK_M": t["BLOCK_M"], "BLOCK_N": t["BLOCK_N"], "num_warps": t["num_warps"],
+                "num_stages": t["num_stages"]}
+    return {"BLOCK_M": t["SMALL_BLOCK_M"], "BLOCK_N": t["SMALL_BLOCK_N"], "num_warps": t["small_num_warps"],
+            "num_stages": t["small_num_stages"]}
+
+
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"flash_attention: expected (B, H, S, D) tensors, got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"flash_attention: q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} must share "
+                         "B, H and D, and k and v must have the same shape")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"flash_attention: q, k and v must share one dtype of {SUPPORTED_DTYPES}, "
+                        f"got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"flash_attention: q, k and v are on different devices ({q.device}, {k.device}, {v.device})")
+
+
+def kernel_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+              sm_scale: float | None = None) -> torch.Tensor:
+    _check_inputs(q, k, v)
+    batch, heads, seq_q, head_dim = q.shape
+    seq_k = k.shape[2]
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if out.numel() == 0:
+        return out
+    if seq_k == 0:
+        raise ValueError("flash_attention: k and v have no keys (S = 0), so the softmax is undefined")
+    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(head_dim)
+    if not scale > 0:
+        raise ValueError(f"flash_attention: sm_scale must be positive, got {sm_scale}")
+    config = _block_config(seq_q)
+    # tl.dot needs every tile side to be at least 16.
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    stage_bytes = 2 * config["BLOCK_N"] * block_d * q.element_size()
+    num_stages = _stages_that_fit(config["num_stages"], stage_bytes, config["BLOCK_M"] * block_d * q.element_size(),
+                                  q.device)
+    grid = (triton.cdiv(seq_q, config["BLOCK_M"]), batch * heads)
+    _flash_attention_kernel[grid](q, k, v, out, heads, seq_q, seq_k, scale * LOG2_E,
+                                  *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+                                  BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], HEAD_DIM=head_dim,
+                                  BLOCK_D=block_d, CAUSAL=bool(causal), UPCAST=q.device.type == "cpu",
+                                  num_warps=config["num_warps"], num_stages=num_stages)
+    return out

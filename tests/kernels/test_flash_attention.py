@@ -1,0 +1,136 @@
+"""The flash attention starter beyond what the judge checks: masking, scales, strides, block configs."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton.jit runs: CPU tensors need the interpreter
+
+import importlib.util
+import math
+import random
+
+import pytest
+import torch
+
+import reference
+from autokernel.paths import starter_path
+
+
+def _load_starter(name):
+    spec = importlib.util.spec_from_file_location(f"starter_{name}", starter_path(name))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+attention = _load_starter("flash_attention")
+TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4}
+
+
+def _qkv(batch, heads, seq, head_dim, dtype=torch.float32, seq_k=None, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn((batch, heads, seq, head_dim), generator=gen).to(dtype)
+    k = torch.randn((batch, heads, seq_k or seq, head_dim), generator=gen).to(dtype)
+    v = torch.randn((batch, heads, seq_k or seq, head_dim), generator=gen).to(dtype)
+    return q, k, v
+
+
+def _assert_matches_reference(q, k, v, **options):
+    out = attention.kernel_fn(q, k, v, **options)
+    expected = reference.flash_attention(q.double(), k.double(), v.double(), **options)
+    tol = TOLERANCE[q.dtype]
+    assert out.dtype == q.dtype and out.shape == q.shape
+    torch.testing.assert_close(out.double(), expected, atol=tol, rtol=tol)
+    return out
+
+
+def test_causal_masks_future_keys_and_differs_from_full_attention():
+    q, k, v = _qkv(1, 2, 45, 32)
+    causal = _assert_matches_reference(q, k, v, causal=True)
+    full = _assert_matches_reference(q, k, v, causal=False)
+    # The last query sees every key either way; the first one only itself when causal.
+    torch.testing.assert_close(causal[:, :, -1], full[:, :, -1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(causal[:, :, 0], v[:, :, 0], atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(causal[:, :, 0], full[:, :, 0], atol=1e-3)
+
+
+def test_custom_sm_scale_is_used_and_the_default_is_one_over_sqrt_d():
+    q, k, v = _qkv(1, 1, 40, 16)
+    _assert_matches_reference(q, k, v, sm_scale=0.05)
+    default = attention.kernel_fn(q, k, v)
+    explicit = attention.kernel_fn(q, k, v, sm_scale=1 / math.sqrt(16))
+    assert torch.equal(default, explicit)
+
+
+def test_a_single_query_and_key():
+    _assert_matches_reference(*_qkv(2, 3, 1, 16), causal=True)
+
+
+@pytest.mark.parametrize("head_dim", [8, 24])
+def test_head_dims_that_are_not_a_tile_size_are_padded_and_masked(head_dim):
+    _assert_matches_reference(*_qkv(1, 2, 33, head_dim), causal=True)
+
+
+@pytest.mark.parametrize("seq_q,seq_k", [(5, 37), (40, 70)])
+def test_causal_alignment_with_more_keys_than_queries(seq_q, seq_k):
+    # As in the reference: query i sees keys j <= i + (seq_k - seq_q), as in decoding with a KV cache.
+    _assert_matches_reference(*_qkv(1, 1, seq_q, 16, seq_k=seq_k), causal=True)
+
+
+def test_strided_inputs_from_a_batch_seq_head_layout():
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn((2, 37, 3, 16), generator=gen).transpose(1, 2) for _ in range(3))
+    assert not q.is_contiguous()
+    _assert_matches_reference(q, k, v, causal=True)
+
+
+def test_short_sequences_get_the_small_config_and_long_ones_the_big_one(monkeypatch):
+    monkeypatch.setitem(attention.TUNABLES, "large_min_seq", 100)
+    assert attention._block_config(99)["BLOCK_M"] == attention.TUNABLES["SMALL_BLOCK_M"]
+    assert attention._block_config(100)["BLOCK_N"] == attention.TUNABLES["BLOCK_N"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("large_min_seq", [1, 10**9], ids=["big-block config", "small-block config"])
+def test_both_configs_cross_the_diagonal_and_the_sequence_end(monkeypatch, large_min_seq, dtype):
+    monkeypatch.setitem(attention.TUNABLES, "large_min_seq", large_min_seq)
+    q, k, v = _qkv(1, 2, 150, 32, dtype=dtype)
+    _assert_matches_reference(q, k, v, causal=True)
+    _assert_matches_reference(q, k, v, causal=False)
+
+
+def _combinations():
+    """The smallest choice of every tunable, the largest, and unequal query and key blocks both ways."""
+    choices = attention.TUNABLE_CHOICES
+    rng = random.Random(0)
+    smallest = {k: min(v) for k, v in choices.items()}
+    return [smallest, {k: max(v) for k, v in choices.items()},
+            {**smallest, "SMALL_BLOCK_M": 16, "SMALL_BLOCK_N": 64, "BLOCK_M": 64, "BLOCK_N": 128},
+            {**smallest, "SMALL_BLOCK_M": 64, "SMALL_BLOCK_N": 16, "BLOCK_M": 256, "BLOCK_N": 32},
+            {k: rng.choice(v) for k, v in choices.items()}]
+
+
+@pytest.mark.parametrize("combination", _combinations(),
+                         ids=["smallest", "largest", "narrow queries", "narrow keys", "random"])
+def test_tunable_choices_stay_correct_in_both_configs(monkeypatch, combination):
+    for key, value in combination.items():
+        monkeypatch.setitem(attention.TUNABLES, key, value)
+    q, k, v = _qkv(1, 1, 41, 16)
+    _assert_matches_reference(q, k, v, causal=True)
+    monkeypatch.setitem(attention.TUNABLES, "large_min_seq", 1)
+    _assert_matches_reference(q, k, v, causal=True)
+
+
+def test_every_tunable_has_choices_that_include_its_current_value():
+    assert attention.TUNABLES.keys() == attention.TUNABLE_CHOICES.keys()
+    for key, value in attention.TUNABLES.items():
+        assert value in attention.TUNABLE_CHOICES[key], key
+
+
+def test_bad_inputs_get_clear_errors():
+    q, k, v = _qkv(1, 2, 8, 16)
+    with pytest.raises(ValueError, match="B, H and D"):
+        attention.kernel_fn(q, k[:, :1], v[:, :1])
+    with pytest.raises(TypeError, match="share one dtype"):
+        attention.kernel_fn(q, k.half(), v)
+    with pytest.raises(ValueError, match=r"\(B, H, S, D\)"):
+        attention.kernel_fn(q[0], k[0], v[0])
