@@ -38,12 +38,11 @@ from pathlib import Path
 
 import torch
 
-from autokernel import gitops, paths, results, runner
+from autokernel import gitops, paths, plugin, results, runner
 from autokernel.agents.base import AgentContext, MalformedReply, SearchExhausted, make_agent
 from autokernel.live import LoopStatus, ProgressView, format_duration
 
 STATE_FILE = paths.WORKSPACE / "state.json"
-MANIFEST_FILE = paths.OPTIMIZED_DIR / "manifest.json"
 KERNEL_IN_REPO = gitops.KERNEL_FILE_NAME
 HISTORY_KEPT = 50        # experiments of the current kernel remembered for the agent
 BEST_VERSIONS_SHOWN = 3
@@ -411,8 +410,7 @@ class OptimizationRun:
         with self.guard.critical():
             paths.OPTIMIZED_DIR.mkdir(exist_ok=True)
             shutil.copyfile(paths.KERNEL_FILE, paths.OPTIMIZED_DIR / f"{name}.py")
-            entry = {"file": f"{name}.py", "kernel_type": job["kernel_type"], "rank": job["rank"],
-                     "shapes": job["shapes"], "dtypes": [job["dtype"]],
+            entry = {**plugin.manifest_entry(job, f"{name}.py"),
                      "baseline_latency_us": progress.baseline.get("latency_us"),
                      "best_latency_us": progress.best.get("latency_us"),
                      "speedup_over_baseline": round(gain, 4),
@@ -421,9 +419,8 @@ class OptimizationRun:
                      "timings_meaningful": progress.best.get("timings_meaningful"),
                      "experiments": progress.experiments, "stopped_because": reason,
                      "source_commit": self.state.kept_commit, "tag": self.state.tag}
-            manifest = json.loads(MANIFEST_FILE.read_text()) if MANIFEST_FILE.exists() else {"kernels": {}}
-            manifest["kernels"][name] = entry
-            MANIFEST_FILE.write_text(json.dumps(manifest, indent=2) + "\n")
+            kernels = plugin.read_manifest(paths.MANIFEST_FILE) if paths.MANIFEST_FILE.exists() else {}
+            plugin.write_manifest(paths.MANIFEST_FILE, {**kernels, name: entry})
             self.state.kept_commit = self.repo.commit_optimized(f"optimized {name}: {gain:.2f}x over its baseline")
             self.state.finished.append(entry)
             self.state.current = None
@@ -463,7 +460,7 @@ def plan_jobs(model: str | None, *, class_name: str | None, input_shape: tuple[i
 
     loaded = models.load_model(model, class_name=class_name, input_shape=input_shape, dtype=dtype, hf=hf,
                                model_kwargs=model_kwargs)
-    return jobs_from_profile(loaded.model, loaded.inputs, name=f"{loaded.name} on {loaded.device}", top=top, log=log)
+    return jobs_from_profile(loaded.model, loaded.inputs, name=loaded.name, top=top, log=log)
 
 
 def run_optimization(model: str | None = None, *, class_name: str | None = None,

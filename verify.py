@@ -1,7 +1,8 @@
 """Plugs the optimized kernels into the model and proves the end-to-end result: the same output, and the speedup.
 
     python verify.py MODEL [--class-name NAME] [--input-shape 1,512] [--dtype float16]
-                     [--model-arg NAME=VALUE ...] [--device cuda] [--optimized-dir optimized_kernels]
+                     [--model-arg NAME=VALUE ...] [--device cuda]
+                     [--optimized-dir optimized_kernels | --starters]
                      [--workspace workspace] [--no-compile] [--compile-backend inductor]
     python verify.py --hf llama [--input-shape 1,512] [--dtype float16] ...
 
@@ -10,7 +11,13 @@ first and is timed eagerly and under torch.compile; then the kernels in optimize
 plugged in (autokernel/plugin.py) and the model runs again, counting which calls each kernel took
 (hits) and which went back to PyTorch (fallbacks, with the reason), and is timed eagerly and
 compiled. Each kernel's share of the model's time comes from workspace/optimization_plan.json
-when it is the plan of this model.
+when it is the plan of this model (the same model name, device and dtype).
+
+--starters verifies the model with the current kernels, before any optimization run: the starter
+kernels/<type>.py of every kernel type in this model's plan (profiled first, into the workspace,
+when there is none), listed at the plan's shapes and dtype in workspace/starter_kernels/manifest.json
+and plugged in from there as optimized kernels are. bench.py has not checked them at those shapes:
+the end-to-end error check below is their check.
 
 The error check: for every tensor of the output, max |ours - original| / max |original| (the error
 relative to the output's scale; see plugin.output_error) must be at most the tolerance of the
@@ -34,10 +41,10 @@ from rich.table import Table
 
 # First, before anything imports torch._dynamo: without a GPU it switches on Triton's interpreter.
 from autokernel import plugin
-from autokernel import models, paths, timing
-from autokernel.profiler import PLAN_FILE
+from autokernel import models, paths, profiler, timing
 
 REPORT_FILE = "verify_report.json"
+STARTER_MANIFEST_DIR = "starter_kernels"     # under the workspace
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 ERROR_DEFINITION = ("max over output tensors of max|ours - original| / max|original|, "
                     "against the output dtype's tolerance (float16 1e-2, bfloat16 2e-2, float32 1e-4)")
@@ -55,10 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model-arg", action="append", default=[], metavar="NAME=VALUE",
                         help="keyword argument for the model file's get_model / class, like config=tiny (repeatable)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
-    parser.add_argument("--optimized-dir", default=str(paths.OPTIMIZED_DIR),
-                        help="the folder with manifest.json and the kernels (default optimized_kernels/)")
+    kernels = parser.add_mutually_exclusive_group()
+    kernels.add_argument("--optimized-dir", default=str(paths.OPTIMIZED_DIR),
+                         help="the folder with manifest.json and the kernels (default optimized_kernels/)")
+    kernels.add_argument("--starters", action="store_true",
+                         help="verify the starter kernels of each kernel type in the model's plan, at its shapes "
+                              "and dtype (profiling the model first when the workspace has no plan of it)")
     parser.add_argument("--workspace", default=str(paths.WORKSPACE),
-                        help="where the plan is read and verify_report.json written (default workspace/)")
+                        help="where the plan is read (or written by --starters) and verify_report.json written "
+                             "(default workspace/)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile timings (slow on CPU)")
     parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend (default inductor)")
     return parser
@@ -67,28 +79,60 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console()
+    workspace = Path(args.workspace)
     try:
         loaded = models.load_model(args.model, class_name=args.class_name, hf=args.hf, dtype=args.dtype,
                                    input_shape=models.parse_input_shape(args.input_shape) if args.input_shape else None,
                                    device=args.device,
                                    model_kwargs=dict(models.parse_model_arg(a) for a in args.model_arg) or None)
-        plugin.load_kernels(args.optimized_dir)    # a missing or broken manifest fails before any timing
-        report = verify(loaded, args.optimized_dir, compile_backend=None if args.no_compile else args.compile_backend,
-                        plan_path=Path(args.workspace) / PLAN_FILE)
+        plan, plan_note = read_model_plan(workspace / profiler.PLAN_FILE, loaded)
+        optimized_dir = Path(args.optimized_dir)
+        if args.starters:
+            optimized_dir, plan, plan_note = starters_of_plan(loaded, workspace, plan, plan_note, console)
+        plugin.load_kernels(optimized_dir)    # a missing or broken manifest fails before any timing
+        report = verify(loaded, optimized_dir, compile_backend=None if args.no_compile else args.compile_backend,
+                        plan=plan, plan_note=plan_note)
     except (models.ModelLoadError, plugin.PlugInError) as error:
         print(f"verify.py: {error}", file=sys.stderr)
         return EXIT_ERROR
     print_report(report, console)
-    report_path = Path(args.workspace) / REPORT_FILE
+    report_path = workspace / REPORT_FILE
     report_path.parent.mkdir(parents=True, exist_ok=True)
     report_path.write_text(json.dumps(report, indent=2) + "\n")
     console.print(f"wrote {report_path}")
     return EXIT_PASS if report["correctness"]["passed"] else EXIT_FAIL
 
 
+def starters_of_plan(loaded: models.LoadedModel, workspace: Path, plan: dict | None, plan_note: str,
+                     console: Console) -> tuple[Path, dict, str]:
+    """The starter kernels' folder for this model's plan (profiled first when there is none), the plan and its note."""
+    if plan is None:
+        console.print(f"{escape(plan_note)}: profiling {escape(loaded.name)} first")
+        _, plan = profiler.profile_to_workspace(loaded.model, loaded.inputs, name=loaded.name, workspace=workspace)
+        plan_note = f"{_plan_source(workspace / profiler.PLAN_FILE, plan)}, profiled now"
+    folder = write_starter_manifest(plan, workspace / STARTER_MANIFEST_DIR)
+    console.print(f"the starter kernels of {len(plan['entries'])} kernel types, at the plan's shapes "
+                  f"({plan['dtype']}): {folder / paths.MANIFEST_NAME}")
+    return folder, plan, plan_note
+
+
+def write_starter_manifest(plan: dict, folder: Path) -> Path:
+    """A manifest of the starter kernels/<type>.py of each planned kernel type, at the plan's shapes and dtype.
+
+    It is written to folder/manifest.json; the folder is returned, to plug in as an optimized_kernels folder is.
+    """
+    entries = {f"{entry['rank']}_{entry['kernel_type']}":
+               plugin.manifest_entry(entry, paths.starter_path(entry["kernel_type"])) for entry in plan["entries"]}
+    if not entries:
+        raise plugin.PlugInError(f"the plan of {plan['model']} has no kernel type AutoKernel has a kernel for, "
+                                 "so there is nothing to plug in")
+    plugin.write_manifest(folder / paths.MANIFEST_NAME, entries)
+    return folder
+
+
 def verify(loaded: models.LoadedModel, optimized_dir: str | Path, *, compile_backend: str | None,
-           plan_path: Path) -> dict:
-    """Run, time, plug in, run and time again; the report as plain data."""
+           plan: dict | None, plan_note: str) -> dict:
+    """Run, time, plug in, run and time again; the report as plain data (shares from `plan`, this model's)."""
     model, inputs = loaded.model, loaded.inputs
     timer = _Timer(inputs, on_gpu=loaded.device.type == "cuda")
     with torch.no_grad():
@@ -104,12 +148,13 @@ def verify(loaded: models.LoadedModel, optimized_dir: str | Path, *, compile_bac
     allowed = plugin.tolerance(expected)
     error = plugin.output_error(expected, actual)
     compiled_error = None if compiled is None else plugin.output_error(expected, compiled)
-    shares, plan_note = _plan_shares(plan_path, loaded.name, loaded.device)
+    shares = {entry["kernel_type"]: entry["share"] for entry in plan["entries"]} if plan else {}
     for kernel in routing["kernels"]:
         kernel["share"] = shares.get(kernel["kernel_type"])
     return {
         "model": loaded.name, "device": str(loaded.device), "dtype": str(loaded.dtype).removeprefix("torch."),
-        "optimized_dir": str(optimized_dir), "plan": plan_note,
+        "optimized_dir": str(optimized_dir),
+        "plan": plan_note if plan else f"{plan_note}: shares unknown (run profile.py on this model)",
         "replaced_share": sum({k["kernel_type"]: k["share"] or 0.0 for k in routing["kernels"] if k["hits"]}.values())
                           if shares else None,
         **routing,
@@ -149,19 +194,29 @@ def _speedups(latencies: dict) -> dict:
             if latencies.get(ours) and latencies.get(base)}
 
 
-def _plan_shares(plan_path: Path, model_name: str, device: torch.device) -> tuple[dict[str, float], str]:
-    """Kernel type -> share of the measured time, from the plan when it is this model's."""
+def read_model_plan(plan_path: Path, loaded: models.LoadedModel) -> tuple[dict | None, str]:
+    """The plan at plan_path if it is this model's (same name, device and dtype), else None; and a note on which."""
     if not plan_path.is_file():
-        return {}, f"no plan at {plan_path}: shares unknown (run profile.py on this model)"
+        return None, f"no plan at {plan_path}"
     try:
         plan = json.loads(plan_path.read_text())
     except json.JSONDecodeError:
-        return {}, f"{plan_path} is not valid JSON: shares unknown"
-    # profile.py names the model "llama.py:Model"; `autokernel optimize` adds " on <device>".
-    if plan.get("model") not in (model_name, f"{model_name} on {device}"):
-        return {}, f"{plan_path} is the plan of {plan.get('model')!r}, not of {model_name!r}: shares unknown"
-    return ({entry["kernel_type"]: entry["share"] for entry in plan.get("entries", [])},
-            f"shares from {plan_path} ({plan.get('timing', 'measured time')} on {plan.get('device_name', '?')})")
+        return None, f"{plan_path} is not valid JSON"
+    if not isinstance(plan, dict) or not isinstance(plan.get("entries"), list):
+        return None, f"{plan_path} is not an optimization plan"
+    this_model = (loaded.name, loaded.device.type, str(loaded.dtype).removeprefix("torch."))
+    planned = (plan.get("model"), plan.get("device"), plan.get("dtype"))
+    if planned != this_model:
+        return None, f"{plan_path} is the plan of {_describe(*planned)}, not of {_describe(*this_model)}"
+    return plan, _plan_source(plan_path, plan)
+
+
+def _describe(model_name, device, dtype) -> str:
+    return f"{model_name} ({device}, {dtype})"
+
+
+def _plan_source(plan_path: Path, plan: dict) -> str:
+    return f"shares from {plan_path} ({plan.get('timing', 'measured time')} on {plan.get('device_name', '?')})"
 
 
 def _percent(value: float | None) -> str:

@@ -8,6 +8,8 @@ BENCH_SCRIPT = ROOT / "bench.py"
 STARTERS_DIR = ROOT / "kernels"
 WORKSPACE = ROOT / "workspace"
 OPTIMIZED_DIR = ROOT / "optimized_kernels"
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FILE = OPTIMIZED_DIR / MANIFEST_NAME
 RESULTS_TSV = ROOT / "results.tsv"
 PROGRAM_MD = ROOT / "program.md"
 

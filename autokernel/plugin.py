@@ -4,19 +4,16 @@ optimized_kernels/manifest.json (orchestrate.py writes it) lists each kernel fil
 and dtypes bench.py verified it at. Each kernel becomes a custom op `autokernel::<type>_<rank>_<hash
 of its source>` whose fake implementation is the type's reference, so torch.compile can trace a
 routed model; outside a graph the kernel is called directly (the op's dispatcher round trip costs
-tens of microseconds). What is routed once plug_in(model) has patched the model's forward:
-  - functions, by a TorchFunctionMode during the forward: F.linear and (..., K) @ (K, N) matmuls
-    (leading dims flattened into M); softmax over the last dim; F.layer_norm; F.rms_norm; SDPA
-    without mask or dropout; F.cross_entropy (mean, no weights); sum / amax over leading or trailing dims;
-  - modules, by swapping their forward: norms (class named like RMSNorm / LayerNorm, a 1-D weight, a
-    float eps); gated MLPs (nn.Linear children gate / up / down, or w1 / w3 / w2) -> fused_mlp;
-    rotary modules (named like Rotary / RoPE, with (S, D/2) cos and sin tables, forward(x)). What
-    such a module computes is inferred from its structure, so its first routed call is checked
-    against its own forward (output_error within the dtype's tolerance), and dropped if it differs.
+tens of microseconds). Once plug_in(model) has patched the model's forward, torch functions reach
+the Router through a TorchFunctionMode during the forward, and modules a kernel replaces (norms,
+gated MLPs, rotary embeddings) through their swapped forwards; autokernel/routes.py reads each
+call as a registry shape and kernel arguments. What such a module computes is inferred from its
+structure, so its first routed call is checked against its own forward (output_error within the
+dtype's tolerance), and the route is dropped if it differs.
 A call runs a kernel only when the shape dict built from it, exactly as the profiler builds it, is
 one the kernel was verified at, in a verified dtype; anything else runs in PyTorch, and the Router
-counts hits and fallbacks (with reasons) per kernel. Inputs are made contiguous: bench.py verified
-the kernels on contiguous inputs only. Inference only: calls needing gradients or under autocast fall back.
+counts hits and fallbacks (with reasons) per kernel. Inference only: calls needing gradients or
+under autocast fall back.
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ import importlib.util
 import json
 import math
 import os
-import re
 import sys
 from collections import Counter
 from collections.abc import Mapping
@@ -36,12 +32,10 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils.weak import WeakIdKeyDictionary
 
-from autokernel import paths, registry
+from autokernel import paths, registry, routes
 
 # Without a GPU the kernels run in Triton's interpreter, which must be chosen before triton is
 # imported, and torch._dynamo (torch.compile, torch.compiler.disable below) imports it.
@@ -50,7 +44,6 @@ if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
     _INTERPRETER_CHOSEN_TOO_LATE = "triton" in sys.modules
     os.environ["TRITON_INTERPRET"] = "1"
 
-MANIFEST_FILE = "manifest.json"
 # The largest error, relative to the output's scale (its largest finite magnitude), at which a
 # routed output still counts as the model's own: the per-dtype bar of verify.py and of each
 # module route's first-call check.
@@ -131,13 +124,21 @@ class OptimizedKernel:
 _CUSTOM_OPS: dict[str, Callable] = {}
 
 
-def load_kernels(optimized_dir: str | Path = paths.OPTIMIZED_DIR) -> list[OptimizedKernel]:
-    """Every kernel that optimized_dir/manifest.json lists, imported and registered, by rank."""
-    folder = Path(optimized_dir)
-    manifest_path = folder / MANIFEST_FILE
+def manifest_entry(job: dict, file: str | Path) -> dict:
+    """The manifest entry load_kernels reads for one kernel, from its job (or plan entry: the same fields).
+
+    `file` is relative to the manifest's folder, or absolute; the shapes and the dtype are those
+    bench.py verified the kernel at.
+    """
+    return {"file": str(file), "kernel_type": job["kernel_type"], "rank": job["rank"], "shapes": job["shapes"],
+            "dtypes": [job["dtype"]]}
+
+
+def read_manifest(manifest_path: Path) -> dict[str, dict]:
+    """The manifest's kernels, name -> entry; PlugInError when it is missing or not a manifest."""
     if not manifest_path.is_file():
         raise PlugInError(f"no optimized kernels: {manifest_path} does not exist; run `autokernel optimize` "
-                          "first, or point at the folder that holds manifest.json")
+                          f"first, or point at the folder that holds {paths.MANIFEST_NAME}")
     try:
         manifest = json.loads(manifest_path.read_text())
     except json.JSONDecodeError as exc:
@@ -145,6 +146,20 @@ def load_kernels(optimized_dir: str | Path = paths.OPTIMIZED_DIR) -> list[Optimi
     entries = manifest.get("kernels") if isinstance(manifest, dict) else None
     if not isinstance(entries, dict):
         raise PlugInError(f"{manifest_path} has no \"kernels\" object, so it is not a manifest orchestrate.py wrote")
+    return entries
+
+
+def write_manifest(manifest_path: Path, entries: dict[str, dict]) -> None:
+    """Write the manifest listing these kernels (name -> entry), making its folder."""
+    manifest_path.parent.mkdir(parents=True, exist_ok=True)
+    manifest_path.write_text(json.dumps({"kernels": entries}, indent=2) + "\n")
+
+
+def load_kernels(optimized_dir: str | Path = paths.OPTIMIZED_DIR) -> list[OptimizedKernel]:
+    """Every kernel that optimized_dir/manifest.json lists, imported and registered, by rank."""
+    folder = Path(optimized_dir)
+    manifest_path = folder / paths.MANIFEST_NAME
+    entries = read_manifest(manifest_path)
     if _INTERPRETER_CHOSEN_TOO_LATE:
         raise PlugInError("there is no CUDA GPU, so the kernels must run in Triton's interpreter, but triton was "
                           "imported before autokernel could switch it on: set TRITON_INTERPRET=1 in the environment")
@@ -208,245 +223,16 @@ def _custom_op(op_name: str, kernel_type: str, kernel_fn: Callable) -> Callable:
     return _CUSTOM_OPS[op_name]
 
 
-# --------------------------------------------------------------------------- calls a kernel could take
-@dataclass
-class Call:
-    """One call as a kernel would take it: its registry shape and how to run it."""
-    shape: dict
-    tensors: tuple                                   # the float inputs, which must share one dtype
-    kernel_args: Callable[[], tuple]                 # built only when the kernel runs (copies cost)
-    finish: Callable[[torch.Tensor], torch.Tensor] = lambda out: out   # back to the caller's shapes
-
-
-def _rows(shape) -> dict:
-    """(..., N) -> {"M": product of the leading sizes, "N": N}, as the profiler counts rows."""
-    return {"M": math.prod(shape[:-1]), "N": shape[-1]}
-
-
-_TRANSPOSED_WEIGHTS = WeakIdKeyDictionary()
-
-
-def _transposed(weight: torch.Tensor) -> torch.Tensor:
-    """weight.T as a contiguous (K, N) matrix: made once per parameter, again only after it changes."""
-    if torch.compiler.is_compiling() or not isinstance(weight, nn.Parameter):
-        return weight.t().contiguous()
-    cached = _TRANSPOSED_WEIGHTS.get(weight)
-    if cached is None or cached[0] != weight._version:
-        cached = _TRANSPOSED_WEIGHTS[weight] = (weight._version, weight.t().contiguous())
-    return cached[1]
-
-
-def _linear(input, weight, bias=None):
-    if weight.dim() != 2 or input.dim() == 0:
-        return "not a (..., K) input with an (N, K) weight"
-    k, n = input.shape[-1], weight.shape[0]
-    shape = {"M": math.prod(input.shape[:-1]), "N": n, "K": k}
-
-    def finish(out):
-        out = out.reshape(*input.shape[:-1], n)
-        return out if bias is None else out + bias
-    return Call(shape, (input, weight) + ((bias,) if bias is not None else ()),
-                lambda: (input.reshape(shape["M"], k).contiguous(), _transposed(weight)), finish)
-
-
-def _matmul(input, other, *, out=None):
-    if out is not None or other.dim() != 2 or input.dim() == 0:
-        return "only (..., K) @ (K, N) without out= runs as one 2-D matmul"
-    k, n = input.shape[-1], other.shape[1]
-    shape = {"M": math.prod(input.shape[:-1]), "N": n, "K": k}
-    return Call(shape, (input, other), lambda: (input.reshape(shape["M"], k).contiguous(), other.contiguous()),
-                lambda result: result.reshape(*input.shape[:-1], n))
-
-
-def _softmax(input, dim=None, dtype=None, _stacklevel=3):
-    # One signature for torch.softmax(input, dim, dtype), Tensor.softmax and F.softmax (which passes keywords).
-    if dtype is not None or input.dim() == 0 or dim not in (-1, input.dim() - 1):
-        return "softmax over a dimension other than the last, or with a dtype argument"
-    shape = _rows(input.shape)
-    return Call(shape, (input,), lambda: (input.reshape(shape["M"], shape["N"]).contiguous(),),
-                lambda out: out.reshape(input.shape))
-
-
-def _norm_call(kernel_type: str, x, weight, bias, eps) -> Call | str:
-    n = x.shape[-1] if x.dim() else 0
-    if weight is None or weight.shape != (n,):
-        return "no weight of the normalized size"
-    if kernel_type == "layernorm" and (bias is None or bias.shape != (n,)):
-        return "layernorm kernels take a bias"
-    shape = _rows(x.shape)
-    params = (weight, bias) if kernel_type == "layernorm" else (weight,)
-    return Call(shape, (x, *params),
-                lambda: (x.reshape(shape["M"], n).contiguous(), *(p.contiguous() for p in params), float(eps)),
-                lambda out: out.reshape(x.shape))
-
-
-def _layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    if len(normalized_shape) != 1:
-        return "normalized over more than the last dimension"
-    return _norm_call("layernorm", input, weight, bias, eps)
-
-
-def _rms_norm(input, normalized_shape, weight=None, eps=None):
-    if len(normalized_shape) != 1:
-        return "normalized over more than the last dimension"
-    return _norm_call("rmsnorm", input, weight, None, torch.finfo(input.dtype).eps if eps is None else eps)
-
-
-def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    if attn_mask is not None or dropout_p:
-        return "attention with a mask or dropout"
-    if not query.shape == key.shape == value.shape or query.dim() not in (3, 4):
-        return "q, k and v are not of one (B, H, S, D) shape"
-    batch, heads, seq, head_dim = query.shape if query.dim() == 4 else (1, *query.shape)
-    shape = {"B": batch, "H": heads, "S": seq, "D": head_dim, "causal": int(bool(is_causal))}
-    if scale is not None and not math.isclose(scale, 1.0 / math.sqrt(head_dim), rel_tol=1e-6):
-        shape["sm_scale"] = scale
-
-    def kernel_args():
-        q, k, v = (t.reshape(batch, heads, seq, head_dim).contiguous() for t in (query, key, value))
-        return q, k, v, bool(is_causal), None if scale is None else float(scale)
-    return Call(shape, (query, key, value), kernel_args, lambda out: out.reshape(query.shape))
-
-
-def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
-                   reduction="mean", label_smoothing=0.0):
-    if weight is not None or size_average is not None or reduce is not None or reduction != "mean" or label_smoothing:
-        return "cross-entropy with class weights, label smoothing or a reduction other than mean"
-    if input.dim() != 2 or target.dim() != 1 or target.dtype != torch.int64:
-        return "cross-entropy not of (M, V) logits against (M,) class indices"
-    if bool((target == ignore_index).any()):
-        return "targets equal to ignore_index"
-    return Call({"M": input.shape[0], "V": input.shape[1]}, (input,),
-                lambda: (input.contiguous(), target.contiguous()), lambda out: out.to(input.dtype))
-
-
-def _reduction(op: str, input, dim=None, keepdim=False, *, dtype=None) -> Call | str:
-    # The signature of torch.sum and Tensor.sum; amax's has no dtype, and its dim=() also means all dims.
-    dims = [] if dim is None else [dim] if isinstance(dim, int) else list(dim)
-    if dtype is not None or input.dim() == 0 or not all(isinstance(d, int) for d in dims):
-        return "a reduction with a dtype argument, of a 0-d tensor, or over named dimensions"
-    ndim, numel = input.dim(), input.numel()
-    reduced = sorted(d % ndim for d in dims) or list(range(ndim))
-    count, size = len(reduced), math.prod(input.shape[d] for d in reduced)
-    if reduced == list(range(ndim - count, ndim)):
-        rows, cols, kernel_dim = numel // max(size, 1), size, -1
-        out_shape = (*input.shape[:ndim - count], *(1,) * count * keepdim)
-    elif reduced == list(range(count)):
-        rows, cols, kernel_dim = size, numel // max(size, 1), 0
-        out_shape = (*(1,) * count * keepdim, *input.shape[count:])
-    else:
-        return "a reduction over dimensions that are neither leading nor trailing"
-    shape = {"M": rows, "N": cols, "dim": kernel_dim, "op": op}
-    return Call(shape, (input,), lambda: (input.reshape(rows, cols).contiguous(), kernel_dim, op),
-                lambda out: out.reshape(out_shape))
-
-
-# torch function -> (kernel type, how to read a call of it)
-_FUNCTION_ROUTES = {
-    F.linear: ("matmul", _linear),
-    torch.matmul: ("matmul", _matmul), torch.Tensor.matmul: ("matmul", _matmul),
-    torch.mm: ("matmul", _matmul), torch.Tensor.mm: ("matmul", _matmul),
-    torch.softmax: ("softmax", _softmax), torch.Tensor.softmax: ("softmax", _softmax), F.softmax: ("softmax", _softmax),
-    F.layer_norm: ("layernorm", _layer_norm),
-    F.rms_norm: ("rmsnorm", _rms_norm),
-    F.scaled_dot_product_attention: ("flash_attention", _attention),
-    F.cross_entropy: ("cross_entropy", _cross_entropy),
-    torch.sum: ("reduce", functools.partial(_reduction, "sum")),
-    torch.Tensor.sum: ("reduce", functools.partial(_reduction, "sum")),
-    torch.amax: ("reduce", functools.partial(_reduction, "max")),
-    torch.Tensor.amax: ("reduce", functools.partial(_reduction, "max")),
-}
-
-
-# --------------------------------------------------------------------------- modules a kernel replaces
-@dataclass
-class ModuleVariant:
-    """One way a module could run as a kernel: the type and how to read a call."""
-    kernel_type: str
-    label: str
-    make_call: Callable[[torch.Tensor], Call | str]
-
-
+# --------------------------------------------------------------------------- the router
 @dataclass
 class ModuleRoute:
     path: str
     module_class: str
-    candidates: list[ModuleVariant]
-    checked: ModuleVariant | None = None     # the variant whose first call matched the module's own forward
+    candidates: list[routes.ModuleVariant]
+    checked: routes.ModuleVariant | None = None     # the variant whose first call matched the module's own forward
     rejections: list[str] = field(default_factory=list)
 
 
-def _module_eps(module: nn.Module):
-    return next((value for value in (getattr(module, name, None) for name in ("eps", "variance_epsilon"))
-                 if isinstance(value, float)), None)
-
-
-def _norm_variants(module: nn.Module, loaded: set[str]) -> list[ModuleVariant]:
-    class_name = type(module).__name__.lower()
-    if "rmsnorm" not in class_name and "layernorm" not in class_name:
-        return []
-    params = dict(module.named_parameters(recurse=False))
-    weight = params.get("weight")
-    if (weight is None or weight.dim() != 1 or set(params) - {"weight", "bias"} or any(module.children())
-            or _module_eps(module) is None):
-        return []
-    # The class name decides the order; the first-call check decides (a T5LayerNorm is an RMSNorm).
-    order = ("layernorm", "rmsnorm") if "layernorm" in class_name else ("rmsnorm", "layernorm")
-    return [ModuleVariant(kind, kind, functools.partial(_norm_module_call, module, kind)) for kind in order
-            if kind in loaded]
-
-
-def _norm_module_call(module: nn.Module, kernel_type: str, x) -> Call | str:
-    return _norm_call(kernel_type, x, module.weight, getattr(module, "bias", None), _module_eps(module))
-
-
-_MLP_ROLES = {"gate": ("gate", "w1"), "up": ("up", "w3"), "down": ("down", "w2")}
-
-
-def _mlp_variants(module: nn.Module, acts: list[str]) -> list[ModuleVariant]:
-    linears = {}
-    for role, hints in _MLP_ROLES.items():
-        found = [child for name, child in module.named_children()
-                 if isinstance(child, nn.Linear) and child.bias is None and (name == hints[1] or hints[0] in name)]
-        if len(found) != 1:
-            return []
-        linears[role] = found[0]
-    gate, up, down = linears["gate"], linears["up"], linears["down"]
-    if not (gate.weight.shape == up.weight.shape == down.weight.t().shape):
-        return []
-    return [ModuleVariant("fused_mlp", f"fused_mlp act={act}",
-                          functools.partial(_mlp_call, gate=gate, up=up, down=down, act=act)) for act in acts]
-
-
-def _mlp_call(x, gate: nn.Linear, up: nn.Linear, down: nn.Linear, act: str) -> Call | str:
-    hidden, dim = gate.weight.shape
-    if x.dim() == 0 or x.shape[-1] != dim:
-        return "input size differs from the MLP's"
-    rows = math.prod(x.shape[:-1])
-    weights = (gate.weight, up.weight, down.weight)
-    return Call({"M": rows, "D": dim, "F": hidden, "act": act}, (x, *weights),
-                lambda: (x.reshape(rows, dim).contiguous(), *(w.contiguous() for w in weights), act),
-                lambda out: out.reshape(*x.shape[:-1], dim))
-
-
-def _rotary_variants(module: nn.Module) -> list[ModuleVariant]:
-    buffers = dict(module.named_buffers(recurse=False))
-    cos, sin = buffers.get("cos"), buffers.get("sin")
-    if (not re.search(r"rotary|rope", type(module).__name__, re.IGNORECASE) or cos is None or sin is None
-            or cos.dim() != 2 or cos.shape != sin.shape):
-        return []
-    return [ModuleVariant("rotary_embedding", "rotary_embedding", lambda x: _rotary_call(x, module.cos, module.sin))]
-
-
-def _rotary_call(x, cos, sin) -> Call | str:
-    if x.dim() != 4 or x.shape[-1] != 2 * cos.shape[-1] or x.shape[-2] > cos.shape[0]:
-        return "input is not (B, H, S, D) with D twice the table width and S within the tables"
-    batch, heads, seq, head_dim = x.shape
-    return Call({"B": batch, "H": heads, "S": seq, "D": head_dim}, (x,),
-                lambda: (x.contiguous(), cos[:seq].to(x.dtype).contiguous(), sin[:seq].to(x.dtype).contiguous()))
-
-
-# --------------------------------------------------------------------------- the router
 @dataclass
 class KernelStats:
     hits: int = 0
@@ -462,7 +248,8 @@ class Router:
         self.by_type: dict[str, list[OptimizedKernel]] = {}
         for kernel in kernels:
             self.by_type.setdefault(kernel.kernel_type, []).append(kernel)
-        self.function_routes = {func: route for func, route in _FUNCTION_ROUTES.items() if route[0] in self.by_type}
+        self.function_routes = {func: route for func, route in routes.FUNCTION_ROUTES.items()
+                                if route[0] in self.by_type}
         self.module_routes: list[ModuleRoute] = []
         self.patches: list[tuple[nn.Module, object]] = []    # (module, its instance forward before), in order
         self.reset_stats()
@@ -470,7 +257,7 @@ class Router:
     def reset_stats(self) -> None:
         self.stats = {kernel.name: KernelStats() for kernel in self.kernels}
 
-    def choose(self, kernel_type: str, call: Call | str) -> tuple[OptimizedKernel | None, str]:
+    def choose(self, kernel_type: str, call: routes.Call | str) -> tuple[OptimizedKernel | None, str]:
         """The kernel verified for this call, or None and why not."""
         if isinstance(call, str):
             return None, call
@@ -538,8 +325,8 @@ class Router:
         return original(x)
 
     @torch.compiler.disable
-    def _check_first_call(self, route: ModuleRoute, variant: ModuleVariant, kernel: OptimizedKernel, call: Call,
-                          original: Callable, x: torch.Tensor):
+    def _check_first_call(self, route: ModuleRoute, variant: routes.ModuleVariant, kernel: OptimizedKernel,
+                          call: routes.Call, original: Callable, x: torch.Tensor):
         """The kernel's output if it matches the module's own forward on this call, else None (variant dropped)."""
         out = _launch(kernel, call)
         with torch._C.DisableTorchFunction():
@@ -566,7 +353,7 @@ class Router:
         }
 
 
-def _launch(kernel: OptimizedKernel, call: Call) -> torch.Tensor:
+def _launch(kernel: OptimizedKernel, call: routes.Call) -> torch.Tensor:
     # A module route launches while the routing mode is on: the kernel's own torch calls must not be routed.
     with torch._C.DisableTorchFunction():
         return call.finish(kernel.launch(call.kernel_args()))
@@ -599,13 +386,10 @@ def plug_in(model: nn.Module, optimized_dir: str | Path = paths.OPTIMIZED_DIR) -
     """
     unplug(model)
     router = Router(load_kernels(optimized_dir))
-    loaded = set(router.by_type)
-    acts = list(dict.fromkeys(shape["act"] for k in router.by_type.get("fused_mlp", []) for shape in k.shapes
-                              if "act" in shape))
+    verified_shapes = {kernel_type: [shape for kernel in kernels for shape in kernel.shapes]
+                       for kernel_type, kernels in router.by_type.items()}
     for path, module in model.named_modules():
-        variants = (_norm_variants(module, loaded)
-                    + (_mlp_variants(module, acts) if "fused_mlp" in loaded else [])
-                    + (_rotary_variants(module) if "rotary_embedding" in loaded else []))
+        variants = routes.module_variants(module, verified_shapes)
         if variants:
             route = ModuleRoute(path or "(model)", type(module).__name__, variants)
             router.module_routes.append(route)
@@ -626,7 +410,7 @@ def unplug(model: nn.Module) -> nn.Module:
         else:
             module.forward = previous
     delattr(model, ROUTER_ATTRIBUTE)
-    _TRANSPOSED_WEIGHTS.clear()
+    routes.forget_transposed_weights()
     return model
 
 

@@ -16,7 +16,6 @@ from autokernel import results
 
 MARKDOWN_FILE = "report.md"
 PLOT_FILE = "progress.png"
-PASS = "PASS"
 
 
 class ReportError(Exception):
@@ -30,7 +29,7 @@ def write_report(results_tsv: str | Path, out_dir: str | Path) -> tuple[Path, Pa
         raise ReportError(f"no experiments in {results_tsv}: nothing to report yet")
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    groups = results._group_by_kernel(rows)
+    groups = results.group_by_kernel(rows)
     png_path = folder / PLOT_FILE
     draw_progress(groups, png_path)
     markdown_path = folder / MARKDOWN_FILE
@@ -39,15 +38,8 @@ def write_report(results_tsv: str | Path, out_dir: str | Path) -> tuple[Path, Pa
 
 
 def _failures(group: list[dict]) -> str:
-    kinds = Counter(row["correctness"] or "no result" for row in group if row["correctness"] != PASS)
+    kinds = Counter(row["correctness"] or "no result" for row in group if row["correctness"] != results.PASS)
     return ", ".join(f"{kind} {count}" for kind, count in kinds.most_common()) or "none"
-
-
-def _best_version(group: list[dict]) -> dict | None:
-    """The fastest kept version (the baseline included): the same rule as results.markdown_summary."""
-    kept = [row for row in group
-            if row["status"] in (results.STATUS_BASELINE, results.STATUS_KEEP) and row["latency_us"]]
-    return min(kept, key=lambda row: row["latency_us"], default=None)
 
 
 def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Path) -> str:
@@ -57,7 +49,7 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for group in groups:
         kept = sum(row["status"] == results.STATUS_KEEP for row in group)
-        best = _best_version(group) or {}
+        best = results.best_version(group) or {}
         speedup, throughput = best.get("speedup_vs_pytorch"), best.get("throughput")
         lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {len(group)} | {kept} | "
                      f"{'-' if speedup is None else f'{speedup:.2f}x'} | "
@@ -88,7 +80,7 @@ def draw_progress(groups: list[list[dict]], png_path: Path) -> None:
         colour = cycle[index % len(cycle)]
         label = f"{group[0]['kernel_type']} ({group[0]['tag']})"
         timed = [row for row in group if row["speedup_vs_pytorch"] is not None]
-        kept = [row for row in timed if row["status"] != results.STATUS_REVERT and row["correctness"] == PASS]
+        kept = [row for row in timed if row["status"] != results.STATUS_REVERT and row["correctness"] == results.PASS]
         reverted = [row for row in timed if row not in kept]
         axes.scatter([r["experiment"] for r in kept], [r["speedup_vs_pytorch"] for r in kept], color=colour,
                      s=36, zorder=3, label=label)

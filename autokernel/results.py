@@ -18,6 +18,7 @@ FLOAT_COLUMNS = {"throughput", "latency_us", "pct_peak", "speedup_vs_pytorch", "
 # The judge's numbers copied from bench.py's JSON result into a row.
 RESULT_COLUMNS = ("throughput", "latency_us", "pct_peak", "speedup_vs_pytorch", "correctness", "peak_vram_mb")
 
+PASS = "PASS"      # bench.py's correctness verdict of a kernel that passed every stage
 STATUS_BASELINE = "baseline"
 STATUS_KEEP = "keep"
 STATUS_REVERT = "revert"
@@ -90,7 +91,7 @@ def read_rows(path: str | Path) -> list[dict]:
         return [{column: _parse(column, row.get(column) or "") for column in COLUMNS} for row in reader]
 
 
-def _group_by_kernel(rows: list[dict]) -> list[list[dict]]:
+def group_by_kernel(rows: list[dict]) -> list[list[dict]]:
     """Split rows into one group per optimized kernel: a baseline row opens a new group."""
     groups: list[list[dict]] = []
     open_group: dict[tuple, list[dict]] = {}
@@ -103,6 +104,13 @@ def _group_by_kernel(rows: list[dict]) -> list[list[dict]]:
     return groups
 
 
+def best_version(group: list[dict]) -> dict | None:
+    """The fastest kept version of one kernel (the baseline included) that passed; None when none did."""
+    kept = [row for row in group if row["status"] in (STATUS_BASELINE, STATUS_KEEP)
+            and row["correctness"] == PASS and row["latency_us"]]
+    return min(kept, key=lambda row: row["latency_us"], default=None)
+
+
 def _number(value, digits: int = 3) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
@@ -111,14 +119,13 @@ def markdown_summary(rows: list[dict]) -> str:
     """A markdown overview (one line per kernel) followed by one table of experiments per kernel."""
     if not rows:
         return "No experiments recorded yet."
-    groups = _group_by_kernel(rows)
+    groups = group_by_kernel(rows)
     lines = ["| kernel | tag | experiments | kept | baseline latency (us) | best latency (us) | "
              "speedup over baseline | best speedup vs PyTorch |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for group in groups:
         baseline = next((r for r in group if r["status"] == STATUS_BASELINE), None)
-        passing = [r for r in group if r["status"] in (STATUS_BASELINE, STATUS_KEEP) and r["latency_us"]]
-        best = min(passing, key=lambda r: r["latency_us"], default=None)
+        best = best_version(group)
         base_latency = baseline["latency_us"] if baseline else None
         best_latency = best["latency_us"] if best else None
         gain = base_latency / best_latency if base_latency and best_latency else None

@@ -203,11 +203,11 @@ def sandbox(tmp_path, monkeypatch):
     _git(root, "add", "-A")
     _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
     for name, value in {"ROOT": root, "KERNEL_FILE": root / "kernel.py", "WORKSPACE": root / "workspace",
-                        "OPTIMIZED_DIR": root / "optimized_kernels", "RESULTS_TSV": root / "results.tsv",
-                        "PROGRAM_MD": root / "program.md"}.items():
+                        "OPTIMIZED_DIR": root / "optimized_kernels",
+                        "MANIFEST_FILE": root / "optimized_kernels" / "manifest.json",
+                        "RESULTS_TSV": root / "results.tsv", "PROGRAM_MD": root / "program.md"}.items():
         monkeypatch.setattr(paths, name, value)
     monkeypatch.setattr(orchestrate, "STATE_FILE", root / "workspace" / "state.json")
-    monkeypatch.setattr(orchestrate, "MANIFEST_FILE", root / "optimized_kernels" / "manifest.json")
     judged: list[str] = []
     monkeypatch.setattr(orchestrate.runner, "run_bench", _fake_run_bench(judged))
     return root

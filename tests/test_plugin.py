@@ -11,12 +11,11 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from autokernel import plugin  # noqa: E402
 from autokernel.models import load_model  # noqa: E402
-from autokernel.paths import ROOT, starter_path  # noqa: E402
+from autokernel.paths import MANIFEST_NAME, ROOT, starter_path  # noqa: E402
 
 SEQ = 8
 LLAMA_KWARGS = {"config": "tiny", "n_layers": 1, "vocab_size": 128}
@@ -56,7 +55,7 @@ def write_optimized(folder: Path, kernels: dict, dtypes=("float32",), sources: d
             (folder / f"{name}.py").write_text(source)
         entries[name] = {"file": f"{name}.py", "kernel_type": kernel_type, "rank": rank, "shapes": shapes,
                          "dtypes": list(dtypes), "best_speedup_vs_pytorch": 1.0}
-    (folder / plugin.MANIFEST_FILE).write_text(json.dumps({"kernels": entries}, indent=2))
+    plugin.write_manifest(folder / MANIFEST_NAME, entries)
     return folder
 
 
@@ -142,78 +141,21 @@ def test_unverified_shapes_and_dtypes_fall_back_and_are_counted(tmp_path):
         assert recorded_calls(model, "rmsnorm") == []
 
 
-# --------------------------------------------------------------------------- function routes
-class Functional(nn.Module):
-    """One call of each routed torch function, some in forms the kernels cannot take."""
-
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(16, 24)
-        self.norm = nn.LayerNorm(24)
-        self.weight = nn.Parameter(torch.randn(24, 12))
-
-    def forward(self, x, targets):
-        h = self.norm(self.proj(x))                               # F.linear with bias on (2, 5, 16); LayerNorm
-        scores = torch.softmax(h.reshape(10, 24) @ self.weight, dim=-1)
-        columns = F.softmax(scores, dim=0)                        # not the last dim: PyTorch
-        pooled = scores.sum(-1) + torch.amax(scores, dim=0).sum() + columns.sum()
-        q = h.view(2, 5, 4, 6).transpose(1, 2)
-        attended = F.scaled_dot_product_attention(q, q, q, is_causal=True)
-        masked = F.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(5, 5, dtype=torch.bool))
-        loss = F.cross_entropy(scores.reshape(-1, 12), targets)
-        return pooled, attended + masked, loss
-
-
-FUNCTIONAL_SHAPES = {
-    "matmul": [{"M": 10, "N": 24, "K": 16}, {"M": 10, "N": 12, "K": 24}],
-    "layernorm": [{"M": 10, "N": 24}],
-    "softmax": [{"M": 10, "N": 12}],
-    "reduce": [{"M": 10, "N": 12, "dim": -1, "op": "sum"}, {"M": 10, "N": 12, "dim": 0, "op": "max"},
-               {"M": 1, "N": 12, "dim": -1, "op": "sum"}],
-    "flash_attention": [{"B": 2, "H": 4, "S": 5, "D": 6, "causal": 1}],
-    "cross_entropy": [{"M": 10, "V": 12}],
-}
-
-
-def functional_model():
-    torch.manual_seed(0)
-    return Functional().eval(), (torch.randn(2, 5, 16), torch.randint(0, 12, (10,)))
-
-
-def test_function_routes_hit_with_the_registry_shapes(tmp_path):
-    model, inputs = functional_model()
-    folder = write_optimized(tmp_path / "opt", FUNCTIONAL_SHAPES, sources=reference_sources(*FUNCTIONAL_SHAPES))
-    with torch.no_grad():
-        expected = model(*inputs)
-        plugin.plug_in(model, folder)
-        recorded_calls(model, "matmul").clear()
-        actual = model(*inputs)
-    assert plugin.output_error(expected, actual) <= plugin.tolerance(expected)
-    stats = kernel_stats(model)
-    assert {t: (s["hits"], s["fallbacks"]) for t, s in stats.items()} == {
-        "matmul": (2, 0), "layernorm": (1, 0), "softmax": (1, 1), "reduce": (3, 1), "flash_attention": (1, 1),
-        "cross_entropy": (1, 0)}
-    assert list(stats["softmax"]["fallback_reasons"]) == [
-        "softmax over a dimension other than the last, or with a dtype argument"]
-    assert list(stats["flash_attention"]["fallback_reasons"]) == ["attention with a mask or dropout"]
-    # columns.sum() over all of a (10, 12) tensor is {M: 1, N: 120}, which was not verified.
-    assert stats["reduce"]["fallback_reasons"] == {"shape M=1,N=120,dim=-1,op=sum not verified": 1}
-    # The kernels get contiguous 2-D operands; F.linear's weight arrives transposed to (K, N).
-    linear_a, linear_b = recorded_calls(model, "matmul")[0]
-    assert linear_a.shape == (10, 16) and linear_b.shape == (16, 24) and linear_b.is_contiguous()
-    assert torch.equal(linear_b, model.proj.weight.t())
-
-
+# --------------------------------------------------------------------------- the router's rules
 def test_calls_that_need_gradients_fall_back(tmp_path):
-    model, inputs = functional_model()
-    folder = write_optimized(tmp_path / "opt", {"matmul": FUNCTIONAL_SHAPES["matmul"]},
+    torch.manual_seed(0)
+    model, x = nn.Linear(16, 24), torch.randn(10, 16)
+    folder = write_optimized(tmp_path / "opt", {"matmul": [{"M": 10, "N": 24, "K": 16}]},
                              sources=reference_sources("matmul"))
     plugin.plug_in(model, folder)
-    model(*inputs)[2].backward()
+    model(x).sum().backward()
     matmul = kernel_stats(model)["matmul"]
     assert matmul["hits"] == 0
-    assert matmul["fallback_reasons"] == {"inputs need gradients (the kernels are inference only)": 2}
-    assert model.proj.weight.grad is not None
+    assert matmul["fallback_reasons"] == {"inputs need gradients (the kernels are inference only)": 1}
+    assert model.weight.grad is not None
+    with torch.no_grad():
+        model(x)
+    assert kernel_stats(model)["matmul"]["hits"] == 1
 
 
 # --------------------------------------------------------------------------- module routes
@@ -280,9 +222,29 @@ def test_custom_ops_run_inside_torch_compile(tmp_path):
 
 
 # --------------------------------------------------------------------------- errors and the error measure
+def test_manifest_entry_from_a_job_loads_the_file_it_names(tmp_path):
+    job = {"rank": 3, "kernel_type": "softmax", "shapes": [{"M": 4, "N": 64}], "dtype": "float16", "share": 0.2}
+    plugin.write_manifest(tmp_path / "opt" / MANIFEST_NAME,
+                          {"3_softmax": plugin.manifest_entry(job, starter_path("softmax"))})
+    assert plugin.read_manifest(tmp_path / "opt" / MANIFEST_NAME) == {"3_softmax": {
+        "file": str(starter_path("softmax")), "kernel_type": "softmax", "rank": 3, "shapes": [{"M": 4, "N": 64}],
+        "dtypes": ["float16"]}}
+    (kernel,) = plugin.load_kernels(tmp_path / "opt")
+    # An absolute file is used as it is, not looked for in the manifest's folder.
+    assert (kernel.name, kernel.file, kernel.rank) == ("3_softmax", starter_path("softmax"), 3)
+    assert kernel.covers({"M": 4, "N": 64}, torch.float16) and not kernel.covers({"M": 4, "N": 64}, torch.float32)
+
+
 def test_bad_optimized_folders_give_clear_errors(tmp_path):
     with pytest.raises(plugin.PlugInError, match="manifest.json does not exist"):
         plugin.load_kernels(tmp_path / "nothing")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / MANIFEST_NAME).write_text("{not json")
+    with pytest.raises(plugin.PlugInError, match="is not valid JSON"):
+        plugin.load_kernels(tmp_path / "broken")
+    (tmp_path / "broken" / MANIFEST_NAME).write_text(json.dumps({"1_softmax": {}}))
+    with pytest.raises(plugin.PlugInError, match='no "kernels" object'):
+        plugin.load_kernels(tmp_path / "broken")
     wrong_type = write_optimized(tmp_path / "wrong", {"softmax": [{"M": 1, "N": 1}]},
                                  sources={"softmax": reference_kernel("rmsnorm")})
     with pytest.raises(plugin.PlugInError, match="KERNEL_TYPE 'rmsnorm'"):

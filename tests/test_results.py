@@ -91,3 +91,16 @@ def test_summary_has_one_table_per_kernel_and_the_best_gain():
     assert "## matmul (t1, experiments 5-6)" in text
     assert "| 4 | keep | PASS | 50.0 | 1.37 | 120 | a\\|b |" in text
     assert "| 6 | revert | TIMEOUT |  | 1.37 | 120 | try |" in text
+
+
+def test_a_baseline_opens_a_new_group_of_one_kernel():
+    rows = [_row(1, "baseline", 100.0), _row(2, "keep", 80.0), _row(3, "baseline", 30.0, kernel_type="matmul"),
+            _row(4, "revert", 90.0), _row(5, "baseline", 60.0), _row(6, "revert", 70.0)]
+    assert [[r["experiment"] for r in group] for group in results.group_by_kernel(rows)] == [[1, 2, 4], [3], [5, 6]]
+
+
+def test_the_best_version_is_the_fastest_kept_one_that_passed():
+    group = [_row(1, "baseline", 100.0), _row(2, "keep", 80.0), _row(3, "revert", 50.0),
+             _row(4, "keep", 60.0, correctness="FAIL"), _row(5, "keep", None)]
+    assert results.best_version(group)["experiment"] == 2
+    assert results.best_version([_row(1, "baseline", 100.0, correctness="FAIL"), _row(2, "revert", 90.0)]) is None

@@ -10,7 +10,9 @@ import textwrap  # noqa: E402
 import pytest  # noqa: E402
 
 import verify  # noqa: E402
-from autokernel.paths import ROOT  # noqa: E402
+from autokernel import plugin  # noqa: E402
+from autokernel.paths import MANIFEST_NAME, ROOT, starter_path  # noqa: E402
+from autokernel.profiler import PLAN_FILE  # noqa: E402
 from tests.test_plugin import LLAMA_SHAPES, reference_kernel, write_optimized  # noqa: E402
 
 TINY_LLAMA_ARGS = [str(ROOT / "models" / "llama.py"), "--input-shape", "1,8", "--device", "cpu",
@@ -47,7 +49,7 @@ def test_tiny_llama_with_the_starter_kernels_passes(tmp_path, capsys):
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "optimization_plan.json").write_text(json.dumps({
-        "model": "llama.py:Model on cpu", "timing": "GPU kernel time", "device_name": "H100",
+        "model": "llama.py:Model", "device": "cpu", "dtype": "float32", "timing": "CPU op time", "device_name": "cpu",
         "entries": [{"kernel_type": "matmul", "share": 0.5}, {"kernel_type": "rmsnorm", "share": 0.1},
                     {"kernel_type": "rotary_embedding", "share": 0.05}]}))
 
@@ -70,6 +72,55 @@ def test_tiny_llama_with_the_starter_kernels_passes(tmp_path, capsys):
     assert report["timings_meaningful"] is False
     out = capsys.readouterr().out
     assert "NOT MEANINGFUL" in out and "PASS" in out
+
+
+def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_path, capsys):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    # The plan of another dtype is not this model's: the model is profiled again.
+    (workspace / PLAN_FILE).write_text(json.dumps({"model": "llama.py:Model", "device": "cpu", "dtype": "float16",
+                                                   "entries": [{"kernel_type": "softmax", "rank": 1}]}))
+
+    code = verify.main([*TINY_LLAMA_ARGS, "--starters", "--workspace", str(workspace), "--no-compile"])
+
+    assert code == verify.EXIT_PASS
+    plan = json.loads((workspace / PLAN_FILE).read_text())
+    assert (plan["model"], plan["device"], plan["dtype"]) == ("llama.py:Model", "cpu", "float32")
+    manifest = plugin.read_manifest(workspace / verify.STARTER_MANIFEST_DIR / MANIFEST_NAME)
+    assert manifest == {f"{e['rank']}_{e['kernel_type']}": {
+        "file": str(starter_path(e["kernel_type"])), "kernel_type": e["kernel_type"], "rank": e["rank"],
+        "shapes": e["shapes"], "dtypes": ["float32"]} for e in plan["entries"]}
+    report = read_report(workspace)
+    assert report["correctness"]["passed"] and report["plan"].endswith("profiled now")
+    assert report["optimized_dir"] == str(workspace / verify.STARTER_MANIFEST_DIR)
+    # The plan's shapes are the model's: every planned kernel takes every call of its type.
+    assert [(k["kernel_type"], k["fallbacks"]) for k in report["kernels"]] == [
+        (e["kernel_type"], 0) for e in plan["entries"]]
+    assert all(k["hits"] > 0 for k in report["kernels"])
+    assert report["replaced_share"] == pytest.approx(sum(e["share"] for e in plan["entries"]))
+    out = capsys.readouterr().out
+    assert "profiling llama.py:Model first" in out and "PASS" in out
+
+
+def test_starters_reuse_this_models_plan(tmp_path, capsys):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    entries = [{"rank": rank, "kernel_type": kernel_type, "dtype": "float32", "shapes": shapes, "share": 0.1 * rank}
+               for rank, (kernel_type, shapes) in enumerate(LLAMA_SHAPES.items(), start=1)]
+    plan_text = json.dumps({"model": "llama.py:Model", "device": "cpu", "dtype": "float32", "timing": "CPU op time",
+                            "device_name": "cpu", "entries": entries})
+    (workspace / PLAN_FILE).write_text(plan_text)
+
+    code = verify.main([*TINY_LLAMA_ARGS, "--starters", "--workspace", str(workspace), "--no-compile"])
+
+    assert code == verify.EXIT_PASS
+    assert (workspace / PLAN_FILE).read_text() == plan_text and "profiling" not in capsys.readouterr().out
+    report = read_report(workspace)
+    assert [(k["name"], k["file"], k["share"]) for k in report["kernels"]] == [
+        (f"{e['rank']}_{e['kernel_type']}", str(starter_path(e["kernel_type"])), e["share"]) for e in entries]
+    assert all(k["hits"] > 0 and k["fallbacks"] == 0 for k in report["kernels"])
+    with pytest.raises(plugin.PlugInError, match="nothing to plug in"):
+        verify.write_starter_manifest({"model": "llama.py:Model", "entries": []}, tmp_path)
 
 
 def test_a_wrong_kernel_fails_the_check_and_compile_is_timed(tmp_path, capsys):

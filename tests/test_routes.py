@@ -1,0 +1,170 @@
+"""Tests for autokernel/routes.py: torch calls and modules read as the registry shape and the kernel's arguments."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+from autokernel import plugin, registry, routes  # noqa: E402
+from tests.test_plugin import (SEQ, kernel_stats, recorded_calls, reference_sources, tiny_llama,  # noqa: E402
+                               write_optimized)
+
+torch.manual_seed(0)
+X = torch.randn(2, 5, 16)
+W, B = torch.randn(24, 16), torch.randn(24)
+H = torch.randn(2, 5, 24)
+Q = torch.randn(2, 4, 5, 6)
+T = torch.randn(2, 3, 4)
+LOGITS, TARGETS = torch.randn(10, 12), torch.randint(0, 12, (10,))
+# (torch function, args, kwargs, the shape dict the profiler gives such a call)
+READABLE_CALLS = [
+    (F.linear, (X, W, B), {}, {"M": 10, "N": 24, "K": 16}),
+    (torch.matmul, (X, W.t()), {}, {"M": 10, "N": 24, "K": 16}),
+    (torch.Tensor.mm, (X[0], W.t()), {}, {"M": 5, "N": 24, "K": 16}),
+    (torch.softmax, (H, -1), {}, {"M": 10, "N": 24}),
+    (F.softmax, (H,), {"dim": 2}, {"M": 10, "N": 24}),
+    (F.layer_norm, (H, (24,), B, B.flip(0), 1e-5), {}, {"M": 10, "N": 24}),
+    (F.rms_norm, (H, (24,), B), {}, {"M": 10, "N": 24}),
+    (F.scaled_dot_product_attention, (Q, Q, Q), {"is_causal": True}, {"B": 2, "H": 4, "S": 5, "D": 6, "causal": 1}),
+    (F.scaled_dot_product_attention, (Q[0], Q[0], Q[0]), {"scale": 0.5},
+     {"B": 1, "H": 4, "S": 5, "D": 6, "causal": 0, "sm_scale": 0.5}),
+    (F.cross_entropy, (LOGITS, TARGETS), {}, {"M": 10, "V": 12}),
+    (torch.sum, (T,), {"dim": (1, 2), "keepdim": True}, {"M": 2, "N": 12, "dim": -1, "op": "sum"}),
+    (torch.Tensor.sum, (T,), {}, {"M": 1, "N": 24, "dim": -1, "op": "sum"}),
+    (torch.Tensor.amax, (T,), {"dim": 0}, {"M": 2, "N": 12, "dim": 0, "op": "max"}),
+]
+
+
+@pytest.mark.parametrize("func, args, kwargs, shape", READABLE_CALLS,
+                         ids=[f"{case[0].__name__}-{index}" for index, case in enumerate(READABLE_CALLS)])
+def test_a_readable_call_gives_the_profilers_shape_and_the_references_arguments(func, args, kwargs, shape):
+    kernel_type, read = routes.FUNCTION_ROUTES[func]
+    call = read(*args, **kwargs)
+    assert call.shape == shape
+    kernel_args = call.kernel_args()
+    assert all(arg.is_contiguous() for arg in kernel_args if isinstance(arg, torch.Tensor))
+    # The reference on the kernel's arguments, back in the caller's shapes, is the call's own result.
+    torch.testing.assert_close(call.finish(registry.get(kernel_type).reference(*kernel_args)), func(*args, **kwargs))
+
+
+@pytest.mark.parametrize("func, args, kwargs, reason", [
+    (F.linear, (X, B), {}, "not a (..., K) input with an (N, K) weight"),
+    (torch.matmul, (X, X), {}, "only (..., K) @ (K, N) without out= runs as one 2-D matmul"),
+    (torch.softmax, (H, 0), {}, "softmax over a dimension other than the last, or with a dtype argument"),
+    (F.layer_norm, (H, (5, 24)), {}, "normalized over more than the last dimension"),
+    (F.layer_norm, (H, (24,), B), {}, "layernorm kernels take a bias"),
+    (F.scaled_dot_product_attention, (Q, Q, Q), {"dropout_p": 0.1}, "attention with a mask or dropout"),
+    (F.cross_entropy, (LOGITS, TARGETS), {"reduction": "sum"},
+     "cross-entropy with class weights, label smoothing or a reduction other than mean"),
+    (F.cross_entropy, (LOGITS, torch.full((10,), -100)), {}, "targets equal to ignore_index"),
+    (torch.sum, (T,), {"dim": 1}, "a reduction over dimensions that are neither leading nor trailing"),
+])
+def test_an_unreadable_call_says_why(func, args, kwargs, reason):
+    assert routes.FUNCTION_ROUTES[func][1](*args, **kwargs) == reason
+
+
+def test_linear_weights_are_transposed_once_until_they_change():
+    layer = nn.Linear(8, 4, bias=False)
+    x = torch.randn(3, 8)
+    read = routes.FUNCTION_ROUTES[F.linear][1]
+    first = read(x, layer.weight).kernel_args()[1]
+    assert torch.equal(first, layer.weight.t()) and first.is_contiguous()
+    assert read(x, layer.weight).kernel_args()[1] is first
+    with torch.no_grad():
+        layer.weight.mul_(2)
+    second = read(x, layer.weight).kernel_args()[1]
+    assert second is not first and torch.equal(second, layer.weight.t())
+    routes.forget_transposed_weights()
+    assert read(x, layer.weight).kernel_args()[1] is not second
+
+
+def test_module_variants_follow_the_modules_structure():
+    model, _ = tiny_llama()
+    verified = {"rmsnorm": [], "layernorm": [], "rotary_embedding": [],
+                "fused_mlp": [{"M": SEQ, "D": 64, "F": 176, "act": "silu"}, {"M": 1, "D": 64, "F": 176, "act": "gelu"}]}
+    found = {path: [variant.label for variant in routes.module_variants(module, verified)]
+             for path, module in model.named_modules()}
+    assert {path: labels for path, labels in found.items() if labels} == {
+        "layers.0.attention_norm": ["rmsnorm", "layernorm"], "layers.0.mlp_norm": ["rmsnorm", "layernorm"],
+        "norm": ["rmsnorm", "layernorm"], "layers.0.attention.rotary": ["rotary_embedding"],
+        "layers.0.mlp": ["fused_mlp act=silu", "fused_mlp act=gelu"]}
+    # A module is offered only as the kernel types loaded; the class name orders a norm's variants.
+    assert [v.label for v in routes.module_variants(nn.LayerNorm(8), verified)] == ["layernorm", "rmsnorm"]
+    assert [v.label for v in routes.module_variants(nn.LayerNorm(8), {"rmsnorm": []})] == ["rmsnorm"]
+    assert routes.module_variants(model.layers[0].mlp, {"rmsnorm": []}) == []
+
+    # Each first variant's call, run by the reference, is what the module computes.
+    torch.manual_seed(1)
+    inputs = {"layers.0.attention_norm": torch.randn(1, SEQ, 64), "layers.0.mlp": torch.randn(1, SEQ, 64),
+              "layers.0.attention.rotary": torch.randn(1, 4, SEQ, 16)}
+    for path, x in inputs.items():
+        module = model.get_submodule(path)
+        variant = routes.module_variants(module, verified)[0]
+        call = variant.make_call(x)
+        out = call.finish(registry.get(variant.kernel_type).reference(*call.kernel_args()))
+        with torch.no_grad():
+            torch.testing.assert_close(out, module(x))
+    mlp_variant = routes.module_variants(model.layers[0].mlp, verified)[0]
+    assert mlp_variant.make_call(torch.randn(SEQ, 32)) == "input size differs from the MLP's"
+
+
+# --------------------------------------------------------------------------- through the router
+class Functional(nn.Module):
+    """One call of each routed torch function, some in forms the kernels cannot take."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 24)
+        self.norm = nn.LayerNorm(24)
+        self.weight = nn.Parameter(torch.randn(24, 12))
+
+    def forward(self, x, targets):
+        h = self.norm(self.proj(x))                               # F.linear with bias on (2, 5, 16); LayerNorm
+        scores = torch.softmax(h.reshape(10, 24) @ self.weight, dim=-1)
+        columns = F.softmax(scores, dim=0)                        # not the last dim: PyTorch
+        pooled = scores.sum(-1) + torch.amax(scores, dim=0).sum() + columns.sum()
+        q = h.view(2, 5, 4, 6).transpose(1, 2)
+        attended = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        masked = F.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(5, 5, dtype=torch.bool))
+        loss = F.cross_entropy(scores.reshape(-1, 12), targets)
+        return pooled, attended + masked, loss
+
+
+FUNCTIONAL_SHAPES = {
+    "matmul": [{"M": 10, "N": 24, "K": 16}, {"M": 10, "N": 12, "K": 24}],
+    "layernorm": [{"M": 10, "N": 24}],
+    "softmax": [{"M": 10, "N": 12}],
+    "reduce": [{"M": 10, "N": 12, "dim": -1, "op": "sum"}, {"M": 10, "N": 12, "dim": 0, "op": "max"},
+               {"M": 1, "N": 12, "dim": -1, "op": "sum"}],
+    "flash_attention": [{"B": 2, "H": 4, "S": 5, "D": 6, "causal": 1}],
+    "cross_entropy": [{"M": 10, "V": 12}],
+}
+
+
+def test_function_routes_hit_with_the_registry_shapes(tmp_path):
+    torch.manual_seed(0)
+    model, inputs = Functional().eval(), (torch.randn(2, 5, 16), torch.randint(0, 12, (10,)))
+    folder = write_optimized(tmp_path / "opt", FUNCTIONAL_SHAPES, sources=reference_sources(*FUNCTIONAL_SHAPES))
+    with torch.no_grad():
+        expected = model(*inputs)
+        plugin.plug_in(model, folder)
+        recorded_calls(model, "matmul").clear()
+        actual = model(*inputs)
+    assert plugin.output_error(expected, actual) <= plugin.tolerance(expected)
+    stats = kernel_stats(model)
+    assert {t: (s["hits"], s["fallbacks"]) for t, s in stats.items()} == {
+        "matmul": (2, 0), "layernorm": (1, 0), "softmax": (1, 1), "reduce": (3, 1), "flash_attention": (1, 1),
+        "cross_entropy": (1, 0)}
+    assert list(stats["softmax"]["fallback_reasons"]) == [
+        "softmax over a dimension other than the last, or with a dtype argument"]
+    assert list(stats["flash_attention"]["fallback_reasons"]) == ["attention with a mask or dropout"]
+    # columns.sum() over all of a (10, 12) tensor is {M: 1, N: 120}, which was not verified.
+    assert stats["reduce"]["fallback_reasons"] == {"shape M=1,N=120,dim=-1,op=sum not verified": 1}
+    # The kernels get contiguous 2-D operands; F.linear's weight arrives transposed to (K, N).
+    linear_a, linear_b = recorded_calls(model, "matmul")[0]
+    assert linear_a.shape == (10, 16) and linear_b.shape == (16, 24) and linear_b.is_contiguous()
+    assert torch.equal(linear_b, model.proj.weight.t())
