@@ -264,6 +264,8 @@ class OptimizationRun:
         # The faster run is the baseline: candidates must beat what the starter can do, not its bad luck.
         baseline = failure or min(runs, key=lambda run: run.get("latency_us") or float("inf"))
         passed = failure is None
+        # A baseline cut short by the end of the budget says nothing about the starter: --resume retries it.
+        out_of_time = not passed and self._budget_left() <= 0
         noise = measured_noise(runs[0], runs[-1], self.settings.noise_floor)
         with self.guard.critical():
             description = f"baseline (noise {noise:.1%})" if passed else "baseline fails its own bench"
@@ -275,11 +277,13 @@ class OptimizationRun:
                                                  kept=[{"commit": baseline_commit, "result": baseline}])
             else:
                 self.repo.reset_hard(self.state.kept_commit)
-                self.state.job_index += 1
+                self.state.job_index += 0 if out_of_time else 1
             self._save_state()
         if passed:
             self.view.log(f"exp {number} BASELINE PASS {baseline.get('latency_us'):.1f} us, "
                           f"noise {noise:.1%}: a candidate must be more than that much faster to be kept")
+        elif out_of_time:
+            self.view.log(f"the budget ran out while {job_name(job)}'s baseline was being benched; --resume retries it")
         else:
             self.view.log(f"skipping {job_name(job)}: its starter fails bench.py "
                           f"({baseline.get('correctness')}): {_one_line(baseline.get('message') or '', 300)}")

@@ -307,6 +307,17 @@ def test_budget_ends_the_run_after_saving_the_current_kernel(sandbox):
     assert _statuses(sandbox) == [(1, "baseline", "PASS"), (2, "keep", "PASS")]
 
 
+def test_a_baseline_cut_short_by_the_budget_is_retried_not_skipped(sandbox, monkeypatch):
+    def bench_until_the_budget_is_gone(kernel_path, **kwargs):
+        time.sleep(1.2)
+        return _result(None, "TIMEOUT")
+
+    monkeypatch.setattr(orchestrate.runner, "run_bench", bench_until_the_budget_is_gone)
+    state = _run(sandbox, [_job(sandbox, 1, _source(_result(100.0)))], ScriptedAgent(), budget_s=1.0)
+    assert not state.done and state.job_index == 0 and state.current is None
+    assert _statuses(sandbox) == [(1, "baseline", "TIMEOUT")]
+
+
 # ---------------------------------------------------------------------- the whole loop
 def copy_project(destination: Path) -> Path:
     """The project's files (tracked, and new ones git does not ignore) in a fresh repository, with the
