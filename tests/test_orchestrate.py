@@ -55,7 +55,7 @@ import triton.language as tl
 
 KERNEL_TYPE = "softmax"
 TUNABLES = {{"REPEATS": {repeats}}}
-TUNABLE_CHOICES = {{"REPEATS": [1, 4]}}
+TUNABLE_CHOICES = {{"REPEATS": [1, 16]}}
 
 
 @triton.jit
@@ -87,7 +87,7 @@ def _kernel(what: str, *, repeats: int = 1, scale: str = "1.0", before: str = "p
     return KERNEL_TEMPLATE.format(what=what, repeats=repeats, scale=scale, before=before)
 
 
-SLOW_STARTER = _kernel("four launches where one would do", repeats=4)
+SLOW_STARTER = _kernel("sixteen launches where one would do", repeats=16)
 FASTER = _kernel("one launch")
 WRONG = _kernel("scaled by 1.5, so wrong", scale="1.5")
 SYNTAX_ERROR = FASTER.replace("def kernel_fn(x: torch.Tensor) -> torch.Tensor:", "def kernel_fn(x) -> :")
@@ -378,7 +378,7 @@ def test_loop_keeps_reverts_logs_and_resumes_after_an_interrupt(tmp_path):
     first_hang, second_hang = tmp_path / "hang1.pid", tmp_path / "hang2.pid"
 
     with FakeLLMServer() as server:
-        server.add_kernel_reply("one launch instead of four", FASTER)
+        server.add_kernel_reply("one launch instead of sixteen", FASTER)
         server.add_kernel_reply("scale the output", WRONG)
         server.add_kernel_reply("wait for inspiration", _hanging(first_hang))
         # Session one (OpenAI) is interrupted while bench.py runs the hanging kernel.
@@ -396,7 +396,7 @@ def test_loop_keeps_reverts_logs_and_resumes_after_an_interrupt(tmp_path):
         state = json.loads((project / "workspace" / "state.json").read_text())
         assert state["experiment"] == 3 and state["current"]["experiments"] == 2 and not state["done"]
         assert state["kept_commit"] == _git(project, "rev-parse", "HEAD").strip()
-        assert _subjects(project) == ["exp 2: one launch instead of four", "baseline 1_softmax: kernel_1_softmax.py",
+        assert _subjects(project) == ["exp 2: one launch instead of sixteen", "baseline 1_softmax: kernel_1_softmax.py",
                                       "init"]
         assert (project / "kernel.py").read_text() == FASTER
         assert _git(project, "status", "--porcelain", "--untracked-files=no") == ""
@@ -425,7 +425,7 @@ def test_loop_keeps_reverts_logs_and_resumes_after_an_interrupt(tmp_path):
     assert rows[1]["latency_us"] < rows[0]["latency_us"] / 2
 
     exp2 = _git(project, "log", "--format=%H", "--grep=^exp 2:").strip()
-    assert _subjects(project) == [_subjects(project)[0], "exp 2: one launch instead of four",
+    assert _subjects(project) == [_subjects(project)[0], "exp 2: one launch instead of sixteen",
                                   "baseline 1_softmax: kernel_1_softmax.py", "init"]
     assert _subjects(project)[0].startswith("optimized 1_softmax: ")
     assert _git(project, "branch", "--show-current").strip() == "autokernel/loop"
