@@ -11,7 +11,7 @@ first and is timed eagerly and under torch.compile; then the kernels in optimize
 plugged in (autokernel/plugin.py) and the model runs again, counting which calls each kernel took
 (hits) and which went back to PyTorch (fallbacks, with the reason), and is timed eagerly and
 compiled. Each kernel's share of the model's time comes from workspace/optimization_plan.json
-when it is the plan of this model (the same model name, device and dtype).
+when it is the plan of this model (the same model name, device and dtype, and, when the plan records them, the same inputs).
 
 --starters verifies the model with the current kernels, before any optimization run: the starter
 kernels/<type>.py of every kernel type in this model's plan (profiled first, into the workspace,
@@ -195,7 +195,11 @@ def _speedups(latencies: dict) -> dict:
 
 
 def read_model_plan(plan_path: Path, loaded: models.LoadedModel) -> tuple[dict | None, str]:
-    """The plan at plan_path if it is this model's (same name, device and dtype), else None; and a note on which."""
+    """The plan at plan_path if it is this model's, else None; and a note on which.
+
+    This model's plan has the same name, device and dtype, and, when the plan records them (older
+    plans do not), the same inputs: a plan profiled at another --input-shape has other shapes.
+    """
     if not plan_path.is_file():
         return None, f"no plan at {plan_path}"
     try:
@@ -208,6 +212,10 @@ def read_model_plan(plan_path: Path, loaded: models.LoadedModel) -> tuple[dict |
     planned = (plan.get("model"), plan.get("device"), plan.get("dtype"))
     if planned != this_model:
         return None, f"{plan_path} is the plan of {_describe(*planned)}, not of {_describe(*this_model)}"
+    these_inputs = profiler.describe_inputs(loaded.inputs)
+    if "inputs" in plan and plan["inputs"] != these_inputs:
+        return None, (f"{plan_path} is the plan of {_describe(*planned)} with inputs {json.dumps(plan['inputs'])}, "
+                      f"not {json.dumps(these_inputs)}")
     return plan, _plan_source(plan_path, plan)
 
 

@@ -8,9 +8,10 @@ import json  # noqa: E402
 import textwrap  # noqa: E402
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 import verify  # noqa: E402
-from autokernel import plugin  # noqa: E402
+from autokernel import hardware, models, plugin, profiler  # noqa: E402
 from autokernel.paths import MANIFEST_NAME, ROOT, starter_path  # noqa: E402
 from autokernel.profiler import PLAN_FILE  # noqa: E402
 from tests.test_plugin import LLAMA_SHAPES, reference_kernel, write_optimized  # noqa: E402
@@ -146,6 +147,32 @@ def test_a_wrong_kernel_fails_the_check_and_compile_is_timed(tmp_path, capsys):
                                        "ours_compile_vs_compile"}
     assert "no plan at" in report["plan"]
     assert "FAIL" in capsys.readouterr().out
+
+
+def test_a_plan_profiled_at_other_inputs_is_not_this_models(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Softmax(dim=-1)).eval()
+
+    def loaded_at(*shape):
+        return models.LoadedModel(model=model, inputs=(torch.randn(*shape),), name="softmax-head",
+                                  dtype=torch.float32, device=torch.device("cpu"))
+
+    profiler.profile_to_workspace(model, loaded_at(4, 16).inputs, name="softmax-head", workspace=tmp_path,
+                                  warmup=0, iters=1, gpu=hardware.CPU_INTERPRETER)
+    plan_path = tmp_path / PLAN_FILE
+
+    plan, note = verify.read_model_plan(plan_path, loaded_at(4, 16))
+    assert plan is not None and plan["inputs"] == [{"shape": [4, 16], "dtype": "float32"}]
+    assert note.startswith(f"shares from {plan_path}")
+    plan, note = verify.read_model_plan(plan_path, loaded_at(8, 16))
+    assert plan is None
+    assert note == (f'{plan_path} is the plan of softmax-head (cpu, float32) with inputs '
+                    f'[{{"shape": [4, 16], "dtype": "float32"}}], not [{{"shape": [8, 16], "dtype": "float32"}}]')
+    # A plan written before inputs were recorded still matches on name, device and dtype.
+    old_plan = json.loads(plan_path.read_text())
+    del old_plan["inputs"]
+    plan_path.write_text(json.dumps(old_plan))
+    plan, _ = verify.read_model_plan(plan_path, loaded_at(8, 16))
+    assert plan == old_plan
 
 
 def test_missing_kernels_or_model_exit_with_a_message(tmp_path, capsys):
