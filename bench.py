@@ -110,7 +110,8 @@ def stage_smoke(judge: Judge) -> int:
     first = judge.check(shape, judge.dtype)
     second = judge.check(shape, judge.dtype, label="second call with fresh inputs:")
     if first.untyped_storage().data_ptr() == second.untyped_storage().data_ptr() and first.numel():
-        raise CheckFailure("kernel_fn returned the same output buffer on two calls; each call must return a fresh tensor")
+        raise CheckFailure("kernel_fn returned the same output buffer on two calls; "
+                           "each call must return a fresh tensor")
     return 2
 
 
@@ -143,9 +144,9 @@ def stage_determinism(judge: Judge) -> int:
     for i, output in enumerate(outputs[1:], start=2):
         if not same_bits(outputs[0], output):
             diff = (outputs[0].double() - output.double()).abs()
-            raise CheckFailure(f"{registry.format_shape(shape)} {judge.args.dtype}: call {i} differs from call 1 on the "
-                               f"same input ({int((diff != 0).sum())} elements, max difference {float(diff.max()):.3g}); "
-                               "look for atomics or a race")
+            raise CheckFailure(f"{registry.format_shape(shape)} {judge.args.dtype}: call {i} differs from call 1 "
+                               f"on the same input ({int((diff != 0).sum())} elements, max difference "
+                               f"{float(diff.max()):.3g}); look for atomics or a race")
     return 3
 
 
@@ -314,7 +315,8 @@ def print_summary(r: dict):
         for col in ("shape", "latency us", "throughput", "% peak", "pytorch us", "speedup", "compile us"):
             table.add_column(col)
         for t in r["timings"]:
-            table.add_row(t["shape"], f"{t['latency_us']:.1f}", f"{t['throughput']:.1f} {t['unit']}", _fmt(t["pct_peak"]),
+            table.add_row(t["shape"], f"{t['latency_us']:.1f}", f"{t['throughput']:.1f} {t['unit']}",
+                          _fmt(t["pct_peak"]),
                           f"{t['pytorch_latency_us']:.1f}", f"{t['pytorch_latency_us'] / t['latency_us']:.2f}x",
                           _fmt(t["compile_latency_us"]))
         console.print(table)

@@ -441,7 +441,7 @@ def default_tag(model: str | None, hf: str | None) -> str:
 
 
 def jobs_from_profile(model, inputs, *, name: str, top: int, log) -> list[dict]:
-    """Profile an nn.Module into workspace/optimization_plan.json and extract its top kernels as jobs, in Amdahl order."""
+    """Profile an nn.Module into workspace/optimization_plan.json and extract its top kernels as jobs (Amdahl order)."""
     import extract
     from autokernel import profiler
 

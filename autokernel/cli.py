@@ -55,9 +55,11 @@ def _positive_float(text: str) -> float:
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?",
                         help="model file (get_model()/get_inputs(), a KernelBench Model, or --class-name)")
-    parser.add_argument("--hf", metavar="ARCH", help="a Hugging Face architecture with random weights instead of a file")
+    parser.add_argument("--hf", metavar="ARCH",
+                        help="a Hugging Face architecture with random weights instead of a file")
     parser.add_argument("--class-name", help="the nn.Module class in the model file to build")
-    parser.add_argument("--input-shape", help="input shape like 1,512 (token ids for models that start with an embedding)")
+    parser.add_argument("--input-shape",
+                        help="input shape like 1,512 (token ids for models that start with an embedding)")
     parser.add_argument("--dtype", help="fp16, bf16 or fp32 (default: as the model file builds it)")
     parser.add_argument("--model-arg", action="append", default=[], metavar="NAME=VALUE",
                         help="keyword argument for the model file's get_model or class, like config=tiny (repeatable)")
@@ -99,7 +101,8 @@ def _build_parser() -> argparse.ArgumentParser:
     commands.add_parser("status", help="where the current or last run stands")
     report = commands.add_parser("report", help="results.tsv as markdown tables, one per kernel")
     report.add_argument("--results", default=str(paths.RESULTS_TSV), help="the results file (default results.tsv)")
-    report.add_argument("--out", metavar="DIR", help="write DIR/report.md and the DIR/progress.png plot instead of printing")
+    report.add_argument("--out", metavar="DIR",
+                        help="write DIR/report.md and the DIR/progress.png plot instead of printing")
     return parser
 
 

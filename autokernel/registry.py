@@ -332,7 +332,8 @@ FUSED_MLP = KernelType(
     edge_shapes=[{"M": m, "D": d, "F": f, "act": a} for m, d, f, a in [
         (1023, 1024, 4097, "silu"), (1537, 1537, 1023, "gelu"), (1, 4096, 11008, "silu"), (5, 1, 1, "relu2")]],
     cpu_edge_shapes=[{"M": m, "D": d, "F": f, "act": a} for m, d, f, a in [
-        (1023, 16, 16, "silu"), (3, 16, 1537, "gelu"), (3, 1023, 16, "relu2"), (2, 8, 4097, "relu2"), (1, 32, 64, "silu"),
+        (1023, 16, 16, "silu"), (3, 16, 1537, "gelu"), (3, 1023, 16, "relu2"), (2, 8, 4097, "relu2"),
+        (1, 32, 64, "silu"),
         (5, 1, 1, "gelu")]],
     timing_shape={"M": 4096, "D": 4096, "F": 11008, "act": "silu"},
     adversarial=[Adversarial("large activations", {"M": 64, "D": 256, "F": 512, "act": "silu"},
