@@ -4,8 +4,13 @@ Statistics are taken in float32 on values shifted by the row's first element: fo
 100 + 1e-4 * noise the shifted values are exact and small, so the mean and variance keep their
 precision where a plain float32 mean of ~100 would already be off by more than the noise.
 A row that fits in one block is read once and written once, with an exact two-pass variance in
-registers; short rows are packed several to a program. Rows longer than MAX_BLOCK_N are read
-twice: per-chunk mean and squared deviations merged with Chan's parallel formula, then the write.
+registers; short rows are packed several to a program. One program per tile, with few registers,
+lets six 8-warp programs share a multiprocessor, and their loads are what keeps memory busy on
+Hopper (a persistent grid that pipelines tiles, and loading weight and bias together with x,
+cost registers and were measured slower: see benchmarks/notes/memory_bound.md). x streams through
+L2 marked evict-first while weight and bias, which every program rereads, are kept (evict-last).
+Rows longer than MAX_BLOCK_N are read twice: per-chunk mean and squared deviations merged with
+Chan's parallel formula, then the write.
 """
 
 import torch
@@ -28,10 +33,18 @@ TUNABLE_CHOICES = {"MAX_BLOCK_N": [1024, 2048, 4096, 8192, 16384, 32768],
 
 
 @triton.jit
-def _affine_store(y_rows, w_ptr, b_ptr, deviation, rstd, cols, mask, col_mask):
-    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    y = deviation * rstd[:, None] * w[None, :] + b[None, :]
+def _load_param(p_ptr, cols, col_mask):
+    return tl.load(p_ptr + cols, mask=col_mask, other=0.0, eviction_policy="evict_last")
+
+
+@triton.jit
+def _load_x(x_rows, cols, mask):
+    return tl.load(x_rows + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+
+
+@triton.jit
+def _affine_store(y_rows, w, b, deviation, rstd, cols, mask):
+    y = deviation * rstd[:, None] * w.to(tl.float32)[None, :] + b.to(tl.float32)[None, :]
     tl.store(y_rows + cols[None, :], y.to(y_rows.dtype.element_ty), mask=mask)
 
 
@@ -47,18 +60,20 @@ def _layernorm_rows(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_
         cols = tl.arange(0, BLOCK_N)
         col_mask = cols < n_cols
         mask = row_mask[:, None] & col_mask[None, :]
-        shifted = tl.where(mask, tl.load(x_rows + cols[None, :], mask=mask).to(tl.float32) - shift, 0.0)
+        shifted = tl.where(mask, _load_x(x_rows, cols, mask) - shift, 0.0)
         mean = tl.sum(shifted, axis=1) / n_cols
         deviation = tl.where(mask, shifted - mean[:, None], 0.0)
         rstd = tl.rsqrt(tl.sum(deviation * deviation, axis=1) / n_cols + eps)
-        _affine_store(y_rows, w_ptr, b_ptr, deviation, rstd, cols, mask, col_mask)
+        w = _load_param(w_ptr, cols, col_mask)
+        b = _load_param(b_ptr, cols, col_mask)
+        _affine_store(y_rows, w, b, deviation, rstd, cols, mask)
     else:
         mean = tl.zeros([ROWS], tl.float32)
         sum_sq_dev = tl.zeros([ROWS], tl.float32)
         for start in range(0, n_cols, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             mask = row_mask[:, None] & (cols < n_cols)[None, :]
-            shifted = tl.where(mask, tl.load(x_rows + cols[None, :], mask=mask).to(tl.float32) - shift, 0.0)
+            shifted = tl.where(mask, _load_x(x_rows, cols, mask) - shift, 0.0)
             # Every earlier chunk was full, so `start` values are already merged.
             seen = start * 1.0
             chunk_count = tl.minimum(n_cols - start, BLOCK_N).to(tl.float32)
@@ -73,8 +88,10 @@ def _layernorm_rows(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_
             cols = start + tl.arange(0, BLOCK_N)
             col_mask = cols < n_cols
             mask = row_mask[:, None] & col_mask[None, :]
-            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            _affine_store(y_rows, w_ptr, b_ptr, (x - shift) - mean[:, None], rstd, cols, mask, col_mask)
+            w = _load_param(w_ptr, cols, col_mask)
+            b = _load_param(b_ptr, cols, col_mask)
+            deviation = (_load_x(x_rows, cols, mask) - shift) - mean[:, None]
+            _affine_store(y_rows, w, b, deviation, rstd, cols, mask)
 
 
 def _num_warps(tile_elems: int) -> int:

@@ -1,12 +1,16 @@
 """Reduce starter: sum or max of a tensor of any rank over one dimension, in Triton, in float32.
 
 The contiguous input is viewed as (outer, R, inner) and reduced over R in place, whatever the
-dimension, without a transposing copy. One kernel serves both layouts through strides: when R
-is the last dimension its rows are read along R and several rows share a program; otherwise a
-program reads a band of contiguous inner columns and walks down R. When that leaves too few
-programs to fill the GPU, R is split across programs that write float32 partial results, and a
-second launch of the same kernel reduces the partials in a fixed order (no atomics, so results
-are bitwise reproducible). Like torch.amax, max propagates nan.
+dimension, without a transposing copy. When R is the last dimension and there are rows enough to
+fill the GPU, a row kernel reads each row along R, several short rows to a program; a row that
+fits in one block is one load and one reduction, with no accumulator, so programs need few
+registers and many fit on a multiprocessor (a read-only pass has to keep twice the bytes in
+flight of a copy's read side to match its bandwidth). Otherwise one strided kernel serves both
+layouts: a program reads a band of contiguous inner columns (or rows, when R is last) and walks
+down R. When that leaves too few programs to fill the GPU, R is split across programs that write
+float32 partial results, and a second launch of the same kernel reduces the partials in a fixed
+order (no atomics, so results are bitwise reproducible). Input streams through L2 marked
+evict-first. Like torch.amax, max propagates nan.
 """
 
 import torch
@@ -16,13 +20,13 @@ import triton.language as tl
 KERNEL_TYPE = "reduce"
 
 # Tunable parameters: the built-in search agent edits this dict and nothing else.
-# MAX_BLOCK_R: chunk of a contiguous reduced row read per loop step.
+# MAX_BLOCK_R: widest contiguous reduced row read in one block (longer rows are read in chunks).
 # STRIDED_BLOCK_INNER: contiguous columns per program when the reduced dimension is not last.
 # TILE_ELEMS: target elements per program tile (rows per program, or R rows per loop step).
-# MIN_PROGRAMS: below this many programs, R is split across programs.
+# MIN_PROGRAMS: below this many programs, R is split across programs (and the row kernel is not used).
 # ELEMS_PER_THREAD and MAX_NUM_WARPS set num_warps from the tile size.
 TUNABLES = {"MAX_BLOCK_R": 8192, "STRIDED_BLOCK_INNER": 64, "TILE_ELEMS": 4096, "MIN_PROGRAMS": 264,
-            "ELEMS_PER_THREAD": 16, "MAX_NUM_WARPS": 16, "num_stages": 2}
+            "ELEMS_PER_THREAD": 32, "MAX_NUM_WARPS": 16, "num_stages": 2}
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {"MAX_BLOCK_R": [1024, 2048, 4096, 8192, 16384],
                    "STRIDED_BLOCK_INNER": [16, 32, 64, 128, 256],
@@ -32,6 +36,57 @@ TUNABLE_CHOICES = {"MAX_BLOCK_R": [1024, 2048, 4096, 8192, 16384],
                    "num_stages": [1, 2, 3, 4]}
 
 OPS = ("sum", "max")
+
+
+@triton.jit
+def _load(ptrs, mask, IS_MAX: tl.constexpr):
+    """Values in float32, the op's identity where masked; x is read once, so it leaves L2 first."""
+    if IS_MAX:
+        x = tl.load(ptrs, mask=mask, other=-float("inf"), eviction_policy="evict_first")
+    else:
+        x = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _combine(acc, x, IS_MAX: tl.constexpr):
+    if IS_MAX:
+        acc = tl.maximum(acc, x, propagate_nan=tl.PropagateNan.ALL)
+    else:
+        acc += x
+    return acc
+
+
+@triton.jit
+def _result(acc, AXIS: tl.constexpr, IS_MAX: tl.constexpr):
+    if IS_MAX:
+        # tl.max may drop nan on a GPU; counting nan lanes costs one reduction per program.
+        has_nan = tl.sum((acc != acc).to(tl.int32), axis=AXIS) > 0
+        result = tl.where(has_nan, float("nan"), tl.max(acc, axis=AXIS))
+    else:
+        result = tl.sum(acc, axis=AXIS)
+    return result
+
+
+@triton.jit
+def _reduce_rows(x_ptr, out_ptr, n_rows, n_cols, row_stride,
+                 IS_MAX: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, ONE_BLOCK: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    row_mask = rows < n_rows
+    x_rows = x_ptr + rows[:, None] * row_stride
+    if ONE_BLOCK:
+        cols = tl.arange(0, BLOCK_N)
+        acc = _load(x_rows + cols[None, :], row_mask[:, None] & (cols < n_cols)[None, :], IS_MAX)
+    else:
+        if IS_MAX:
+            acc = tl.full([ROWS, BLOCK_N], -float("inf"), tl.float32)
+        else:
+            acc = tl.zeros([ROWS, BLOCK_N], tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            acc = _combine(acc, _load(x_rows + cols[None, :], row_mask[:, None] & (cols < n_cols)[None, :], IS_MAX),
+                           IS_MAX)
+    tl.store(out_ptr + rows, _result(acc, 1, IS_MAX).to(out_ptr.dtype.element_ty), mask=row_mask)
 
 
 @triton.jit
@@ -55,20 +110,9 @@ def _reduce_over_r(x_ptr, out_ptr, n_reduce, n_inner, inner_blocks, reduce_per_s
     for start in range(r_begin, r_end, BLOCK_R):
         r = start + tl.arange(0, BLOCK_R)
         mask = (r < r_end)[:, None] & inner_mask[None, :]
-        ptrs = x_cols + r[:, None] * x_stride_reduce
-        if IS_MAX:
-            x = tl.load(ptrs, mask=mask, other=-float("inf")).to(tl.float32)
-            acc = tl.maximum(acc, x, propagate_nan=tl.PropagateNan.ALL)
-        else:
-            acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-    if IS_MAX:
-        # tl.max may drop nan on a GPU; counting nan lanes costs one reduction per program.
-        has_nan = tl.sum((acc != acc).to(tl.int32), axis=0) > 0
-        result = tl.where(has_nan, float("nan"), tl.max(acc, axis=0))
-    else:
-        result = tl.sum(acc, axis=0)
+        acc = _combine(acc, _load(x_cols + r[:, None] * x_stride_reduce, mask, IS_MAX), IS_MAX)
     out = out_ptr + outer * out_stride_outer + split * out_stride_split + inner * out_stride_inner
-    tl.store(out, result.to(out_ptr.dtype.element_ty), mask=inner_mask)
+    tl.store(out, _result(acc, 0, IS_MAX).to(out_ptr.dtype.element_ty), mask=inner_mask)
 
 
 def _num_warps(tile_elems: int) -> int:
@@ -105,6 +149,20 @@ def _launch(x, out, n_outer, n_reduce, n_inner, x_strides, out_strides, is_max, 
         num_warps=_num_warps(block_r * block_inner), num_stages=TUNABLES["num_stages"])
 
 
+def _launch_rows(x, out, n_rows, n_cols, is_max) -> bool:
+    """Reduce contiguous rows with the row kernel if that makes programs enough; say whether it did."""
+    block_n = triton.next_power_of_2(max(n_cols, 1))
+    one_block = block_n <= TUNABLES["MAX_BLOCK_R"]
+    block_n = min(block_n, TUNABLES["MAX_BLOCK_R"])
+    rows = min(max(1, TUNABLES["TILE_ELEMS"] // block_n), triton.next_power_of_2(n_rows))
+    programs = triton.cdiv(n_rows, rows)
+    if programs < TUNABLES["MIN_PROGRAMS"]:
+        return False
+    _reduce_rows[(programs,)](x, out, n_rows, n_cols, n_cols, IS_MAX=is_max, ROWS=rows, BLOCK_N=block_n,
+                              ONE_BLOCK=one_block, num_warps=_num_warps(rows * block_n))
+    return True
+
+
 def kernel_fn(x: torch.Tensor, dim: int = -1, op: str = "sum") -> torch.Tensor:
     if op not in OPS:
         raise ValueError(f"reduce: unknown op {op!r} (expected 'sum' or 'max')")
@@ -125,6 +183,9 @@ def kernel_fn(x: torch.Tensor, dim: int = -1, op: str = "sum") -> torch.Tensor:
     if out.numel() == 0:
         return out
     x = x.contiguous()
+    is_max = op == "max"
+    if n_inner == 1 and _launch_rows(x, out, n_outer, n_reduce, is_max):
+        return out
     # A reduction over the last dimension is the same problem with the rows as the inner axis:
     # then R is contiguous and one program can take several rows.
     if n_inner == 1:
@@ -134,7 +195,6 @@ def kernel_fn(x: torch.Tensor, dim: int = -1, op: str = "sum") -> torch.Tensor:
         x_strides = (n_reduce * n_inner, n_inner, 1)
     block_r, block_inner = _tiles(max(n_reduce, 1), n_inner, x_strides[1] == 1)
     reduce_per_split, splits = _split(max(n_reduce, 1), block_r, n_outer * triton.cdiv(n_inner, block_inner))
-    is_max = op == "max"
     out_strides = (n_inner, 0, 1)
     if splits == 1:
         _launch(x, out, n_outer, n_reduce, n_inner, x_strides, out_strides, is_max, block_r, block_inner,

@@ -1,8 +1,15 @@
 """RMSNorm starter: RMSNorm over the last dimension with a weight, in Triton, statistics in float32.
 
-A row that fits in one block is read once and written once; short rows are packed several to a
-program so every program moves a useful amount of data. Rows longer than MAX_BLOCK_N take two
-passes: a sum of squares over column chunks, then the normalized write.
+A row that fits in one block is read from memory once and written once; short rows are packed
+several to a program so every program moves a useful amount of data. One program per tile, with
+few registers, lets four 16-warp programs share a multiprocessor, and their loads are what keeps
+memory busy on Hopper (a persistent grid that pipelines tiles was measured slower). The row is
+loaded twice, as torch.compile's kernel does: the load for the sum of squares marks x evict-last
+so that the load for the normalized write hits the cache, and marks it evict-first on the way
+out; x then need not stay in registers across the reduction (measured 4% faster on an H200 than
+one load held in registers, benchmarks/notes/memory_bound.md). The weight, which every program
+rereads, is kept (evict-last). Rows longer than MAX_BLOCK_N take two passes: a sum of squares
+over column chunks, then the normalized write.
 """
 
 import torch
@@ -25,9 +32,25 @@ TUNABLE_CHOICES = {"MAX_BLOCK_N": [1024, 2048, 4096, 8192, 16384, 32768],
 
 
 @triton.jit
-def _scale_and_store(y_rows, w_ptr, x, inv_rms, cols, mask, col_mask):
-    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    y = x * inv_rms[:, None] * w[None, :]
+def _load_weight(w_ptr, cols, col_mask):
+    return tl.load(w_ptr + cols, mask=col_mask, other=0.0, eviction_policy="evict_last")
+
+
+@triton.jit
+def _load_x_for_stats(x_rows, cols, mask):
+    """x in float32, read for the sum of squares: kept in cache for the second read."""
+    return tl.load(x_rows + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+
+
+@triton.jit
+def _load_x(x_rows, cols, mask):
+    """x in float32, read for the last time: it leaves L2 first."""
+    return tl.load(x_rows + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+
+
+@triton.jit
+def _scale_and_store(y_rows, w, x, inv_rms, cols, mask):
+    y = x * inv_rms[:, None] * w.to(tl.float32)[None, :]
     tl.store(y_rows + cols[None, :], y.to(y_rows.dtype.element_ty), mask=mask)
 
 
@@ -42,23 +65,24 @@ def _rmsnorm_rows(x_ptr, w_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_strid
         cols = tl.arange(0, BLOCK_N)
         col_mask = cols < n_cols
         mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = _load_x_for_stats(x_rows, cols, mask)
         inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
-        _scale_and_store(y_rows, w_ptr, x, inv_rms, cols, mask, col_mask)
+        w = _load_weight(w_ptr, cols, col_mask)
+        # The second read of the row comes from the cache.
+        _scale_and_store(y_rows, w, _load_x(x_rows, cols, mask), inv_rms, cols, mask)
     else:
         sum_sq = tl.zeros([ROWS, BLOCK_N], tl.float32)
         for start in range(0, n_cols, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
-            mask = row_mask[:, None] & (cols < n_cols)[None, :]
-            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = _load_x_for_stats(x_rows, cols, row_mask[:, None] & (cols < n_cols)[None, :])
             sum_sq += x * x
         inv_rms = tl.rsqrt(tl.sum(sum_sq, axis=1) / n_cols + eps)
         for start in range(0, n_cols, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             col_mask = cols < n_cols
             mask = row_mask[:, None] & col_mask[None, :]
-            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            _scale_and_store(y_rows, w_ptr, x, inv_rms, cols, mask, col_mask)
+            w = _load_weight(w_ptr, cols, col_mask)
+            _scale_and_store(y_rows, w, _load_x(x_rows, cols, mask), inv_rms, cols, mask)
 
 
 def _num_warps(tile_elems: int) -> int:

@@ -2,7 +2,11 @@
 
 Each program takes a block of positions for a group of heads of one batch entry: it loads the
 cos and sin rows of its positions once and reuses them for every head in the group, and it
-reads both halves of each head row, so x is read once and written once. Arithmetic is in float32.
+reads both halves of each head row, so x is read once and written once. x streams through L2
+marked evict-first while the cos and sin tables, which programs share, are kept (evict-last).
+One program per tile, with few registers, lets four 16-warp programs share a multiprocessor (a
+persistent grid that pipelines tiles was measured slower: see benchmarks/notes/memory_bound.md).
+Arithmetic is in float32.
 x may be any strided view whose last dimension is contiguous (a transposed (B, S, H, D)
 projection, say); the output is a fresh contiguous tensor, like the reference's.
 """
@@ -34,8 +38,10 @@ def _rotate_half(x_ptr, cos_ptr, sin_ptr, out_ptr, n_heads, seq_len, half,
     dims = tl.arange(0, BLOCK_HALF)
 
     table_mask = (positions < seq_len)[:, None] & (dims < half)[None, :]
-    cos = tl.load(cos_ptr + positions[:, None] * cos_stride_s + dims[None, :], mask=table_mask, other=0.0)
-    sin = tl.load(sin_ptr + positions[:, None] * sin_stride_s + dims[None, :], mask=table_mask, other=0.0)
+    cos = tl.load(cos_ptr + positions[:, None] * cos_stride_s + dims[None, :], mask=table_mask, other=0.0,
+                  eviction_policy="evict_last")
+    sin = tl.load(sin_ptr + positions[:, None] * sin_stride_s + dims[None, :], mask=table_mask, other=0.0,
+                  eviction_policy="evict_last")
     cos = cos.to(tl.float32)[None, :, :]
     sin = sin.to(tl.float32)[None, :, :]
 
@@ -44,8 +50,8 @@ def _rotate_half(x_ptr, cos_ptr, sin_ptr, out_ptr, n_heads, seq_len, half,
                + positions[None, :, None] * x_stride_s + dims[None, None, :])
     out_first = (out_ptr + batch * out_stride_b + heads[:, None, None] * out_stride_h
                  + positions[None, :, None] * out_stride_s + dims[None, None, :])
-    x1 = tl.load(x_first, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(x_first + half, mask=mask, other=0.0).to(tl.float32)
+    x1 = tl.load(x_first, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    x2 = tl.load(x_first + half, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
     tl.store(out_first, (x1 * cos - x2 * sin).to(out_ptr.dtype.element_ty), mask=mask)
     tl.store(out_first + half, (x2 * cos + x1 * sin).to(out_ptr.dtype.element_ty), mask=mask)
 

@@ -48,6 +48,22 @@ def test_splitting_the_reduced_dim_across_programs_agrees(monkeypatch, shape, di
     assert torch.equal(split, reduce.kernel_fn(x, dim, op))   # the two-launch result is reproducible
 
 
+@pytest.mark.parametrize("op", ["sum", "max"])
+@pytest.mark.parametrize("max_block_r", [64, 8192])    # rows read in chunks, or each in one block
+def test_many_contiguous_rows_take_the_row_kernel_and_agree(monkeypatch, op, max_block_r):
+    x = _randn(37, 300, dtype=torch.float16)
+    x[5, 123] = float("nan")
+    general = reduce.kernel_fn(x, -1, op)
+    monkeypatch.setitem(reduce.TUNABLES, "MIN_PROGRAMS", 1)
+    monkeypatch.setitem(reduce.TUNABLES, "MAX_BLOCK_R", max_block_r)
+    monkeypatch.setattr(reduce, "_launch", lambda *args: pytest.fail("the strided kernel ran, not the row kernel"))
+    rows = reduce.kernel_fn(x, -1, op)
+    assert rows.isnan().nonzero().flatten().tolist() == [5]
+    torch.testing.assert_close(rows, general, atol=1e-2, rtol=1e-2, equal_nan=True)
+    x[5, 123] = 0.0
+    _assert_matches_reference(x, -1, op)
+
+
 def test_max_propagates_nan_like_amax():
     x = _randn(6, 50)
     x[2, 7] = x[4, 0] = float("nan")
