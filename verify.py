@@ -11,7 +11,8 @@ first and is timed eagerly and under torch.compile; then the kernels in optimize
 plugged in (autokernel/plugin.py) and the model runs again, counting which calls each kernel took
 (hits) and which went back to PyTorch (fallbacks, with the reason), and is timed eagerly and
 compiled. Each kernel's share of the model's time comes from workspace/optimization_plan.json
-when it is the plan of this model (the same model name, device and dtype, and, when the plan records them, the same inputs).
+when it is the plan of this model (the same model name, device and dtype, and, when the plan
+records them, the same inputs).
 
 --starters verifies the model with the current kernels, before any optimization run: the starter
 kernels/<type>.py of every kernel type in this model's plan (profiled first, into the workspace,

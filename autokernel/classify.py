@@ -127,6 +127,13 @@ def _module_call(event) -> ModuleCall:
     return ModuleCall(path, tuple(int(size) for size in shape.split(",") if size), id(event))
 
 
+def _is_python_function(event) -> bool:
+    # torch 2.12 put the Python frames that with_stack records into the event list, flagged so;
+    # older releases (the GPU image's 2.11) leave them out and have no flag. There, a rotary written
+    # as a plain function is not seen by name; a rotary module still is, by its class name.
+    return getattr(event, "is_python_function", False)
+
+
 def _collect_root_ops(events, on_gpu: bool) -> tuple[list[RootOp], float]:
     """Root ops with all the time under them, and the total measured time, in microseconds."""
     roots: dict[int, RootOp] = {}
@@ -135,10 +142,10 @@ def _collect_root_ops(events, on_gpu: bool) -> tuple[list[RootOp], float]:
         if event.device_type != DeviceType.CPU:
             # Device-side events: kernels and memcpys count toward the measured total; GPU copies
             # of the module ranges (user annotations) span other kernels and would count twice.
-            if not event.is_user_annotation and not event.name.startswith(RANGE_PREFIX):
+            if not getattr(event, "is_user_annotation", False) and not event.name.startswith(RANGE_PREFIX):
                 measured_us += event.device_time_total
             continue
-        if event.is_async or event.is_python_function:
+        if event.is_async or _is_python_function(event):
             continue
         is_range = event.name.startswith(RANGE_PREFIX)
         # Without a GPU, a range's own time is the Python between its ops, not op time.
@@ -152,7 +159,7 @@ def _collect_root_ops(events, on_gpu: bool) -> tuple[list[RootOp], float]:
         # Up to the innermost module range: the ops (the outermost is the root) and Python functions.
         root_event, rotary_call, node = None, None, event
         while node is not None and not node.name.startswith(RANGE_PREFIX):
-            if not node.is_python_function:
+            if not _is_python_function(node):
                 root_event = node
             elif _is_rotary_name(node.name.rsplit(": ", 1)[-1]):
                 rotary_call = id(node)
