@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     kernels.add_argument("--starters", action="store_true",
                          help="verify the starter kernels of each kernel type in the model's plan, at its shapes "
                               "and dtype (profiling the model first when the workspace has no plan of it)")
+    parser.add_argument("--include-slower", action="store_true",
+                        help="also plug in kernels the loop measured as slower than PyTorch at their shapes")
     parser.add_argument("--workspace", default=str(paths.WORKSPACE),
                         help="where the plan is read (or written by --starters) and verify_report.json written "
                              "(default workspace/)")
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             optimized_dir, plan, plan_note = starters_of_plan(loaded, workspace, plan, plan_note, console)
         plugin.load_kernels(optimized_dir)    # a missing or broken manifest fails before any timing
         report = verify(loaded, optimized_dir, compile_backend=None if args.no_compile else args.compile_backend,
-                        plan=plan, plan_note=plan_note)
+                        plan=plan, plan_note=plan_note, include_slower=args.include_slower)
     except (models.ModelLoadError, plugin.PlugInError) as error:
         print(f"verify.py: {error}", file=sys.stderr)
         return EXIT_ERROR
@@ -132,7 +134,7 @@ def write_starter_manifest(plan: dict, folder: Path) -> Path:
 
 
 def verify(loaded: models.LoadedModel, optimized_dir: str | Path, *, compile_backend: str | None,
-           plan: dict | None, plan_note: str) -> dict:
+           plan: dict | None, plan_note: str, include_slower: bool = False) -> dict:
     """Run, time, plug in, run and time again; the report as plain data (shares from `plan`, this model's)."""
     model, inputs = loaded.model, loaded.inputs
     timer = _Timer(inputs, on_gpu=loaded.device.type == "cuda")
@@ -141,7 +143,7 @@ def verify(loaded: models.LoadedModel, optimized_dir: str | Path, *, compile_bac
         timer.run("eager", model)
         if compile_backend:
             timer.run("compile", torch.compile(model, backend=compile_backend))
-        plugin.plug_in(model, optimized_dir)
+        plugin.plug_in(model, optimized_dir, include_slower=include_slower)
         actual = model(*inputs)          # the counted run; it also checks the module routes
         routing = plugin.router_of(model).summary()
         timer.run("ours", model)
@@ -155,6 +157,7 @@ def verify(loaded: models.LoadedModel, optimized_dir: str | Path, *, compile_bac
     return {
         "model": loaded.name, "device": str(loaded.device), "dtype": str(loaded.dtype).removeprefix("torch."),
         "optimized_dir": str(optimized_dir),
+        "left_out_slower": {} if include_slower else plugin.slower_than_pytorch(optimized_dir),
         "plan": plan_note if plan else f"{plan_note}: shares unknown (run profile.py on this model)",
         "replaced_share": sum({k["kernel_type"]: k["share"] or 0.0 for k in routing["kernels"] if k["hits"]}.values())
                           if shares else None,
@@ -243,6 +246,9 @@ def print_report(report: dict, console: Console) -> None:
         kernels.add_row(kernel["name"], str(kernel["hits"]), str(kernel["fallbacks"]), _percent(kernel["share"]),
                         escape(next(iter(reasons), "-")))
     console.print(kernels)
+    for name, speedup in report["left_out_slower"].items():
+        console.print(f"[yellow]{escape(name)} left out: the loop measured it at {speedup:.2f}x PyTorch at its own "
+                      "shapes, so it could only slow the model (--include-slower plugs it in anyway)[/yellow]")
     console.print(escape(report["plan"]))
     if report["replaced_share"] is not None:
         console.print(f"the kernels that took calls cover {_percent(report['replaced_share'])} of the profiled time")

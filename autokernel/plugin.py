@@ -155,11 +155,27 @@ def write_manifest(manifest_path: Path, entries: dict[str, dict]) -> None:
     manifest_path.write_text(json.dumps({"kernels": entries}, indent=2) + "\n")
 
 
-def load_kernels(optimized_dir: str | Path = paths.OPTIMIZED_DIR) -> list[OptimizedKernel]:
-    """Every kernel that optimized_dir/manifest.json lists, imported and registered, by rank."""
+def slower_than_pytorch(optimized_dir: str | Path = paths.OPTIMIZED_DIR) -> dict[str, float]:
+    """Kernels the loop measured on a GPU as slower than PyTorch at their own job shapes: name -> speedup.
+
+    Plugging such a kernel in can only slow the model down, so plug_in leaves them out unless asked.
+    """
+    entries = read_manifest(Path(optimized_dir) / paths.MANIFEST_NAME)
+    return {name: entry["best_speedup_vs_pytorch"] for name, entry in entries.items()
+            if entry.get("timings_meaningful") and entry.get("best_speedup_vs_pytorch") is not None
+            and entry["best_speedup_vs_pytorch"] < 1.0}
+
+
+def load_kernels(optimized_dir: str | Path = paths.OPTIMIZED_DIR, *, include_slower: bool = False
+                 ) -> list[OptimizedKernel]:
+    """The kernels that optimized_dir/manifest.json lists, imported and registered, by rank.
+
+    Kernels measured as slower than PyTorch (slower_than_pytorch) are left out unless include_slower.
+    """
     folder = Path(optimized_dir)
     manifest_path = folder / paths.MANIFEST_NAME
-    entries = read_manifest(manifest_path)
+    slower = {} if include_slower else slower_than_pytorch(folder)
+    entries = {name: entry for name, entry in read_manifest(manifest_path).items() if name not in slower}
     if _INTERPRETER_CHOSEN_TOO_LATE:
         raise PlugInError("there is no CUDA GPU, so the kernels must run in Triton's interpreter, but triton was "
                           "imported before autokernel could switch it on: set TRITON_INTERPRET=1 in the environment")
@@ -377,15 +393,18 @@ class _RoutingMode(TorchFunctionMode):
 
 
 # --------------------------------------------------------------------------- plugging in
-def plug_in(model: nn.Module, optimized_dir: str | Path = paths.OPTIMIZED_DIR) -> nn.Module:
+def plug_in(model: nn.Module, optimized_dir: str | Path = paths.OPTIMIZED_DIR, *,
+            include_slower: bool = False) -> nn.Module:
     """Route the model's calls to the kernels in optimized_dir, in place; returns the model.
+
+    Kernels measured as slower than PyTorch at their job shapes stay out unless include_slower.
 
     The model keeps its class, parameters and attributes; only forward methods are patched (its
     own, and those of the modules a kernel replaces). Plugging in again replaces the earlier
     kernels; unplug(model) restores the original forwards.
     """
     unplug(model)
-    router = Router(load_kernels(optimized_dir))
+    router = Router(load_kernels(optimized_dir, include_slower=include_slower))
     verified_shapes = {kernel_type: [shape for kernel in kernels for shape in kernel.shapes]
                        for kernel_type, kernels in router.by_type.items()}
     for path, module in model.named_modules():

@@ -266,3 +266,19 @@ def test_output_error_is_relative_to_the_output_scale():
     assert plugin.output_error(torch.tensor([1, 2]), torch.tensor([1, 3])) == math.inf
     assert plugin.output_error({"logits": expected, "extra": [expected]}, {"logits": expected}) == math.inf
     assert plugin.output_error(expected, expected.double()) == math.inf
+
+
+def test_kernels_measured_slower_than_pytorch_stay_out_unless_asked(tmp_path):
+    def entry(speedup, meaningful):
+        job = {"rank": 1, "kernel_type": "softmax", "shapes": [{"M": 4, "N": 8}], "dtype": "float32"}
+        return {**plugin.manifest_entry(job, starter_path("softmax")), "best_speedup_vs_pytorch": speedup,
+                "timings_meaningful": meaningful}
+
+    folder = tmp_path / "opt"
+    plugin.write_manifest(folder / MANIFEST_NAME, {"1_softmax": entry(0.54, True), "2_softmax": entry(1.3, True),
+                                                   "3_softmax": entry(0.2, False)})
+    assert plugin.slower_than_pytorch(folder) == {"1_softmax": 0.54}
+    # A CPU-interpreter timing says nothing about speed, so it never keeps a kernel out.
+    assert [k.name for k in plugin.load_kernels(folder)] == ["2_softmax", "3_softmax"]
+    assert [k.name for k in plugin.load_kernels(folder, include_slower=True)] == ["1_softmax", "2_softmax",
+                                                                                 "3_softmax"]
