@@ -276,6 +276,9 @@ def print_report(report: dict, console: Console) -> None:
     if not report["timings_meaningful"]:
         console.print("[bold yellow]CPU run through Triton's interpreter: wall-clock timings, NOT MEANINGFUL"
                       "[/bold yellow]")
+    elif report["speedups"].get("ours_vs_eager", 1.0) < 1.0:
+        console.print(f"[bold yellow]the model is SLOWER with these kernels ({report['speedups']['ours_vs_eager']:.2f}x "
+                      "eager): keep running PyTorch's own path for it[/bold yellow]")
     check = report["correctness"]
     verdict = "[bold green]PASS[/bold green]" if check["passed"] else "[bold red]FAIL[/bold red]"
     compiled = (f", {check['compiled_max_error']:.3g} under torch.compile"
