@@ -239,3 +239,19 @@ def test_gpu_trace_counts_kernels_once_and_reports_unattributed_time():
     linear_root = next(root for root in roots if root.name == "aten::linear")
     assert [call.path for call in linear_root.module_calls] == ["block", ""]
     assert linear_root.module_calls[0].input_shape == (4, 8)
+
+
+def test_a_real_hugging_face_llama_is_attributed_by_kernel_type(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is the optional [hf] extra")
+    from autokernel.models import load_model
+
+    loaded = load_model(hf="llama", device="cpu", input_shape=(1, 32), hf_overrides=dict(
+        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4))
+    _, plan = profiler.profile_to_workspace(loaded.model, loaded.inputs, name=loaded.name, workspace=tmp_path)
+    shapes = {entry["kernel_type"]: entry["shapes"][0] for entry in plan["entries"]}
+    # HF's LlamaRMSNorm (pow/mean/rsqrt/mul) and apply_rotary_pos_emb (slices, neg, cat, muls) are one op each.
+    assert shapes["rmsnorm"] == {"M": 32, "N": 64}
+    assert shapes["rotary_embedding"] == {"B": 1, "H": 4, "S": 32, "D": 16}
+    assert shapes["fused_mlp"] == {"M": 32, "D": 64, "F": 128, "act": "silu"}
+    assert shapes["flash_attention"]["causal"] == 1
+    assert plan["coverage"] >= 0.95
