@@ -4,7 +4,6 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton.jit runs: CPU tensors need the interpreter
 
-import importlib.util
 import math
 import random
 
@@ -12,18 +11,11 @@ import pytest
 import torch
 
 import reference
+from autokernel.correctness import TOLERANCES as TOLERANCE
 from autokernel.paths import starter_path
+from bench import load_kernel
 
-
-def _load_starter(name):
-    spec = importlib.util.spec_from_file_location(f"starter_{name}", starter_path(name))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-attention = _load_starter("flash_attention")
-TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4}
+attention, _ = load_kernel(starter_path("flash_attention"))
 
 
 def _qkv(batch, heads, seq, head_dim, dtype=torch.float32, seq_k=None, seed=0):

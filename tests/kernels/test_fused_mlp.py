@@ -4,25 +4,17 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton.jit runs: CPU tensors need the interpreter
 
-import importlib.util
 import random
 
 import pytest
 import torch
 
 import reference
+from autokernel.correctness import TOLERANCES as TOLERANCE
 from autokernel.paths import starter_path
+from bench import load_kernel
 
-
-def _load_starter(name):
-    spec = importlib.util.spec_from_file_location(f"starter_{name}", starter_path(name))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mlp = _load_starter("fused_mlp")
-TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4}
+mlp, _ = load_kernel(starter_path("fused_mlp"))
 
 
 def _mlp_inputs(tokens, dim, hidden, dtype=torch.float32, x_scale=1.0, seed=0):

@@ -4,24 +4,16 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton.jit runs: CPU tensors need the interpreter
 
-import importlib.util
 import random
 
 import pytest
 import torch
 
+from autokernel.correctness import TOLERANCES as TOLERANCE
 from autokernel.paths import starter_path
+from bench import load_kernel
 
-
-def _load_starter(name):
-    spec = importlib.util.spec_from_file_location(f"starter_{name}", starter_path(name))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-matmul = _load_starter("matmul")
-TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4}
+matmul, _ = load_kernel(starter_path("matmul"))
 
 
 def _randn(*shape, dtype=torch.float32, seed=0):

@@ -9,11 +9,11 @@ import torch
 
 import reference
 from autokernel import registry
+from autokernel.correctness import TOLERANCES as TOLERANCE
 from autokernel.paths import starter_path
 from bench import load_kernel
 
 rotary_embedding, _ = load_kernel(starter_path("rotary_embedding"))
-TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 
 
 def _inputs(batch, heads, seq, head_dim, dtype=torch.float32, seed=0):

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import reference
+from autokernel.correctness import TOLERANCES as TOLERANCE
 from autokernel.paths import starter_path
 from bench import load_kernel
 
 softmax, _ = load_kernel(starter_path("softmax"))
-TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 
 
 def _randn(*shape, dtype=torch.float32, seed=0):
