@@ -3,7 +3,9 @@
 For each kernel job, in Amdahl order:
   1. the job's starter is copied into kernel.py, committed as the baseline and benched twice;
   2. the agent proposes a complete new kernel.py, committed as "exp N: <description>";
-  3. bench.py judges it in a child process with a time limit (autokernel/runner.py);
+  3. bench.py judges it in a child process with a time limit (autokernel/runner.py): first the
+     quick judge (fewer sweep and edge shapes) as a screen, then, only for a candidate that passes
+     it and looks faster, the full judge, whose verdict and timing are the ones that count;
   4. the candidate is KEPT when it passes and beats the best so far by more than the noise, otherwise
      `git reset --hard` returns to the last kept commit. Every experiment gets a results.tsv row.
 
@@ -62,7 +64,7 @@ class LoopSettings:
     kernel_time_s: float = 2 * 3600
     target_speedup: float = 2.0
     noise_floor: float = 0.02
-    quick_bench: bool = False                   # bench.py --quick: fewer shapes (always on without a GPU)
+    quick_bench: bool = False                   # bench.py --quick for every run (always on without a GPU)
 
 
 class OptimizationError(Exception):
@@ -333,7 +335,11 @@ class OptimizationRun:
         with self.guard.critical():
             paths.KERNEL_FILE.write_text(proposal.kernel_source)
             self.repo.commit_kernel(f"exp {number}: {description}")
-        result = self._bench(job, seed=number)
+        # Screen with the quick judge; only a candidate that passes it and looks faster pays for the
+        # full judge, whose verdict and timing decide. Without a GPU every run is quick already.
+        result = self._bench(job, seed=number, quick=True)
+        if not self.quick_bench and is_improvement(result, progress.best, progress.noise):
+            result = self._bench(job, seed=number, quick=False)
         keep = is_improvement(result, progress.best, progress.noise)
         with self.guard.critical():
             if keep:
@@ -346,10 +352,10 @@ class OptimizationRun:
                          results.STATUS_KEEP if keep else results.STATUS_REVERT, started,
                          proposal.tokens_in + proposal.tokens_out, proposal.cost_usd)
 
-    def _bench(self, job: dict, *, seed: int) -> dict:
+    def _bench(self, job: dict, *, seed: int, quick: bool = False) -> dict:
         limit = max(1.0, min(self.settings.experiment_timeout_s, self._budget_left()))
         return runner.run_bench(paths.KERNEL_FILE, shapes=job["shapes"], dtype=job["dtype"], timeout_s=limit,
-                                seed=seed, extra_args=["--quick"] if self.quick_bench else [])
+                                seed=seed, extra_args=["--quick"] if quick or self.quick_bench else [])
 
     def _agent_context(self, job: dict, progress: JobProgress) -> AgentContext:
         best_first = sorted(progress.kept, key=lambda k: k["result"].get("latency_us") or float("inf"))

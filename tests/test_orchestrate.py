@@ -307,6 +307,34 @@ def test_budget_ends_the_run_after_saving_the_current_kernel(sandbox):
     assert _statuses(sandbox) == [(1, "baseline", "PASS"), (2, "keep", "PASS")]
 
 
+def test_on_a_gpu_the_quick_judge_screens_and_the_full_judge_decides(sandbox, monkeypatch):
+    monkeypatch.setattr(orchestrate.torch.cuda, "is_available", lambda: True)
+    sources, judged = [], []
+    fake = _fake_run_bench(sources)
+
+    def run_bench(kernel_path, **kwargs):
+        judged.append((Path(kernel_path).read_text(), "--quick" in kwargs["extra_args"]))
+        return fake(kernel_path, **kwargs)
+
+    monkeypatch.setattr(orchestrate.runner, "run_bench", run_bench)
+    starter = _source(_result(100.0))
+    slower = _source(_result(150.0))
+    # Looks faster to the quick judge, then fails the full one (an edge shape it did not try).
+    fails_full = _source(_result(50.0), _result(None, "FAIL"))
+    faster = _source(_result(60.0), _result(62.0))
+    agent = ScriptedAgent(Proposal("slower", slower), Proposal("quick-only", fails_full), Proposal("faster", faster),
+                          orchestrate.SearchExhausted("done"))
+    state = _run(sandbox, [_job(sandbox, 1, starter)], agent, target_speedup=10)
+
+    assert judged == [
+        (starter, False), (starter, False),            # the baseline: full judge, twice for the noise
+        (slower, True),                                # screened out: never pays for the full judge
+        (fails_full, True), (fails_full, False),       # the full judge's FAIL decides
+        (faster, True), (faster, False)]
+    assert _statuses(sandbox)[1:] == [(2, "revert", "PASS"), (3, "revert", "FAIL"), (4, "keep", "PASS")]
+    assert state.finished[0]["best_latency_us"] == 62.0   # the full judge's timing is the one kept
+
+
 def test_a_baseline_cut_short_by_the_budget_is_retried_not_skipped(sandbox, monkeypatch):
     def bench_until_the_budget_is_gone(kernel_path, **kwargs):
         time.sleep(1.2)
