@@ -207,6 +207,7 @@ class OptimizationRun:
         self._session_started = time.monotonic()
         self._elapsed_before = state.elapsed_s
         self._status = LoopStatus()
+        self._last_bench_s = 0.0      # how long the latest bench.py run took: the cost of one more
 
     # ------------------------------------------------------------------ the run
     def run(self) -> RunState:
@@ -223,7 +224,7 @@ class OptimizationRun:
 
     def _run_jobs(self) -> None:
         while self.state.job_index < len(self.state.jobs):
-            if self._budget_left() <= 0:
+            if self._out_of_budget():
                 self.view.log(f"{BUDGET_SPENT}: {len(self.state.jobs) - self.state.job_index} kernels not optimized; "
                               f"to go on, run again with --resume and a larger --budget")
                 return
@@ -241,6 +242,10 @@ class OptimizationRun:
 
     def _budget_left(self) -> float:
         return self.settings.budget_s - self._elapsed()
+
+    def _out_of_budget(self) -> bool:
+        """True when what is left would not cover one more bench run like the last one."""
+        return self._budget_left() <= self._last_bench_s
 
     def _save_state(self) -> None:
         self.state.elapsed_s = self._elapsed()
@@ -305,7 +310,7 @@ class OptimizationRun:
 
     def _stop_reason(self, progress: JobProgress) -> str | None:
         settings = self.settings
-        if self._budget_left() <= 0:
+        if self._out_of_budget():
             return BUDGET_SPENT
         if progress.consecutive_reverts >= settings.max_consecutive_reverts:
             return f"{progress.consecutive_reverts} reverts in a row"
@@ -354,8 +359,12 @@ class OptimizationRun:
 
     def _bench(self, job: dict, *, seed: int, quick: bool = False) -> dict:
         limit = max(1.0, min(self.settings.experiment_timeout_s, self._budget_left()))
-        return runner.run_bench(paths.KERNEL_FILE, shapes=job["shapes"], dtype=job["dtype"], timeout_s=limit,
-                                seed=seed, extra_args=["--quick"] if quick or self.quick_bench else [])
+        started = time.monotonic()
+        result = runner.run_bench(paths.KERNEL_FILE, shapes=job["shapes"], dtype=job["dtype"], timeout_s=limit,
+                                  seed=seed, extra_args=["--quick"] if quick or self.quick_bench else [])
+        if result.get("correctness") != "TIMEOUT":     # a hang says nothing about what a bench costs
+            self._last_bench_s = time.monotonic() - started
+        return result
 
     def _agent_context(self, job: dict, progress: JobProgress) -> AgentContext:
         best_first = sorted(progress.kept, key=lambda k: k["result"].get("latency_us") or float("inf"))

@@ -335,6 +335,21 @@ def test_on_a_gpu_the_quick_judge_screens_and_the_full_judge_decides(sandbox, mo
     assert state.finished[0]["best_latency_us"] == 62.0   # the full judge's timing is the one kept
 
 
+def test_no_experiment_starts_that_the_budget_left_cannot_pay_for(sandbox, monkeypatch):
+    fake = _fake_run_bench([])
+
+    def slow_bench(kernel_path, **kwargs):
+        time.sleep(0.4)
+        return fake(kernel_path, **kwargs)
+
+    monkeypatch.setattr(orchestrate.runner, "run_bench", slow_bench)
+    agent = ScriptedAgent(Proposal("never asked", _source(_result(1.0))))
+    state = _run(sandbox, [_job(sandbox, 1, _source(_result(100.0)))], agent, budget_s=1.0)
+    # Two baseline runs took 0.8 s of the 1 s: another 0.4 s run would overrun, so none starts.
+    assert agent.contexts == [] and _statuses(sandbox) == [(1, "baseline", "PASS")]
+    assert state.finished[0]["stopped_because"] == orchestrate.BUDGET_SPENT
+
+
 def test_a_baseline_cut_short_by_the_budget_is_retried_not_skipped(sandbox, monkeypatch):
     def bench_until_the_budget_is_gone(kernel_path, **kwargs):
         time.sleep(1.2)
