@@ -1,8 +1,8 @@
-"""Softmax starter: softmax over the last dimension, one row per program, in Triton.
+"""Softmax starter: softmax over the last dimension, in Triton, with float32 statistics.
 
-Rows that fit in one block are read once and written once. Longer rows take two passes with an
-online (running max, running sum) softmax, so any row length works without running out of
-registers.
+A row that fits in one block is read once and written once; short rows are packed several to a
+program so every program moves a useful amount of data. Rows longer than MAX_BLOCK_N take two
+passes: an online (running max, running sum) pass over column chunks, then the normalized write.
 """
 
 import torch
@@ -12,61 +12,77 @@ import triton.language as tl
 KERNEL_TYPE = "softmax"
 
 # Tunable parameters: the built-in search agent edits this dict and nothing else.
-TUNABLES = {"MAX_BLOCK_N": 16384, "num_warps": 8, "num_stages": 1}
+# MAX_BLOCK_N: widest row held in registers in one pass (longer rows take two passes).
+# TILE_ELEMS: short rows are packed into one program until its tile holds this many elements.
+# ELEMS_PER_THREAD and MAX_NUM_WARPS set num_warps from the tile size.
+TUNABLES = {"MAX_BLOCK_N": 16384, "TILE_ELEMS": 4096, "ELEMS_PER_THREAD": 16, "MAX_NUM_WARPS": 16,
+            "num_stages": 1}
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {"MAX_BLOCK_N": [1024, 2048, 4096, 8192, 16384, 32768],
-                   "num_warps": [1, 2, 4, 8, 16, 32], "num_stages": [1, 2, 3]}
+                   "TILE_ELEMS": [1024, 2048, 4096, 8192, 16384],
+                   "ELEMS_PER_THREAD": [4, 8, 16, 32], "MAX_NUM_WARPS": [4, 8, 16, 32],
+                   "num_stages": [1, 2, 3]}
 
 
 @triton.jit
-def _softmax_one_block(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, BLOCK_N: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_N)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
-    x = x - tl.max(x, axis=0)
-    num = tl.exp(x)
-    y = num / tl.sum(num, axis=0)
-    tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+def _softmax_rows(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+                  ROWS: tl.constexpr, BLOCK_N: tl.constexpr, ONE_BLOCK: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    row_mask = rows < n_rows
+    # Rows past the end re-read the last row instead of all -inf, which would turn into nan
+    # (and warnings under the interpreter); only their stores are masked off.
+    x_rows = x_ptr + tl.minimum(rows, n_rows - 1)[:, None] * x_row_stride
+    y_rows = y_ptr + rows[:, None] * y_row_stride
+    if ONE_BLOCK:
+        cols = tl.arange(0, BLOCK_N)
+        col_mask = (cols < n_cols)[None, :]
+        x = tl.load(x_rows + cols[None, :], mask=col_mask, other=-float("inf")).to(tl.float32)
+        num = tl.exp(x - tl.max(x, axis=1)[:, None])
+        # One reciprocal per row: a multiply per element is cheaper than a divide.
+        y = num * (1.0 / tl.sum(num, axis=1))[:, None]
+        tl.store(y_rows + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=row_mask[:, None] & col_mask)
+    else:
+        row_max = tl.full([ROWS], -float("inf"), tl.float32)
+        row_sum = tl.zeros([ROWS], tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            x = tl.load(x_rows + cols[None, :], mask=(cols < n_cols)[None, :], other=-float("inf")).to(tl.float32)
+            new_max = tl.maximum(row_max, tl.max(x, axis=1))
+            # While a row has seen only -inf (masked entries), exp(-inf - -inf) would be nan:
+            # shifting by 0 instead keeps its sum at exactly 0.
+            safe_max = tl.where(new_max == -float("inf"), 0.0, new_max)
+            row_sum = row_sum * tl.exp(row_max - safe_max) + tl.sum(tl.exp(x - safe_max[:, None]), axis=1)
+            row_max = new_max
+        inv_sum = 1.0 / row_sum
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            col_mask = (cols < n_cols)[None, :]
+            x = tl.load(x_rows + cols[None, :], mask=col_mask, other=-float("inf")).to(tl.float32)
+            y = tl.exp(x - row_max[:, None]) * inv_sum[:, None]
+            tl.store(y_rows + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=row_mask[:, None] & col_mask)
 
 
-@triton.jit
-def _softmax_online(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, BLOCK_N: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + row * x_row_stride
-    running_max = tl.full([BLOCK_N], -float("inf"), tl.float32)
-    running_sum = tl.zeros([BLOCK_N], tl.float32)
-    for start in range(0, n_cols, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
-        new_max = tl.maximum(running_max, x)
-        # Lanes that have seen only -inf keep a zero sum instead of exp(-inf - -inf) = nan.
-        rescale = tl.where(new_max == -float("inf"), 0.0, tl.exp(running_max - new_max))
-        running_sum = running_sum * rescale + tl.where(new_max == -float("inf"), 0.0, tl.exp(x - new_max))
-        running_max = new_max
-    row_max = tl.max(running_max, axis=0)
-    lane_scale = tl.where(running_max == -float("inf"), 0.0, tl.exp(running_max - row_max))
-    row_sum = tl.sum(running_sum * lane_scale, axis=0)
-    for start in range(0, n_cols, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < n_cols
-        x = tl.load(x_row + cols, mask=mask, other=-float("inf")).to(tl.float32)
-        y = tl.exp(x - row_max) / row_sum
-        tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+def _num_warps(tile_elems: int) -> int:
+    """Enough warps that each thread holds about ELEMS_PER_THREAD elements of the tile."""
+    warps = triton.next_power_of_2(max(1, tile_elems // (32 * TUNABLES["ELEMS_PER_THREAD"])))
+    return min(warps, TUNABLES["MAX_NUM_WARPS"])
 
 
 def kernel_fn(x: torch.Tensor) -> torch.Tensor:
-    n_cols = x.shape[-1]
+    n_cols = x.shape[-1] if x.dim() > 0 else 1
+    if x.numel() == 0:
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
     x2d = x.reshape(-1, n_cols)
     if x2d.stride(-1) != 1:
         x2d = x2d.contiguous()
-    y = torch.empty((x2d.shape[0], n_cols), dtype=x.dtype, device=x.device)
-    if y.numel() == 0:
-        return y.reshape(x.shape)
-    block = triton.next_power_of_2(n_cols)
-    kernel = _softmax_one_block
-    if block > TUNABLES["MAX_BLOCK_N"]:
-        block, kernel = TUNABLES["MAX_BLOCK_N"], _softmax_online
-    kernel[(x2d.shape[0],)](x2d, y, n_cols, x2d.stride(0), y.stride(0), BLOCK_N=block,
-                            num_warps=TUNABLES["num_warps"], num_stages=TUNABLES["num_stages"])
+    n_rows = x2d.shape[0]
+    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    block_n = triton.next_power_of_2(n_cols)
+    one_block = block_n <= TUNABLES["MAX_BLOCK_N"]
+    block_n = min(block_n, TUNABLES["MAX_BLOCK_N"])
+    rows = min(max(1, TUNABLES["TILE_ELEMS"] // block_n), triton.next_power_of_2(n_rows))
+    _softmax_rows[(triton.cdiv(n_rows, rows),)](
+        x2d, y, n_rows, n_cols, x2d.stride(0), y.stride(0),
+        ROWS=rows, BLOCK_N=block_n, ONE_BLOCK=one_block,
+        num_warps=_num_warps(rows * block_n), num_stages=TUNABLES["num_stages"])
     return y.reshape(x.shape)
