@@ -17,6 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from autokernel.model_args import add_model_arguments, load_model_keywords
+
 if __name__ == "profile":
     # Imported as the module `profile` (by cProfile, hence torch.compile), not run as a script:
     # load the real standard-library module from its own directory and put it in sys.modules in
@@ -44,15 +46,7 @@ def _positive_int(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="Profile a PyTorch model and rank its kernels by Amdahl's law (writes workspace/*.json).")
-    parser.add_argument("model", nargs="?", help="model file, like models/llama.py (or use --hf)")
-    parser.add_argument("--class-name", help="the nn.Module class in the model file to build")
-    parser.add_argument("--input-shape", help="input shape, like 1,512 (token ids when the model starts "
-                                              "with an embedding, else random floats)")
-    parser.add_argument("--dtype", help="float16, bfloat16 or float32 (default: as the model file makes it)")
-    parser.add_argument("--hf", help="a Hugging Face architecture with random weights instead of a file, like llama")
-    parser.add_argument("--model-arg", action="append", default=[], metavar="NAME=VALUE",
-                        help="keyword argument for the model file's get_model / class, like config=tiny (repeatable)")
-    parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
+    add_model_arguments(parser)
     parser.add_argument("--warmup", type=_positive_int, default=3, help="unprofiled forward passes first (default 3)")
     parser.add_argument("--iters", type=_positive_int, default=10, help="profiled forward passes (default 10)")
     parser.add_argument("--top", type=_positive_int, default=None, help="show only the top N kernel types")
@@ -64,13 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Imported here, not at the top: torch is slow to import, and --help should not wait for it.
     from autokernel import paths, profiler
-    from autokernel.models import ModelLoadError, load_model, parse_input_shape, parse_model_arg
+    from autokernel.models import ModelLoadError, load_model
 
     try:
-        loaded = load_model(args.model, class_name=args.class_name, hf=args.hf, dtype=args.dtype,
-                            input_shape=parse_input_shape(args.input_shape) if args.input_shape else None,
-                            device=args.device,
-                            model_kwargs=dict(parse_model_arg(a) for a in args.model_arg) or None)
+        loaded = load_model(**load_model_keywords(args))
     except ModelLoadError as error:
         print(f"profile.py: {error}", file=sys.stderr)
         return 2

@@ -43,6 +43,7 @@ from rich.table import Table
 # First, before anything imports torch._dynamo: without a GPU it switches on Triton's interpreter.
 from autokernel import plugin
 from autokernel import models, paths, profiler, timing
+from autokernel.model_args import add_model_arguments, load_model_keywords
 
 REPORT_FILE = "verify_report.json"
 STARTER_MANIFEST_DIR = "starter_kernels"     # under the workspace
@@ -54,15 +55,7 @@ ERROR_DEFINITION = ("max over output tensors of max|ours - original| / max|origi
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Plug the optimized kernels into a model, check its output "
                                                  "and measure the end-to-end speedup.")
-    parser.add_argument("model", nargs="?", help="model file, like models/llama.py (or use --hf)")
-    parser.add_argument("--class-name", help="the nn.Module class in the model file to build")
-    parser.add_argument("--input-shape", help="input shape, like 1,512 (token ids when the model starts with an "
-                                              "embedding, else random floats)")
-    parser.add_argument("--dtype", help="float16, bfloat16 or float32 (default: as the model file makes it)")
-    parser.add_argument("--hf", help="a Hugging Face architecture with random weights instead of a file, like llama")
-    parser.add_argument("--model-arg", action="append", default=[], metavar="NAME=VALUE",
-                        help="keyword argument for the model file's get_model / class, like config=tiny (repeatable)")
-    parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
+    add_model_arguments(parser)
     kernels = parser.add_mutually_exclusive_group()
     kernels.add_argument("--optimized-dir", default=str(paths.OPTIMIZED_DIR),
                          help="the folder with manifest.json and the kernels (default optimized_kernels/)")
@@ -84,10 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     workspace = Path(args.workspace)
     try:
-        loaded = models.load_model(args.model, class_name=args.class_name, hf=args.hf, dtype=args.dtype,
-                                   input_shape=models.parse_input_shape(args.input_shape) if args.input_shape else None,
-                                   device=args.device,
-                                   model_kwargs=dict(models.parse_model_arg(a) for a in args.model_arg) or None)
+        loaded = models.load_model(**load_model_keywords(args))
         plan, plan_note = read_model_plan(workspace / profiler.PLAN_FILE, loaded)
         optimized_dir = Path(args.optimized_dir)
         if args.starters:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 from autokernel import paths, results
+from autokernel.model_args import add_model_arguments, load_model_keywords
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
@@ -52,25 +53,12 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", nargs="?",
-                        help="model file (get_model()/get_inputs(), a KernelBench Model, or --class-name)")
-    parser.add_argument("--hf", metavar="ARCH",
-                        help="a Hugging Face architecture with random weights instead of a file")
-    parser.add_argument("--class-name", help="the nn.Module class in the model file to build")
-    parser.add_argument("--input-shape",
-                        help="input shape like 1,512 (token ids for models that start with an embedding)")
-    parser.add_argument("--dtype", help="fp16, bf16 or fp32 (default: as the model file builds it)")
-    parser.add_argument("--model-arg", action="append", default=[], metavar="NAME=VALUE",
-                        help="keyword argument for the model file's get_model or class, like config=tiny (repeatable)")
-
-
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autokernel", description="Make a PyTorch model faster overnight.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     optimize = commands.add_parser("optimize", help="profile, extract and run the keep-or-revert loop")
-    _add_model_arguments(optimize)
+    add_model_arguments(optimize, with_device=False)
     optimize.add_argument("--budget", type=parse_duration, default="8h", help="time for the whole run (default 8h)")
     optimize.add_argument("--agent", choices=["auto", "anthropic", "openai", "builtin"], default="auto",
                           help="who proposes kernels (default: by which API key is set, else the built-in search)")
@@ -112,9 +100,8 @@ def _model_spec(args) -> dict:
 
     if (args.model is None) == (args.hf is None):
         raise models.ModelLoadError("give exactly one model: a model file (like models/llama.py) or --hf NAME")
-    return {"model": args.model, "hf": args.hf, "class_name": args.class_name, "dtype": args.dtype,
-            "input_shape": models.parse_input_shape(args.input_shape) if args.input_shape else None,
-            "model_kwargs": dict(models.parse_model_arg(arg) for arg in args.model_arg) or None}
+    keywords = load_model_keywords(args)
+    return {"model": keywords.pop("path"), **keywords}
 
 
 def _cmd_optimize(args) -> int:

@@ -1,0 +1,36 @@
+"""The shared model flags turn into load_model's keywords, with clear errors for bad values."""
+
+import argparse
+
+import pytest
+
+from autokernel.model_args import add_model_arguments, load_model_keywords
+from autokernel.models import ModelLoadError
+
+
+def parse(argv, **options):
+    parser = argparse.ArgumentParser()
+    add_model_arguments(parser, **options)
+    return parser.parse_args(argv)
+
+
+def test_flags_become_load_model_keywords():
+    args = parse(["models/llama.py", "--input-shape", "2,64", "--dtype", "float16", "--model-arg", "config=tiny",
+                  "--model-arg", "n_layers=2", "--device", "cpu"])
+    assert load_model_keywords(args) == {
+        "path": "models/llama.py", "hf": None, "class_name": None, "dtype": "float16", "input_shape": (2, 64),
+        "model_kwargs": {"config": "tiny", "n_layers": 2}, "device": "cpu"}
+
+
+def test_without_the_device_flag_the_loader_chooses():
+    args = parse(["--hf", "llama"], with_device=False)
+    assert not hasattr(args, "device")
+    assert load_model_keywords(args) == {"path": None, "hf": "llama", "class_name": None, "dtype": None,
+                                         "input_shape": None, "model_kwargs": None}
+
+
+def test_bad_values_are_clear_errors():
+    with pytest.raises(ModelLoadError, match="--input-shape"):
+        load_model_keywords(parse(["m.py", "--input-shape", "1x512"]))
+    with pytest.raises(ModelLoadError, match="--model-arg"):
+        load_model_keywords(parse(["m.py", "--model-arg", "tiny"]))
