@@ -4,7 +4,6 @@ import pytest
 
 from autokernel.agents import AgentContext, AgentError
 from autokernel.agents.anthropic_agent import DEFAULT_MAX_TOKENS, DEFAULT_MODEL, AnthropicAgent
-from tests.fake_llm_server import FakeLLMServer
 
 KERNEL = 'KERNEL_TYPE = "rmsnorm"\n\ndef kernel_fn(x, weight, eps=1e-6):\n    return x\n'
 CONTEXT = AgentContext(kernel_type="rmsnorm", kernel_source=KERNEL, last_result=None, history=[], best_versions=[],
@@ -16,14 +15,6 @@ def sent_key(request) -> str | None:
     """The API key a request carried: SDK versions send it as x-api-key or as a bearer token."""
     bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
     return request.headers.get("x-api-key") or bearer or None
-
-
-@pytest.fixture
-def server(monkeypatch):
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    with FakeLLMServer() as running:
-        yield running
 
 
 def test_sends_one_messages_request_with_the_playbook_as_system(server):

@@ -18,23 +18,10 @@ from autokernel.agents.builtin import BuiltinAgent
 from autokernel.agents.openai_agent import OpenAIAgent
 from tests.fake_llm_server import FakeLLMServer
 
-KEY_ENVS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL")
 KERNEL = 'KERNEL_TYPE = "softmax"\n\ndef kernel_fn(x):\n    return x\n'
 CONTEXT = AgentContext(kernel_type="softmax", kernel_source=KERNEL, last_result=None, history=[], best_versions=[],
                        program="PLAYBOOK", job={"rank": 1, "kernel_type": "softmax", "shapes": [{"M": 8, "N": 8}],
                                                 "dtype": "float16", "gpu": "test GPU", "baseline": None})
-
-
-@pytest.fixture(autouse=True)
-def no_keys(monkeypatch):
-    for name in KEY_ENVS:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def server():
-    with FakeLLMServer() as running:
-        yield running
 
 
 class Sleeps(list):

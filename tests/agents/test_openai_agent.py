@@ -4,20 +4,11 @@ import pytest
 
 from autokernel.agents import AgentContext, AgentError
 from autokernel.agents.openai_agent import DEFAULT_MAX_TOKENS, DEFAULT_MODEL, LOCAL_SERVER_KEY, OpenAIAgent
-from tests.fake_llm_server import FakeLLMServer
 
 KERNEL = 'KERNEL_TYPE = "reduce"\n\ndef kernel_fn(x, dim=-1, op="sum"):\n    return x\n'
 CONTEXT = AgentContext(kernel_type="reduce", kernel_source=KERNEL, last_result=None, history=[], best_versions=[],
                        program="PLAYBOOK FOR GPT", job={"rank": 1, "kernel_type": "reduce", "dtype": "float32",
                                                         "shapes": [{"M": 4, "N": 64}], "gpu": "A100", "baseline": None})
-
-
-@pytest.fixture
-def server(monkeypatch):
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    with FakeLLMServer() as running:
-        yield running
 
 
 def test_sends_system_and_user_messages(server):
