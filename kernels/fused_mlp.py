@@ -1,12 +1,19 @@
-"""Fused MLP starter: the gated MLP (act(x W_gate^T) * (x W_up^T)) W_down^T in two Triton GEMMs.
+"""Fused MLP starter: the gated MLP (act(x W_gate^T) * (x W_up^T)) W_down^T in three Triton GEMM launches.
 
-The first launch computes a tile of the gate projection and the same tile of the up projection
-side by side from one read of x, applies the activation and the product in registers, and writes
-h (M, F) once, in the input dtype as PyTorch would: the gate and up activations never go to
-memory. The second launch is the plain down-projection GEMM h @ W_down^T. Both are the same tiled
-kernel (one BLOCK_M x BLOCK_N output tile per program, K pipelined over `num_stages` buffers,
-GROUP_M L2 swizzle) and pick their tiles with the same size heuristic. Weights keep nn.Linear's
-(out, in) layout and are read through their strides, never transposed in memory.
+1. G = x W_gate^T.
+2. H = act(G) * (x W_up^T): the same GEMM, whose epilogue reads the matching tile of G and applies
+   the activation and the product in registers, so the up projection never goes to memory.
+3. out = H W_down^T.
+
+Every launch is one GEMM kernel: a BLOCK_M x BLOCK_N output tile at a time, K pipelined over
+`num_stages` shared-memory buffers, GROUP_M L2 swizzle, and a persistent grid (one program per
+SM walking the tiles). Weights keep nn.Linear's (out, in) layout and are read through their strides.
+On Hopper, when every operand has a unit last stride and 16-byte-aligned rows, tiles move by TMA
+(tensor descriptors; the copy engine also zero-fills ragged edges); otherwise by pointer loads.
+
+Why not one launch computing gate and up side by side from one read of x (the previous starter):
+on the H200 that dual GEMM ran at 0.80 of cuBLAS while this plain GEMM runs at cuBLAS's speed, so
+writing and re-reading G costs less than it saves (benchmarks/notes/compute_bound.md).
 """
 
 import functools
@@ -14,15 +21,17 @@ import functools
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 KERNEL_TYPE = "fused_mlp"
 
 # Tunable parameters: the built-in search agent edits this dict and nothing else.
 # The big-tile config is used when it still gives at least `large_min_tiles` output tiles. The
-# gate/up launch gives half of BLOCK_N to each projection, so both launches hold one
-# BLOCK_M x BLOCK_N float32 accumulator's worth of registers.
+# launch with the gate epilogue holds a G tile next to its accumulator, so it has its own width
+# and depth (EPILOGUE_BLOCK_N, epilogue_num_stages) to stay within registers and shared memory.
 TUNABLES = {
     "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
+    "EPILOGUE_BLOCK_N": 128, "epilogue_num_stages": 4,
     "SMALL_BLOCK_M": 64, "SMALL_BLOCK_N": 64, "SMALL_BLOCK_K": 32, "small_num_warps": 4, "small_num_stages": 3,
     "large_min_tiles": 64,
 }
@@ -30,6 +39,7 @@ TUNABLES = {
 TUNABLE_CHOICES = {
     "BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [1, 4, 8, 16],
     "num_warps": [4, 8], "num_stages": [2, 3, 4, 5],
+    "EPILOGUE_BLOCK_N": [64, 128, 256], "epilogue_num_stages": [2, 3, 4, 5],
     "SMALL_BLOCK_M": [16, 32, 64], "SMALL_BLOCK_N": [32, 64, 128], "SMALL_BLOCK_K": [16, 32, 64],
     "small_num_warps": [2, 4], "small_num_stages": [2, 3, 4],
     "large_min_tiles": [16, 32, 64, 128, 256],
@@ -37,11 +47,13 @@ TUNABLE_CHOICES = {
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 ACTIVATIONS = ("silu", "gelu", "relu2")
+# Programs per launch under the CPU interpreter: a few, so that each walks several tiles as on a GPU.
+INTERPRETER_PROGRAMS = 3
 
 
 @triton.jit
 def _grouped_tile(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """(tile row, tile column) of a program: GROUP_M consecutive programs go down one tile column."""
+    """(tile row, tile column) of a tile: GROUP_M consecutive tiles go down one tile column."""
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles_per_group = GROUP_M * tiles_n
@@ -73,109 +85,141 @@ def _activation(x, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
-def _mlp_gemm_kernel(a_ptr, b_ptr, up_ptr, c_ptr, M, N, K,
-                     stride_am, stride_ak, stride_bk, stride_bn, stride_uk, stride_un, stride_cm, stride_cn,
-                     GATED: tl.constexpr, ACTIVATION: tl.constexpr,
+def _gate_epilogue(acc, g_ptr, stride_gm, stride_gn, out_rows, out_cols, M, N, ACTIVATION: tl.constexpr):
+    """act(G) * acc for this tile: G is read in the input dtype and rounded as PyTorch would have stored it."""
+    g_ptrs = g_ptr + out_rows.to(tl.int64)[:, None] * stride_gm + out_cols.to(tl.int64)[None, :] * stride_gn
+    g = tl.load(g_ptrs, mask=(out_rows[:, None] < M) & (out_cols[None, :] < N), other=0.0)
+    return _activation(g.to(tl.float32), ACTIVATION) * acc
+
+
+@triton.jit
+def _gemm_tma_kernel(desc_a, desc_w, desc_c, g_ptr, stride_gm, stride_gn, M, N, K,
+                     GATE_EPILOGUE: tl.constexpr, ACTIVATION: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr):
-    """C = A @ B, or with GATED: C = act(A @ B) * (A @ U), both products from the same A slices."""
-    tile_m, tile_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    # Rows and columns past the edge wrap around instead of being masked: the loads stay unmasked
-    # and the duplicated results are dropped by the masked store. Offsets and pointer steps are
-    # int64 because M * K, or BLOCK_K times a column-major stride, may pass 2^31.
-    rows = ((tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M).to(tl.int64)
-    cols = ((tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N).to(tl.int64)
-    ks = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + rows[:, None] * stride_am + ks.to(tl.int64)[None, :] * stride_ak
-    b_ptrs = b_ptr + ks.to(tl.int64)[:, None] * stride_bk + cols[None, :] * stride_bn
-    a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
-    b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if GATED:
-        up_ptrs = up_ptr + ks.to(tl.int64)[:, None] * stride_uk + cols[None, :] * stride_un
-        up_step = tl.cast(stride_uk, tl.int64) * BLOCK_K
-        up_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k_start in range(0, K, BLOCK_K):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            a = tl.load(a_ptrs, mask=ks[None, :] < K - k_start, other=0.0)
-            b = tl.load(b_ptrs, mask=ks[:, None] < K - k_start, other=0.0)
-        if UPCAST:
-            # The CPU interpreter's tl.dot multiplies bfloat16 tiles as their raw uint16 bits.
-            # Products of 16-bit floats are exact in float32, so upcasting changes no result.
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        # "ieee" keeps float32 inputs exact (TF32 would miss float32's tolerance); 16-bit inputs
-        # run on the tensor cores either way.
-        acc = tl.dot(a, b, acc, input_precision="ieee")
-        a_ptrs += a_step
-        b_ptrs += b_step
-        if GATED:
-            if EVEN_K:
-                up = tl.load(up_ptrs)
-            else:
-                up = tl.load(up_ptrs, mask=ks[:, None] < K - k_start, other=0.0)
+                     GROUP_M: tl.constexpr, UPCAST: tl.constexpr):
+    """C = A @ W^T, or with GATE_EPILOGUE: C = act(G) * (A @ W^T); W is (N, K) like an nn.Linear weight."""
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    # flatten lets the pipeliner start the next tile's loads during this tile's epilogue.
+    for tile_id in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=True):
+        tile_m, tile_n = _grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k_start in range(0, K, BLOCK_K):
+            a = desc_a.load([tile_m * BLOCK_M, k_start])
+            w = desc_w.load([tile_n * BLOCK_N, k_start])
             if UPCAST:
-                up = up.to(tl.float32)
-            up_acc = tl.dot(a, up, up_acc, input_precision="ieee")
-            up_ptrs += up_step
-    if GATED:
-        acc = _activation(acc, ACTIVATION) * up_acc
-    out_rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    out_cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + out_rows.to(tl.int64)[:, None] * stride_cm + out_cols.to(tl.int64)[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(out_rows[:, None] < M) & (out_cols[None, :] < N))
+                # The CPU interpreter's tl.dot multiplies bfloat16 tiles as their raw uint16 bits.
+                # Products of 16-bit floats are exact in float32, so upcasting changes no result.
+                a = a.to(tl.float32)
+                w = w.to(tl.float32)
+            # "ieee" keeps float32 inputs exact (TF32 would miss float32's tolerance); 16-bit
+            # inputs run on the tensor cores either way.
+            acc = tl.dot(a, w.T, acc, input_precision="ieee")
+        if GATE_EPILOGUE:
+            out_rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            out_cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            acc = _gate_epilogue(acc, g_ptr, stride_gm, stride_gn, out_rows, out_cols, M, N, ACTIVATION)
+        desc_c.store([tile_m * BLOCK_M, tile_n * BLOCK_N], acc.to(desc_c.dtype))
+
+
+@triton.jit
+def _gemm_pointer_kernel(a_ptr, w_ptr, c_ptr, g_ptr, M, N, K, stride_am, stride_ak, stride_wn, stride_wk,
+                         stride_cm, stride_cn, stride_gm, stride_gn,
+                         GATE_EPILOGUE: tl.constexpr, ACTIVATION: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr):
+    """The same GEMM for operands TMA cannot describe (any strides), with pointer loads."""
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    for tile_id in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=True):
+        tile_m, tile_n = _grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        # Rows and columns past the edge wrap around instead of being masked: the loads stay
+        # unmasked and the duplicated results are dropped by the masked store. Offsets and steps
+        # are int64 because M * K, or BLOCK_K times a column-major stride, may pass 2^31.
+        rows = ((tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M).to(tl.int64)
+        cols = ((tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N).to(tl.int64)
+        a_ptrs = a_ptr + rows[:, None] * stride_am + ks.to(tl.int64)[None, :] * stride_ak
+        w_ptrs = w_ptr + ks.to(tl.int64)[:, None] * stride_wk + cols[None, :] * stride_wn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k_start in range(0, K, BLOCK_K):
+            if EVEN_K:
+                a = tl.load(a_ptrs)
+                w_t = tl.load(w_ptrs)
+            else:
+                a = tl.load(a_ptrs, mask=ks[None, :] < K - k_start, other=0.0)
+                w_t = tl.load(w_ptrs, mask=ks[:, None] < K - k_start, other=0.0)
+            if UPCAST:
+                a = a.to(tl.float32)
+                w_t = w_t.to(tl.float32)
+            acc = tl.dot(a, w_t, acc, input_precision="ieee")
+            a_ptrs += tl.cast(stride_ak, tl.int64) * BLOCK_K
+            w_ptrs += tl.cast(stride_wk, tl.int64) * BLOCK_K
+        out_rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        out_cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        if GATE_EPILOGUE:
+            acc = _gate_epilogue(acc, g_ptr, stride_gm, stride_gn, out_rows, out_cols, M, N, ACTIVATION)
+        c_ptrs = c_ptr + out_rows.to(tl.int64)[:, None] * stride_cm + out_cols.to(tl.int64)[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(out_rows[:, None] < M) & (out_cols[None, :] < N))
 
 
 @functools.lru_cache(maxsize=None)
-def _shared_memory_bytes(device_index: int) -> int:
-    return triton.runtime.driver.active.utils.get_device_properties(device_index)["max_shared_mem"]
+def _device_limits(device_index: int) -> tuple[int, int, bool]:
+    """(shared memory bytes per program, SM count, TMA available) of a GPU."""
+    properties = triton.runtime.driver.active.utils.get_device_properties(device_index)
+    tma = torch.cuda.get_device_capability(device_index)[0] >= 9
+    return properties["max_shared_mem"], properties["multiprocessor_count"], tma
 
 
-def _stages_that_fit(requested: int, stage_bytes: int, device: torch.device) -> int:
-    """Fewer pipeline stages when the requested ones would not fit in shared memory (big float32 tiles)."""
-    if device.type != "cuda":
-        return requested
-    return max(1, min(requested, _shared_memory_bytes(device.index) // stage_bytes))
-
-
-def _tile_config(M: int, N: int, gated: bool) -> dict:
-    """The big-tile config when the output is big enough to keep enough big tiles, else the small one.
-
-    A gated launch computes two products per tile, so its tiles are half as wide.
-    """
+def _tile_config(M: int, N: int, gate_epilogue: bool) -> dict:
+    """The big-tile config when the output is big enough to keep enough big tiles, else the small one."""
     t = TUNABLES
-    width = 2 if gated else 1
-    big_tiles = triton.cdiv(M, t["BLOCK_M"]) * triton.cdiv(N, t["BLOCK_N"] // width)
-    if big_tiles >= t["large_min_tiles"]:
-        return {"BLOCK_M": t["BLOCK_M"], "BLOCK_N": t["BLOCK_N"] // width, "BLOCK_K": t["BLOCK_K"],
-                "num_warps": t["num_warps"], "num_stages": t["num_stages"]}
-    return {"BLOCK_M": t["SMALL_BLOCK_M"], "BLOCK_N": t["SMALL_BLOCK_N"] // width, "BLOCK_K": t["SMALL_BLOCK_K"],
+    block_n = t["EPILOGUE_BLOCK_N"] if gate_epilogue else t["BLOCK_N"]
+    if triton.cdiv(M, t["BLOCK_M"]) * triton.cdiv(N, block_n) >= t["large_min_tiles"]:
+        return {"BLOCK_M": t["BLOCK_M"], "BLOCK_N": block_n, "BLOCK_K": t["BLOCK_K"], "num_warps": t["num_warps"],
+                "num_stages": t["epilogue_num_stages"] if gate_epilogue else t["num_stages"]}
+    return {"BLOCK_M": t["SMALL_BLOCK_M"], "BLOCK_N": t["SMALL_BLOCK_N"], "BLOCK_K": t["SMALL_BLOCK_K"],
             "num_warps": t["small_num_warps"], "num_stages": t["small_num_stages"]}
 
 
-def _launch_gemm(a: torch.Tensor, weight: torch.Tensor, up_weight: torch.Tensor | None = None,
-                 activation: str | None = None) -> torch.Tensor:
-    """a @ weight.T, or act(a @ weight.T) * (a @ up_weight.T) when up_weight is given; weights are (N, K)."""
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """TMA needs Hopper or later (or the interpreter), a unit last stride, and 16-byte-aligned rows and bases."""
+    for t in tensors:
+        if t.stride(-1) != 1 or t.data_ptr() % 16 or (t.stride(0) * t.element_size()) % 16:
+            return False
+    return tensors[0].device.type == "cpu" or _device_limits(tensors[0].device.index)[2]
+
+
+def _gemm(a: torch.Tensor, weight: torch.Tensor, gate: torch.Tensor | None = None, activation: str = "silu",
+          out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """a @ weight.T, or act(gate) * (a @ weight.T) when gate (M, N) is given; weight is (N, K)."""
     M, K = a.shape
     N = weight.shape[0]
-    gated = up_weight is not None
-    up = up_weight if gated else weight   # the kernel reads no up operand when it is not gated
-    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    config = _tile_config(M, N, gated)
-    # Each stage buffers an A slice and one B slice per product.
-    stage_bytes = (config["BLOCK_M"] + (2 if gated else 1) * config["BLOCK_N"]) * config["BLOCK_K"] * a.element_size()
-    num_stages = _stages_that_fit(config["num_stages"], stage_bytes, a.device)
-    grid = (triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"]),)
-    # B = weight.T is read through the weight's strides: (K, N) stride (stride(1), stride(0)).
-    _mlp_gemm_kernel[grid](a, weight, up, c, M, N, K, a.stride(0), a.stride(1), weight.stride(1), weight.stride(0),
-                           up.stride(1), up.stride(0), c.stride(0), c.stride(1),
-                           GATED=gated, ACTIVATION=activation,
-                           BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
-                           GROUP_M=TUNABLES["GROUP_M"], EVEN_K=K % config["BLOCK_K"] == 0,
-                           UPCAST=a.device.type == "cpu", num_warps=config["num_warps"], num_stages=num_stages)
+    c = torch.empty((M, N), dtype=out_dtype or a.dtype, device=a.device)
+    config = _tile_config(M, N, gate is not None)
+    bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    num_stages = config["num_stages"]
+    if a.device.type == "cuda":
+        shared_bytes, sm_count, _ = _device_limits(a.device.index)
+        # Fewer stages when the requested ones would not fit beside the output tile's staging
+        # buffer (twice that with the gate epilogue, whose G tile goes through shared memory).
+        staging = (2 if gate is not None else 1) * bm * bn * a.element_size()
+        num_stages = max(1, min(num_stages, (shared_bytes - staging) // ((bm + bn) * bk * a.element_size())))
+        programs = min(tiles, sm_count)
+    else:
+        programs = min(tiles, INTERPRETER_PROGRAMS)
+    g = c if gate is None else gate   # the kernel reads no gate when there is no epilogue
+    common = dict(GATE_EPILOGUE=gate is not None, ACTIVATION=activation, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                  GROUP_M=TUNABLES["GROUP_M"], UPCAST=a.device.type == "cpu",
+                  num_warps=config["num_warps"], num_stages=num_stages)
+    if _tma_ready(a, weight, c):
+        _gemm_tma_kernel[(programs,)](TensorDescriptor.from_tensor(a, [bm, bk]),
+                                      TensorDescriptor.from_tensor(weight, [bn, bk]),
+                                      TensorDescriptor.from_tensor(c, [bm, bn]), g, g.stride(0), g.stride(1),
+                                      M, N, K, **common)
+    else:
+        _gemm_pointer_kernel[(programs,)](a, weight, c, g, M, N, K, a.stride(0), a.stride(1),
+                                          weight.stride(0), weight.stride(1), c.stride(0), c.stride(1),
+                                          g.stride(0), g.stride(1), EVEN_K=K % bk == 0, **common)
     return c
 
 
@@ -202,5 +246,8 @@ def kernel_fn(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down:
     _check_inputs(x, w_gate, w_up, w_down, activation)
     if x.shape[0] == 0 or x.shape[1] == 0 or w_gate.shape[0] == 0:
         return torch.zeros((x.shape[0], w_down.shape[0]), dtype=x.dtype, device=x.device)
-    hidden = _launch_gemm(x, w_gate, w_up, activation)
-    return _launch_gemm(hidden, w_down)
+    # G is stored in the input dtype, as PyTorch stores x @ w_gate.T, except under the CPU
+    # interpreter: it rounds bfloat16 by truncation, which doubles the rounding error of G.
+    gate_dtype = torch.float32 if x.device.type == "cpu" else x.dtype
+    hidden = _gemm(x, w_up, gate=_gemm(x, w_gate, out_dtype=gate_dtype), activation=activation)
+    return _gemm(hidden, w_down)

@@ -4,12 +4,14 @@
 
 PLAN.json is a list of variants: {"type": "rmsnorm", "file": "kernels/rmsnorm.py", "label": "...",
 "tunables": {"TILE_ELEMS": 8192}, "dtypes": ["float16"]}; {"type": ..., "peers": true} times eager,
-torch.compile and Liger for the type instead, and {"probe": "read"} times a plain streaming read
-of 1 GiB (the read side of the bandwidth limit, which read-only kernels like reduce are held to).
+torch.compile and Liger for the type instead; {"probe": "read"} times a plain streaming read
+of 1 GiB (the read side of the bandwidth limit, which read-only kernels like reduce are held to);
+{"probe": "copy_sizes"} times device copies of 67 MB to 2 GB; {"probe": "mlp_split", "file": ...}
+times the fused MLP starter's three launches apart, next to cuBLAS.
 Each variant runs at compare.py's target shape on the same random inputs, is checked against the
 reference (max relative error), timed with compare.py's do_bench median, and placed against the
 device-to-device copy bandwidth measured in the same process (before and after, to see drift).
-Each line also gives the registers, spills and warps of the Triton kernels the variant compiled,
+Compute-bound types print TFLOP/s instead. Each line also gives the registers, spills and warps of the Triton kernels the variant compiled,
 for occupancy, and how many of their global loads and stores are 16 bytes wide.
 """
 
@@ -52,6 +54,42 @@ def read_probe(copy_gbs: float) -> None:
             gbs = x.numel() * 2 / (ms / 1e3) / 1e9
             print(f"read probe BLOCK={block:6d} warps={warps:2d}  {gbs:7.0f} GB/s {gbs / copy_gbs:5.3f} of copy",
                   flush=True)
+
+
+def copy_sizes(copy_gbs: float) -> None:
+    """Print the bandwidth of do_bench device copies moving 67 MB to 2 GB: what each size can reach."""
+    for moved_mb in (67, 134, 268, 537, 2147):
+        src = torch.empty(moved_mb * 10**6 // 2, device="cuda", dtype=torch.uint8).random_()
+        dst = torch.empty_like(src)
+        ms = compare.median_ms(lambda: dst.copy_(src))
+        gbs = 2 * src.numel() / (ms / 1e3) / 1e9
+        print(f"copy moving {moved_mb:5d} MB  {ms * 1e3:8.1f} us {gbs:7.0f} GB/s {gbs / copy_gbs:5.3f} of the 1 GiB copy",
+              flush=True)
+
+
+def mlp_split(variant: dict, module_cache: dict) -> None:
+    """Time the fused MLP starter's three launches apart, next to cuBLAS doing the same products."""
+    module = load_module(variant["file"], module_cache)
+    saved = dict(module.TUNABLES)
+    module.TUNABLES.update(variant.get("tunables", {}))
+    shape = compare.TARGETS["fused_mlp"][0]
+    try:
+        for dtype_name in variant.get("dtypes", ["float16"]):
+            inputs = registry.get("fused_mlp").inputs(shape, compare.DTYPES[dtype_name], seed=1234, device="cuda")
+            x, w_gate, w_up, w_down = (inputs[n] for n in ("x", "w_gate", "w_up", "w_down"))
+            gate = module._gemm(x, w_gate)
+            hidden = module._gemm(x, w_up, gate=gate)
+            gemm_flop = 2 * x.shape[0] * w_gate.shape[0] * x.shape[1]
+            parts = {"ours gate": lambda: module._gemm(x, w_gate), "cuBLAS x@Wg.T": lambda: x @ w_gate.T,
+                     "ours up*act(g)": lambda: module._gemm(x, w_up, gate=gate),
+                     "ours down": lambda: module._gemm(hidden, w_down), "cuBLAS h@Wd.T": lambda: hidden @ w_down.T}
+            for name, fn in parts.items():
+                ms = compare.median_ms(fn)
+                print(f"mlp split {dtype_name:8s} {variant.get('label', '')[:30]:30s} {name:14s} {ms * 1e3:8.1f} us "
+                      f"{gemm_flop / (ms / 1e3) / 1e12:6.1f} TFLOP/s", flush=True)
+    finally:
+        module.TUNABLES.clear()
+        module.TUNABLES.update(saved)
 
 
 def load_module(path: str, cache: dict):
@@ -128,6 +166,15 @@ def main() -> int:
         if variant.get("probe") == "read":
             read_probe(copy_before)
             continue
+        if variant.get("probe") == "copy_sizes":
+            copy_sizes(copy_before)
+            continue
+        if variant.get("probe") == "mlp_split":
+            try:
+                mlp_split(variant, module_cache)
+            except Exception as exc:  # a variant that fails to compile or run is reported and skipped
+                print(f"  mlp split {variant.get('label')}: failed ({type(exc).__name__}: {str(exc)[:300]})", flush=True)
+            continue
         kt = registry.get(variant["type"])
         shape = compare.TARGETS[variant["type"]][0]
         for dtype_name in variant.get("dtypes", ["float16"]):
@@ -140,8 +187,10 @@ def main() -> int:
             for name, ms, error, resources in run_variant(variant, inputs, expected, module_cache):
                 gbs = bytes_moved / (ms / 1e3) / 1e9
                 flag = "" if error < MAX_ERROR else "  WRONG"
-                print(f"{variant['type']:16s} {dtype_name:8s} {name:40s} {ms * 1e3:8.1f} us {gbs:7.0f} GB/s "
-                      f"{gbs / copy_before:5.3f} of copy  err {error:.1e}{flag}  {resources}", flush=True)
+                rate = f"{gbs:7.0f} GB/s {gbs / copy_before:5.3f} of copy" if compare.TARGETS[variant["type"]][1] == "copy" \
+                    else f"{kt.flops(shape) / (ms / 1e3) / 1e12:6.1f} TFLOP/s"
+                print(f"{variant['type']:16s} {dtype_name:8s} {name:40s} {ms * 1e3:8.1f} us {rate}  "
+                      f"err {error:.1e}{flag}  {resources}", flush=True)
                 records.append({"type": variant["type"], "dtype": dtype_name, "impl": name,
                                 "tunables": variant.get("tunables", {}), "latency_us": ms * 1e3, "gbs": gbs,
                                 "fraction_of_copy": gbs / copy_before, "max_rel_error": error,

@@ -1,4 +1,4 @@
-"""The flash attention starter beyond what the judge checks: masking, scales, strides, block configs."""
+"""The flash attention starter beyond what the judge checks: masking, scales, strides, TMA and pointer paths, block configs."""
 
 import os
 
@@ -73,6 +73,23 @@ def test_strided_inputs_from_a_batch_seq_head_layout():
     q, k, v = (torch.randn((2, 37, 3, 16), generator=gen).transpose(1, 2) for _ in range(3))
     assert not q.is_contiguous()
     _assert_matches_reference(q, k, v, causal=True)
+
+
+def test_tma_is_used_only_where_the_copy_engine_can_describe_the_tensors():
+    q, k, v = _qkv(1, 2, 16, 64, dtype=torch.float16)
+    assert attention._tma_ready(q, k, v)
+    assert attention._tma_ready(*(t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)))
+    assert not attention._tma_ready(*_qkv(1, 2, 16, 36, dtype=torch.float16))   # 72-byte rows
+    assert not attention._tma_ready(q.transpose(2, 3), k, v)                     # strided head dim
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_pointer_path_agrees_with_the_tma_path(monkeypatch, causal):
+    q, k, v = _qkv(2, 2, 77, 48, dtype=torch.float16, seq_k=90)
+    assert attention._tma_ready(q, k, v)
+    through_tma = _assert_matches_reference(q, k, v, causal=causal)
+    monkeypatch.setattr(attention, "_tma_ready", lambda *tensors: False)
+    torch.testing.assert_close(attention.kernel_fn(q, k, v, causal=causal), through_tma, atol=2e-3, rtol=2e-3)
 
 
 def test_short_sequences_get_the_small_config_and_long_ones_the_big_one(monkeypatch):

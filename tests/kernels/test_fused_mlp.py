@@ -1,4 +1,4 @@
-"""The fused MLP starter beyond what the judge checks: activations, weight layouts, both tile configs."""
+"""The fused MLP starter beyond what the judge checks: activations, weight layouts, TMA and pointer paths, tile configs."""
 
 import os
 
@@ -60,12 +60,39 @@ def test_strided_activations_and_weights_are_read_through_their_strides():
     _assert_matches_reference(x, w_gate, w_up, w_down, activation="relu2")
 
 
-def test_the_gated_launch_gives_half_of_block_n_to_each_projection(monkeypatch):
+def test_the_gate_epilogue_launch_has_its_own_width_and_depth(monkeypatch):
     monkeypatch.setitem(mlp.TUNABLES, "large_min_tiles", 1)
-    assert mlp._tile_config(4096, 11008, gated=True)["BLOCK_N"] == mlp.TUNABLES["BLOCK_N"] // 2
-    assert mlp._tile_config(4096, 4096, gated=False)["BLOCK_N"] == mlp.TUNABLES["BLOCK_N"]
+    epilogue = mlp._tile_config(4096, 11008, gate_epilogue=True)
+    assert (epilogue["BLOCK_N"], epilogue["num_stages"]) == (mlp.TUNABLES["EPILOGUE_BLOCK_N"],
+                                                             mlp.TUNABLES["epilogue_num_stages"])
+    plain = mlp._tile_config(4096, 4096, gate_epilogue=False)
+    assert (plain["BLOCK_N"], plain["num_stages"]) == (mlp.TUNABLES["BLOCK_N"], mlp.TUNABLES["num_stages"])
     monkeypatch.setitem(mlp.TUNABLES, "large_min_tiles", 10**9)
-    assert mlp._tile_config(4096, 4096, gated=False)["BLOCK_M"] == mlp.TUNABLES["SMALL_BLOCK_M"]
+    assert mlp._tile_config(4096, 4096, gate_epilogue=False)["BLOCK_M"] == mlp.TUNABLES["SMALL_BLOCK_M"]
+
+
+def test_tma_is_used_only_where_the_copy_engine_can_describe_the_operand():
+    aligned = torch.empty(8, 40, dtype=torch.float16)          # 80-byte rows
+    assert mlp._tma_ready(aligned)
+    assert not mlp._tma_ready(torch.empty(8, 70, dtype=torch.float16))   # 140-byte rows
+    assert not mlp._tma_ready(aligned.T.contiguous().T)       # column-major
+    assert not mlp._tma_ready(torch.empty(8 * 40 + 1, dtype=torch.float16)[1:].view(8, 40))  # 2-byte offset
+
+
+def test_the_pointer_path_agrees_with_the_tma_path(monkeypatch):
+    inputs = _mlp_inputs(37, 48, 80, dtype=torch.float16, x_scale=2.0)
+    assert all(mlp._tma_ready(t) for t in inputs)
+    through_tma = mlp.kernel_fn(*inputs)
+    monkeypatch.setattr(mlp, "_tma_ready", lambda *tensors: False)
+    torch.testing.assert_close(mlp.kernel_fn(*inputs), through_tma, atol=2e-3, rtol=2e-3)
+
+
+def test_each_program_walks_several_tiles_under_the_interpreter(monkeypatch):
+    # 3 programs over 4 x 3 tiles: the persistent loop, not one tile per program, covers the output.
+    monkeypatch.setitem(mlp.TUNABLES, "large_min_tiles", 10**9)
+    x, w_gate, w_up, w_down = _mlp_inputs(4 * mlp.TUNABLES["SMALL_BLOCK_M"], 16, 3 * mlp.TUNABLES["SMALL_BLOCK_N"])
+    assert mlp.INTERPRETER_PROGRAMS < 12
+    _assert_matches_reference(x, w_gate, w_up, w_down)
 
 
 @pytest.mark.parametrize("large_min_tiles", [1, 10**9], ids=["big-tile config", "small-tile config"])
