@@ -7,10 +7,14 @@
 optimize() runs what `autokernel optimize` runs, through orchestrate.py: the profiler on the model
 object (writing workspace/optimization_plan.json), extract.py for the `top` hottest kernel types,
 and the keep-or-revert loop, which needs the AutoKernel checkout's git repository (it commits
-every experiment on a branch autokernel/<tag>) and writes optimized_kernels/. The model
-comes back with the kernels plugged in (autokernel/plugin.py), after a check that its output on
-sample_inputs still matches the original's within the dtype's tolerance. Inference only: the
-model must be in eval mode.
+every experiment on a branch autokernel/<tag>) and writes optimized_kernels/. Then it does what
+`autokernel verify` does on sample_inputs (autokernel/handover.py): checks that the model's output
+with every kernel plugged in matches the original's within the dtype's tolerance, and compares
+PyTorch eager, torch.compile and torch.compile with CUDA graphs, each with and without the kernels.
+What comes back is the fastest correct of those paths, never slower than PyTorch's best: the
+model, compiled where that won, with the kernels plugged in only where they made it faster. Its
+`autokernel_choice` attribute says which path it is and why. Inference only: the model must be in
+eval mode.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from autokernel import paths
-from autokernel.plugin import PlugInError, output_error, plug_in, tolerance, unplug
+from autokernel import handover, paths
+from autokernel.plugin import PlugInError, plug_in, unplug
 
 __all__ = ["optimize", "plug_in", "unplug"]
 BACKENDS = ("triton",)
@@ -27,12 +31,14 @@ BACKENDS = ("triton",)
 
 def optimize(model: nn.Module, sample_inputs, backend: str = "triton", budget_hours: float = 8,
              agent: str | None = None, top: int = 3, tag: str | None = None) -> nn.Module:
-    """Profile the model, optimize its `top` hottest kernel types within `budget_hours`, and plug them in.
+    """Profile the model, optimize its `top` hottest kernel types within `budget_hours`, and hand back the fastest path.
 
     sample_inputs: one tensor or a tuple/list of forward() arguments, on the model's device.
     agent: "anthropic", "openai" or "builtin"; None picks by which API key is set.
     tag: the run's name (its branch is autokernel/<tag>); None makes one from the class name and time.
-    Returns the same model object, patched in place (autokernel.unplug restores it).
+    Returns the model to run: `model` itself (plugged in only if that is the fastest path), or
+    torch.compile of it; its `autokernel_choice` says which and why (autokernel.unplug restores
+    the model). Without a GPU nothing is timed for real, so PyTorch's own path comes back.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not supported: AutoKernel writes Triton kernels, "
@@ -55,14 +61,14 @@ def optimize(model: nn.Module, sample_inputs, backend: str = "triton", budget_ho
     orchestrate.run_optimization(jobs=jobs, agent=agent, tag=tag or orchestrate.default_tag(name, None),
                                  settings=settings, view=view)
 
-    with torch.no_grad():
-        expected = model(*inputs)
-        plug_in(model, paths.OPTIMIZED_DIR)
-        actual = model(*inputs)
-    error, allowed = output_error(expected, actual), tolerance(expected)
-    if error > allowed:
-        unplug(model)
+    on_gpu = torch.cuda.is_available() and any(t.is_cuda for t in inputs if isinstance(t, torch.Tensor))
+    compared = handover.compare_and_record(model, inputs, paths.OPTIMIZED_DIR, on_gpu=on_gpu,
+                                           compile_backend="inductor" if on_gpu else None, log=view.log)
+    checked = compared["checked"]
+    if not checked["passed"]:
         raise PlugInError(f"with the optimized kernels plugged in, the model's output differs from the original's by "
-                          f"{error:.3g} (relative to the output's scale; tolerance {allowed:g}), so they were taken "
-                          f"out again; the kernels are in {paths.OPTIMIZED_DIR}")
-    return model
+                          f"{checked['max_error']:.3g} (relative to the output's scale; tolerance "
+                          f"{compared['tolerance']:g}), so they were taken out again; the kernels are in "
+                          f"{paths.OPTIMIZED_DIR}")
+    view.log(f"end to end: {compared['verdict']['summary']}")
+    return handover.runnable(model, paths.OPTIMIZED_DIR, compared["verdict"])

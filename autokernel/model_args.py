@@ -19,7 +19,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, with_device: bool = 
                         help="input shape like 1,512 (token ids when the model starts with an embedding, else floats)")
     parser.add_argument("--dtype", help="float16, bfloat16 or float32 (default: as the model file builds it)")
     parser.add_argument("--model-arg", action="append", default=[], metavar="NAME=VALUE",
-                        help="keyword argument for the model file's get_model or class, like config=tiny (repeatable)")
+                        help="keyword argument for the model file's get_model or class, like config=tiny or "
+                             "batch=4 and seq=1024 for the shipped models; with --hf, a field of the architecture's "
+                             "config, like num_key_value_heads=4 (repeatable)")
     if with_device:
         parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
 

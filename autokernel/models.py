@@ -110,8 +110,8 @@ def load_model(path: str | os.PathLike | None = None, *, class_name: str | None 
     """
     if (path is None) == (hf is None):
         raise ModelLoadError("Give exactly one model: a model file (like models/llama.py) or --hf NAME (like llama).")
-    if hf is not None and model_kwargs:
-        raise ModelLoadError("model_kwargs apply to model files; for --hf NAME set config fields with hf_overrides.")
+    if hf is not None and model_kwargs:     # --model-arg with --hf sets fields of the architecture's config
+        hf_overrides = {**model_kwargs, **(hf_overrides or {})}
     target_dtype = parse_dtype(dtype)
     target_device = resolve_device(device)
     if hf is not None:

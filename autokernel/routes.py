@@ -1,15 +1,19 @@
-"""Reads torch calls and modules as kernel calls: the registry shape dict and the kernel's arguments of each.
+"""Reads torch calls and modules as kernel calls: the registry shape of each, and how to launch a kernel for it.
 
-A reader returns a Call, or a string saying why the call cannot run as a kernel. The shape dict is
+A reader looks at one call and returns a Reading, or a string saying why the call cannot run as a
+kernel. Reading happens once per input signature (autokernel/router.py caches the decision); what
+runs on every later call is the Reading's `launch`, which takes the kernel (or its op) and the
+call's own arguments, so a cached decision never holds on to one call's tensors. The shape dict is
 built exactly as the profiler builds it, so a call matches the shapes a kernel was verified at.
 What is read:
   - functions (FUNCTION_ROUTES): F.linear and (..., K) @ (K, N) matmuls (leading dims flattened
     into M); softmax over the last dim; F.layer_norm; F.rms_norm; SDPA without mask or dropout;
     F.cross_entropy (mean, no weights); sum / amax over leading or trailing dims;
-  - modules (module_variants): norms (class named like RMSNorm / LayerNorm, a 1-D weight, a float
-    eps); gated MLPs (nn.Linear children gate / up / down, or w1 / w3 / w2) -> fused_mlp; rotary
-    modules (named like Rotary / RoPE, with (S, D/2) cos and sin tables, forward(x)). What such a
-    module computes is inferred from its structure, so plugin.py checks its first routed call.
+  - modules (module_variants): nn.Linear -> matmul; norms (class named like RMSNorm / LayerNorm,
+    a 1-D weight, a float eps); gated MLPs (nn.Linear children gate / up / down, or w1 / w3 / w2)
+    -> fused_mlp; rotary modules (named like Rotary / RoPE, with (S, D/2) cos and sin tables,
+    forward(x)). What a norm, MLP or rotary module computes is inferred from its structure, so the
+    router checks its first routed call against the module's own forward.
 Kernel arguments are made contiguous: bench.py verified the kernels on contiguous inputs only.
 """
 
@@ -24,17 +28,22 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.weak import WeakIdKeyDictionary
+
+# The attribute of an nn.Linear that holds its weight transposed to the (K, N) layout the matmul
+# kernels take, with the weight version it was made from; and that of a rotary module that holds
+# its cos and sin tables cut to a sequence length and cast to a dtype. Made on eager calls, read
+# inside torch.compile as they are, so a compiled graph does not copy them on every forward.
+TRANSPOSED_WEIGHT = "_autokernel_weight_t"
+ROTARY_TABLES = "_autokernel_rotary_tables"
 
 
-# --------------------------------------------------------------------------- torch function calls
-@dataclass
-class Call:
-    """One call as a kernel would take it: its registry shape and how to run it."""
+@dataclass(frozen=True)
+class Reading:
+    """One call as a kernel takes it: its registry shape, the float inputs (one dtype), and how to launch."""
     shape: dict
-    tensors: tuple                                   # the float inputs, which must share one dtype
-    kernel_args: Callable[[], tuple]                 # built only when the kernel runs (copies cost)
-    finish: Callable[[torch.Tensor], torch.Tensor] = lambda out: out   # back to the caller's shapes
+    tensors: tuple
+    launch: Callable        # function routes: launch(fn, *args, **kwargs); module routes: launch(fn, x)
+    per_call_check: Callable | None = None   # a data-dependent condition re-checked on every call; None if none
 
 
 def _rows(shape) -> dict:
@@ -42,76 +51,100 @@ def _rows(shape) -> dict:
     return {"M": math.prod(shape[:-1]), "N": shape[-1]}
 
 
-_TRANSPOSED_WEIGHTS = WeakIdKeyDictionary()
-
-
-def _transposed(weight: torch.Tensor) -> torch.Tensor:
-    """weight.T as a contiguous (K, N) matrix: made once per parameter, again only after it changes."""
-    if torch.compiler.is_compiling() or not isinstance(weight, nn.Parameter):
-        return weight.t().contiguous()
-    cached = _TRANSPOSED_WEIGHTS.get(weight)
-    if cached is None or cached[0] != weight._version:
-        cached = _TRANSPOSED_WEIGHTS[weight] = (weight._version, weight.t().contiguous())
+# --------------------------------------------------------------------------- matmul
+def transposed_weight(linear_weight: torch.Tensor, owner: nn.Module | None = None) -> torch.Tensor:
+    """weight.T as a contiguous (K, N) matrix, kept on its module and made again only after the weight changes."""
+    if owner is None:
+        return linear_weight.t().contiguous()
+    cached = owner.__dict__.get(TRANSPOSED_WEIGHT)
+    if torch.compiler.is_compiling():
+        return cached[1] if cached is not None else linear_weight.t().contiguous()
+    if cached is None or cached[0] != linear_weight._version or cached[1].shape[::-1] != linear_weight.shape:
+        cached = (linear_weight._version, linear_weight.t().contiguous())
+        owner.__dict__[TRANSPOSED_WEIGHT] = cached
     return cached[1]
 
 
-def _linear(input, weight, bias=None):
-    if weight.dim() != 2 or input.dim() == 0:
+def _read_linear(input, weight, bias=None):
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or input.dim() == 0:
         return "not a (..., K) input with an (N, K) weight"
+    shape = {"M": math.prod(input.shape[:-1]), "N": weight.shape[0], "K": input.shape[-1]}
+    return Reading(shape, (input, weight) + ((bias,) if bias is not None else ()), _launch_linear)
+
+
+def _launch_linear(fn, input, weight, bias=None, owner=None):
     k, n = input.shape[-1], weight.shape[0]
-    shape = {"M": math.prod(input.shape[:-1]), "N": n, "K": k}
-
-    def finish(out):
-        out = out.reshape(*input.shape[:-1], n)
-        return out if bias is None else out + bias
-    return Call(shape, (input, weight) + ((bias,) if bias is not None else ()),
-                lambda: (input.reshape(shape["M"], k).contiguous(), _transposed(weight)), finish)
+    out = fn(input.reshape(-1, k).contiguous(), transposed_weight(weight, owner)).reshape(*input.shape[:-1], n)
+    return out if bias is None else out + bias
 
 
-def _matmul(input, other, *, out=None):
+def _read_matmul(input, other, *, out=None):
     if out is not None or other.dim() != 2 or input.dim() == 0:
         return "only (..., K) @ (K, N) without out= runs as one 2-D matmul"
+    shape = {"M": math.prod(input.shape[:-1]), "N": other.shape[1], "K": input.shape[-1]}
+    return Reading(shape, (input, other), _launch_matmul)
+
+
+def _launch_matmul(fn, input, other, *, out=None):
     k, n = input.shape[-1], other.shape[1]
-    shape = {"M": math.prod(input.shape[:-1]), "N": n, "K": k}
-    return Call(shape, (input, other), lambda: (input.reshape(shape["M"], k).contiguous(), other.contiguous()),
-                lambda result: result.reshape(*input.shape[:-1], n))
+    return fn(input.reshape(-1, k).contiguous(), other.contiguous()).reshape(*input.shape[:-1], n)
 
 
-def _softmax(input, dim=None, dtype=None, _stacklevel=3):
+# --------------------------------------------------------------------------- softmax
+def _read_softmax(input, dim=None, dtype=None, _stacklevel=3):
     # One signature for torch.softmax(input, dim, dtype), Tensor.softmax and F.softmax (which passes keywords).
     if dtype is not None or input.dim() == 0 or dim not in (-1, input.dim() - 1):
         return "softmax over a dimension other than the last, or with a dtype argument"
-    shape = _rows(input.shape)
-    return Call(shape, (input,), lambda: (input.reshape(shape["M"], shape["N"]).contiguous(),),
-                lambda out: out.reshape(input.shape))
+    return Reading(_rows(input.shape), (input,), _launch_softmax)
 
 
-def _norm_call(kernel_type: str, x, weight, bias, eps) -> Call | str:
+def _launch_softmax(fn, input, dim=None, dtype=None, _stacklevel=3):
+    return fn(input.reshape(-1, input.shape[-1]).contiguous()).reshape(input.shape)
+
+
+# --------------------------------------------------------------------------- norms
+def _read_norm(kernel_type: str, x, weight, bias, launch: Callable) -> Reading | str:
     n = x.shape[-1] if x.dim() else 0
     if weight is None or weight.shape != (n,):
         return "no weight of the normalized size"
     if kernel_type == "layernorm" and (bias is None or bias.shape != (n,)):
         return "layernorm kernels take a bias"
-    shape = _rows(x.shape)
     params = (weight, bias) if kernel_type == "layernorm" else (weight,)
-    return Call(shape, (x, *params),
-                lambda: (x.reshape(shape["M"], n).contiguous(), *(p.contiguous() for p in params), float(eps)),
-                lambda out: out.reshape(x.shape))
+    return Reading(_rows(x.shape), (x, *params), launch)
 
 
-def _layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+def _launch_layernorm(fn, x, weight, bias, eps):
+    return fn(x.reshape(-1, x.shape[-1]).contiguous(), weight.contiguous(), bias.contiguous(),
+              float(eps)).reshape(x.shape)
+
+
+def _launch_rmsnorm(fn, x, weight, eps):
+    return fn(x.reshape(-1, x.shape[-1]).contiguous(), weight.contiguous(), float(eps)).reshape(x.shape)
+
+
+def _read_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if len(normalized_shape) != 1:
         return "normalized over more than the last dimension"
-    return _norm_call("layernorm", input, weight, bias, eps)
+    return _read_norm("layernorm", input, weight, bias, _launch_layer_norm)
 
 
-def _rms_norm(input, normalized_shape, weight=None, eps=None):
+def _launch_layer_norm(fn, input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    return _launch_layernorm(fn, input, weight, bias, eps)
+
+
+def _read_rms_norm(input, normalized_shape, weight=None, eps=None):
     if len(normalized_shape) != 1:
         return "normalized over more than the last dimension"
-    return _norm_call("rmsnorm", input, weight, None, torch.finfo(input.dtype).eps if eps is None else eps)
+    return _read_norm("rmsnorm", input, weight, None, _launch_rms_norm)
 
 
-def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+def _launch_rms_norm(fn, input, normalized_shape, weight=None, eps=None):
+    return _launch_rmsnorm(fn, input, weight, torch.finfo(input.dtype).eps if eps is None else eps)
+
+
+# --------------------------------------------------------------------------- attention
+def _read_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                    enable_gqa=False):
     if attn_mask is not None or dropout_p:
         return "attention with a mask or dropout"
     if not query.shape == key.shape == value.shape or query.dim() not in (3, 4):
@@ -120,71 +153,140 @@ def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     shape = {"B": batch, "H": heads, "S": seq, "D": head_dim, "causal": int(bool(is_causal))}
     if scale is not None and not math.isclose(scale, 1.0 / math.sqrt(head_dim), rel_tol=1e-6):
         shape["sm_scale"] = scale
-
-    def kernel_args():
-        q, k, v = (t.reshape(batch, heads, seq, head_dim).contiguous() for t in (query, key, value))
-        return q, k, v, bool(is_causal), None if scale is None else float(scale)
-    return Call(shape, (query, key, value), kernel_args, lambda out: out.reshape(query.shape))
+    return Reading(shape, (query, key, value), _launch_attention)
 
 
-def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
-                   reduction="mean", label_smoothing=0.0):
+def _launch_attention(fn, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                      enable_gqa=False):
+    bhsd = query.shape if query.dim() == 4 else (1, *query.shape)
+    q, k, v = (t.reshape(bhsd).contiguous() for t in (query, key, value))
+    return fn(q, k, v, bool(is_causal), None if scale is None else float(scale)).reshape(query.shape)
+
+
+# --------------------------------------------------------------------------- cross-entropy
+def _read_cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                        reduction="mean", label_smoothing=0.0):
     if weight is not None or size_average is not None or reduce is not None or reduction != "mean" or label_smoothing:
         return "cross-entropy with class weights, label smoothing or a reduction other than mean"
     if input.dim() != 2 or target.dim() != 1 or target.dtype != torch.int64:
         return "cross-entropy not of (M, V) logits against (M,) class indices"
-    if bool((target == ignore_index).any()):
-        return "targets equal to ignore_index"
-    return Call({"M": input.shape[0], "V": input.shape[1]}, (input,),
-                lambda: (input.contiguous(), target.contiguous()), lambda out: out.to(input.dtype))
+    return Reading({"M": input.shape[0], "V": input.shape[1]}, (input,), _launch_cross_entropy,
+                   per_call_check=_no_ignored_targets)
 
 
-def _reduction(op: str, input, dim=None, keepdim=False, *, dtype=None) -> Call | str:
-    # The signature of torch.sum and Tensor.sum; amax's has no dtype, and its dim=() also means all dims.
+def _no_ignored_targets(input, target, weight=None, size_average=None, ignore_index=-100, **_):
+    # The kernels average over every target: a target equal to ignore_index must go to PyTorch.
+    # This reads the targets on every call (a device sync), and cannot be decided inside a compiled graph.
+    return None if not bool((target == ignore_index).any()) else "targets equal to ignore_index"
+
+
+def _launch_cross_entropy(fn, input, target, *args, **kwargs):
+    return fn(input.contiguous(), target.contiguous()).to(input.dtype)
+
+
+# --------------------------------------------------------------------------- reductions
+def _reduced_layout(input, dim) -> tuple[int, int, int, tuple] | str:
+    """(rows, cols, kernel dim, output shape without keepdim) of a sum / amax, or why it is not one 2-D reduction."""
     dims = [] if dim is None else [dim] if isinstance(dim, int) else list(dim)
-    if dtype is not None or input.dim() == 0 or not all(isinstance(d, int) for d in dims):
-        return "a reduction with a dtype argument, of a 0-d tensor, or over named dimensions"
+    if input.dim() == 0 or not all(isinstance(d, int) for d in dims):
+        return "a reduction of a 0-d tensor, or over named dimensions"
     ndim, numel = input.dim(), input.numel()
     reduced = sorted(d % ndim for d in dims) or list(range(ndim))
     count, size = len(reduced), math.prod(input.shape[d] for d in reduced)
     if reduced == list(range(ndim - count, ndim)):
-        rows, cols, kernel_dim = numel // max(size, 1), size, -1
+        return numel // max(size, 1), size, -1, count
+    if reduced == list(range(count)):
+        return size, numel // max(size, 1), 0, count
+    return "a reduction over dimensions that are neither leading nor trailing"
+
+
+def _read_reduction(op: str, input, dim=None, keepdim=False, *, dtype=None) -> Reading | str:
+    # The signature of torch.sum and Tensor.sum; amax's has no dtype, and its dim=() also means all dims.
+    if dtype is not None:
+        return "a reduction with a dtype argument"
+    layout = _reduced_layout(input, dim)
+    if isinstance(layout, str):
+        return layout
+    rows, cols, kernel_dim, _ = layout
+    return Reading({"M": rows, "N": cols, "dim": kernel_dim, "op": op}, (input,),
+                   functools.partial(_launch_reduction, op))
+
+
+def _launch_reduction(op: str, fn, input, dim=None, keepdim=False, *, dtype=None):
+    rows, cols, kernel_dim, count = _reduced_layout(input, dim)
+    ndim = input.dim()
+    if kernel_dim == -1:
         out_shape = (*input.shape[:ndim - count], *(1,) * count * keepdim)
-    elif reduced == list(range(count)):
-        rows, cols, kernel_dim = size, numel // max(size, 1), 0
-        out_shape = (*(1,) * count * keepdim, *input.shape[count:])
     else:
-        return "a reduction over dimensions that are neither leading nor trailing"
-    shape = {"M": rows, "N": cols, "dim": kernel_dim, "op": op}
-    return Call(shape, (input,), lambda: (input.reshape(rows, cols).contiguous(), kernel_dim, op),
-                lambda out: out.reshape(out_shape))
+        out_shape = (*(1,) * count * keepdim, *input.shape[count:])
+    return fn(input.reshape(rows, cols).contiguous(), kernel_dim, op).reshape(out_shape)
 
 
-# torch function -> (kernel type, how to read a call of it)
-FUNCTION_ROUTES = {
-    F.linear: ("matmul", _linear),
-    torch.matmul: ("matmul", _matmul), torch.Tensor.matmul: ("matmul", _matmul),
-    torch.mm: ("matmul", _matmul), torch.Tensor.mm: ("matmul", _matmul),
-    torch.softmax: ("softmax", _softmax), torch.Tensor.softmax: ("softmax", _softmax), F.softmax: ("softmax", _softmax),
-    F.layer_norm: ("layernorm", _layer_norm),
-    F.rms_norm: ("rmsnorm", _rms_norm),
-    F.scaled_dot_product_attention: ("flash_attention", _attention),
-    F.cross_entropy: ("cross_entropy", _cross_entropy),
-    torch.sum: ("reduce", functools.partial(_reduction, "sum")),
-    torch.Tensor.sum: ("reduce", functools.partial(_reduction, "sum")),
-    torch.amax: ("reduce", functools.partial(_reduction, "max")),
-    torch.Tensor.amax: ("reduce", functools.partial(_reduction, "max")),
+@dataclass(frozen=True)
+class FunctionRoute:
+    """A torch function some kernel type can run: how to read a call of it."""
+    kernel_type: str
+    read: Callable
+
+
+_SUM, _MAX = functools.partial(_read_reduction, "sum"), functools.partial(_read_reduction, "max")
+# torch function -> how to read a call of it
+FUNCTION_ROUTES: dict[Callable, FunctionRoute] = {
+    F.linear: FunctionRoute("matmul", _read_linear),
+    torch.matmul: FunctionRoute("matmul", _read_matmul), torch.Tensor.matmul: FunctionRoute("matmul", _read_matmul),
+    torch.mm: FunctionRoute("matmul", _read_matmul), torch.Tensor.mm: FunctionRoute("matmul", _read_matmul),
+    torch.softmax: FunctionRoute("softmax", _read_softmax),
+    torch.Tensor.softmax: FunctionRoute("softmax", _read_softmax),
+    F.softmax: FunctionRoute("softmax", _read_softmax),
+    F.layer_norm: FunctionRoute("layernorm", _read_layer_norm),
+    F.rms_norm: FunctionRoute("rmsnorm", _read_rms_norm),
+    F.scaled_dot_product_attention: FunctionRoute("flash_attention", _read_attention),
+    F.cross_entropy: FunctionRoute("cross_entropy", _read_cross_entropy),
+    torch.sum: FunctionRoute("reduce", _SUM), torch.Tensor.sum: FunctionRoute("reduce", _SUM),
+    torch.amax: FunctionRoute("reduce", _MAX), torch.Tensor.amax: FunctionRoute("reduce", _MAX),
 }
 
 
+def function_name(func: Callable) -> str:
+    """A routed torch function as a user writes it: torch.nn.functional.softmax, torch.Tensor.sum, torch.matmul."""
+    name = getattr(func, "__name__", None)
+    for prefix, namespace in (("torch.nn.functional", F), ("torch.Tensor", torch.Tensor), ("torch", torch)):
+        if name and getattr(namespace, name, None) is func:
+            return f"{prefix}.{name}"
+    return repr(func)
+
+
+def read_function_call(func: Callable, args: tuple, kwargs: dict) -> tuple[str, Reading | str]:
+    """(kernel type, the Reading of this call or why it cannot run as a kernel) for a routed torch function."""
+    route = FUNCTION_ROUTES[func]
+    try:
+        reading = route.read(*args, **kwargs)
+    except TypeError:
+        return route.kernel_type, "a calling form the route does not read"
+    return route.kernel_type, reading
+
 
 # --------------------------------------------------------------------------- modules a kernel replaces
-@dataclass
+@dataclass(frozen=True)
 class ModuleVariant:
-    """One way a module could run as a kernel: the type and how to read a call."""
+    """One way a module could run as a kernel: the type, whether its first call must be checked, and its reader."""
     kernel_type: str
     label: str
-    make_call: Callable[[torch.Tensor], Call | str]
+    read: Callable[[torch.Tensor], Reading | str]
+    needs_check: bool = True     # inferred from the module's structure, so checked against its own forward once
+
+
+def _linear_variants(module: nn.Module) -> list[ModuleVariant]:
+    if type(module) is not nn.Linear:      # a subclass may compute something else (quantized, LoRA...)
+        return []
+
+    def read(x):
+        reading = _read_linear(x, module.weight, module.bias)
+        if isinstance(reading, str):
+            return reading
+        return Reading(reading.shape, reading.tensors,
+                       lambda fn, x: _launch_linear(fn, x, module.weight, module.bias, owner=module))
+    return [ModuleVariant("matmul", "matmul", read, needs_check=False)]
 
 
 def _module_eps(module: nn.Module):
@@ -203,12 +305,16 @@ def _norm_variants(module: nn.Module, loaded: set[str]) -> list[ModuleVariant]:
         return []
     # The class name decides the order; the first-call check decides (a T5LayerNorm is an RMSNorm).
     order = ("layernorm", "rmsnorm") if "layernorm" in class_name else ("rmsnorm", "layernorm")
-    return [ModuleVariant(kind, kind, functools.partial(_norm_module_call, module, kind)) for kind in order
+    return [ModuleVariant(kind, kind, functools.partial(_read_norm_module, module, kind)) for kind in order
             if kind in loaded]
 
 
-def _norm_module_call(module: nn.Module, kernel_type: str, x) -> Call | str:
-    return _norm_call(kernel_type, x, module.weight, getattr(module, "bias", None), _module_eps(module))
+def _read_norm_module(module: nn.Module, kernel_type: str, x) -> Reading | str:
+    eps = _module_eps(module)
+    if kernel_type == "layernorm":
+        return _read_norm(kernel_type, x, module.weight, getattr(module, "bias", None),
+                          lambda fn, x: _launch_layernorm(fn, x, module.weight, module.bias, eps))
+    return _read_norm(kernel_type, x, module.weight, None, lambda fn, x: _launch_rmsnorm(fn, x, module.weight, eps))
 
 
 _MLP_ROLES = {"gate": ("gate", "w1"), "up": ("up", "w3"), "down": ("down", "w2")}
@@ -226,18 +332,20 @@ def _mlp_variants(module: nn.Module, acts: list[str]) -> list[ModuleVariant]:
     if not (gate.weight.shape == up.weight.shape == down.weight.t().shape):
         return []
     return [ModuleVariant("fused_mlp", f"fused_mlp act={act}",
-                          functools.partial(_mlp_call, gate=gate, up=up, down=down, act=act)) for act in acts]
+                          functools.partial(_read_mlp, gate=gate, up=up, down=down, act=act)) for act in acts]
 
 
-def _mlp_call(x, gate: nn.Linear, up: nn.Linear, down: nn.Linear, act: str) -> Call | str:
+def _read_mlp(x, gate: nn.Linear, up: nn.Linear, down: nn.Linear, act: str) -> Reading | str:
     hidden, dim = gate.weight.shape
     if x.dim() == 0 or x.shape[-1] != dim:
         return "input size differs from the MLP's"
-    rows = math.prod(x.shape[:-1])
-    weights = (gate.weight, up.weight, down.weight)
-    return Call({"M": rows, "D": dim, "F": hidden, "act": act}, (x, *weights),
-                lambda: (x.reshape(rows, dim).contiguous(), *(w.contiguous() for w in weights), act),
-                lambda out: out.reshape(*x.shape[:-1], dim))
+
+    def launch(fn, x):
+        out = fn(x.reshape(-1, dim).contiguous(), gate.weight.contiguous(), up.weight.contiguous(),
+                 down.weight.contiguous(), act)
+        return out.reshape(*x.shape[:-1], dim)
+    return Reading({"M": math.prod(x.shape[:-1]), "D": dim, "F": hidden, "act": act},
+                   (x, gate.weight, up.weight, down.weight), launch)
 
 
 def _rotary_variants(module: nn.Module) -> list[ModuleVariant]:
@@ -246,26 +354,49 @@ def _rotary_variants(module: nn.Module) -> list[ModuleVariant]:
     if (not re.search(r"rotary|rope", type(module).__name__, re.IGNORECASE) or cos is None or sin is None
             or cos.dim() != 2 or cos.shape != sin.shape):
         return []
-    return [ModuleVariant("rotary_embedding", "rotary_embedding", lambda x: _rotary_call(x, module.cos, module.sin))]
+    return [ModuleVariant("rotary_embedding", "rotary_embedding", functools.partial(_read_rotary, module))]
 
 
-def _rotary_call(x, cos, sin) -> Call | str:
+def _read_rotary(module: nn.Module, x) -> Reading | str:
+    cos, sin = module.cos, module.sin
     if x.dim() != 4 or x.shape[-1] != 2 * cos.shape[-1] or x.shape[-2] > cos.shape[0]:
         return "input is not (B, H, S, D) with D twice the table width and S within the tables"
     batch, heads, seq, head_dim = x.shape
-    return Call({"B": batch, "H": heads, "S": seq, "D": head_dim}, (x,),
-                lambda: (x.contiguous(), cos[:seq].to(x.dtype).contiguous(), sin[:seq].to(x.dtype).contiguous()))
+
+    def launch(fn, x):
+        cos, sin = rotary_tables(module, x.shape[-2], x.dtype)
+        return fn(x.contiguous(), cos, sin)
+    return Reading({"B": batch, "H": heads, "S": seq, "D": head_dim}, (x,), launch)
+
+
+def rotary_tables(module: nn.Module, seq: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The module's cos and sin tables for `seq` positions in `dtype`, contiguous, kept on the module."""
+    if torch.compiler.is_compiling():      # the tables an eager call kept (a version is no graph constant)
+        kept = module.__dict__.get(ROTARY_TABLES)
+        if kept is not None and kept[0] == (dtype, seq):
+            return kept[2]
+        return module.cos[:seq].to(dtype).contiguous(), module.sin[:seq].to(dtype).contiguous()
+    versions = (module.cos._version, module.sin._version)
+    kept = module.__dict__.get(ROTARY_TABLES)
+    if kept is None or kept[0] != (dtype, seq) or kept[1] != versions:
+        kept = ((dtype, seq), versions, (module.cos[:seq].to(dtype).contiguous(),
+                                         module.sin[:seq].to(dtype).contiguous()))
+        module.__dict__[ROTARY_TABLES] = kept
+    return kept[2]
 
 
 def module_variants(module: nn.Module, verified_shapes: dict[str, list[dict]]) -> list[ModuleVariant]:
     """The ways this module could run as one of the loaded kernel types (type -> the shapes verified), in order."""
     loaded = set(verified_shapes)
     acts = list(dict.fromkeys(shape["act"] for shape in verified_shapes.get("fused_mlp", []) if "act" in shape))
-    return (_norm_variants(module, loaded)
+    return ((_linear_variants(module) if "matmul" in loaded else [])
+            + _norm_variants(module, loaded)
             + (_mlp_variants(module, acts) if "fused_mlp" in loaded else [])
             + (_rotary_variants(module) if "rotary_embedding" in loaded else []))
 
 
-def forget_transposed_weights() -> None:
-    """Drop the cached transposed weights (plugin.unplug: the model may be changed or freed next)."""
-    _TRANSPOSED_WEIGHTS.clear()
+def forget_kept_tensors(model: nn.Module) -> None:
+    """Drop the transposed weights and rotary tables kept on the model's modules (plugin.unplug)."""
+    for module in model.modules():
+        module.__dict__.pop(TRANSPOSED_WEIGHT, None)
+        module.__dict__.pop(ROTARY_TABLES, None)

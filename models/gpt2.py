@@ -109,13 +109,14 @@ class Model(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-def get_model(config: "str | Config" = "default", **overrides) -> Model:
+def get_model(config: "str | Config" = "default", batch: int = BATCH_SIZE, seq: int = SEQ_LEN, **overrides) -> Model:
+    """The model; batch and seq are the inputs' (get_inputs), accepted here so one set of --model-arg serves both."""
     return Model(config, **overrides)
 
 
-def get_inputs(config: "str | Config" = "default", **overrides) -> list:
-    """Random token ids of shape (BATCH_SIZE, SEQ_LEN) below the config's vocabulary size."""
-    return [torch.randint(0, make_config(config, **overrides).vocab_size, (BATCH_SIZE, SEQ_LEN))]
+def get_inputs(config: "str | Config" = "default", batch: int = BATCH_SIZE, seq: int = SEQ_LEN, **overrides) -> list:
+    """Random token ids of shape (batch, seq) below the config's vocabulary size (--model-arg batch=4 seq=1024)."""
+    return [torch.randint(0, make_config(config, **overrides).vocab_size, (batch, seq))]
 
 
 def get_init_inputs() -> list:

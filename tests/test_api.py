@@ -45,7 +45,7 @@ def project(tmp_path, monkeypatch):
     return runs, sources
 
 
-def test_optimize_profiles_extracts_runs_the_loop_and_plugs_in(project):
+def test_optimize_profiles_extracts_runs_the_loop_checks_and_hands_over_the_fastest_path(project):
     runs, _ = project
     torch.manual_seed(0)
     model, x = TinyClassifier().eval(), torch.randn(4, 16)
@@ -54,18 +54,19 @@ def test_optimize_profiles_extracts_runs_the_loop_and_plugs_in(project):
 
     returned = autokernel.optimize(model, x, budget_hours=0.5, top=1)
 
-    assert returned is model
     (run,) = runs
     assert [(job["kernel_type"], job["shapes"]) for job in run["jobs"]] in (
         [("matmul", [{"M": 4, "N": 32, "K": 16}])], [("softmax", [{"M": 4, "N": 32}])])
     assert run["tag"].startswith("TinyClassifier-") and run["agent"] is None
     assert run["settings"].budget_s == 1800 and run["settings"].quick_bench is True
     assert (paths.WORKSPACE / "optimization_plan.json").is_file()
-    router = plugin.router_of(model)
-    router.reset_stats()        # optimize() ran the model once to check it
+    # Without a GPU nothing is timed for real: the kernels are checked, and PyTorch's own path comes back.
+    choice = returned.autokernel_choice
+    assert returned is model and plugin.router_of(model) is None
+    assert (choice.variant, choice.faster, choice.use_code) == ("eager", False, "model")
+    assert choice.summary.startswith("no speed verdict")
     with torch.no_grad():
-        assert plugin.output_error(expected, model(x)) <= plugin.tolerance(expected)
-    assert [stats.hits for stats in router.stats.values()] == [1]
+        assert torch.equal(returned(x), expected)
 
 
 def test_optimize_takes_the_kernels_out_when_the_output_differs(project):

@@ -1,11 +1,9 @@
-"""Tests for autokernel/plugin.py: routing a model's calls to optimized kernels, fallback, torch.compile, errors."""
+"""Tests for autokernel/plugin.py: plugging kernels into a model, by policy, with fallbacks, under torch.compile."""
 
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import json  # noqa: E402
-import math  # noqa: E402
 import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -13,7 +11,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel import plugin  # noqa: E402
+from autokernel import manifest, plugin  # noqa: E402
+from autokernel.manifest import RouteRecord  # noqa: E402
 from autokernel.models import load_model  # noqa: E402
 from autokernel.paths import MANIFEST_NAME, ROOT, starter_path  # noqa: E402
 
@@ -82,22 +81,31 @@ def recorded_calls(model, kernel_type: str) -> list:
     return kernel.kernel_fn.__globals__["CALLS"]
 
 
+def one_forward_stats(model, inputs) -> dict:
+    """(hits, fallbacks) per kernel type of one forward pass, after the routes were resolved by another."""
+    with torch.no_grad():
+        model(*inputs)
+        plugin.router_of(model).reset_stats()
+        model(*inputs)
+    return {t: (s["hits"], s["fallbacks"]) for t, s in kernel_stats(model).items()}
+
+
 # --------------------------------------------------------------------------- the LLaMA end to end
 def test_llama_with_starter_kernels_matches_the_original(tmp_path):
     model, inputs = tiny_llama()
     folder = write_optimized(tmp_path / "opt", LLAMA_SHAPES, sources=reference_sources("rotary_embedding"))
     with torch.no_grad():
         expected = model(*inputs)
-        assert plugin.plug_in(model, folder) is model
+        assert plugin.plug_in(model, folder, policy=plugin.ALL) is model
         recorded_calls(model, "rotary_embedding").clear()
         actual = model(*inputs)
     assert plugin.output_error(expected, actual) <= plugin.tolerance(expected)
-    stats = kernel_stats(model)
-    # Per layer: q, k, v, o linears and the lm_head; 2 norms per layer and the final norm; q and k rotated.
-    assert {t: (s["hits"], s["fallbacks"]) for t, s in stats.items()} == {
-        "rmsnorm": (3, 0), "matmul": (5, 0), "flash_attention": (1, 0), "fused_mlp": (1, 0),
-        "rotary_embedding": (2, 0)}
-    routed = {r["path"]: r["routed_as"] for r in plugin.router_of(model).summary()["module_routes"]}
+    # Per layer: q, k, v and o projections and the lm_head (the MLP's linears are inside the fused MLP);
+    # 2 norms per layer and the final norm; q and k rotated.
+    assert one_forward_stats(model, inputs) == {"rmsnorm": (3, 0), "matmul": (5, 0), "flash_attention": (1, 0),
+                                                "fused_mlp": (1, 0), "rotary_embedding": (2, 0)}
+    routed = {r["path"]: r["routed_as"] for r in plugin.router_of(model).summary()["module_routes"]
+              if r["routed_as"] and r["routed_as"] != "matmul"}
     assert routed == {"layers.0.attention_norm": "rmsnorm", "layers.0.mlp_norm": "rmsnorm", "norm": "rmsnorm",
                       "layers.0.mlp": "fused_mlp act=silu", "layers.0.attention.rotary": "rotary_embedding"}
     rotary_x, cos, sin = recorded_calls(model, "rotary_embedding")[0]
@@ -118,27 +126,75 @@ def test_unverified_shapes_and_dtypes_fall_back_and_are_counted(tmp_path):
                                 sources=reference_sources("rmsnorm"))
     with torch.no_grad():
         expected = model(*inputs)
-        plugin.plug_in(model, folder)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
         assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
-        matmul = kernel_stats(model)["matmul"]
         # Only the attention projections were verified: the MLP's linears and the lm_head run in PyTorch.
-        assert (matmul["hits"], matmul["fallbacks"]) == (4, 4)
-        assert matmul["fallback_reasons"] == {"shape M=8,N=176,K=64 not verified": 2,
-                                              "shape M=8,N=64,K=176 not verified": 1,
-                                              "shape M=8,N=128,K=64 not verified": 1}
-
+        assert one_forward_stats(model, inputs)["matmul"] == (4, 4)
+        assert kernel_stats(model)["matmul"]["fallback_reasons"] == {"shape M=8,N=176,K=64 not verified": 2,
+                                                                     "shape M=8,N=64,K=176 not verified": 1,
+                                                                     "shape M=8,N=128,K=64 not verified": 1}
         plugin.router_of(model).reset_stats()
         model(inputs[0][:, :5])     # another sequence length: nothing verified
         stats = kernel_stats(model)
         assert stats["matmul"]["hits"] == stats["rmsnorm"]["hits"] == 0
         assert stats["matmul"]["fallbacks"] == 8 and stats["rmsnorm"]["fallbacks"] == 3
 
-        plugin.plug_in(model, fp16_norm)   # replaces the earlier kernels
+        plugin.plug_in(model, fp16_norm, policy=plugin.ALL)   # replaces the earlier kernels
         recorded_calls(model, "rmsnorm").clear()
         assert plugin.output_error(expected, model(*inputs)) == 0.0
         norm = kernel_stats(model)["rmsnorm"]
         assert (norm["hits"], norm["fallback_reasons"]) == (0, {"dtype float32 not verified": 3})
         assert recorded_calls(model, "rmsnorm") == []
+
+
+# --------------------------------------------------------------------------- policies and the route table
+def llama_route_records(win_eager: bool, win_compiled: bool) -> list[RouteRecord]:
+    return [RouteRecord(shape=LLAMA_SHAPES["rmsnorm"][0], dtype="float32", site="module norm (RMSNorm)", calls=3,
+                        ours_us=1.0, pytorch_us=2.0 if win_eager else 0.5, ours_gpu_us=1.0,
+                        compiled_gpu_us=2.0 if win_compiled else 0.5, route_eager=win_eager,
+                        route_compiled=win_compiled, why="measured")]
+
+
+def test_the_measured_policy_routes_only_where_the_table_says_ours_wins(tmp_path):
+    model, inputs = tiny_llama()
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm": LLAMA_SHAPES["rmsnorm"]},
+                             sources=reference_sources("rmsnorm"))
+    plugin.plug_in(model, folder)            # no table yet: nothing was measured, so nothing routes
+    assert one_forward_stats(model, inputs)["rmsnorm"] == (0, 3)
+    assert kernel_stats(model)["rmsnorm"]["fallback_reasons"] == {
+        "not measured at this shape on this GPU (autokernel verify measures it)": 3}
+
+    kernel = plugin.load_kernels(folder)[0]
+    manifest.write_route_tables(folder / MANIFEST_NAME, {kernel.name: (kernel.source_sha256, plugin.device_name(),
+                                                                       llama_route_records(True, False))})
+    plugin.plug_in(model, folder)
+    assert one_forward_stats(model, inputs)["rmsnorm"] == (3, 0)
+    manifest.write_route_tables(folder / MANIFEST_NAME, {kernel.name: (kernel.source_sha256, plugin.device_name(),
+                                                                       llama_route_records(False, True))})
+    plugin.plug_in(model, folder)
+    assert one_forward_stats(model, inputs)["rmsnorm"] == (0, 3)
+    assert kernel_stats(model)["rmsnorm"]["fallback_reasons"] == {"measured": 3}
+
+
+def test_a_table_measured_on_another_gpu_or_for_another_source_is_not_followed(tmp_path):
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm": LLAMA_SHAPES["rmsnorm"]},
+                             sources=reference_sources("rmsnorm"))
+    kernel = plugin.load_kernels(folder)[0]
+    records = llama_route_records(True, True)
+    manifest.write_route_tables(folder / MANIFEST_NAME, {kernel.name: (kernel.source_sha256, "NVIDIA B200", records)})
+    assert plugin.load_kernels(folder)[0].records == {}
+    manifest.write_route_tables(folder / MANIFEST_NAME, {kernel.name: ("0" * 64, plugin.device_name(), records)})
+    assert plugin.load_kernels(folder)[0].records == {}
+    manifest.write_route_tables(folder / MANIFEST_NAME, {kernel.name: (kernel.source_sha256, plugin.device_name(),
+                                                                       records)})
+    (loaded,) = plugin.load_kernels(folder)
+    assert loaded.record(LLAMA_SHAPES["rmsnorm"][0], torch.float32) == records[0]
+
+
+def test_an_unknown_policy_is_refused(tmp_path):
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm": LLAMA_SHAPES["rmsnorm"]})
+    with pytest.raises(ValueError, match="unknown routing policy 'fastest'"):
+        plugin.plug_in(nn.Linear(2, 2), folder, policy="fastest")
 
 
 # --------------------------------------------------------------------------- the router's rules
@@ -147,7 +203,7 @@ def test_calls_that_need_gradients_fall_back(tmp_path):
     model, x = nn.Linear(16, 24), torch.randn(10, 16)
     folder = write_optimized(tmp_path / "opt", {"matmul": [{"M": 10, "N": 24, "K": 16}]},
                              sources=reference_sources("matmul"))
-    plugin.plug_in(model, folder)
+    plugin.plug_in(model, folder, policy=plugin.ALL)
     model(x).sum().backward()
     matmul = kernel_stats(model)["matmul"]
     assert matmul["hits"] == 0
@@ -158,7 +214,6 @@ def test_calls_that_need_gradients_fall_back(tmp_path):
     assert kernel_stats(model)["matmul"]["hits"] == 1
 
 
-# --------------------------------------------------------------------------- module routes
 class OffsetRMSNorm(nn.Module):
     """Gemma's RMSNorm: scales by (1 + weight), which a plain rmsnorm kernel does not compute."""
 
@@ -177,7 +232,7 @@ def test_module_route_is_dropped_when_its_first_call_differs(tmp_path):
     folder = write_optimized(tmp_path / "opt", {"rmsnorm": [{"M": 3, "N": 8}]}, sources=reference_sources("rmsnorm"))
     with torch.no_grad():
         expected = model(x)
-        plugin.plug_in(model, folder)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
         recorded_calls(model, "rmsnorm").clear()
         assert torch.equal(model(x), expected)
         assert torch.equal(model(x), expected)
@@ -189,96 +244,56 @@ def test_module_route_is_dropped_when_its_first_call_differs(tmp_path):
 
 
 # --------------------------------------------------------------------------- torch.compile
-class NormedSoftmax(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(32, 64, bias=False)
-        self.norm = nn.RMSNorm(64, eps=1e-6)
+def test_a_routed_llama_compiles_into_one_graph_with_the_kernels_ops_in_it(tmp_path):
+    # aot_eager traces the graph through the ops' fake implementations, as inductor does, without
+    # inductor's C++ compile, which takes minutes on this CPU. fullgraph=True fails on any graph break.
+    from torch._dynamo.utils import counters
 
-    def forward(self, x):
-        return torch.softmax(self.norm(self.proj(x)), dim=-1)
-
-
-def test_custom_ops_run_inside_torch_compile(tmp_path):
-    # aot_eager traces the graph through the custom ops' fake implementations, as inductor does,
-    # without inductor's C++ compile, which takes minutes on this CPU.
-    torch.manual_seed(0)
-    model, x = NormedSoftmax().eval(), torch.randn(4, 32)
-    folder = write_optimized(tmp_path / "opt", {"softmax": [{"M": 4, "N": 64}], "rmsnorm": [{"M": 4, "N": 64}]})
+    model, inputs = tiny_llama()
+    folder = write_optimized(tmp_path / "opt", LLAMA_SHAPES)
     graph_ops = []
 
     def recording_backend(graph_module, example_inputs):
         graph_ops.extend(str(node.target) for node in graph_module.graph.nodes if node.op == "call_function")
         return torch._dynamo.lookup_backend("aot_eager")(graph_module, example_inputs)
 
+    torch._dynamo.reset()
+    counters.clear()
     with torch.no_grad():
-        expected = model(x)
+        expected = model(*inputs)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        model(*inputs)                    # the eager call resolves the routes and checks the module routes
+        compiled = torch.compile(model, backend=recording_backend, fullgraph=True)
+        assert plugin.output_error(expected, compiled(*inputs)) <= plugin.tolerance(expected)
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    ours = sorted({op.split(".")[1].split("_", 1)[0] for op in graph_ops if op.startswith("autokernel.")})
+    assert ours == ["flash", "fused", "matmul", "rmsnorm", "rotary"]
+    # Inside the graph the kernels are the ops' fake implementations: no eager call was counted.
+    assert all(kernel.op_kind.startswith("custom_op") for kernel in plugin.router_of(model).kernels)
+    torch._dynamo.reset()
+
+
+def test_compiled_decisions_are_separate_from_eager_ones(tmp_path):
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(8, 8)).eval(), torch.randn(3, 8)
+    folder = write_optimized(tmp_path / "opt", {"matmul": [{"M": 3, "N": 8, "K": 8}]},
+                             sources=reference_sources("matmul"))
+    kernel = plugin.load_kernels(folder)[0]
+    record = RouteRecord(shape={"M": 3, "N": 8, "K": 8}, dtype="float32", site="module 0 (Linear)", calls=1,
+                         route_eager=False, route_compiled=True, why="slower eagerly, faster compiled")
+    manifest.write_route_tables(folder / MANIFEST_NAME, {kernel.name: (kernel.source_sha256, plugin.device_name(),
+                                                                       [record])})
+    graph_ops = []
+
+    def recording_backend(graph_module, example_inputs):
+        graph_ops.extend(str(node.target) for node in graph_module.graph.nodes if node.op == "call_function")
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
         plugin.plug_in(model, folder)
-        model(x)                          # the eager call checks the RMSNorm module route
-        compiled = torch.compile(model, backend=recording_backend)
-        assert plugin.output_error(expected, compiled(x)) <= plugin.tolerance(expected)
-    ours = sorted({op.split(".")[1].rsplit("_", 1)[0] for op in graph_ops if op.startswith("autokernel.")})
-    assert ours == ["rmsnorm_2", "softmax_1"]
-
-
-# --------------------------------------------------------------------------- errors and the error measure
-def test_manifest_entry_from_a_job_loads_the_file_it_names(tmp_path):
-    job = {"rank": 3, "kernel_type": "softmax", "shapes": [{"M": 4, "N": 64}], "dtype": "float16", "share": 0.2}
-    plugin.write_manifest(tmp_path / "opt" / MANIFEST_NAME,
-                          {"3_softmax": plugin.manifest_entry(job, starter_path("softmax"))})
-    assert plugin.read_manifest(tmp_path / "opt" / MANIFEST_NAME) == {"3_softmax": {
-        "file": str(starter_path("softmax")), "kernel_type": "softmax", "rank": 3, "shapes": [{"M": 4, "N": 64}],
-        "dtypes": ["float16"]}}
-    (kernel,) = plugin.load_kernels(tmp_path / "opt")
-    # An absolute file is used as it is, not looked for in the manifest's folder.
-    assert (kernel.name, kernel.file, kernel.rank) == ("3_softmax", starter_path("softmax"), 3)
-    assert kernel.covers({"M": 4, "N": 64}, torch.float16) and not kernel.covers({"M": 4, "N": 64}, torch.float32)
-
-
-def test_bad_optimized_folders_give_clear_errors(tmp_path):
-    with pytest.raises(plugin.PlugInError, match="manifest.json does not exist"):
-        plugin.load_kernels(tmp_path / "nothing")
-    (tmp_path / "broken").mkdir()
-    (tmp_path / "broken" / MANIFEST_NAME).write_text("{not json")
-    with pytest.raises(plugin.PlugInError, match="is not valid JSON"):
-        plugin.load_kernels(tmp_path / "broken")
-    (tmp_path / "broken" / MANIFEST_NAME).write_text(json.dumps({"1_softmax": {}}))
-    with pytest.raises(plugin.PlugInError, match='no "kernels" object'):
-        plugin.load_kernels(tmp_path / "broken")
-    wrong_type = write_optimized(tmp_path / "wrong", {"softmax": [{"M": 1, "N": 1}]},
-                                 sources={"softmax": reference_kernel("rmsnorm")})
-    with pytest.raises(plugin.PlugInError, match="KERNEL_TYPE 'rmsnorm'"):
-        plugin.load_kernels(wrong_type)
-    bad_dtype = write_optimized(tmp_path / "dtype", {"softmax": [{"M": 1, "N": 1}]}, dtypes=("fp8",),
-                                sources=reference_sources("softmax"))
-    with pytest.raises(plugin.PlugInError, match="unknown dtypes"):
-        plugin.load_kernels(bad_dtype)
-
-
-def test_output_error_is_relative_to_the_output_scale():
-    expected = torch.tensor([100.0, -200.0, 0.5])
-    assert plugin.output_error(expected, expected + torch.tensor([0.0, 2.0, 0.0])) == pytest.approx(0.01)
-    assert plugin.output_error((expected, {"ids": torch.tensor([1, 2])}),
-                               (expected, {"ids": torch.tensor([1, 2])})) == 0.0
-    assert plugin.output_error(torch.tensor([float("inf"), float("nan")]),
-                               torch.tensor([float("inf"), float("nan")])) == 0.0
-    assert plugin.output_error(expected, torch.tensor([100.0, float("nan"), 0.5])) == math.inf
-    assert plugin.output_error(torch.tensor([1, 2]), torch.tensor([1, 3])) == math.inf
-    assert plugin.output_error({"logits": expected, "extra": [expected]}, {"logits": expected}) == math.inf
-    assert plugin.output_error(expected, expected.double()) == math.inf
-
-
-def test_kernels_measured_slower_than_pytorch_stay_out_unless_asked(tmp_path):
-    def entry(speedup, meaningful):
-        job = {"rank": 1, "kernel_type": "softmax", "shapes": [{"M": 4, "N": 8}], "dtype": "float32"}
-        return {**plugin.manifest_entry(job, starter_path("softmax")), "best_speedup_vs_pytorch": speedup,
-                "timings_meaningful": meaningful}
-
-    folder = tmp_path / "opt"
-    plugin.write_manifest(folder / MANIFEST_NAME, {"1_softmax": entry(0.54, True), "2_softmax": entry(1.3, True),
-                                                   "3_softmax": entry(0.2, False)})
-    assert plugin.slower_than_pytorch(folder) == {"1_softmax": 0.54}
-    # A CPU-interpreter timing says nothing about speed, so it never keeps a kernel out.
-    assert [k.name for k in plugin.load_kernels(folder)] == ["2_softmax", "3_softmax"]
-    assert [k.name for k in plugin.load_kernels(folder, include_slower=True)] == ["1_softmax", "2_softmax",
-                                                                                 "3_softmax"]
+        model(x)
+        assert kernel_stats(model)["matmul"]["hits"] == 0
+        torch.compile(model, backend=recording_backend, fullgraph=True)(x)
+    assert any(op.startswith("autokernel.matmul") for op in graph_ops)
+    torch._dynamo.reset()

@@ -42,13 +42,23 @@ READABLE_CALLS = [
 @pytest.mark.parametrize("func, args, kwargs, shape", READABLE_CALLS,
                          ids=[f"{case[0].__name__}-{index}" for index, case in enumerate(READABLE_CALLS)])
 def test_a_readable_call_gives_the_profilers_shape_and_the_references_arguments(func, args, kwargs, shape):
-    kernel_type, read = routes.FUNCTION_ROUTES[func]
-    call = read(*args, **kwargs)
-    assert call.shape == shape
-    kernel_args = call.kernel_args()
-    assert all(arg.is_contiguous() for arg in kernel_args if isinstance(arg, torch.Tensor))
+    kernel_type, reading = routes.read_function_call(func, args, kwargs)
+    assert reading.shape == shape
+    received = []
+
+    def reference(*kernel_args):
+        received.append(kernel_args)
+        return registry.get(kernel_type).reference(*kernel_args)
     # The reference on the kernel's arguments, back in the caller's shapes, is the call's own result.
-    torch.testing.assert_close(call.finish(registry.get(kernel_type).reference(*kernel_args)), func(*args, **kwargs))
+    torch.testing.assert_close(reading.launch(reference, *args, **kwargs), func(*args, **kwargs))
+    assert all(arg.is_contiguous() for arg in received[0] if isinstance(arg, torch.Tensor))
+
+
+def test_a_reading_launches_any_later_call_with_its_signature():
+    # The decision is cached per signature: the launch must use the new call's tensors, not the first's.
+    _, reading = routes.read_function_call(torch.softmax, (H, -1), {})
+    other = torch.randn_like(H)
+    torch.testing.assert_close(reading.launch(registry.get("softmax").reference, other, -1), torch.softmax(other, -1))
 
 
 @pytest.mark.parametrize("func, args, kwargs, reason", [
@@ -60,38 +70,57 @@ def test_a_readable_call_gives_the_profilers_shape_and_the_references_arguments(
     (F.scaled_dot_product_attention, (Q, Q, Q), {"dropout_p": 0.1}, "attention with a mask or dropout"),
     (F.cross_entropy, (LOGITS, TARGETS), {"reduction": "sum"},
      "cross-entropy with class weights, label smoothing or a reduction other than mean"),
-    (F.cross_entropy, (LOGITS, torch.full((10,), -100)), {}, "targets equal to ignore_index"),
     (torch.sum, (T,), {"dim": 1}, "a reduction over dimensions that are neither leading nor trailing"),
 ])
 def test_an_unreadable_call_says_why(func, args, kwargs, reason):
-    assert routes.FUNCTION_ROUTES[func][1](*args, **kwargs) == reason
+    assert routes.read_function_call(func, args, kwargs)[1] == reason
+
+
+def test_ignored_targets_are_checked_on_every_call():
+    # Whether a target equals ignore_index depends on the values, so it cannot be part of a cached decision.
+    _, reading = routes.read_function_call(F.cross_entropy, (LOGITS, TARGETS), {})
+    assert reading.per_call_check(LOGITS, TARGETS) is None
+    assert reading.per_call_check(LOGITS, torch.full((10,), -100)) == "targets equal to ignore_index"
 
 
 def test_linear_weights_are_transposed_once_until_they_change():
     layer = nn.Linear(8, 4, bias=False)
-    x = torch.randn(3, 8)
-    read = routes.FUNCTION_ROUTES[F.linear][1]
-    first = read(x, layer.weight).kernel_args()[1]
+    first = routes.transposed_weight(layer.weight, layer)
     assert torch.equal(first, layer.weight.t()) and first.is_contiguous()
-    assert read(x, layer.weight).kernel_args()[1] is first
+    assert routes.transposed_weight(layer.weight, layer) is first
     with torch.no_grad():
         layer.weight.mul_(2)
-    second = read(x, layer.weight).kernel_args()[1]
+    second = routes.transposed_weight(layer.weight, layer)
     assert second is not first and torch.equal(second, layer.weight.t())
-    routes.forget_transposed_weights()
-    assert read(x, layer.weight).kernel_args()[1] is not second
+    routes.forget_kept_tensors(layer)
+    assert routes.transposed_weight(layer.weight, layer) is not second
+
+
+def test_rotary_tables_are_cut_and_cast_once_per_length_and_dtype():
+    model, _ = tiny_llama()
+    rotary = model.layers[0].attention.rotary
+    cos, sin = routes.rotary_tables(rotary, 5, torch.float16)
+    assert cos.dtype == torch.float16 and cos.shape == (5, 8) and torch.equal(cos, rotary.cos[:5].half())
+    assert routes.rotary_tables(rotary, 5, torch.float16)[0] is cos
+    assert routes.rotary_tables(rotary, 6, torch.float16)[0].shape == (6, 8)
 
 
 def test_module_variants_follow_the_modules_structure():
     model, _ = tiny_llama()
-    verified = {"rmsnorm": [], "layernorm": [], "rotary_embedding": [],
+    verified = {"rmsnorm": [], "layernorm": [], "rotary_embedding": [], "matmul": [],
                 "fused_mlp": [{"M": SEQ, "D": 64, "F": 176, "act": "silu"}, {"M": 1, "D": 64, "F": 176, "act": "gelu"}]}
     found = {path: [variant.label for variant in routes.module_variants(module, verified)]
              for path, module in model.named_modules()}
+    linears = [path for path, module in model.named_modules() if isinstance(module, nn.Linear)]
     assert {path: labels for path, labels in found.items() if labels} == {
         "layers.0.attention_norm": ["rmsnorm", "layernorm"], "layers.0.mlp_norm": ["rmsnorm", "layernorm"],
         "norm": ["rmsnorm", "layernorm"], "layers.0.attention.rotary": ["rotary_embedding"],
-        "layers.0.mlp": ["fused_mlp act=silu", "fused_mlp act=gelu"]}
+        "layers.0.mlp": ["fused_mlp act=silu", "fused_mlp act=gelu"], **{path: ["matmul"] for path in linears}}
+    # A linear's computation is known, not inferred: it needs no first-call check; the others do.
+    assert not routes.module_variants(model.lm_head, verified)[0].needs_check
+    assert routes.module_variants(model.norm, verified)[0].needs_check
+    # Subclasses of nn.Linear may compute something else (quantized, LoRA): only nn.Linear itself is read.
+    assert routes.module_variants(type("LoRALinear", (nn.Linear,), {})(4, 4), verified) == []
     # A module is offered only as the kernel types loaded; the class name orders a norm's variants.
     assert [v.label for v in routes.module_variants(nn.LayerNorm(8), verified)] == ["layernorm", "rmsnorm"]
     assert [v.label for v in routes.module_variants(nn.LayerNorm(8), {"rmsnorm": []})] == ["rmsnorm"]
@@ -101,15 +130,15 @@ def test_module_variants_follow_the_modules_structure():
     torch.manual_seed(1)
     inputs = {"layers.0.attention_norm": torch.randn(1, SEQ, 64), "layers.0.mlp": torch.randn(1, SEQ, 64),
               "layers.0.attention.rotary": torch.randn(1, 4, SEQ, 16)}
+    inputs["lm_head"] = torch.randn(1, SEQ, 64)
     for path, x in inputs.items():
         module = model.get_submodule(path)
         variant = routes.module_variants(module, verified)[0]
-        call = variant.make_call(x)
-        out = call.finish(registry.get(variant.kernel_type).reference(*call.kernel_args()))
+        out = variant.read(x).launch(registry.get(variant.kernel_type).reference, x)
         with torch.no_grad():
             torch.testing.assert_close(out, module(x))
     mlp_variant = routes.module_variants(model.layers[0].mlp, verified)[0]
-    assert mlp_variant.make_call(torch.randn(SEQ, 32)) == "input size differs from the MLP's"
+    assert mlp_variant.read(torch.randn(SEQ, 32)) == "input size differs from the MLP's"
 
 
 # --------------------------------------------------------------------------- through the router
@@ -151,10 +180,13 @@ def test_function_routes_hit_with_the_registry_shapes(tmp_path):
     folder = write_optimized(tmp_path / "opt", FUNCTIONAL_SHAPES, sources=reference_sources(*FUNCTIONAL_SHAPES))
     with torch.no_grad():
         expected = model(*inputs)
-        plugin.plug_in(model, folder)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        model(*inputs)                    # the resolution pass, with the function routing everywhere
+        plugin.router_of(model).reset_stats()
         recorded_calls(model, "matmul").clear()
-        actual = model(*inputs)
+        actual = model(*inputs)           # routed as decided, the function routing in the model's own forward only
     assert plugin.output_error(expected, actual) <= plugin.tolerance(expected)
+    assert plugin.router_of(model).summary()["scoped_modules"] == [""]
     stats = kernel_stats(model)
     assert {t: (s["hits"], s["fallbacks"]) for t, s in stats.items()} == {
         "matmul": (2, 0), "layernorm": (1, 0), "softmax": (1, 1), "reduce": (3, 1), "flash_attention": (1, 1),
@@ -164,7 +196,7 @@ def test_function_routes_hit_with_the_registry_shapes(tmp_path):
     assert list(stats["flash_attention"]["fallback_reasons"]) == ["attention with a mask or dropout"]
     # columns.sum() over all of a (10, 12) tensor is {M: 1, N: 120}, which was not verified.
     assert stats["reduce"]["fallback_reasons"] == {"shape M=1,N=120,dim=-1,op=sum not verified": 1}
-    # The kernels get contiguous 2-D operands; F.linear's weight arrives transposed to (K, N).
+    # The kernels get contiguous 2-D operands; the linear's weight arrives transposed to (K, N).
     linear_a, linear_b = recorded_calls(model, "matmul")[0]
     assert linear_a.shape == (10, 16) and linear_b.shape == (16, 24) and linear_b.is_contiguous()
     assert torch.equal(linear_b, model.proj.weight.t())

@@ -1,4 +1,9 @@
-"""Tests for verify.py: the end-to-end check passes with the real starter kernels, fails on a wrong one, and reports."""
+"""Tests for verify.py: the end-to-end check passes with the real starter kernels, fails on a wrong one, and reports.
+
+On the CPU nothing is routed by measurement (the interpreter's timings mean nothing), so the
+AutoKernel variants run with --route all where a test needs them; the correctness check always
+routes every verified call.
+"""
 
 import os
 
@@ -55,12 +60,12 @@ def test_tiny_llama_with_the_starter_kernels_passes(tmp_path, capsys):
                     {"kernel_type": "rotary_embedding", "share": 0.05}]}))
 
     code = verify.main([*TINY_LLAMA_ARGS, "--optimized-dir", str(folder), "--workspace", str(workspace),
-                        "--no-compile"])
+                        "--no-compile", "--route", "all"])
 
     assert code == verify.EXIT_PASS
     report = read_report(workspace)
     check = report["correctness"]
-    assert check["passed"] and check["max_error"] <= 1e-4 and check["compiled_max_error"] is None
+    assert check["passed"] and check["max_error"] <= 1e-4 and check["variant_max_error"] <= 1e-4
     assert check["tolerance"] == 1e-4
     kernels = {k["kernel_type"]: k for k in report["kernels"]}
     assert {t: (k["hits"], k["fallbacks"]) for t, k in kernels.items()} == {
@@ -68,11 +73,17 @@ def test_tiny_llama_with_the_starter_kernels_passes(tmp_path, capsys):
         "rotary_embedding": (2, 0)}
     assert kernels["matmul"]["share"] == 0.5 and kernels["fused_mlp"]["share"] is None
     assert report["replaced_share"] == pytest.approx(0.65)
-    assert set(report["latency_ms"]) == {"eager", "ours"} and report["latency_ms"]["ours"] > 0
-    assert set(report["speedups"]) == {"ours_vs_eager"}
-    assert report["timings_meaningful"] is False
+    assert set(report["variants"]) == {"eager", "ours"} and report["variants"]["ours"]["ms"] > 0
+    assert report["timings_meaningful"] is False and not report["verdict"]["faster"]
+    assert report["verdict"]["summary"].startswith("no speed verdict")
+    # The route table lists every signature the kernels met, with the calls per forward.
+    assert {(row["kernel"], row["calls"]) for row in report["route_table"]} == {
+        ("1_rmsnorm", 3), ("2_matmul", 4), ("2_matmul", 1), ("3_flash_attention", 1), ("4_fused_mlp", 1),
+        ("5_rotary_embedding", 2)}
+    assert report["versions"]["torch"] == torch.__version__ and report["inputs"] == [{"shape": [1, 8],
+                                                                                       "dtype": "int64"}]
     out = capsys.readouterr().out
-    assert "NOT MEANINGFUL" in out and "PASS" in out
+    assert "NOT MEANINGFUL" in out and "PASS" in out and "Route table" in out
 
 
 def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_path, capsys):
@@ -94,11 +105,13 @@ def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_p
     report = read_report(workspace)
     assert report["correctness"]["passed"] and report["plan"].endswith("profiled now")
     assert report["optimized_dir"] == str(workspace / verify.STARTER_MANIFEST_DIR)
-    # The plan's shapes are the model's: every planned kernel takes every call of its type.
-    assert [(k["kernel_type"], k["fallbacks"]) for k in report["kernels"]] == [
+    # The plan's shapes are the model's: every planned kernel takes every call of its type in the check.
+    assert [(k["kernel_type"], k["fallbacks"]) for k in report["checked"]["kernels"]] == [
         (e["kernel_type"], 0) for e in plan["entries"]]
-    assert all(k["hits"] > 0 for k in report["kernels"])
-    assert report["replaced_share"] == pytest.approx(sum(e["share"] for e in plan["entries"]))
+    assert all(k["hits"] > 0 for k in report["checked"]["kernels"])
+    # Measured on no GPU, nothing routes in the AutoKernel variants: PyTorch's path is handed over.
+    assert all(k["hits"] == 0 for k in report["kernels"]) and report["replaced_share"] == 0
+    assert report["variants"]["ours"]["failed"].startswith("nothing routed")
     out = capsys.readouterr().out
     assert "profiling llama.py:Model first" in out and "PASS" in out
 
@@ -112,7 +125,8 @@ def test_starters_reuse_this_models_plan(tmp_path, capsys):
                             "device_name": "cpu", "entries": entries})
     (workspace / PLAN_FILE).write_text(plan_text)
 
-    code = verify.main([*TINY_LLAMA_ARGS, "--starters", "--workspace", str(workspace), "--no-compile"])
+    code = verify.main([*TINY_LLAMA_ARGS, "--starters", "--workspace", str(workspace), "--no-compile",
+                        "--route", "all"])
 
     assert code == verify.EXIT_PASS
     assert (workspace / PLAN_FILE).read_text() == plan_text and "profiling" not in capsys.readouterr().out
@@ -133,18 +147,20 @@ def test_a_wrong_kernel_fails_the_check_and_compile_is_timed(tmp_path, capsys):
 
     # aot_eager: torch.compile's tracing without inductor's C++ compile, which is slow on this CPU.
     code = verify.main([str(model_file), "--device", "cpu", "--optimized-dir", str(folder),
-                        "--workspace", str(workspace), "--compile-backend", "aot_eager"])
+                        "--workspace", str(workspace), "--compile-backend", "aot_eager", "--route", "all"])
 
     assert code == verify.EXIT_FAIL
     report = read_report(workspace)
     check = report["correctness"]
     assert not check["passed"]
-    assert 0.005 < check["max_error"] < 0.02 and check["compiled_max_error"] == check["max_error"]
+    assert 0.005 < check["max_error"] < 0.02 and check["variant_max_error"] == pytest.approx(check["max_error"])
     assert report["kernels"][0]["hits"] == 1
-    assert set(report["latency_ms"]) == {"eager", "compile", "ours", "ours_compile"}
-    assert all(report["latency_ms"].values()) and not report["latency_errors"]
-    assert set(report["speedups"]) == {"ours_vs_eager", "ours_vs_compile", "ours_compile_vs_eager",
-                                       "ours_compile_vs_compile"}
+    variants = report["variants"]
+    assert set(variants) == {"eager", "compile", "ours", "ours_compile"}
+    assert all(v["ms"] > 0 and v["failed"] is None for v in variants.values())
+    assert variants["compile"]["graph_breaks"] == variants["ours_compile"]["graph_breaks"] == 0
+    # A wrong AutoKernel variant never counts as AutoKernel's best.
+    assert report["verdict"]["autokernel_best"] is None
     assert "no plan at" in report["plan"]
     assert "FAIL" in capsys.readouterr().out
 

@@ -1,0 +1,112 @@
+"""How long a whole call takes, as the model would pay for it: launch and Python overhead included, or GPU time alone.
+
+The judge times a kernel with triton.testing.do_bench, which flushes the L2 cache before every
+call and so measures GPU time alone. Inside a model that is not what a call costs: an eager
+forward pays every launch and every line of Python, and one kernel's inputs are often still in
+L2 from the previous one. So here:
+  - `wall_clock` times calls back to back with the host clock, between device syncs: per call,
+    the larger of the host's launch cost and the GPU's time, as in an eager forward;
+  - `graph_replay` captures calls into a CUDA graph and times its replays: GPU time alone, as in a
+    compiled forward under CUDA graphs.
+Each gives the median of several repeats and their spread. Under the CPU interpreter the wall
+clock still runs, but nothing it says about speed is meaningful; callers label it so.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+
+REPEATS = 5
+REPEAT_SECONDS = 0.05        # each repeat runs enough calls to take about this long (on a GPU)
+CALLS_PER_GRAPH = 20
+
+
+@dataclass(frozen=True)
+class Latency:
+    """A median time per call and the range of the repeats around it, in milliseconds."""
+    median_ms: float
+    low_ms: float
+    high_ms: float
+    repeats: int
+
+    @property
+    def spread(self) -> float:
+        """(high - low) / median: how far apart the repeats were."""
+        return (self.high_ms - self.low_ms) / self.median_ms if self.median_ms > 0 else 0.0
+
+    @property
+    def us(self) -> float:
+        return self.median_ms * 1e3
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "spread": round(self.spread, 4)}
+
+
+def _summary(samples_ms: list[float]) -> Latency:
+    return Latency(statistics.median(samples_ms), min(samples_ms), max(samples_ms), len(samples_ms))
+
+
+def _sync(on_gpu: bool) -> None:
+    if on_gpu:
+        torch.cuda.synchronize()
+
+
+def wall_clock(fn: Callable[[], object], on_gpu: bool, *, repeats: int = REPEATS,
+               repeat_seconds: float = REPEAT_SECONDS, warmup: int = 3) -> Latency:
+    """Per-call time of fn run back to back (host clock between device syncs): median and spread of the repeats."""
+    for _ in range(warmup):
+        fn()
+    _sync(on_gpu)
+    calls = 1
+    if on_gpu:      # enough calls per repeat that the two syncs and the clock reads do not count
+        start = time.perf_counter()
+        fn()
+        _sync(on_gpu)
+        calls = max(1, min(10_000, int(repeat_seconds / max(time.perf_counter() - start, 1e-6))))
+    samples = []
+    for _ in range(repeats if on_gpu else min(repeats, 3)):
+        _sync(on_gpu)
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        _sync(on_gpu)
+        samples.append((time.perf_counter() - start) * 1e3 / calls)
+    return _summary(samples)
+
+
+def graph_replay(fn: Callable[[], object], *, repeats: int = REPEATS,
+                 calls_per_graph: int = CALLS_PER_GRAPH) -> Latency | None:
+    """Per-call GPU time of fn captured into a CUDA graph and replayed; None when fn cannot be captured."""
+    if not torch.cuda.is_available():
+        return None
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):          # warm up (and compile) off the capturing stream
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls_per_graph):
+                fn()
+        graph.replay()
+        torch.cuda.synchronize()
+    except Exception:       # a call that syncs, reads values on the host, or is otherwise not capturable
+        torch.cuda.synchronize()
+        return None
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / calls_per_graph)
+    del graph
+    return _summary(samples)

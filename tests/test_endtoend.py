@@ -1,0 +1,113 @@
+"""Tests for autokernel/endtoend.py: PyTorch's best against AutoKernel's best, and the path handed to the user.
+
+Speed is never measured here (the CPU interpreter's timings mean nothing): where a test needs a
+GPU's verdict, the timer is replaced by one that reports chosen figures.
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from autokernel import endtoend, latency, plugin, route_table  # noqa: E402
+from autokernel.latency import Latency  # noqa: E402
+from autokernel.variants import VariantResult  # noqa: E402
+from tests.test_plugin import LLAMA_SHAPES, reference_sources, tiny_llama, write_optimized  # noqa: E402
+
+
+def result(variant: str, ms: float | None, error: float = 0.0, failed: str | None = None) -> VariantResult:
+    timing = Latency(ms, ms * 0.99, ms * 1.01, 5) if ms is not None else None
+    return VariantResult(variant, timing, error=error if ms is not None else None, failed=failed)
+
+
+def test_the_verdict_names_both_bests_and_hands_over_the_faster():
+    results = {"eager": result("eager", 8.0), "compile": result("compile", 2.1),
+               "cudagraphs": result("cudagraphs", 1.2), "ours": result("ours", 9.0),
+               "ours_compile": result("ours_compile", 2.0), "ours_cudagraphs": result("ours_cudagraphs", 1.0)}
+    verdict = endtoend.choose(results, 1e-2, on_gpu=True, routed=True)
+    assert verdict.faster and verdict.use == "ours_cudagraphs"
+    assert verdict.summary.startswith("faster by 1.20x: AutoKernel + torch.compile + CUDA graphs (1.000 ms)")
+    assert verdict.use_code == 'torch.compile(autokernel.plug_in(model), mode="reduce-overhead")'
+    assert verdict.pytorch_best == {"variant": "cudagraphs", "name": "torch.compile + CUDA graphs", "ms": 1.2}
+
+
+def test_a_slower_or_wrong_autokernel_hands_over_pytorchs_best():
+    results = {"eager": result("eager", 8.0), "cudagraphs": result("cudagraphs", 1.2),
+               "ours": result("ours", 7.0), "ours_cudagraphs": result("ours_cudagraphs", 1.0, error=0.5)}
+    verdict = endtoend.choose(results, 1e-2, on_gpu=True, routed=True)
+    # The fastest of ours is wrong, so it does not count; the next is slower than PyTorch's best.
+    assert not verdict.faster and verdict.use == "cudagraphs"
+    assert verdict.autokernel_best["variant"] == "ours" and verdict.speedup == pytest.approx(1.2 / 7.0)
+    assert verdict.summary.startswith("no gain: use torch.compile + CUDA graphs (1.200 ms)")
+    assert verdict.use_code == 'torch.compile(model, mode="reduce-overhead")'
+    # Within the noise is no gain either.
+    close = {"cudagraphs": result("cudagraphs", 1.2), "ours_cudagraphs": result("ours_cudagraphs", 1.195)}
+    assert not endtoend.choose(close, 1e-2, on_gpu=True, routed=True).faster
+
+
+def test_without_a_gpu_there_is_no_speed_verdict():
+    results = {"eager": result("eager", 8.0), "ours": result("ours", 1.0)}
+    verdict = endtoend.choose(results, 1e-2, on_gpu=False, routed=True)
+    assert not verdict.faster and verdict.use == "eager"
+    assert verdict.summary == "no speed verdict: CPU interpreter timings are not meaningful; use PyTorch eager"
+
+
+@pytest.fixture
+def gpu_like_timer(monkeypatch):
+    """A timer that reports a GPU's figures: each routed call a kernel takes adds `per_hit_ms` to a forward."""
+    state = {"router": None, "per_hit_ms": 0.5}
+
+    def wall_clock(fn, on_gpu, **_):
+        router = state["router"]
+        hits_before = sum(s.hits for s in router.stats.values()) if router else 0
+        fn()
+        hits = (sum(s.hits for s in router.stats.values()) if router else 0) - hits_before
+        ms = 10.0 + state["per_hit_ms"] * hits
+        return Latency(ms, ms * 0.999, ms * 1.001, 5)
+
+    def time_site(site, record, router):
+        # Alone, every kernel is twice as fast as PyTorch at its call, eagerly.
+        record.ours_us, record.pytorch_us = 5.0, 10.0
+        record.route_eager, record.why = True, "eager: faster: 2.00x"
+    monkeypatch.setattr(latency, "wall_clock", wall_clock)
+    monkeypatch.setattr(route_table, "_time_site", time_site)
+    return state
+
+
+def compare_tiny_llama(tmp_path, state):
+    model, inputs = tiny_llama()
+    folder = write_optimized(tmp_path / "opt", LLAMA_SHAPES, sources=reference_sources(*LLAMA_SHAPES))
+
+    def plug(policy, keep_examples):
+        router = plugin.router_of(plugin.plug_in(model, folder, policy=policy, keep_examples=keep_examples))
+        state["router"] = router
+        return router
+    return endtoend.compare(model, inputs, plug, on_gpu=True, compile_backend=None)
+
+
+def test_kernels_that_win_alone_but_slow_the_model_down_leave_it_on_pytorchs_path(tmp_path, gpu_like_timer):
+    report = compare_tiny_llama(tmp_path, gpu_like_timer)
+    # Tried in order of predicted gain (calls x time saved alone), each one making the model slower.
+    trials = [(t["kernel"], t["kept"]) for t in report["selection"]]
+    assert trials[:3] == [("2_matmul", False), ("1_rmsnorm", False), ("5_rotary_embedding", False)]
+    assert sorted(trials[3:]) == [("3_flash_attention", False), ("4_fused_mlp", False)]
+    assert not any(row["route_eager"] for row in report["route_table"])
+    assert all("eager route dropped end to end" in row["why"] for row in report["route_table"])
+    assert report["variants"]["ours"]["failed"] == "nothing routed: no kernel made the model faster in this mode"
+    verdict = report["verdict"]
+    assert not verdict["faster"] and verdict["use"] == "eager"
+    assert verdict["summary"] == ("no gain: use PyTorch eager (10.000 ms); no kernel made this model faster at its "
+                                  "own call shapes")
+    assert all(kernel["hits"] == 0 for kernel in report["routing"]["kernels"])
+    assert report["checked"]["passed"]
+
+
+def test_kernels_that_make_the_model_faster_are_routed_and_handed_over(tmp_path, gpu_like_timer):
+    gpu_like_timer["per_hit_ms"] = -0.1
+    report = compare_tiny_llama(tmp_path, gpu_like_timer)
+    assert all(trial["kept"] for trial in report["selection"])
+    assert report["verdict"]["faster"] and report["verdict"]["use"] == "ours"
+    assert report["verdict"]["use_code"] == "autokernel.plug_in(model)"
+    assert sum(kernel["hits"] for kernel in report["routing"]["kernels"]) == 12

@@ -1,0 +1,33 @@
+"""Tests for autokernel/outputs.py: a model output's error relative to its scale, and its tolerance."""
+
+import math
+
+import pytest
+import torch
+
+from autokernel.outputs import detached_copy, output_error, tolerance
+
+
+def test_output_error_is_relative_to_the_output_scale():
+    expected = torch.tensor([100.0, -200.0, 0.5])
+    assert output_error(expected, expected + torch.tensor([0.0, 2.0, 0.0])) == pytest.approx(0.01)
+    assert output_error((expected, {"ids": torch.tensor([1, 2])}), (expected, {"ids": torch.tensor([1, 2])})) == 0.0
+    assert output_error(torch.tensor([float("inf"), float("nan")]), torch.tensor([float("inf"), float("nan")])) == 0.0
+    assert output_error(expected, torch.tensor([100.0, float("nan"), 0.5])) == math.inf
+    assert output_error(torch.tensor([1, 2]), torch.tensor([1, 3])) == math.inf
+    assert output_error({"logits": expected, "extra": [expected]}, {"logits": expected}) == math.inf
+    assert output_error(expected, expected.double()) == math.inf
+
+
+def test_the_tolerance_follows_the_outputs_first_float_tensor():
+    assert tolerance(torch.zeros(2, dtype=torch.float16)) == 1e-2
+    assert tolerance({"ids": torch.tensor([1]), "logits": torch.zeros(1, dtype=torch.bfloat16)}) == 2e-2
+    assert tolerance(torch.tensor([1, 2])) == 1e-4
+
+
+def test_a_detached_copy_survives_the_original_being_overwritten():
+    # CUDA-graph replays write their next output over the last one: a check must compare a copy.
+    output = {"logits": torch.ones(3), "hidden": (torch.zeros(2),)}
+    copy = detached_copy(output)
+    output["logits"].fill_(5.0)
+    assert output_error({"logits": torch.ones(3), "hidden": (torch.zeros(2),)}, copy) == 0.0
