@@ -23,14 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 HF_GQA = ["--hf", "llama", "--model-arg", "hidden_size=2048", "--model-arg", "intermediate_size=5632",
           "--model-arg", "num_hidden_layers=8", "--model-arg", "num_attention_heads=16",
           "--model-arg", "num_key_value_heads=4", "--model-arg", "max_position_embeddings=4096",
-          "--input-shape", "4,1024"]
+          "--input-shape", "4,1024", "--overhead"]
 # name -> verify.py arguments (fp16, the starter kernels, the model's own default inputs unless named)
 MODELS = {
     "smoke: tiny llama": ["models/llama.py", "--model-arg", "config=tiny", "--overhead"],
     "llama 1x512": ["models/llama.py", "--overhead"],
     "llama 4x1024": ["models/llama.py", "--model-arg", "batch=4", "--model-arg", "seq=1024", "--overhead"],
-    "gpt2 1x512": ["models/gpt2.py"],
-    "bert 1x512": ["models/bert.py"],
+    "gpt2 1x512": ["models/gpt2.py", "--overhead"],
+    "bert 1x512": ["models/bert.py", "--overhead"],
     "hf llama GQA 4x1024": HF_GQA,
 }
 
@@ -82,7 +82,7 @@ def _ms(variants: dict, name: str) -> str:
 def summarize(reports: dict) -> str:
     lines = ["| model | eager | compile | compile + CUDA graphs | AutoKernel | AK + compile | AK + compile + CUDA graphs "
              "| PyTorch's best | AutoKernel's best | best / best | handed to the user | routed (eager / compiled) "
-             "| graph breaks (AK compile, AK CUDA graphs) | all-routed vs sum of parts: eager / CUDA graphs | max error |",
+             "| graph breaks, all routed (compile, CUDA graphs) | all-routed vs sum of parts: eager / CUDA graphs | max error |",
              "|" + "---|" * 15]
     for name, entry in reports.items():
         report = entry["report"]
@@ -93,9 +93,10 @@ def summarize(reports: dict) -> str:
         table = report["route_table"]
         routed = (f"{sum(r['calls'] for r in table if r['route_eager'])} / "
                   f"{sum(r['calls'] for r in table if r['route_compiled'])} of {sum(r['calls'] for r in table)}")
-        breaks = ", ".join(str(variants.get(v, {}).get("graph_breaks", "-")) for v in ("ours_compile",
-                                                                                       "ours_cudagraphs"))
         overhead = report.get("overhead") or {}
+        all_routed = [variants.get("ours_compile"), (overhead.get("cudagraphs") or {}).get("routed")]
+        breaks = ", ".join("-" if v is None or v.get("graph_breaks") is None else
+                           f"{v['graph_breaks']} ({v['graphs']} graph{'s' * (v['graphs'] != 1)})" for v in all_routed)
         over = " / ".join(f"{overhead[m]['overhead']:+.1%}" if overhead.get(m, {}).get("overhead") is not None
                           else "-" for m in ("eager", "cudagraphs"))
         glue = (overhead.get("router_glue") or {}).get("share_of_routed_eager")
