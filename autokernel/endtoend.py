@@ -26,7 +26,7 @@ import torch
 from autokernel import route_table, selection, variants
 from autokernel.outputs import detached_copy, output_error, tolerance
 from autokernel.router import ALL, MEASURED
-from autokernel.variants import HOW_TO_USE, INDUCTOR, NOISE_FLOOR, PYTORCH_OF, VARIANTS, VariantResult
+from autokernel.variants import HOW_TO_USE, INDUCTOR, NOISE_FLOOR, VARIANTS, VariantResult
 
 
 @dataclass
@@ -98,9 +98,10 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
         checked = router.summary()
         records = route_table.measure(router, on_gpu, log)
 
-    def run_ours(variant: str) -> VariantResult:
+    def run_ours(variant: str, paired: bool = False) -> VariantResult:
         log(f"timing {VARIANTS[variant][0]}")
-        return variants.run_routed(variant, model, inputs, expected, on_gpu, backend, router.kernels, log)
+        return variants.run_routed(variant, model, inputs, expected, on_gpu, backend, router.kernels, log,
+                                   paired_with=router.bypassed if paired else None)
 
     extra = {}
     if overhead:
@@ -115,7 +116,7 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
         for mode, variant in (("eager", "ours"), ("compiled", compiled_variant)):
             if variant is None:
                 continue
-            kept, mode_trials = selection.select(mode, records, results[PYTORCH_OF[variant]], variant, run_ours,
+            kept, mode_trials = selection.select(mode, records, variant, lambda v: run_ours(v, paired=True),
                                                  router.forget_decisions, allowed, log)
             trials += mode_trials
             if kept is not None:

@@ -79,6 +79,16 @@ def wall_clock(fn: Callable[[], object], on_gpu: bool, *, repeats: int = REPEATS
     return _summary(samples)
 
 
+def paired(fn_a: Callable[[], object], fn_b: Callable[[], object], on_gpu: bool, *,
+           repeats: int = REPEATS) -> tuple[Latency, Latency]:
+    """wall_clock of two calls taken in turn, repeat by repeat, so that a drifting machine moves both alike."""
+    samples_a, samples_b = [], []
+    for _ in range(repeats if on_gpu else min(repeats, 3)):
+        samples_a.append(wall_clock(fn_a, on_gpu, repeats=1, warmup=1).median_ms)
+        samples_b.append(wall_clock(fn_b, on_gpu, repeats=1, warmup=1).median_ms)
+    return _summary(samples_a), _summary(samples_b)
+
+
 def graph_replay(fn: Callable[[], object], *, repeats: int = REPEATS,
                  calls_per_graph: int = CALLS_PER_GRAPH) -> Latency | None:
     """Per-call GPU time of fn captured into a CUDA graph and replayed; None when fn cannot be captured."""

@@ -358,7 +358,7 @@ def _rotary_variants(module: nn.Module) -> list[ModuleVariant]:
 
 
 def _read_rotary(module: nn.Module, x) -> Reading | str:
-    cos, sin = module.cos, module.sin
+    cos = module.cos
     if x.dim() != 4 or x.shape[-1] != 2 * cos.shape[-1] or x.shape[-2] > cos.shape[0]:
         return "input is not (B, H, S, D) with D twice the table width and S within the tables"
     batch, heads, seq, head_dim = x.shape

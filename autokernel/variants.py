@@ -9,7 +9,7 @@ original's. A variant that fails (a compiler error) is a finding to report, not 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ContextManager
 
 import torch
 
@@ -25,8 +25,6 @@ VARIANTS = {
     "ours_compile": ("AutoKernel + torch.compile", True, "default"),
     "ours_cudagraphs": ("AutoKernel + torch.compile + CUDA graphs", True, "reduce-overhead"),
 }
-# The same mode without our kernels, and with them.
-PYTORCH_OF = {"ours": "eager", "ours_compile": "compile", "ours_cudagraphs": "cudagraphs"}
 HOW_TO_USE = {
     "eager": "model", "compile": "torch.compile(model)",
     "cudagraphs": 'torch.compile(model, mode="reduce-overhead")',
@@ -46,6 +44,7 @@ class VariantResult:
     graph_breaks: int | None = None
     graphs: int | None = None                 # graphs Dynamo compiled for the forward (1 without breaks or recompiles)
     failed: str | None = None
+    baseline: latency.Latency | None = None   # PyTorch's own path, timed in turn with this one (paired runs)
 
     @property
     def ms(self) -> float | None:
@@ -55,14 +54,6 @@ class VariantResult:
         return {"variant": self.variant, "name": VARIANTS[self.variant][0],
                 "latency": self.latency.to_json() if self.latency else None, "ms": self.ms,
                 "error": self.error, "graph_breaks": self.graph_breaks, "graphs": self.graphs, "failed": self.failed}
-
-
-def faster_than(result: VariantResult, other: VariantResult) -> tuple[bool, str]:
-    """Whether result beats other by more than the noise (the larger of NOISE_FLOOR and their spreads), and why."""
-    noise = max(NOISE_FLOOR, result.latency.spread, other.latency.spread)
-    ratio = other.ms / result.ms
-    verdict = "faster" if ratio > 1 + noise else "not faster"
-    return ratio > 1 + noise, f"{verdict}: {ratio:.3f}x (noise {noise:.1%}; {result.ms:.3f} ms against {other.ms:.3f})"
 
 
 def available(on_gpu: bool, compile_backend: str | None) -> list[str]:
@@ -79,8 +70,14 @@ def compiled(model, mode: str, backend: str):
 
 
 def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str = INDUCTOR,
-        after_first_call: Callable[[], None] | None = None) -> VariantResult:
-    """Build the variant (compiling where it asks), check its output, and time it."""
+        after_first_call: Callable[[], None] | None = None,
+        paired_with: Callable[[], ContextManager] | None = None) -> VariantResult:
+    """Build the variant (compiling where it asks), check its output, and time it.
+
+    paired_with() is a context in which the same model runs PyTorch's own path (the router
+    bypassed): then the two are timed in turn, repeat by repeat, and result.baseline holds
+    PyTorch's figure. A ratio of paired figures survives a machine that drifts between runs.
+    """
     from torch._dynamo.utils import counters
 
     mode = VARIANTS[variant][2]
@@ -96,24 +93,34 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
             for _ in range(2 if mode == "reduce-overhead" else 0):
                 fn(*inputs)                       # CUDA graphs are recorded after warm-up calls
             result.error = output_error(expected, detached_copy(fn(*inputs)))
-            result.latency = latency.wall_clock(lambda: fn(*inputs), on_gpu)
+            graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+            if paired_with is None:
+                result.latency = latency.wall_clock(lambda: fn(*inputs), on_gpu)
+            else:
+                def pytorch():
+                    with paired_with():
+                        return fn(*inputs)
+                for _ in range(3 if mode == "reduce-overhead" else 1):
+                    pytorch()                     # compiles and records PyTorch's own graph too
+                result.latency, result.baseline = latency.paired(lambda: fn(*inputs), pytorch, on_gpu)
     except Exception as exc:        # a compiler error is a finding to report, not a crash
         result.failed = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
     if mode is not None:
-        result.graphs = counters["stats"]["unique_graphs"]
-        result.graph_breaks = max(sum(counters["graph_break"].values()), result.graphs - 1)
+        result.graphs, result.graph_breaks = graphs, max(breaks, graphs - 1)
     torch._dynamo.reset()
     return result
 
 
 def run_routed(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str, kernels: list,
-               log: Callable[[str], None], after_first_call: Callable[[], None] | None = None) -> VariantResult:
+               log: Callable[[str], None], after_first_call: Callable[[], None] | None = None,
+               paired_with: Callable[[], ContextManager] | None = None) -> VariantResult:
     """run(), and when a compiled variant fails with Triton ops in it, once more with those traced as opaque ops."""
-    result = run(variant, model, inputs, expected, on_gpu, backend, after_first_call)
+    result = run(variant, model, inputs, expected, on_gpu, backend, after_first_call, paired_with)
     triton_ops = [k for k in kernels if k.op_kind == "triton_op"]
     if result.failed and VARIANTS[variant][2] and triton_ops:
         for kernel in triton_ops:
             kernel.use_opaque_op(f"its Triton op failed in torch.compile: {result.failed[:120]}")
         log(f"{VARIANTS[variant][0]} failed with Triton ops ({result.failed[:120]}); again with opaque custom ops")
-        result = run(variant, model, inputs, expected, on_gpu, backend, after_first_call)
+        result = run(variant, model, inputs, expected, on_gpu, backend, after_first_call, paired_with)
     return result

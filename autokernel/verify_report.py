@@ -23,6 +23,10 @@ def _us(value: float | None) -> str:
 def print_report(report: dict, console: Console) -> None:
     _print_kernels(report, console)
     _print_route_table(report, console)
+    for trial in report.get("selection", []):
+        verdict = "[green]kept[/green]" if trial["kept"] else "[yellow]dropped[/yellow]"
+        console.print(f"end-to-end check of {escape(trial['kernel'])}'s {trial['mode']} routes: {verdict}: "
+                      f"{escape(trial['why'])}")
     _print_variants(report, console)
     _print_overhead(report.get("overhead"), console)
     verdict = report["verdict"]
