@@ -1,0 +1,22 @@
+"""Sum over dim 1 of a 3-D tensor (KernelBench level 1 style)."""
+import torch
+from torch import nn
+
+BATCH, DIM1, DIM2 = 16, 256, 256
+
+
+class Model(nn.Module):
+    def __init__(self, dim: int = 1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sum(x, dim=self.dim)
+
+
+def get_inputs():
+    return [torch.randn(BATCH, DIM1, DIM2)]
+
+
+def get_init_inputs():
+    return [1]
