@@ -1,4 +1,7 @@
-"""Tests for autokernel/runner.py: time limits that kill whole process groups, scrubbed secrets, synthesized results."""
+"""Tests for autokernel/runner.py: time limits that kill whole process trees, the allow-listed environment, results.
+
+The sandbox's confinement itself (what a child cannot read, write, reach or leave behind) is in tests/test_sandbox.py.
+"""
 
 import json
 import sys
@@ -41,7 +44,7 @@ def test_timeout_kills_the_child_and_its_grandchildren(tmp_path):
         open({str(pid_file)!r}, "w").write(str(grandchild.pid))
         time.sleep(60)
     """
-    result = runner.run_child(_python(code), timeout_s=1.5, cwd=tmp_path)
+    result = runner.run_child(_python(code), timeout_s=1.5, cwd=tmp_path, writable=[tmp_path])
     assert result.timed_out
     assert result.wall_seconds < 1.5 + runner.KILL_GRACE_S + 5
     assert _wait_gone(int(pid_file.read_text()))
@@ -76,7 +79,8 @@ def test_normal_exit_reports_code_and_output(tmp_path):
 
 def test_environment_is_scrubbed_of_secrets(tmp_path, monkeypatch):
     secrets = {"ANTHROPIC_API_KEY": "a", "ANTHROPIC_BASE_URL": "b", "OPENAI_ORG": "c", "HF_TOKEN": "d",
-               "MY_SERVICE_API_KEY": "e", "DB_SECRET_VALUE": "f", "github_token": "g"}
+               "MY_SERVICE_API_KEY": "e", "DB_SECRET_VALUE": "f", "github_token": "g", "GITHUB_PAT": "h",
+               "DATABASE_URL": "postgres://user:password@db/prod", "AWS_SECRET_ACCESS_KEY": "i"}
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("AUTOKERNEL_HARMLESS", "kept")
@@ -169,10 +173,20 @@ def test_interrupting_the_caller_kills_the_child(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner.subprocess.Popen, "wait", wait_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
-        runner.run_child(_python(code), timeout_s=60, cwd=tmp_path)
+        runner.run_child(_python(code), timeout_s=60, cwd=tmp_path, writable=[tmp_path])
     assert _wait_gone(int(pid_file.read_text()))
 
 
-def test_scrubbed_environment_matches_case_insensitively():
-    env = runner.scrubbed_environment({"Openai_Api_Key": "x", "PATH": "/bin", "my_password": "y"})
-    assert env == {"PATH": "/bin"}
+def test_child_environment_is_an_allow_list_without_secrets():
+    env = runner.child_environment({"Openai_Api_Key": "x", "PATH": "/bin", "my_password": "y", "GITHUB_PAT": "p",
+                                    "DATABASE_URL": "postgres://u:p@h/db", "CUDA_VISIBLE_DEVICES": "0",
+                                    "TORCH_HUB_TOKEN": "t", "LC_ALL": "C", "SOME_TOOL_SETTING": "1"})
+    assert env == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0", "LC_ALL": "C"}
+
+
+def test_exit_descriptions_name_the_signal():
+    def described(returncode, **fields):
+        return runner.ChildResult(returncode, "", "", False, 0.0, **fields).exit_description()
+    assert described(2) == "exited with code 2"
+    assert described(-11) == "was killed by signal SIGSEGV (Segmentation fault)"
+    assert "memory" in described(-9, stopped="memory: the process tree used 900 MiB, over its 512 MiB cap")
