@@ -30,7 +30,11 @@ def state_file() -> Path:
     return paths.WORKSPACE / STATE_FILE_NAME
 
 
-class StateError(Exception):
+class OptimizationError(Exception):
+    """A run cannot start, resume or go on; the message says why and what to do."""
+
+
+class StateError(OptimizationError):
     """No state to resume, or one this version cannot read; the message says what to do."""
 
 
