@@ -98,8 +98,15 @@ class KernelRepo:
 
     # ------------------------------------------------------------------ the state of the tree
     def uncommitted_tracked_files(self) -> list[str]:
-        status = self._git("status", "--porcelain", "--untracked-files=no")
-        return [line[3:] for line in status.splitlines() if line.strip()]
+        status = self._git_bytes("status", "--porcelain", "-z", "--untracked-files=no").decode(errors="replace")
+        entries = iter(status.split("\0"))
+        changed = []
+        for entry in entries:
+            if entry:
+                changed.append(entry[3:])
+                if entry[0] in "RC":
+                    next(entries, None)       # a rename's source path follows it
+        return changed
 
     def ensure_clean(self) -> None:
         """Refuse to go on while tracked files have changes a `git reset --hard` would throw away."""

@@ -114,7 +114,7 @@ def _make_agent(settings: RunSettings, view: ProgressView):
     """The agent the settings name, its endpoint checked; the settings with what it resolved to."""
     agent = make_agent(None if settings.agent == "auto" else settings.agent, model=settings.llm_model,
                        base_url=settings.base_url)
-    resolved, _ = settings.overridden({"agent": agent.kind, "llm_model": agent.model,
+    resolved, _ = settings.overridden({"agent": agent.kind, "llm_model": agent.model or settings.llm_model,
                                        "base_url": settings.base_url})
     if resolved.max_cost_usd is not None and hasattr(agent, "has_prices") and not agent.has_prices():
         raise AgentError(f"--max-cost needs a model whose prices AutoKernel knows, and {agent.model!r} is not one; "
