@@ -122,6 +122,9 @@ class KernelRepo:
         listing = self._git(*args, *(["--", under] if under else []))
         return sorted(name for name in listing.split("\0") if name)
 
+    def tracked_files(self) -> list[str]:
+        return [name for name in self._git_bytes("ls-files", "-z").decode(errors="replace").split("\0") if name]
+
     def has_commits(self) -> bool:
         return bool(self._git("rev-parse", "--verify", "--quiet", "HEAD", check=False))
 

@@ -26,8 +26,8 @@ from autokernel import gitops, registry
 LOOP_FILES = ("results.tsv",)
 LOOP_FOLDERS = ("workspace",)
 LARGEST_SNAPSHOT_FILE = 8 * 2**20
-# Untracked entries the bench itself may leave (Python's bytecode caches), never counted against a candidate.
-HARMLESS = ("__pycache__",)
+# Bytecode caches are ignored by git but imported by the judge and the loop: a planted .pyc is code.
+BYTECODE_DIR = "__pycache__"
 
 
 class ContractError(Exception):
@@ -82,11 +82,14 @@ class Snapshot:
     refs: dict[str, str] = field(default_factory=dict)
     untracked: set[str] = field(default_factory=set)
     head: str = ""
+    source_folders: list[Path] = field(default_factory=list)   # where the repository's Python sources are
 
     @classmethod
     def take(cls, repo: gitops.KernelRepo) -> Snapshot:
-        snapshot = cls(refs=repo.refs(), untracked=set(repo.untracked_files(ignored=True)), head=repo.head())
-        for path in _protected_files(repo):
+        folders = sorted({repo.root / Path(name).parent for name in repo.tracked_files() if name.endswith(".py")})
+        snapshot = cls(refs=repo.refs(), untracked=set(repo.untracked_files(ignored=True)), head=repo.head(),
+                       source_folders=folders)
+        for path in _protected_files(repo, folders):
             snapshot.files[path] = path.read_bytes() if path.is_file() else None
         return snapshot
 
@@ -104,8 +107,7 @@ class Snapshot:
         if changed:
             changes.append(f"changed tracked files ({', '.join(changed[:5])})")
             repo.reset_hard(self.head)
-        new = [name for name in set(repo.untracked_files(ignored=True)) - self.untracked
-               if not any(part in HARMLESS for part in Path(name).parts)]
+        new = sorted(set(repo.untracked_files(ignored=True)) - self.untracked)
         for name in sorted(new):
             _remove(repo.root / name)
         if new:
@@ -114,7 +116,7 @@ class Snapshot:
 
     def _restore_files(self, repo: gitops.KernelRepo) -> list[str]:
         changes = []
-        for path in sorted(set(self.files) | set(_protected_files(repo))):
+        for path in sorted(set(self.files) | set(_protected_files(repo, self.source_folders))):
             before = self.files.get(path)
             now = path.read_bytes() if path.is_file() else None
             if now == before or (before is None and path.stat().st_size > LARGEST_SNAPSHOT_FILE):
@@ -127,12 +129,16 @@ class Snapshot:
         return changes
 
 
-def _protected_files(repo: gitops.KernelRepo) -> list[Path]:
+def _protected_files(repo: gitops.KernelRepo, source_folders: list[Path]) -> list[Path]:
+    """The files to compare, found without running git (the config may not be trusted yet)."""
     paths = [repo.common_dir / "config", repo.git_dir / "config.worktree", repo.git_dir / "HEAD",
              repo.common_dir / "packed-refs", repo.common_dir / "info" / "attributes",
              repo.common_dir / "info" / "exclude"]
     paths += [p for p in (repo.common_dir / "hooks").glob("*") if p.is_file()]
     paths += [repo.root / name for name in LOOP_FILES]
+    # Children run with PYTHONDONTWRITEBYTECODE, so any .pyc beside the repository's own sources is planted.
+    for folder in source_folders:
+        paths += [p for p in (folder / BYTECODE_DIR).glob("*") if p.is_file()]
     for folder in LOOP_FOLDERS:
         paths += [p for p in (repo.root / folder).glob("*") if p.is_file()
                   and p.stat().st_size <= LARGEST_SNAPSHOT_FILE]

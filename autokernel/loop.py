@@ -303,20 +303,21 @@ class OptimizationRun:
             # Nothing was written or committed; the row keeps the tokens the reply cost.
             result = runner.synthesized_result("FAIL", f"malformed reply: {exc}", kernel_type=job["kernel_type"])
             with self.guard.critical():
+                self._account(exc.tokens_in + exc.tokens_out, exc.cost_usd)
                 self._record(job, progress, number, result, "malformed reply", results.STATUS_REVERT, started,
                              tokens=exc.tokens_in + exc.tokens_out, cost=exc.cost_usd, keep=False)
             return None
         self._llm_s = time.monotonic() - started
         tokens, cost = proposal.tokens_in + proposal.tokens_out, proposal.cost_usd
+        # Paid for now, whatever happens next: the state counts every call, the rows the ones judged.
+        self._account(tokens, cost)
         if self.budget.left() < bench_s:
-            self._account(tokens, cost)     # paid for, never judged: the state keeps the cost, no row is written
             self.view.log(f"exp {number} not judged: {format_duration(self.budget.left())} left cannot pay for a "
                           f"{format_duration(bench_s)} bench")
             return BUDGET_SPENT
         description = one_line(proposal.description)
         result = self._judge_candidate(job, progress, number, proposal.kernel_source, description)
         if result is None:
-            self._account(tokens, cost)
             return BUDGET_SPENT
         keep = is_improvement(result, progress.best, progress.noise)
         with self.guard.critical():
@@ -427,7 +428,6 @@ class OptimizationRun:
                                description=description, status=status,
                                wall_seconds=round(time.monotonic() - started, 2), llm_tokens=tokens, cost_usd=cost)
         state.pending_row, state.experiment, state.in_flight = row, number, None
-        self._account(tokens, cost)
         if progress is not None and status != results.STATUS_BASELINE:
             progress.experiments += 1
             progress.elapsed_s += time.monotonic() - started

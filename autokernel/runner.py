@@ -8,7 +8,7 @@ environment cannot take the loop down, outlive the experiment, or leak a secret:
     looks like a credential, even on the list;
   - while it runs, this process is not dumpable, so /proc/<this pid>/environ and friends are
     closed to it (a root user's child gives up the capabilities that would open them);
-  - it gets a private temporary folder and Python bytecode cache, removed afterwards;
+  - it gets a private temporary folder, removed afterwards, and writes no Python bytecode;
   - it dies with this process, and every process it started dies with it.
 `run_bench` wraps it for the judge and always returns a bench-shaped result dict, inventing a
 TIMEOUT or CRASH result when bench.py could not write one.
@@ -248,8 +248,9 @@ def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
     """
     scratch = tempfile.mkdtemp(prefix="autokernel-child-")
     caches = cache_environment()
+    # No bytecode written: an honest child leaves no .pyc, so integrity.py can treat any new one as planted.
     env = {**child_environment(), **caches, "TMPDIR": scratch, "TMP": scratch, "TEMP": scratch,
-           "PYTHONPYCACHEPREFIX": os.path.join(scratch, "pycache"), **(env_extra or {})}
+           "PYTHONDONTWRITEBYTECODE": "1", **(env_extra or {})}
     status_read, status_write = os.pipe()
     config = sandbox.SandboxConfig(
         command=list(cmd), parent_pid=os.getpid(), status_fd=status_write,
