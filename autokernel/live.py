@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 
 @dataclass
@@ -81,12 +82,13 @@ def _panel(status: LoopStatus) -> Panel:
     table.add_column()
     rate = status.experiments_per_hour()
     left = status.time_left_s()
-    table.add_row("now", f"{status.phase} ({format_duration(time.monotonic() - status.phase_started)})")
-    table.add_row("kernel", status.kernel)
+    # Text, not markup: a phase like "judging [shape sweep]" or a verdict's [message] is not a style tag.
+    table.add_row("now", Text(f"{status.phase} ({format_duration(time.monotonic() - status.phase_started)})"))
+    table.add_row("kernel", Text(status.kernel))
     table.add_row("experiments", f"{status.experiments} in all, {status.kernel_experiments} on this kernel")
     table.add_row("best", f"{_speedup(status.best_speedup)} over the baseline, "
                           f"{_speedup(status.best_vs_pytorch)} vs PyTorch")
-    table.add_row("last", status.last_result)
+    table.add_row("last", Text(status.last_result))
     table.add_row("LLM", _cost(status))
     table.add_row("rate", "-" if rate is None else f"{rate:.1f} experiments/hour")
     table.add_row("time left", "-" if left is None else
@@ -108,9 +110,9 @@ class ProgressView:
 
     def __init__(self, *, interactive: bool | None = None, console: Console | None = None):
         self.interactive = sys.stdout.isatty() if interactive is None else interactive
-        # A copy of the terminal that quiet_native_output() does not redirect.
-        self.console = console or Console(file=os.fdopen(os.dup(sys.stdout.fileno()), "w", closefd=True)
-                                          if _has_fileno(sys.stdout) else None)
+        self.console = console or Console()
+        self._given_console = console is not None
+        self._terminal = None
         self.status = LoopStatus()
         self._live: Live | None = None
         self._handler = _EventHandler(self)
@@ -120,6 +122,11 @@ class ProgressView:
         self._depth += 1
         if self._depth > 1:
             return self
+        if not self._given_console and _has_fileno(sys.stdout):
+            # A copy of the terminal, which quiet_native_output() does not redirect.
+            sys.stdout.flush()
+            self._terminal = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+            self.console = Console(file=self._terminal)
         logger = logging.getLogger("autokernel")
         logger.addHandler(self._handler)
         logger.setLevel(logging.INFO)
@@ -138,6 +145,10 @@ class ProgressView:
             with contextlib.suppress(OSError):
                 self._live.stop()
             self._live = None
+        if self._terminal is not None:
+            with contextlib.suppress(OSError):
+                self._terminal.close()
+            self._terminal, self.console = None, Console()
 
     def update(self, status: LoopStatus) -> None:
         self.status = status
@@ -157,10 +168,10 @@ class ProgressView:
         # A closed terminal (SIGHUP) must not turn the run's last words into a crash.
         with contextlib.suppress(OSError, ValueError):
             if self._live is not None:
-                self._live.console.print(message, markup=False, highlight=False)
+                self._live.console.print(message, markup=False, highlight=False, emoji=False)
             else:
                 self.console.print(f"[{time.strftime('%H:%M:%S')}] {message}", markup=False, highlight=False,
-                                   soft_wrap=True)
+                                   emoji=False, soft_wrap=True)
 
 
 def _has_fileno(stream) -> bool:
@@ -182,14 +193,15 @@ def quiet_native_output(log_path: str | Path):
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
-    with open(log_path, "ab") as sink:
+    with open(log_path, "a") as sink:
         os.dup2(sink.fileno(), 1)
         os.dup2(sink.fileno(), 2)
         try:
-            yield
+            # Python's own streams too: they need not write to descriptors 1 and 2 (pytest's do not).
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                yield
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            sink.flush()
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             for fd in saved:

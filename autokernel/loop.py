@@ -382,6 +382,8 @@ class OptimizationRun:
                                       seed=self.state.experiment + 1, extra_args=["--quick"] if quick else [])
         seconds = time.monotonic() - started
         changes = snapshot.restore(self.repo)
+        changes += [f"changed {name} in the experiment's commit" for name in
+                    self.repo.changed_files(self.state.kept_commit) if name != KERNEL_IN_REPO]
         if changes:
             return runner.synthesized_result(
                 "FAIL", "sandbox: the candidate " + "; ".join(changes) + " (all undone)", kernel_type=job["kernel_type"])

@@ -181,8 +181,13 @@ def _draw_panel(axes, group: list[dict], which: int, title: str) -> None:
 
 
 def draw_progress(groups: list[list[dict]], png_path: Path) -> None:
+    progress_figure(groups).savefig(png_path, dpi=100)
+
+
+def progress_figure(groups: list[list[dict]]):
     """One row per kernel run: speedup over its baseline (left) and over PyTorch's best (right), log axes."""
     try:
+        import matplotlib  # noqa: F401  (first: a missing package must fail here, not halfway through)
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
         from matplotlib.lines import Line2D
@@ -210,4 +215,4 @@ def draw_progress(groups: list[list[dict]], png_path: Path) -> None:
     if meaningless:
         figure.suptitle(NOT_MEANINGFUL, color="white", fontweight="bold",
                         bbox={"facecolor": FAILED, "edgecolor": "none", "pad": 6})
-    figure.savefig(png_path, dpi=100)
+    return figure
