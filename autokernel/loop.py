@@ -12,100 +12,30 @@ Candidate code never runs in this process: only bench.py, in the sandbox (autoke
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from autokernel import gitops, integrity, paths, plugin, results, runner
+from autokernel import gitops, integrity, paths, plugin, policy, results, runner
 from autokernel.agents.base import AgentContext, MalformedReply, OutOfTime, SearchExhausted
 from autokernel.budget import Budget, bench_limit
+from autokernel.interrupts import InterruptGuard, Interrupted
 from autokernel.live import LoopStatus, ProgressView, format_duration
+from autokernel.policy import is_improvement, job_name, measured_noise, one_line
 from autokernel.run_state import JobProgress, OptimizationError, RunState
 
 KERNEL_IN_REPO = gitops.KERNEL_FILE_NAME
 HISTORY_KEPT = 50        # experiments of the current kernel remembered for the agent
 BEST_VERSIONS_SHOWN = 3
-DESCRIPTION_CHARS = 200
 BUDGET_SPENT = "the run's time budget is spent"
 COST_REACHED = "the run's cost cap is reached"
 RUN_STOPS = (BUDGET_SPENT, COST_REACHED)      # end the run, not just the kernel; --resume goes on
 STAGE_PREFIX = "STAGE "                       # a line bench.py prints as it enters a stage
 MIN_WORTH_STARTING_S = 1.0                    # with less left than this, nothing new is started
-
-
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C, SIGTERM or SIGHUP; `signum` says which (the exit code is 128 + signum)."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"signal {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-class InterruptGuard:
-    """Turns SIGINT, SIGTERM and SIGHUP into Interrupted, and holds them back inside critical sections."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-    def __init__(self):
-        self._depth = 0
-        self._pending: int | None = None
-        self._previous: dict[int, object] = {}
-
-    def __enter__(self) -> InterruptGuard:
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._on_signal)
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def _on_signal(self, signum, frame) -> None:
-        if self._depth:
-            self._pending = self._pending or signum
-        else:
-            raise Interrupted(signum)
-
-    @contextlib.contextmanager
-    def critical(self):
-        self._depth += 1
-        try:
-            yield
-        finally:
-            self._depth -= 1
-            if not self._depth and self._pending:
-                signum, self._pending = self._pending, None
-                raise Interrupted(signum)
-
-
-def is_improvement(result: dict, best: dict, noise: float) -> bool:
-    """The keep rule: a PASS whose latency beats the best by more than the noise."""
-    latency, best_latency = result.get("latency_us"), best.get("latency_us")
-    if result.get("correctness") != "PASS" or not latency or not best_latency:
-        return False
-    return best_latency / latency > 1 + noise
-
-
-def measured_noise(first: dict, second: dict, floor: float) -> float:
-    a, b = first.get("latency_us"), second.get("latency_us")
-    if not a or not b:
-        return floor
-    return max(floor, abs(a - b) / min(a, b))
-
-
-def job_name(job: dict) -> str:
-    return f"{job['rank']}_{job['kernel_type']}"
-
-
-def one_line(text: str, limit: int = DESCRIPTION_CHARS) -> str:
-    return " ".join(str(text).split())[:limit] or "(no description)"
 
 
 def settle_pending_row(state: RunState) -> None:
@@ -266,21 +196,7 @@ class OptimizationRun:
                 return reason
 
     def _stop_reason(self, progress: JobProgress) -> str | None:
-        settings = self.settings
-        run_stop = self._run_stop()
-        if run_stop:
-            return run_stop
-        if progress.consecutive_reverts >= settings.max_consecutive_reverts:
-            return f"{progress.consecutive_reverts} reverts in a row"
-        if progress.elapsed_s >= settings.kernel_time_s:
-            return f"{format_duration(progress.elapsed_s)} spent on this kernel"
-        gain = progress.gain()
-        if gain is not None and gain >= settings.target_speedup:
-            return f"{gain:.2f}x over its baseline"
-        pct_peak = progress.best.get("pct_peak")
-        if pct_peak is not None and pct_peak >= settings.peak_fraction_target * 100:
-            return f"{pct_peak:.0f}% of the hardware peak"
-        return None
+        return self._run_stop() or policy.job_stop_reason(progress, self.settings)
 
     def _expected_bench_s(self, progress: JobProgress | None, quick: bool) -> float:
         seconds = progress.bench_seconds if progress else {}
@@ -453,19 +369,9 @@ class OptimizationRun:
         self.checkpoint("row settled")
         if status != results.STATUS_BASELINE:
             self._status.session_experiments += 1
-            self._status.last_result = self._describe(number, status, result, description, progress)
+            self._status.last_result = policy.describe_verdict(number, status, result, description, progress)
             self.view.log(self._status.last_result)
             self._refresh_status(progress)
-
-    def _describe(self, number: int, status: str, result: dict, description: str, progress: JobProgress) -> str:
-        latency = result.get("latency_us")
-        passed = result.get("correctness") == "PASS"
-        timing = (f"{latency:.1f} us ({progress.baseline['latency_us'] / latency:.2f}x baseline)"
-                  if passed and latency and progress.baseline.get("latency_us") else "-")
-        line = f"exp {number} {status.upper()} {result.get('correctness')} {timing}: {description}"
-        if not passed and result.get("message"):
-            line += f" [{one_line(result['message'], 160)}]"
-        return line
 
     def _refresh_status(self, progress: JobProgress) -> None:
         status = self._status
@@ -493,14 +399,7 @@ class OptimizationRun:
             paths.OPTIMIZED_DIR.mkdir(exist_ok=True)
             shutil.copyfile(paths.KERNEL_FILE, paths.OPTIMIZED_DIR / f"{name}.py")
             entry = {**plugin.manifest_entry(job, f"{name}.py"),
-                     "baseline_latency_us": progress.baseline.get("latency_us"),
-                     "best_latency_us": progress.best.get("latency_us"),
-                     "speedup_over_baseline": round(gain, 4),
-                     "baseline_speedup_vs_pytorch": progress.baseline.get("speedup_vs_pytorch"),
-                     "best_speedup_vs_pytorch": progress.best.get("speedup_vs_pytorch"),
-                     "timings_meaningful": progress.best.get("timings_meaningful"),
-                     "experiments": progress.experiments, "stopped_because": reason,
-                     "source_commit": self.state.kept_commit, "tag": self.state.tag}
+                     **policy.outcome(progress, reason, source_commit=self.state.kept_commit, tag=self.state.tag)}
             kernels = plugin.read_manifest(paths.MANIFEST_FILE) if paths.MANIFEST_FILE.exists() else {}
             plugin.write_manifest(paths.MANIFEST_FILE, {**kernels, name: entry})
             self.checkpoint("finish: files written")
