@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
 import subprocess
@@ -227,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"optimize": _cmd_optimize, "status": _cmd_status, "report": _cmd_report}
     try:
         return handlers[args.command](args, started)
+    except BrokenPipeError:
+        # `autokernel status | head`: the reader has what it wanted; say nothing more on a closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
         _say(f"\nautokernel: interrupted ({signal.Signals(signum).name})")

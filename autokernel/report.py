@@ -142,6 +142,11 @@ def _series(group: list[dict]):
         yield row, kind, over_baseline, results.speedup_vs_best(row) if timed else None
 
 
+def _times(value: float) -> str:
+    """A speedup as people read it: 2.90x, 0.046x (CPU runs give tiny ones), 1x on an axis."""
+    return f"{value:.2f}x".replace(".00x", "x") if value >= 0.1 else f"{value:.2g}x"
+
+
 def _draw_panel(axes, group: list[dict], which: int, title: str) -> None:
     from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
     from matplotlib.transforms import blended_transform_factory
@@ -151,10 +156,8 @@ def _draw_panel(axes, group: list[dict], which: int, title: str) -> None:
     reverted = [(x, y) for x, kind, y in points if kind == "reverted" and y]
     failed = [x for x, kind, _ in points if kind == "failed"]
     if kept:
-        best, running = [], 0.0
-        for _, y in kept:
-            running = max(running, y)
-            best.append(running)
+        # Each kept version is the fastest so far (by latency), so the best so far is simply the last one kept.
+        best = [y for _, y in kept]
         xs = [x for x, _ in kept] + [group[-1]["experiment"]]
         axes.step(xs, best + best[-1:], where="post", color=KEPT, linewidth=1.5, zorder=2)
         axes.scatter(*zip(*kept), color=KEPT, s=30, zorder=3)
@@ -165,13 +168,16 @@ def _draw_panel(axes, group: list[dict], which: int, title: str) -> None:
         axes.scatter(failed, [0.04] * len(failed), marker="x", color=FAILED, s=30, zorder=3, transform=bottom,
                      clip_on=False)
     timed = [y for *_, y in points if y]
-    if timed:
-        axes.set_yscale("log")
-        low, high = min(timed + [1.0]), max(timed + [1.0])
-        axes.set_ylim(low / 1.6, high * 1.6)
-        axes.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
-        axes.yaxis.set_minor_formatter(NullFormatter())
+    if not timed:
+        axes.text(0.5, 0.75, "no timings to compare in results.tsv", transform=axes.transAxes, ha="center",
+                  va="center", color=REVERTED)
+    axes.set_yscale("log")
+    low, high = min(timed + [1.0]), max(timed + [1.0])
+    axes.set_ylim(low / 1.6, high * 1.6)
+    narrow = high / low < 10
+    axes.yaxis.set_major_locator(LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if narrow else (1.0, 2.0, 5.0)))
+    axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
+    axes.yaxis.set_minor_formatter(NullFormatter())
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     if which == 1:
         axes.axhline(1.0, color="black", linestyle="--", linewidth=1, zorder=1)
@@ -198,20 +204,23 @@ def progress_figure(groups: list[list[dict]]):
     figure = Figure(figsize=(12, 1.2 + 2.8 * len(groups)), layout="constrained")
     FigureCanvasAgg(figure)
     grid = figure.subplots(len(groups), 2, squeeze=False)
+    several_runs = len({group[0]["tag"] for group in groups}) > 1
     for (left, right), group in zip(grid, groups):
         summary = _kernel_summary(group)
-        name = f"{group[0]['kernel_type']} ({group[0]['tag']}, exp {group[0]['experiment']}-{group[-1]['experiment']})"
+        name = (f"{group[0]['kernel_type']}" + (f" [{group[0]['tag']}]" if several_runs else "")
+                + f" (exp {group[0]['experiment']}-{group[-1]['experiment']})")
         gain, vs_best = summary["speedup_over_baseline"], summary["best_speedup_vs_pytorch_best"]
-        _draw_panel(left, group, 0, f"{name}: best {gain:.2f}x over its baseline" if gain else name)
-        _draw_panel(right, group, 1, f"{name}: best {vs_best:.2f}x vs PyTorch's best" if vs_best else name)
-        left.set_ylabel("speedup (x, log)")
+        _draw_panel(left, group, 0, f"{name}: best {_times(gain)} over its baseline" if gain else name)
+        _draw_panel(right, group, 1, f"best {_times(vs_best)} vs PyTorch's best" if vs_best else "vs PyTorch's best")
+        left.set_ylabel("speedup over baseline")
+        right.set_ylabel("speedup over PyTorch's best")
     for axes in grid[-1]:
         axes.set_xlabel("experiment")
     handles = [Line2D([], [], marker="o", linestyle="-", color=KEPT, label="kept (and the best so far)"),
                Line2D([], [], marker="o", linestyle="", markerfacecolor="none", color=REVERTED, label="reverted"),
                Line2D([], [], marker="x", linestyle="", color=FAILED, label="failed, crashed or timed out"),
                Line2D([], [], color="black", linestyle="--", label="PyTorch's best (1x)")]
-    figure.legend(handles=handles, loc="outside upper center", ncols=4, fontsize="small")
+    figure.legend(handles=handles, loc="outside lower center", ncols=4, fontsize="small")
     if meaningless:
         figure.suptitle(NOT_MEANINGFUL, color="white", fontweight="bold",
                         bbox={"facecolor": FAILED, "edgecolor": "none", "pad": 6})

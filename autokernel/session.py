@@ -233,7 +233,7 @@ def outcome_lines(state: RunState) -> list[str]:
         if entry is not None:
             vs_pytorch = entry.get("best_speedup_vs_pytorch")
             lines.append(f"  {name}: done, {entry['speedup_over_baseline']:.2f}x over its baseline"
-                         + (f", {vs_pytorch:.2f}x vs PyTorch" if vs_pytorch is not None else "")
+                         + (f", {vs_pytorch:.3g}x vs PyTorch" if vs_pytorch is not None else "")
                          + f" ({entry['experiments']} experiments; {entry['stopped_because']})")
         elif index < state.job_index:
             lines.append(f"  {name}: skipped (its starter fails bench.py)")
