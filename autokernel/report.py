@@ -143,8 +143,8 @@ def _series(group: list[dict]):
 
 
 def _times(value: float) -> str:
-    """A speedup as people read it: 2.90x, 0.046x (CPU runs give tiny ones), 1x on an axis."""
-    return f"{value:.2f}x".replace(".00x", "x") if value >= 0.1 else f"{value:.2g}x"
+    """A speedup as people read it: 2.90x, or 0.046x (CPU runs give tiny ones)."""
+    return f"{value:.2f}x" if value >= 0.1 else f"{value:.2g}x"
 
 
 def _draw_panel(axes, group: list[dict], which: int, title: str) -> None:
