@@ -67,8 +67,11 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def _speedup(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+def format_speedup(value: float | None) -> str:
+    """A speedup as people read it: 2.90x, or 0.046x (CPU runs give tiny ones); "-" for none."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}x" if value >= 0.1 else f"{value:.2g}x"
 
 
 def _cost(status: LoopStatus) -> str:
@@ -86,8 +89,8 @@ def _panel(status: LoopStatus) -> Panel:
     table.add_row("now", Text(f"{status.phase} ({format_duration(time.monotonic() - status.phase_started)})"))
     table.add_row("kernel", Text(status.kernel))
     table.add_row("experiments", f"{status.experiments} in all, {status.kernel_experiments} on this kernel")
-    table.add_row("best", f"{_speedup(status.best_speedup)} over the baseline, "
-                          f"{_speedup(status.best_vs_pytorch)} vs PyTorch")
+    table.add_row("best", f"{format_speedup(status.best_speedup)} over the baseline, "
+                          f"{format_speedup(status.best_vs_pytorch)} vs PyTorch")
     table.add_row("last", Text(status.last_result))
     table.add_row("LLM", _cost(status))
     table.add_row("rate", "-" if rate is None else f"{rate:.1f} experiments/hour")

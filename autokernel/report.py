@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from autokernel import results
+from autokernel.live import format_speedup
 
 MARKDOWN_FILE = "report.md"
 PLOT_FILE = "progress.png"
@@ -142,11 +143,6 @@ def _series(group: list[dict]):
         yield row, kind, over_baseline, results.speedup_vs_best(row) if timed else None
 
 
-def _times(value: float) -> str:
-    """A speedup as people read it: 2.90x, or 0.046x (CPU runs give tiny ones)."""
-    return f"{value:.2f}x" if value >= 0.1 else f"{value:.2g}x"
-
-
 def _draw_panel(axes, group: list[dict], which: int, title: str) -> None:
     from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
     from matplotlib.transforms import blended_transform_factory
@@ -210,8 +206,8 @@ def progress_figure(groups: list[list[dict]]):
         name = (f"{group[0]['kernel_type']}" + (f" [{group[0]['tag']}]" if several_runs else "")
                 + f" (exp {group[0]['experiment']}-{group[-1]['experiment']})")
         gain, vs_best = summary["speedup_over_baseline"], summary["best_speedup_vs_pytorch_best"]
-        _draw_panel(left, group, 0, f"{name}: best {_times(gain)} over its baseline" if gain else name)
-        _draw_panel(right, group, 1, f"best {_times(vs_best)} vs PyTorch's best" if vs_best else "vs PyTorch's best")
+        _draw_panel(left, group, 0, f"{name}: best {format_speedup(gain)} over its baseline" if gain else name)
+        _draw_panel(right, group, 1, f"best {format_speedup(vs_best)} vs PyTorch's best" if vs_best else "vs PyTorch's best")
         left.set_ylabel("speedup over baseline")
         right.set_ylabel("speedup over PyTorch's best")
     for axes in grid[-1]:

@@ -25,7 +25,7 @@ import torch
 from autokernel import gitops, paths, results
 from autokernel.agents.base import AgentError, make_agent
 from autokernel.budget import Budget
-from autokernel.live import ProgressView, format_duration
+from autokernel.live import ProgressView, format_duration, format_speedup
 from autokernel.lock import RunLock
 from autokernel.loop import RUN_STOPS, OptimizationRun, job_name, settle_pending_row
 from autokernel.run_state import OptimizationError, RunSettings, RunState, resumable, state_file
@@ -232,8 +232,8 @@ def outcome_lines(state: RunState) -> list[str]:
         entry = finished.get(f"{name}.py")
         if entry is not None:
             vs_pytorch = entry.get("best_speedup_vs_pytorch")
-            lines.append(f"  {name}: done, {entry['speedup_over_baseline']:.2f}x over its baseline"
-                         + (f", {vs_pytorch:.3g}x vs PyTorch" if vs_pytorch is not None else "")
+            lines.append(f"  {name}: done, {format_speedup(entry['speedup_over_baseline'])} over its baseline"
+                         + (f", {format_speedup(vs_pytorch)} vs PyTorch" if vs_pytorch is not None else "")
                          + f" ({entry['experiments']} experiments; {entry['stopped_because']})")
         elif index < state.job_index:
             lines.append(f"  {name}: skipped (its starter fails bench.py)")
