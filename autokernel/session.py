@@ -145,6 +145,8 @@ def _prepare_resume(repo: gitops.KernelRepo, tag: str | None, overrides: dict,
     on_run_branch = repo.current_branch() == gitops.branch_name(state.tag)
     _check_tree(repo, state, on_run_branch)
     agent, settings = _make_agent(settings, view)
+    if hasattr(agent, "load_state") and state.agent_state is not None:
+        agent.load_state(state.agent_state)       # the built-in search: what it tried is not tried again
     state.settings = settings
     if not on_run_branch:
         repo.checkout_branch(state.tag)

@@ -190,3 +190,15 @@ def test_exit_descriptions_name_the_signal():
     assert described(2) == "exited with code 2"
     assert described(-11) == "was killed by signal SIGSEGV (Segmentation fault)"
     assert "memory" in described(-9, stopped="memory: the process tree used 900 MiB, over its 512 MiB cap")
+
+
+def test_a_segfault_is_a_crash_that_names_its_signal(tmp_path):
+    bench = _fake_bench(tmp_path, """
+        import os, signal
+        print("about to fault", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGSEGV)
+    """)
+    result = runner.run_bench("kernel.py", shapes=[], dtype="float16", timeout_s=30, bench_script=bench)
+    assert result["correctness"] == "CRASH"
+    assert "bench.py was killed by signal SIGSEGV (Segmentation fault) without a result" in result["message"]
+    assert "about to fault" in result["message"]

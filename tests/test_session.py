@@ -235,3 +235,34 @@ def test_an_interrupt_returns_the_user_and_resume_goes_on(project, monkeypatch):
     assert RunState.load().stopped_because == "interrupted (SIGINT)"
     state = _start(project, monkeypatch, resume=True)
     assert state.done and [r[0] for r in _rows(project)] == list(range(1, 7))
+
+
+def test_a_resumed_built_in_search_goes_on_where_it_stopped(tmp_path, monkeypatch):
+    from autokernel.agents.builtin import BuiltinAgent
+
+    starter = source(result(100.0)) + 'TUNABLES = {"A": 3, "B": 3}\nTUNABLE_CHOICES = {"A": [1, 2, 3, 4, 5], "B": [1, 2, 3, 4, 5]}\n'
+
+    def descriptions(root):
+        return [row[3] for row in _rows(root)[1:]]
+
+    reference = make_project(tmp_path / "reference", monkeypatch)
+    monkeypatch.setattr(loop.runner, "run_bench", fake_run_bench([]))
+    _start(reference, monkeypatch, jobs=[make_job(reference, 1, starter)], with_agent=BuiltinAgent(),
+           max_consecutive_reverts=100)
+    uninterrupted = descriptions(reference)
+    assert len(uninterrupted) == 4 and len(set(uninterrupted)) == 4
+
+    project = make_project(tmp_path / "project", monkeypatch)
+    rows_settled = []
+
+    def stop_after_two(name):
+        if name == "row settled":
+            rows_settled.append(name)
+            if len(rows_settled) == 3:          # the baseline and two experiments
+                raise loop.Interrupted(15)
+    with pytest.raises(KeyboardInterrupt):
+        _start(project, monkeypatch, jobs=[make_job(project, 1, starter)], with_agent=BuiltinAgent(),
+               checkpoint=stop_after_two, max_consecutive_reverts=100)
+    assert len(descriptions(project)) == 2
+    _start(project, monkeypatch, with_agent=BuiltinAgent(), resume=True)
+    assert descriptions(project) == uninterrupted, "the resumed search repeated or skipped a configuration"
