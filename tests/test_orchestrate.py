@@ -19,6 +19,7 @@ import pytest
 
 from autokernel import results, sandbox
 from tests.fake_llm_server import FakeLLMServer
+from tests.processes import gone_within
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -145,19 +146,6 @@ def _wait_for_file(path: Path, proc: subprocess.Popen, within_s: float) -> None:
         time.sleep(0.05)
 
 
-def _process_gone(pid: int, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def _on_branch(project: Path, path: str) -> str:
     return _git(project, "show", f"autokernel/loop:{path}")
 
@@ -183,7 +171,7 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
         assert loop.returncode == 128 + signal.SIGHUP, output
         hang_pid = int(first_hang.read_text())
         assert hang_pid != loop.pid, "candidate code ran inside the loop process"
-        assert _process_gone(hang_pid), "the bench child survived the hangup"
+        assert gone_within(hang_pid), "the bench child survived the hangup"
         assert "exp 2 KEEP PASS" in output and "exp 3 REVERT FAIL" in output
         assert "interrupted (SIGHUP)" in output and "autokernel optimize --resume" in output
         assert len(server.checks) == 1, "the endpoint was checked once, before profiling"
@@ -206,7 +194,7 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
         loop.kill()
         output, _ = loop.communicate(timeout=60)
         assert "--agent anthropic overrides the run's openai" in output and "--max-reverts 4" in output
-        assert _process_gone(int(second_hang.read_text())) and _process_gone(launcher), \
+        assert gone_within(int(second_hang.read_text())) and gone_within(launcher), \
             "the bench child outlived the killed loop"
 
         # Session three finishes the job: the kill left an unjudged experiment 4, which is judged anew.
@@ -217,7 +205,7 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
                            "--experiment-timeout", "20s")
         output, _ = loop.communicate(timeout=240)
         assert loop.returncode == 0, output
-        assert _process_gone(int(third_hang.read_text()))
+        assert gone_within(int(third_hang.read_text()))
         paths_asked = [request.path for request in server.requests]
         assert [p.endswith("/chat/completions") for p in paths_asked] == [True] * 3 + [False] * 4
         assert server.pending == 0

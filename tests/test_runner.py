@@ -12,28 +12,11 @@ from pathlib import Path
 import pytest
 
 from autokernel import runner
+from tests.processes import gone_within
 
 
 def _python(code: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(code)]
-
-
-def _is_gone(pid: int) -> bool:
-    # A killed process may linger as a zombie until its new parent reaps it: that counts as gone.
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state in ("Z", "X")
-
-
-def _wait_gone(pid: int, within_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if _is_gone(pid):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_timeout_kills_the_child_and_its_grandchildren(tmp_path):
@@ -47,7 +30,7 @@ def test_timeout_kills_the_child_and_its_grandchildren(tmp_path):
     result = runner.run_child(_python(code), timeout_s=1.5, cwd=tmp_path, writable=[tmp_path])
     assert result.timed_out
     assert result.wall_seconds < 1.5 + runner.KILL_GRACE_S + 5
-    assert _wait_gone(int(pid_file.read_text()))
+    assert gone_within(int(pid_file.read_text()))
 
 
 def test_child_that_ignores_sigterm_is_killed(tmp_path):
@@ -174,7 +157,7 @@ def test_interrupting_the_caller_kills_the_child(tmp_path, monkeypatch):
     monkeypatch.setattr(runner.subprocess.Popen, "wait", wait_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         runner.run_child(_python(code), timeout_s=60, cwd=tmp_path, writable=[tmp_path])
-    assert _wait_gone(int(pid_file.read_text()))
+    assert gone_within(int(pid_file.read_text()))
 
 
 def test_child_environment_is_an_allow_list_without_secrets():

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from autokernel import landlock, runner, sandbox
+from tests.processes import gone_within
 
 ABI = landlock.abi()
 needs_landlock = pytest.mark.skipif(ABI < 1, reason="this kernel has no Landlock")
@@ -31,19 +32,6 @@ def _python(code: str) -> list[str]:
 
 def _run(code: str, cwd: Path, **options) -> runner.ChildResult:
     return runner.run_child(_python(code), timeout_s=60, cwd=cwd, **options)
-
-
-def _gone(pid: int, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state in "ZX":
-            return True
-        time.sleep(0.05)
-    return False
 
 
 LOOP_HELPER = """
@@ -152,7 +140,7 @@ def test_a_daemon_in_its_own_session_dies_with_the_run(tmp_path):
     """
     result = _run(attack, tmp_path, writable=[tmp_path])
     assert result.returncode == 0 and result.leftover_processes >= 1
-    assert _gone(int(pid_file.read_text()))
+    assert gone_within(int(pid_file.read_text()))
 
 
 def test_memory_past_the_cap_stops_the_whole_tree(tmp_path):
@@ -229,7 +217,7 @@ def test_the_child_dies_when_the_loop_is_killed(tmp_path):
     launcher = int(Path(f"/proc/{child_pid.read_text()}/stat").read_text().rsplit(")", 1)[1].split()[1])
     loop.send_signal(signal.SIGKILL)
     loop.wait()
-    assert _gone(int(child_pid.read_text())) and _gone(int(daemon_pid.read_text())) and _gone(launcher)
+    assert gone_within(int(child_pid.read_text())) and gone_within(int(daemon_pid.read_text())) and gone_within(launcher)
 
 
 def test_cover_leaves_out_exactly_the_hidden_subtrees(tmp_path):

@@ -17,10 +17,9 @@ import pytest
 from autokernel import gitops, loop, results, session
 from autokernel.agents.base import MalformedReply
 from autokernel.live import ProgressView
-from autokernel.lock import RunLock, RunLocked
+from autokernel.lock import RunLocked
 from autokernel.run_state import OptimizationError, RunSettings, RunState
-from tests.loop_helpers import (TableAgent, fake_run_bench, git, make_job, make_project, proposal, result, source,
-                                subjects)
+from tests.loop_helpers import TableAgent, fake_run_bench, git, make_job, make_project, proposal, result, source
 
 PROJECT = Path(__file__).resolve().parents[1]
 EVERY_WRITE_STEP = {"baseline: in flight", "baseline: committed", "experiment: in flight", "experiment: kernel written",
