@@ -115,6 +115,13 @@ def cache_environment() -> dict[str, str]:
     return caches
 
 
+def filesystem_confined() -> bool:
+    """Whether children run under Landlock's file-system rules (sandbox.py), or only under the checks after them."""
+    from autokernel import landlock
+
+    return os.environ.get(CONFINE_ENV, "1") != "0" and landlock.abi() >= 1
+
+
 def default_memory_limit_mb() -> int:
     return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * MEMORY_SHARE / 2**20)
 
@@ -256,7 +263,7 @@ def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
         command=list(cmd), parent_pid=os.getpid(), status_fd=status_write,
         memory_limit_mb=memory_limit_mb or default_memory_limit_mb(),
         writable=[scratch, *caches.values(), *map(str, writable)],
-        confine_filesystem=os.environ.get(CONFINE_ENV, "1") != "0")
+        confine_filesystem=filesystem_confined())
     started = time.monotonic()
     status = _StatusReader(status_read)
     try:

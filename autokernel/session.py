@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from autokernel import gitops, paths, results
+from autokernel import gitops, paths, results, runner
 from autokernel.agents.base import AgentError, make_agent
 from autokernel.budget import Budget
 from autokernel.live import ProgressView, format_duration, format_speedup
@@ -34,6 +34,9 @@ TAG_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 CPU_NOTE = ("no CUDA GPU: bench.py runs the kernels on CPU through the Triton interpreter (with --quick), so "
             "correctness is checked for real but timings, and the keep decisions made from them, are not meaningful")
 LOOP_WRITES = (gitops.KERNEL_FILE_NAME, gitops.OPTIMIZED_DIR_NAME)
+UNCONFINED_NOTE = ("the sandbox cannot confine the candidates' file access here (no Landlock in this kernel, or "
+                   f"{runner.CONFINE_ENV}=0): they can read and write what you can, and only the repository and the "
+                   "loop's own files are checked and restored after each bench")
 
 
 def default_tag(name: str | None) -> str:
@@ -65,6 +68,8 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[dict]] | No
             state, agent, position = _prepare_new(repo, plan, settings or RunSettings(), tag, view, started)
         if not torch.cuda.is_available():
             view.log(CPU_NOTE)
+        if not runner.filesystem_confined():
+            view.log(UNCONFINED_NOTE)
         budget = Budget(state.settings.budget_s, used_before_s=state.elapsed_s, started=started)
         try:
             state = OptimizationRun(state, repo=repo, agent=agent, view=view, budget=budget,

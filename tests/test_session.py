@@ -265,3 +265,17 @@ def test_a_resumed_built_in_search_goes_on_where_it_stopped(tmp_path, monkeypatc
     assert len(descriptions(project)) == 2
     _start(project, monkeypatch, with_agent=BuiltinAgent(), resume=True)
     assert descriptions(project) == uninterrupted, "the resumed search repeated or skipped a configuration"
+
+
+def test_a_cost_cap_on_a_model_without_prices_is_refused_up_front(project, monkeypatch):
+    from tests.fake_llm_server import FakeLLMServer
+
+    planned = []
+    with FakeLLMServer() as server:
+        with pytest.raises(session.AgentError, match="--max-cost needs a model whose prices AutoKernel knows"):
+            session.run_optimization(plan=lambda log: planned.append(1) or [], tag="night",
+                                     settings=RunSettings(agent="openai", llm_model="local-llama",
+                                                          base_url=server.openai_base_url, max_cost_usd=5.0),
+                                     view=ProgressView(interactive=False))
+        assert server.checks == [] and planned == []
+    assert "autokernel/night" not in git(project, "branch")
