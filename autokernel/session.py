@@ -204,8 +204,12 @@ def _recover(repo: gitops.KernelRepo, state: RunState) -> None:
 def _return_user(repo: gitops.KernelRepo, state: RunState, position: str | None, view: ProgressView) -> None:
     branch = gitops.branch_name(state.tag)
     try:
-        if position and position != branch and repo.current_branch() == branch and not repo.uncommitted_tracked_files():
-            repo.checkout(position)
+        if position and position != branch and repo.current_branch() == branch:
+            dirty = repo.uncommitted_tracked_files()
+            if dirty:
+                view.log(f"staying on {branch}: {', '.join(dirty[:5])} changed, and a checkout would carry them")
+            else:
+                repo.checkout(position)
     except gitops.GitOpsError as exc:
         view.log(f"could not return to {position}: {exc}")
     saved = [entry["file"] for entry in state.finished]
