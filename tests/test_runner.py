@@ -185,3 +185,20 @@ def test_a_segfault_is_a_crash_that_names_its_signal(tmp_path):
     assert result["correctness"] == "CRASH"
     assert "bench.py was killed by signal SIGSEGV (Segmentation fault) without a result" in result["message"]
     assert "about to fault" in result["message"]
+
+
+def test_a_watcher_sees_each_line_as_the_child_prints_it(tmp_path):
+    seen = []
+    code = """
+        import sys, time
+        for stage in ("smoke", "shape sweep"):
+            print(f"STAGE {stage}", flush=True)
+            time.sleep(0.2)
+        print("to stderr", file=sys.stderr, flush=True)
+    """
+    with runner.watch_output(lambda line: seen.append((time.monotonic(), line))):
+        result = runner.run_child(_python(code), timeout_s=30, cwd=tmp_path)
+    finished = time.monotonic()
+    assert [line for _, line in seen] == ["STAGE smoke", "STAGE shape sweep", "to stderr"]
+    assert seen[0][0] < finished - 0.3, "lines arrive while the child runs, not at its end"
+    assert result.stdout.splitlines() == ["STAGE smoke", "STAGE shape sweep"]
