@@ -11,3 +11,7 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     raise AttributeError(f"module 'autokernel' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -7,15 +7,20 @@ flag) ends with one line on stderr and a non-zero exit code, never a traceback.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from autokernel import paths, results
 from autokernel.model_args import add_model_arguments, load_model_keywords
 
 EXIT_ERROR = 1
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 128 + signal.SIGINT
 DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([hms]?)")
 SECONDS_PER_UNIT = {"h": 3600, "m": 60, "s": 1, "": 1}
 # Subcommands that are the top-level scripts themselves, run as scripts with the arguments passed on
@@ -59,38 +64,49 @@ def _build_parser() -> argparse.ArgumentParser:
 
     optimize = commands.add_parser("optimize", help="profile, extract and run the keep-or-revert loop")
     add_model_arguments(optimize, with_device=False)
-    optimize.add_argument("--budget", type=parse_duration, default="8h", help="time for the whole run (default 8h)")
-    optimize.add_argument("--agent", choices=["auto", "anthropic", "openai", "builtin"], default="auto",
+    # Run settings default to None here, so --resume can tell a flag given from a default (RunSettings holds those).
+    optimize.add_argument("--budget", type=parse_duration, help="time for the whole run, profiling included (default 8h)")
+    optimize.add_argument("--agent", choices=["auto", "anthropic", "openai", "builtin"],
                           help="who proposes kernels (default: by which API key is set, else the built-in search)")
     optimize.add_argument("--llm-model", help="the LLM to ask (default: the agent's own default)")
     optimize.add_argument("--base-url", help="an API endpoint (an OpenAI-compatible local server, a proxy)")
+    optimize.add_argument("--max-cost", type=_positive_float, metavar="DOLLARS",
+                          help="stop cleanly once the estimated LLM cost reaches this (default: no cap)")
     optimize.add_argument("--top", type=_positive_int, default=5, help="how many kernels to optimize (default 5)")
     optimize.add_argument("--tag", help="run name; the branch is autokernel/<tag> (default: model name and time)")
-    optimize.add_argument("--resume", action="store_true", help="continue the run saved in workspace/state.json")
-    optimize.add_argument("--experiment-timeout", type=parse_duration, default="15m",
-                          help="time limit of one bench run (default 15m)")
-    optimize.add_argument("--max-reverts", type=_positive_int, default=5,
+    optimize.add_argument("--resume", action="store_true",
+                          help="continue the run saved in workspace/state.json, with its settings (flags given "
+                               "with --resume override them)")
+    optimize.add_argument("--experiment-timeout", type=parse_duration,
+                          help="the longest one bench run may take (default 15m; the loop sets a tighter limit "
+                               "from the measured duration of the job's benches)")
+    optimize.add_argument("--max-reverts", type=_positive_int,
                           help="move on after this many reverts in a row (default 5)")
-    optimize.add_argument("--peak-target", type=_positive_float, default=0.9,
+    optimize.add_argument("--peak-target", type=_positive_float,
                           help="move on at this fraction of the hardware peak (default 0.9)")
-    optimize.add_argument("--kernel-budget", type=parse_duration, default="2h",
-                          help="move on after this long on one kernel (default 2h)")
-    optimize.add_argument("--target-speedup", type=_positive_float, default=2.0,
+    optimize.add_argument("--kernel-budget", type=parse_duration, help="move on after this long on one kernel (default 2h)")
+    optimize.add_argument("--target-speedup", type=_positive_float,
                           help="move on at this speedup over the kernel's baseline (default 2.0)")
-    optimize.add_argument("--noise-floor", type=_positive_float, default=0.02,
+    optimize.add_argument("--noise-floor", type=_positive_float,
                           help="smallest relative gain that counts as faster (default 0.02)")
-    optimize.add_argument("--quick", action="store_true", help="bench.py --quick (always on without a GPU)")
+    optimize.add_argument("--quick", action="store_true", default=None,
+                          help="bench.py --quick (always on without a GPU)")
 
     for command, job in [("profile", "where a model's time goes, into workspace/"),
                          ("extract", "the plan's top kernels as jobs in workspace/"),
                          ("bench", "the judge: check and time one kernel file"),
                          ("verify", "plug the optimized kernels into the model and measure the speedup")]:
         commands.add_parser(command, add_help=False, help=f"run {command}.py: {job} (arguments go to it)")
-    commands.add_parser("status", help="where the current or last run stands")
+    status = commands.add_parser("status", help="where the current or last run stands")
+    status.add_argument("--json", action="store_true", help="the state and a summary as JSON, for scripts")
     report = commands.add_parser("report", help="results.tsv as markdown tables, one per kernel")
     report.add_argument("--results", default=str(paths.RESULTS_TSV), help="the results file (default results.tsv)")
-    report.add_argument("--out", metavar="DIR",
+    report.add_argument("--verify-report", default=str(paths.WORKSPACE / "verify_report.json"),
+                        help="verify.py's report, whose end-to-end verdict leads report.md when it exists")
+    output = report.add_mutually_exclusive_group()
+    output.add_argument("--out", metavar="DIR",
                         help="write DIR/report.md and the DIR/progress.png plot instead of printing")
+    output.add_argument("--json", action="store_true", help="a per-kernel summary as JSON, for scripts")
     return parser
 
 
@@ -104,18 +120,31 @@ def _model_spec(args) -> dict:
     return {"model": keywords.pop("path"), **keywords}
 
 
-def _cmd_optimize(args) -> int:
-    import orchestrate
+# The optimize flags that are run settings: argparse dest -> RunSettings field.
+SETTING_FLAGS = {"budget": "budget_s", "experiment_timeout": "experiment_timeout_s",
+                 "max_reverts": "max_consecutive_reverts", "peak_target": "peak_fraction_target",
+                 "kernel_budget": "kernel_time_s", "target_speedup": "target_speedup", "noise_floor": "noise_floor",
+                 "quick": "quick_bench", "max_cost": "max_cost_usd", "agent": "agent", "llm_model": "llm_model",
+                 "base_url": "base_url"}
 
-    spec = {} if args.resume and args.model is None and args.hf is None else _model_spec(args)
-    settings = orchestrate.LoopSettings(
-        budget_s=args.budget, experiment_timeout_s=args.experiment_timeout, max_consecutive_reverts=args.max_reverts,
-        peak_fraction_target=args.peak_target, kernel_time_s=args.kernel_budget, target_speedup=args.target_speedup,
-        noise_floor=args.noise_floor, quick_bench=args.quick)
-    agent = None if args.agent == "auto" else args.agent
-    state = orchestrate.run_optimization(**spec, agent=agent, llm_model=args.llm_model, base_url=args.base_url,
-                                         top=args.top, tag=args.tag, resume=args.resume, settings=settings)
-    print(_state_summary(state))
+
+def _cmd_optimize(args, started: float) -> int:
+    from autokernel import planning, session
+    from autokernel.run_state import RunSettings
+
+    given = {field: getattr(args, flag) for flag, field in SETTING_FLAGS.items() if getattr(args, flag) is not None}
+    if args.resume:
+        if args.model is not None or args.hf is not None:
+            raise session.OptimizationError("--resume continues the saved run, whose jobs are in its state: "
+                                            "give no model with it")
+        state = session.run_optimization(resume=True, overrides=given, tag=args.tag, started=started)
+    else:
+        spec = _model_spec(args)
+        name = spec["model"] or (f"hf-{spec['hf']}" if spec.get("hf") else None)
+        state = session.run_optimization(plan=planning.model_file_planner(**spec, top=args.top),
+                                         settings=RunSettings(**given), tag=args.tag or session.default_tag(name),
+                                         started=started)
+    print("\n".join(session.outcome_lines(state)))
     return 0
 
 
@@ -129,72 +158,67 @@ def _run_script(command: str, extra: list[str]) -> int:
     return subprocess.call([sys.executable, str(script), *extra])
 
 
-def _state_summary(state) -> str:
-    lines = [f"run {state.tag} (branch autokernel/{state.tag}): "
-             f"{'finished' if state.done else f'job {state.job_index + 1} of {len(state.jobs)}'}, "
-             f"{state.experiment} experiments numbered, {state.elapsed_s / 3600:.2f} h of "
-             f"{state.budget_s / 3600:.2f} h used, {state.llm_tokens} LLM tokens (${state.cost_usd:.2f})"]
-    for entry in state.finished:
-        vs_pytorch = entry.get("best_speedup_vs_pytorch")
-        lines.append(f"  {entry['file']}: {entry['speedup_over_baseline']:.2f}x over its baseline"
-                     + (f", {vs_pytorch:.2f}x vs PyTorch" if vs_pytorch is not None else "")
-                     + f" ({entry['experiments']} experiments; {entry['stopped_because']})")
-    if state.current is not None:
-        job = state.jobs[state.job_index]
-        gain = state.current.gain()
-        lines.append(f"  now: rank {job['rank']} {job['kernel_type']}, {state.current.experiments} experiments"
-                     + (f", best {gain:.2f}x over its baseline" if gain else ""))
-    if not state.done:
-        lines.append(RESUME_HINT)
-    return "\n".join(lines)
-
-
 def _resumable() -> bool:
-    import orchestrate
+    from autokernel.run_state import resumable
 
     try:
-        return not orchestrate.RunState.load().done
-    except orchestrate.OptimizationError:
+        return resumable() is not None
+    except Exception:       # the hint is a courtesy; it must not hide the error being reported
         return False
 
 
-def _cmd_status(args) -> int:
-    import orchestrate
+def _cmd_status(args, started: float) -> int:
+    from autokernel import session
+    from autokernel.run_state import RunState, state_file
 
-    if not orchestrate.STATE_FILE.exists():
-        print(f"no run yet ({orchestrate.STATE_FILE} does not exist); start one with: autokernel optimize MODEL")
+    if not state_file().exists():
+        if args.json:
+            print(json.dumps({"state": None, "results": None, "outcome": []}))
+        else:
+            print(f"no run yet ({state_file()} does not exist); start one with: autokernel optimize MODEL")
         return 0
-    state = orchestrate.RunState.load()
-    print(_state_summary(state))
+    state = RunState.load()
     rows = [row for row in results.read_rows(paths.RESULTS_TSV) if row["tag"] == state.tag]
     kept = sum(row["status"] == results.STATUS_KEEP for row in rows)
+    if args.json:
+        print(json.dumps({"state": state.to_json(), "results": {"rows": len(rows), "kept": kept},
+                          "outcome": session.outcome_lines(state)}, indent=2))
+        return 0
+    print("\n".join(session.outcome_lines(state)))
     print(f"results.tsv: {len(rows)} rows for this run, {kept} kept")
     return 0
 
 
-def _cmd_report(args) -> int:
-    if args.out:
-        from autokernel import report
+def _cmd_report(args, started: float) -> int:
+    from autokernel import report
 
-        markdown_path, plot_path = report.write_report(args.results, args.out)
+    if not Path(args.results).exists():
+        raise results.ResultsFileError(f"no results file at {args.results}: run `autokernel optimize` first, "
+                                       f"or name the file with --results")
+    rows = results.read_rows(args.results)
+    if args.json:
+        print(json.dumps(report.summary_json(rows, report.read_verdict(args.verify_report)), indent=2))
+    elif args.out:
+        markdown_path, plot_path = report.write_report(args.results, args.out, verify_report=args.verify_report)
         print(f"report written to {markdown_path} and {plot_path}")
     else:
-        print(results.markdown_summary(results.read_rows(args.results)))
+        print(results.markdown_summary(rows))
     return 0
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
     """The exceptions whose message is meant for the user; imported late so `autokernel report` stays light."""
     import extract
-    import orchestrate
-    from autokernel import gitops, models, report
+    from autokernel import gitops, lock, models, report, runner
     from autokernel.agents.base import AgentError
+    from autokernel.run_state import OptimizationError
 
-    return (orchestrate.OptimizationError, gitops.GitOpsError, models.ModelLoadError, AgentError, extract.PlanError,
-            results.ResultsFileError, report.ReportError)
+    return (OptimizationError, gitops.GitOpsError, models.ModelLoadError, AgentError, extract.PlanError,
+            results.ResultsFileError, report.ReportError, lock.RunLocked, runner.SandboxError)
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()       # the run's budget counts from here
     parser = _build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command in PASS_THROUGH_SCRIPTS:
@@ -203,15 +227,30 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     handlers = {"optimize": _cmd_optimize, "status": _cmd_status, "report": _cmd_report}
     try:
-        return handlers[args.command](args)
-    except KeyboardInterrupt:
-        print("\nautokernel: interrupted", file=sys.stderr)
+        return handlers[args.command](args, started)
+    except BrokenPipeError:
+        # `autokernel status | head`: the reader has what it wanted; say nothing more on a closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        _say(f"\nautokernel: interrupted ({signal.Signals(signum).name})")
         if args.command == "optimize" and _resumable():
-            print(f"the tree is at the last kept commit and the state is saved; {RESUME_HINT.strip()}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+            _say(f"the tree is at the last kept commit and the state is saved; {RESUME_HINT.strip()}")
+        return 128 + signum
     except _user_errors() as exc:
-        print(f"autokernel: error: {exc}", file=sys.stderr)
+        _say(f"autokernel: error: {exc}")
+        if args.command == "optimize" and _resumable() and type(exc).__name__ != "RunLocked":
+            _say(RESUME_HINT.strip())
         return EXIT_ERROR
+
+
+def _say(line: str) -> None:
+    """One line on stderr; a terminal that is gone (SIGHUP) is no reason to crash on the way out."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -1,36 +1,53 @@
 """The optimization loop's progress view: a rich Live panel on a terminal, plain log lines anywhere else.
 
-The loop reports two things: `update(status)` with a snapshot of where it is, and `log(message)`
-for an event worth keeping (an experiment's verdict, a kernel saved). On a terminal the snapshot
-is a panel redrawn in place with the events scrolling above it; in CI or a log file only the
-events are printed, one timestamped line each, so the output stays greppable.
+The loop reports three things: `update(status)` with a snapshot of where it is, `phase(text)` for
+what it is doing right now (profiling, baseline, experiment N: asking the agent, judging and the
+judge's current stage), and `log(message)` for an event worth keeping (an experiment's verdict, a
+kernel saved). On a terminal the snapshot is a panel redrawn in place with the events scrolling
+above it; in CI or a log file only the events are printed, one timestamped line each, so the output
+stays greppable. Records of the `autokernel` loggers (the agents' token and cost lines, retries)
+become events too.
+
+`quiet_native_output(path)` sends whatever the process itself writes to its stdout and stderr
+(torch's profiler prints from C++) to a file while it is active; the view keeps its own copy of
+the terminal, so the panel still draws.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 
 @dataclass
 class LoopStatus:
     """A snapshot of the loop for the view."""
-    kernel: str = "profiling"             # "rank 1 matmul (job 1 of 3)"
+    phase: str = "starting"               # "profiling", "baseline 1_softmax (run 1 of 2)", "exp 7: judging"
+    kernel: str = "-"                     # "rank 1 matmul (job 1 of 3)"
     experiments: int = 0                  # numbered experiments so far, resumed runs included
     kernel_experiments: int = 0           # experiments on the current kernel
     best_speedup: float | None = None     # current kernel: baseline latency / best latency
     best_vs_pytorch: float | None = None
     last_result: str = "-"
+    llm_tokens: int = 0
+    cost_usd: float = 0.0
+    cost_complete: bool = True            # False when some calls went to a model without a price
     deadline: float | None = None         # time.monotonic() at which the run's budget is spent
     # For the rate: experiments this process ran, since it started (a resumed run starts over).
     session_experiments: int = 0
     session_started: float = field(default_factory=time.monotonic)
+    phase_started: float = field(default_factory=time.monotonic)
 
     def experiments_per_hour(self) -> float | None:
         """None until the session has run a minute: a rate from the first seconds means nothing."""
@@ -50,8 +67,16 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def _speedup(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+def format_speedup(value: float | None) -> str:
+    """A speedup as people read it: 2.90x, or 0.046x (CPU runs give tiny ones); "-" for none."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}x" if value >= 0.1 else f"{value:.2g}x"
+
+
+def _cost(status: LoopStatus) -> str:
+    cost = f"${status.cost_usd:.2f}" + ("" if status.cost_complete else " (+ calls to a model without a price)")
+    return f"{status.llm_tokens:,} tokens, {cost}"
 
 
 def _panel(status: LoopStatus) -> Panel:
@@ -59,14 +84,28 @@ def _panel(status: LoopStatus) -> Panel:
     table.add_column(style="bold cyan", justify="right")
     table.add_column()
     rate = status.experiments_per_hour()
-    table.add_row("kernel", status.kernel)
+    left = status.time_left_s()
+    # Text, not markup: a phase like "judging [shape sweep]" or a verdict's [message] is not a style tag.
+    table.add_row("now", Text(f"{status.phase} ({format_duration(time.monotonic() - status.phase_started)})"))
+    table.add_row("kernel", Text(status.kernel))
     table.add_row("experiments", f"{status.experiments} in all, {status.kernel_experiments} on this kernel")
-    table.add_row("best", f"{_speedup(status.best_speedup)} over the baseline, "
-                          f"{_speedup(status.best_vs_pytorch)} vs PyTorch")
-    table.add_row("last", status.last_result)
+    table.add_row("best", f"{format_speedup(status.best_speedup)} over the baseline, "
+                          f"{format_speedup(status.best_vs_pytorch)} vs PyTorch")
+    table.add_row("last", Text(status.last_result))
+    table.add_row("LLM", _cost(status))
     table.add_row("rate", "-" if rate is None else f"{rate:.1f} experiments/hour")
-    table.add_row("time left", format_duration(status.time_left_s()))
+    table.add_row("time left", "-" if left is None else
+                  f"{format_duration(left)} (ends by {time.strftime('%H:%M', time.localtime(time.time() + left))})")
     return Panel(table, title="autokernel optimize", border_style="cyan")
+
+
+class _EventHandler(logging.Handler):
+    def __init__(self, view: ProgressView):
+        super().__init__(logging.INFO)
+        self.view = view
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.view.log(record.getMessage())
 
 
 class ProgressView:
@@ -75,10 +114,25 @@ class ProgressView:
     def __init__(self, *, interactive: bool | None = None, console: Console | None = None):
         self.interactive = sys.stdout.isatty() if interactive is None else interactive
         self.console = console or Console()
+        self._given_console = console is not None
+        self._terminal = None
         self.status = LoopStatus()
         self._live: Live | None = None
+        self._handler = _EventHandler(self)
+        self._depth = 0
 
     def __enter__(self) -> ProgressView:
+        self._depth += 1
+        if self._depth > 1:
+            return self
+        if not self._given_console and _has_fileno(sys.stdout):
+            # A copy of the terminal, which quiet_native_output() does not redirect.
+            sys.stdout.flush()
+            self._terminal = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+            self.console = Console(file=self._terminal)
+        logger = logging.getLogger("autokernel")
+        logger.addHandler(self._handler)
+        logger.setLevel(logging.INFO)
         if self.interactive:
             # Rendered afresh on every refresh, so the time left counts down during a long bench run.
             self._live = Live(console=self.console, get_renderable=lambda: _panel(self.status), refresh_per_second=1)
@@ -86,17 +140,72 @@ class ProgressView:
         return self
 
     def __exit__(self, *exc_info) -> None:
+        self._depth -= 1
+        if self._depth:
+            return
+        logging.getLogger("autokernel").removeHandler(self._handler)
         if self._live is not None:
-            self._live.stop()
+            with contextlib.suppress(OSError):
+                self._live.stop()
             self._live = None
+        if self._terminal is not None:
+            with contextlib.suppress(OSError):
+                self._terminal.close()
+            self._terminal, self.console = None, Console()
 
     def update(self, status: LoopStatus) -> None:
         self.status = status
+        self._refresh()
+
+    def phase(self, text: str) -> None:
+        if text != self.status.phase:
+            self.status.phase, self.status.phase_started = text, time.monotonic()
+        self._refresh()
+
+    def _refresh(self) -> None:
         if self._live is not None:
-            self._live.refresh()
+            with contextlib.suppress(OSError):
+                self._live.refresh()
 
     def log(self, message: str) -> None:
-        if self._live is not None:
-            self._live.console.print(message, markup=False, highlight=False)
-        else:
-            print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+        # A closed terminal (SIGHUP) must not turn the run's last words into a crash.
+        with contextlib.suppress(OSError, ValueError):
+            if self._live is not None:
+                self._live.console.print(message, markup=False, highlight=False, emoji=False)
+            else:
+                self.console.print(f"[{time.strftime('%H:%M:%S')}] {message}", markup=False, highlight=False,
+                                   emoji=False, soft_wrap=True)
+
+
+def _has_fileno(stream) -> bool:
+    try:
+        stream.fileno()
+        return True
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def quiet_native_output(log_path: str | Path):
+    """Send this process's own stdout and stderr (Python's and C++'s) to log_path for the block."""
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if not (_has_fileno(sys.stdout) and _has_fileno(sys.stderr)):
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(log_path, "a") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            # Python's own streams too: they need not write to descriptors 1 and 2 (pytest's do not).
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                yield
+        finally:
+            sink.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)

@@ -3,6 +3,10 @@
 results.tsv is the lab notebook of a run: every experiment, kept or not, with the judge's numbers.
 Rows are appended and fsynced one at a time so a crash or a kill loses nothing already decided.
 It is never committed (.gitignore lists it); the git history holds only the kept kernels.
+
+Files written by the previous version (LEGACY_COLUMNS: without speedup_vs_compile,
+timings_meaningful and cost_usd) are still read, with those cells empty; a run refuses to append
+to one, before it creates anything (`check_writable`).
 """
 
 from __future__ import annotations
@@ -12,11 +16,17 @@ import os
 from pathlib import Path
 
 COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
-           "correctness", "peak_vram_mb", "description", "status", "wall_seconds", "llm_tokens")
+           "speedup_vs_compile", "correctness", "timings_meaningful", "peak_vram_mb", "description", "status",
+           "wall_seconds", "llm_tokens", "cost_usd")
+LEGACY_COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
+                  "correctness", "peak_vram_mb", "description", "status", "wall_seconds", "llm_tokens")
 INT_COLUMNS = {"experiment", "llm_tokens"}
-FLOAT_COLUMNS = {"throughput", "latency_us", "pct_peak", "speedup_vs_pytorch", "peak_vram_mb", "wall_seconds"}
+FLOAT_COLUMNS = {"throughput", "latency_us", "pct_peak", "speedup_vs_pytorch", "speedup_vs_compile", "peak_vram_mb",
+                 "wall_seconds", "cost_usd"}
+BOOL_COLUMNS = {"timings_meaningful"}
 # The judge's numbers copied from bench.py's JSON result into a row.
-RESULT_COLUMNS = ("throughput", "latency_us", "pct_peak", "speedup_vs_pytorch", "correctness", "peak_vram_mb")
+RESULT_COLUMNS = ("throughput", "latency_us", "pct_peak", "speedup_vs_pytorch", "speedup_vs_compile", "correctness",
+                  "timings_meaningful", "peak_vram_mb")
 
 PASS = "PASS"      # bench.py's correctness verdict of a kernel that passed every stage
 STATUS_BASELINE = "baseline"
@@ -29,28 +39,37 @@ class ResultsFileError(Exception):
 
 
 def make_row(*, experiment: int, tag: str, kernel_type: str, result: dict, description: str, status: str,
-             wall_seconds: float, llm_tokens: int) -> dict:
+             wall_seconds: float, llm_tokens: int, cost_usd: float | None = None) -> dict:
     row = {column: result.get(column) for column in RESULT_COLUMNS}
     row.update(experiment=experiment, tag=tag, kernel_type=kernel_type, description=description, status=status,
-               wall_seconds=wall_seconds, llm_tokens=llm_tokens)
+               wall_seconds=wall_seconds, llm_tokens=llm_tokens, cost_usd=cost_usd)
     return row
 
 
 def _cell(value) -> str:
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, float):
         return f"{value:.6g}"
     # One row per line, one cell per tab: an agent's description may contain either.
     return " ".join(str(value).split())
 
 
-def _check_header(path: Path) -> None:
+def _header(path: Path) -> tuple[str, ...]:
     with path.open(newline="") as handle:
-        header = handle.readline().rstrip("\r\n").split("\t")
-    if tuple(header) != COLUMNS:
-        raise ResultsFileError(f"{path} has columns {header}, expected {list(COLUMNS)}; "
-                               f"move it aside to start a new results file")
+        return tuple(handle.readline().rstrip("\r\n").split("\t"))
+
+
+def check_writable(path: str | Path) -> None:
+    """Raise ResultsFileError unless rows can be appended to path (absent, empty, or this version's header)."""
+    path = Path(path)
+    if path.exists() and path.stat().st_size and _header(path) != COLUMNS:
+        found = _header(path)
+        which = "an older AutoKernel" if found == LEGACY_COLUMNS else "something else"
+        raise ResultsFileError(f"{path} was written by {which} (columns {list(found)}, expected {list(COLUMNS)}); "
+                               f"move it aside (say, mv {path.name} {path.stem}.old.tsv) to start a new one")
 
 
 def append_row(path: str | Path, row: dict) -> None:
@@ -60,8 +79,7 @@ def append_row(path: str | Path, row: dict) -> None:
     if unknown:
         raise ValueError(f"results row has unknown columns {sorted(unknown)}")
     is_new = not path.exists() or path.stat().st_size == 0
-    if not is_new:
-        _check_header(path)
+    check_writable(path)
     lines = [] if not is_new else ["\t".join(COLUMNS)]
     lines.append("\t".join(_cell(row.get(column)) for column in COLUMNS))
     with path.open("a", newline="") as handle:
@@ -77,18 +95,43 @@ def _parse(column: str, text: str):
         return int(text)
     if column in FLOAT_COLUMNS:
         return float(text)
+    if column in BOOL_COLUMNS:
+        return text == "true"
     return text
 
 
 def read_rows(path: str | Path) -> list[dict]:
-    """Every row of results.tsv as a dict, numbers parsed and empty cells as None; [] when there is no file."""
+    """Every row of results.tsv as a dict, numbers parsed and empty cells as None; [] when there is no file.
+
+    A file of the previous version reads with its missing columns as None.
+    """
     path = Path(path)
     if not path.exists() or path.stat().st_size == 0:
         return []
-    _check_header(path)
+    if _header(path) not in (COLUMNS, LEGACY_COLUMNS):
+        raise ResultsFileError(f"{path} has columns {list(_header(path))}, expected {list(COLUMNS)}")
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
         return [{column: _parse(column, row.get(column) or "") for column in COLUMNS} for row in reader]
+
+
+def ensure_row(path: str | Path, row: dict) -> bool:
+    """Append row unless results.tsv already has its experiment for its tag (a resumed write); True if written."""
+    if any(r["experiment"] == row["experiment"] and r["tag"] == row["tag"] for r in read_rows(path)):
+        return False
+    append_row(path, row)
+    return True
+
+
+def last_experiment(path: str | Path) -> int:
+    """The highest experiment number in results.tsv (0 when none): numbers are never used twice."""
+    return max((row["experiment"] for row in read_rows(path)), default=0)
+
+
+def speedup_vs_best(row: dict) -> float | None:
+    """The speedup over PyTorch's best: the faster of eager and torch.compile, when compile was timed."""
+    speedups = [row.get(name) for name in ("speedup_vs_pytorch", "speedup_vs_compile") if row.get(name)]
+    return min(speedups) if speedups else None
 
 
 def group_by_kernel(rows: list[dict]) -> list[list[dict]]:

@@ -1,42 +1,70 @@
-"""The one place that runs candidate code: a child process with a time limit, its own process group and no secrets.
+"""The one place that runs candidate code: a child process in a sandbox, with a time limit and no secrets.
 
 Everything that executes code an agent wrote (bench.py importing kernel.py) goes through
-`run_child`, so a kernel that hangs, forks, floods its output or reads the environment cannot take
-the loop down with it or leak an API key. `run_bench` wraps it for the judge and always returns a
-bench-shaped result dict, inventing a TIMEOUT or CRASH result when bench.py could not write one.
+`run_child`, which starts it under the sandbox launcher (autokernel/sandbox.py). So a kernel that
+hangs, forks, leaves daemons in sessions of their own, eats memory, floods its output or reads its
+environment cannot take the loop down, outlive the experiment, or leak a secret:
+  - the child sees only an allow-list of environment variables (ALLOWED_ENV), and never one that
+    looks like a credential, even on the list;
+  - while it runs, this process is not dumpable, so /proc/<this pid>/environ and friends are
+    closed to it (a root user's child gives up the capabilities that would open them);
+  - it gets a private temporary folder, removed afterwards, and writes no Python bytecode;
+  - it dies with this process, and every process it started dies with it.
+`run_bench` wraps it for the judge and always returns a bench-shaped result dict, inventing a
+TIMEOUT or CRASH result when bench.py could not write one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import ctypes
 import fnmatch
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
-from autokernel import paths
+from autokernel import paths, sandbox
 from autokernel.registry import Shape, format_shape
 
-# Variables a kernel has no business reading: the agents' keys and anything that looks like a credential.
-SECRET_PATTERNS = ("ANTHROPIC_*", "OPENAI_*", "*_API_KEY", "*_TOKEN", "*SECRET*", "*PASSWORD*", "*CREDENTIAL*")
+# What a child may see of the environment: what Python, the compilers and the GPU stack read.
+ALLOWED_ENV = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "PYTHONPATH", "PYTHONHASHSEED",
+               "PYTHONUNBUFFERED", "PYTHONIOENCODING", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
+               "LD_LIBRARY_PATH", "CC", "CXX", "XDG_CACHE_HOME"}
+ALLOWED_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TRITON_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "CUBLAS_",
+                        "CUDNN_", "HIP_", "ROCM_", "HSA_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "AUTOKERNEL_")
+# Never passed on, even when the allow-list would: anything that looks like a credential.
+SECRET_PATTERNS = ("ANTHROPIC_*", "OPENAI_*", "*_API_KEY", "*_TOKEN", "*SECRET*", "*PASSWORD*", "*CREDENTIAL*",
+                   "*_KEY", "*PAT", "*AUTH*")
+# Setting this to 0 turns the Landlock file-system confinement off (sandbox.py), for a machine where it gets in the way.
+CONFINE_ENV = "AUTOKERNEL_SANDBOX_FS"
 # Kept per stream; a kernel printing in a loop must not fill the loop's memory. The tail is what matters.
 OUTPUT_LIMIT_BYTES = 256 * 1024
 # How long a timed-out child gets between SIGTERM and SIGKILL.
 KILL_GRACE_S = 3.0
 STDERR_LINES_IN_MESSAGE = 20
+# The child's whole process tree may hold this share of the machine's memory.
+MEMORY_SHARE = 0.5
+_PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
 
 # The fields of bench.py's JSON result (docs/architecture.md); a synthesized result has them all.
 BENCH_FIELDS = ("kernel_type", "correctness", "failed_stage", "message", "throughput", "throughput_unit",
                 "latency_us", "pct_peak", "bound", "speedup_vs_pytorch", "speedup_vs_compile",
                 "pytorch_latency_us", "compile_latency_us", "peak_vram_mb", "seed", "device", "dtype",
                 "timing_shapes", "timings_meaningful", "wall_seconds")
+
+
+class SandboxError(Exception):
+    """The sandbox could not start a child at all (not the child's fault); the message says why."""
 
 
 @dataclass
@@ -46,23 +74,83 @@ class ChildResult:
     stderr: str
     timed_out: bool
     wall_seconds: float
+    stopped: str | None = None                 # why the sandbox ended it early (memory cap, a signal)
+    leftover_processes: int = 0                # processes it left running, killed after it ended
+    peak_rss_mb: int | None = None
+    sandbox: dict = field(default_factory=dict)   # the confinement it ran under
+
+    def exit_description(self) -> str:
+        """'exited with code 2', 'was killed by signal SIGSEGV (Segmentation fault)', 'was stopped: ...'."""
+        if self.stopped and not self.timed_out:
+            return f"was stopped by the sandbox ({self.stopped})"
+        if self.returncode is None:
+            return "ended without an exit status"
+        if self.returncode < 0:
+            number = -self.returncode
+            try:
+                name = signal.Signals(number).name
+            except ValueError:
+                name = f"signal {number}"
+            return f"was killed by signal {name} ({signal.strsignal(number) or 'unknown'})"
+        return f"exited with code {self.returncode}"
 
 
-def scrubbed_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A copy of the environment without anything that matches SECRET_PATTERNS (case-insensitive)."""
+def child_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed part of the environment, without anything that matches SECRET_PATTERNS (any case)."""
     env = dict(os.environ if base is None else base)
     return {name: value for name, value in env.items()
-            if not any(fnmatch.fnmatchcase(name.upper(), pattern) for pattern in SECRET_PATTERNS)}
+            if (name in ALLOWED_ENV or name.startswith(ALLOWED_ENV_PREFIXES))
+            and not any(fnmatch.fnmatchcase(name.upper(), pattern) for pattern in SECRET_PATTERNS)}
+
+
+def cache_environment() -> dict[str, str]:
+    """Compiler caches the child may write (kept between runs, so kernels are not compiled anew each time)."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "autokernel"
+    caches = {"TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR") or str(root / "triton"),
+              "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(root / "inductor"),
+              "CUDA_CACHE_PATH": os.environ.get("CUDA_CACHE_PATH") or str(root / "nv")}
+    for folder in caches.values():
+        with contextlib.suppress(OSError):
+            Path(folder).mkdir(parents=True, exist_ok=True)
+    return caches
+
+
+def filesystem_confined() -> bool:
+    """Whether children run under Landlock's file-system rules (sandbox.py), or only under the checks after them."""
+    from autokernel import landlock
+
+    return os.environ.get(CONFINE_ENV, "1") != "0" and landlock.abi() >= 1
+
+
+def default_memory_limit_mb() -> int:
+    return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * MEMORY_SHARE / 2**20)
+
+
+# Lines the child prints, passed as they come to whoever watches (the live view shows the judge's stage).
+_line_watcher: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("line_watcher",
+                                                                                           default=None)
+
+
+@contextlib.contextmanager
+def watch_output(callback: Callable[[str], None]):
+    """Within this block, every line a child prints (stdout or stderr) is also passed to callback."""
+    token = _line_watcher.set(callback)
+    try:
+        yield
+    finally:
+        _line_watcher.reset(token)
 
 
 class _TailReader(threading.Thread):
     """Drains one pipe so the child never blocks on a full pipe, keeping only the last bytes."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, on_line: Callable[[str], None] | None = None):
         super().__init__(daemon=True)
         self.stream = stream
         self.kept = bytearray()
         self.dropped = 0
+        self.on_line = on_line
+        self._partial = b""
 
     def run(self) -> None:
         while chunk := self.stream.read1(65536):
@@ -71,6 +159,12 @@ class _TailReader(threading.Thread):
                 excess = len(self.kept) - OUTPUT_LIMIT_BYTES
                 del self.kept[:excess]
                 self.dropped += excess
+            if self.on_line is not None:
+                *lines, self._partial = (self._partial + chunk).split(b"\n")
+                self._partial = self._partial[-4096:]
+                for line in lines:
+                    with contextlib.suppress(Exception):      # a watcher's bug must not stop the draining
+                        self.on_line(line.decode("utf-8", errors="replace"))
         self.stream.close()
 
     def text(self) -> str:
@@ -78,56 +172,141 @@ class _TailReader(threading.Thread):
         return f"[... {self.dropped} bytes of output dropped ...]\n{body}" if self.dropped else body
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
+_libc = ctypes.CDLL(None, use_errno=True)
+_undumpable_depth = 0
+_undumpable_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def undumpable():
+    """While a child runs, this process's /proc entries (environ, mem, fd...) are closed to same-user processes."""
+    global _undumpable_depth
+    with _undumpable_lock:
+        previous = _libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
+        _undumpable_depth += 1
+        _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     try:
-        os.killpg(pgid, sig)
+        yield
+    finally:
+        with _undumpable_lock:
+            _undumpable_depth -= 1
+            if not _undumpable_depth and previous > 0:
+                _libc.prctl(_PR_SET_DUMPABLE, previous, 0, 0, 0)
+
+
+def _signal(pid: int | None, sig: signal.Signals, *, group: bool = False) -> None:
+    if pid is None:
+        return
+    try:
+        (os.killpg if group else os.kill)(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the child's whole group, then SIGKILL whatever is still there after the grace period."""
-    _signal_group(proc.pid, signal.SIGTERM)
+class _StatusReader(threading.Thread):
+    """Reads the launcher's JSON status lines from the pipe only it holds."""
+
+    def __init__(self, fd: int):
+        super().__init__(daemon=True)
+        self.fd = fd
+        self.messages: list[dict] = []
+
+    def run(self) -> None:
+        with os.fdopen(self.fd, "rb") as pipe:
+            for line in pipe:
+                with contextlib.suppress(ValueError):
+                    self.messages.append(json.loads(line))
+
+    def field(self, name: str, default=None):
+        return next((m[name] for m in reversed(self.messages) if name in m), default)
+
+
+def _stop(launcher: subprocess.Popen, status: _StatusReader) -> None:
+    """Ask the launcher to kill its tree; past the grace period, kill the launcher, its tree and the child's group."""
+    _signal(launcher.pid, signal.SIGTERM)
     try:
-        proc.wait(timeout=KILL_GRACE_S)
+        launcher.wait(timeout=KILL_GRACE_S)
+        return
     except subprocess.TimeoutExpired:
         pass
-    _signal_group(proc.pid, signal.SIGKILL)
-    proc.wait()
+    sandbox.kill_tree(launcher.pid, within_s=1.0)
+    _signal(launcher.pid, signal.SIGKILL)
+    _signal(status.field("pid"), signal.SIGKILL, group=True)
+    launcher.wait()
+
+
+def _remove_tree(folder: str) -> None:
+    def make_writable_and_retry(function, path, _exc_info):
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(path), 0o700)
+            os.chmod(path, 0o700)
+            function(path)
+    shutil.rmtree(folder, onerror=make_writable_and_retry)
 
 
 def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
-              env_extra: Mapping[str, str] | None = None) -> ChildResult:
-    """Run cmd in a new session with a scrubbed environment; kill its whole process group on timeout.
+              env_extra: Mapping[str, str] | None = None, writable: Iterable[str | Path] = (),
+              memory_limit_mb: int | None = None) -> ChildResult:
+    """Run cmd in the sandbox (autokernel/sandbox.py) with a time limit; see the module docstring.
 
-    The group is also killed when the caller is interrupted (Ctrl-C lands here while we wait) and
-    after a normal exit, so grandchildren a kernel left behind do not outlive the experiment.
+    `writable` names folders the child may write besides its private temporary folder and the
+    compiler caches. The child and all it started are killed on timeout, when the caller is
+    interrupted (Ctrl-C lands here while we wait), and after it exits.
     """
-    env = scrubbed_environment()
-    env.update(env_extra or {})
+    scratch = tempfile.mkdtemp(prefix="autokernel-child-")
+    caches = cache_environment()
+    # No bytecode written: an honest child leaves no .pyc, so integrity.py can treat any new one as planted.
+    env = {**child_environment(), **caches, "TMPDIR": scratch, "TMP": scratch, "TEMP": scratch,
+           "PYTHONDONTWRITEBYTECODE": "1", **(env_extra or {})}
+    status_read, status_write = os.pipe()
+    config = sandbox.SandboxConfig(
+        command=list(cmd), parent_pid=os.getpid(), status_fd=status_write,
+        memory_limit_mb=memory_limit_mb or default_memory_limit_mb(),
+        writable=[scratch, *caches.values(), *map(str, writable)],
+        confine_filesystem=filesystem_confined())
     started = time.monotonic()
-    proc = subprocess.Popen(list(cmd), cwd=str(cwd), env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    readers = [_TailReader(proc.stdout), _TailReader(proc.stderr)]
-    for reader in readers:
-        reader.start()
-    timed_out = False
+    status = _StatusReader(status_read)
     try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _stop_group(proc)
-    except BaseException:
-        _stop_group(proc)
-        raise
+        with undumpable():
+            try:
+                launcher = subprocess.Popen([sys.executable, "-m", "autokernel.sandbox", sandbox.encode(config)],
+                                            cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, pass_fds=(status_write,), start_new_session=True)
+            except BaseException:
+                os.close(status_read)
+                raise
+            finally:
+                os.close(status_write)
+            status.start()
+            watcher = _line_watcher.get()
+            readers = [_TailReader(launcher.stdout, watcher), _TailReader(launcher.stderr, watcher)]
+            for reader in readers:
+                reader.start()
+            timed_out = False
+            try:
+                launcher.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _stop(launcher, status)
+            except BaseException:
+                _stop(launcher, status)
+                raise
+            finally:
+                # A grandchild that escaped every net could still hold the pipes open: hence the join limit.
+                for reader in readers + [status]:
+                    reader.join(timeout=KILL_GRACE_S)
     finally:
-        # The leader is gone by now; its leftovers would otherwise keep the pipes (and readers) open.
-        # A grandchild that escaped into a session of its own can still hold them, hence the join limit.
-        _signal_group(proc.pid, signal.SIGKILL)
-        for reader in readers:
-            reader.join(timeout=KILL_GRACE_S)
-    return ChildResult(returncode=proc.returncode, stdout=readers[0].text(), stderr=readers[1].text(),
-                       timed_out=timed_out, wall_seconds=time.monotonic() - started)
+        _remove_tree(scratch)
+    if status.field("error"):
+        raise SandboxError(status.field("error"))
+    finished = status.field("returncode", "missing") != "missing"
+    return ChildResult(
+        returncode=status.field("returncode") if finished else launcher.returncode,
+        stdout=readers[0].text(), stderr=readers[1].text(), timed_out=timed_out,
+        wall_seconds=time.monotonic() - started,
+        stopped=status.field("stopped") if finished or timed_out else "the sandbox launcher itself was killed",
+        leftover_processes=status.field("leftover_processes", 0), peak_rss_mb=status.field("peak_rss_mb"),
+        sandbox=status.field("landlock", {}))
 
 
 def synthesized_result(correctness: str, message: str, *, kernel_type: str | None = None,
@@ -170,7 +349,7 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
         json_out = Path(tmp) / "result.json"
         cmd = bench_command(kernel_path, shapes=shapes, dtype=dtype, json_out=json_out, seed=seed,
                             extra_args=extra_args, bench_script=bench_script)
-        child = run_child(cmd, timeout_s=timeout_s, cwd=bench_script.parent)
+        child = run_child(cmd, timeout_s=timeout_s, cwd=bench_script.parent, writable=[tmp])
         written = json_out.read_text() if json_out.exists() else ""
     common = dict(dtype=dtype, seed=seed, wall_seconds=round(child.wall_seconds, 3))
     if child.timed_out:
@@ -182,7 +361,7 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
         result = None
     if not isinstance(result, dict):
         tail = _last_lines(child.stderr, STDERR_LINES_IN_MESSAGE) or _last_lines(child.stdout, STDERR_LINES_IN_MESSAGE)
-        return synthesized_result("CRASH", f"bench.py exited with code {child.returncode} without a result:\n{tail}",
+        return synthesized_result("CRASH", f"bench.py {child.exit_description()} without a result:\n{tail}",
                                   **common)
     result.setdefault("wall_seconds", common["wall_seconds"])
     return result

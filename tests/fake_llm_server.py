@@ -13,6 +13,12 @@ The real SDK clients talk to it through their base_url (`server.anthropic_base_u
 One scripted reply answers either API; the wire format follows the request path. A request with
 nothing left in the queue gets HTTP 400 "no scripted reply left", which the agents turn into an
 AgentError at once rather than retrying.
+
+Like a real API, the server can insist on a key (`api_key=`) and know only some models
+(`models=`): a wrong key gets HTTP 401 and an unknown model HTTP 404, for every request. The
+agents' endpoint check (its system prompt is ENDPOINT_CHECK_SYSTEM) is answered "OK" without
+using the script and recorded in `server.checks`; `add_check_error` makes the next check fail.
+A scripted reply can also be slow (`delay_s`), as an overloaded server is.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from autokernel.agents.base import ENDPOINT_CHECK_SYSTEM
 from autokernel.agents.prompt import format_reply
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -38,6 +45,7 @@ class ScriptedReply:
     tokens_out: int = 50
     status: int = 200                       # anything else answers an API error instead of text
     retry_after: str | None = None          # Retry-After header of an error
+    delay_s: float = 0.0                    # wait this long before answering
 
 
 @dataclass
@@ -48,8 +56,12 @@ class RecordedRequest:
 
 
 class FakeLLMServer:
-    def __init__(self):
+    def __init__(self, *, api_key: str | None = None, models: set[str] | None = None):
+        self.api_key = api_key
+        self.models = models
         self.requests: list[RecordedRequest] = []
+        self.checks: list[RecordedRequest] = []
+        self._check_errors: deque[ScriptedReply] = deque()
         self._script: deque[ScriptedReply] = deque()
         self._lock = threading.Lock()
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -98,6 +110,11 @@ class FakeLLMServer:
     def add_error(self, status: int, *, retry_after: str | None = None, message: str = "scripted error") -> None:
         self.add(ScriptedReply(text=message, status=status, retry_after=retry_after))
 
+    def add_check_error(self, status: int, *, message: str = "scripted check error") -> None:
+        """The next endpoint check gets this error."""
+        with self._lock:
+            self._check_errors.append(ScriptedReply(text=message, status=status))
+
     @property
     def pending(self) -> int:
         """Scripted replies not yet served."""
@@ -105,11 +122,32 @@ class FakeLLMServer:
             return len(self._script)
 
     def _next(self, request: RecordedRequest) -> ScriptedReply:
+        refusal = self._refusal(request)
         with self._lock:
+            if _is_check(request):
+                self.checks.append(request)
+                return refusal or (self._check_errors.popleft() if self._check_errors else ScriptedReply(text="OK"))
             self.requests.append(request)
+            if refusal:
+                return refusal
             if self._script:
                 return self._script.popleft()
         return ScriptedReply(text="fake LLM server: no scripted reply left", status=400)
+
+    def _refusal(self, request: RecordedRequest) -> ScriptedReply | None:
+        if self.api_key is not None:
+            sent = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ")
+            if sent != self.api_key:
+                return ScriptedReply(text="invalid x-api-key", status=401)
+        if self.models is not None and request.body.get("model") not in self.models:
+            return ScriptedReply(text=f"model: {request.body.get('model')}", status=404)
+        return None
+
+
+def _is_check(request: RecordedRequest) -> bool:
+    body = request.body
+    system = body.get("system") or next((m["content"] for m in body.get("messages", []) if m["role"] == "system"), "")
+    return system == ENDPOINT_CHECK_SYSTEM
 
 
 def _handler_for(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
@@ -126,6 +164,8 @@ def _handler_for(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             else:
                 return self._send(404, {"error": {"type": "not_found_error", "message": f"no endpoint {path}"}})
             reply = server._next(request)
+            if reply.delay_s:
+                time.sleep(reply.delay_s)
             if reply.status != 200:
                 headers = {"retry-after": reply.retry_after} if reply.retry_after is not None else {}
                 return self._send(reply.status, _error_body(render, reply), headers)
@@ -133,13 +173,16 @@ def _handler_for(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
 
         def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None):
             data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass            # the client gave up waiting (a slow reply past its timeout)
 
         def log_message(self, *args):
             """Quiet: pytest shows the requests through `server.requests` when a test needs them."""

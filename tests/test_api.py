@@ -1,4 +1,4 @@
-"""Tests for autokernel/api.py: optimize() on a model in memory (with the loop stubbed out) and the exports."""
+"""Tests for autokernel/api.py: optimize() on a model in memory (with the loop stubbed out, or refused for real) and the exports."""
 
 import os
 
@@ -9,8 +9,10 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import autokernel  # noqa: E402
-import orchestrate  # noqa: E402
-from autokernel import api, paths, plugin  # noqa: E402
+from autokernel import api, paths, plugin, session  # noqa: E402
+from autokernel.agents.base import AgentError  # noqa: E402
+from autokernel.run_state import RunState  # noqa: E402
+from tests.loop_helpers import git, make_project  # noqa: E402
 from tests.test_plugin import reference_kernel, write_optimized  # noqa: E402
 
 
@@ -35,13 +37,17 @@ def project(tmp_path, monkeypatch):
     runs, sources = [], {}
 
     def run_optimization(**kwargs):
-        runs.append(kwargs)
-        for job in kwargs["jobs"]:
+        jobs = kwargs["plan"](lambda line: None)
+        runs.append({**kwargs, "jobs": jobs})
+        for job in jobs:
             write_optimized(paths.OPTIMIZED_DIR, {job["kernel_type"]: job["shapes"]}, dtypes=(job["dtype"],),
                             sources={job["kernel_type"]: sources.get(job["kernel_type"],
                                                                     reference_kernel(job["kernel_type"]))})
+        return RunState(tag=kwargs["tag"], jobs=jobs, kept_commit="abc", settings=kwargs["settings"],
+                        job_index=len(jobs), done=sources.get("done", True),
+                        stopped_because=None if sources.get("done", True) else "the run's time budget is spent")
 
-    monkeypatch.setattr(orchestrate, "run_optimization", run_optimization)
+    monkeypatch.setattr(session, "run_optimization", run_optimization)
     return runs, sources
 
 
@@ -52,13 +58,16 @@ def test_optimize_profiles_extracts_runs_the_loop_checks_and_hands_over_the_fast
     with torch.no_grad():
         expected = model(x)
 
-    returned = autokernel.optimize(model, x, budget_hours=0.5, top=1)
+    returned = autokernel.optimize(model, x, budget_hours=0.5, top=1, llm_model="m", base_url="http://h/v1")
 
     (run,) = runs
     assert [(job["kernel_type"], job["shapes"]) for job in run["jobs"]] in (
         [("matmul", [{"M": 4, "N": 32, "K": 16}])], [("softmax", [{"M": 4, "N": 32}])])
-    assert run["tag"].startswith("TinyClassifier-") and run["agent"] is None
+    assert run["tag"].startswith("TinyClassifier-") and run["settings"].agent == "auto"
     assert run["settings"].budget_s == 1800 and run["settings"].quick_bench is True
+    assert (run["settings"].llm_model, run["settings"].base_url) == ("m", "http://h/v1")
+    assert run["overrides"] == {"budget_s": 1800, "llm_model": "m", "base_url": "http://h/v1"}
+    assert run["resume"] is False and run["stay_on_run_branch"] is True
     assert (paths.WORKSPACE / "optimization_plan.json").is_file()
     # Without a GPU nothing is timed for real: the kernels are checked, and PyTorch's own path comes back.
     choice = returned.autokernel_choice
@@ -74,10 +83,34 @@ def test_optimize_takes_the_kernels_out_when_the_output_differs(project):
     # Both types are wrong: a softmax too quick to register in the CPU profile may not become a job.
     sources["softmax"] = reference_kernel("softmax", body="reference.softmax(*args) * 0")
     sources["matmul"] = reference_kernel("matmul", body="reference.matmul(*args) * 0")
-    model = TinyClassifier().eval()
+    model = TinyClassifier().eval().requires_grad_(False)
     with pytest.raises(plugin.PlugInError, match="differs from the original's"):
         api.optimize(model, (torch.randn(4, 16),), top=2)
     assert plugin.router_of(model) is None
+
+
+def test_optimize_warns_when_the_budget_cut_a_kernel_short(project, recwarn):
+    _, sources = project
+    sources["done"] = False
+    api.optimize(TinyClassifier().eval().requires_grad_(False), torch.randn(4, 16), top=1)
+    assert [str(w.message) for w in recwarn] == [
+        "not every kernel was optimized (the run's time budget is spent); the ones saved are compared end to end, "
+        "and optimize(..., resume=True) goes on"]
+
+
+def test_optimize_warns_when_the_inputs_need_gradients(project):
+    # The kernels are inference only: a model meant to be differentiated keeps PyTorch's path.
+    with pytest.warns(UserWarning, match="sample inputs need gradients"):
+        api.optimize(TinyClassifier().eval(), torch.randn(4, 16, requires_grad=True), top=1)
+
+
+def test_optimize_checks_the_endpoint_before_writing_anything(tmp_path, monkeypatch):
+    root = make_project(tmp_path / "project", monkeypatch)
+    model = TinyClassifier().eval().requires_grad_(False)
+    with pytest.raises(AgentError, match="cannot reach http://127.0.0.1:9/v1"):
+        api.optimize(model, torch.randn(4, 16), agent="openai", base_url="http://127.0.0.1:9/v1")
+    assert not (root / "workspace" / "optimization_plan.json").exists()
+    assert "autokernel/" not in git(root, "branch") and not (root / "workspace" / "state.json").exists()
 
 
 def test_optimize_rejects_bad_arguments_before_doing_anything(project):
@@ -89,10 +122,13 @@ def test_optimize_rejects_bad_arguments_before_doing_anything(project):
         api.optimize(TinyClassifier().train(), torch.randn(4, 16))
     with pytest.raises(ValueError, match="budget_hours"):
         api.optimize(model, torch.randn(4, 16), budget_hours=0)
+    with pytest.raises(ValueError, match="unknown run setting"):
+        api.optimize(model, torch.randn(4, 16), max_revert=3)
     assert runs == [] and not paths.WORKSPACE.exists()
 
 
 def test_the_package_exports_the_api():
+    assert {"optimize", "plug_in", "unplug"} <= set(dir(autokernel))
     assert autokernel.optimize is api.optimize
     assert autokernel.plug_in is plugin.plug_in and autokernel.unplug is plugin.unplug
     with pytest.raises(AttributeError):

@@ -4,13 +4,14 @@ The `optimize` error cases run the real command in a child process on a temporar
 project, so the git checks look at that copy and never at this checkout.
 """
 
+import json
 import subprocess
 import sys
 
 import pytest
 
-import orchestrate
-from autokernel import cli, paths, results
+from autokernel import cli, paths, results, run_state
+from autokernel.run_state import JobProgress, RunSettings, RunState
 from tests.test_orchestrate import TINY_MODEL, copy_project
 
 
@@ -54,33 +55,47 @@ def test_report_prints_markdown_of_a_results_file(tmp_path, capsys):
     assert cli.main(["report", "--results", str(tsv), "--out", str(tmp_path / "report")]) == 0
     assert "| rmsnorm | night | 2 | 1 | 20.0 | 10.0 | 2.00 |" in (tmp_path / "report" / "report.md").read_text()
     assert (tmp_path / "report" / "progress.png").stat().st_size > 0
-    assert cli.main(["report", "--results", str(tmp_path / "absent.tsv"), "--out", str(tmp_path / "none")]) == 1
-    assert "autokernel: error: no experiments in" in capsys.readouterr().err
+    capsys.readouterr()
+    assert cli.main(["report", "--results", str(tsv), "--json"]) == 0
+    kernel = json.loads(capsys.readouterr().out)["kernels"][0]
+    assert (kernel["kernel_type"], kernel["count"], kernel["kept"], kernel["speedup_over_baseline"]) == ("rmsnorm", 2, 1, 2.0)
+    for extra in ([], ["--out", str(tmp_path / "none")], ["--json"]):
+        assert cli.main(["report", "--results", str(tmp_path / "absent.tsv"), *extra]) == 1
+        assert "autokernel: error: no results file at" in capsys.readouterr().err
 
 
 def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(orchestrate, "STATE_FILE", tmp_path / "state.json")
+    monkeypatch.setattr(paths, "WORKSPACE", tmp_path)
     monkeypatch.setattr(paths, "RESULTS_TSV", tmp_path / "results.tsv")
     assert cli.main(["status"]) == 0
     assert "no run yet" in capsys.readouterr().out
+    assert cli.main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"state": None, "results": None, "outcome": []}
 
-    progress = orchestrate.JobProgress(baseline={"latency_us": 30.0}, best={"latency_us": 20.0}, noise=0.02,
-                                       experiments=3)
+    progress = JobProgress(baseline={"latency_us": 30.0}, best={"latency_us": 20.0}, noise=0.02, experiments=3)
     finished = {"file": "1_matmul.py", "speedup_over_baseline": 1.8, "best_speedup_vs_pytorch": 1.1,
                 "experiments": 9, "stopped_because": "5 reverts in a row"}
-    orchestrate.RunState(tag="night", jobs=[{"rank": 1, "kernel_type": "matmul"}, {"rank": 2, "kernel_type": "softmax"}],
-                         kept_commit="abc", budget_s=7200, job_index=1, experiment=14, elapsed_s=3600,
-                         current=progress, finished=[finished]).save()
+    jobs = [{"rank": 1, "kernel_type": "matmul"}, {"rank": 2, "kernel_type": "softmax"},
+            {"rank": 3, "kernel_type": "rmsnorm"}]
+    RunState(tag="night", jobs=jobs, kept_commit="abc", settings=RunSettings(budget_s=7200), job_index=1,
+             experiment=14, elapsed_s=3600, current=progress, finished=[finished], llm_tokens=1200, cost_usd=0.5,
+             stopped_because="the run's time budget is spent").save()
     results.append_row(paths.RESULTS_TSV, results.make_row(
         experiment=14, tag="night", kernel_type="softmax", result={"correctness": "PASS"}, description="d",
         status="keep", wall_seconds=1.0, llm_tokens=0))
     assert cli.main(["status"]) == 0
     out = capsys.readouterr().out
-    assert "run night (branch autokernel/night): job 2 of 2, 14 experiments numbered, 1.00 h of 2.00 h used" in out
-    assert "1_matmul.py: 1.80x over its baseline, 1.10x vs PyTorch (9 experiments; 5 reverts in a row)" in out
-    assert "now: rank 2 softmax, 3 experiments, best 1.50x over its baseline" in out
+    assert ("run night (branch autokernel/night): stopped: the run's time budget is spent; 14 experiments numbered, "
+            "1h00m of 2h00m used, 1200 LLM tokens ($0.50)") in out
+    assert "1_matmul: done, 1.80x over its baseline, 1.10x vs PyTorch (9 experiments; 5 reverts in a row)" in out
+    assert "2_softmax: cut short after 3 experiments, best 1.50x over its baseline, best so far saved" in out
+    assert "3_rmsnorm: not started" in out
     assert "autokernel optimize --resume" in out
     assert "results.tsv: 1 rows for this run, 1 kept" in out
+    assert cli.main(["status", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["state"]["settings"]["budget_s"] == 7200 and report["results"] == {"rows": 1, "kept": 1}
+    assert RunState.from_json(report["state"]) == run_state.RunState.load()
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +144,14 @@ def test_dirty_tree_is_one_line(project):
 def test_resume_without_a_saved_run_is_one_line(project):
     line = _one_error_line(_autokernel(project, "optimize", "--resume", "--agent", "builtin"))
     assert "nothing to resume" in line
+
+
+def test_a_foreign_results_file_is_one_line_and_creates_nothing(project):
+    (project / "results.tsv").write_text("experiment\ttag\tsomething else\n")
+    try:
+        line = _one_error_line(_autokernel(project, "optimize", "../model.py", "--agent", "builtin"))
+    finally:
+        (project / "results.tsv").unlink()
+    assert "move it aside" in line
+    assert "autokernel/" not in subprocess.run(["git", "branch"], cwd=project, capture_output=True, text=True).stdout
+    assert not (project / "workspace" / "state.json").exists()

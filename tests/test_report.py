@@ -1,5 +1,6 @@
 """Tests for autokernel/report.py: report.md's numbers and progress.png, from a results.tsv written here."""
 
+import json
 import sys
 
 import pytest
@@ -9,9 +10,10 @@ from autokernel import report, results
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def add_row(path, experiment, kernel_type, status, correctness, speedup=None, throughput=None, latency=None):
+def add_row(path, experiment, kernel_type, status, correctness, speedup=None, throughput=None, latency=None,
+            meaningful=True):
     result = {"correctness": correctness, "speedup_vs_pytorch": speedup, "throughput": throughput,
-              "latency_us": latency}
+              "latency_us": latency, "timings_meaningful": meaningful if correctness == "PASS" else None}
     results.append_row(path, results.make_row(experiment=experiment, tag="run1", kernel_type=kernel_type,
                                               result=result, description=f"exp {experiment}", status=status,
                                               wall_seconds=2.0, llm_tokens=100))
@@ -52,7 +54,68 @@ def test_progress_png_is_a_real_image(results_tsv, tmp_path):
     import matplotlib.image
 
     height, width, _ = matplotlib.image.imread(png_path).shape
-    assert (width, height) == (1200, 660)       # 10 x 5.5 inches at 120 dpi
+    assert (width, height) == (1200, 680)       # 12 x (1.2 + 2.8 per kernel) inches at 100 dpi
+
+
+def _points(axes, colour):
+    from matplotlib.colors import to_hex
+
+    found = []
+    for collection in axes.collections:
+        faces, edges = collection.get_facecolors(), collection.get_edgecolors()
+        colours = {to_hex(c) for c in list(faces) + list(edges)}
+        if colour in colours:
+            found += [tuple(point) for point in collection.get_offsets()]
+    return found
+
+
+def test_the_plot_has_two_log_panels_per_kernel_and_tells_kept_reverted_and_failed_apart(results_tsv):
+    groups = results.group_by_kernel(results.read_rows(results_tsv))
+    figure = report.progress_figure(groups)
+    (matmul_base, matmul_torch), (softmax_base, softmax_torch) = [figure.axes[i:i + 2] for i in (0, 2)]
+    assert all(axes.get_yscale() == "log" for axes in figure.axes)
+    assert [y for _, y in _points(matmul_base, report.KEPT)] == pytest.approx([1.0, 10 / 7, 2.0])
+    assert [x for x, _ in _points(matmul_base, report.REVERTED)] == [4]
+    assert sorted(x for x, _ in _points(matmul_base, report.FAILED)) == [3, 6, 7]
+    assert [y for _, y in _points(matmul_torch, report.KEPT)] == pytest.approx([0.8, 1.2, 1.5])
+    assert any(list(line.get_ydata()) == [1.0, 1.0] for line in matmul_torch.get_lines()), "the 1.0x line"
+    assert "best 2.00x over its baseline" in matmul_base.get_title()
+    assert "best 1.00x over its baseline" in softmax_base.get_title()
+    assert figure._suptitle is None, "real GPU timings: no banner"
+
+
+def test_a_cpu_run_gets_the_banner(tmp_path):
+    path = tmp_path / "results.tsv"
+    add_row(path, 1, "softmax", "baseline", "PASS", 0.01, 5.0, 300.0, meaningful=False)
+    add_row(path, 2, "softmax", "keep", "PASS", 0.028, 14.0, 107.0, meaningful=False)
+    figure = report.progress_figure(results.group_by_kernel(results.read_rows(path)))
+    assert figure._suptitle.get_text() == report.NOT_MEANINGFUL
+    assert report.NOT_MEANINGFUL in report.markdown_report(results.read_rows(path), [], path)
+
+
+def test_report_md_leads_with_the_end_to_end_verdict(results_tsv, tmp_path):
+    verify = tmp_path / "verify_report.json"
+    verify.write_text(json.dumps({"verdict": {
+        "summary": "AutoKernel + torch.compile (CUDA graphs) is 1.12x faster than PyTorch's best",
+        "pytorch_best": {"variant": "torch.compile (CUDA graphs)", "ms": 2.24},
+        "autokernel_best": {"variant": "AutoKernel + torch.compile", "ms": 2.0}, "speedup": 1.12,
+        "timings_meaningful": True}, "other": "ignored"}))
+    markdown_path, _ = report.write_report(results_tsv, tmp_path / "out", verify_report=verify)
+    text = markdown_path.read_text()
+    assert text.index("is 1.12x faster than PyTorch's best") < text.index("| matmul | run1 |")
+    assert "| PyTorch's best | torch.compile (CUDA graphs) | 2.240 |" in text
+    verify.write_text(json.dumps({"rows": []}))          # an older report, without a verdict
+    assert report.read_verdict(verify) is None and report.read_verdict(tmp_path / "absent.json") is None
+    text = report.write_report(results_tsv, tmp_path / "out", verify_report=verify)[0].read_text()
+    assert "End to end" not in text
+
+
+def test_the_json_summary_matches_the_tables(results_tsv):
+    summary = report.summary_json(results.read_rows(results_tsv))
+    matmul, softmax = summary["kernels"]
+    assert (matmul["count"], matmul["kept"], matmul["speedup_over_baseline"]) == (7, 2, 2.0)
+    assert matmul["failures"] == {"FAIL": 2, "CRASH": 1} and softmax["failures"] == {"TIMEOUT": 1}
+    assert summary["verdict"] is None and summary["experiments"] == 10
 
 
 def test_errors_say_what_is_missing(tmp_path, results_tsv, monkeypatch):

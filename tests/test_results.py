@@ -5,7 +5,8 @@ import pytest
 from autokernel import results
 
 PASS_RESULT = {"correctness": "PASS", "throughput": 812.25, "latency_us": 41.3, "pct_peak": 24.6,
-               "speedup_vs_pytorch": 1.37, "peak_vram_mb": 64.0, "message": None}
+               "speedup_vs_pytorch": 1.37, "speedup_vs_compile": 0.9, "timings_meaningful": True,
+               "peak_vram_mb": 64.0, "message": None}
 
 
 def _row(experiment, status, latency, kernel_type="softmax", description="try", correctness="PASS"):
@@ -16,8 +17,8 @@ def _row(experiment, status, latency, kernel_type="softmax", description="try", 
 
 def test_columns_are_exactly_the_documented_ones():
     assert results.COLUMNS == ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak",
-                               "speedup_vs_pytorch", "correctness", "peak_vram_mb", "description", "status",
-                               "wall_seconds", "llm_tokens")
+                               "speedup_vs_pytorch", "speedup_vs_compile", "correctness", "timings_meaningful",
+                               "peak_vram_mb", "description", "status", "wall_seconds", "llm_tokens", "cost_usd")
 
 
 def test_header_written_once_and_rows_read_back_typed(tmp_path):
@@ -30,9 +31,10 @@ def test_header_written_once_and_rows_read_back_typed(tmp_path):
     rows = results.read_rows(path)
     assert [r["experiment"] for r in rows] == [1, 2]
     assert rows[1] == {"experiment": 2, "tag": "t1", "kernel_type": "softmax", "throughput": 812.25,
-                       "latency_us": 41.3, "pct_peak": 24.6, "speedup_vs_pytorch": 1.37, "correctness": "PASS",
-                       "peak_vram_mb": 64.0, "description": "try", "status": "keep", "wall_seconds": 3.5,
-                       "llm_tokens": 120}
+                       "latency_us": 41.3, "pct_peak": 24.6, "speedup_vs_pytorch": 1.37, "speedup_vs_compile": 0.9,
+                       "correctness": "PASS", "timings_meaningful": True, "peak_vram_mb": 64.0, "description": "try",
+                       "status": "keep", "wall_seconds": 3.5, "llm_tokens": 120, "cost_usd": None}
+    assert results.speedup_vs_best(rows[1]) == 0.9, "PyTorch's best is the faster of eager and compile"
 
 
 def test_missing_numbers_are_empty_cells_and_none(tmp_path):
@@ -72,6 +74,25 @@ def test_foreign_header_is_refused(tmp_path):
         results.append_row(path, _row(1, "keep", 1.0))
     with pytest.raises(results.ResultsFileError):
         results.read_rows(path)
+
+
+def test_a_file_of_the_previous_version_is_read_but_not_appended_to(tmp_path):
+    path = tmp_path / "results.tsv"
+    path.write_text("\t".join(results.LEGACY_COLUMNS) + "\n1\tt\tsoftmax\t10\t5\t1\t0.5\tPASS\t1\tbaseline run\t"
+                    "baseline\t2\t0\n")
+    (row,) = results.read_rows(path)
+    assert row["speedup_vs_pytorch"] == 0.5 and row["timings_meaningful"] is None and row["cost_usd"] is None
+    with pytest.raises(results.ResultsFileError, match="written by an older AutoKernel.*move it aside"):
+        results.check_writable(path)
+    results.check_writable(tmp_path / "absent.tsv")
+
+
+def test_ensure_row_writes_a_decided_row_once(tmp_path):
+    path = tmp_path / "results.tsv"
+    assert results.ensure_row(path, _row(1, "baseline", 50.0))
+    assert not results.ensure_row(path, _row(1, "baseline", 50.0))
+    assert results.ensure_row(path, dict(_row(1, "baseline", 50.0), tag="other run"))
+    assert [r["experiment"] for r in results.read_rows(path)] == [1, 1] and results.last_experiment(path) == 1
 
 
 def test_no_file_reads_as_no_rows(tmp_path):

@@ -1,4 +1,7 @@
-"""Tests for autokernel/runner.py: time limits that kill whole process groups, scrubbed secrets, synthesized results."""
+"""Tests for autokernel/runner.py: time limits that kill whole process trees, the allow-listed environment, results.
+
+The sandbox's confinement itself (what a child cannot read, write, reach or leave behind) is in tests/test_sandbox.py.
+"""
 
 import json
 import sys
@@ -9,28 +12,11 @@ from pathlib import Path
 import pytest
 
 from autokernel import runner
+from tests.processes import gone_within
 
 
 def _python(code: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(code)]
-
-
-def _is_gone(pid: int) -> bool:
-    # A killed process may linger as a zombie until its new parent reaps it: that counts as gone.
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state in ("Z", "X")
-
-
-def _wait_gone(pid: int, within_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if _is_gone(pid):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_timeout_kills_the_child_and_its_grandchildren(tmp_path):
@@ -41,10 +27,10 @@ def test_timeout_kills_the_child_and_its_grandchildren(tmp_path):
         open({str(pid_file)!r}, "w").write(str(grandchild.pid))
         time.sleep(60)
     """
-    result = runner.run_child(_python(code), timeout_s=1.5, cwd=tmp_path)
+    result = runner.run_child(_python(code), timeout_s=1.5, cwd=tmp_path, writable=[tmp_path])
     assert result.timed_out
     assert result.wall_seconds < 1.5 + runner.KILL_GRACE_S + 5
-    assert _wait_gone(int(pid_file.read_text()))
+    assert gone_within(int(pid_file.read_text()))
 
 
 def test_child_that_ignores_sigterm_is_killed(tmp_path):
@@ -76,7 +62,8 @@ def test_normal_exit_reports_code_and_output(tmp_path):
 
 def test_environment_is_scrubbed_of_secrets(tmp_path, monkeypatch):
     secrets = {"ANTHROPIC_API_KEY": "a", "ANTHROPIC_BASE_URL": "b", "OPENAI_ORG": "c", "HF_TOKEN": "d",
-               "MY_SERVICE_API_KEY": "e", "DB_SECRET_VALUE": "f", "github_token": "g"}
+               "MY_SERVICE_API_KEY": "e", "DB_SECRET_VALUE": "f", "github_token": "g", "GITHUB_PAT": "h",
+               "DATABASE_URL": "postgres://user:password@db/prod", "AWS_SECRET_ACCESS_KEY": "i"}
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("AUTOKERNEL_HARMLESS", "kept")
@@ -169,10 +156,49 @@ def test_interrupting_the_caller_kills_the_child(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner.subprocess.Popen, "wait", wait_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
-        runner.run_child(_python(code), timeout_s=60, cwd=tmp_path)
-    assert _wait_gone(int(pid_file.read_text()))
+        runner.run_child(_python(code), timeout_s=60, cwd=tmp_path, writable=[tmp_path])
+    assert gone_within(int(pid_file.read_text()))
 
 
-def test_scrubbed_environment_matches_case_insensitively():
-    env = runner.scrubbed_environment({"Openai_Api_Key": "x", "PATH": "/bin", "my_password": "y"})
-    assert env == {"PATH": "/bin"}
+def test_child_environment_is_an_allow_list_without_secrets():
+    env = runner.child_environment({"Openai_Api_Key": "x", "PATH": "/bin", "my_password": "y", "GITHUB_PAT": "p",
+                                    "DATABASE_URL": "postgres://u:p@h/db", "CUDA_VISIBLE_DEVICES": "0",
+                                    "TORCH_HUB_TOKEN": "t", "LC_ALL": "C", "SOME_TOOL_SETTING": "1"})
+    assert env == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0", "LC_ALL": "C"}
+
+
+def test_exit_descriptions_name_the_signal():
+    def described(returncode, **fields):
+        return runner.ChildResult(returncode, "", "", False, 0.0, **fields).exit_description()
+    assert described(2) == "exited with code 2"
+    assert described(-11) == "was killed by signal SIGSEGV (Segmentation fault)"
+    assert "memory" in described(-9, stopped="memory: the process tree used 900 MiB, over its 512 MiB cap")
+
+
+def test_a_segfault_is_a_crash_that_names_its_signal(tmp_path):
+    bench = _fake_bench(tmp_path, """
+        import os, signal
+        print("about to fault", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGSEGV)
+    """)
+    result = runner.run_bench("kernel.py", shapes=[], dtype="float16", timeout_s=30, bench_script=bench)
+    assert result["correctness"] == "CRASH"
+    assert "bench.py was killed by signal SIGSEGV (Segmentation fault) without a result" in result["message"]
+    assert "about to fault" in result["message"]
+
+
+def test_a_watcher_sees_each_line_as_the_child_prints_it(tmp_path):
+    seen = []
+    code = """
+        import sys, time
+        for stage in ("smoke", "shape sweep"):
+            print(f"STAGE {stage}", flush=True)
+            time.sleep(0.2)
+        print("to stderr", file=sys.stderr, flush=True)
+    """
+    with runner.watch_output(lambda line: seen.append((time.monotonic(), line))):
+        result = runner.run_child(_python(code), timeout_s=30, cwd=tmp_path)
+    finished = time.monotonic()
+    assert [line for _, line in seen] == ["STAGE smoke", "STAGE shape sweep", "to stderr"]
+    assert seen[0][0] < finished - 0.3, "lines arrive while the child runs, not at its end"
+    assert result.stdout.splitlines() == ["STAGE smoke", "STAGE shape sweep"]

@@ -42,14 +42,16 @@ class AnthropicAgent(ChatAgent):
         if not api_key:
             raise AgentError(f"the anthropic agent needs an API key: set {KEY_ENV}")
         super().__init__(vendor="anthropic", sdk=anthropic, model=model or DEFAULT_MODEL, prices=PRICES,
-                         key_env=KEY_ENV, retry=retry)
+                         key_env=KEY_ENV, base_url_env=BASE_URL_ENV, retry=retry, timeout_s=timeout_s)
         self.max_tokens = max_tokens
         self._client = anthropic.Anthropic(api_key=api_key, base_url=base_url or os.environ.get(BASE_URL_ENV) or None,
                                            max_retries=0, timeout=timeout_s)
+        self.base_url = str(self._client.base_url)
 
-    def _complete(self, system: str, user: str) -> ChatReply:
-        message = self._client.messages.create(model=self.model, max_tokens=self.max_tokens, system=system,
-                                               messages=[{"role": "user", "content": user}])
+    def _complete(self, system: str, user: str, timeout_s: float, *, max_tokens: int | None = None) -> ChatReply:
+        message = self._client.messages.create(model=self.model, max_tokens=max_tokens or self.max_tokens,
+                                               system=system, messages=[{"role": "user", "content": user}],
+                                               timeout=timeout_s)
         text = "".join(block.text for block in message.content if block.type == "text")
         return ChatReply(text=text, truncated=message.stop_reason == "max_tokens",
                          tokens_in=message.usage.input_tokens, tokens_out=message.usage.output_tokens)

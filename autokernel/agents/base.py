@@ -1,10 +1,15 @@
 """The agent interface the loop talks to, and the call-retry-parse flow the LLM agents share.
 
 The loop builds an AgentContext, calls `agent.propose(ctx)` and gets back a Proposal (a complete new
-kernel.py and a one-line description). An agent signals trouble with three exceptions: a reply it
+kernel.py and a one-line description). An agent signals trouble with four exceptions: a reply it
 could not parse (MalformedReply: the loop logs it and asks again), an unrecoverable setup problem
-(AgentError: the loop stops), or nothing left to try on this kernel (SearchExhausted: the loop moves
-on to the next kernel).
+(AgentError: the loop stops), nothing left to try on this kernel (SearchExhausted: the loop moves
+on to the next kernel), or no reply before the context's deadline (OutOfTime: the run's budget is
+spent; the loop ends cleanly).
+
+The budget binds the LLM agents: every call's timeout is the time left to the deadline, and a retry
+or a Retry-After wait that would end past it is not made. Before a run, `check_endpoint()` makes one
+tiny call, so a wrong URL, key or model fails within seconds, with the URL in the message.
 """
 
 from __future__ import annotations
@@ -25,6 +30,11 @@ from autokernel.agents import prompt
 log = logging.getLogger(__name__)
 
 AGENT_KINDS = ("auto", "anthropic", "openai", "builtin")
+MIN_CALL_S = 1.0                    # no call is started with less time than this before the deadline
+ENDPOINT_CHECK_TIMEOUT_S = 15.0
+ENDPOINT_CHECK_TOKENS = 16
+ENDPOINT_CHECK_SYSTEM = "You check that an API endpoint works."
+ENDPOINT_CHECK_USER = "Reply with the word OK."
 
 
 @dataclass
@@ -38,6 +48,7 @@ class AgentContext:
     best_versions: list[tuple[str, dict]]       # up to 3 best kept (source, bench result), best first
     program: str                                # program.md text
     job: dict                                   # rank, kernel_type, shapes, dtype, gpu, baseline
+    deadline: float | None = None               # time.monotonic() by which a proposal must be back
 
 
 @dataclass
@@ -67,10 +78,20 @@ class SearchExhausted(Exception):
     """The agent has nothing left to try on this kernel."""
 
 
+class OutOfTime(Exception):
+    """No reply can come before the deadline (the run's budget); nothing was proposed."""
+
+
 class Agent(Protocol):
     name: str
+    kind: str                   # "anthropic", "openai" or "builtin"
+    model: str | None
+    base_url: str | None
 
     def propose(self, ctx: AgentContext) -> Proposal: ...
+
+    def check_endpoint(self) -> str | None:
+        """Fail (AgentError) when the agent cannot work at all; a warning to show, or None."""
 
 
 def make_agent(kind: str | None, *, model: str | None = None, base_url: str | None = None) -> Agent:
@@ -112,6 +133,7 @@ class RetryPolicy:
     base_delay_s: float = 2.0
     max_delay_s: float = 120.0
     sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic     # the clock deadlines are read on
     rng: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self):
@@ -175,21 +197,45 @@ class ChatAgent(ABC):
     """
 
     def __init__(self, *, vendor: str, sdk: ModuleType, model: str, prices: Prices, key_env: str,
-                 retry: RetryPolicy | None):
+                 base_url_env: str, retry: RetryPolicy | None, timeout_s: float):
+        self.kind = vendor
         self.name = f"{vendor}:{model}"
         self.model = model
         self.retry = retry or RetryPolicy()
+        self.timeout_s = timeout_s
+        self.base_url: str | None = None      # the subclass sets it once its client exists
         self._sdk = sdk
         self._prices = prices
         self._key_env = key_env
+        self._base_url_env = base_url_env
 
     @abstractmethod
-    def _complete(self, system: str, user: str) -> ChatReply:
-        """One API call, no retries."""
+    def _complete(self, system: str, user: str, timeout_s: float, *, max_tokens: int | None = None) -> ChatReply:
+        """One API call, no retries; `max_tokens` overrides the agent's own limit."""
+
+    def has_prices(self) -> bool:
+        return cost_usd(self.model, self._prices, 1, 1) is not None
+
+    def check_endpoint(self, timeout_s: float = ENDPOINT_CHECK_TIMEOUT_S) -> str | None:
+        """One tiny call: the URL answers, the key is accepted and the model exists, or AgentError saying which."""
+        sdk = self._sdk
+        try:
+            self._complete(ENDPOINT_CHECK_SYSTEM, ENDPOINT_CHECK_USER, timeout_s, max_tokens=ENDPOINT_CHECK_TOKENS)
+        except sdk.APIStatusError as err:
+            if _is_transient(err.status_code):
+                return (f"{self.name}: {self.base_url} answered HTTP {err.status_code} to a first check "
+                        f"({err.message}); going on, the loop retries within the budget")
+            raise AgentError(self._explain(err)) from err
+        except sdk.APIConnectionError as err:
+            raise AgentError(f"{self.name}: cannot reach {self.base_url} ({_cause(err)}); check --base-url "
+                             f"(or {self._base_url_env}) and that the server is up") from err
+        except sdk.APIError as err:
+            raise AgentError(f"{self.name}: {self.base_url} answered a first check with an error: {err}") from err
+        return None
 
     def propose(self, ctx: AgentContext) -> Proposal:
         system, user = prompt.build_messages(ctx)
-        reply = self._complete_with_retries(system, user)
+        reply = self._complete_with_retries(system, user, ctx.deadline)
         cost = cost_usd(self.model, self._prices, reply.tokens_in, reply.tokens_out)
         log.info("%s: %d tokens in, %d out, %s", self.name, reply.tokens_in, reply.tokens_out,
                  "cost unknown" if cost is None else f"${cost:.4f}")
@@ -200,11 +246,17 @@ class ChatAgent(ABC):
                                  cost_usd=cost) from None
         return Proposal(description, source, reply.tokens_in, reply.tokens_out, cost)
 
-    def _complete_with_retries(self, system: str, user: str) -> ChatReply:
+    def _time_left(self, deadline: float | None) -> float:
+        return float("inf") if deadline is None else deadline - self.retry.clock()
+
+    def _complete_with_retries(self, system: str, user: str, deadline: float | None = None) -> ChatReply:
         sdk = self._sdk
         for retry_number in range(self.retry.max_retries + 1):
+            left = self._time_left(deadline)
+            if left < MIN_CALL_S:
+                raise OutOfTime(f"{self.name}: {max(left, 0):.0f} s of the budget left, too little for a reply")
             try:
-                return self._complete(system, user)
+                return self._complete(system, user, min(self.timeout_s, left))
             except sdk.APIStatusError as err:
                 if not _is_transient(err.status_code):
                     raise AgentError(self._explain(err)) from err
@@ -216,20 +268,32 @@ class ChatAgent(ABC):
             if retry_number == self.retry.max_retries:
                 break
             wait = self.retry.backoff_s(retry_number) if wait is None else wait
+            if wait + MIN_CALL_S > self._time_left(deadline):
+                raise OutOfTime(f"{self.name}: {failure}; waiting {wait:.0f} s to retry would end past the budget")
             log.warning("%s: %s; retry %d of %d in %.1f s", self.name, failure, retry_number + 1,
                         self.retry.max_retries, wait)
             self.retry.sleep(wait)
-        raise AgentError(f"{self.name}: gave up after {self.retry.max_retries} retries; last error: {failure}")
+        raise AgentError(f"{self.name}: gave up after {self.retry.max_retries} retries at {self.base_url}; "
+                         f"last error: {failure}")
 
     def _explain(self, err) -> str:
         status = err.status_code
+        where = f"{self.name} at {self.base_url}"
         if status == 401:
-            return f"{self.name}: the API rejected the key (HTTP 401): {err.message}. Check {self._key_env}."
+            return f"{where}: the API rejected the key (HTTP 401): {err.message}. Check {self._key_env}."
         if status == 403:
-            return f"{self.name}: the key may not use this API or model (HTTP 403): {err.message}"
+            return f"{where}: the key may not use this API or model (HTTP 403): {err.message}"
         if status == 404:
-            return f"{self.name}: model {self.model!r} not found (HTTP 404): {err.message}. Pick another with --model."
-        return f"{self.name}: the API refused the request (HTTP {status}): {err.message}"
+            return (f"{where}: model {self.model!r} not found (HTTP 404): {err.message}. Pick another with "
+                    f"--llm-model, or check --base-url (an OpenAI-compatible server's usually ends in /v1).")
+        return f"{where}: the API refused the request (HTTP {status}): {err.message}"
+
+
+def _cause(err: Exception) -> str:
+    """The innermost reason of a connection error ("Connection refused"), not the SDK's generic wrapper."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return str(err) or type(err).__name__
 
 
 def _is_transient(status: int) -> bool:

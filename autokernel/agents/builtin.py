@@ -6,12 +6,14 @@ neither neighbour of the best value helps it moves to the next tunable; when a w
 every tunable improves nothing, the search has converged and it raises SearchExhausted. A proposal
 rewrites the TUNABLES literal and nothing else. The score of an experiment is the throughput of a
 PASS (or its negated latency when there is no throughput); anything else is a dead end. It never
-proposes a configuration twice, and the same results always lead to the same proposals.
+proposes a configuration twice, and the same results always lead to the same proposals. Its
+searches (every configuration tried, with its score) go into the run's state (`state_dict`), so a
+resumed run does not try them again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from autokernel.agents.base import AgentContext, Proposal, SearchExhausted
 from autokernel.agents.tunables import format_literal, read_tunables, rewrite_tunables
@@ -81,10 +83,25 @@ class CoordinateSearch:
 class BuiltinAgent:
     """Keeps one CoordinateSearch per kernel job, so one agent serves a whole overnight run."""
 
-    name = "builtin"
+    name = kind = "builtin"
+    model = base_url = None
 
     def __init__(self):
         self._searches: dict[tuple, CoordinateSearch] = {}
+
+    def check_endpoint(self) -> None:
+        """Nothing to reach: the search runs here."""
+
+    def state_dict(self) -> dict:
+        return {"searches": [{"kernel_type": kernel_type, "rank": rank, **asdict(search)}
+                             for (kernel_type, rank), search in self._searches.items()]}
+
+    def load_state(self, state: dict | None) -> None:
+        self._searches = {}
+        for entry in (state or {}).get("searches", []):
+            entry = dict(entry)
+            key = (entry.pop("kernel_type"), entry.pop("rank"))
+            self._searches[key] = CoordinateSearch(**entry)
 
     def propose(self, ctx: AgentContext) -> Proposal:
         job_key = (ctx.kernel_type, ctx.job.get("rank"))

@@ -49,15 +49,17 @@ class OpenAIAgent(ChatAgent):
             raise AgentError(f"the openai agent needs an API key: set {KEY_ENV} "
                              "(or pass a base URL for a local OpenAI-compatible server)")
         super().__init__(vendor="openai", sdk=openai, model=model or DEFAULT_MODEL, prices=PRICES,
-                         key_env=KEY_ENV, retry=retry)
+                         key_env=KEY_ENV, base_url_env=BASE_URL_ENV, retry=retry, timeout_s=timeout_s)
         self.max_tokens = max_tokens if max_tokens is not None or base_url else DEFAULT_MAX_TOKENS
         self._client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout_s)
+        self.base_url = str(self._client.base_url)
 
-    def _complete(self, system: str, user: str) -> ChatReply:
-        limit = {} if self.max_tokens is None else {"max_completion_tokens": self.max_tokens}
+    def _complete(self, system: str, user: str, timeout_s: float, *, max_tokens: int | None = None) -> ChatReply:
+        limit = max_tokens or self.max_tokens
+        limits = {} if limit is None else {"max_completion_tokens": limit}
         completion = self._client.chat.completions.create(
             model=self.model, messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-            **limit)
+            timeout=timeout_s, **limits)
         choice = completion.choices[0] if completion.choices else None
         usage = completion.usage   # some compatible servers leave it out
         return ChatReply(text=(choice and choice.message.content) or "",

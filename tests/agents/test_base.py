@@ -13,7 +13,7 @@ import pytest
 
 from autokernel.agents import AgentContext, AgentError, MalformedReply, RetryPolicy, make_agent
 from autokernel.agents.anthropic_agent import AnthropicAgent
-from autokernel.agents.base import cost_usd, retry_after_s
+from autokernel.agents.base import OutOfTime, cost_usd, retry_after_s
 from autokernel.agents.builtin import BuiltinAgent
 from autokernel.agents.openai_agent import OpenAIAgent
 from tests.fake_llm_server import FakeLLMServer
@@ -183,7 +183,7 @@ def test_gives_up_after_the_configured_retries(kind, server):
     for _ in range(3):
         server.add_error(503)
     sleeps = Sleeps()
-    with pytest.raises(AgentError, match="gave up after 2 retries; last error: HTTP 503"):
+    with pytest.raises(AgentError, match="gave up after 2 retries at http://127.0.0.1:.*; last error: HTTP 503"):
         llm_agent(kind, server, sleeps, max_retries=2).propose(CONTEXT)
     assert len(server.requests) == 3 and len(sleeps) == 2 and sleeps[1] > sleeps[0] / 2
 
@@ -199,3 +199,95 @@ def test_connection_failures_are_retried(kind, server):
     with pytest.raises(AgentError, match="connection failed"):
         agent.propose(CONTEXT)
     assert len(sleeps) == 2
+
+
+# --------------------------------------------------------------------------- the budget binds every call
+class Clock:
+    """A clock that the injected sleep moves forward, so deadlines pass without waiting."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def deadline_agent(kind: str, server: FakeLLMServer, clock: Clock, **options):
+    retry = RetryPolicy(max_retries=8, sleep=clock.sleep, clock=clock, rng=random.Random(0))
+    agent_class, url = {"anthropic": (AnthropicAgent, server.anthropic_base_url),
+                        "openai": (OpenAIAgent, server.openai_base_url)}[kind]
+    return agent_class(base_url=options.pop("base_url", url), api_key="test-key", retry=retry, **options)
+
+
+def _with_deadline(clock: Clock, seconds: float) -> AgentContext:
+    return AgentContext(**{**CONTEXT.__dict__, "deadline": clock() + seconds})
+
+
+@LLM_KINDS
+def test_a_retry_after_past_the_deadline_is_not_waited_for(kind, server):
+    clock = Clock()
+    server.add_error(429, retry_after="3600")
+    with pytest.raises(OutOfTime, match="3600 s to retry would end past the budget"):
+        deadline_agent(kind, server, clock).propose(_with_deadline(clock, 60))
+    assert clock() == 1000.0 and len(server.requests) == 1
+
+
+@LLM_KINDS
+def test_repeated_server_errors_stop_at_the_deadline(kind, server):
+    clock = Clock()
+    for _ in range(9):
+        server.add_error(500)
+    with pytest.raises(OutOfTime):
+        deadline_agent(kind, server, clock).propose(_with_deadline(clock, 20))
+    assert clock() <= 1020.0 and 2 <= len(server.requests) < 9
+
+
+@LLM_KINDS
+def test_a_slow_reply_is_cut_at_the_deadline(kind, server):
+    server.add_kernel_reply("too late", KERNEL, delay_s=30)
+    started = time.monotonic()
+    agent = deadline_agent(kind, server, Clock())
+    agent.retry.clock = time.monotonic
+    agent.retry.sleep = time.sleep
+    with pytest.raises(OutOfTime):
+        agent.propose(AgentContext(**{**CONTEXT.__dict__, "deadline": time.monotonic() + 2.5}))
+    assert time.monotonic() - started < 5
+
+
+@LLM_KINDS
+def test_the_endpoint_check_passes_and_uses_no_scripted_reply(kind, server):
+    assert deadline_agent(kind, server, Clock()).check_endpoint() is None
+    assert len(server.checks) == 1 and server.requests == []
+
+
+@LLM_KINDS
+def test_an_unreachable_endpoint_fails_its_check_within_seconds_naming_the_url(kind):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{closed_port}/v1"
+    agent = deadline_agent(kind, FakeLLMServer(), Clock(), base_url=url)
+    started = time.monotonic()
+    with pytest.raises(AgentError, match=f"cannot reach http://127.0.0.1:{closed_port}/v1.*--base-url"):
+        agent.check_endpoint()
+    assert time.monotonic() - started < 5
+
+
+@LLM_KINDS
+@pytest.mark.parametrize("problem, complaint", [("key", "rejected the key"), ("model", "--llm-model")])
+def test_a_wrong_key_or_model_fails_the_check(kind, problem, complaint):
+    options = {"api_key": "the-right-key"} if problem == "key" else {"models": {"some-other-model"}}
+    with FakeLLMServer(**options) as server:
+        with pytest.raises(AgentError, match=complaint) as caught:
+            deadline_agent(kind, server, Clock()).check_endpoint()
+    assert server.url in str(caught.value)
+
+
+@LLM_KINDS
+def test_an_overloaded_endpoint_passes_its_check_with_a_warning(kind, server):
+    server.add_check_error(529)
+    warning = deadline_agent(kind, server, Clock()).check_endpoint()
+    assert "HTTP 529" in warning and server.url in warning

@@ -163,3 +163,23 @@ def test_neighbours_follow_the_choice_order():
     assert neighbours([1, 2, 4, 8], 4) == [2, 8]
     assert neighbours([1, 2, 4, 8], 1) == [2]
     assert neighbours([1, 2, 4, 8], 3) == [1, 2, 4, 8], "an unlisted value explores the whole axis"
+
+
+def test_the_search_survives_a_resume_without_repeating_a_configuration():
+    bench = peak_at(block=256, warps=1)
+    job = {"rank": 1, "kernel_type": "softmax", "shapes": [], "dtype": "float16", "gpu": "test",
+           "baseline": bench(read_tunables(KERNEL)[0])}
+    first = BuiltinAgent()
+    ctx = AgentContext("softmax", KERNEL, None, [], [(KERNEL, job["baseline"])], "", job)
+    seen = [first.propose(ctx)]
+    ctx.last_result = bench(read_tunables(seen[0].kernel_source)[0])     # reverted: the kept kernel stays KERNEL
+    seen.append(first.propose(ctx))
+    resumed = BuiltinAgent()
+    resumed.load_state(first.state_dict())
+    assert resumed.state_dict() == first.state_dict()
+    ctx.last_result = bench(read_tunables(seen[1].kernel_source)[0])
+    after = resumed.propose(ctx)
+    configs = [config_key(read_tunables(p.kernel_source)[0]) for p in seen + [after]]
+    assert len(set(configs)) == 3
+    fresh = BuiltinAgent()
+    assert config_key(read_tunables(fresh.propose(ctx).kernel_source)[0]) == configs[0], "without its state it repeats"

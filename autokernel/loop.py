@@ -1,0 +1,417 @@
+"""The keep-or-revert loop over a run's kernel jobs (orchestrate.py describes it for the user).
+
+Each step that writes does so in one order, with the run's state saved first, so a kill between
+any two writes leaves a state resume can finish (autokernel/session.py):
+  experiment  state(in_flight) -> kernel.py -> commit -> bench -> state(verdict, pending_row)
+              -> reset on a revert -> results.tsv row -> state(row done)
+  baseline    the same, with the job's starter as the candidate, benched twice
+  finish      state(finishing) -> optimized_kernels/ -> commit -> state(saved)
+Signals (Ctrl-C, SIGTERM, SIGHUP) are held back inside those steps and raised at their end.
+Candidate code never runs in this process: only bench.py, in the sandbox (autokernel/runner.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from autokernel import gitops, integrity, paths, plugin, policy, results, runner
+from autokernel.agents.base import AgentContext, MalformedReply, OutOfTime, SearchExhausted
+from autokernel.budget import Budget, bench_limit
+from autokernel.interrupts import InterruptGuard, Interrupted
+from autokernel.live import LoopStatus, ProgressView, format_duration
+from autokernel.policy import is_improvement, job_name, measured_noise, one_line
+from autokernel.run_state import JobProgress, OptimizationError, RunState
+
+KERNEL_IN_REPO = gitops.KERNEL_FILE_NAME
+HISTORY_KEPT = 50        # experiments of the current kernel remembered for the agent
+BEST_VERSIONS_SHOWN = 3
+BUDGET_SPENT = "the run's time budget is spent"
+COST_REACHED = "the run's cost cap is reached"
+RUN_STOPS = (BUDGET_SPENT, COST_REACHED)      # end the run, not just the kernel; --resume goes on
+STAGE_PREFIX = "STAGE "                       # a line bench.py prints as it enters a stage
+MIN_WORTH_STARTING_S = 1.0                    # with less left than this, nothing new is started
+
+
+def settle_pending_row(state: RunState) -> None:
+    """Write the decided row a kill may have kept from results.tsv (never twice), then forget it."""
+    if state.pending_row is not None:
+        results.ensure_row(paths.RESULTS_TSV, state.pending_row)
+        state.pending_row = None
+
+
+class OptimizationRun:
+    """One session of `autokernel optimize` over the run's kernel jobs."""
+
+    def __init__(self, state: RunState, *, repo: gitops.KernelRepo, agent, view: ProgressView, budget: Budget,
+                 checkpoint: Callable[[str], None] | None = None):
+        self.state = state
+        self.repo = repo
+        self.agent = agent
+        self.settings = state.settings
+        self.view = view
+        self.budget = budget
+        self.guard = InterruptGuard()
+        # Called after every write with its name: tests kill the run there to prove resume loses nothing.
+        self.checkpoint = checkpoint or (lambda name: None)
+        self.program = paths.PROGRAM_MD.read_text() if paths.PROGRAM_MD.exists() else ""
+        self.quick_bench = self.settings.quick_bench or not torch.cuda.is_available()
+        self._status = LoopStatus(llm_tokens=state.llm_tokens, cost_usd=state.cost_usd)
+        self._llm_s = 0.0                   # how long the last reply took: part of what an experiment costs
+        self._typical_s: float | None = None    # the longest clean bench of this session, any job
+        self._baseline_seconds: dict[str, float] = {}   # bench durations of a baseline being measured
+        self.view.update(self._status)
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> RunState:
+        self.state.stopped_because = None
+        with self.guard:
+            try:
+                self._run_jobs()
+            except BaseException as exc:
+                self.state.stopped_because = (f"interrupted ({signal.Signals(exc.signum).name})"
+                                              if isinstance(exc, Interrupted) else f"{type(exc).__name__}: {exc}")
+                raise
+            finally:
+                # Whatever ended the session (done, budget, a signal, an AgentError), the tree is left at
+                # the last kept commit and the state says so.
+                with self.guard.critical():
+                    settle_pending_row(self.state)
+                    self.repo.reset_hard(self.state.kept_commit)
+                    self.state.in_flight = None
+                    self._save()
+        return self.state
+
+    def _run_jobs(self) -> None:
+        state = self.state
+        if state.current is not None and state.current.finishing:
+            self._save_best(state.job(), state.current, state.current.finishing)   # a kill cut it short
+        while state.job_index < len(state.jobs):
+            job = state.job()
+            self._status.kernel = (f"rank {job['rank']} {job['kernel_type']} "
+                                   f"(job {state.job_index + 1} of {len(state.jobs)})")
+            if state.current is None:
+                stop = self._run_stop(needed_s=2 * (self._typical_s or 0.0))      # two baseline runs
+                if stop or not self._start_job(job):
+                    if stop:
+                        return self._stop(stop)
+                    continue
+            reason = self._optimize(job, state.current)
+            self._save_best(job, state.current, reason)
+            if reason in RUN_STOPS:
+                return self._stop(reason)
+        state.done = True
+        state.stopped_because = "every kernel is done"
+
+    def _stop(self, reason: str) -> None:
+        self.state.stopped_because = reason
+        left = len(self.state.jobs) - self.state.job_index
+        self.view.log(f"{reason}: {left} of {len(self.state.jobs)} kernels not finished; to go on, run "
+                      f"`autokernel optimize --resume` with a larger {'--budget' if reason == BUDGET_SPENT else '--max-cost'}")
+
+    def _save(self) -> None:
+        self.state.elapsed_s = self.budget.used()
+        self.state.save()
+
+    def _run_stop(self, needed_s: float = 0.0) -> str | None:
+        """BUDGET_SPENT or COST_REACHED when the run cannot pay for needed_s more (or any more), else None."""
+        cap = self.settings.max_cost_usd
+        if cap is not None and self.state.cost_usd >= cap:
+            return COST_REACHED
+        if self.budget.left() < max(needed_s, MIN_WORTH_STARTING_S):
+            return BUDGET_SPENT
+        return None
+
+    # ------------------------------------------------------------------ one job
+    def _start_job(self, job: dict) -> bool:
+        """Commit the job's starter as the baseline and bench it twice; False (job skipped) when it does not pass."""
+        source = Path(job["path"])
+        if not source.exists():
+            raise OptimizationError(f"the job file {source} is gone; run `autokernel extract` again")
+        number = self.state.experiment + 1
+        started = time.monotonic()
+        self._baseline_seconds = {}
+        self.view.log(f"baseline for {self._status.kernel}: {job['path']}")
+        with self.guard.critical():
+            self.state.in_flight = {"step": "baseline", "number": number}
+            self._save()
+            self.checkpoint("baseline: in flight")
+            shutil.copyfile(source, paths.KERNEL_FILE)
+            baseline_commit = self.repo.commit_kernel(f"baseline {job_name(job)}: {source.name}", self.state.tag)
+            self.checkpoint("baseline: committed")
+        runs = []
+        for attempt in (1, 2):
+            self.view.phase(f"baseline {job_name(job)} (run {attempt} of 2)")
+            result = self._judge(job, None, quick=self.quick_bench)
+            if result is None:
+                return self._abandon(f"the budget ran out while {job_name(job)}'s baseline was being benched; "
+                                     f"--resume benches it again")
+            runs.append(result)
+            if result.get("correctness") != "PASS":
+                break
+        failure = next((run for run in runs if run.get("correctness") != "PASS"), None)
+        # The faster run is the baseline: candidates must beat what the starter can do, not its bad luck.
+        baseline = failure or min(runs, key=lambda run: run.get("latency_us") or float("inf"))
+        noise = measured_noise(runs[0], runs[-1], self.settings.noise_floor)
+        progress = None
+        if failure is None:
+            progress = JobProgress(baseline=baseline, best=baseline, noise=noise,
+                                   kept=[{"commit": baseline_commit, "result": baseline}])
+            progress.bench_seconds = dict(self._baseline_seconds)
+        description = f"baseline (noise {noise:.1%})" if failure is None else "baseline fails its own bench"
+        with self.guard.critical():
+            if progress is not None:
+                self.state.kept_commit = baseline_commit
+                self.state.current = progress
+            else:
+                self.state.job_index += 1
+            self._record(job, progress, number, baseline, description, results.STATUS_BASELINE, started,
+                         tokens=0, cost=None, keep=failure is None)
+        if failure is None:
+            self.view.log(f"exp {number} BASELINE PASS {baseline.get('latency_us'):.1f} us, "
+                          f"noise {noise:.1%}: a candidate must be more than that much faster to be kept")
+            self._refresh_status(progress)
+        else:
+            self.view.log(f"skipping {job_name(job)}: its starter fails bench.py "
+                          f"({baseline.get('correctness')}): {one_line(baseline.get('message') or '', 300)}")
+        return failure is None
+
+    def _optimize(self, job: dict, progress: JobProgress) -> str:
+        """Run experiments until a stopping rule fires; returns the reason."""
+        self._refresh_status(progress)
+        while True:
+            reason = self._stop_reason(progress)
+            if reason:
+                return reason
+            try:
+                reason = self._experiment(job, progress)
+            except SearchExhausted as exc:
+                return f"the agent has nothing left to try ({exc})"
+            if reason:
+                return reason
+
+    def _stop_reason(self, progress: JobProgress) -> str | None:
+        return self._run_stop() or policy.job_stop_reason(progress, self.settings)
+
+    def _expected_bench_s(self, progress: JobProgress | None, quick: bool) -> float:
+        seconds = progress.bench_seconds if progress else {}
+        return seconds.get("quick" if quick else "full") or seconds.get("full") or self._typical_s or 0.0
+
+    def _experiment(self, job: dict, progress: JobProgress) -> str | None:
+        """One experiment; returns a run-ending reason when the budget could not pay for it."""
+        number = self.state.experiment + 1
+        bench_s = self._expected_bench_s(progress, quick=True)
+        if self.budget.left() < max(self._llm_s + bench_s, MIN_WORTH_STARTING_S):
+            return BUDGET_SPENT
+        started = time.monotonic()
+        self.view.phase(f"exp {number}: asking {self.agent.name}")
+        try:
+            proposal = self.agent.propose(self._agent_context(job, progress, deadline=self.budget.deadline() - bench_s))
+        except OutOfTime as exc:
+            self.view.log(f"exp {number} not run: {exc}")
+            return BUDGET_SPENT
+        except MalformedReply as exc:
+            # Nothing was written or committed; the row keeps the tokens the reply cost.
+            result = runner.synthesized_result("FAIL", f"malformed reply: {exc}", kernel_type=job["kernel_type"])
+            with self.guard.critical():
+                self._account(exc.tokens_in + exc.tokens_out, exc.cost_usd)
+                self._record(job, progress, number, result, "malformed reply", results.STATUS_REVERT, started,
+                             tokens=exc.tokens_in + exc.tokens_out, cost=exc.cost_usd, keep=False)
+            return None
+        self._llm_s = time.monotonic() - started
+        tokens, cost = proposal.tokens_in + proposal.tokens_out, proposal.cost_usd
+        # Paid for now, whatever happens next: the state counts every call, the rows the ones judged.
+        self._account(tokens, cost)
+        if self.budget.left() < bench_s:
+            self.view.log(f"exp {number} not judged: {format_duration(self.budget.left())} left cannot pay for a "
+                          f"{format_duration(bench_s)} bench")
+            return BUDGET_SPENT
+        description = one_line(proposal.description)
+        result = self._judge_candidate(job, progress, number, proposal.kernel_source, description)
+        if result is None:
+            return BUDGET_SPENT
+        keep = is_improvement(result, progress.best, progress.noise)
+        with self.guard.critical():
+            if keep:
+                self.state.kept_commit = self.repo.head()
+                progress.best = result
+                progress.kept.append({"commit": self.state.kept_commit, "result": result})
+            self._record(job, progress, number, result, description,
+                         results.STATUS_KEEP if keep else results.STATUS_REVERT, started, tokens=tokens, cost=cost,
+                         keep=keep)
+        return None
+
+    def _judge_candidate(self, job: dict, progress: JobProgress, number: int, source: str,
+                         description: str) -> dict | None:
+        """Commit the candidate and judge it; None when the budget cut the judging short (nothing recorded)."""
+        try:
+            integrity.check_contract(source, job["kernel_type"])
+        except integrity.ContractError as exc:
+            return runner.synthesized_result("FAIL", f"contract: {exc}", kernel_type=job["kernel_type"])
+        with self.guard.critical():
+            self.state.in_flight = {"step": "experiment", "number": number}
+            self._save()
+            self.checkpoint("experiment: in flight")
+            paths.KERNEL_FILE.write_text(source)
+            self.checkpoint("experiment: kernel written")
+            self.repo.commit_kernel(f"exp {number}: {description}", self.state.tag)
+            self.checkpoint("experiment: committed")
+        # Screen with the quick judge; only a candidate that passes it and looks faster pays for the
+        # full judge, whose verdict and timing decide. Without a GPU every run is quick already.
+        self.view.phase(f"exp {number}: judging (quick screen)" if not self.quick_bench else f"exp {number}: judging")
+        result = self._judge(job, progress, quick=True)
+        if result is not None and not self.quick_bench and is_improvement(result, progress.best, progress.noise):
+            if self.budget.left() < self._expected_bench_s(progress, quick=False):
+                result = None
+            else:
+                self.view.phase(f"exp {number}: judging (full)")
+                result = self._judge(job, progress, quick=False)
+        if result is None:
+            self._abandon(f"exp {number} not finished: the budget ran out while it was judged; it is not recorded")
+        return result
+
+    def _abandon(self, message: str) -> bool:
+        """Undo an experiment the budget cut short: no row, the number is used again on resume."""
+        with self.guard.critical():
+            self.repo.reset_hard(self.state.kept_commit)
+            self.state.in_flight = None
+            self._save()
+        self.view.log(message)
+        return False
+
+    def _judge(self, job: dict, progress: JobProgress | None, *, quick: bool) -> dict | None:
+        """bench.py on kernel.py in the sandbox, with the integrity checks around it; None when cut by the budget."""
+        quick = quick or self.quick_bench
+        typical = self._expected_bench_s(progress, quick)
+        limit = bench_limit(typical, self.settings.experiment_timeout_s)
+        clipped = not typical and self.budget.left() < limit
+        limit = min(limit, max(self.budget.left(), 1.0)) if clipped else limit
+        snapshot = integrity.Snapshot.take(self.repo)
+        started = time.monotonic()
+        with runner.watch_output(self._on_bench_line):
+            result = runner.run_bench(paths.KERNEL_FILE, shapes=job["shapes"], dtype=job["dtype"], timeout_s=limit,
+                                      seed=self.state.experiment + 1, extra_args=["--quick"] if quick else [])
+        seconds = time.monotonic() - started
+        changes = snapshot.restore(self.repo)
+        changes += [f"changed {name} in the experiment's commit" for name in
+                    self.repo.changed_files(self.state.kept_commit) if name != KERNEL_IN_REPO]
+        if changes:
+            return runner.synthesized_result(
+                "FAIL", "sandbox: the candidate " + "; ".join(changes) + " (all undone)", kernel_type=job["kernel_type"])
+        if result.get("kernel_type") not in (None, job["kernel_type"]):
+            return runner.synthesized_result("FAIL", f"contract: bench.py judged it as {result['kernel_type']!r}, "
+                                                     f"not this job's {job['kernel_type']!r}",
+                                             kernel_type=job["kernel_type"])
+        if result.get("correctness") == "TIMEOUT" and clipped:
+            return None
+        if result.get("correctness") != "TIMEOUT":     # a hang says nothing about what a bench costs
+            kind = "quick" if quick else "full"
+            store = progress.bench_seconds if progress else self._baseline_seconds
+            store[kind] = max(store.get(kind, 0.0), seconds)
+            self._typical_s = max(self._typical_s or 0.0, seconds)
+        return result
+
+    def _on_bench_line(self, line: str) -> None:
+        if line.startswith(STAGE_PREFIX):
+            base = self.view.status.phase.split(" [", 1)[0]
+            self.view.phase(f"{base} [{line[len(STAGE_PREFIX):].strip()}]")
+
+    def _agent_context(self, job: dict, progress: JobProgress, *, deadline: float) -> AgentContext:
+        best_first = sorted(progress.kept, key=lambda k: k["result"].get("latency_us") or float("inf"))
+        best_versions = [(self.repo.file_at(k["commit"], KERNEL_IN_REPO), k["result"])
+                         for k in best_first[:BEST_VERSIONS_SHOWN]]
+        return AgentContext(kernel_type=job["kernel_type"], kernel_source=paths.KERNEL_FILE.read_text(),
+                            last_result=progress.last_result, history=list(progress.history),
+                            best_versions=best_versions, program=self.program,
+                            job={**job, "baseline": progress.baseline}, deadline=deadline)
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _account(self, tokens: int, cost: float | None) -> None:
+        self.state.llm_tokens += tokens
+        self.state.cost_usd += cost or 0.0
+        self.state.cost_unknown_calls += int(cost is None and tokens > 0)
+        self._status.llm_tokens, self._status.cost_usd = self.state.llm_tokens, self.state.cost_usd
+        self._status.cost_complete = not self.state.cost_unknown_calls
+
+    def _record(self, job: dict, progress: JobProgress | None, number: int, result: dict, description: str,
+                status: str, started: float, *, tokens: int, cost: float | None, keep: bool) -> None:
+        """The verdict's writes, in their order (inside a critical section): state, reset, row, state."""
+        state = self.state
+        row = results.make_row(experiment=number, tag=state.tag, kernel_type=job["kernel_type"], result=result,
+                               description=description, status=status,
+                               wall_seconds=round(time.monotonic() - started, 2), llm_tokens=tokens, cost_usd=cost)
+        state.pending_row, state.experiment, state.in_flight = row, number, None
+        if progress is not None and status != results.STATUS_BASELINE:
+            progress.experiments += 1
+            progress.elapsed_s += time.monotonic() - started
+            progress.consecutive_reverts = 0 if keep else progress.consecutive_reverts + 1
+            progress.last_result = result
+            progress.history = (progress.history + [{
+                "experiment": number, "description": description, "status": status,
+                **{key: result.get(key) for key in ("correctness", "throughput", "latency_us", "speedup_vs_pytorch",
+                                                    "message")}}])[-HISTORY_KEPT:]
+        if hasattr(self.agent, "state_dict"):
+            state.agent_state = self.agent.state_dict()
+        self._save()
+        self.checkpoint("verdict saved")
+        if not keep:
+            self.repo.reset_hard(state.kept_commit)
+            self.checkpoint("reverted")
+        results.append_row(paths.RESULTS_TSV, row)
+        self.checkpoint("row written")
+        state.pending_row = None
+        self._save()
+        self.checkpoint("row settled")
+        if status != results.STATUS_BASELINE:
+            self._status.session_experiments += 1
+            self._status.last_result = policy.describe_verdict(number, status, result, description, progress)
+            self.view.log(self._status.last_result)
+            self._refresh_status(progress)
+
+    def _refresh_status(self, progress: JobProgress) -> None:
+        status = self._status
+        status.experiments = self.state.experiment
+        status.kernel_experiments = progress.experiments
+        status.best_speedup = progress.gain()
+        status.best_vs_pytorch = progress.best.get("speedup_vs_pytorch")
+        status.deadline = self.budget.deadline()
+        self.view.update(status)
+
+    def _save_best(self, job: dict, progress: JobProgress, reason: str) -> None:
+        """Save the kept version (HEAD) as optimized_kernels/<rank>_<type>.py and commit it.
+
+        A run-ending reason (budget, cost) saves the best so far and keeps the job open for --resume;
+        any other ends the job.
+        """
+        name = job_name(job)
+        gain = progress.gain() or 1.0
+        final = reason not in RUN_STOPS
+        self.view.phase(f"saving {name}")
+        with self.guard.critical():
+            progress.finishing = reason
+            self._save()
+            self.checkpoint("finish: in flight")
+            paths.OPTIMIZED_DIR.mkdir(exist_ok=True)
+            shutil.copyfile(paths.KERNEL_FILE, paths.OPTIMIZED_DIR / f"{name}.py")
+            entry = {**plugin.manifest_entry(job, f"{name}.py"),
+                     **policy.outcome(progress, reason, source_commit=self.state.kept_commit, tag=self.state.tag)}
+            kernels = plugin.read_manifest(paths.MANIFEST_FILE) if paths.MANIFEST_FILE.exists() else {}
+            plugin.write_manifest(paths.MANIFEST_FILE, {**kernels, name: entry})
+            self.checkpoint("finish: files written")
+            self.state.kept_commit = self.repo.commit_optimized(
+                f"optimized {name}: {gain:.2f}x over its baseline" + ("" if final else " (so far)"), self.state.tag)
+            self.checkpoint("finish: committed")
+            progress.finishing = None
+            if final:
+                self.state.finished.append(entry)
+                self.state.current = None
+                self.state.job_index += 1
+            self._save()
+            self.checkpoint("finish: saved")
+        self.view.log(f"{name} {'done' if final else 'saved so far'} ({reason}): {gain:.2f}x over its baseline after "
+                      f"{progress.experiments} experiments, in optimized_kernels/{name}.py")

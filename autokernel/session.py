@@ -1,0 +1,261 @@
+"""Starting or resuming a run: every check before anything is written, then the loop, then the user back home.
+
+A new run, in this order, creates nothing until every check has passed:
+  1. the lock (one run per repository);
+  2. the repository: no uncommitted tracked changes, commits to branch from, the run's branch is
+     new, no untracked files in optimized_kernels/ (the run commits that folder), a results.tsv
+     this version can append to, no unfinished run in workspace/state.json, a valid tag;
+  3. the agent, with one cheap call to its endpoint (a wrong URL, key or model fails in seconds);
+  4. then the plan (load and profile the model, extract the jobs), the branch, the state, the loop.
+Resume restores the run's settings from its state (a flag given with --resume overrides its
+setting, and says so), finishes whatever write a kill interrupted (`_recover`), and refuses rather
+than drop a commit a user made on the run's branch. Either way the user ends up back on the branch
+(or detached commit) they started from, told where the results are.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from autokernel import gitops, paths, results, runner
+from autokernel.agents.base import AgentError, make_agent
+from autokernel.budget import Budget
+from autokernel.live import ProgressView, format_duration, format_speedup
+from autokernel.lock import RunLock
+from autokernel.loop import RUN_STOPS, OptimizationRun, job_name, settle_pending_row
+from autokernel.run_state import OptimizationError, RunSettings, RunState, resumable, state_file
+
+TAG_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+CPU_NOTE = ("no CUDA GPU: bench.py runs the kernels on CPU through the Triton interpreter (with --quick), so "
+            "correctness is checked for real but timings, and the keep decisions made from them, are not meaningful")
+LOOP_WRITES = (gitops.KERNEL_FILE_NAME, gitops.OPTIMIZED_DIR_NAME)
+UNCONFINED_NOTE = ("the sandbox cannot confine the candidates' file access here (no Landlock in this kernel, or "
+                   f"{runner.CONFINE_ENV}=0): they can read and write what you can, and only the repository and the "
+                   "loop's own files are checked and restored after each bench")
+
+
+def default_tag(name: str | None) -> str:
+    stem = Path(name).stem if name else "run"
+    return re.sub(r"[^A-Za-z0-9._-]", "-", f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def run_optimization(*, plan: Callable[[Callable[[str], None]], list[dict]] | None = None,
+                     settings: RunSettings | None = None, overrides: dict | None = None, tag: str | None = None,
+                     resume: bool = False, view: ProgressView | None = None, stay_on_run_branch: bool = False,
+                     checkpoint: Callable[[str], None] | None = None, started: float | None = None) -> RunState:
+    """Start a run (plan(log) gives its jobs, after every check) or resume the saved one; returns the final state.
+
+    settings: a new run's settings. overrides: the settings given explicitly, which on resume replace
+    the saved ones. started: time.monotonic() when the command started (its time counts).
+    stay_on_run_branch: after a run that ends normally, leave the run's branch checked out (the Python
+    API plugs its kernels in from there); an interrupted or failed run always returns the user.
+    Raises OptimizationError, GitOpsError, AgentError, ResultsFileError, RunLocked or ModelLoadError
+    with a message for the user, and Interrupted (a KeyboardInterrupt) on a signal; the state is
+    saved for --resume either way.
+    """
+    started = time.monotonic() if started is None else started
+    view = view or ProgressView()
+    with RunLock(), view:
+        repo = gitops.KernelRepo(paths.ROOT)
+        if resume:
+            state, agent, position = _prepare_resume(repo, tag, overrides or {}, view)
+        else:
+            state, agent, position = _prepare_new(repo, plan, settings or RunSettings(), tag, view, started)
+        if not torch.cuda.is_available():
+            view.log(CPU_NOTE)
+        if not runner.filesystem_confined():
+            view.log(UNCONFINED_NOTE)
+        budget = Budget(state.settings.budget_s, used_before_s=state.elapsed_s, started=started)
+        try:
+            state = OptimizationRun(state, repo=repo, agent=agent, view=view, budget=budget,
+                                    checkpoint=checkpoint).run()
+        except BaseException:
+            _return_user(repo, state, position, view)
+            raise
+        _return_user(repo, state, None if stay_on_run_branch else position, view)
+        return state
+
+
+# ---------------------------------------------------------------------- a new run
+def _prepare_new(repo: gitops.KernelRepo, plan, settings: RunSettings, tag: str | None, view: ProgressView,
+                 started: float) -> tuple[RunState, object, str]:
+    if resumable() is not None:
+        raise OptimizationError(f"{state_file()} holds an unfinished run: pass --resume to continue it, "
+                                f"or delete the file to start a new one")
+    tag = tag or default_tag(None)
+    if not TAG_PATTERN.match(tag):
+        raise OptimizationError(f"bad tag {tag!r}: use letters, digits, '.', '_' and '-'")
+    repo.ensure_clean()
+    repo.ensure_new_branch(tag)
+    _refuse_untracked_outputs(repo)
+    results.check_writable(paths.RESULTS_TSV)
+    agent, settings = _make_agent(settings, view)
+    if plan is None:
+        raise OptimizationError("nothing to optimize: give a model")
+    view.phase("profiling")
+    jobs = plan(view.log)
+    position = repo.current_position()
+    repo.start_branch(tag)
+    state = RunState(tag=tag, jobs=jobs, kept_commit=repo.head(), settings=settings, return_to=position,
+                     experiment=results.last_experiment(paths.RESULTS_TSV))
+    state.save()
+    view.log(f"run {tag} on branch {gitops.branch_name(tag)}: {settings.describe()}")
+    return state, agent, position
+
+
+def _refuse_untracked_outputs(repo: gitops.KernelRepo) -> None:
+    stray = repo.untracked_files(gitops.OPTIMIZED_DIR_NAME)
+    if stray:
+        raise OptimizationError(f"{gitops.OPTIMIZED_DIR_NAME}/ has files git does not track ({', '.join(stray[:5])}): "
+                                f"the run commits that folder, so move them away or commit them first")
+
+
+def _make_agent(settings: RunSettings, view: ProgressView):
+    """The agent the settings name, its endpoint checked; the settings with what it resolved to."""
+    agent = make_agent(None if settings.agent == "auto" else settings.agent, model=settings.llm_model,
+                       base_url=settings.base_url)
+    resolved, _ = settings.overridden({"agent": agent.kind, "llm_model": agent.model or settings.llm_model,
+                                       "base_url": settings.base_url})
+    if resolved.max_cost_usd is not None and hasattr(agent, "has_prices") and not agent.has_prices():
+        raise AgentError(f"--max-cost needs a model whose prices AutoKernel knows, and {agent.model!r} is not one; "
+                         f"run without --max-cost, or pick a listed model")
+    view.phase(f"checking {agent.name}" + (f" at {agent.base_url}" if agent.base_url else ""))
+    warning = agent.check_endpoint()
+    if warning:
+        view.log(warning)
+    return agent, resolved
+
+
+# ---------------------------------------------------------------------- resuming
+def _prepare_resume(repo: gitops.KernelRepo, tag: str | None, overrides: dict,
+                    view: ProgressView) -> tuple[RunState, object, str]:
+    state = RunState.load()
+    if tag and tag != state.tag:
+        raise OptimizationError(f"{state_file()} holds run {state.tag!r}, not {tag!r}")
+    if state.done:
+        raise OptimizationError(f"run {state.tag!r} already finished; start a new one without --resume")
+    settings, notes = state.settings.overridden(overrides)
+    if "agent" in overrides and "llm_model" not in overrides and overrides["agent"] != state.settings.agent:
+        settings, _ = settings.overridden({"llm_model": None})   # the old agent's model means nothing to the new one
+    results.check_writable(paths.RESULTS_TSV)
+    if not repo.has_branch(state.tag):
+        raise OptimizationError(f"branch {gitops.branch_name(state.tag)} does not exist, so run {state.tag!r} cannot "
+                                f"be resumed; move {state_file()} aside to start a new run")
+    position = repo.current_position()
+    on_run_branch = repo.current_branch() == gitops.branch_name(state.tag)
+    _check_tree(repo, state, on_run_branch)
+    agent, settings = _make_agent(settings, view)
+    if hasattr(agent, "load_state") and state.agent_state is not None:
+        agent.load_state(state.agent_state)       # the built-in search: what it tried is not tried again
+    state.settings = settings
+    if not on_run_branch:
+        repo.checkout_branch(state.tag)
+    _recover(repo, state)
+    # A kill leaves the user on the run's branch: then home is where the run started from.
+    state.return_to = state.return_to if on_run_branch else position
+    state.save()
+    view.log(f"resuming run {state.tag} at experiment {state.experiment + 1}, job {state.job_index + 1} of "
+             f"{len(state.jobs)}, {format_duration(state.elapsed_s)} of {settings.show('budget_s')} used")
+    view.log(f"settings: {settings.describe()}")
+    for note in notes:
+        view.log(note)
+    return state, agent, state.return_to or position
+
+
+def _check_tree(repo: gitops.KernelRepo, state: RunState, on_run_branch: bool) -> None:
+    """Uncommitted changes are the user's unless a kill left the loop's own, mid-step, on the run's branch."""
+    changed = repo.uncommitted_tracked_files()
+    mid_step = on_run_branch and (state.in_flight or state.pending_row or (state.current and state.current.finishing))
+    theirs = [name for name in changed if not (mid_step and name.split("/")[0] in LOOP_WRITES)]
+    if theirs:
+        raise gitops.GitOpsError(f"tracked files have uncommitted changes ({', '.join(theirs[:10])}); commit or "
+                                 f"stash them first: the loop resets the tree after every rejected experiment")
+    if not mid_step:
+        _refuse_untracked_outputs(repo)
+
+
+def _recover(repo: gitops.KernelRepo, state: RunState) -> None:
+    """Bring the run's branch back to its last kept commit, finishing or undoing what a kill interrupted."""
+    kept = state.kept_commit
+    if not repo.is_ancestor(kept, "HEAD"):
+        raise OptimizationError(f"branch {gitops.branch_name(state.tag)} no longer holds the run's last kept commit "
+                                f"{kept[:12]}; put it back (git reset --hard {kept[:12]} on that branch) to resume")
+    foreign = [c for c in repo.commits_after(kept) if c.run_tag != state.tag]
+    if foreign:
+        listing = "; ".join(f"{c.sha[:12]} {c.subject}" for c in foreign[:5])
+        raise OptimizationError(f"branch {gitops.branch_name(state.tag)} has {len(foreign)} commit(s) after the run's "
+                                f"last kept one that AutoKernel did not make ({listing}); resuming would drop them. "
+                                f"Move them to a branch of your own (git branch mine {gitops.branch_name(state.tag)}; "
+                                f"git reset --hard {kept[:12]} on the run's branch), then --resume")
+    settle_pending_row(state)
+    state.experiment = max(state.experiment, results.last_experiment(paths.RESULTS_TSV))
+    repo.reset_hard(kept)
+    for name in repo.untracked_files(gitops.OPTIMIZED_DIR_NAME):    # a finish step's file, never committed
+        (repo.root / name).unlink(missing_ok=True)
+    state.in_flight = None
+
+
+# ---------------------------------------------------------------------- the end
+def _return_user(repo: gitops.KernelRepo, state: RunState, position: str | None, view: ProgressView) -> None:
+    branch = gitops.branch_name(state.tag)
+    try:
+        if position and position != branch and repo.current_branch() == branch:
+            dirty = repo.uncommitted_tracked_files()
+            if dirty:
+                view.log(f"staying on {branch}: {', '.join(dirty[:5])} changed, and a checkout would carry them")
+            else:
+                repo.checkout(position)
+    except gitops.GitOpsError as exc:
+        view.log(f"could not return to {position}: {exc}")
+    saved = [entry["file"] for entry in state.finished]
+    if state.current is not None and state.stopped_because in RUN_STOPS:
+        saved.append(f"{job_name(state.job())}.py (best so far)")
+    where = "on this branch" if repo.current_branch() == branch else f"on branch {branch}"
+    view.log(f"results: every experiment in {paths.RESULTS_TSV.name}, the kept ones as commits {where} "
+             f"(git log {branch}), the optimized kernels in {gitops.OPTIMIZED_DIR_NAME}/ {where}"
+             + ("" if repo.current_branch() == branch else
+                f": `git checkout {branch}` (or `git checkout {branch} -- {gitops.OPTIMIZED_DIR_NAME}`) before "
+                f"`autokernel verify`") + (f"; kernels saved: {', '.join(saved)}" if saved else ""))
+
+
+# ---------------------------------------------------------------------- the outcome, in words
+RESUME_HINT = "continue with: autokernel optimize --resume"
+
+
+def outcome_lines(state: RunState) -> list[str]:
+    """The run and each of its kernels, as they really ended: done, cut short (and why), skipped or not started."""
+    settings = state.settings
+    where = ("finished" if state.done else f"stopped: {state.stopped_because}" if state.stopped_because
+             else f"job {state.job_index + 1} of {len(state.jobs)}")
+    cost = f"${state.cost_usd:.2f}" + (f" + {state.cost_unknown_calls} calls without a price"
+                                       if state.cost_unknown_calls else "")
+    lines = [f"run {state.tag} (branch {gitops.branch_name(state.tag)}): {where}; {state.experiment} experiments "
+             f"numbered, {format_duration(state.elapsed_s)} of {settings.show('budget_s')} used, "
+             f"{state.llm_tokens} LLM tokens ({cost})"]
+    finished = {entry["file"]: entry for entry in state.finished}
+    for index, job in enumerate(state.jobs):
+        name = job_name(job)
+        entry = finished.get(f"{name}.py")
+        if entry is not None:
+            vs_pytorch = entry.get("best_speedup_vs_pytorch")
+            lines.append(f"  {name}: done, {format_speedup(entry['speedup_over_baseline'])} over its baseline"
+                         + (f", {format_speedup(vs_pytorch)} vs PyTorch" if vs_pytorch is not None else "")
+                         + f" ({entry['experiments']} experiments; {entry['stopped_because']})")
+        elif index < state.job_index:
+            lines.append(f"  {name}: skipped (its starter fails bench.py)")
+        elif index == state.job_index and state.current is not None:
+            gain = state.current.gain()
+            saved = ", best so far saved" if state.stopped_because in RUN_STOPS else ""
+            lines.append(f"  {name}: {'cut short' if state.stopped_because else 'in progress'} after "
+                         f"{state.current.experiments} experiments"
+                         + (f", best {gain:.2f}x over its baseline" if gain else "") + saved)
+        else:
+            lines.append(f"  {name}: not started")
+    if not state.done:
+        lines.append(f"  {RESUME_HINT}")
+    return lines

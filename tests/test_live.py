@@ -1,0 +1,50 @@
+"""Tests for autokernel/live.py: the panel says what the loop is doing, and native output stays out of it."""
+
+import io
+import logging
+import os
+import time
+
+from rich.console import Console
+
+from autokernel import live
+
+
+def test_the_panel_shows_the_phase_tokens_cost_and_when_the_budget_ends():
+    status = live.LoopStatus(phase="exp 7: judging [shape sweep]", kernel="rank 1 softmax (job 1 of 2)",
+                             llm_tokens=12345, cost_usd=0.4567, cost_complete=False,
+                             deadline=time.monotonic() + 3600)
+    console = Console(file=io.StringIO(), width=120)
+    console.print(live._panel(status))
+    text = console.file.getvalue()
+    assert "exp 7: judging [shape sweep]" in text
+    assert "12,345 tokens, $0.46 (+ calls to a model without a price)" in text
+    assert "59m59s (ends by " in text or "1h00m (ends by " in text
+
+
+def test_phases_events_and_log_records_reach_the_view():
+    console = Console(file=io.StringIO(), width=200)
+    view = live.ProgressView(interactive=False, console=console)
+    with view:
+        view.phase("profiling")
+        logging.getLogger("autokernel.agents.base").info("openai:m: 100 tokens in, 50 out, $0.0010")
+        view.log("exp 2 KEEP PASS")
+    assert view.status.phase == "profiling"
+    out = console.file.getvalue()
+    assert "openai:m: 100 tokens in, 50 out, $0.0010" in out and "exp 2 KEEP PASS" in out
+    logging.getLogger("autokernel.agents.base").info("after the view: not shown")
+    assert "after the view" not in console.file.getvalue()
+
+
+def test_native_output_goes_to_the_log_file_not_the_terminal(tmp_path, capfd):
+    log = tmp_path / "profile.log"
+    with live.ProgressView(interactive=False) as view:
+        with live.quiet_native_output(log):
+            os.write(1, b"STAGE:2026-11-22 ActivityProfilerController.cpp:314] Completed Stage: Warm Up\n")
+            os.write(2, b"a C++ warning\n")
+            print("python print inside", flush=True)
+            view.log("a loop event")
+    out, err = capfd.readouterr()
+    assert "a loop event" in out
+    assert "ActivityProfilerController" not in out + err and "python print inside" not in out
+    assert "Completed Stage" in log.read_text() and "a C++ warning" in log.read_text()

@@ -1,0 +1,242 @@
+"""Tests for autokernel/loop.py: the keep rule, the stopping rules, the budget, and the order of the writes.
+
+The loop runs in this process on a throwaway repository (tests/loop_helpers.py) with a fake judge
+and scripted agents, or the real LLM agents against the fake LLM server; the end-to-end runs of the
+real judge are in tests/test_orchestrate.py.
+"""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from autokernel import gitops, loop, results
+from autokernel.agents.base import AgentError, MalformedReply, RetryPolicy
+from autokernel.agents.openai_agent import OpenAIAgent
+from autokernel.budget import Budget
+from autokernel.live import ProgressView
+from autokernel.run_state import RunSettings, RunState
+from tests.fake_llm_server import FakeLLMServer
+from tests.loop_helpers import (ScriptedAgent, fake_run_bench, git, make_job, make_project, proposal, result, source,
+                                subjects)
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    root = make_project(tmp_path / "project", monkeypatch)
+    monkeypatch.setattr(loop.runner, "run_bench", fake_run_bench([]))
+    return root
+
+
+def _run(root: Path, jobs: list[dict], agent, **settings) -> RunState:
+    repo = gitops.KernelRepo(root)
+    repo.start_branch("rules")
+    state = RunState(tag="rules", jobs=jobs, kept_commit=repo.head(), settings=RunSettings(**settings))
+    budget = Budget(state.settings.budget_s)
+    return loop.OptimizationRun(state, repo=repo, agent=agent, view=ProgressView(interactive=False),
+                                budget=budget).run()
+
+
+def _statuses(root: Path) -> list[tuple]:
+    return [(r["experiment"], r["status"], r["correctness"]) for r in results.read_rows(root / "results.tsv")]
+
+
+# ---------------------------------------------------------------------- the rules, in the loop
+def test_noise_decides_and_target_speedup_moves_on_to_the_next_kernel(project):
+    jobs = [make_job(project, 1, source(result(100.0), result(120.0))), make_job(project, 2, source(result(50.0)))]
+    within_noise, beyond_noise, double = source(result(90.0)), source(result(80.0)), source(result(40.0))
+    agent = ScriptedAgent(proposal("within noise", within_noise), proposal("beyond noise", beyond_noise),
+                          proposal("twice as fast\nsecond line", double),
+                          proposal("inside the noise floor", source(result(49.5))), loop.SearchExhausted("done"))
+    state = _run(project, jobs, agent, max_consecutive_reverts=5, target_speedup=2.0)
+
+    assert state.done and state.job_index == 2 and state.current is None
+    assert _statuses(project) == [(1, "baseline", "PASS"), (2, "revert", "PASS"), (3, "keep", "PASS"),
+                                  (4, "keep", "PASS"), (5, "baseline", "PASS"), (6, "revert", "PASS")]
+    assert subjects(project)[:5] == ["optimized 2_softmax: 1.00x over its baseline",
+                                     "baseline 2_softmax: kernel_2_softmax.py",
+                                     "optimized 1_softmax: 2.50x over its baseline", "exp 4: twice as fast second line",
+                                     "exp 3: beyond noise"]
+    assert all("AutoKernel-Run: rules" in body for body in git(project, "log", "-5", "--format=%B%x00").split("\0")
+               if body.strip())
+    manifest = __import__("json").loads((project / "optimized_kernels" / "manifest.json").read_text())["kernels"]
+    assert manifest["1_softmax"]["stopped_because"] == "2.50x over its baseline"
+    assert "nothing left to try" in manifest["2_softmax"]["stopped_because"]
+    assert (project / "optimized_kernels" / "1_softmax.py").read_text() == double
+    third = agent.contexts[2]
+    assert third.kernel_source == beyond_noise
+    assert [h["status"] for h in third.history] == ["revert", "keep"]
+    assert [text for text, _ in third.best_versions] == [beyond_noise, Path(jobs[0]["path"]).read_text()]
+    assert third.job["baseline"]["latency_us"] == 100.0 and third.last_result["latency_us"] == 80.0
+
+
+def test_reverts_in_a_row_malformed_replies_and_failing_starters(project):
+    jobs = [make_job(project, 1, source(result(None, "FAIL"))), make_job(project, 2, source(result(100.0)))]
+    agent = ScriptedAgent(MalformedReply("no code", tokens_in=7, tokens_out=3),
+                          proposal("wrong", source(result(10.0, "FAIL")), tokens_in=5, tokens_out=5, cost_usd=0.25))
+    state = _run(project, jobs, agent, max_consecutive_reverts=2)
+
+    assert _statuses(project) == [(1, "baseline", "FAIL"), (2, "baseline", "PASS"), (3, "revert", "FAIL"),
+                                  (4, "revert", "FAIL")]
+    rows = results.read_rows(project / "results.tsv")
+    assert rows[2]["description"] == "malformed reply" and rows[2]["llm_tokens"] == 10
+    assert rows[3]["cost_usd"] == 0.25
+    assert state.done and state.llm_tokens == 20 and state.cost_usd == 0.25 and state.cost_unknown_calls == 1   # the malformed one had no price
+    assert [entry["file"] for entry in state.finished] == ["2_softmax.py"]
+    assert state.finished[0]["stopped_because"] == "2 reverts in a row"
+    assert "exp 3" not in " ".join(subjects(project)) and "exp 4" not in " ".join(subjects(project))
+
+
+def test_peak_target_ends_a_kernel(project):
+    agent = ScriptedAgent(proposal("near peak", source(result(50.0, pct_peak=93.0))))
+    state = _run(project, [make_job(project, 1, source(result(100.0)))], agent, target_speedup=10)
+    assert state.finished[0]["stopped_because"] == "93% of the hardware peak"
+
+
+def test_a_candidate_of_another_type_or_signature_is_not_benched(project, monkeypatch):
+    judged = []
+    monkeypatch.setattr(loop.runner, "run_bench", fake_run_bench(judged))
+    other_type = source(result(1.0)).replace("KERNEL_TYPE = 'softmax'", "KERNEL_TYPE = 'matmul'")
+    computed_type = source(result(1.0)).replace("KERNEL_TYPE = 'softmax'", "KERNEL_TYPE = 'soft' + 'max'")
+    other_signature = source(result(1.0)).replace("def kernel_fn(x):", "def kernel_fn(x, scale=2.0):")
+    agent = ScriptedAgent(proposal("matmul now", other_type), proposal("computed", computed_type),
+                          proposal("extra parameter", other_signature), loop.SearchExhausted("done"))
+    _run(project, [make_job(project, 1, source(result(100.0)))], agent, max_consecutive_reverts=4)
+    assert [r["correctness"] for r in results.read_rows(project / "results.tsv")] == ["PASS", "FAIL", "FAIL", "FAIL"]
+    assert len(judged) == 2, "only the baseline was benched"
+    messages = [ctx.last_result["message"] for ctx in agent.contexts[1:]]
+    assert "KERNEL_TYPE must be assigned once, as the literal 'softmax' (this job's type); found 'matmul'" in messages[0]
+    assert "found 'soft' + 'max'" in messages[1]
+    assert "kernel_fn must take the reference's parameters (x); it takes (x, scale=...)" in messages[2]
+    assert subjects(project)[1] == "baseline 1_softmax: kernel_1_softmax.py", "no candidate was committed"
+
+
+def test_agent_error_stops_the_run_with_the_state_saved(project):
+    agent = ScriptedAgent(proposal("faster", source(result(50.0))), proposal("slower", source(result(90.0))),
+                          AgentError("the API rejected the key"))
+    with pytest.raises(AgentError, match="rejected the key"):
+        _run(project, [make_job(project, 1, source(result(100.0)))], agent, target_speedup=10)
+    saved = RunState.load()
+    assert saved.experiment == 3 and saved.current.experiments == 2 and not saved.done
+    assert saved.stopped_because == "AgentError: the API rejected the key"
+    assert saved.kept_commit == git(project, "rev-parse", "HEAD").strip()
+    assert subjects(project)[0] == "exp 2: faster"
+    assert (project / "kernel.py").read_text() == source(result(50.0))
+
+
+def test_on_a_gpu_the_quick_judge_screens_and_the_full_judge_decides(project, monkeypatch):
+    monkeypatch.setattr(loop.torch.cuda, "is_available", lambda: True)
+    sources, judged = [], []
+    fake = fake_run_bench(sources)
+
+    def run_bench(kernel_path, **kwargs):
+        judged.append((Path(kernel_path).read_text(), "--quick" in kwargs["extra_args"]))
+        return fake(kernel_path, **kwargs)
+
+    monkeypatch.setattr(loop.runner, "run_bench", run_bench)
+    starter = source(result(100.0))
+    slower = source(result(150.0))
+    # Looks faster to the quick judge, then fails the full one (an edge shape it did not try).
+    fails_full = source(result(50.0), result(None, "FAIL"))
+    faster = source(result(60.0), result(62.0))
+    agent = ScriptedAgent(proposal("slower", slower), proposal("quick-only", fails_full), proposal("faster", faster),
+                          loop.SearchExhausted("done"))
+    state = _run(project, [make_job(project, 1, starter)], agent, target_speedup=10)
+
+    assert judged == [
+        (starter, False), (starter, False),            # the baseline: full judge, twice for the noise
+        (slower, True),                                # screened out: never pays for the full judge
+        (fails_full, True), (fails_full, False),       # the full judge's FAIL decides
+        (faster, True), (faster, False)]
+    assert _statuses(project)[1:] == [(2, "revert", "PASS"), (3, "revert", "FAIL"), (4, "keep", "PASS")]
+    assert state.finished[0]["best_latency_us"] == 62.0   # the full judge's timing is the one kept
+
+
+# ---------------------------------------------------------------------- the budget binds
+def test_the_budget_saves_the_best_so_far_and_keeps_the_job_open(project):
+    class SlowAgent(ScriptedAgent):
+        def propose(self, ctx):
+            time.sleep(1.5)
+            return super().propose(ctx)
+
+    jobs = [make_job(project, 1, source(result(100.0))), make_job(project, 2, source(result(100.0)))]
+    agent = SlowAgent(proposal("faster", source(result(80.0))), proposal("never asked", source(result(1.0))))
+    state = _run(project, jobs, agent, budget_s=3.0, target_speedup=10)
+    assert not state.done and state.job_index == 0 and state.current.experiments == 1
+    assert state.stopped_because == loop.BUDGET_SPENT and state.finished == []
+    assert len(agent.script) == 1
+    assert _statuses(project) == [(1, "baseline", "PASS"), (2, "keep", "PASS")]
+    manifest = __import__("json").loads((project / "optimized_kernels" / "manifest.json").read_text())["kernels"]
+    assert manifest["1_softmax"]["stopped_because"] == loop.BUDGET_SPENT
+    assert subjects(project)[0] == "optimized 1_softmax: 1.25x over its baseline (so far)"
+
+
+def test_no_experiment_starts_that_the_budget_left_cannot_pay_for(project, monkeypatch):
+    fake = fake_run_bench([])
+
+    def slow_bench(kernel_path, **kwargs):
+        time.sleep(0.6)
+        return fake(kernel_path, **kwargs)
+
+    monkeypatch.setattr(loop.runner, "run_bench", slow_bench)
+    agent = ScriptedAgent(proposal("never asked", source(result(1.0))))
+    state = _run(project, [make_job(project, 1, source(result(100.0)))], agent, budget_s=1.6)
+    # Two baseline runs took 1.2 s of the 1.6 s: another 0.6 s run would overrun, so none starts.
+    assert agent.contexts == [] and _statuses(project) == [(1, "baseline", "PASS")]
+    assert state.stopped_because == loop.BUDGET_SPENT
+
+
+def test_a_bench_cut_short_by_the_budget_leaves_no_row(project, monkeypatch):
+    limits = []
+
+    def bench_until_its_limit(kernel_path, *, timeout_s, **kwargs):
+        limits.append(timeout_s)
+        time.sleep(timeout_s)
+        return result(None, "TIMEOUT")
+
+    monkeypatch.setattr(loop.runner, "run_bench", bench_until_its_limit)
+    started = time.monotonic()
+    state = _run(project, [make_job(project, 1, source(result(100.0)))], ScriptedAgent(), budget_s=2.0)
+    assert time.monotonic() - started < 2.0 + 1.5
+    assert limits and limits[0] <= 2.0, "the first bench's limit is the budget left, not the 15-minute ceiling"
+    assert not state.done and state.job_index == 0 and state.current is None and state.experiment == 0
+    assert _statuses(project) == [], "a budget cut is no TIMEOUT verdict"
+    assert subjects(project) == ["init"] and git(project, "status", "--porcelain", "--untracked-files=no") == ""
+
+
+def test_a_cost_cap_stops_the_run_cleanly(project):
+    agent = ScriptedAgent(*[proposal(f"try {n}", source(result(100.0 - n)), tokens_in=1000, cost_usd=0.6)
+                            for n in range(5)])
+    state = _run(project, [make_job(project, 1, source(result(100.0)))], agent, max_cost_usd=1.0,
+                 max_consecutive_reverts=10)
+    assert state.stopped_because == loop.COST_REACHED and not state.done
+    assert len(_statuses(project)) == 3 and state.cost_usd == pytest.approx(1.2)
+
+
+def _openai_agent(url: str) -> OpenAIAgent:
+    return OpenAIAgent("gpt-6.1-sol", base_url=url, api_key="test-key", retry=RetryPolicy(base_delay_s=0.5))
+
+
+@pytest.mark.parametrize("trouble", ["429 with a long Retry-After", "repeated 500s", "refused connection",
+                                     "slow reply"])
+def test_llm_trouble_ends_the_run_within_its_budget(project, trouble):
+    budget_s = 4.0
+    with FakeLLMServer() as server:
+        url = server.openai_base_url
+        if trouble.startswith("429"):
+            server.add_error(429, retry_after="3600")
+        elif trouble == "repeated 500s":
+            for _ in range(20):
+                server.add_error(500)
+        elif trouble == "refused connection":
+            url = "http://127.0.0.1:9/v1"
+        else:
+            server.add_kernel_reply("late", source(result(1.0)), delay_s=60)
+        started = time.monotonic()
+        state = _run(project, [make_job(project, 1, source(result(100.0)))], _openai_agent(url), budget_s=budget_s)
+        elapsed = time.monotonic() - started
+    # The fake judge takes no time, so one bench limit adds nothing here: the budget itself binds.
+    assert elapsed < budget_s + 1.5, f"{trouble}: {elapsed:.1f} s on a {budget_s} s budget"
+    assert state.stopped_because == loop.BUDGET_SPENT and not state.done and state.current is not None
+    assert _statuses(project) == [(1, "baseline", "PASS")], "no bogus row for an experiment never judged"
+    assert RunState.load().stopped_because == loop.BUDGET_SPENT

@@ -1,0 +1,230 @@
+"""Tests for autokernel/sandbox.py: each way a candidate could reach past its bench run, tried and refused.
+
+Every attack runs as real code in a child started by runner.run_child, as bench.py's candidate
+would be. The attacks that need a secret in the loop's own environment run the "loop" as a helper
+process started with that secret, because /proc/<pid>/environ shows a process's initial environment.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from autokernel import landlock, runner, sandbox
+from tests.processes import gone_within
+
+ABI = landlock.abi()
+needs_landlock = pytest.mark.skipif(ABI < 1, reason="this kernel has no Landlock")
+PROJECT = Path(__file__).resolve().parents[1]
+SECRET = "sk-ant-test-0123456789-do-not-leak"
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def _run(code: str, cwd: Path, **options) -> runner.ChildResult:
+    return runner.run_child(_python(code), timeout_s=60, cwd=cwd, **options)
+
+
+LOOP_HELPER = """
+import json, sys
+from autokernel import runner
+code, cwd = sys.argv[1], sys.argv[2]
+result = runner.run_child([sys.executable, "-c", code], timeout_s=60, cwd=cwd, writable=[cwd])
+print(json.dumps({"stdout": result.stdout, "stderr": result.stderr, "returncode": result.returncode}))
+"""
+
+
+def _from_a_loop_with_secrets(code: str, cwd: Path, env: dict | None = None) -> dict:
+    """Run `code` as a candidate of a loop process whose initial environment holds SECRET."""
+    loop_env = {**os.environ, "ANTHROPIC_API_KEY": SECRET, "GITHUB_PAT": SECRET, "DATABASE_URL": SECRET,
+                "PYTHONPATH": str(PROJECT), **(env or {})}
+    completed = subprocess.run([sys.executable, "-c", LOOP_HELPER, textwrap.dedent(code), str(cwd)], env=loop_env,
+                               capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def test_no_secret_in_the_childs_environment_or_the_loops_proc_entries(tmp_path):
+    attack = """
+        import os
+        needle = "do-not" + "-leak"            # spelled apart: this code is on the loop's command line
+        found = {name: value for name, value in os.environ.items() if needle in value}
+        print("ENV", sorted(found))
+        loop = os.getppid()                     # the launcher; the loop is its parent
+        loop = int(open(f"/proc/{loop}/stat").read().rsplit(")", 1)[1].split()[1]) if loop else loop
+        for pid in {os.getppid(), loop}:
+            for entry in ("environ", "mem", "cmdline"):
+                try:
+                    data = open(f"/proc/{pid}/{entry}", "rb").read(1 << 20)
+                    print(entry, pid, "LEAK" if needle.encode() in data else "readable, no secret")
+                except OSError as exc:
+                    print(entry, pid, "refused", type(exc).__name__)
+    """
+    report = _from_a_loop_with_secrets(attack, tmp_path)
+    out = report["stdout"]
+    assert "ENV []" in out, out
+    assert "LEAK" not in out, out
+    assert out.count("environ") == 2 and "readable" not in " ".join(l for l in out.splitlines() if "environ" in l)
+
+
+@needs_landlock
+def test_a_key_file_in_the_home_folder_is_out_of_reach(tmp_path):
+    home = tmp_path / "home"
+    (home / ".config").mkdir(parents=True)
+    (home / ".config" / "anthropic.key").write_text(SECRET)
+    work = tmp_path / "work"
+    work.mkdir()
+    attack = f"""
+        import os
+        for path in [{str(home / ".config" / "anthropic.key")!r}, os.path.expanduser("~/.config/anthropic.key")]:
+            try:
+                print("LEAK" if "do-not" + "-leak" in open(path).read() else "read")
+            except OSError as exc:
+                print("refused", type(exc).__name__)
+    """
+    report = _from_a_loop_with_secrets(attack, work, env={"HOME": str(home)})
+    assert report["stdout"].split() == ["refused", "PermissionError"] * 2, report
+
+
+@needs_landlock
+def test_the_repository_its_git_config_and_its_state_are_read_only(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".git" / "config").write_text("[core]\n")
+    (repo / "workspace").mkdir()
+    (repo / "workspace" / "state.json").write_text("{}")
+    (repo / "bench.py").write_text("# the judge\n")
+    attack = """
+        import os
+        for path, mode in [(".git/config", "a"), ("bench.py", "a"), ("new_file.py", "w"), ("workspace/state.json", "w"),
+                           (".git/config", "r"), ("workspace/state.json", "r"), ("bench.py", "r")]:
+            try:
+                open(path, mode).close()
+                print(path, mode, "allowed")
+            except OSError as exc:
+                print(path, mode, "refused")
+        os.makedirs(os.environ["TMPDIR"] + "/mine", exist_ok=True)
+        open(os.environ["TMPDIR"] + "/mine/x", "w").write("scratch is fine")
+        print("scratch", os.environ["TMPDIR"])
+    """
+    result = runner.run_child(_python(attack), timeout_s=60, cwd=repo)
+    lines = result.stdout.splitlines()
+    assert lines[:7] == [".git/config a refused", "bench.py a refused", "new_file.py w refused",
+                         "workspace/state.json w refused", ".git/config r refused", "workspace/state.json r refused",
+                         "bench.py r allowed"], result.stderr
+    assert (repo / ".git" / "config").read_text() == "[core]\n" and not (repo / "new_file.py").exists()
+    assert not Path(lines[7].split(" ", 1)[1]).exists(), "the private temporary folder was not removed"
+
+
+def test_a_daemon_in_its_own_session_dies_with_the_run(tmp_path):
+    pid_file = tmp_path / "daemon.pid"
+    attack = f"""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                open({str(pid_file)!r}, "w").write(str(os.getpid()))
+                time.sleep(600)
+            os._exit(0)
+        while not os.path.exists({str(pid_file)!r}):
+            time.sleep(0.01)
+    """
+    result = _run(attack, tmp_path, writable=[tmp_path])
+    assert result.returncode == 0 and result.leftover_processes >= 1
+    assert gone_within(int(pid_file.read_text()))
+
+
+def test_memory_past_the_cap_stops_the_whole_tree(tmp_path):
+    attack = """
+        import time
+        hoard = []
+        for _ in range(200):
+            hoard.append(bytearray(16 * 2**20))     # 16 MiB, touched
+            time.sleep(0.01)
+        print("survived")
+    """
+    result = _run(attack, tmp_path, memory_limit_mb=256)
+    assert "survived" not in result.stdout
+    assert result.stopped.startswith("memory") and "256 MiB cap" in result.stopped
+    assert "stopped by the sandbox (memory" in result.exit_description()
+
+
+@pytest.mark.skipif(ABI < 4, reason="Landlock TCP rules need ABI 4")
+def test_no_tcp_connection_out_of_the_sandbox(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        attack = f"""
+            import socket
+            try:
+                socket.create_connection(("127.0.0.1", {port}), timeout=5)
+                print("connected")
+            except OSError as exc:
+                print("refused", type(exc).__name__)
+        """
+        result = _run(attack, tmp_path)
+    assert result.stdout.split()[0] == "refused", result.stdout + result.stderr
+
+
+@pytest.mark.skipif(ABI < 6, reason="Landlock signal scoping needs ABI 6")
+def test_the_child_cannot_kill_its_launcher_or_the_loop(tmp_path):
+    attack = """
+        import os, signal
+        launcher = os.getppid()
+        loop = int(open(f"/proc/{launcher}/stat").read().rsplit(")", 1)[1].split()[1])
+        for pid in (launcher, loop):
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                print("signalled")
+            except PermissionError:
+                print("refused")
+    """
+    result = _run(attack, tmp_path)
+    assert result.stdout.split() == ["refused", "refused"], result.stderr
+
+
+def test_a_root_child_has_no_capabilities(tmp_path):
+    result = _run("print(open('/proc/self/status').read())", tmp_path)
+    capabilities = {name: int(value, 16) for name, value in
+                    (line.split(":\t") for line in result.stdout.splitlines() if line.startswith("Cap"))}
+    assert capabilities["CapEff"] == capabilities["CapPrm"] == 0, capabilities
+    if os.geteuid() == 0:                   # root gives up even what a later exec could grant
+        assert capabilities["CapBnd"] == 0, capabilities
+
+
+def test_the_child_dies_when_the_loop_is_killed(tmp_path):
+    child_pid, daemon_pid = tmp_path / "child.pid", tmp_path / "daemon.pid"
+    candidate = f"""
+        import os, time
+        open({str(child_pid)!r}, "w").write(str(os.getpid()))
+        if os.fork() == 0:
+            os.setsid()
+            open({str(daemon_pid)!r}, "w").write(str(os.getpid()))
+            time.sleep(600)
+        time.sleep(600)
+    """
+    loop = subprocess.Popen([sys.executable, "-c", LOOP_HELPER, textwrap.dedent(candidate), str(tmp_path)],
+                            env={**os.environ, "PYTHONPATH": str(PROJECT)}, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (child_pid.exists() and daemon_pid.exists() and daemon_pid.read_text()):
+        assert time.monotonic() < deadline and loop.poll() is None
+        time.sleep(0.05)
+    launcher = int(Path(f"/proc/{child_pid.read_text()}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    loop.send_signal(signal.SIGKILL)
+    loop.wait()
+    assert gone_within(int(child_pid.read_text())) and gone_within(int(daemon_pid.read_text())) and gone_within(launcher)
+
+
+def test_cover_leaves_out_exactly_the_hidden_subtrees(tmp_path):
+    for name in ("a/x", "a/secret/y", "b"):
+        (tmp_path / name).mkdir(parents=True)
+    rules = sandbox.cover([tmp_path], [tmp_path / "a" / "secret"])
+    assert sorted(rules) == sorted(str(tmp_path / name) for name in ("a/x", "b"))

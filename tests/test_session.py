@@ -1,0 +1,281 @@
+"""Tests for autokernel/session.py: the checks before anything is written, resume, and the user's branch.
+
+The runs go through session.run_optimization in this process, on a throwaway repository with the
+fake judge and scripted agents of tests/loop_helpers.py. The kill test forks: the child runs the
+loop and dies (os._exit, no cleanup at all, as under kill -9) at one write step; the parent resumes.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autokernel import gitops, loop, results, session
+from autokernel.agents.base import MalformedReply
+from autokernel.live import ProgressView
+from autokernel.lock import RunLocked
+from autokernel.run_state import OptimizationError, RunSettings, RunState
+from tests.loop_helpers import TableAgent, fake_run_bench, git, make_job, make_project, proposal, result, source
+
+PROJECT = Path(__file__).resolve().parents[1]
+EVERY_WRITE_STEP = {"baseline: in flight", "baseline: committed", "experiment: in flight", "experiment: kernel written",
+                    "experiment: committed", "verdict saved", "reverted", "row written", "row settled",
+                    "finish: in flight", "finish: files written", "finish: committed", "finish: saved"}
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    root = make_project(tmp_path / "project", monkeypatch)
+    monkeypatch.setattr(loop.runner, "run_bench", fake_run_bench([]))
+    return root
+
+
+def _table() -> list:
+    return [proposal("faster", source(result(60.0)), tokens_in=10, cost_usd=0.01),
+            proposal("wrong", source(result(1.0, "FAIL")), tokens_in=10, cost_usd=0.01),
+            MalformedReply("no code", tokens_in=5),
+            proposal("faster still", source(result(40.0)), tokens_in=10, cost_usd=0.01)]
+
+
+def _use_agent(monkeypatch, agent) -> None:
+    monkeypatch.setattr(session, "make_agent", lambda *args, **kwargs: agent)
+
+
+def _start(project: Path, monkeypatch, *, jobs=None, with_agent=None, checkpoint=None, resume=False, overrides=None,
+           **settings) -> RunState:
+    _use_agent(monkeypatch, with_agent or TableAgent(_table()))
+    jobs = jobs if jobs is not None else [make_job(project, 1, source(result(100.0))),
+                                          make_job(project, 2, source(result(None, "FAIL")))]
+    return session.run_optimization(plan=lambda log: jobs, settings=RunSettings(**settings), overrides=overrides,
+                                    tag="night", resume=resume, view=ProgressView(interactive=False),
+                                    checkpoint=checkpoint)
+
+
+def _rows(project: Path) -> list[tuple]:
+    return [(r["experiment"], r["status"], r["correctness"], r["description"])
+            for r in results.read_rows(project / "results.tsv")]
+
+
+def _branch_subjects(project: Path) -> list[str]:
+    return git(project, "log", "--format=%s", gitops.branch_name("night")).splitlines()
+
+
+# ---------------------------------------------------------------------- kill at every write
+def _manifest(project: Path) -> dict:
+    """The manifest on the run's branch (the user is back on main, where optimized_kernels/ is not)."""
+    return json.loads(git(project, "show", f"{gitops.branch_name('night')}:optimized_kernels/manifest.json"))["kernels"]
+
+
+def _checkpoints(project: Path, monkeypatch) -> list[str]:
+    seen = []
+    _start(project, monkeypatch, checkpoint=seen.append, target_speedup=100, max_consecutive_reverts=3)
+    return seen
+
+
+def test_a_kill_at_any_write_step_loses_nothing_and_numbers_nothing_twice(tmp_path, monkeypatch):
+    reference = make_project(tmp_path / "reference", monkeypatch)
+    monkeypatch.setattr(loop.runner, "run_bench", fake_run_bench([]))
+    steps = _checkpoints(reference, monkeypatch)
+    expected_rows, expected_subjects = _rows(reference), _branch_subjects(reference)
+    expected_manifest = _manifest(reference)
+    assert set(steps) == EVERY_WRITE_STEP, steps
+    assert [status for _, status, _, _ in expected_rows] == ["baseline", "keep", "revert", "revert", "keep",
+                                                            "baseline"]
+
+    for index, step in enumerate(steps):
+        project = make_project(tmp_path / f"kill{index}", monkeypatch)
+        pid = os.fork()
+        if pid == 0:                     # the child: the loop, killed dead at this step
+            calls = iter(range(len(steps)))
+
+            def die_here(name):
+                if next(calls) == index:
+                    os._exit(137)
+            try:
+                _start(project, monkeypatch, checkpoint=die_here, target_speedup=100, max_consecutive_reverts=3)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        state = _start(project, monkeypatch, resume=True) if RunState.load().done is False else RunState.load()
+        label = f"killed after '{step}' (write {index + 1} of {len(steps)})"
+        assert state.done, label
+        assert _rows(project) == expected_rows, label
+        assert _branch_subjects(project) == expected_subjects, label
+        manifest = _manifest(project)
+        assert {k: {f: v for f, v in e.items() if f != "source_commit"} for k, e in manifest.items()} == \
+               {k: {f: v for f, v in e.items() if f != "source_commit"} for k, e in expected_manifest.items()}, label
+        assert git(project, "status", "--porcelain") == "", label
+        assert git(project, "branch", "--show-current").strip() == "main", label
+
+
+# ---------------------------------------------------------------------- checks before anything is written
+def _nothing_created(project: Path) -> bool:
+    return (not (project / "workspace" / "state.json").exists() and "autokernel/night" not in git(project, "branch")
+            and git(project, "branch", "--show-current").strip() == "main")
+
+
+def test_a_foreign_results_file_is_refused_before_anything_is_created(project, monkeypatch):
+    (project / "results.tsv").write_text("experiment\ttag\tsomething else\n1\tx\ty\n")
+    with pytest.raises(results.ResultsFileError, match="move it aside"):
+        _start(project, monkeypatch)
+    assert _nothing_created(project)
+
+
+def test_untracked_files_in_optimized_kernels_are_refused(project, monkeypatch):
+    (project / "optimized_kernels").mkdir()
+    (project / "optimized_kernels" / "mine.py").write_text("# the user's\n")
+    with pytest.raises(OptimizationError, match=r"optimized_kernels/ has files git does not track \(optimized_kernels/mine.py\)"):
+        _start(project, monkeypatch)
+    assert _nothing_created(project)
+    assert (project / "optimized_kernels" / "mine.py").read_text() == "# the user's\n"
+
+
+def test_an_existing_branch_is_refused_before_profiling(project, monkeypatch):
+    git(project, "branch", gitops.branch_name("night"))
+    planned = []
+    _use_agent(monkeypatch, TableAgent([]))
+    with pytest.raises(gitops.GitOpsError, match="already exists"):
+        session.run_optimization(plan=lambda log: planned.append(1) or [], settings=RunSettings(), tag="night",
+                                 view=ProgressView(interactive=False))
+    assert planned == [] and not (project / "workspace" / "state.json").exists()
+
+
+def test_a_second_run_in_the_same_repository_is_refused_naming_the_holder(project, monkeypatch):
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(PROJECT)!r})
+        from pathlib import Path
+        from autokernel.lock import RunLock
+        lock = RunLock(Path({str(project / "workspace" / "run.lock")!r})).acquire()
+        print("held", flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunLocked, match=f"another autokernel run \\(PID {holder.pid}\\)"):
+            _start(project, monkeypatch)
+        assert _nothing_created(project)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _start(project, monkeypatch).done, "a dead holder's lock is free at once"
+
+
+# ---------------------------------------------------------------------- resume
+def test_resume_restores_every_setting_and_a_flag_overrides_out_loud(project, monkeypatch, capsys):
+    settings = dict(budget_s=180.0, max_consecutive_reverts=100, target_speedup=1000.0, agent="scripted",
+                    llm_model="fake-model", base_url="http://127.0.0.1:9/v1", max_cost_usd=5.0)
+    table = [proposal("faster", source(result(60.0)), tokens_in=10, cost_usd=0.01), loop.OutOfTime("stop here")]
+    state = _start(project, monkeypatch, with_agent=TableAgent(table), **settings)
+    assert state.stopped_because == loop.BUDGET_SPENT
+    saved = RunState.load().settings
+    assert (saved.budget_s, saved.max_consecutive_reverts, saved.target_speedup, saved.base_url, saved.max_cost_usd,
+            saved.llm_model) == (180.0, 100, 1000.0, "http://127.0.0.1:9/v1", 5.0, "fake-model")
+
+    made = []
+
+    def make_agent(kind, *, model=None, base_url=None):
+        made.append((kind, model, base_url))
+        return TableAgent(_table()[:1] + [loop.SearchExhausted("done")])
+
+    monkeypatch.setattr(session, "make_agent", make_agent)
+    capsys.readouterr()
+    state = session.run_optimization(resume=True, overrides={"budget_s": 600.0}, view=ProgressView(interactive=False))
+    out = capsys.readouterr().out
+    assert made == [("scripted", "fake-model", "http://127.0.0.1:9/v1")], "resume used the run's agent settings"
+    assert state.settings.max_consecutive_reverts == 100 and state.settings.target_speedup == 1000.0
+    assert state.settings.budget_s == 600.0
+    assert "--budget 10m00s overrides the run's 3m00s" in out
+    assert "agent scripted fake-model at http://127.0.0.1:9/v1" in out
+
+
+def test_resume_refuses_to_drop_a_users_commit_on_the_run_branch(project, monkeypatch):
+    _start(project, monkeypatch, with_agent=TableAgent([loop.OutOfTime("stop")]))
+    git(project, "checkout", "-q", gitops.branch_name("night"))
+    (project / "notes.md").write_text("my analysis\n")
+    git(project, "add", "notes.md")
+    git(project, "-c", "user.name=u", "-c", "user.email=u@u", "commit", "-q", "-m", "my notes")
+    mine = git(project, "rev-parse", "HEAD").strip()
+    git(project, "checkout", "-q", "main")
+    with pytest.raises(OptimizationError, match=r"1 commit\(s\) after the run's last kept one that AutoKernel did not "
+                                                r"make \(\w+ my notes\)"):
+        _start(project, monkeypatch, resume=True)
+    assert git(project, "rev-parse", gitops.branch_name("night")).strip() == mine
+
+
+def test_the_user_is_returned_to_their_branch_or_detached_commit(project, monkeypatch, capsys):
+    git(project, "checkout", "-q", "-b", "feature")
+    _start(project, monkeypatch)
+    assert git(project, "branch", "--show-current").strip() == "feature"
+    assert "git checkout autokernel/night" in capsys.readouterr().out
+    git(project, "checkout", "-q", "--detach", "main")
+    detached = git(project, "rev-parse", "HEAD").strip()
+    monkeypatch.setattr(session, "default_tag", lambda name: "second")
+    _use_agent(monkeypatch, TableAgent([]))
+    session.run_optimization(plan=lambda log: [make_job(project, 1, source(result(100.0)))], settings=RunSettings(),
+                             view=ProgressView(interactive=False))
+    assert git(project, "branch", "--show-current").strip() == "" and git(project, "rev-parse", "HEAD").strip() == detached
+
+
+def test_an_interrupt_returns_the_user_and_resume_goes_on(project, monkeypatch):
+    class Interrupting(TableAgent):
+        def propose(self, ctx):
+            if len(ctx.history) == 1:
+                raise loop.Interrupted(2)
+            return super().propose(ctx)
+
+    with pytest.raises(KeyboardInterrupt):
+        _start(project, monkeypatch, with_agent=Interrupting(_table()))
+    assert git(project, "branch", "--show-current").strip() == "main"
+    assert RunState.load().stopped_because == "interrupted (SIGINT)"
+    state = _start(project, monkeypatch, resume=True)
+    assert state.done and [r[0] for r in _rows(project)] == list(range(1, 7))
+
+
+def test_a_resumed_built_in_search_goes_on_where_it_stopped(tmp_path, monkeypatch):
+    from autokernel.agents.builtin import BuiltinAgent
+
+    starter = source(result(100.0)) + 'TUNABLES = {"A": 3, "B": 3}\nTUNABLE_CHOICES = {"A": [1, 2, 3, 4, 5], "B": [1, 2, 3, 4, 5]}\n'
+
+    def descriptions(root):
+        return [row[3] for row in _rows(root)[1:]]
+
+    reference = make_project(tmp_path / "reference", monkeypatch)
+    monkeypatch.setattr(loop.runner, "run_bench", fake_run_bench([]))
+    _start(reference, monkeypatch, jobs=[make_job(reference, 1, starter)], with_agent=BuiltinAgent(),
+           max_consecutive_reverts=100)
+    uninterrupted = descriptions(reference)
+    assert len(uninterrupted) == 4 and len(set(uninterrupted)) == 4
+
+    project = make_project(tmp_path / "project", monkeypatch)
+    rows_settled = []
+
+    def stop_after_two(name):
+        if name == "row settled":
+            rows_settled.append(name)
+            if len(rows_settled) == 3:          # the baseline and two experiments
+                raise loop.Interrupted(15)
+    with pytest.raises(KeyboardInterrupt):
+        _start(project, monkeypatch, jobs=[make_job(project, 1, starter)], with_agent=BuiltinAgent(),
+               checkpoint=stop_after_two, max_consecutive_reverts=100)
+    assert len(descriptions(project)) == 2
+    _start(project, monkeypatch, with_agent=BuiltinAgent(), resume=True)
+    assert descriptions(project) == uninterrupted, "the resumed search repeated or skipped a configuration"
+
+
+def test_a_cost_cap_on_a_model_without_prices_is_refused_up_front(project, monkeypatch):
+    from tests.fake_llm_server import FakeLLMServer
+
+    planned = []
+    with FakeLLMServer() as server:
+        with pytest.raises(session.AgentError, match="--max-cost needs a model whose prices AutoKernel knows"):
+            session.run_optimization(plan=lambda log: planned.append(1) or [], tag="night",
+                                     settings=RunSettings(agent="openai", llm_model="local-llama",
+                                                          base_url=server.openai_base_url, max_cost_usd=5.0),
+                                     view=ProgressView(interactive=False))
+        assert server.checks == [] and planned == []
+    assert "autokernel/night" not in git(project, "branch")
