@@ -314,12 +314,18 @@ RMSNORM = KernelType(
 
 
 # --------------------------------------------------------------------------- flash attention
+def _kv_heads(s) -> int:
+    """Key/value heads: "KV" for grouped- or multi-query attention (dividing H), else H."""
+    return int(s.get("KV", s["H"]))
+
+
 def _attention_inputs(s, dtype, gen, device, qk_scale=1.0):
-    size = (s["B"], s["H"], s["S"], s["D"])
+    queries = (s["B"], s["H"], s["S"], s["D"])
+    keys = (s["B"], _kv_heads(s), s["S"], s["D"])
     return {
-        "q": _randn(size, dtype, gen, device, scale=qk_scale),
-        "k": _randn(size, dtype, gen, device, scale=qk_scale),
-        "v": _randn(size, dtype, gen, device),
+        "q": _randn(queries, dtype, gen, device, scale=qk_scale),
+        "k": _randn(keys, dtype, gen, device, scale=qk_scale),
+        "v": _randn(keys, dtype, gen, device),
         "causal": bool(s.get("causal", 0)),
         "sm_scale": float(s["sm_scale"]) if "sm_scale" in s else None,
     }
@@ -330,29 +336,39 @@ def _attention_flops(s):
     return full / 2 if s.get("causal", 0) else full
 
 
+def _attention_shapes(rows) -> list[Shape]:
+    """(B, H, KV, S, D, causal) rows as shapes; KV is left out where it equals H."""
+    return [{"B": b, "H": h, **({"KV": kv} if kv != h else {}), "S": sq, "D": d, "causal": c}
+            for b, h, kv, sq, d, c in rows]
+
+
 FLASH_ATTENTION = KernelType(
     name="flash_attention",
-    description="softmax(Q K^T * sm_scale) V over (B, H, S, D), causal or not",
+    description="softmax(Q K^T * sm_scale) V over (B, H, S, D) queries and (B, KV, S, D) keys and values "
+                "(KV dividing H: grouped- or multi-query), causal or not",
     reference=reference.flash_attention,
     make_inputs=_attention_inputs,
     smoke_shape={"B": 1, "H": 2, "S": 64, "D": 64, "causal": 0},
-    sweep=[{"B": b, "H": h, "S": sq, "D": d, "causal": c} for b, h, sq, d, c in [
-        (1, 8, 128, 64, 0), (2, 8, 512, 64, 1), (4, 16, 1024, 64, 0), (2, 16, 1024, 128, 1),
-        (1, 12, 2048, 64, 1), (8, 16, 512, 128, 0), (1, 8, 4096, 128, 1), (4, 32, 2048, 128, 0),
-        (4, 32, 2048, 128, 1)]] + [{"B": 2, "H": 8, "S": 1024, "D": 64, "causal": 1, "sm_scale": 0.25}],
-    cpu_sweep=[{"B": b, "H": h, "S": sq, "D": d, "causal": c} for b, h, sq, d, c in [
-        (1, 1, 16, 16, 0), (1, 2, 32, 32, 1), (2, 2, 64, 32, 0), (1, 2, 64, 64, 1), (1, 1, 128, 16, 1),
-        (2, 1, 48, 32, 0), (1, 1, 80, 64, 1)]] + [{"B": 1, "H": 2, "S": 64, "D": 32, "causal": 0, "sm_scale": 0.25}],
-    edge_shapes=[{"B": b, "H": h, "S": sq, "D": d, "causal": c} for b, h, sq, d, c in [
-        (1, 4, 1023, 64, 1), (1, 2, 4097, 64, 0), (2, 3, 1537, 128, 1), (1, 1, 1, 64, 0), (3, 1, 1, 128, 1)]],
-    cpu_edge_shapes=[{"B": b, "H": h, "S": sq, "D": d, "causal": c} for b, h, sq, d, c in [
-        (1, 1, 1023, 16, 1), (1, 1, 1537, 16, 0), (1, 1, 4097, 8, 1), (1, 3, 33, 32, 1), (1, 1, 1, 16, 0),
-        (2, 1, 1, 32, 1)]],
+    sweep=_attention_shapes([
+        (1, 8, 8, 128, 64, 0), (2, 8, 8, 512, 64, 1), (1, 12, 12, 512, 64, 0), (2, 16, 16, 1024, 128, 1),
+        (4, 16, 4, 1024, 128, 1), (2, 16, 1, 1024, 128, 0), (1, 8, 8, 1024, 256, 1), (8, 16, 16, 512, 128, 0),
+        (4, 32, 32, 2048, 128, 1)]) + [{"B": 2, "H": 8, "S": 1024, "D": 64, "causal": 1, "sm_scale": 0.25}],
+    cpu_sweep=_attention_shapes([
+        (1, 1, 1, 16, 16, 0), (1, 2, 2, 32, 32, 1), (2, 2, 2, 64, 32, 0), (1, 2, 2, 64, 64, 1),
+        (1, 1, 1, 128, 16, 1), (1, 4, 2, 48, 32, 1), (2, 3, 1, 40, 16, 0), (1, 2, 1, 24, 256, 1),
+        (1, 1, 1, 80, 64, 1)]) + [{"B": 1, "H": 2, "S": 64, "D": 32, "causal": 0, "sm_scale": 0.25}],
+    edge_shapes=_attention_shapes([
+        (1, 4, 4, 1023, 64, 1), (1, 2, 2, 4097, 64, 0), (2, 3, 3, 1537, 128, 1), (1, 6, 2, 1023, 96, 1),
+        (1, 4, 1, 1537, 192, 0), (1, 1, 1, 1, 64, 0), (3, 1, 1, 1, 128, 1)]),
+    cpu_edge_shapes=_attention_shapes([
+        (1, 1, 1, 1023, 16, 1), (1, 1, 1, 1537, 16, 0), (1, 1, 1, 4097, 8, 1), (1, 3, 3, 33, 32, 1),
+        (1, 4, 2, 33, 24, 1), (1, 1, 1, 1, 16, 0), (2, 2, 1, 1, 32, 1)]),
     timing_shape={"B": 4, "H": 32, "S": 2048, "D": 128, "causal": 1},
     adversarial=[Adversarial("large scores", {"B": 1, "H": 2, "S": 256, "D": 64, "causal": 1},
                              lambda s, d, g, dev: _attention_inputs(s, d, g, dev, qk_scale=8.0),
                              "q and k scaled by 8: row maxima near 200, exp overflows without max subtraction")],
-    bytes_moved=lambda s, e: 4.0 * s["B"] * s["H"] * s["S"] * s["D"] * e,
+    # q read and the output written (H heads), k and v read once (KV heads).
+    bytes_moved=lambda s, e: (2.0 * s["H"] + 2.0 * _kv_heads(s)) * s["B"] * s["S"] * s["D"] * e,
     flops=_attention_flops,
 )
 

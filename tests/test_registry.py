@@ -69,7 +69,22 @@ def test_bytes_and_flops_formulas():
     attn = registry.get("flash_attention")
     causal = {"B": 1, "H": 2, "S": 128, "D": 64, "causal": 1}
     assert attn.flops(causal) == attn.flops({**causal, "causal": 0}) / 2
+    # Grouped-query attention reads its 4 key/value heads once: q and the output move 16 heads each.
+    gqa = {"B": 2, "H": 16, "KV": 4, "S": 128, "D": 64}
+    assert attn.bytes_moved(gqa, 2) == (2 * 16 + 2 * 4) * 2 * 128 * 64 * 2
+    assert attn.bytes_moved({**gqa, "KV": 16}, 2) == attn.bytes_moved({k: v for k, v in gqa.items() if k != "KV"}, 2)
     assert registry.get("softmax").bytes_moved({"M": 10, "N": 20}, 4) == 2 * 10 * 20 * 4
+
+
+def test_attention_covers_grouped_and_multi_query_heads_and_wide_head_dims():
+    attn = registry.get("flash_attention")
+    for shapes in (attn.sweep, attn.cpu_sweep, attn.edge_shapes, attn.cpu_edge_shapes):
+        kv_heads = [s["KV"] for s in shapes if "KV" in s]
+        assert any(kv == 1 for kv in kv_heads) and any(kv > 1 for kv in kv_heads)
+        assert all(s["H"] % s.get("KV", s["H"]) == 0 for s in shapes)
+    assert max(s["D"] for s in attn.sweep) == max(s["D"] for s in attn.cpu_sweep) == 256
+    inputs = attn.inputs({"B": 2, "H": 6, "KV": 2, "S": 8, "D": 16}, torch.float32, seed=0, device="cpu")
+    assert inputs["q"].shape == (2, 6, 8, 16) and inputs["k"].shape == inputs["v"].shape == (2, 2, 8, 16)
 
 
 def test_shape_strings_round_trip():
