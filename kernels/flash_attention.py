@@ -14,10 +14,12 @@ enable_gqa does. Heads of one group run next to each other, so their K and V sta
 Head dims up to MAX_HEAD_DIM (256); D above 128 takes the "WIDE" blocks, whose 256-wide q and
 accumulator tiles leave room for fewer rows. Larger D is refused at once with a ValueError.
 
-On Hopper, when q, k, v and the output have a unit last stride and 16-byte-aligned strides, the
+On Hopper, for calls of at least `tma_min_gflop` of work, and when q, k, v and the output have a unit last stride and 16-byte-aligned strides, the
 tiles move by TMA (tensor descriptors), which frees the registers pointer arithmetic takes: on the
 H200 at B4 H32 S2048 D128 causal, 396 vs 382 TFLOP/s (fp16) and 419 vs 388 (bf16) at the same
-blocks (benchmarks/notes/compute_bound.md). Other layouts take the pointer path.
+blocks (benchmarks/notes/compute_bound.md). Other layouts take the pointer path, and so do small
+calls: building the four descriptors costs about 15 us of host time, more than the GPU work of a
+512-token call.
 """
 
 import functools
@@ -37,7 +39,7 @@ TUNABLES = {
     "BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3,
     "SMALL_BLOCK_M": 32, "SMALL_BLOCK_N": 32, "small_num_warps": 4, "small_num_stages": 2,
     "WIDE_BLOCK_M": 64, "WIDE_BLOCK_N": 64, "wide_num_warps": 8, "wide_num_stages": 2,
-    "large_min_seq": 256,
+    "large_min_seq": 256, "tma_min_gflop": 4,
 }
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {
@@ -46,7 +48,7 @@ TUNABLE_CHOICES = {
     "small_num_stages": [1, 2, 3],
     "WIDE_BLOCK_M": [16, 32, 64, 128], "WIDE_BLOCK_N": [16, 32, 64], "wide_num_warps": [4, 8],
     "wide_num_stages": [1, 2, 3],
-    "large_min_seq": [64, 128, 256, 512, 1024],
+    "large_min_seq": [64, 128, 256, 512, 1024], "tma_min_gflop": [0, 1, 4, 16, 64],
 }
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -235,7 +237,12 @@ def _tma_ready(*tensors: torch.Tensor) -> bool:
     for t in tensors:
         if t.stride(-1) != 1 or t.data_ptr() % 16 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
             return False
-    return tensors[0].device.type == "cpu" or torch.cuda.get_device_capability(tensors[0].device)[0] >= 9
+    return not tensors[0].is_cuda or _capability(tensors[0].device.index)[0] >= 9
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
 
 
 def _block_config(seq_q: int, head_dim: int = 64) -> dict:
@@ -285,15 +292,16 @@ def kernel_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     if not scale > 0:
         raise ValueError(f"flash_attention: sm_scale must be positive, got {sm_scale}")
     config = _block_config(seq_q, head_dim)
-    # tl.dot needs every tile side to be at least 16.
-    block_d = max(16, triton.next_power_of_2(head_dim))
+    # tl.dot needs every tile side to be at least 16 (a power of two; shifts cost less than triton's helper).
+    block_d = max(16, 1 << (head_dim - 1).bit_length())
     stage_bytes = 2 * config["BLOCK_N"] * block_d * q.element_size()
     num_stages = _stages_that_fit(config["num_stages"], stage_bytes, config["BLOCK_M"] * block_d * q.element_size(),
                                   q.device)
-    grid = (triton.cdiv(seq_q, config["BLOCK_M"]), batch * heads)
+    grid = (-(-seq_q // config["BLOCK_M"]), batch * heads)
     common = dict(BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_D=block_d, CAUSAL=bool(causal),
-                  UPCAST=q.device.type == "cpu", num_warps=config["num_warps"], num_stages=num_stages)
-    if _tma_ready(q, k, v, out):
+                  UPCAST=not q.is_cuda, num_warps=config["num_warps"], num_stages=num_stages)
+    work = 4.0 * batch * heads * seq_q * seq_k * head_dim
+    if work >= TUNABLES["tma_min_gflop"] * 1e9 and _tma_ready(q, k, v, out):
         descriptors = [TensorDescriptor.from_tensor(t, [1, 1, rows, block_d])
                        for t, rows in ((q, config["BLOCK_M"]), (k, config["BLOCK_N"]), (v, config["BLOCK_N"]),
                                        (out, config["BLOCK_M"]))]

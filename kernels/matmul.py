@@ -71,6 +71,8 @@ INTERPRETER_SMS = 132
 # tf32x3 holds each operand tile twice (high and low parts) in registers: with a 128 x 256
 # accumulator it spills (sm_90, 8 warps), so its tiles stop at 128 x 128.
 TF32X3_MAX_TILE = 128 * 128
+# Output elements per program of the split-K sum.
+SUM_BLOCK = 1024
 # A padded copy of an operand is made only when each of its elements feeds at least this many
 # outputs (the other side of the product), so the copy is a small part of the work.
 PAD_MIN_REUSE = 256
@@ -202,6 +204,11 @@ def _stages_that_fit(requested: int, stage_bytes: int, device: torch.device) -> 
     return max(1, min(requested, _device_properties(device.index)["max_shared_mem"] // stage_bytes))
 
 
+def _cdiv(a: int, b: int) -> int:
+    """Plain ceiling division: triton.cdiv goes through Triton's constexpr machinery, ~5 us a call."""
+    return -(-a // b)
+
+
 def _fit(block: int, size: int) -> int:
     """A tile side no wider than the output needs (a power of two, at least 16 for tl.dot)."""
     return min(block, max(16, triton.next_power_of_2(size)))
@@ -212,18 +219,18 @@ def _split_k(M: int, N: int, K: int, tiles: int, block_k: int, element_size: int
     t = TUNABLES
     if tiles == 0 or tiles >= sms or K == 0:
         return 1
-    wanted = triton.cdiv(sms, tiles)
+    wanted = _cdiv(sms, tiles)
     by_k = K // t["split_k_min_k"]
     # Each extra slice writes and reads back M x N float32 partials.
     operand_bytes = (M * K + K * N) * element_size
     by_traffic = int(t["split_k_max_extra_traffic"] * operand_bytes // (8 * M * N))
     split = max(1, min(wanted, by_k, by_traffic, t["split_k_max"]))
     # Slices hold whole K blocks; recount so that none is empty.
-    return triton.cdiv(K, _k_per_split(K, block_k, split))
+    return _cdiv(K, _k_per_split(K, block_k, split))
 
 
 def _k_per_split(K: int, block_k: int, split: int) -> int:
-    return max(1, triton.cdiv(K, block_k * split)) * block_k
+    return max(1, _cdiv(K, block_k * split)) * block_k
 
 
 def _intensity(block_m: int, block_n: int) -> float:
@@ -231,7 +238,8 @@ def _intensity(block_m: int, block_n: int) -> float:
     return block_m * block_n / (block_m + block_n)
 
 
-def _bucket_plan(bucket: str, M: int, N: int, K: int, dtype: torch.dtype, precision: str, sms: int) -> GemmPlan:
+def _bucket_plan(bucket: str, M: int, N: int, K: int, dtype: torch.dtype, precision: str,
+                 device: torch.device) -> GemmPlan:
     t = TUNABLES
     block_k = t[f"{bucket}_BLOCK_K"]
     if dtype == torch.float32 and bucket != "ieee":
@@ -240,31 +248,47 @@ def _bucket_plan(bucket: str, M: int, N: int, K: int, dtype: torch.dtype, precis
     if precision == "tf32x3" and block_m * block_n > TF32X3_MAX_TILE:
         block_n = max(16, TF32X3_MAX_TILE // block_m)
     block_k = _fit(block_k, K)
-    tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
-    split = _split_k(M, N, K, tiles, block_k, dtype.itemsize, sms)
-    return GemmPlan(bucket, block_m, block_n, block_k, t[f"{bucket}_warps"], t[f"{bucket}_stages"], split, precision)
+    tiles = _cdiv(M, block_m) * _cdiv(N, block_n)
+    split = _split_k(M, N, K, tiles, block_k, dtype.itemsize, _sm_count(device))
+    stages = _stages_that_fit(t[f"{bucket}_stages"], (block_m + block_n) * block_k * dtype.itemsize, device)
+    return GemmPlan(bucket, block_m, block_n, block_k, t[f"{bucket}_warps"], stages, split, precision)
 
 
 def _expected_rate(p: GemmPlan, M: int, N: int, sms: int) -> float:
     """Relative throughput: the share of SM time whole waves keep busy, times the tile's intensity
     relative to the large tile's (its L2 traffic per FLOP), capped at 1."""
-    programs = triton.cdiv(M, p.block_m) * triton.cdiv(N, p.block_n) * p.split_k
-    utilization = programs / (triton.cdiv(programs, sms) * sms)
+    programs = _cdiv(M, p.block_m) * _cdiv(N, p.block_n) * p.split_k
+    utilization = programs / (_cdiv(programs, sms) * sms)
     t = TUNABLES
     return utilization * min(1.0, _intensity(p.block_m, p.block_n) / _intensity(t["large_BLOCK_M"], t["large_BLOCK_N"]))
 
 
 def plan(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device) -> GemmPlan:
-    """The plan kernel_fn runs for this product (public so benchmarks and tests can show it)."""
-    return _plan(M, N, K, dtype, _dot_precision(dtype), _sm_count(device), tuple(TUNABLES.items()))
+    """The plan kernel_fn runs for this product (public so benchmarks and tests can show it).
+
+    Plans are remembered per shape, precision and device while TUNABLES stay as they were when
+    the plan was made (comparing the dict is cheaper than planning or hashing it every call).
+    """
+    precision = _dot_precision(dtype)
+    key = (M, N, K, dtype, precision, device)
+    known = _PLANS.get(key)
+    if known is not None and known[0] == TUNABLES:
+        return known[1]
+    if len(_PLANS) > 4096:
+        _PLANS.clear()
+    made = _make_plan(M, N, K, dtype, precision, device)
+    _PLANS[key] = (dict(TUNABLES), made)
+    return made
 
 
-@functools.lru_cache(maxsize=4096)
-def _plan(M: int, N: int, K: int, dtype: torch.dtype, precision: str, sms: int, tunables: tuple) -> GemmPlan:
-    """Cached by shape, precision and the TUNABLES in force: planning costs more than a launch."""
+_PLANS: dict = {}
+
+
+def _make_plan(M: int, N: int, K: int, dtype: torch.dtype, precision: str, device: torch.device) -> GemmPlan:
     if precision == "ieee" and dtype == torch.float32:
-        return _bucket_plan("ieee", M, N, K, dtype, precision, sms)
-    plans = [_bucket_plan(bucket, M, N, K, dtype, precision, sms) for bucket in TENSOR_CORE_BUCKETS]
+        return _bucket_plan("ieee", M, N, K, dtype, precision, device)
+    plans = [_bucket_plan(bucket, M, N, K, dtype, precision, device) for bucket in TENSOR_CORE_BUCKETS]
+    sms = _sm_count(device)
     return max(plans, key=lambda p: _expected_rate(p, M, N, sms))   # the first (largest) on ties
 
 
@@ -282,44 +306,49 @@ def _check_inputs(a: torch.Tensor, b: torch.Tensor) -> None:
 
 def _rows_aligned(t: torch.Tensor) -> bool:
     """Whether t's contiguous direction starts on a 16-byte boundary at every row (or column)."""
-    e = t.element_size()
+    rows_step, cols_step = t.stride()
+    align = 16 // t.element_size()
     if t.data_ptr() % 16:
         return False
-    return (t.stride(1) == 1 and t.stride(0) * e % 16 == 0) or (t.stride(0) == 1 and t.stride(1) * e % 16 == 0)
+    return (cols_step == 1 and rows_step % align == 0) or (rows_step == 1 and cols_step % align == 0)
 
 
 def _padded(t: torch.Tensor) -> torch.Tensor:
     """A copy of the 2-D t whose rows start on 16-byte boundaries (the padding is never read)."""
     rows, cols = t.shape
     step = 16 // t.element_size()
-    out = torch.empty((rows, triton.cdiv(cols, step) * step), dtype=t.dtype, device=t.device)[:, :cols]
+    out = torch.empty((rows, _cdiv(cols, step) * step), dtype=t.dtype, device=t.device)[:, :cols]
     out.copy_(t)
     return out
 
 
 def run(a: torch.Tensor, b: torch.Tensor, p: GemmPlan) -> torch.Tensor:
-    """C = a @ b with the given plan (kernel_fn's work; benchmarks call it with other plans)."""
-    M, K = a.shape
-    N = b.shape[1]
+    """C = a @ b with the given plan (kernel_fn's work; benchmarks call it with other plans).
+
+    Written for few Python steps per call: at 512 tokens the GPU work takes about as long as
+    the host's, so every microsecond here shows in a model's step time.
+    """
+    (M, K), N = a.shape, b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    if c.numel() == 0:
+    if M == 0 or N == 0:
         return c
     if TUNABLES["pad_unaligned"]:
-        a = a if N < PAD_MIN_REUSE or _rows_aligned(a) else _padded(a)
-        b = b if M < PAD_MIN_REUSE or _rows_aligned(b) else _padded(b)
-    stage_bytes = (p.block_m + p.block_n) * p.block_k * a.element_size()
-    stages = _stages_that_fit(p.stages, stage_bytes, a.device)
-    k_per_split = _k_per_split(K, p.block_k, p.split_k)
-    out = c if p.split_k == 1 else torch.empty((p.split_k, M, N), dtype=torch.float32, device=a.device)
-    out_strides = (0, *c.stride()) if p.split_k == 1 else out.stride()
-    grid = (triton.cdiv(M, p.block_m) * triton.cdiv(N, p.block_n), p.split_k)
-    _matmul_kernel[grid](a, b, out, M, N, K, k_per_split, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+        if N >= PAD_MIN_REUSE and not _rows_aligned(a):
+            a = _padded(a)
+        if M >= PAD_MIN_REUSE and not _rows_aligned(b):
+            b = _padded(b)
+    if p.split_k == 1:
+        out, out_strides = c, (0, *c.stride())
+    else:
+        out = torch.empty((p.split_k, M, N), dtype=torch.float32, device=a.device)
+        out_strides = out.stride()
+    grid = (_cdiv(M, p.block_m) * _cdiv(N, p.block_n), p.split_k)
+    _matmul_kernel[grid](a, b, out, M, N, K, _k_per_split(K, p.block_k, p.split_k), *a.stride(), *b.stride(),
                          *out_strides, BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k,
                          GROUP_M=TUNABLES["GROUP_M"], EVEN_K=K % p.block_k == 0, PRECISION=p.precision,
-                         UPCAST=a.device.type == "cpu", num_warps=p.warps, num_stages=stages)
+                         UPCAST=not a.is_cuda, num_warps=p.warps, num_stages=p.stages)
     if p.split_k > 1:
-        block = 1024
-        _sum_splits_kernel[(triton.cdiv(M * N, block),)](out, c, M * N, p.split_k, BLOCK=block, num_warps=4)
+        _sum_splits_kernel[(_cdiv(M * N, SUM_BLOCK),)](out, c, M * N, p.split_k, BLOCK=SUM_BLOCK, num_warps=4)
     return c
 
 

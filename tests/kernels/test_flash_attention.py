@@ -85,11 +85,32 @@ def test_tma_is_used_only_where_the_copy_engine_can_describe_the_tensors():
     assert not attention._tma_ready(q.transpose(2, 3), k, v)                     # strided head dim
 
 
+def _count_descriptors(monkeypatch) -> list:
+    made = []
+    original = attention.TensorDescriptor.from_tensor
+    monkeypatch.setattr(attention.TensorDescriptor, "from_tensor",
+                        lambda *args, **kwargs: made.append(1) or original(*args, **kwargs))
+    return made
+
+
+def test_small_calls_take_the_pointer_path_and_big_ones_tma(monkeypatch):
+    made = _count_descriptors(monkeypatch)
+    q, k, v = _qkv(1, 2, 40, 32, dtype=torch.float16)
+    _assert_matches_reference(q, k, v, causal=True)
+    assert made == []                                   # 0.0004 GFLOP: descriptors would cost more than the work
+    monkeypatch.setitem(attention.TUNABLES, "tma_min_gflop", 0)
+    _assert_matches_reference(q, k, v, causal=True)
+    assert len(made) == 4                               # q, k, v and the output
+
+
 @pytest.mark.parametrize("causal", [True, False])
 def test_the_pointer_path_agrees_with_the_tma_path(monkeypatch, causal):
+    monkeypatch.setitem(attention.TUNABLES, "tma_min_gflop", 0)
+    made = _count_descriptors(monkeypatch)
     q, k, v = _qkv(2, 2, 77, 48, dtype=torch.float16, seq_k=90)
     assert attention._tma_ready(q, k, v)
     through_tma = _assert_matches_reference(q, k, v, causal=causal)
+    assert made
     monkeypatch.setattr(attention, "_tma_ready", lambda *tensors: False)
     torch.testing.assert_close(attention.kernel_fn(q, k, v, causal=causal), through_tma, atol=2e-3, rtol=2e-3)
 
@@ -158,6 +179,7 @@ def test_fewer_key_value_heads_than_query_heads(kv_heads, causal):
 
 @pytest.mark.parametrize("tma", [True, False], ids=["TMA", "pointers"])
 def test_grouped_query_attention_through_both_load_paths(monkeypatch, tma):
+    monkeypatch.setitem(attention.TUNABLES, "tma_min_gflop", 0)
     if not tma:
         monkeypatch.setattr(attention, "_tma_ready", lambda *tensors: False)
     _assert_matches_reference(*_qkv(1, 6, 40, 32, dtype=torch.float16, kv_heads=3), causal=True)
