@@ -142,8 +142,13 @@ class Table:
         print(f"{self.environment['device']}, torch {torch.__version__}, triton {triton.__version__}; "
               "us per whole call (warm) and GPU us (L2 flushed); x = PyTorch's call time / ours", flush=True)
 
-    def header(self, title: str) -> None:
+    def start(self, title: str, budget_s: float) -> bool:
+        """Print the shape's header; False (and say so) once the budget is spent."""
+        if time.monotonic() - self.started > budget_s:
+            print(f"\n== {title}: skipped (budget)", flush=True)
+            return False
         print(f"\n== {title}  [{time.monotonic() - self.started:.0f} s]", flush=True)
+        return True
 
     def add(self, record: dict, baseline_us: float | None) -> None:
         record["speedup_vs_pytorch"] = baseline_us / record["call_us"] if baseline_us and record.get("call_us") else None
@@ -220,10 +225,8 @@ def alternative_plans(mm, m, n, k, dtype, chosen) -> list:
 
 def sweep_gemm32(table: Table, mm, shapes: list, budget_s: float) -> None:
     for name, m, n, k in shapes:
-        if time.monotonic() - table.started > budget_s:
-            print(f"\n== {name}: skipped (budget)", flush=True)
+        if not table.start(f"float32 {name}: M={m} N={n} K={k}", budget_s):
             continue
-        table.header(f"float32 {name}: M={m} N={n} K={k}")
         gen = torch.Generator(device=DEVICE).manual_seed(0)
         a = torch.randn((m, k), generator=gen, device=DEVICE)
         b = torch.randn((k, n), generator=gen, device=DEVICE)
@@ -255,10 +258,8 @@ def sweep_gemm32(table: Table, mm, shapes: list, budget_s: float) -> None:
 
 def sweep_gemm16(table: Table, mm, budget_s: float) -> None:
     for name, m, n, k in GEMM16_SHAPES:
-        if time.monotonic() - table.started > budget_s:
-            print(f"\n== {name}: skipped (budget)", flush=True)
+        if not table.start(f"float16 {name}: M={m} N={n} K={k}", budget_s):
             continue
-        table.header(f"float16 {name}: M={m} N={n} K={k}")
         gen = torch.Generator(device=DEVICE).manual_seed(0)
         a = torch.randn((m, k), generator=gen, device=DEVICE).half()
         b = (torch.randn((k, n), generator=gen, device=DEVICE) / math.sqrt(k)).half()
@@ -304,10 +305,8 @@ def attention_record(table, label, shape, fn, expected, baseline, note=""):
 def sweep_attention(table: Table, fa, budget_s: float) -> None:
     kt = registry.FLASH_ATTENTION
     for name, shape in ATTENTION_SHAPES:
-        if time.monotonic() - table.started > budget_s:
-            print(f"\n== {name}: skipped (budget)", flush=True)
+        if not table.start(f"attention float16 {name}", budget_s):
             continue
-        table.header(f"attention float16 {name}")
         inputs = kt.inputs(shape, torch.float16, seed=0, device=DEVICE)
         q, k, v, causal = inputs["q"], inputs["k"], inputs["v"], inputs["causal"]
         expected = reference.flash_attention(q.float(), k.float(), v.float(), causal=causal)
