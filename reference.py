@@ -36,7 +36,14 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.T
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     sm_scale: float | None = None) -> torch.Tensor:
-    """Scaled dot-product attention over (B, H, S, D) tensors; sm_scale defaults to 1/sqrt(D)."""
+    """Scaled dot-product attention: q (B, H, S, D), k and v (B, KV, S_k, D); sm_scale defaults to 1/sqrt(D).
+
+    With KV < H (grouped-query, or multi-query when KV = 1), KV divides H and query head h attends
+    with key/value head h // (H / KV), as scaled_dot_product_attention(..., enable_gqa=True) does.
+    """
+    if k.shape[-3] != q.shape[-3]:
+        group = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(q.shape[-1])
     scores = (q @ k.transpose(-2, -1)) * scale
     if causal:

@@ -51,6 +51,11 @@ class KernelType:
     flops: Callable[[Shape], float]
     description: str
     tolerance_scale: float = 1.0     # multiplies the per-dtype tolerances, for types that need slack
+    # Extra absolute error each output element may carry beyond the dtype's tolerance, for a type
+    # whose PyTorch result itself carries more under a global setting (matmul under TF32):
+    # error_allowance(inputs, oracle, dtype) -> a tensor shaped like the output, or None for none.
+    # The judge calls it before the kernel runs, so the setting it reads is the caller's.
+    error_allowance: Callable[[Inputs, torch.Tensor, torch.dtype], torch.Tensor | None] | None = None
 
     def inputs(self, shape: Shape, dtype: torch.dtype, seed: int, device: str) -> Inputs:
         """Fresh random inputs for one call, reproducible from the seed."""
@@ -110,20 +115,67 @@ def _matmul_high_dynamic_range(s, dtype, gen, device):
     return {"a": a, "b": b}
 
 
+def pytorch_fp32_matmul_uses_tf32() -> bool:
+    """Whether PyTorch's float32 matmuls may use TF32 now: torch.get_float32_matmul_precision() is
+    "high" or "medium". Torch 2.9+ raises there once the per-backend API was used; then ask that."""
+    try:
+        return torch.get_float32_matmul_precision() != "highest"
+    except RuntimeError:
+        setting = torch.backends.cuda.matmul.fp32_precision
+        return (torch.backends.fp32_precision if setting == "none" else setting) == "tf32"
+
+
+# TF32 keeps 10 of float32's 23 mantissa bits: an operand changes by a factor (1 + d) with
+# -2^-10 < d <= 0 when the tensor cores drop the low bits, |d| <= 2^-11 when it is rounded.
+TF32_UNIT = 2.0 ** -10
+# The probability, per output element, that TF32's error exceeds the allowance (so a correct
+# kernel fails): small enough for every judge run there will ever be.
+TF32_FALSE_FAILURE = 1e-15
+
+
+def tf32_matmul_allowance(inputs: Inputs, oracle: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """The error PyTorch's own float32 a @ b carries under TF32, per output element; None without TF32.
+
+    Term k of C_ij = sum_k a_ik b_kj becomes a_ik b_kj (1 + d_a)(1 + d_b). Model the cuts d as
+    independent and uniform over their range (width U = 2^-10, as rounding errors of random data
+    are). Then:
+    - their means add up to at most U |C_ij| (truncation's bias; zero when rounded);
+    - around the means, a_ik b_kj (d_a + d_b) are independent symmetric uniforms, which are
+      strictly sub-Gaussian: the sum exceeds z * sigma with probability at most 2 exp(-z^2 / 2),
+      where sigma^2 = (U^2 / 6) sum_k a_ik^2 b_kj^2 and z = sqrt(2 ln(2 / p));
+    - the d_a d_b terms add at most U^2 sum_k |a_ik b_kj| <= U^2 sqrt(K) sqrt(sum_k a_ik^2 b_kj^2).
+    So the allowance is U |C_ij| + (z U / sqrt(6) + U^2 sqrt(K)) sqrt(sum_k a_ik^2 b_kj^2): it grows
+    as sqrt(K) times the operands' magnitudes, about 0.4% of the output's RMS for Gaussian inputs,
+    and it stays near the typical error of bfloat16 operands (eight times coarser), so most of a
+    bfloat16 product still fails. Float32 accumulation error is the dtype tolerance's part, as
+    without TF32.
+    """
+    if dtype != torch.float32 or not pytorch_fp32_matmul_uses_tf32():
+        return None
+    a, b = inputs["a"].double(), inputs["b"].double()
+    spread = (a.square() @ b.square()).sqrt()
+    z = math.sqrt(2 * math.log(2 / TF32_FALSE_FAILURE))
+    unit = TF32_UNIT
+    return unit * oracle.double().abs() + (z * unit / math.sqrt(6) + unit ** 2 * math.sqrt(a.shape[1])) * spread
+
+
 MATMUL = KernelType(
     name="matmul",
     description="C = A @ B, A (M, K), B (K, N)",
     reference=reference.matmul,
     make_inputs=_matmul_inputs,
     smoke_shape={"M": 64, "N": 64, "K": 64},
+    # Big squares, the small-M model shapes (512 tokens), split-K (K much larger than M and N),
+    # a tall-skinny output and an irregular one with unaligned rows.
     sweep=[{"M": m, "N": n, "K": k} for m, n, k in [
-        (256, 256, 256), (512, 1024, 768), (1024, 1024, 1024), (2048, 2048, 2048), (128, 4096, 4096),
-        (4096, 4096, 128), (4096, 11008, 4096), (3072, 768, 3072), (4096, 4096, 4096)]],
+        (256, 256, 256), (512, 1024, 768), (512, 2048, 5632), (128, 4096, 4096), (4096, 4096, 128),
+        (4096, 11008, 4096), (2053, 5921, 2949), (256, 256, 131072), (32768, 32, 4096), (4096, 4096, 4096)]],
     cpu_sweep=[{"M": m, "N": n, "K": k} for m, n, k in [
         (16, 16, 16), (32, 64, 32), (64, 32, 128), (128, 128, 64), (48, 80, 96), (96, 64, 160),
-        (64, 128, 256), (128, 64, 32)]],
+        (256, 16, 64), (64, 128, 256), (16, 32, 2048)]],
     edge_shapes=[{"M": m, "N": n, "K": k} for m, n, k in [
-        (1023, 1537, 4097), (4097, 1023, 1537), (1, 4096, 4096), (4096, 1, 1023), (1537, 1537, 1)]],
+        (1023, 1537, 4097), (4097, 1023, 1537), (1, 4096, 4096), (7, 1023, 16385), (4096, 1, 1023),
+        (1537, 1537, 1)]],
     cpu_edge_shapes=[{"M": m, "N": n, "K": k} for m, n, k in [
         (1023, 8, 16), (9, 1537, 16), (5, 7, 4097), (1, 33, 64), (33, 1, 17), (17, 19, 1)]],
     timing_shape={"M": 4096, "N": 4096, "K": 4096},
@@ -131,6 +183,7 @@ MATMUL = KernelType(
                              "row and column scales from 0.01 to 10")],
     bytes_moved=lambda s, e: (s["M"] * s["K"] + s["K"] * s["N"] + s["M"] * s["N"]) * e,
     flops=lambda s: 2.0 * s["M"] * s["N"] * s["K"],
+    error_allowance=tf32_matmul_allowance,
 )
 
 
@@ -261,12 +314,18 @@ RMSNORM = KernelType(
 
 
 # --------------------------------------------------------------------------- flash attention
+def _kv_heads(s) -> int:
+    """Key/value heads: "KV" for grouped- or multi-query attention (dividing H), else H."""
+    return int(s.get("KV", s["H"]))
+
+
 def _attention_inputs(s, dtype, gen, device, qk_scale=1.0):
-    size = (s["B"], s["H"], s["S"], s["D"])
+    queries = (s["B"], s["H"], s["S"], s["D"])
+    keys = (s["B"], _kv_heads(s), s["S"], s["D"])
     return {
-        "q": _randn(size, dtype, gen, device, scale=qk_scale),
-        "k": _randn(size, dtype, gen, device, scale=qk_scale),
-        "v": _randn(size, dtype, gen, device),
+        "q": _randn(queries, dtype, gen, device, scale=qk_scale),
+        "k": _randn(keys, dtype, gen, device, scale=qk_scale),
+        "v": _randn(keys, dtype, gen, device),
         "causal": bool(s.get("causal", 0)),
         "sm_scale": float(s["sm_scale"]) if "sm_scale" in s else None,
     }
@@ -277,29 +336,39 @@ def _attention_flops(s):
     return full / 2 if s.get("causal", 0) else full
 
 
+def _attention_shapes(rows) -> list[Shape]:
+    """(B, H, KV, S, D, causal) rows as shapes; KV is left out where it equals H."""
+    return [{"B": b, "H": h, **({"KV": kv} if kv != h else {}), "S": sq, "D": d, "causal": c}
+            for b, h, kv, sq, d, c in rows]
+
+
 FLASH_ATTENTION = KernelType(
     name="flash_attention",
-    description="softmax(Q K^T * sm_scale) V over (B, H, S, D), causal or not",
+    description="softmax(Q K^T * sm_scale) V over (B, H, S, D) queries and (B, KV, S, D) keys and values "
+                "(KV dividing H: grouped- or multi-query), causal or not",
     reference=reference.flash_attention,
     make_inputs=_attention_inputs,
     smoke_shape={"B": 1, "H": 2, "S": 64, "D": 64, "causal": 0},
-    sweep=[{"B": b, "H": h, "S": sq, "D": d, "causal": c} for b, h, sq, d, c in [
-        (1, 8, 128, 64, 0), (2, 8, 512, 64, 1), (4, 16, 1024, 64, 0), (2, 16, 1024, 128, 1),
-        (1, 12, 2048, 64, 1), (8, 16, 512, 128, 0), (1, 8, 4096, 128, 1), (4, 32, 2048, 128, 0),
-        (4, 32, 2048, 128, 1)]] + [{"B": 2, "H": 8, "S": 1024, "D": 64, "causal": 1, "sm_scale": 0.25}],
-    cpu_sweep=[{"B": b, "H": h, "S": sq, "D": d, "causal": c} for b, h, sq, d, c in [
-        (1, 1, 16, 16, 0), (1, 2, 32, 32, 1), (2, 2, 64, 32, 0), (1, 2, 64, 64, 1), (1, 1, 128, 16, 1),
-        (2, 1, 48, 32, 0), (1, 1, 80, 64, 1)]] + [{"B": 1, "H": 2, "S": 64, "D": 32, "causal": 0, "sm_scale": 0.25}],
-    edge_shapes=[{"B": b, "H": h, "S": sq, "D": d, "causal": c} for b, h, sq, d, c in [
-        (1, 4, 1023, 64, 1), (1, 2, 4097, 64, 0), (2, 3, 1537, 128, 1), (1, 1, 1, 64, 0), (3, 1, 1, 128, 1)]],
-    cpu_edge_shapes=[{"B": b, "H": h, "S": sq, "D": d, "causal": c} for b, h, sq, d, c in [
-        (1, 1, 1023, 16, 1), (1, 1, 1537, 16, 0), (1, 1, 4097, 8, 1), (1, 3, 33, 32, 1), (1, 1, 1, 16, 0),
-        (2, 1, 1, 32, 1)]],
+    sweep=_attention_shapes([
+        (1, 8, 8, 128, 64, 0), (2, 8, 8, 512, 64, 1), (1, 12, 12, 512, 64, 0), (2, 16, 16, 1024, 128, 1),
+        (4, 16, 4, 1024, 128, 1), (2, 16, 1, 1024, 128, 0), (1, 8, 8, 1024, 256, 1), (8, 16, 16, 512, 128, 0),
+        (4, 32, 32, 2048, 128, 1)]) + [{"B": 2, "H": 8, "S": 1024, "D": 64, "causal": 1, "sm_scale": 0.25}],
+    cpu_sweep=_attention_shapes([
+        (1, 1, 1, 16, 16, 0), (1, 2, 2, 32, 32, 1), (2, 2, 2, 64, 32, 0), (1, 2, 2, 64, 64, 1),
+        (1, 1, 1, 128, 16, 1), (1, 4, 2, 48, 32, 1), (2, 3, 1, 40, 16, 0), (1, 2, 1, 24, 256, 1),
+        (1, 1, 1, 80, 64, 1)]) + [{"B": 1, "H": 2, "S": 64, "D": 32, "causal": 0, "sm_scale": 0.25}],
+    edge_shapes=_attention_shapes([
+        (1, 4, 4, 1023, 64, 1), (1, 2, 2, 4097, 64, 0), (2, 3, 3, 1537, 128, 1), (1, 6, 2, 1023, 96, 1),
+        (1, 4, 1, 1537, 192, 0), (1, 1, 1, 1, 64, 0), (3, 1, 1, 1, 128, 1)]),
+    cpu_edge_shapes=_attention_shapes([
+        (1, 1, 1, 1023, 16, 1), (1, 1, 1, 1537, 16, 0), (1, 1, 1, 4097, 8, 1), (1, 3, 3, 33, 32, 1),
+        (1, 4, 2, 33, 24, 1), (1, 1, 1, 1, 16, 0), (2, 2, 1, 1, 32, 1)]),
     timing_shape={"B": 4, "H": 32, "S": 2048, "D": 128, "causal": 1},
     adversarial=[Adversarial("large scores", {"B": 1, "H": 2, "S": 256, "D": 64, "causal": 1},
                              lambda s, d, g, dev: _attention_inputs(s, d, g, dev, qk_scale=8.0),
                              "q and k scaled by 8: row maxima near 200, exp overflows without max subtraction")],
-    bytes_moved=lambda s, e: 4.0 * s["B"] * s["H"] * s["S"] * s["D"] * e,
+    # q read and the output written (H heads), k and v read once (KV heads).
+    bytes_moved=lambda s, e: (2.0 * s["H"] + 2.0 * _kv_heads(s)) * s["B"] * s["S"] * s["D"] * e,
     flops=_attention_flops,
 )
 

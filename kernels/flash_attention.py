@@ -8,10 +8,18 @@ has to be: blocks entirely below the causal diagonal and inside the sequence run
 blocks that straddle the diagonal or the sequence end run masked, and causal blocks entirely above
 the diagonal are never loaded.
 
-On Hopper, when q, k, v and the output have a unit last stride and 16-byte-aligned strides, the
+Grouped-query and multi-query attention: k and v may have fewer heads than q (KV dividing H);
+query head h reads key/value head h // (H / KV), as torch's scaled_dot_product_attention with
+enable_gqa does. Heads of one group run next to each other, so their K and V stay in L2.
+Head dims up to MAX_HEAD_DIM (256); D above 128 takes the "WIDE" blocks, whose 256-wide q and
+accumulator tiles leave room for fewer rows. Larger D is refused at once with a ValueError.
+
+On Hopper, for calls of at least `tma_min_gflop` of work, and when q, k, v and the output have a unit last stride and 16-byte-aligned strides, the
 tiles move by TMA (tensor descriptors), which frees the registers pointer arithmetic takes: on the
 H200 at B4 H32 S2048 D128 causal, 396 vs 382 TFLOP/s (fp16) and 419 vs 388 (bf16) at the same
-blocks (benchmarks/notes/compute_bound.md). Other layouts take the pointer path.
+blocks (benchmarks/notes/compute_bound.md). Other layouts take the pointer path, and so do small
+calls: building the four descriptors costs about 15 us of host time, more than the GPU work of a
+512-token call.
 """
 
 import functools
@@ -25,20 +33,31 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 KERNEL_TYPE = "flash_attention"
 
 # Tunable parameters: the built-in search agent edits this dict and nothing else.
-# The big-block config is used from `large_min_seq` queries up, the small one below.
+# One line per shape bucket: the big blocks from `large_min_seq` queries up, the small ones below,
+# and the wide ones for head dims above 128 at any length.
 TUNABLES = {
     "BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3,
     "SMALL_BLOCK_M": 32, "SMALL_BLOCK_N": 32, "small_num_warps": 4, "small_num_stages": 2,
-    "large_min_seq": 256,
+    "WIDE_BLOCK_M": 64, "WIDE_BLOCK_N": 64, "wide_num_warps": 8, "wide_num_stages": 2,
+    "large_min_seq": 256, "tma_min_gflop": 4,
 }
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {
     "BLOCK_M": [64, 128, 256], "BLOCK_N": [32, 64, 128], "num_warps": [4, 8], "num_stages": [2, 3, 4, 5],
     "SMALL_BLOCK_M": [16, 32, 64], "SMALL_BLOCK_N": [16, 32, 64], "small_num_warps": [2, 4],
-    "small_num_stages": [1, 2, 3], "large_min_seq": [64, 128, 256, 512, 1024],
+    "small_num_stages": [1, 2, 3],
+    "WIDE_BLOCK_M": [16, 32, 64, 128], "WIDE_BLOCK_N": [16, 32, 64], "wide_num_warps": [4, 8],
+    "wide_num_stages": [1, 2, 3],
+    "large_min_seq": [64, 128, 256, 512, 1024], "tma_min_gflop": [0, 1, 4, 16, 64],
 }
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# The largest head dim the kernel takes. Above it a (BLOCK_M x D) query tile and accumulator no
+# longer fit in registers, and the compile would take minutes to produce a spilling kernel:
+# kernel_fn refuses such calls at once, and a router should leave them to PyTorch.
+MAX_HEAD_DIM = 256
+# Head dims above this take the WIDE blocks.
+WIDE_HEAD_DIM = 128
 LOG2_E = 1.4426950408889634
 
 
@@ -118,9 +137,10 @@ def _attend_key_blocks_tma(acc, row_sum, row_max, q, desc_k, desc_v, batch, head
 
 
 @triton.jit
-def _query_block(H, seq_q, seq_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
-    """This program's (batch, head, first query) and the key ranges it visits: [0, unmasked_stop)
-    is seen in full by every query row of the block, [unmasked_stop, key_stop) needs the mask."""
+def _query_block(H, group, seq_q, seq_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """This program's (batch, query head, key/value head, first query) and the key ranges it
+    visits: [0, unmasked_stop) is seen in full by every query row of the block, [unmasked_stop,
+    key_stop) needs the mask. `group` query heads share one key/value head."""
     # Causal query blocks near the end do the most work: launch them first so the last wave is short.
     if CAUSAL:
         block_m = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -136,21 +156,22 @@ def _query_block(H, seq_q, seq_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, 
         unmasked_stop = seq_k
         key_stop = seq_k
     unmasked_stop = tl.maximum(unmasked_stop, 0) // BLOCK_N * BLOCK_N
-    return tl.program_id(1) // H, tl.program_id(1) % H, first_query, causal_shift, unmasked_stop, key_stop
+    head = tl.program_id(1) % H
+    return tl.program_id(1) // H, head, head // group, first_query, causal_shift, unmasked_stop, key_stop
 
 
 @triton.jit
-def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, seq_q, seq_k, qk_scale,
+def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, group, seq_q, seq_k, qk_scale,
                             stride_qb, stride_qh, stride_qs, stride_qd, stride_kb, stride_kh, stride_ks, stride_kd,
                             stride_vb, stride_vh, stride_vs, stride_vd, stride_ob, stride_oh, stride_os, stride_od,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                             BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
-    batch, head, first_query, causal_shift, unmasked_stop, key_stop = _query_block(H, seq_q, seq_k, BLOCK_M,
-                                                                                   BLOCK_N, CAUSAL)
+    batch, head, kv_head, first_query, causal_shift, unmasked_stop, key_stop = _query_block(
+        H, group, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
     # int64 offsets: B * H * S * D may pass 2^31.
     q_head = q_ptr + batch.to(tl.int64) * stride_qb + head.to(tl.int64) * stride_qh
-    k_head = k_ptr + batch.to(tl.int64) * stride_kb + head.to(tl.int64) * stride_kh
-    v_head = v_ptr + batch.to(tl.int64) * stride_vb + head.to(tl.int64) * stride_vh
+    k_head = k_ptr + batch.to(tl.int64) * stride_kb + kv_head.to(tl.int64) * stride_kh
+    v_head = v_ptr + batch.to(tl.int64) * stride_vb + kv_head.to(tl.int64) * stride_vh
     o_head = o_ptr + batch.to(tl.int64) * stride_ob + head.to(tl.int64) * stride_oh
     queries = first_query + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
@@ -175,13 +196,13 @@ def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, seq_q, seq_k, qk_scal
 
 
 @triton.jit
-def _flash_attention_tma_kernel(desc_q, desc_k, desc_v, desc_o, H, seq_q, seq_k, qk_scale,
+def _flash_attention_tma_kernel(desc_q, desc_k, desc_v, desc_o, H, group, seq_q, seq_k, qk_scale,
                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                                 CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
     """The same attention with every tile copied by TMA: (B, H, S, D) descriptors, so any batch and
     head strides work, and rows past S or columns past D arrive as zeros and are clipped on store."""
-    batch, head, first_query, causal_shift, unmasked_stop, key_stop = _query_block(H, seq_q, seq_k, BLOCK_M,
-                                                                                   BLOCK_N, CAUSAL)
+    batch, head, kv_head, first_query, causal_shift, unmasked_stop, key_stop = _query_block(
+        H, group, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
     queries = first_query + tl.arange(0, BLOCK_M)
     q = desc_q.load([batch, head, first_query, 0]).reshape(BLOCK_M, BLOCK_D)
     if UPCAST:
@@ -190,10 +211,10 @@ def _flash_attention_tma_kernel(desc_q, desc_k, desc_v, desc_o, H, seq_q, seq_k,
     row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
     row_max = tl.full((BLOCK_M,), -float("inf"), dtype=tl.float32)
     acc, row_sum, row_max = _attend_key_blocks_tma(
-        acc, row_sum, row_max, q, desc_k, desc_v, batch, head, queries, 0, unmasked_stop, seq_k, causal_shift,
+        acc, row_sum, row_max, q, desc_k, desc_v, batch, kv_head, queries, 0, unmasked_stop, seq_k, causal_shift,
         qk_scale, BLOCK_N, BLOCK_D, False, CAUSAL, UPCAST)
     acc, row_sum, row_max = _attend_key_blocks_tma(
-        acc, row_sum, row_max, q, desc_k, desc_v, batch, head, queries, unmasked_stop, key_stop, seq_k,
+        acc, row_sum, row_max, q, desc_k, desc_v, batch, kv_head, queries, unmasked_stop, key_stop, seq_k,
         causal_shift, qk_scale, BLOCK_N, BLOCK_D, True, CAUSAL, UPCAST)
     out = acc / row_sum[:, None]
     desc_o.store([batch, head, first_query, 0], out.to(desc_o.dtype).reshape(1, 1, BLOCK_M, BLOCK_D))
@@ -216,12 +237,20 @@ def _tma_ready(*tensors: torch.Tensor) -> bool:
     for t in tensors:
         if t.stride(-1) != 1 or t.data_ptr() % 16 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
             return False
-    return tensors[0].device.type == "cpu" or torch.cuda.get_device_capability(tensors[0].device)[0] >= 9
+    return not tensors[0].is_cuda or _capability(tensors[0].device.index)[0] >= 9
 
 
-def _block_config(seq_q: int) -> dict:
-    """The big-block config from `large_min_seq` queries up, else the small one."""
+@functools.lru_cache(maxsize=None)
+def _capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
+
+
+def _block_config(seq_q: int, head_dim: int = 64) -> dict:
+    """The wide blocks above WIDE_HEAD_DIM, else the big ones from `large_min_seq` queries up, else the small ones."""
     t = TUNABLES
+    if head_dim > WIDE_HEAD_DIM:
+        return {"BLOCK_M": t["WIDE_BLOCK_M"], "BLOCK_N": t["WIDE_BLOCK_N"], "num_warps": t["wide_num_warps"],
+                "num_stages": t["wide_num_stages"]}
     if seq_q >= t["large_min_seq"]:
         return {"BLOCK_M": t["BLOCK_M"], "BLOCK_N": t["BLOCK_N"], "num_warps": t["num_warps"],
                 "num_stages": t["num_stages"]}
@@ -233,9 +262,15 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"flash_attention: expected (B, H, S, D) tensors, got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
         raise ValueError(f"flash_attention: q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} must share "
-                         "B, H and D, and k and v must have the same shape")
+                         "B and D, and k and v must have the same shape")
+    if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
+        raise ValueError(f"flash_attention: q's {q.shape[1]} heads must be a multiple of k and v's {k.shape[1]} "
+                         "(grouped-query attention)")
+    if q.shape[3] > MAX_HEAD_DIM:
+        raise ValueError(f"flash_attention: head dim D={q.shape[3]} is above this kernel's MAX_HEAD_DIM = "
+                         f"{MAX_HEAD_DIM}; leave such attention to PyTorch")
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"flash_attention: q, k and v must share one dtype of {SUPPORTED_DTYPES}, "
                         f"got {q.dtype}, {k.dtype}, {v.dtype}")
@@ -247,7 +282,7 @@ def kernel_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
               sm_scale: float | None = None) -> torch.Tensor:
     _check_inputs(q, k, v)
     batch, heads, seq_q, head_dim = q.shape
-    seq_k = k.shape[2]
+    kv_heads, seq_k = k.shape[1], k.shape[2]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if out.numel() == 0:
         return out
@@ -256,22 +291,24 @@ def kernel_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(head_dim)
     if not scale > 0:
         raise ValueError(f"flash_attention: sm_scale must be positive, got {sm_scale}")
-    config = _block_config(seq_q)
-    # tl.dot needs every tile side to be at least 16.
-    block_d = max(16, triton.next_power_of_2(head_dim))
+    config = _block_config(seq_q, head_dim)
+    # tl.dot needs every tile side to be at least 16 (a power of two; shifts cost less than triton's helper).
+    block_d = max(16, 1 << (head_dim - 1).bit_length())
     stage_bytes = 2 * config["BLOCK_N"] * block_d * q.element_size()
     num_stages = _stages_that_fit(config["num_stages"], stage_bytes, config["BLOCK_M"] * block_d * q.element_size(),
                                   q.device)
-    grid = (triton.cdiv(seq_q, config["BLOCK_M"]), batch * heads)
+    grid = (-(-seq_q // config["BLOCK_M"]), batch * heads)
     common = dict(BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_D=block_d, CAUSAL=bool(causal),
-                  UPCAST=q.device.type == "cpu", num_warps=config["num_warps"], num_stages=num_stages)
-    if _tma_ready(q, k, v, out):
+                  UPCAST=not q.is_cuda, num_warps=config["num_warps"], num_stages=num_stages)
+    work = 4.0 * batch * heads * seq_q * seq_k * head_dim
+    if work >= TUNABLES["tma_min_gflop"] * 1e9 and _tma_ready(q, k, v, out):
         descriptors = [TensorDescriptor.from_tensor(t, [1, 1, rows, block_d])
                        for t, rows in ((q, config["BLOCK_M"]), (k, config["BLOCK_N"]), (v, config["BLOCK_N"]),
                                        (out, config["BLOCK_M"]))]
-        _flash_attention_tma_kernel[grid](*descriptors, heads, seq_q, seq_k, scale * LOG2_E, **common)
+        _flash_attention_tma_kernel[grid](*descriptors, heads, heads // kv_heads, seq_q, seq_k, scale * LOG2_E,
+                                          **common)
     else:
-        _flash_attention_kernel[grid](q, k, v, out, heads, seq_q, seq_k, scale * LOG2_E,
+        _flash_attention_kernel[grid](q, k, v, out, heads, heads // kv_heads, seq_q, seq_k, scale * LOG2_E,
                                       *q.stride(), *k.stride(), *v.stride(), *out.stride(), HEAD_DIM=head_dim,
                                       **common)
     return out

@@ -1,4 +1,5 @@
-"""The flash attention starter beyond what the judge checks: masking, scales, strides, TMA and pointer paths, block configs."""
+"""The flash attention starter beyond what the judge checks: masking, scales, strides, grouped queries, wide
+heads, TMA and pointer paths, block configs."""
 
 import os
 
@@ -6,6 +7,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton.jit runs: CPU te
 
 import math
 import random
+import time
 
 import pytest
 import torch
@@ -18,11 +20,11 @@ from bench import load_kernel
 attention, _ = load_kernel(starter_path("flash_attention"))
 
 
-def _qkv(batch, heads, seq, head_dim, dtype=torch.float32, seq_k=None, seed=0):
+def _qkv(batch, heads, seq, head_dim, dtype=torch.float32, seq_k=None, seed=0, kv_heads=None):
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn((batch, heads, seq, head_dim), generator=gen).to(dtype)
-    k = torch.randn((batch, heads, seq_k or seq, head_dim), generator=gen).to(dtype)
-    v = torch.randn((batch, heads, seq_k or seq, head_dim), generator=gen).to(dtype)
+    k = torch.randn((batch, kv_heads or heads, seq_k or seq, head_dim), generator=gen).to(dtype)
+    v = torch.randn((batch, kv_heads or heads, seq_k or seq, head_dim), generator=gen).to(dtype)
     return q, k, v
 
 
@@ -83,11 +85,32 @@ def test_tma_is_used_only_where_the_copy_engine_can_describe_the_tensors():
     assert not attention._tma_ready(q.transpose(2, 3), k, v)                     # strided head dim
 
 
+def _count_descriptors(monkeypatch) -> list:
+    made = []
+    original = attention.TensorDescriptor.from_tensor
+    monkeypatch.setattr(attention.TensorDescriptor, "from_tensor",
+                        lambda *args, **kwargs: made.append(1) or original(*args, **kwargs))
+    return made
+
+
+def test_small_calls_take_the_pointer_path_and_big_ones_tma(monkeypatch):
+    made = _count_descriptors(monkeypatch)
+    q, k, v = _qkv(1, 2, 40, 32, dtype=torch.float16)
+    _assert_matches_reference(q, k, v, causal=True)
+    assert made == []                                   # 0.0004 GFLOP: descriptors would cost more than the work
+    monkeypatch.setitem(attention.TUNABLES, "tma_min_gflop", 0)
+    _assert_matches_reference(q, k, v, causal=True)
+    assert len(made) == 4                               # q, k, v and the output
+
+
 @pytest.mark.parametrize("causal", [True, False])
 def test_the_pointer_path_agrees_with_the_tma_path(monkeypatch, causal):
+    monkeypatch.setitem(attention.TUNABLES, "tma_min_gflop", 0)
+    made = _count_descriptors(monkeypatch)
     q, k, v = _qkv(2, 2, 77, 48, dtype=torch.float16, seq_k=90)
     assert attention._tma_ready(q, k, v)
     through_tma = _assert_matches_reference(q, k, v, causal=causal)
+    assert made
     monkeypatch.setattr(attention, "_tma_ready", lambda *tensors: False)
     torch.testing.assert_close(attention.kernel_fn(q, k, v, causal=causal), through_tma, atol=2e-3, rtol=2e-3)
 
@@ -113,8 +136,10 @@ def _combinations():
     rng = random.Random(0)
     smallest = {k: min(v) for k, v in choices.items()}
     return [smallest, {k: max(v) for k, v in choices.items()},
-            {**smallest, "SMALL_BLOCK_M": 16, "SMALL_BLOCK_N": 64, "BLOCK_M": 64, "BLOCK_N": 128},
-            {**smallest, "SMALL_BLOCK_M": 64, "SMALL_BLOCK_N": 16, "BLOCK_M": 256, "BLOCK_N": 32},
+            {**smallest, "SMALL_BLOCK_M": 16, "SMALL_BLOCK_N": 64, "BLOCK_M": 64, "BLOCK_N": 128,
+             "WIDE_BLOCK_M": 16, "WIDE_BLOCK_N": 64},
+            {**smallest, "SMALL_BLOCK_M": 64, "SMALL_BLOCK_N": 16, "BLOCK_M": 256, "BLOCK_N": 32,
+             "WIDE_BLOCK_M": 128, "WIDE_BLOCK_N": 16},
             {k: rng.choice(v) for k, v in choices.items()}]
 
 
@@ -125,6 +150,7 @@ def test_tunable_choices_stay_correct_in_both_configs(monkeypatch, combination):
         monkeypatch.setitem(attention.TUNABLES, key, value)
     q, k, v = _qkv(1, 1, 41, 16)
     _assert_matches_reference(q, k, v, causal=True)
+    _assert_matches_reference(*_qkv(1, 2, 41, 136, kv_heads=1), causal=True)      # the wide blocks
     monkeypatch.setitem(attention.TUNABLES, "large_min_seq", 1)
     _assert_matches_reference(q, k, v, causal=True)
 
@@ -135,10 +161,55 @@ def test_every_tunable_has_choices_that_include_its_current_value():
         assert value in attention.TUNABLE_CHOICES[key], key
 
 
+@pytest.mark.parametrize("kv_heads", [2, 1], ids=["grouped-query", "multi-query"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_fewer_key_value_heads_than_query_heads(kv_heads, causal):
+    q, k, v = _qkv(2, 4, 37, 16, kv_heads=kv_heads, seq_k=45)
+    out = _assert_matches_reference(q, k, v, causal=causal)
+    # Query head h reads key/value head h // (H / KV), as torch's SDPA with enable_gqa does.
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    if not causal:
+        torch.testing.assert_close(out, sdpa, atol=1e-5, rtol=1e-5)
+    group = 4 // kv_heads
+    for head in range(4):
+        alone = attention.kernel_fn(q[:, head:head + 1], k[:, head // group:head // group + 1],
+                                    v[:, head // group:head // group + 1], causal=causal)
+        torch.testing.assert_close(out[:, head:head + 1], alone, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("tma", [True, False], ids=["TMA", "pointers"])
+def test_grouped_query_attention_through_both_load_paths(monkeypatch, tma):
+    monkeypatch.setitem(attention.TUNABLES, "tma_min_gflop", 0)
+    if not tma:
+        monkeypatch.setattr(attention, "_tma_ready", lambda *tensors: False)
+    _assert_matches_reference(*_qkv(1, 6, 40, 32, dtype=torch.float16, kv_heads=3), causal=True)
+
+
+@pytest.mark.parametrize("head_dim", [160, 256])
+def test_head_dims_up_to_256_take_the_wide_blocks(head_dim):
+    assert attention._block_config(4096, head_dim)["BLOCK_M"] == attention.TUNABLES["WIDE_BLOCK_M"]
+    assert attention._block_config(4096, 128)["BLOCK_M"] == attention.TUNABLES["BLOCK_M"]
+    _assert_matches_reference(*_qkv(1, 2, 24, head_dim, dtype=torch.bfloat16, kv_heads=1), causal=True)
+
+
+def test_head_dims_above_the_limit_are_refused_at_once():
+    q, k, v = _qkv(1, 1, 4, attention.MAX_HEAD_DIM + 1)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=f"D={attention.MAX_HEAD_DIM + 1} is above .*MAX_HEAD_DIM = 256"):
+        attention.kernel_fn(q, k, v)
+    assert time.monotonic() - started < 1.0      # no compile, no launch
+    with pytest.raises(ValueError, match="MAX_HEAD_DIM"):
+        attention.kernel_fn(*_qkv(1, 2, 4, 1024))
+
+
 def test_bad_inputs_get_clear_errors():
     q, k, v = _qkv(1, 2, 8, 16)
-    with pytest.raises(ValueError, match="B, H and D"):
-        attention.kernel_fn(q, k[:, :1], v[:, :1])
+    with pytest.raises(ValueError, match="share B and D"):
+        attention.kernel_fn(q, k[..., :8], v[..., :8])
+    with pytest.raises(ValueError, match="multiple of k and v's 3"):
+        attention.kernel_fn(*_qkv(1, 4, 8, 16, kv_heads=3))
+    with pytest.raises(ValueError, match="same shape"):
+        attention.kernel_fn(q, k, v[:, :1])
     with pytest.raises(TypeError, match="share one dtype"):
         attention.kernel_fn(q, k.half(), v)
     with pytest.raises(ValueError, match=r"\(B, H, S, D\)"):
