@@ -14,12 +14,14 @@ enable_gqa does. Heads of one group run next to each other, so their K and V sta
 Head dims up to MAX_HEAD_DIM (256); D above 128 takes the "WIDE" blocks, whose 256-wide q and
 accumulator tiles leave room for fewer rows. Larger D is refused at once with a ValueError.
 
-On Hopper, for calls of at least `tma_min_gflop` of work, and when q, k, v and the output have a unit last stride and 16-byte-aligned strides, the
-tiles move by TMA (tensor descriptors), which frees the registers pointer arithmetic takes: on the
-H200 at B4 H32 S2048 D128 causal, 396 vs 382 TFLOP/s (fp16) and 419 vs 388 (bf16) at the same
-blocks (benchmarks/notes/compute_bound.md). Other layouts take the pointer path, and so do small
-calls: building the four descriptors costs about 15 us of host time, more than the GPU work of a
-512-token call.
+On Hopper, for calls of at least `tma_min_gflop` of work, and when q, k, v and the output have a
+unit last stride and 16-byte-aligned strides, the tiles move by TMA (tensor descriptors), which
+frees the registers pointer arithmetic takes: on the H200 at B4 H32 S2048 D128 causal (69 GFLOP),
+396 vs 382 TFLOP/s (fp16) and 419 vs 388 (bf16) at the same blocks
+(benchmarks/notes/compute_bound.md). At model shapes the pointer path was faster on an H100: at
+B4 H16 S1024 D128 causal (17 GFLOP) 63.5 against 90.8 us, 1.56x SDPA's flash backend where the TMA
+path was 0.86x (benchmarks/notes/model_shapes.md); hence the 64-GFLOP threshold. Small calls take
+the pointer path anyway: building the four descriptors costs about 15 us of host time.
 """
 
 import functools
@@ -39,7 +41,7 @@ TUNABLES = {
     "BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3,
     "SMALL_BLOCK_M": 32, "SMALL_BLOCK_N": 32, "small_num_warps": 4, "small_num_stages": 2,
     "WIDE_BLOCK_M": 64, "WIDE_BLOCK_N": 64, "wide_num_warps": 8, "wide_num_stages": 2,
-    "large_min_seq": 256, "tma_min_gflop": 4,
+    "large_min_seq": 256, "tma_min_gflop": 64,
 }
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {
