@@ -235,8 +235,7 @@ def _fused_kind(module: nn.Module, ops: set[str]) -> _FusedModule | None:
 def _norm_kind(module: nn.Module, ops: set[str]) -> str | None:
     params = dict(module.named_parameters(recurse=False))
     weight = params.get("weight")
-    if (weight is None or weight.dim() != 1 or set(params) - {"weight", "bias"} or any(module.children())
-            or ops & _MATMUL_OPS):
+    if (weight is None or set(params) - {"weight", "bias"} or any(module.children()) or ops & _MATMUL_OPS):
         return None
     class_name = type(module).__name__.lower()
     if "rmsnorm" in class_name or ops & _RMSNORM_OPS:
@@ -260,9 +259,9 @@ def _gated_mlp_dims(module: nn.Module) -> tuple[int, int] | None:
 
 
 # --------------------------------------------------------------------------- shapes
-def _rows(shape) -> dict:
-    """(..., N) -> {"M": product of the leading sizes, "N": N}."""
-    return {"M": math.prod(shape[:-1]), "N": shape[-1]}
+def _rows(shape, trailing: int = 1) -> dict:
+    """(..., N) -> {"M": product of the leading sizes, "N": N}; N is the product of the last `trailing` sizes."""
+    return {"M": math.prod(shape[:-trailing]), "N": math.prod(shape[-trailing:])}
 
 
 def _bhsd(shape) -> dict | None:
@@ -280,7 +279,8 @@ def _module_shape(fused: _FusedModule, input_shape: tuple[int, ...], roots: list
     if fused.kernel_type == "fused_mlp":
         dim, hidden = _gated_mlp_dims(fused.module)
         return {"M": math.prod(input_shape[:-1]), "D": dim, "F": hidden, "act": fused.activation}
-    return _rows(input_shape)
+    # A norm normalizes over as many trailing dims as its weight has (LayerNorm((C, H, W)): three).
+    return _rows(input_shape, fused.module.weight.dim())
 
 
 def _largest_head_tensor(roots: list[RootOp]) -> tuple[int, ...] | None:
@@ -306,10 +306,13 @@ def _op_shape(kernel_type: str, root: RootOp) -> dict | None:
         return None
     if kernel_type == "matmul":
         return _matmul_shape(root.name, shapes)
-    if kernel_type in ("softmax", "layernorm", "rmsnorm"):
+    if kernel_type in ("layernorm", "rmsnorm"):
+        normalized = _argument(root.event, "normalized_shape")
+        return _rows(shapes[0], len(normalized) if isinstance(normalized, (list, tuple)) and normalized else 1)
+    if kernel_type == "softmax":
         return _rows(shapes[0])
     if kernel_type == "flash_attention":
-        return _attention_shape(root.event, shapes[0])
+        return _attention_shape(root.event, shapes[0], shapes[1] if len(shapes) > 1 else None)
     if kernel_type == "cross_entropy":
         # Classes are the last dimension of log_softmax's input and the second of the loss's logits.
         logits = shapes[0]
@@ -332,10 +335,14 @@ def _matmul_shape(op: str, shapes: list[list[int]]) -> dict | None:
     return {"M": math.prod(a[:-1]) * batch, "N": b[-1] if len(b) >= 2 else 1, "K": a[-1]}
 
 
-def _attention_shape(event, query: list[int]) -> dict | None:
+def _attention_shape(event, query: list[int], key: list[int] | None) -> dict | None:
     shape = _bhsd(query)
     if shape is None:
         return None
+    kv_heads = (_bhsd(key) or {}).get("H", shape["H"])
+    if kv_heads != shape["H"] and kv_heads and shape["H"] % kv_heads == 0:
+        # Grouped- or multi-query attention: fewer key/value heads than query heads (the registry's "KV").
+        shape = {"B": shape["B"], "H": shape["H"], "KV": kv_heads, "S": shape["S"], "D": shape["D"]}
     shape["causal"] = int(bool(_argument(event, "is_causal")))
     scale = _argument(event, "scale")
     if isinstance(scale, float) and not math.isclose(scale, 1.0 / math.sqrt(shape["D"]), rel_tol=1e-6):

@@ -214,6 +214,10 @@ class Router:
                 if not self._first_call_matches(route, variant, decision, original, x):
                     continue
                 route.checked = variant
+            elif routed:
+                decision = self._survives_a_launch(decision, (x,), {})
+                if decision.reading is None:
+                    return decision
             self._adopt(decision, route.label, ((x,), {}), original,
                         lambda args, kwargs: self.run_module(route, original, args, kwargs))
             return decision
@@ -222,8 +226,13 @@ class Router:
     def _first_call_matches(self, route: ModuleRoute, variant: routes.ModuleVariant, decision: Decision,
                             original: Callable, x: torch.Tensor) -> bool:
         """Whether the kernel matches the module's own forward on this call; a variant that does not is dropped."""
-        with torch._C.DisableTorchFunction():
-            out = decision.reading.launch(decision.kernel.kernel_fn, x)
+        try:
+            with torch._C.DisableTorchFunction():
+                out = decision.reading.launch(decision.kernel.kernel_fn, x)
+        except Exception as exc:       # a kernel outside its limits (a head dim it does not take)
+            route.candidates.remove(variant)
+            route.rejections.append(f"{variant.label}: {_raised(exc)}")
+            return False
         with self.bypassed():
             expected = original(x)
         error, allowed = output_error(expected, out), tolerance(expected)
@@ -233,6 +242,15 @@ class Router:
         route.rejections.append(f"{variant.label}: differs from the module's own forward by {error:.3g} "
                                 f"(tolerance {allowed:g})")
         return False
+
+    def _survives_a_launch(self, decision: Decision, args: tuple, kwargs: dict) -> Decision:
+        """The decision, or a fallback saying why when its kernel raises on this call (a limit it has)."""
+        try:
+            with torch._C.DisableTorchFunction():
+                decision.reading.launch(decision.kernel.kernel_fn, *args, **kwargs)
+        except Exception as exc:
+            return Decision(decision.kernel, None, why=_raised(exc))
+        return decision
 
     # ------------------------------------------------------------------ function calls
     def run_function(self, func: Callable, args: tuple, kwargs: dict):
@@ -272,6 +290,8 @@ class Router:
         self.resolutions[label] += 1
         kernel_type, reading = routes.read_function_call(func, args, kwargs)
         decision = self.decide(kernel_type, reading, label)
+        if decision.eager or decision.compiled:
+            decision = self._survives_a_launch(decision, args, kwargs)
         if decision.reading is not None:
             self._adopt(decision, label, (args, kwargs), func,
                         lambda args, kwargs: self.run_function(func, args, kwargs))
@@ -372,6 +392,10 @@ class Router:
             "resolutions": dict(self.resolutions),
             "policy": self.policy,
         }
+
+
+def _raised(exc: Exception) -> str:
+    return f"the kernel raised {type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
 
 
 def _routing_mode_on_top() -> bool:

@@ -104,27 +104,36 @@ def _launch_softmax(fn, input, dim=None, dtype=None, _stacklevel=3):
 
 # --------------------------------------------------------------------------- norms
 def _read_norm(kernel_type: str, x, weight, bias, launch: Callable) -> Reading | str:
-    n = x.shape[-1] if x.dim() else 0
-    if weight is None or weight.shape != (n,):
+    # A norm over the last k dims (LayerNorm((C, H, W))) is a norm over one flattened dim of their
+    # product, with the weight and bias flattened the same way.
+    trailing = weight.dim() if isinstance(weight, torch.Tensor) else 1
+    if weight is None or trailing == 0 or x.dim() < trailing or weight.shape != x.shape[x.dim() - trailing:]:
         return "no weight of the normalized size"
-    if kernel_type == "layernorm" and (bias is None or bias.shape != (n,)):
+    if kernel_type == "layernorm" and (bias is None or bias.shape != weight.shape):
         return "layernorm kernels take a bias"
     params = (weight, bias) if kernel_type == "layernorm" else (weight,)
-    return Reading(_rows(x.shape), (x, *params), launch)
+    shape = {"M": math.prod(x.shape[:x.dim() - trailing]), "N": weight.numel()}
+    return Reading(shape, (x, *params), launch)
 
 
 def _launch_layernorm(fn, x, weight, bias, eps):
-    return fn(x.reshape(-1, x.shape[-1]).contiguous(), weight.contiguous(), bias.contiguous(),
+    n = weight.numel()
+    return fn(x.reshape(-1, n).contiguous(), weight.reshape(n).contiguous(), bias.reshape(n).contiguous(),
               float(eps)).reshape(x.shape)
 
 
 def _launch_rmsnorm(fn, x, weight, eps):
-    return fn(x.reshape(-1, x.shape[-1]).contiguous(), weight.contiguous(), float(eps)).reshape(x.shape)
+    n = weight.numel()
+    return fn(x.reshape(-1, n).contiguous(), weight.reshape(n).contiguous(), float(eps)).reshape(x.shape)
+
+
+def _normalized_weight_matches(normalized_shape, weight) -> bool:
+    return weight is not None and tuple(weight.shape) == tuple(normalized_shape)
 
 
 def _read_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    if len(normalized_shape) != 1:
-        return "normalized over more than the last dimension"
+    if not _normalized_weight_matches(normalized_shape, weight):
+        return "no weight of the normalized size"
     return _read_norm("layernorm", input, weight, bias, _launch_layer_norm)
 
 
@@ -133,8 +142,8 @@ def _launch_layer_norm(fn, input, normalized_shape, weight=None, bias=None, eps=
 
 
 def _read_rms_norm(input, normalized_shape, weight=None, eps=None):
-    if len(normalized_shape) != 1:
-        return "normalized over more than the last dimension"
+    if not _normalized_weight_matches(normalized_shape, weight):
+        return "no weight of the normalized size"
     return _read_norm("rmsnorm", input, weight, None, _launch_rms_norm)
 
 
@@ -147,10 +156,16 @@ def _read_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
                     enable_gqa=False):
     if attn_mask is not None or dropout_p:
         return "attention with a mask or dropout"
-    if not query.shape == key.shape == value.shape or query.dim() not in (3, 4):
-        return "q, k and v are not of one (B, H, S, D) shape"
+    if key.shape != value.shape or query.dim() not in (3, 4) or key.dim() != query.dim():
+        return "q, k and v are not (B, H, S, D) tensors with k and v of one shape"
     batch, heads, seq, head_dim = query.shape if query.dim() == 4 else (1, *query.shape)
-    shape = {"B": batch, "H": heads, "S": seq, "D": head_dim, "causal": int(bool(is_causal))}
+    kv_heads = key.shape[-3]
+    if key.shape[:-3] != query.shape[:-3] or key.shape[-2:] != query.shape[-2:] or heads % kv_heads:
+        return "k and v differ from q other than in fewer heads that divide q's (grouped-query attention)"
+    if kv_heads != heads and not enable_gqa:
+        return "fewer key/value heads than query heads without enable_gqa"
+    shape = {"B": batch, "H": heads, **({"KV": kv_heads} if kv_heads != heads else {}), "S": seq, "D": head_dim,
+             "causal": int(bool(is_causal))}
     if scale is not None and not math.isclose(scale, 1.0 / math.sqrt(head_dim), rel_tol=1e-6):
         shape["sm_scale"] = scale
     return Reading(shape, (query, key, value), _launch_attention)
@@ -158,8 +173,7 @@ def _read_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
 
 def _launch_attention(fn, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                       enable_gqa=False):
-    bhsd = query.shape if query.dim() == 4 else (1, *query.shape)
-    q, k, v = (t.reshape(bhsd).contiguous() for t in (query, key, value))
+    q, k, v = (t.reshape(t.shape if t.dim() == 4 else (1, *t.shape)).contiguous() for t in (query, key, value))
     return fn(q, k, v, bool(is_causal), None if scale is None else float(scale)).reshape(query.shape)
 
 
@@ -300,7 +314,7 @@ def _norm_variants(module: nn.Module, loaded: set[str]) -> list[ModuleVariant]:
         return []
     params = dict(module.named_parameters(recurse=False))
     weight = params.get("weight")
-    if (weight is None or weight.dim() != 1 or set(params) - {"weight", "bias"} or any(module.children())
+    if (weight is None or weight.dim() == 0 or set(params) - {"weight", "bias"} or any(module.children())
             or _module_eps(module) is None):
         return []
     # The class name decides the order; the first-call check decides (a T5LayerNorm is an RMSNorm).

@@ -255,3 +255,26 @@ def test_a_real_hugging_face_llama_is_attributed_by_kernel_type(tmp_path):
     assert shapes["fused_mlp"] == {"M": 32, "D": 64, "F": 128, "act": "silu"}
     assert shapes["flash_attention"]["causal"] == 1
     assert plan["coverage"] >= 0.95
+
+
+class WideNormGroupedAttention(nn.Module):
+    """A LayerNorm over the last two dims, and grouped-query attention (4 query heads, 2 key/value heads)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm((SEQ, DIM))
+
+    def forward(self, x):
+        h = self.norm(x)
+        q = h.view(BATCH, SEQ, 4, DIM // 4).transpose(1, 2)
+        kv = q[:, :2]
+        return F.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True)
+
+
+def test_norms_over_trailing_dims_and_grouped_query_attention_get_their_shapes(one_thread):
+    torch.manual_seed(0)
+    report = profiler.profile_model(WideNormGroupedAttention().eval(), (torch.randn(BATCH, SEQ, DIM),),
+                                    warmup=1, iters=2)
+    sites = {site.kernel_type: site.shape for site in report.call_sites}
+    assert sites["layernorm"] == {"M": BATCH, "N": SEQ * DIM}
+    assert sites["flash_attention"] == {"B": BATCH, "H": 4, "KV": 2, "S": SEQ, "D": DIM // 4, "causal": 1}

@@ -95,3 +95,38 @@ def test_function_routes_in_the_models_own_forward(tmp_path):
     assert router.resolutions == {"torch.nn.functional.softmax": 1, "torch.softmax": 1}
     assert len(router.sites) == 1 and next(iter(router.sites.values())).calls == 2
     assert SEQ  # the shared fixtures stay importable
+
+
+LIMITED_ATTENTION = '''"""A stand-in attention kernel with a head-dim limit, as the starter has (MAX_HEAD_DIM)."""
+import reference
+
+KERNEL_TYPE = "flash_attention"
+
+
+def kernel_fn(q, k, v, causal=False, sm_scale=None):
+    if q.shape[-1] > 8:
+        raise ValueError(f"head_dim {q.shape[-1]} is above the 8 this kernel takes")
+    return reference.flash_attention(q, k, v, causal, sm_scale)
+'''
+
+
+class Attend(nn.Module):
+    def forward(self, q):
+        return F.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+
+def test_a_kernel_that_raises_at_a_shape_falls_back_there_saying_why(tmp_path):
+    shapes = [{"B": 1, "H": 2, "S": 4, "D": d, "causal": 1} for d in (8, 16)]
+    folder = write_optimized(tmp_path / "opt", {"flash_attention": shapes},
+                             sources={"flash_attention": LIMITED_ATTENTION})
+    model = Attend()
+    small, wide = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 16)
+    with torch.no_grad():
+        expected = model(wide)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        torch.testing.assert_close(model(small), Attend()(small))
+        torch.testing.assert_close(model(wide), expected)       # no exception: PyTorch ran it
+        model(wide)
+    stats = plugin.router_of(model).stats["1_flash_attention"]
+    assert stats.hits == 1 and stats.fallbacks == 2
+    assert dict(stats.reasons) == {"the kernel raised ValueError: head_dim 16 is above the 8 this kernel takes": 2}

@@ -29,9 +29,14 @@ READABLE_CALLS = [
     (F.softmax, (H,), {"dim": 2}, {"M": 10, "N": 24}),
     (F.layer_norm, (H, (24,), B, B.flip(0), 1e-5), {}, {"M": 10, "N": 24}),
     (F.rms_norm, (H, (24,), B), {}, {"M": 10, "N": 24}),
+    # Over the last two dims: one flattened dim of 5 x 24, the weight and bias flattened alike.
+    (F.layer_norm, (H, (5, 24), H[0] + 1, H[1]), {}, {"M": 2, "N": 120}),
     (F.scaled_dot_product_attention, (Q, Q, Q), {"is_causal": True}, {"B": 2, "H": 4, "S": 5, "D": 6, "causal": 1}),
     (F.scaled_dot_product_attention, (Q[0], Q[0], Q[0]), {"scale": 0.5},
      {"B": 1, "H": 4, "S": 5, "D": 6, "causal": 0, "sm_scale": 0.5}),
+    # Grouped-query attention: 4 query heads share 2 key/value heads.
+    (F.scaled_dot_product_attention, (Q, Q[:, :2], Q[:, 2:]), {"is_causal": True, "enable_gqa": True},
+     {"B": 2, "H": 4, "KV": 2, "S": 5, "D": 6, "causal": 1}),
     (F.cross_entropy, (LOGITS, TARGETS), {}, {"M": 10, "V": 12}),
     (torch.sum, (T,), {"dim": (1, 2), "keepdim": True}, {"M": 2, "N": 12, "dim": -1, "op": "sum"}),
     (torch.Tensor.sum, (T,), {}, {"M": 1, "N": 24, "dim": -1, "op": "sum"}),
@@ -65,7 +70,11 @@ def test_a_reading_launches_any_later_call_with_its_signature():
     (F.linear, (X, B), {}, "not a (..., K) input with an (N, K) weight"),
     (torch.matmul, (X, X), {}, "only (..., K) @ (K, N) without out= runs as one 2-D matmul"),
     (torch.softmax, (H, 0), {}, "softmax over a dimension other than the last, or with a dtype argument"),
-    (F.layer_norm, (H, (5, 24)), {}, "normalized over more than the last dimension"),
+    (F.layer_norm, (H, (5, 24)), {}, "no weight of the normalized size"),
+    (F.scaled_dot_product_attention, (Q, Q[:, :2], Q[:, :2]), {},
+     "fewer key/value heads than query heads without enable_gqa"),
+    (F.scaled_dot_product_attention, (Q, Q[:, :3], Q[:, :3]), {"enable_gqa": True},
+     "k and v differ from q other than in fewer heads that divide q's (grouped-query attention)"),
     (F.layer_norm, (H, (24,), B), {}, "layernorm kernels take a bias"),
     (F.scaled_dot_product_attention, (Q, Q, Q), {"dropout_p": 0.1}, "attention with a mask or dropout"),
     (F.cross_entropy, (LOGITS, TARGETS), {"reduction": "sum"},
@@ -200,3 +209,16 @@ def test_function_routes_hit_with_the_registry_shapes(tmp_path):
     linear_a, linear_b = recorded_calls(model, "matmul")[0]
     assert linear_a.shape == (10, 16) and linear_b.shape == (16, 24) and linear_b.is_contiguous()
     assert torch.equal(linear_b, model.proj.weight.t())
+
+
+def test_a_norm_module_over_several_trailing_dims_is_one_norm_over_their_product():
+    torch.manual_seed(0)
+    norm = nn.LayerNorm((5, 24)).eval()
+    with torch.no_grad():
+        norm.weight.normal_()
+        norm.bias.normal_()
+    variant = routes.module_variants(norm, {"layernorm": []})[0]
+    reading = variant.read(H)
+    assert reading.shape == {"M": 2, "N": 120}
+    with torch.no_grad():
+        torch.testing.assert_close(reading.launch(registry.get("layernorm").reference, H), norm(H))
