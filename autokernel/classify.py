@@ -36,6 +36,7 @@ from torch.autograd import DeviceType
 
 OTHER = "other"
 RANGE_PREFIX = "autokernel::"
+FUNCTION_RANGE_PREFIX = "autokernel.fn: "     # "<prefix><name>": its tail after ": " is the function's name
 
 _OP_KERNEL_TYPES = {
     "aten::mm": "matmul", "aten::addmm": "matmul", "aten::bmm": "matmul", "aten::baddbmm": "matmul",
@@ -129,9 +130,10 @@ def _module_call(event) -> ModuleCall:
 
 def _is_python_function(event) -> bool:
     # torch 2.12 put the Python frames that with_stack records into the event list, flagged so;
-    # older releases (the GPU image's 2.11) leave them out and have no flag. There, a rotary written
-    # as a plain function is not seen by name; a rotary module still is, by its class name.
-    return getattr(event, "is_python_function", False)
+    # older releases (the GPU image's 2.11) leave them out and have no flag. The profiler also puts
+    # a range around each call of a rotary-named function of the model's own modules
+    # (FUNCTION_RANGE_PREFIX), which stands for its frame on every release.
+    return getattr(event, "is_python_function", False) or event.name.startswith(FUNCTION_RANGE_PREFIX)
 
 
 def _collect_root_ops(events, on_gpu: bool) -> tuple[list[RootOp], float]:
@@ -161,7 +163,7 @@ def _collect_root_ops(events, on_gpu: bool) -> tuple[list[RootOp], float]:
         while node is not None and not node.name.startswith(RANGE_PREFIX):
             if not _is_python_function(node):
                 root_event = node
-            elif _is_rotary_name(node.name.rsplit(": ", 1)[-1]):
+            elif is_rotary_name(node.name.rsplit(": ", 1)[-1]):
                 rotary_call = id(node)
             node = node.cpu_parent
         calls = []
@@ -181,7 +183,7 @@ def _collect_root_ops(events, on_gpu: bool) -> tuple[list[RootOp], float]:
     return list(roots.values()), measured_us
 
 
-def _is_rotary_name(name: str) -> bool:
+def is_rotary_name(name: str) -> bool:
     return bool(re.search(r"rotary|rotate|(?:^|_)rope(?:_|$)", name.lower()) or re.search(r"Ro[Pp][Ee](?![a-z])", name))
 
 
@@ -227,7 +229,7 @@ def _fused_kind(module: nn.Module, ops: set[str]) -> _FusedModule | None:
     activation = next((act for op, act in _ACTIVATIONS.items() if op in ops), None)
     if activation is not None and _gated_mlp_dims(module) is not None:
         return _FusedModule("fused_mlp", module, activation)
-    if _is_rotary_name(type(module).__name__) and not ops & _MATMUL_OPS:
+    if is_rotary_name(type(module).__name__) and not ops & _MATMUL_OPS:
         return _FusedModule("rotary_embedding", module)
     return None
 

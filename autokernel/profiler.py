@@ -13,8 +13,11 @@ told apart from this one.
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
 import time
+import types
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,11 +27,13 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
-from autokernel import hardware, paths, registry
+from autokernel import classify, hardware, paths, registry
 from autokernel.classify import MLP_POLICY, OTHER, RANGE_PREFIX, RootOp, attribute
 from autokernel.timing import roofline
 
 COVERAGE_TARGET = 0.95
+# with_stack records Python function calls (torch 2.12+), one way a rotary function is recognised.
+WITH_STACK = True
 REPORT_FILE = "profile_report.json"
 PLAN_FILE = "optimization_plan.json"
 
@@ -98,6 +103,7 @@ class _ModuleRanges:
         self.open_ranges: list = []
 
     def __enter__(self) -> "_ModuleRanges":
+        self._range_rotary_functions()
         for path, module in self.model.named_modules():
             self.handles.append(module.register_forward_pre_hook(
                 lambda mod, args, kwargs, path=path: self._enter(path, args, kwargs), with_kwargs=True))
@@ -118,6 +124,34 @@ class _ModuleRanges:
     def __exit__(self, *exc_info) -> None:
         for handle in self.handles:
             handle.remove()
+        for namespace, name, function in self.wrapped:
+            setattr(namespace, name, function)
+
+    def _range_rotary_functions(self) -> None:
+        """A range around each call of a rotary-named function in the model's own Python modules.
+
+        torch releases before 2.12 (the GPU image's 2.11) record no Python frames, so a rotary
+        written as a function (Hugging Face's apply_rotary_pos_emb) would not be seen by name.
+        """
+        self.wrapped = []
+        namespaces = {sys.modules.get(type(module).__module__) for module in self.model.modules()} - {None}
+        for namespace in namespaces:
+            for name, function in list(vars(namespace).items()):
+                if (isinstance(function, types.FunctionType) and function.__module__ == namespace.__name__
+                        and classify.is_rotary_name(name)):
+                    self.wrapped.append((namespace, name, function))
+                    setattr(namespace, name, _in_range(f"{classify.FUNCTION_RANGE_PREFIX}{name}", function))
+
+
+def _in_range(label: str, function):
+    @functools.wraps(function)
+    def ranged(*args, **kwargs):
+        handle = torch.ops.profiler._record_function_enter_new(label, None)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            torch.ops.profiler._record_function_exit._RecordFunction(handle)
+    return ranged
 
 
 def profile_model(model: nn.Module, inputs, *, warmup: int = 3, iters: int = 10,
@@ -139,8 +173,7 @@ def profile_model(model: nn.Module, inputs, *, warmup: int = 3, iters: int = 10,
             model(*inputs)
         synchronize()
         wall_ms = (time.perf_counter() - start) * 1e3 / iters
-        # with_stack records Python function calls, which is how a rotary function is recognised.
-        with torch.profiler.profile(activities=activities, record_shapes=True, with_stack=True) as prof:
+        with torch.profiler.profile(activities=activities, record_shapes=True, with_stack=WITH_STACK) as prof:
             with _ModuleRanges(model):
                 for _ in range(iters):
                     model(*inputs)

@@ -1,5 +1,6 @@
 """Tests for autokernel/classify.py: decomposed ops attributed to kernel types with registry shapes; the trace read."""
 
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -278,3 +279,19 @@ def test_norms_over_trailing_dims_and_grouped_query_attention_get_their_shapes(o
     sites = {site.kernel_type: site.shape for site in report.call_sites}
     assert sites["layernorm"] == {"M": BATCH, "N": SEQ * DIM}
     assert sites["flash_attention"] == {"B": BATCH, "H": 4, "KV": 2, "S": SEQ, "D": DIM // 4, "causal": 1}
+
+
+def test_a_rotary_function_is_recognised_without_python_frames(one_thread, monkeypatch):
+    # torch before 2.12 (the GPU image's 2.11) records no Python frames: the profiler's own range
+    # around each rotary-named function call must stand for them.
+    monkeypatch.setattr(profiler, "WITH_STACK", False)
+    torch.manual_seed(0)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    this_module = sys.modules[__name__]
+    original = this_module.rotate_half
+    report = profiler.profile_model(TinyLlama().eval(), (ids,), warmup=1, iters=2, name="tiny-llama")
+    rotary = _sites(report, "rotary_embedding")
+    assert set(rotary) == {"layers.0.attn", "layers.1.attn"}
+    assert all(site.shape == {"B": BATCH, "H": HEADS, "S": SEQ, "D": HEAD_DIM} and site.calls == 2
+               for site in rotary.values())
+    assert this_module.rotate_half is original          # the range's wrapper is gone again
