@@ -11,7 +11,7 @@ import inspect
 import re
 from typing import TYPE_CHECKING
 
-from autokernel import registry
+from autokernel import hardware, registry
 
 if TYPE_CHECKING:
     from autokernel.agents.base import AgentContext
@@ -107,14 +107,51 @@ def _job_section(ctx: AgentContext) -> str:
     lines = [
         "## The job\n",
         f"Kernel type `{ctx.kernel_type}` (job rank {job.get('rank', '?')}): {kernel_type.description}.",
-        f"GPU: {job.get('gpu') or 'unknown'}. Model dtype: {job.get('dtype') or 'unknown'}.",
-        "Shapes the model calls it with: " + (", ".join(registry.format_shape(s) for s in shapes) or "unknown") + ".",
+        f"Model: {job.get('model', 'unknown')}, dtype {job.get('dtype') or 'unknown'}.",
+        _gpu_line(hardware.detect()),
         "kernel_fn must compute exactly what this PyTorch reference computes (reference.py):",
         _fenced(inspect.getsource(kernel_type.reference)),
+        _shape_table(shapes, _latest_timings(ctx)),
+        "The goal is the model's own shapes above: beat the faster of PyTorch eager and torch.compile at "
+        "them (a whole call, launch overhead included), not only the starting version.",
     ]
     if job.get("baseline") is not None:
         lines.append("The starter kernel scored: " + describe_result(job["baseline"]))
     return "\n".join(lines)
+
+
+def _gpu_line(gpu: hardware.GPUSpec) -> str:
+    """The GPU and the peaks the kernel is measured against (the roofline's two ceilings)."""
+    if gpu.mem_bandwidth_gbs is None:
+        return f"GPU: none ({gpu.name}): kernels run in Triton's CPU interpreter, timings mean nothing."
+    peaks = ", ".join(f"{name} {value:g} TFLOP/s" for name, value in (
+        ("fp16", gpu.fp16_tflops), ("bf16", gpu.bf16_tflops), ("fp32", gpu.fp32_tflops)) if value)
+    estimated = " (estimated)" if gpu.estimated else ""
+    return f"GPU: {gpu.name}; peaks{estimated}: {peaks}, memory {gpu.mem_bandwidth_gbs:g} GB/s."
+
+
+def _latest_timings(ctx: AgentContext) -> list[dict]:
+    """The per-shape timings of the last passing result (the best kept one when the last failed)."""
+    for result in [ctx.last_result, *(result for _, result in ctx.best_versions), ctx.job.get("baseline")]:
+        if result and result.get("correctness") == "PASS" and result.get("timings"):
+            return result["timings"]
+    return []
+
+
+def _shape_table(shapes: list[dict], timings: list[dict]) -> str:
+    """The model's shapes, with our time and PyTorch's at each where the judge has measured them."""
+    by_shape = {row.get("shape"): row for row in timings}
+    rows = ["Shapes the model calls it with (most time first), and the latest measured times per call:\n",
+            "| shape | ours us | PyTorch eager us | torch.compile us | speedup vs PyTorch's best |",
+            "| --- | --- | --- | --- | --- |"]
+    for shape in shapes or [{}]:
+        text = registry.format_shape(shape) if shape else "unknown"
+        row = by_shape.get(text, {})
+        ours, eager, compiled = row.get("latency_us"), row.get("pytorch_latency_us"), row.get("compile_latency_us")
+        best = min((t for t in (eager, compiled) if t), default=None)
+        rows.append(f"| {text} | {_number(ours)} | {_number(eager)} | {_number(compiled)} | "
+                    f"{_number(best / ours) + 'x' if best and ours else '-'} |")
+    return "\n".join(rows)
 
 
 def _history_section(history: list[dict]) -> str:

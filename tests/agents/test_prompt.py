@@ -37,7 +37,7 @@ def test_prompt_carries_program_kernel_error_history_best_versions_and_job():
     assert "| 2 | revert | FAIL | - | - | drop the column mask | edge / shapes failed |" in user
     assert OLDER_KERNEL.rstrip() in user
     assert "(This is the current kernel.py below.)" in user
-    assert "M=4096,N=50257" in user and "bfloat16" in user and "NVIDIA H100 80GB HBM3" in user
+    assert "M=4096,N=50257" in user and "bfloat16" in user
     assert "def softmax(x: torch.Tensor)" in user, "the reference defines the math"
     assert user.rstrip().endswith("```"), "the reply format comes last"
 
@@ -103,3 +103,28 @@ def test_truncated_reply_names_the_token_limit():
 def test_description_is_one_bounded_line():
     description, _ = parse_reply(format_reply("x" * 500, KERNEL))
     assert description == "x" * 200
+
+
+def test_prompt_from_an_extracted_job_carries_the_gpu_its_peaks_and_the_per_shape_speedups(tmp_path, monkeypatch):
+    # The job is the one extract writes from a real profile, not a hand-built dict.
+    import os
+
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    import extract
+    from autokernel import hardware, models, profiler
+    from autokernel.paths import ROOT
+
+    loaded = models.load_model(ROOT / "models" / "llama.py", input_shape=(1, 8), device="cpu",
+                               model_kwargs={"config": "tiny", "n_layers": 1, "vocab_size": 128})
+    profiler.profile_to_workspace(loaded.model, loaded.inputs, name=loaded.name, workspace=tmp_path,
+                                  warmup=0, iters=1)
+    job = extract.extract_jobs(tmp_path / profiler.PLAN_FILE, 1, tmp_path)[0]
+    shape = job["shape_args"][0]
+    timed = {**PASS, "timings": [{"shape": shape, "latency_us": 40.0, "pytorch_latency_us": 60.0,
+                                  "compile_latency_us": 50.0}]}
+    monkeypatch.setattr(hardware, "detect", lambda *args: hardware.lookup("NVIDIA H100 80GB HBM3"))
+    ctx = context(kernel_type=job["kernel_type"], job=job, last_result=timed)
+    _, user = build_messages(ctx)
+    assert "GPU: NVIDIA H100 SXM; peaks: fp16 989.4 TFLOP/s" in user and "memory 3350 GB/s" in user
+    assert f"| {shape} | 40 | 60 | 50 | 1.25x |" in user           # against the faster of eager and compile
+    assert f"Model: {job['model']}, dtype {job['dtype']}" in user
