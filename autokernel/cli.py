@@ -97,6 +97,14 @@ def _build_parser() -> argparse.ArgumentParser:
                          ("bench", "the judge: check and time one kernel file"),
                          ("verify", "plug the optimized kernels into the model and measure the speedup")]:
         commands.add_parser(command, add_help=False, help=f"run {command}.py: {job} (arguments go to it)")
+    score = commands.add_parser("score", help="fast_p of a folder of KernelBench-style problem files")
+    score.add_argument("folder", help="a folder of problem files (class Model, get_inputs, get_init_inputs)")
+    score.add_argument("--budget-per-problem", metavar="DURATION",
+                       help="run the loop on each problem for this long (like 5m); default: the starter kernels")
+    score.add_argument("--top", type=_positive_int, default=1, help="kernels to optimize per problem (default 1)")
+    score.add_argument("--dtype", help="float16, bfloat16 or float32 (default: as each file builds it)")
+    score.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants (slow on CPU)")
+    score.add_argument("--json-out", metavar="FILE", help="also write the scores and the summary as JSON")
     status = commands.add_parser("status", help="where the current or last run stands")
     status.add_argument("--json", action="store_true", help="the state and a summary as JSON, for scripts")
     report = commands.add_parser("report", help="results.tsv as markdown tables, one per kernel")
@@ -111,6 +119,28 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 # ---------------------------------------------------------------------- the commands
+def _cmd_score(args, started: float) -> int:
+    from pathlib import Path
+
+    from autokernel import score
+
+    folder = Path(args.folder)
+    if not folder.is_dir() or not score.problem_files(folder):
+        _say(f"autokernel: error: {folder} is not a folder of problem files (a class Model and get_inputs each)")
+        return EXIT_ERROR
+    if args.budget_per_problem:
+        parse_duration(args.budget_per_problem)      # a bad duration fails now, not in every child
+    extra = ["--dtype", args.dtype] if args.dtype else []
+    scores = score.score_folder(folder, budget=args.budget_per_problem, top=args.top, extra_args=extra,
+                                compile_enabled=not args.no_compile, log=lambda line: print(line, flush=True))
+    print(score.format_table(scores))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({"scores": [s.to_json() for s in scores],
+                                                   "summary": score.summary(scores)}, indent=2) + "\n")
+    return 0
+
+
+
 def _model_spec(args) -> dict:
     from autokernel import models
 
@@ -225,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         return _run_script(args.command, extra)
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    handlers = {"optimize": _cmd_optimize, "status": _cmd_status, "report": _cmd_report}
+    handlers = {"optimize": _cmd_optimize, "status": _cmd_status, "report": _cmd_report, "score": _cmd_score}
     try:
         return handlers[args.command](args, started)
     except BrokenPipeError:

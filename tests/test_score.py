@@ -1,0 +1,98 @@
+"""Tests for autokernel/score.py and `autokernel score`: fast_p over a folder of problem files."""
+
+import json
+import textwrap
+
+import pytest
+
+from autokernel import cli, score
+
+SOFTMAX_PROBLEM = '''
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(8, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+BROKEN_PROBLEM = '''
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        raise RuntimeError("this problem is broken")
+
+
+def get_inputs():
+    return [1]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def report(eager, compiled, ours=None, ours_compile=None, passed=True, error=0.0, meaningful=True) -> dict:
+    def variant(name, ms):
+        return {"variant": name, "ms": ms, "error": None if ms is None else error}
+    variants = {"eager": variant("eager", eager), "compile": variant("compile", compiled)}
+    if ours is not None:
+        variants["ours"] = variant("ours", ours)
+    if ours_compile is not None:
+        variants["ours_compile"] = variant("ours_compile", ours_compile)
+    return {"variants": variants, "correctness": {"passed": passed, "tolerance": 1e-2},
+            "verdict": {"summary": "v"}, "timings_meaningful": meaningful}
+
+
+def test_speedups_are_against_eager_and_compile_and_nothing_routed_is_pytorchs_own_path():
+    routed = score.score_report("a", report(eager=4.0, compiled=2.0, ours=1.0, ours_compile=1.6), 1.0)
+    assert (routed.speedup_vs_eager, routed.speedup_vs_compile) == (4.0, 1.25)
+    unrouted = score.score_report("b", report(eager=4.0, compiled=2.0), 1.0)
+    assert (unrouted.speedup_vs_eager, unrouted.speedup_vs_compile) == (1.0, 1.0)
+    wrong = score.score_report("c", report(eager=4.0, compiled=2.0, ours=1.0, error=0.5, passed=False), 1.0)
+    assert not wrong.correct and wrong.speedup_vs_eager == 1.0     # a wrong variant is no speedup
+
+
+def test_fast_p_counts_only_correct_problems_faster_than_the_threshold():
+    scores = [score.ProblemScore("a", True, 2.5, 1.2, "", True, 1.0), score.ProblemScore("b", True, 1.0, 0.9, "", True, 1.0),
+              score.ProblemScore("c", False, 3.0, 3.0, "", True, 1.0), score.ProblemScore("d", True, 1.6, 1.0, "", True, 1.0)]
+    assert score.fast_p(scores, "eager", 1.0) == 0.5          # a and d; c is wrong, b is not faster
+    assert score.fast_p(scores, "eager", 1.5) == 0.5 and score.fast_p(scores, "eager", 2.0) == 0.25
+    assert score.fast_p(scores, "compile", 1.0) == 0.25
+    assert score.geometric_mean(scores, "eager") == pytest.approx((2.5 * 1.0 * 1.6) ** (1 / 3))
+    table = score.format_table(scores)
+    assert "| eager | 50% | 50% | 25% |" in table and "4 problems, 75% correct." in table
+
+
+def test_score_runs_every_problem_and_a_broken_one_costs_only_its_row(tmp_path, capsys):
+    folder = tmp_path / "problems"
+    folder.mkdir()
+    (folder / "softmax_rows.py").write_text(textwrap.dedent(SOFTMAX_PROBLEM))
+    (folder / "broken.py").write_text(textwrap.dedent(BROKEN_PROBLEM))
+    (folder / "helpers.py").write_text("X = 1\n")           # not a problem file: skipped
+    out = tmp_path / "scores.json"
+    code = cli.main(["score", str(folder), "--no-compile", "--json-out", str(out)])
+    assert code == 0
+    written = json.loads(out.read_text())
+    rows = {row["problem"]: row for row in written["scores"]}
+    assert set(rows) == {"softmax_rows", "broken"}
+    assert rows["softmax_rows"]["correct"] and rows["softmax_rows"]["timings_meaningful"] is False
+    assert not rows["broken"]["correct"] and "verify exited 2" in rows["broken"]["error"]
+    assert written["summary"]["problems"] == 2 and written["summary"]["correct"] == 0.5
+    printed = capsys.readouterr().out
+    assert "| softmax_rows | yes |" in printed and "NOT MEANINGFUL" in printed
+
+
+def test_a_folder_without_problem_files_is_refused(tmp_path, capsys):
+    assert cli.main(["score", str(tmp_path)]) == cli.EXIT_ERROR
+    assert "is not a folder of problem files" in capsys.readouterr().err
