@@ -1,6 +1,6 @@
 """The one place that runs candidate code: a child process with a time limit, its own process group and no secrets.
 
-Everything that executes code an agent wrote (bench.py importing kernel.py) goes through
+Everything that executes code an agent wrote (bench.py, whose worker imports kernel.py) goes through
 `run_child`, so a kernel that hangs, forks, floods its output or reads the environment cannot take
 the loop down with it or leak an API key. `run_bench` wraps it for the judge and always returns a
 bench-shaped result dict, inventing a TIMEOUT or CRASH result when bench.py could not write one.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -32,6 +33,9 @@ OUTPUT_LIMIT_BYTES = 256 * 1024
 KILL_GRACE_S = 3.0
 STDERR_LINES_IN_MESSAGE = 20
 
+# run_bench puts a fresh secret in bench.py's environment; bench.py takes it out before it starts the
+# candidate's worker and writes it into its JSON result. A result file without it was not written by the judge.
+NONCE_VARIABLE = "AUTOKERNEL_RESULT_NONCE"
 # The fields of bench.py's JSON result (docs/architecture.md); a synthesized result has them all.
 BENCH_FIELDS = ("kernel_type", "correctness", "failed_stage", "message", "throughput", "throughput_unit",
                 "latency_us", "pct_peak", "bound", "speedup_vs_pytorch", "speedup_vs_compile",
@@ -163,14 +167,16 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
 
     A bench run that times out becomes correctness TIMEOUT; one that dies without writing its
     JSON (a syntax error that kills the import, a segfault, an out-of-memory kill) becomes CRASH
-    with the end of its stderr in "message".
+    with the end of its stderr in "message". So does a result file that lacks this run's nonce
+    (the kernel wrote it, not the judge), or that says PASS while bench.py exited otherwise.
     """
     bench_script = Path(bench_script)
+    nonce = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="autokernel-bench-") as tmp:
         json_out = Path(tmp) / "result.json"
         cmd = bench_command(kernel_path, shapes=shapes, dtype=dtype, json_out=json_out, seed=seed,
                             extra_args=extra_args, bench_script=bench_script)
-        child = run_child(cmd, timeout_s=timeout_s, cwd=bench_script.parent)
+        child = run_child(cmd, timeout_s=timeout_s, cwd=bench_script.parent, env_extra={NONCE_VARIABLE: nonce})
         written = json_out.read_text() if json_out.exists() else ""
     common = dict(dtype=dtype, seed=seed, wall_seconds=round(child.wall_seconds, 3))
     if child.timed_out:
@@ -183,6 +189,12 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
     if not isinstance(result, dict):
         tail = _last_lines(child.stderr, STDERR_LINES_IN_MESSAGE) or _last_lines(child.stdout, STDERR_LINES_IN_MESSAGE)
         return synthesized_result("CRASH", f"bench.py exited with code {child.returncode} without a result:\n{tail}",
+                                  **common)
+    if result.pop("nonce", None) != nonce:
+        return synthesized_result("CRASH", "the result file was not written by the judge (it lacks this run's "
+                                           f"nonce); bench.py exited with code {child.returncode}", **common)
+    if result.get("correctness") == "PASS" and child.returncode != 0:
+        return synthesized_result("CRASH", f"the result says PASS but bench.py exited with code {child.returncode}",
                                   **common)
     result.setdefault("wall_seconds", common["wall_seconds"])
     return result
