@@ -31,6 +31,14 @@ and the timings are labelled as not meaningful.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":
+    # Before anything heavy: seal this process and start the kernel's worker, which then imports torch,
+    # Triton and the kernel file while this process imports its own (autokernel/worker_process.py).
+    from autokernel import worker_process
+    worker_process.start_early(sys.argv[1:])
+
 import argparse
 import contextlib
 import json
@@ -38,7 +46,6 @@ import os
 import random
 import secrets
 import statistics
-import sys
 import threading
 import time
 from pathlib import Path
@@ -47,18 +54,14 @@ import torch
 
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
-    # The worker inherits this: triton.jit reads it when decorating, before the kernel file is imported.
-    os.environ["TRITON_INTERPRET"] = "1"
     # Judge and worker take turns on small CPU tensors: threads of one spinning while the other works
-    # cost more than they give.
-    os.environ["OMP_NUM_THREADS"] = "1"
+    # cost more than they give. (The worker runs Triton's interpreter; this process runs no Triton.)
     torch.set_num_threads(1)
 
-from autokernel import hardware, registry, timing  # noqa: E402
+from autokernel import hardware, registry, timing, worker_process  # noqa: E402
 from autokernel.correctness import (DTYPES, CheckFailure, case_inputs, compare, dtype_name,  # noqa: E402
                                     reference_outputs, same_bits)
-from autokernel.judge_link import CandidateWorker, WorkerFailure, seal_judge  # noqa: E402
-from autokernel.worker import load_kernel  # noqa: E402,F401  (tests import a kernel into their own process with it)
+from autokernel.judge_link import CandidateWorker, WorkerFailure  # noqa: E402
 
 EXIT_CODES = {"PASS": 0, "FAIL": 1, "CRASH": 2, "TIMEOUT": 3}
 # Seconds each stage may take before the run is reported as TIMEOUT; the first stage includes
@@ -406,7 +409,8 @@ def parse_args(argv=None):
     parser.add_argument("--dtype", default="float16", choices=list(DTYPES), help="dtype to time (default float16)")
     parser.add_argument("--seed", type=int, default=None, help="base seed for the random inputs (default: random)")
     parser.add_argument("--compare-compile", action="store_true", help="also time torch.compile of the reference")
-    parser.add_argument("--quick", action="store_true", help="fewer sweep and edge shapes and timed calls (the loop's screen)")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer sweep and edge shapes and timed calls (the loop's screen)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
     parser.add_argument("--json-out", help="also write the result as JSON to this file")
     parser.add_argument("--time-limit-scale", type=float, default=1.0, help="multiply every stage's time limit")
@@ -419,11 +423,12 @@ def parse_args(argv=None):
 def judge_kernel(worker: CandidateWorker, args, report: Report, watchdog: Watchdog) -> tuple:
     """Run the stages and the timing; returns (correctness, failed_stage, message, timing)."""
     scale = args.time_limit_scale * INTERPRETER_SLACK
-    stage = "load"
+    stage, started = "load", time.monotonic()
     try:
         with watchdog.limit(stage, STAGE_LIMITS_S[stage] * scale):
             kt = registry.get(worker.hello())       # only a registry name reaches the report
             report.result["kernel_type"] = kt.name
+        report.result["load_seconds"] = round(time.monotonic() - started, 3)
         judge = Judge(worker, kt, args)
         report.result["timing_shapes"] = [registry.format_shape(s) for s in judge.timing_shapes()]
         for stage, run_stage in STAGES:
@@ -431,20 +436,24 @@ def judge_kernel(worker: CandidateWorker, args, report: Report, watchdog: Watchd
             with watchdog.limit(stage, STAGE_LIMITS_S[stage] * scale):
                 cases = run_stage(judge)
             report.stage_done(stage, cases, time.monotonic() - started)
-        stage = "timing"
+        stage, started = "timing", time.monotonic()
         with watchdog.limit(stage, STAGE_LIMITS_S[stage] * scale):
-            return "PASS", None, "", time_kernel(judge)
+            timing_result = time_kernel(judge)
+        report.result["timing_seconds"] = round(time.monotonic() - started, 3)
+        return "PASS", None, "", timing_result
     except CheckFailure as failure:
         return "FAIL", stage, str(failure), None
     except WorkerFailure as failure:
         return failure.kind, stage, str(failure), None
     except KeyError as exc:           # an unknown KERNEL_TYPE
         return "CRASH", stage, str(exc).strip("'\""), None
+    except Exception as exc:          # the judge's own error: never a PASS, and said as such
+        return "CRASH", stage, f"the judge failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", None
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    report = Report(args, seal_judge())
+    report = Report(args, worker_process.seal_judge())
     kernel_path = Path(args.kernel)
     if not kernel_path.is_file():
         report.finish("CRASH", "load", f"kernel file not found: {kernel_path}")

@@ -1,18 +1,14 @@
-"""The judge's side of the candidate's worker: start it, ask it for outputs and timings, stop it.
+"""The judge's side of the candidate's worker: ask it for outputs and timings, stop it.
 
-The worker (autokernel/worker.py) is the only process that runs candidate code. It gets one end
-of a socket pair as an inherited file descriptor, and nothing else of the judge's: its stdout and
-stderr come back through a pipe that the judge prints line by line, prefixed "kernel| ", to its
-own stderr, so nothing the kernel prints can pass for the judge's RESULT line. Every reply is
-untrusted data (autokernel/wire.py): the judge decides PASS or FAIL itself.
+The worker (autokernel/worker.py, started by autokernel/worker_process.py) is the only process
+that runs candidate code. Its stdout and stderr come back through a pipe that the judge prints
+line by line, prefixed "kernel| ", to its own stderr, and its messages are flattened to one line,
+so nothing the kernel prints can pass for the judge's RESULT line. Every reply is untrusted data
+(autokernel/wire.py): the judge decides PASS or FAIL itself.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import os
-import socket
 import subprocess
 import sys
 import threading
@@ -22,26 +18,13 @@ from pathlib import Path
 
 import torch
 
-from autokernel import wire
-from autokernel.runner import NONCE_VARIABLE
+from autokernel import wire, worker_process
 from autokernel.timing import TimedCall
 
 OUTPUT_PREFIX = "kernel| "
 OUTPUT_LIMIT_BYTES = 1 << 20       # what the judge echoes of the kernel's prints; the rest is counted
 TAIL_LINES = 20
 EXIT_GRACE_S = 2.0
-
-
-def seal_judge() -> str | None:
-    """Take the result nonce (autokernel/runner.py) out of the environment, and close this process to the worker.
-
-    Without PR_SET_DUMPABLE a process of the same user can read this one's /proc entries (its
-    initial environment, which held the nonce) and memory, or attach a debugger to it.
-    """
-    nonce = os.environ.pop(NONCE_VARIABLE, None)
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0)  # PR_SET_DUMPABLE, 0
-    return nonce
 
 
 class WorkerFailure(Exception):
@@ -84,13 +67,7 @@ class CandidateWorker:
 
     def __init__(self, kernel_path: Path, sink=None):
         self.kernel_path = kernel_path
-        self.sock, worker_end = socket.socketpair()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}   # the kernel's prints arrive as they happen
-        cmd = [sys.executable, "-c", "import sys; from autokernel.worker import main; sys.exit(main())",
-               "--fd", str(worker_end.fileno()), "--kernel", str(kernel_path), "--parent", str(os.getpid())]
-        self.proc = subprocess.Popen(cmd, pass_fds=(worker_end.fileno(),), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-        worker_end.close()
+        self.proc, self.sock = worker_process.started_for(kernel_path)
         self.pump = _OutputPump(self.proc.stdout, sink or sys.stderr)
         self.pump.start()
 

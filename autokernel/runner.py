@@ -24,6 +24,9 @@ from typing import Iterable, Mapping, Sequence
 
 from autokernel import paths
 from autokernel.registry import Shape, format_shape
+# run_bench puts a fresh secret in bench.py's environment there; bench.py takes it out before it starts the
+# candidate's worker and writes it into its JSON result. A result file without it was not written by the judge.
+from autokernel.worker_process import NONCE_VARIABLE
 
 # Variables a kernel has no business reading: the agents' keys and anything that looks like a credential.
 SECRET_PATTERNS = ("ANTHROPIC_*", "OPENAI_*", "*_API_KEY", "*_TOKEN", "*SECRET*", "*PASSWORD*", "*CREDENTIAL*")
@@ -33,9 +36,6 @@ OUTPUT_LIMIT_BYTES = 256 * 1024
 KILL_GRACE_S = 3.0
 STDERR_LINES_IN_MESSAGE = 20
 
-# run_bench puts a fresh secret in bench.py's environment; bench.py takes it out before it starts the
-# candidate's worker and writes it into its JSON result. A result file without it was not written by the judge.
-NONCE_VARIABLE = "AUTOKERNEL_RESULT_NONCE"
 # The fields of bench.py's JSON result (docs/architecture.md); a synthesized result has them all.
 BENCH_FIELDS = ("kernel_type", "correctness", "failed_stage", "message", "throughput", "throughput_unit",
                 "latency_us", "pct_peak", "bound", "speedup_vs_pytorch", "speedup_vs_compile",

@@ -176,7 +176,8 @@ def roofline(kt: KernelType, shapes: list[Shape], dtype: torch.dtype, latency_ms
     if compute_bound:
         throughput = total_flops / seconds / 1e12
         peak = gpu.peak_tflops(dtype)
-        return Roofline(total_bytes, total_flops, "compute", throughput, "TFLOP/s", 100 * throughput / peak if peak else None)
+        return Roofline(total_bytes, total_flops, "compute", throughput, "TFLOP/s",
+                        100 * throughput / peak if peak else None)
     throughput = total_bytes / seconds / 1e9
     peak = gpu.mem_bandwidth_gbs
     return Roofline(total_bytes, total_flops, "memory", throughput, "GB/s", 100 * throughput / peak if peak else None)

@@ -45,38 +45,32 @@ def test_worker_computes_what_the_judge_checks(tmp_path):
     assert worker.proc.returncode == 0
 
 
-def test_an_exception_in_kernel_fn_is_a_crash_with_the_kernel_line(tmp_path):
-    worker = start(tmp_path, HONEST + "\n\ndef kernel_fn(x):\n    raise ValueError('bad block size')\n")
+def failure_of_a_call(tmp_path: Path, source: str, sink=None, output_bytes: int = 1 << 20) -> WorkerFailure:
+    worker = start(tmp_path, source, sink)
     try:
         worker.hello()
         with pytest.raises(WorkerFailure) as failure:
-            worker.call(CASE, output_bytes=1 << 20)
+            worker.call(CASE, output_bytes=output_bytes)
     finally:
         worker.close()
-    assert failure.value.kind == "CRASH"
-    assert "ValueError: bad block size (at kernel.py:" in str(failure.value)
+    return failure.value
+
+
+def test_an_exception_in_kernel_fn_is_a_crash_with_the_kernel_line(tmp_path):
+    failure = failure_of_a_call(tmp_path, HONEST + "\n\ndef kernel_fn(x):\n    raise ValueError('bad block size')\n")
+    assert failure.kind == "CRASH"
+    assert "ValueError: bad block size (at kernel.py:" in str(failure)
 
 
 def test_a_worker_that_dies_is_a_crash_with_its_last_words_marked(tmp_path):
     sink = io.StringIO()
-    worker = start(tmp_path, HONEST + "\n\nimport os\n\ndef kernel_fn(x):\n    print('bye', flush=True)\n"
-                                      "    os._exit(3)\n", sink)
-    try:
-        worker.hello()
-        with pytest.raises(WorkerFailure) as failure:
-            worker.call(CASE, output_bytes=1 << 20)
-    finally:
-        worker.close()
-    assert failure.value.kind == "CRASH"
-    assert "exited with code 3" in str(failure.value) and "kernel| bye" in str(failure.value)
+    failure = failure_of_a_call(tmp_path, HONEST + "\n\nimport os\n\ndef kernel_fn(x):\n    print('bye', flush=True)\n"
+                                                   "    os._exit(3)\n", sink)
+    assert failure.kind == "CRASH"
+    assert "exited with code 3" in str(failure) and "kernel| bye" in str(failure)
     assert "kernel| bye" in sink.getvalue()
 
 
 def test_outputs_larger_than_the_judge_expects_are_refused(tmp_path):
-    worker = start(tmp_path, HONEST)
-    try:
-        worker.hello()
-        with pytest.raises(WorkerFailure, match="more than the 100 expected"):
-            worker.call(CASE, output_bytes=100)
-    finally:
-        worker.close()
+    failure = failure_of_a_call(tmp_path, HONEST, output_bytes=100)
+    assert failure.kind == "FAIL" and "more than the 100 expected" in str(failure)
