@@ -21,7 +21,7 @@ ATTACK_DIR = ROOT / "tests" / "attacks"
 ATTACKS = runpy.run_path(str(ATTACK_DIR / "expected.py"))["ATTACKS"]
 CPU_ATTACKS = [name for name, expected in ATTACKS.items() if expected[3] == "cpu"]
 # The loop screens every candidate with --quick; these also go through the full verdict.
-FULL_TOO = ["stale_output_when_called_often", "decoy_launch_returns_torch"]
+FULL_TOO = ["stale_output_when_called_often", "decoy_launch_returns_torch", "cache_by_data_pointer"]
 
 
 def judge(name: str, tmp_path: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
@@ -43,9 +43,10 @@ def test_every_attack_file_has_an_expected_verdict():
 def test_judge_rejects_attack(name, mode, tmp_path):
     if mode == "full" and name not in FULL_TOO:
         pytest.skip("quick screen only (the full verdict runs the same checks on more shapes)")
-    correctness, stage, message, _ = ATTACKS[name]
+    correctness, stages, message, _ = ATTACKS[name]
     result, proc = judge(name, tmp_path, *(["--quick"] if mode == "quick" else []))
-    assert (result["correctness"], result["failed_stage"]) == (correctness, stage), result["message"]
+    assert result["correctness"] == correctness, result["message"]
+    assert result["failed_stage"] in (stages if isinstance(stages, tuple) else (stages,)), result["message"]
     assert message in result["message"]
     assert proc.returncode == {"FAIL": 1, "CRASH": 2}[correctness]
     # The judge's RESULT line is the only one: what the kernel printed is marked as the kernel's.

@@ -2,7 +2,8 @@
 
 Right whenever the judge passes a new tensor; wrong when the same tensor holds new values.
 The old judge timed and re-checked the same tensors with the same values, so it passed.
-Rejected: timed calls write fresh values into the same tensors, and the checked ones fail.
+Rejected: timed calls write fresh values into the same tensors, and the checked ones fail (or
+earlier, where the allocator hands a new case's inputs the address of an old one).
 """
 
 import runpy
