@@ -19,10 +19,10 @@ global state or to the worker's timer. Inputs are fresh random values each run; 
 
 Then timing, at the --shape shapes or the registry's timing shape: every timed call gets fresh
 inputs written into the same tensors, with the L2 flushed; the median of the calls is the latency.
-Timed calls are checked calls: a random timed call, the last one and one more after them are
-compared with the reference. The judge brackets every timed call with its own clock, and a time
-faster than the GPU's roofline allows is a FAIL. PyTorch eager (and optionally torch.compile) are
-timed the same way, in this process. Each stage has a time limit; a hang is reported as TIMEOUT.
+Timed calls are checked calls: the whole output of a random timed call, the last one and one more
+after them, and a random sample of every other one's, are compared with the reference. The judge
+brackets every timed call with its own clock, and a time faster than the GPU's roofline allows is
+a FAIL. PyTorch eager (and optionally torch.compile) are timed the same way, in this process. Each stage has a time limit; a hang is reported as TIMEOUT.
 Exit code: 0 PASS, 1 FAIL, 2 CRASH, 3 TIMEOUT.
 
 Without a GPU the same Triton kernels run through Triton's interpreter on CPU at small shapes,
@@ -73,6 +73,8 @@ INTERPRETER_SLACK = 1 if ON_GPU else 3
 TIMED_CALLS = {"gpu": {False: (20, 200), True: (10, 60)}, "cpu": {False: (5, 5), True: (3, 3)}}
 TIMING_BUDGET_MS = {False: 100.0, True: 40.0}
 WARMUP_CALLS = 3 if ON_GPU else 1
+SAMPLED_ELEMENTS = 1024                # checked in every timed call whose whole output is not
+PICKER = random.SystemRandom()         # what to check: not predictable from the seed
 EMPTY_CALLS = 10 if ON_GPU else 0      # timed calls of nothing: the cost of the judge's bracket itself
 
 
@@ -191,10 +193,11 @@ def timed_call_count(warmup: list[timing.TimedCall], quick: bool) -> int:
 
 
 def time_candidate(judge: Judge, shape: dict) -> list[timing.TimedCall]:
-    """Timed calls of kernel_fn in the worker, each on fresh inputs in the same tensors; some are checked.
+    """Timed calls of kernel_fn in the worker, each on fresh inputs in the same tensors, each checked.
 
-    Which calls are checked is decided after each call returned (a random one, the last timed one
-    and one more after them), so the kernel cannot tell a checked call from any other.
+    After each call returned, the judge picks what to check, so the kernel cannot tell a checked
+    call from any other: the whole output of a random timed call, of the last one and of one more
+    after them, and SAMPLED_ELEMENTS elements at random of every other.
     """
     kt, worker = judge.kt, judge.worker
     case = judge.next_case(shape, judge.dtype)
@@ -202,28 +205,29 @@ def time_candidate(judge: Judge, shape: dict) -> list[timing.TimedCall]:
     limit = output_limit(kt.reference(**case_inputs(kt, case, judge.device)))
     calls = [worker.iterate(case["seed"] + i) for i in range(WARMUP_CALLS)]
     count = timed_call_count(calls, judge.args.quick)
-    rng = random.Random(case["seed"])
-    checked = {WARMUP_CALLS + rng.randrange(count), WARMUP_CALLS + count - 1, WARMUP_CALLS + count}
+    whole = {WARMUP_CALLS + PICKER.randrange(count), WARMUP_CALLS + count - 1, WARMUP_CALLS + count}
     timed = []
     for i in range(WARMUP_CALLS, WARMUP_CALLS + count + 1):
         seed = case["seed"] + i
         call = worker.iterate(seed)
         if i < WARMUP_CALLS + count:
             timed.append(call)
-        if i in checked:
-            which = (f"timed call {i - WARMUP_CALLS + 1} of {count}" if i < WARMUP_CALLS + count
-                     else f"the call after the {count} timed calls")
-            output = worker.last_output(limit)
-            try:
-                expected, oracle = reference_outputs(kt, case_inputs(kt, {**case, "seed": seed}, judge.device),
-                                                     judge.dtype)
-                compare(output, expected, oracle, judge.dtype, kt.tolerance_scale)
-            except CheckFailure as failure:
-                raise CheckFailure(
-                    f"{registry.format_shape(shape)} {judge.args.dtype}: {which} returned a wrong result ({failure}). "
-                    "Every timed call gets fresh inputs written into the same tensors, and this kernel passed the "
-                    "same checks before timing: it changes behaviour with the call count, the call stack or the "
-                    "timing phase (a stale or cached output, for example one keyed by the input's address)") from None
+        which = (f"timed call {i - WARMUP_CALLS + 1} of {count}" if i < WARMUP_CALLS + count
+                 else f"the call after the {count} timed calls")
+        expected, oracle = reference_outputs(kt, case_inputs(kt, {**case, "seed": seed}, judge.device), judge.dtype)
+        try:
+            if i in whole:
+                compare(worker.last_output(limit), expected, oracle, judge.dtype, kt.tolerance_scale)
+            else:
+                positions = sorted(PICKER.sample(range(expected.numel()), min(SAMPLED_ELEMENTS, expected.numel())))
+                compare(worker.sample(positions), expected, oracle, judge.dtype, kt.tolerance_scale,
+                        positions=torch.tensor(positions))
+        except CheckFailure as failure:
+            raise CheckFailure(
+                f"{registry.format_shape(shape)} {judge.args.dtype}: {which} returned a wrong result ({failure}). "
+                "Every timed call gets fresh inputs written into the same tensors, and this kernel passed the "
+                "same checks before timing: it changes behaviour with the call count, the call stack or the "
+                "timing phase (a stale or cached output, for example one keyed by the input's address)") from None
     return timed
 
 

@@ -79,13 +79,15 @@ def library_error(expected: torch.Tensor, oracle: torch.Tensor) -> float:
 
 
 def _errors(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, dtype: torch.dtype,
-            tolerance_scale: float):
-    """Every element's error and allowance under the tolerance rule (see compare)."""
+            tolerance_scale: float, positions: torch.Tensor | None = None):
+    """Every element's error and allowance under the tolerance rule (see compare); with positions,
+    output holds only the elements at those flat positions, judged against the whole oracle's scale."""
     tol = TOLERANCES[dtype] * tolerance_scale
     got = output.detach().flatten().to(device=oracle.device, dtype=torch.float64)
-    want = oracle.detach().flatten().to(torch.float64)
+    whole = oracle.detach().flatten().to(torch.float64)
+    scale = float(whole[torch.isfinite(whole)].square().mean().sqrt()) if bool(torch.isfinite(whole).any()) else 1.0
+    want = whole if positions is None else whole[positions.to(whole.device)]
     finite = torch.isfinite(want)
-    scale = float(want[finite].square().mean().sqrt()) if bool(finite.any()) else 1.0
     atol = tol * scale
     floor = LIBRARY_ERROR_FACTOR * library_error(expected, oracle) if dtype == torch.float32 else 0.0
     error = (got - want).abs()
@@ -106,7 +108,7 @@ def tolerance_used(output: torch.Tensor, expected: torch.Tensor, oracle: torch.T
 
 
 def compare(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, dtype: torch.dtype,
-            tolerance_scale: float = 1.0) -> None:
+            tolerance_scale: float = 1.0, positions: torch.Tensor | None = None) -> None:
     """Raise CheckFailure unless output matches the oracle within the dtype's tolerance.
 
     `expected` is the reference run on the original inputs: it fixes the shape and dtype the
@@ -115,18 +117,21 @@ def compare(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, 
     scale (its RMS): a product whose entries are in the hundreds carries rounding errors in
     proportion, even where one entry happens to cancel to near zero, and the probabilities of a
     softmax over 8192 columns are around 1e-4, so an absolute 1e-2 would accept any of them.
+    With positions (flat indices), output is a sample: the elements of the kernel's output there.
     """
-    if output.shape != expected.shape:
+    sample_shape = expected.shape if positions is None else positions.shape
+    if output.shape != sample_shape:
         raise CheckFailure(f"output shape {tuple(output.shape)}, expected {tuple(expected.shape)}")
     if output.dtype != expected.dtype:
         raise CheckFailure(f"output dtype {output.dtype}, expected {expected.dtype}")
     got, want, finite, error, allowed, bad, atol, tol, floor = _errors(output, expected, oracle, dtype,
-                                                                       tolerance_scale)
+                                                                       tolerance_scale, positions)
     if not bool(bad.any()):
         return
     excess = torch.where(finite, torch.nan_to_num(error - allowed, nan=float("inf")), float("inf"))
     worst = int(torch.where(bad, excess, -float("inf")).argmax())
-    index = [int(i) for i in torch.unravel_index(torch.tensor(worst), expected.shape)] if expected.dim() else []
+    flat = worst if positions is None else int(positions[worst])
+    index = [int(i) for i in torch.unravel_index(torch.tensor(flat), expected.shape)] if expected.dim() else []
     g, w = float(got[worst]), float(want[worst])
     if not torch.isfinite(got[worst]) and bool(finite[worst]):
         what = f"{g} where the reference has {w:.6g}"
@@ -134,7 +139,8 @@ def compare(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, 
         what = f"got {g:.6g}, expected {w:.6g} (abs error {abs(g - w):.3g})"
     floor_note = f", at least {floor:.3g} ({LIBRARY_ERROR_FACTOR:g}x PyTorch's own float32 error here)" \
         if floor > atol else ""
-    raise CheckFailure(f"{int(bad.sum())} of {got.numel()} elements wrong; worst at index {index}: {what}; "
+    of = f"{got.numel()}" if positions is None else f"{got.numel()} sampled"
+    raise CheckFailure(f"{int(bad.sum())} of {of} elements wrong; worst at index {index}: {what}; "
                        f"tolerance atol={atol:.3g} rtol={tol:g}{floor_note}")
 
 

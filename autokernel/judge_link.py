@@ -152,6 +152,10 @@ class CandidateWorker:
         _, tensors = self.request({"op": "output"}, output_bytes)
         return self._expect(tensors, 1)[0]
 
+    def sample(self, positions: list[int]) -> torch.Tensor:
+        _, tensors = self.request({"op": "sample", "positions": positions}, 8 * len(positions) + 1024)
+        return self._expect(tensors, 1)[0]
+
     def close(self) -> None:
         """Ask the worker to exit; kill it if it does not."""
         try:

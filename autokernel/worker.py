@@ -14,6 +14,7 @@ Requests (JSON, autokernel/wire.py) and replies:
                                               sends {"started"}, makes one timed call, sends {"idle"} as
                                               soon as the device is idle, checks, replies the record
   output      {}                           -> the output of the last timed call
+  sample      {"positions"}                -> its elements at those flat positions
   exit        {}
 A reply that is {"fail": message} or {"crash": message} ends the judging.
 """
@@ -232,6 +233,13 @@ class Worker:
             record["peak_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
         return {"record": record}, []
 
+    def sample(self, request: dict) -> tuple[dict, list]:
+        """The last timed output's elements at the flat positions the judge chose after the call."""
+        if self.last_output is None:
+            raise RuntimeError("no timed call to sample the output of")
+        positions = torch.tensor(request["positions"], dtype=torch.int64, device=self.last_output.device)
+        return {}, [self.last_output.reshape(-1)[positions]]
+
     def _check_witness(self, output) -> None:
         """The first timed output is kept, with a copy: no later call may write into it."""
         if self.witness is None:
@@ -266,7 +274,8 @@ class Worker:
             return ({"fail": noted}, []) if noted else ({"crash": crash_message(exc, self.kernel_path)}, [])
 
     def serve(self) -> int:
-        handlers = {"call": self.call, "time_begin": self.time_begin, "iterate": self.iterate, "output": self.output}
+        handlers = {"call": self.call, "time_begin": self.time_begin, "iterate": self.iterate, "output": self.output,
+                    "sample": self.sample}
         header, tensors = self._attempt(self.load)
         wire.send(self.sock, header, tensors)
         if "fail" in header or "crash" in header:

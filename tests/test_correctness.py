@@ -96,6 +96,15 @@ def test_float32_is_held_no_tighter_than_pytorchs_own_error():
         compare((oracle + 10 * own).float(), expected, oracle, torch.float32)
 
 
+def test_a_sample_is_judged_at_its_positions_against_the_whole_outputs_scale():
+    ref = torch.softmax(torch.randn(8, 512, dtype=torch.float64), dim=-1)
+    positions = torch.tensor([3, 700, 4095])
+    compare(ref.flatten()[positions].half(), ref.half(), ref, torch.float16, positions=positions)
+    stale = ref.flatten()[positions].half() * 3
+    with pytest.raises(CheckFailure, match=r"3 of 3 sampled elements wrong; worst at index \[\d, \d+\]"):
+        compare(stale, ref.half(), ref, torch.float16, positions=positions)
+
+
 def test_low_precision_tolerances_ignore_the_library_floor():
     ref = torch.linspace(-1, 1, 100, dtype=torch.float64)
     sloppy = ref.half().clone()
