@@ -20,7 +20,8 @@ global state or to the worker's timer. Inputs are fresh random values each run; 
 Then timing, at the --shape shapes or the registry's timing shape: every timed call gets fresh
 inputs written into the same tensors, with the L2 flushed; the median of the calls is the latency.
 Timed calls are checked calls: the whole output of a random timed call, the last one and one more
-after them, and a random sample of every other one's, are compared with the reference. The judge
+after them, and a random sample of the others' (all, or a random share within a time budget), are
+compared with the reference. The judge
 brackets every timed call with its own clock, and a time faster than the GPU's roofline allows is
 a FAIL. PyTorch eager (and optionally torch.compile) are timed the same way, in this process. Each stage has a time limit; a hang is reported as TIMEOUT.
 Exit code: 0 PASS, 1 FAIL, 2 CRASH, 3 TIMEOUT.
@@ -73,7 +74,8 @@ INTERPRETER_SLACK = 1 if ON_GPU else 3
 TIMED_CALLS = {"gpu": {False: (20, 200), True: (10, 60)}, "cpu": {False: (5, 5), True: (3, 3)}}
 TIMING_BUDGET_MS = {False: 100.0, True: 40.0}
 WARMUP_CALLS = 3 if ON_GPU else 1
-SAMPLED_ELEMENTS = 1024                # checked in every timed call whose whole output is not
+SAMPLED_ELEMENTS = 1024                # checked in a timed call whose whole output is not
+CHECK_BUDGET_S = {False: 2.0, True: 0.5}   # the judge's time for references of timed calls, about
 PICKER = random.SystemRandom()         # what to check: not predictable from the seed
 EMPTY_CALLS = 10 if ON_GPU else 0      # timed calls of nothing: the cost of the judge's bracket itself
 
@@ -193,11 +195,12 @@ def timed_call_count(warmup: list[timing.TimedCall], quick: bool) -> int:
 
 
 def time_candidate(judge: Judge, shape: dict) -> list[timing.TimedCall]:
-    """Timed calls of kernel_fn in the worker, each on fresh inputs in the same tensors, each checked.
+    """Timed calls of kernel_fn in the worker, each on fresh inputs in the same tensors, and checked.
 
     After each call returned, the judge picks what to check, so the kernel cannot tell a checked
     call from any other: the whole output of a random timed call, of the last one and of one more
-    after them, and SAMPLED_ELEMENTS elements at random of every other.
+    after them, and SAMPLED_ELEMENTS elements at random of every other, or of a random share of
+    them where references for all would cost more than CHECK_BUDGET_S.
     """
     kt, worker = judge.kt, judge.worker
     case = judge.next_case(shape, judge.dtype)
@@ -206,14 +209,17 @@ def time_candidate(judge: Judge, shape: dict) -> list[timing.TimedCall]:
     calls = [worker.iterate(case["seed"] + i) for i in range(WARMUP_CALLS)]
     count = timed_call_count(calls, judge.args.quick)
     whole = {WARMUP_CALLS + PICKER.randrange(count), WARMUP_CALLS + count - 1, WARMUP_CALLS + count}
-    timed = []
+    timed, rate, checks, checking_s = [], 1.0, 0, 0.0
     for i in range(WARMUP_CALLS, WARMUP_CALLS + count + 1):
         seed = case["seed"] + i
         call = worker.iterate(seed)
         if i < WARMUP_CALLS + count:
             timed.append(call)
+        if i not in whole and PICKER.random() >= rate:
+            continue
         which = (f"timed call {i - WARMUP_CALLS + 1} of {count}" if i < WARMUP_CALLS + count
                  else f"the call after the {count} timed calls")
+        started = time.monotonic()
         expected, oracle = reference_outputs(kt, case_inputs(kt, {**case, "seed": seed}, judge.device), judge.dtype)
         try:
             if i in whole:
@@ -228,6 +234,8 @@ def time_candidate(judge: Judge, shape: dict) -> list[timing.TimedCall]:
                 "Every timed call gets fresh inputs written into the same tensors, and this kernel passed the "
                 "same checks before timing: it changes behaviour with the call count, the call stack or the "
                 "timing phase (a stale or cached output, for example one keyed by the input's address)") from None
+        checks, checking_s = checks + 1, checking_s + time.monotonic() - started
+        rate = min(1.0, CHECK_BUDGET_S[judge.args.quick] / (checking_s / checks * (count + 1)))
     return timed
 
 
