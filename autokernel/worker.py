@@ -94,7 +94,7 @@ class Worker:
         if device.type == "cuda":
             get_stream, index = torch._C._cuda_getCurrentRawStream, device.index or 0
             stream_of, timing_stream = (lambda: get_stream(index)), self.clock.stream.cuda_stream
-        self.guard_args = (device.type, stream_of, timing_stream)
+        self.no_library_compute = guards.NoLibraryCompute(device.type, stream_of, timing_stream)
         self.counter = guards.LaunchCounter(stream_of, timing_stream).install()
         self.kt: registry.KernelType | None = None
         self.kernel_fn = None
@@ -158,7 +158,7 @@ class Worker:
         "kt", "kernel_fn", "previous_output", "timed_case", "timed_inputs", "last_output", "witness"))
 
     def _run_kernel(self, **inputs):
-        with guards.NoLibraryCompute(*self.guard_args):
+        with self.no_library_compute:
             return self.kernel_fn(**inputs)
 
     def _after_call(self, output, inputs: dict, launches_before: int, timed: bool = False) -> None:
