@@ -3,17 +3,28 @@
     python bench.py [--kernel kernel.py] [--shape M=4096,N=4096 ...] [--dtype float16]
                     [--seed N] [--compare-compile] [--quick] [--json | --json-out FILE]
 
-The agent never edits this file. The stages, in order (the first failure ends the run):
+The agent never edits this file. The kernel file never runs in this process: a worker process
+(autokernel/worker.py) imports it and runs kernel_fn when asked, and sends back only outputs and
+timings. This process makes its own copy of every input, computes the reference, compares, and
+writes the verdict. The stages, in order (the first failure ends the run):
   1. smoke          one small input, twice with fresh values (a cached result fails the second);
   2. shape sweep    the registry's shapes (and any --shape) in float16, bfloat16 and float32;
   3. stability      adversarial inputs: huge logits, near-zero variance, high dynamic range...;
-  4. determinism    the same input three times must give bitwise identical outputs;
+  4. determinism    the same input three times must give bitwise identical, correct outputs;
   5. edge shapes    non-powers of two (1023, 4097, 1537) and size 1.
-Every checked call runs with poisoned allocations, unchanged-input and own-launch checks
-(autokernel/correctness.py). Inputs are fresh random values each run; the seed is printed.
-Then the kernel, PyTorch eager and optionally torch.compile are timed (median, L2 flushed) at
-the --shape shapes, or the registry's timing shape. Each stage has a time limit; a hang is
-reported as TIMEOUT. Exit code: 0 PASS, 1 FAIL, 2 CRASH, 3 TIMEOUT.
+Every call in the worker runs under its guards (autokernel/worker_guards.py): no PyTorch compute
+inside kernel_fn, at least one Triton launch of its own, poisoned allocations in checked calls,
+inputs unchanged, a fresh plain tensor returned, no thread left running, no change to torch's
+global state or to the worker's timer. Inputs are fresh random values each run; the seed is printed.
+
+Then timing, at the --shape shapes or the registry's timing shape: every timed call gets fresh
+inputs written into the same tensors, with the L2 flushed; the median of the calls is the latency.
+Timed calls are checked calls: the whole output of a random timed call, the last one and one more
+after them, and a random sample of the others' (all, or a random share within a time budget), are
+compared with the reference. The judge
+brackets every timed call with its own clock, and a time faster than the GPU's roofline allows is
+a FAIL. PyTorch eager (and optionally torch.compile) are timed the same way, in this process. Each stage has a time limit; a hang is reported as TIMEOUT.
+Exit code: 0 PASS, 1 FAIL, 2 CRASH, 3 TIMEOUT.
 
 Without a GPU the same Triton kernels run through Triton's interpreter on CPU at small shapes,
 and the timings are labelled as not meaningful.
@@ -21,67 +32,78 @@ and the timings are labelled as not meaningful.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":
+    # Before anything heavy: seal this process and start the kernel's worker, which then imports torch,
+    # Triton and the kernel file while this process imports its own (autokernel/worker_process.py).
+    from autokernel import worker_process
+    worker_process.start_early(sys.argv[1:])
+
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
+import random
 import secrets
-import sys
+import statistics
 import threading
 import time
-import traceback
 from pathlib import Path
 
 import torch
 
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
-    # Must be set before the kernel module is imported: triton.jit reads it when decorating.
-    os.environ["TRITON_INTERPRET"] = "1"
+    # Judge and worker take turns on small CPU tensors: threads of one spinning while the other works
+    # cost more than they give. (The worker runs Triton's interpreter; this process runs no Triton.)
+    torch.set_num_threads(1)
 
-from autokernel import hardware, registry  # noqa: E402
-from autokernel.correctness import CheckFailure, LaunchCounter, check_case, same_bits  # noqa: E402
-from autokernel.timing import median_latency_ms, roofline  # noqa: E402
+from autokernel import hardware, registry, timing, worker_process  # noqa: E402
+from autokernel.correctness import (DTYPES, CheckFailure, case_inputs, compare, dtype_name,  # noqa: E402
+                                    reference_outputs, same_bits)
+from autokernel.judge_link import CandidateWorker, WorkerFailure  # noqa: E402
 
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 EXIT_CODES = {"PASS": 0, "FAIL": 1, "CRASH": 2, "TIMEOUT": 3}
 # Seconds each stage may take before the run is reported as TIMEOUT; the first stage includes
 # compilation. The interpreter is two orders of magnitude slower, so it gets more room.
-STAGE_LIMITS_S = {"smoke": 60, "shape sweep": 180, "stability": 90, "determinism": 90, "edge shapes": 180,
-                  "timing": 240}
+STAGE_LIMITS_S = {"load": 60, "smoke": 60, "shape sweep": 180, "stability": 90, "determinism": 90,
+                  "edge shapes": 180, "timing": 240}
 INTERPRETER_SLACK = 1 if ON_GPU else 3
+# Timed calls per shape: (fewest, most), full and --quick; the count aims at TIMING_BUDGET_MS of calls.
+TIMED_CALLS = {"gpu": {False: (20, 200), True: (10, 60)}, "cpu": {False: (5, 5), True: (3, 3)}}
+TIMING_BUDGET_MS = {False: 100.0, True: 40.0}
+WARMUP_CALLS = 3 if ON_GPU else 1
+SAMPLED_ELEMENTS = 1024                # checked in a timed call whose whole output is not
+CHECK_BUDGET_S = {False: 2.0, True: 0.5}   # the judge's time for references of timed calls, about
+PICKER = random.SystemRandom()         # what to check: not predictable from the seed
+EMPTY_CALLS = 10 if ON_GPU else 0      # timed calls of nothing: the cost of the judge's bracket itself
 
 
 class Judge:
-    """Everything one bench run needs: the kernel, its registry entry, the device and the seeds."""
+    """Everything one bench run needs: the worker, the kernel type, the device and the seeds."""
 
-    def __init__(self, kernel_fn, kt: registry.KernelType, args):
-        self.kernel_fn = kernel_fn
+    def __init__(self, worker: CandidateWorker, kt: registry.KernelType, args):
+        self.worker = worker
         self.kt = kt
         self.args = args
         self.device = "cuda" if ON_GPU else "cpu"
         self.dtype = DTYPES[args.dtype]
         self.seed = args.seed
         self.case_index = 0
-        self.counter = LaunchCounter().install()
 
-    def next_seed(self) -> int:
+    def next_case(self, shape, dtype, adversarial=None) -> dict:
         self.case_index += 1
-        return self.seed + self.case_index
+        return {"shape": shape, "dtype": dtype_name(dtype), "seed": self.seed + self.case_index,
+                "adversarial": adversarial}
 
-    def inputs(self, shape, dtype, maker=None) -> dict:
-        seed = self.next_seed()
-        if maker is None:
-            return self.kt.inputs(shape, dtype, seed, self.device)
-        gen = torch.Generator(device=self.device)
-        gen.manual_seed(seed)
-        return maker(shape, dtype, gen, self.device)
-
-    def check(self, shape, dtype, maker=None, label="") -> torch.Tensor:
-        inputs = self.inputs(shape, dtype, maker)
+    def check(self, shape, dtype, adversarial=None, label="") -> None:
+        """One case: the worker runs kernel_fn on it, this process checks the output."""
+        case = self.next_case(shape, dtype, adversarial)
+        expected, oracle = reference_outputs(self.kt, case_inputs(self.kt, case, self.device), dtype)
+        [output] = self.worker.call(case, output_bytes=output_limit(expected))
         try:
-            return check_case(self.kt, self.kernel_fn, inputs, dtype, self.counter)
+            compare(output, expected, oracle, dtype, self.kt.tolerance_scale)
         except CheckFailure as failure:
             where = f"{label + ' ' if label else ''}{registry.format_shape(shape)} {dtype_name(dtype)}"
             raise CheckFailure(f"{where}: {failure}") from None
@@ -100,18 +122,15 @@ class Judge:
         return [self.kt.timing_shape if ON_GPU else self.kt.cpu_sweep[-1]]
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
+def output_limit(expected: torch.Tensor) -> int:
+    """The most bytes an output may have on the wire: the reference's element count in float64, plus room."""
+    return 8 * expected.numel() + 1024
 
 
 # --------------------------------------------------------------------------- the five stages
 def stage_smoke(judge: Judge) -> int:
-    shape = judge.kt.smoke_shape
-    first = judge.check(shape, judge.dtype)
-    second = judge.check(shape, judge.dtype, label="second call with fresh inputs:")
-    if first.untyped_storage().data_ptr() == second.untyped_storage().data_ptr() and first.numel():
-        raise CheckFailure("kernel_fn returned the same output buffer on two calls; "
-                           "each call must return a fresh tensor")
+    judge.check(judge.kt.smoke_shape, judge.dtype)
+    judge.check(judge.kt.smoke_shape, judge.dtype, label="second call with fresh inputs:")
     return 2
 
 
@@ -132,21 +151,26 @@ def stage_stability(judge: Judge) -> int:
     for adversarial in judge.kt.adversarial:
         shape = {**judge.kt.smoke_shape, **adversarial.shape}
         for dtype in DTYPES.values():
-            judge.check(shape, dtype, adversarial.make_inputs, label=f"[{adversarial.name}: {adversarial.why}]")
+            judge.check(shape, dtype, adversarial.name, label=f"[{adversarial.name}: {adversarial.why}]")
             cases += 1
     return cases
 
 
 def stage_determinism(judge: Judge) -> int:
     shape = judge.timing_shapes()[0]
-    inputs = judge.inputs(shape, judge.dtype)
-    outputs = [judge.kernel_fn(**inputs) for _ in range(3)]
+    case = judge.next_case(shape, judge.dtype)
+    expected, oracle = reference_outputs(judge.kt, case_inputs(judge.kt, case, judge.device), judge.dtype)
+    outputs = judge.worker.call(case, repeat=3, output_bytes=output_limit(expected))
+    where = f"{registry.format_shape(shape)} {judge.args.dtype}"
     for i, output in enumerate(outputs[1:], start=2):
         if not same_bits(outputs[0], output):
             diff = (outputs[0].double() - output.double()).abs()
-            raise CheckFailure(f"{registry.format_shape(shape)} {judge.args.dtype}: call {i} differs from call 1 "
-                               f"on the same input ({int((diff != 0).sum())} elements, max difference "
-                               f"{float(diff.max()):.3g}); look for atomics or a race")
+            raise CheckFailure(f"{where}: call {i} differs from call 1 on the same input ({int((diff != 0).sum())} "
+                               f"elements, max difference {float(diff.max()):.3g}); look for atomics or a race")
+    try:
+        compare(outputs[0], expected, oracle, judge.dtype, judge.kt.tolerance_scale)
+    except CheckFailure as failure:
+        raise CheckFailure(f"{where}: {failure}") from None
     return 3
 
 
@@ -164,36 +188,109 @@ STAGES = [("smoke", stage_smoke), ("shape sweep", stage_shape_sweep), ("stabilit
 
 
 # --------------------------------------------------------------------------- timing
+def timed_call_count(warmup: list[timing.TimedCall], quick: bool) -> int:
+    fewest, most = TIMED_CALLS["gpu" if ON_GPU else "cpu"][quick]
+    per_call = statistics.median(c.record["wall_ms"] for c in warmup) if warmup else 1.0
+    return max(fewest, min(most, int(TIMING_BUDGET_MS[quick] / max(per_call, 1e-3))))
+
+
+def time_candidate(judge: Judge, shape: dict) -> list[timing.TimedCall]:
+    """Timed calls of kernel_fn in the worker, each on fresh inputs in the same tensors, and checked.
+
+    After each call returned, the judge picks what to check, so the kernel cannot tell a checked
+    call from any other: the whole output of a random timed call, of the last one and of one more
+    after them, and SAMPLED_ELEMENTS elements at random of every other, or of a random share of
+    them where references for all would cost more than CHECK_BUDGET_S.
+    """
+    kt, worker = judge.kt, judge.worker
+    case = judge.next_case(shape, judge.dtype)
+    worker.time_begin(case)
+    limit = output_limit(kt.reference(**case_inputs(kt, case, judge.device)))
+    calls = [worker.iterate(case["seed"] + i) for i in range(WARMUP_CALLS)]
+    count = timed_call_count(calls, judge.args.quick)
+    whole = {WARMUP_CALLS + PICKER.randrange(count), WARMUP_CALLS + count - 1, WARMUP_CALLS + count}
+    timed, rate, checks, checking_s = [], 1.0, 0, 0.0
+    for i in range(WARMUP_CALLS, WARMUP_CALLS + count + 1):
+        seed = case["seed"] + i
+        call = worker.iterate(seed)
+        if i < WARMUP_CALLS + count:
+            timed.append(call)
+        if i not in whole and PICKER.random() >= rate:
+            continue
+        which = (f"timed call {i - WARMUP_CALLS + 1} of {count}" if i < WARMUP_CALLS + count
+                 else f"the call after the {count} timed calls")
+        started = time.monotonic()
+        expected, oracle = reference_outputs(kt, case_inputs(kt, {**case, "seed": seed}, judge.device), judge.dtype)
+        try:
+            if i in whole:
+                compare(worker.last_output(limit), expected, oracle, judge.dtype, kt.tolerance_scale)
+            else:
+                positions = sorted(PICKER.sample(range(expected.numel()), min(SAMPLED_ELEMENTS, expected.numel())))
+                compare(worker.sample(positions), expected, oracle, judge.dtype, kt.tolerance_scale,
+                        positions=torch.tensor(positions))
+        except CheckFailure as failure:
+            raise CheckFailure(
+                f"{registry.format_shape(shape)} {judge.args.dtype}: {which} returned a wrong result ({failure}). "
+                "Every timed call gets fresh inputs written into the same tensors, and this kernel passed the "
+                "same checks before timing: it changes behaviour with the call count, the call stack or the "
+                "timing phase (a stale or cached output, for example one keyed by the input's address)") from None
+        checks, checking_s = checks + 1, checking_s + time.monotonic() - started
+        rate = min(1.0, CHECK_BUDGET_S[judge.args.quick] / (checking_s / checks * (count + 1)))
+    return timed
+
+
+def time_reference(judge: Judge, fn, shape: dict, count: int, clock: timing.Clock) -> float:
+    """Median ms of fn (PyTorch's) in this process, timed exactly as the kernel is: fresh inputs each call."""
+    case = judge.next_case(shape, judge.dtype)
+    inputs = case_inputs(judge.kt, case, judge.device)
+    kernel_ms = []
+    for i in range(WARMUP_CALLS + count):
+        fresh = case_inputs(judge.kt, {**case, "seed": case["seed"] + i}, judge.device)
+        for name, tensor in inputs.items():
+            if isinstance(tensor, torch.Tensor):
+                tensor.copy_(fresh[name])
+        _, record = timing.timed_call(clock, fn, inputs)
+        if i >= WARMUP_CALLS:
+            kernel_ms.append(record["kernel_ms"])
+    return statistics.median(kernel_ms)
+
+
 def time_kernel(judge: Judge) -> dict:
     kt, gpu = judge.kt, hardware.detect()
-    rows, kernel_ms, ref_ms, compile_ms = [], 0.0, 0.0, 0.0
+    clock = timing.Clock(torch.device(judge.device))
+    flush_ms = statistics.median(timing.timed_call(clock, lambda: None, {})[1]["flush_ms"]
+                                 for _ in range(5)) if ON_GPU else None
+    empty = [judge.worker.iterate(None) for _ in range(EMPTY_CALLS)]
     compiled_ref = torch.compile(kt.reference) if judge.args.compare_compile else None
-    peak_vram_mb = None
+    rows, kernel_ms, ref_ms, compile_ms, peak_mb = [], 0.0, 0.0, 0.0, None
     for shape in judge.timing_shapes():
-        inputs = judge.inputs(shape, judge.dtype)
-        if ON_GPU:
-            judge.kernel_fn(**inputs)                      # compile outside the measurement
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            judge.kernel_fn(**inputs)
-            torch.cuda.synchronize()
-            peak_vram_mb = max(peak_vram_mb or 0.0, torch.cuda.max_memory_allocated() / 2**20)
-        k = median_latency_ms(lambda: judge.kernel_fn(**inputs), ON_GPU, quick=judge.args.quick)
-        r = median_latency_ms(lambda: kt.reference(**inputs), ON_GPU, quick=judge.args.quick)
-        c = median_latency_ms(lambda: compiled_ref(**inputs), ON_GPU, quick=judge.args.quick) if compiled_ref else None
-        line = roofline(kt, [shape], judge.dtype, k, gpu)
+        calls = time_candidate(judge, shape)
+        where = f"{registry.format_shape(shape)} {judge.args.dtype}"
+        problem = timing.timing_problem(calls, empty, flush_ms)
+        if problem:
+            raise CheckFailure(f"{where}: {problem}")
+        k = statistics.median(c.record["kernel_ms"] for c in calls)
+        problem = timing.speed_of_light_problem(kt, shape, judge.dtype, k, gpu)
+        if problem:
+            raise CheckFailure(f"{where}: {problem}")
+        peaks = [c.record["peak_mb"] for c in calls if "peak_mb" in c.record]
+        peak_mb = max([peak_mb or 0.0] + peaks) if peaks else peak_mb
+        r = time_reference(judge, kt.reference, shape, len(calls), clock)
+        c = time_reference(judge, compiled_ref, shape, len(calls), clock) if compiled_ref else None
+        line = timing.roofline(kt, [shape], judge.dtype, k, gpu)
         rows.append({"shape": registry.format_shape(shape), "latency_us": k * 1e3, "pytorch_latency_us": r * 1e3,
                      "compile_latency_us": c * 1e3 if c else None, "throughput": line.throughput, "unit": line.unit,
-                     "pct_peak": line.pct_peak})
+                     "pct_peak": line.pct_peak, "timed_calls": len(calls)})
         kernel_ms, ref_ms, compile_ms = kernel_ms + k, ref_ms + r, compile_ms + (c or 0.0)
-    total = roofline(kt, judge.timing_shapes(), judge.dtype, kernel_ms, gpu)
+    total = timing.roofline(kt, judge.timing_shapes(), judge.dtype, kernel_ms, gpu)
     return {
         "throughput": total.throughput, "throughput_unit": total.unit, "latency_us": kernel_ms * 1e3,
         "pct_peak": total.pct_peak, "bound": total.bound,
         "speedup_vs_pytorch": ref_ms / kernel_ms if kernel_ms > 0 else None,
         "speedup_vs_compile": compile_ms / kernel_ms if compiled_ref and kernel_ms > 0 else None,
         "pytorch_latency_us": ref_ms * 1e3, "compile_latency_us": compile_ms * 1e3 if compiled_ref else None,
-        "peak_vram_mb": peak_vram_mb, "timings": rows, "gpu": gpu.name,
+        "peak_vram_mb": peak_mb, "timings": rows, "gpu": gpu.name,
+        "speed_of_light": timing.speed_of_light_skipped(gpu) or "checked: no timing faster than the roofline allows",
     }
 
 
@@ -201,8 +298,8 @@ def time_kernel(judge: Judge) -> dict:
 class Watchdog:
     """Ends the process with a TIMEOUT result when a stage overruns; works even if a GPU kernel hangs."""
 
-    def __init__(self, report):
-        self.report = report
+    def __init__(self, report, stop_worker):
+        self.report, self.stop_worker = report, stop_worker
         self.stage, self.deadline = None, None
         threading.Thread(target=self._watch, daemon=True).start()
 
@@ -219,35 +316,19 @@ class Watchdog:
             time.sleep(0.1)
             deadline = self.deadline
             if deadline is not None and time.monotonic() > deadline:
-                self.report("TIMEOUT", self.stage, f"stage '{self.stage}' exceeded its time limit")
+                self.report("TIMEOUT", self.stage, f"stage '{self.stage}' exceeded its time limit",
+                            before_write=self.stop_worker)
                 os._exit(EXIT_CODES["TIMEOUT"])
-
-
-def load_kernel(path: Path):
-    spec = importlib.util.spec_from_file_location(f"autokernel_candidate_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    kernel_type = getattr(module, "KERNEL_TYPE", None)
-    if kernel_type is None:
-        raise ValueError(f"{path} defines no KERNEL_TYPE (one of: {', '.join(registry.REGISTRY)})")
-    if not callable(getattr(module, "kernel_fn", None)):
-        raise ValueError(f"{path} defines no kernel_fn")
-    return module, registry.get(kernel_type)
-
-
-def crash_message(exc: BaseException, kernel_path: Path) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).name == kernel_path.name]
-    where = f" (at {kernel_path.name}:{frames[-1].lineno}: {frames[-1].line})" if frames else ""
-    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}{where}"
 
 
 class Report:
     """Collects the run's outcome and writes it out once, as rich text, a RESULT line and JSON."""
 
-    def __init__(self, args, kernel_type: str | None):
+    def __init__(self, args, nonce: str | None):
         self.args = args
+        self.nonce = nonce
         self.started = time.monotonic()
-        self.result = {"kernel_type": kernel_type, "correctness": None, "failed_stage": None, "message": "",
+        self.result = {"kernel_type": None, "correctness": None, "failed_stage": None, "message": "",
                        "seed": args.seed, "device": torch.cuda.get_device_name() if ON_GPU else "cpu",
                        "dtype": args.dtype, "timings_meaningful": ON_GPU, "stages": [],
                        "timing_shapes": [registry.format_shape(s) for s in args.shape]}
@@ -257,15 +338,19 @@ class Report:
     def stage_done(self, name: str, cases: int, seconds: float):
         self.result["stages"].append({"stage": name, "cases": cases, "seconds": round(seconds, 3)})
 
-    def finish(self, correctness: str, failed_stage: str | None = None, message: str = "", timing: dict | None = None):
+    def finish(self, correctness: str, failed_stage: str | None = None, message: str = "", timing: dict | None = None,
+               before_write=None):
         with self.lock:
             if self.written:
                 return
             self.written = True
+            if before_write is not None:
+                before_write()
             self.result.update(correctness=correctness, failed_stage=failed_stage, message=message,
                                wall_seconds=round(time.monotonic() - self.started, 3))
             for key in ("throughput", "throughput_unit", "latency_us", "pct_peak", "bound", "speedup_vs_pytorch",
-                        "speedup_vs_compile", "pytorch_latency_us", "compile_latency_us", "peak_vram_mb"):
+                        "speedup_vs_compile", "pytorch_latency_us", "compile_latency_us", "peak_vram_mb",
+                        "speed_of_light"):
                 self.result[key] = (timing or {}).get(key)
             self.result["timings"] = (timing or {}).get("timings", [])
             self._write()
@@ -273,7 +358,9 @@ class Report:
     def _write(self):
         r = self.result
         if self.args.json_out:
-            Path(self.args.json_out).write_text(json.dumps(r, indent=2))
+            # The nonce (from the runner, never seen by the worker) marks the file as this judge's.
+            written = {**r, "nonce": self.nonce} if self.nonce else r
+            Path(self.args.json_out).write_text(json.dumps(written, indent=2))
         if self.args.json:
             print(json.dumps(r, indent=2), flush=True)
         else:
@@ -307,7 +394,10 @@ def print_summary(r: dict):
         stages.add_row(r["failed_stage"], "", "", f"[red]{r['correctness']}[/red]")
     console.print(stages)
     if r["message"]:
-        console.print(f"[red]{r['correctness']}[/red] in stage '{r['failed_stage']}': {r['message']}")
+        # The message may quote the kernel: no markup, and no line breaks of rich's own, so none of its text
+        # can turn into markup or start a line that looks like RESULT.
+        console.print(f"{r['correctness']} in stage '{r['failed_stage']}': {r['message']}", style="red",
+                      markup=False, soft_wrap=True)
     if r["timings"]:
         title = "timing (median, L2 flushed)" if r["timings_meaningful"] else \
             "timing: CPU interpreter, NOT MEANINGFUL (no GPU)"
@@ -320,6 +410,7 @@ def print_summary(r: dict):
                           f"{t['pytorch_latency_us']:.1f}", f"{t['pytorch_latency_us'] / t['latency_us']:.2f}x",
                           _fmt(t["compile_latency_us"]))
         console.print(table)
+        console.print(f"speed of light: {r['speed_of_light']}")
 
 
 def parse_args(argv=None):
@@ -330,7 +421,8 @@ def parse_args(argv=None):
     parser.add_argument("--dtype", default="float16", choices=list(DTYPES), help="dtype to time (default float16)")
     parser.add_argument("--seed", type=int, default=None, help="base seed for the random inputs (default: random)")
     parser.add_argument("--compare-compile", action="store_true", help="also time torch.compile of the reference")
-    parser.add_argument("--quick", action="store_true", help="fewer sweep and edge shapes (for loop runs on CPU)")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer sweep and edge shapes and timed calls (the loop's screen)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
     parser.add_argument("--json-out", help="also write the result as JSON to this file")
     parser.add_argument("--time-limit-scale", type=float, default=1.0, help="multiply every stage's time limit")
@@ -340,42 +432,52 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    kernel_path = Path(args.kernel)
-    report = Report(args, kernel_type=None)
-    if not kernel_path.is_file():
-        report.finish("CRASH", "load", f"kernel file not found: {kernel_path}")
-        return EXIT_CODES["CRASH"]
-    watchdog = Watchdog(report.finish)
+def judge_kernel(worker: CandidateWorker, args, report: Report, watchdog: Watchdog) -> tuple:
+    """Run the stages and the timing; returns (correctness, failed_stage, message, timing)."""
     scale = args.time_limit_scale * INTERPRETER_SLACK
+    stage, started = "load", time.monotonic()
     try:
-        with watchdog.limit("load", 60 * scale):
-            module, kt = load_kernel(kernel_path)
-    except Exception as exc:  # a kernel file that does not even import is the candidate's crash
-        report.finish("CRASH", "load", crash_message(exc, kernel_path))
-        return EXIT_CODES["CRASH"]
-    report.result["kernel_type"] = kt.name
-    judge = Judge(module.kernel_fn, kt, args)
-    report.result["timing_shapes"] = [registry.format_shape(s) for s in judge.timing_shapes()]
-    stage = "load"
-    try:
+        with watchdog.limit(stage, STAGE_LIMITS_S[stage] * scale):
+            kt = registry.get(worker.hello())       # only a registry name reaches the report
+            report.result["kernel_type"] = kt.name
+        report.result["load_seconds"] = round(time.monotonic() - started, 3)
+        judge = Judge(worker, kt, args)
+        report.result["timing_shapes"] = [registry.format_shape(s) for s in judge.timing_shapes()]
         for stage, run_stage in STAGES:
             started = time.monotonic()
             with watchdog.limit(stage, STAGE_LIMITS_S[stage] * scale):
                 cases = run_stage(judge)
             report.stage_done(stage, cases, time.monotonic() - started)
-        stage = "timing"
+        stage, started = "timing", time.monotonic()
         with watchdog.limit(stage, STAGE_LIMITS_S[stage] * scale):
-            timing = time_kernel(judge)
+            timing_result = time_kernel(judge)
+        report.result["timing_seconds"] = round(time.monotonic() - started, 3)
+        return "PASS", None, "", timing_result
     except CheckFailure as failure:
-        report.finish("FAIL", stage, str(failure))
-        return EXIT_CODES["FAIL"]
-    except Exception as exc:
-        report.finish("CRASH", stage, crash_message(exc, kernel_path))
+        return "FAIL", stage, str(failure), None
+    except WorkerFailure as failure:
+        return failure.kind, stage, str(failure), None
+    except KeyError as exc:           # an unknown KERNEL_TYPE
+        return "CRASH", stage, str(exc).strip("'\""), None
+    except Exception as exc:          # the judge's own error: never a PASS, and said as such
+        return "CRASH", stage, f"the judge failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", None
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    report = Report(args, worker_process.seal_judge())
+    kernel_path = Path(args.kernel)
+    if not kernel_path.is_file():
+        report.finish("CRASH", "load", f"kernel file not found: {kernel_path}")
         return EXIT_CODES["CRASH"]
-    report.finish("PASS", timing=timing)
-    return EXIT_CODES["PASS"]
+    worker = CandidateWorker(kernel_path)
+    watchdog = Watchdog(report.finish, worker.kill)
+    try:
+        correctness, stage, message, timing_result = judge_kernel(worker, args, report, watchdog)
+    finally:
+        worker.close()            # the worker is gone before the verdict is written
+    report.finish(correctness, stage, message, timing_result)
+    return EXIT_CODES[correctness]
 
 
 if __name__ == "__main__":

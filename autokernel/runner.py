@@ -1,6 +1,6 @@
 """The one place that runs candidate code: a child process in a sandbox, with a time limit and no secrets.
 
-Everything that executes code an agent wrote (bench.py importing kernel.py) goes through
+Everything that executes code an agent wrote (bench.py, whose worker imports kernel.py) goes through
 `run_child`, which starts it under the sandbox launcher (autokernel/sandbox.py). So a kernel that
 hangs, forks, leaves daemons in sessions of their own, eats memory, floods its output or reads its
 environment cannot take the loop down, outlive the experiment, or leak a secret:
@@ -22,6 +22,7 @@ import ctypes
 import fnmatch
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -35,6 +36,9 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from autokernel import paths, sandbox
 from autokernel.registry import Shape, format_shape
+# run_bench puts a fresh secret in bench.py's environment there; bench.py takes it out before it starts the
+# candidate's worker and writes it into its JSON result. A result file without it was not written by the judge.
+from autokernel.worker_process import NONCE_VARIABLE
 
 # What a child may see of the environment: what Python, the compilers and the GPU stack read.
 ALLOWED_ENV = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "PYTHONPATH", "PYTHONHASHSEED",
@@ -342,14 +346,17 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
 
     A bench run that times out becomes correctness TIMEOUT; one that dies without writing its
     JSON (a syntax error that kills the import, a segfault, an out-of-memory kill) becomes CRASH
-    with the end of its stderr in "message".
+    with the end of its stderr in "message". So does a result file that lacks this run's nonce
+    (the kernel wrote it, not the judge), or that says PASS while bench.py exited otherwise.
     """
     bench_script = Path(bench_script)
+    nonce = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="autokernel-bench-") as tmp:
         json_out = Path(tmp) / "result.json"
         cmd = bench_command(kernel_path, shapes=shapes, dtype=dtype, json_out=json_out, seed=seed,
                             extra_args=extra_args, bench_script=bench_script)
-        child = run_child(cmd, timeout_s=timeout_s, cwd=bench_script.parent, writable=[tmp])
+        child = run_child(cmd, timeout_s=timeout_s, cwd=bench_script.parent, writable=[tmp],
+                          env_extra={NONCE_VARIABLE: nonce})
         written = json_out.read_text() if json_out.exists() else ""
     common = dict(dtype=dtype, seed=seed, wall_seconds=round(child.wall_seconds, 3))
     if child.timed_out:
@@ -362,6 +369,12 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
     if not isinstance(result, dict):
         tail = _last_lines(child.stderr, STDERR_LINES_IN_MESSAGE) or _last_lines(child.stdout, STDERR_LINES_IN_MESSAGE)
         return synthesized_result("CRASH", f"bench.py {child.exit_description()} without a result:\n{tail}",
+                                  **common)
+    if result.pop("nonce", None) != nonce:
+        return synthesized_result("CRASH", "the result file was not written by the judge (it lacks this run's "
+                                           f"nonce); bench.py exited with code {child.returncode}", **common)
+    if result.get("correctness") == "PASS" and child.returncode != 0:
+        return synthesized_result("CRASH", f"the result says PASS but bench.py exited with code {child.returncode}",
                                   **common)
     result.setdefault("wall_seconds", common["wall_seconds"])
     return result

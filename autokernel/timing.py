@@ -1,9 +1,13 @@
-"""Timing and roofline figures: median latency with L2 flushed, throughput and % of peak.
+"""Timing: the timed call (one for the kernel, in its worker, and one for PyTorch, in the judge),
+the judge's checks on the kernel's timings, roofline figures and the speed-of-light rule.
 
-On a GPU every latency is the median of `triton.testing.do_bench`, which flushes the L2 cache
-before each timed call. Under the CPU interpreter there is nothing meaningful to time; the
-figures are still computed (wall-clock medians) so the pipeline runs end to end, and every
-report labels them as not meaningful.
+A timed call on a GPU: wait until the device is idle, flush the L2 cache (a 512 MiB write),
+record an event, call the function, record an event, wait until the device is idle again. The
+latency is the median over calls of the time between the two events, as triton.testing.do_bench
+measures it: the host's launch overhead overlaps the flush. Around each call the worker tells the
+judge when it starts and when the device is idle again, so the judge brackets every call with its
+own clock. Under the CPU interpreter there is nothing meaningful to time: the figures are
+wall-clock times, computed so the pipeline runs end to end, and every report labels them.
 """
 
 from __future__ import annotations
@@ -17,8 +21,85 @@ import torch
 from autokernel.hardware import GPUSpec
 from autokernel.registry import KernelType, Shape, dtype_size
 
+# The flush before each timed call: twice triton.testing.do_bench's, so that the host's time in
+# kernel_fn (its launches, and the worker's guard on every PyTorch op) overlaps it up to about
+# 0.1 ms on an H100 or H200 instead of showing in the events.
+FLUSH_BYTES = 512 * 1024 * 1024
+# Speed of light: a datasheet compute peak can be beaten a little by boost clocks, and up to the
+# L2's size of an output can still sit in the cache when the timer stops, so the bandwidth floor
+# gets more room than the compute floor.
+COMPUTE_MARGIN = 1.25
+BANDWIDTH_MARGIN = 2.0
+# Timing checks on a GPU (medians over the timed calls, in ms).
+FLUSH_OVERLAP_RATIO = 1.25          # the flush before a call slowed down by work that overlapped it
+FLUSH_OVERLAP_SLACK_MS = 0.02
+HIDDEN_WORK_SLACK_MS = 0.05         # device busy after the call beyond what the events saw
+HIDDEN_WORK_RATIO = 0.5
+
+
+class Clock:
+    """The primitives a timed call uses, bound once: in the worker, before the kernel file is imported.
+
+    Later replacements of time.perf_counter, torch.cuda.Event or torch.cuda.synchronize do not
+    reach a Clock that already exists.
+    """
+
+    def __init__(self, device: torch.device):
+        self.on_gpu = device.type == "cuda"
+        self.perf = time.perf_counter
+        if self.on_gpu:
+            self.sync = torch._C._cuda_synchronize
+            self.stream = torch.cuda.current_stream(device)
+            self.record = torch.cuda.Event.record
+            self.elapsed = torch.cuda.Event.elapsed_time
+            self.events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+            self.zero_ = (getattr(torch._C, "TensorBase", None) or torch._C._TensorBase).zero_
+            self.flush_buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+        else:
+            self.sync = _nothing
+
+
+def _nothing():
+    return None
+
+
+def timed_call(clock: Clock, fn, kwargs: dict, on_start=None, on_idle=None):
+    """One timed call of fn(**kwargs); returns (output, record) with times in ms.
+
+    on_start runs once the device is idle, just before the clock starts, and on_idle as soon as
+    the device is idle again after the call (the worker uses them to tell the judge, which
+    brackets the call with its own clock). The record has host_ms (until fn returned), wall_ms
+    (until the device was idle again), kernel_ms (the events around fn; host time on CPU) and, on
+    a GPU, flush_ms.
+    """
+    clock.sync()
+    if on_start is not None:
+        on_start()
+    start = clock.perf()
+    if clock.on_gpu:
+        before_flush, after_flush, after_call = clock.events
+        clock.record(before_flush, clock.stream)
+        clock.zero_(clock.flush_buffer)
+        clock.record(after_flush, clock.stream)
+    output = fn(**kwargs)
+    if clock.on_gpu:
+        clock.record(after_call, clock.stream)
+    returned = clock.perf()
+    clock.sync()
+    idle = clock.perf()
+    if on_idle is not None:
+        on_idle()
+    record = {"host_ms": (returned - start) * 1e3, "wall_ms": (idle - start) * 1e3}
+    if clock.on_gpu:
+        record["flush_ms"] = clock.elapsed(before_flush, after_flush)
+        record["kernel_ms"] = clock.elapsed(after_flush, after_call)
+    else:
+        record["kernel_ms"] = record["host_ms"]
+    return output, record
+
 
 def median_latency_ms(fn, on_gpu: bool, *, quick: bool = False) -> float:
+    """Median latency of fn() with the L2 flushed (triton.testing.do_bench); used by verify.py."""
     if on_gpu:
         import triton.testing
 
@@ -33,6 +114,50 @@ def median_latency_ms(fn, on_gpu: bool, *, quick: bool = False) -> float:
     return statistics.median(samples)
 
 
+# --------------------------------------------------------------------------- the judge's timing checks
+@dataclass
+class TimedCall:
+    """What the worker reported for one timed call, and the judge's own clock around it."""
+    record: dict
+    bracket_ms: float             # the judge's clock: from the worker's "started" to its "idle"
+
+
+def _median(values) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def hidden_work_ms(call: TimedCall) -> float:
+    """Time the judge saw the call take beyond what the worker's events and host clock account for."""
+    r = call.record
+    accounted = max(r.get("flush_ms", 0.0) + r["kernel_ms"], r["host_ms"])
+    return call.bracket_ms - accounted
+
+
+def timing_problem(calls: list[TimedCall], empty_calls: list[TimedCall], flush_ms: float | None) -> str | None:
+    """Why the kernel's timings cannot be trusted, or None.
+
+    calls are the timed calls of kernel_fn; empty_calls are timed calls of a function that does
+    nothing, made the same way in the same worker (they measure the bracket's own overhead);
+    flush_ms is the judge's own measurement of the flush (None on CPU, where these checks do not
+    apply: the interpreter runs everything synchronously, and threads are checked in the worker).
+    """
+    if flush_ms is None or not calls:
+        return None
+    kernel = _median([c.record["kernel_ms"] for c in calls])
+    flush_seen = _median([c.record["flush_ms"] for c in calls])
+    if flush_seen > FLUSH_OVERLAP_RATIO * flush_ms + FLUSH_OVERLAP_SLACK_MS:
+        return (f"the cache flush before each timed call took {flush_seen * 1e3:.1f} us instead of "
+                f"{flush_ms * 1e3:.1f} us: work the timer does not wait for (a side stream) overlapped it")
+    overhead = _median([hidden_work_ms(c) for c in empty_calls])
+    hidden = _median([hidden_work_ms(c) for c in calls]) - overhead
+    if hidden > HIDDEN_WORK_SLACK_MS + HIDDEN_WORK_RATIO * kernel:
+        return (f"the device stayed busy {hidden * 1e3:.1f} us per call after the timer's events said "
+                f"{kernel * 1e3:.1f} us: kernel_fn left work running that the timer does not wait for "
+                "(a side stream or a thread); launch on torch.cuda.current_stream()")
+    return None
+
+
+# --------------------------------------------------------------------------- roofline and speed of light
 @dataclass
 class Roofline:
     bytes_moved: float
@@ -54,7 +179,44 @@ def roofline(kt: KernelType, shapes: list[Shape], dtype: torch.dtype, latency_ms
     if compute_bound:
         throughput = total_flops / seconds / 1e12
         peak = gpu.peak_tflops(dtype)
-        return Roofline(total_bytes, total_flops, "compute", throughput, "TFLOP/s", 100 * throughput / peak if peak else None)
+        return Roofline(total_bytes, total_flops, "compute", throughput, "TFLOP/s",
+                        100 * throughput / peak if peak else None)
     throughput = total_bytes / seconds / 1e9
     peak = gpu.mem_bandwidth_gbs
     return Roofline(total_bytes, total_flops, "memory", throughput, "GB/s", 100 * throughput / peak if peak else None)
+
+
+def speed_of_light_skipped(gpu: GPUSpec) -> str | None:
+    """Why the speed-of-light check cannot run on this device, or None when it can."""
+    if not gpu.is_gpu:
+        return "no GPU: the CPU interpreter has no hardware peak to check against"
+    if gpu.estimated:
+        return f"the peaks of {gpu.name} are estimates, not datasheet figures"
+    return None
+
+
+def speed_of_light_ms(kt: KernelType, shape: Shape, dtype: torch.dtype, gpu: GPUSpec) -> float:
+    """The least time one call can take on this GPU, with the margins above.
+
+    Compute is held to the GPU's fastest listed rate whatever the dtype (a float32 kernel may use
+    tensor cores and still be accurate), bandwidth to the datasheet peak.
+    """
+    rates = [r for r in (gpu.fp16_tflops, gpu.bf16_tflops, gpu.fp32_tflops) if r]
+    compute_s = kt.flops(shape) / (max(rates) * 1e12) / COMPUTE_MARGIN if rates else 0.0
+    memory_s = kt.bytes_moved(shape, dtype_size(dtype)) / (gpu.mem_bandwidth_gbs * 1e9) / BANDWIDTH_MARGIN
+    return max(compute_s, memory_s) * 1e3
+
+
+def speed_of_light_problem(kt: KernelType, shape: Shape, dtype: torch.dtype, latency_ms: float,
+                           gpu: GPUSpec) -> str | None:
+    """A FAIL message when latency_ms is faster than the hardware allows, else None."""
+    if speed_of_light_skipped(gpu):
+        return None
+    floor = speed_of_light_ms(kt, shape, dtype, gpu)
+    if latency_ms >= floor:
+        return None
+    return (f"measured {latency_ms * 1e3:.2f} us, faster than the hardware allows: moving "
+            f"{kt.bytes_moved(shape, dtype_size(dtype)) / 1e6:.1f} MB and doing {kt.flops(shape) / 1e9:.2f} GFLOP "
+            f"takes at least {floor * 1e3:.2f} us on {gpu.name} (peaks {gpu.mem_bandwidth_gbs:g} GB/s, "
+            f"{max(r for r in (gpu.fp16_tflops, gpu.bf16_tflops, gpu.fp32_tflops) if r):g} TFLOP/s, with margins); "
+            "the timer did not see the kernel's work")

@@ -97,8 +97,10 @@ def _fake_bench(tmp_path: Path, body: str) -> Path:
 
 def test_run_bench_returns_the_json_bench_wrote(tmp_path):
     bench = _fake_bench(tmp_path, """
+        import os
         out = args[args.index("--json-out") + 1]
-        json.dump({"correctness": "PASS", "latency_us": 12.5, "args": args}, open(out, "w"))
+        nonce = os.environ["AUTOKERNEL_RESULT_NONCE"]
+        json.dump({"correctness": "PASS", "latency_us": 12.5, "args": args, "nonce": nonce}, open(out, "w"))
     """)
     result = runner.run_bench(tmp_path / "kernel.py", shapes=[{"M": 4, "N": 8}, {"M": 2, "N": 2}],
                               dtype="float32", timeout_s=30, seed=7, extra_args=["--quick"], bench_script=bench)
@@ -111,6 +113,31 @@ def test_run_bench_returns_the_json_bench_wrote(tmp_path):
     assert args[args.index("--seed") + 1] == "7"
     assert args[-1] == "--quick"
     assert result["wall_seconds"] > 0
+    assert "nonce" not in result
+
+
+def test_a_result_file_without_the_runs_nonce_is_a_crash(tmp_path):
+    # What a kernel that found the --json-out path and wrote a PASS itself looks like.
+    bench = _fake_bench(tmp_path, """
+        out = args[args.index("--json-out") + 1]
+        json.dump({"correctness": "PASS", "latency_us": 0.5, "nonce": "guessed"}, open(out, "w"))
+    """)
+    result = runner.run_bench("kernel.py", shapes=[], dtype="float16", timeout_s=30, bench_script=bench)
+    assert result["correctness"] == "CRASH"
+    assert "not written by the judge" in result["message"]
+    assert result["latency_us"] is None
+
+
+def test_a_pass_with_a_failing_exit_code_is_a_crash(tmp_path):
+    bench = _fake_bench(tmp_path, """
+        import os
+        out = args[args.index("--json-out") + 1]
+        json.dump({"correctness": "PASS", "nonce": os.environ["AUTOKERNEL_RESULT_NONCE"]}, open(out, "w"))
+        sys.exit(1)
+    """)
+    result = runner.run_bench("kernel.py", shapes=[], dtype="float16", timeout_s=30, bench_script=bench)
+    assert result["correctness"] == "CRASH"
+    assert "says PASS but bench.py exited with code 1" in result["message"]
 
 
 def test_run_bench_without_json_is_a_crash_with_stderr_tail(tmp_path):

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from autokernel.correctness import TOLERANCES as TOLERANCE
 from autokernel.paths import starter_path
-from bench import load_kernel
+from autokernel.worker import load_kernel
 
 cross_entropy, _ = load_kernel(starter_path("cross_entropy"))
 

@@ -15,7 +15,7 @@ import torch
 import reference
 from autokernel.correctness import TOLERANCES as TOLERANCE
 from autokernel.paths import starter_path
-from bench import load_kernel
+from autokernel.worker import load_kernel
 
 attention, _ = load_kernel(starter_path("flash_attention"))
 

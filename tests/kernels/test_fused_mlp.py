@@ -12,7 +12,7 @@ import torch
 import reference
 from autokernel.correctness import TOLERANCES as TOLERANCE
 from autokernel.paths import starter_path
-from bench import load_kernel
+from autokernel.worker import load_kernel
 
 mlp, _ = load_kernel(starter_path("fused_mlp"))
 

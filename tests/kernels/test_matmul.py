@@ -11,7 +11,7 @@ import torch
 
 from autokernel.correctness import TOLERANCES as TOLERANCE
 from autokernel.paths import starter_path
-from bench import load_kernel
+from autokernel.worker import load_kernel
 
 matmul, _ = load_kernel(starter_path("matmul"))
 CPU = torch.device("cpu")

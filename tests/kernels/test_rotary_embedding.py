@@ -11,7 +11,7 @@ import reference
 from autokernel import registry
 from autokernel.correctness import TOLERANCES as TOLERANCE
 from autokernel.paths import starter_path
-from bench import load_kernel
+from autokernel.worker import load_kernel
 
 rotary_embedding, _ = load_kernel(starter_path("rotary_embedding"))
 

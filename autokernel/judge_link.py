@@ -1,0 +1,172 @@
+"""The judge's side of the candidate's worker: ask it for outputs and timings, stop it.
+
+The worker (autokernel/worker.py, started by autokernel/worker_process.py) is the only process
+that runs candidate code. Its stdout and stderr come back through a pipe that the judge prints
+line by line, prefixed "kernel| ", to its own stderr, and its messages are flattened to one line,
+so nothing the kernel prints can pass for the judge's RESULT line. Every reply is untrusted data
+(autokernel/wire.py): the judge decides PASS or FAIL itself.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+import torch
+
+from autokernel import wire, worker_process
+from autokernel.timing import TimedCall
+
+OUTPUT_PREFIX = "kernel| "
+OUTPUT_LIMIT_BYTES = 1 << 20       # what the judge echoes of the kernel's prints; the rest is counted
+TAIL_LINES = 20
+EXIT_GRACE_S = 2.0
+
+
+class WorkerFailure(Exception):
+    """The worker reported a FAIL or CRASH, or died; kind is "FAIL" or "CRASH"."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _one_line(text, limit: int = 2000) -> str:
+    """A message from the worker as one bounded line: it cannot add lines of its own to the judge's output."""
+    return " ".join(str(text).split())[:limit]
+
+
+class _OutputPump(threading.Thread):
+    """Copies the worker's output to the judge's stderr with a prefix, and keeps the last lines."""
+
+    def __init__(self, stream, sink):
+        super().__init__(daemon=True)
+        self.stream, self.sink = stream, sink
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.echoed = self.dropped = 0
+
+    def run(self) -> None:
+        for raw in iter(self.stream.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\n")[:2000]
+            self.tail.append(line)
+            if self.echoed < OUTPUT_LIMIT_BYTES:
+                self.echoed += len(line) + 1
+                self.sink.write(f"{OUTPUT_PREFIX}{line}\n")
+                self.sink.flush()
+            else:
+                self.dropped += 1
+        self.stream.close()
+
+
+class CandidateWorker:
+    """One worker process for one kernel file."""
+
+    def __init__(self, kernel_path: Path, sink=None):
+        self.kernel_path = kernel_path
+        self.proc, self.sock = worker_process.started_for(kernel_path)
+        self.pump = _OutputPump(self.proc.stdout, sink or sys.stderr)
+        self.pump.start()
+
+    # ------------------------------------------------------------------ messages
+    def _died(self) -> WorkerFailure:
+        try:
+            code = self.proc.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.pump.join(timeout=EXIT_GRACE_S)
+        how = "is still running but closed its channel" if code is None else f"exited with code {code}"
+        tail = "\n".join(OUTPUT_PREFIX + line for line in self.pump.tail)
+        return WorkerFailure("CRASH", f"the kernel's process {how} without answering the judge"
+                                      f"{':' + chr(10) + tail if tail else ''}")
+
+    def receive(self, tensor_limit_bytes: int = 0) -> tuple[dict, list[torch.Tensor]]:
+        try:
+            header, tensors = wire.receive(self.sock, tensor_limit_bytes)
+        except (wire.WireError, OSError) as exc:
+            if isinstance(exc, wire.WireError) and "closed" not in str(exc):
+                raise WorkerFailure("FAIL", f"the kernel's process sent something that is not a reply: {exc}") from None
+            raise self._died() from None
+        if "fail" in header:
+            raise WorkerFailure("FAIL", _one_line(header["fail"]))
+        if "crash" in header:
+            raise WorkerFailure("CRASH", _one_line(header["crash"]))
+        return header, tensors
+
+    def request(self, header: dict, tensor_limit_bytes: int = 0) -> tuple[dict, list[torch.Tensor]]:
+        try:
+            wire.send(self.sock, header)
+        except OSError:
+            raise self._died() from None
+        return self.receive(tensor_limit_bytes)
+
+    def _expect(self, tensors: list, count: int) -> list[torch.Tensor]:
+        if len(tensors) != count:
+            raise WorkerFailure("FAIL", f"the kernel's process sent {len(tensors)} outputs where {count} were asked")
+        return tensors
+
+    # ------------------------------------------------------------------ requests
+    def hello(self) -> str:
+        """The kernel type the kernel file declares (raises WorkerFailure if it did not load)."""
+        header, _ = self.receive()
+        kernel_type = header.get("kernel_type")
+        if not isinstance(kernel_type, str):
+            raise WorkerFailure("FAIL", "the kernel's process did not say which kernel type it loaded")
+        return kernel_type
+
+    def call(self, case: dict, *, repeat: int = 1, poison: bool = True,
+             output_bytes: int = 0) -> list[torch.Tensor]:
+        _, tensors = self.request({"op": "call", "case": case, "repeat": repeat, "poison": poison},
+                                  repeat * output_bytes)
+        return self._expect(tensors, repeat)
+
+    def time_begin(self, case: dict) -> None:
+        self.request({"op": "time_begin", "case": case})
+
+    def iterate(self, seed: int | None) -> TimedCall:
+        """One timed call on fresh inputs from seed (None: an empty call), bracketed by the judge's clock."""
+        try:
+            wire.send(self.sock, {"op": "iterate", "empty": True} if seed is None else {"op": "iterate", "seed": seed})
+        except OSError:
+            raise self._died() from None
+        self._expect_marker("started")
+        started = time.perf_counter()
+        self._expect_marker("idle")
+        bracket_ms = (time.perf_counter() - started) * 1e3
+        header, _ = self.receive()
+        record = header.get("record")
+        if not isinstance(record, dict) or not all(
+                isinstance(record.get(k), (int, float)) for k in ("host_ms", "wall_ms", "kernel_ms")):
+            raise WorkerFailure("FAIL", "the kernel's process sent a malformed timing record")
+        return TimedCall({k: float(v) for k, v in record.items() if isinstance(v, (int, float))}, bracket_ms)
+
+    def _expect_marker(self, name: str) -> None:
+        header, _ = self.receive()
+        if header.get(name) is not True:
+            raise WorkerFailure("FAIL", f"the kernel's process replied out of turn during timing (expected {name!r})")
+
+    def last_output(self, output_bytes: int) -> torch.Tensor:
+        _, tensors = self.request({"op": "output"}, output_bytes)
+        return self._expect(tensors, 1)[0]
+
+    def sample(self, positions: list[int]) -> torch.Tensor:
+        _, tensors = self.request({"op": "sample", "positions": positions}, 8 * len(positions) + 1024)
+        return self._expect(tensors, 1)[0]
+
+    def close(self) -> None:
+        """Ask the worker to exit; kill it if it does not."""
+        try:
+            wire.send(self.sock, {"op": "exit"})
+            self.proc.wait(timeout=EXIT_GRACE_S)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.sock.close()

@@ -1,0 +1,364 @@
+"""The checks that run inside the candidate's process, around every call of kernel_fn.
+
+The worker (autokernel/worker.py) installs all of these before it imports the kernel file, so
+they are bound to the real torch, Triton and Python objects:
+
+- NoLibraryCompute refuses PyTorch compute ops while kernel_fn runs: only allocation, views,
+  copies and dtype conversion are allowed (and, when the kernel runs on a GPU, host-side work on
+  CPU tensors, such as Triton's autotuner taking the median of its timings);
+- LaunchCounter counts the Triton launches kernel_fn makes itself, and notes launches onto a
+  stream other than the one the timer waits on;
+- poisoned_allocations fills fresh allocations with NaN during checked calls;
+- Fingerprint notices when the kernel file replaces a function the worker's measurements rely on
+  (the timer, the socket, the JSON encoder, builtins, torch's event class ...);
+- global_state notices changes to torch's global settings (TF32, deterministic flags, allocator
+  settings, thread counts ...), which would leak into the user's model;
+- refuse_introspection is an audit hook (it cannot be removed once added) that refuses the tools
+  for reaching into the worker's own objects: gc.get_objects/get_referrers/get_referents,
+  sys.settrace/setprofile and rewriting a function's __code__;
+- output_problem checks that what kernel_fn returned is a plain tensor, not the previous call's.
+
+None of this can stop code that rewrites the process's memory (ctypes): that is why the verdict
+is taken in another process (bench.py), which checks every output itself. docs/architecture.md
+lists what remains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import types
+import warnings
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+# Ops that create a tensor without reading another one's values.
+CREATION_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "scalar_tensor", "arange",
+    "lift_fresh", "lift_fresh_copy", "fill_", "zero_"})
+# Ops that move or convert values without computing on them, or only change a tensor's metadata.
+COPY_OPS = frozenset({
+    "copy_", "clone", "_to_copy", "_copy_from", "_copy_from_and_resize", "contiguous", "_unsafe_view", "set_",
+    "resize_", "_pin_memory", "record_stream", "_local_scalar_dense", "detach_", "squeeze_", "unsqueeze_",
+    "transpose_", "t_", "as_strided_", "swapdims_", "swapaxes_"})
+# The tools for reaching into the worker's own objects; no kernel needs them.
+REFUSED_AUDIT_EVENTS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace",
+                                  "sys.setprofile"})
+
+
+class Violations:
+    """What the kernel did that it may not: the first thing noted is what the judge reports."""
+
+    def __init__(self):
+        self.notes: list[str] = []
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+    def first(self) -> str | None:
+        return self.notes[0] if self.notes else None
+
+    def clear(self) -> None:
+        self.notes.clear()
+
+
+VIOLATIONS = Violations()
+
+
+class LibraryCompute(RuntimeError):
+    """Raised inside kernel_fn when it calls a PyTorch compute op."""
+
+
+_ALLOWED_OPS: dict = {}      # op -> allowed by kind, decided once (timed calls pay for every lookup)
+
+
+def _allowed_kind(func) -> bool:
+    allowed = _ALLOWED_OPS.get(func)
+    if allowed is None:
+        name = func._schema.name.split("::", 1)[-1]
+        allowed = _ALLOWED_OPS[func] = name in CREATION_OPS or name in COPY_OPS or bool(getattr(func, "is_view", False))
+    return allowed
+
+
+def _host_only(args, kwargs) -> bool:
+    """Every tensor argument is on the CPU: on a GPU that is bookkeeping (an autotuner's statistics)."""
+    return all(t.device.type == "cpu" for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor))
+
+
+class NoLibraryCompute(TorchDispatchMode):
+    """Refuse PyTorch compute ops while kernel_fn runs; allocation, views and copies pass through.
+
+    The refusal is noted in VIOLATIONS as well as raised, so a kernel_fn that catches the error
+    still fails. Ops issued while the current stream is not the timer's are refused too: work on a
+    side stream is work the timer would not see.
+    """
+
+    def __init__(self, device_type: str, stream_of=None, timing_stream=None):
+        super().__init__()
+        self.device_type = device_type
+        self.stream_of = stream_of
+        self.timing_stream = timing_stream
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not _allowed_kind(func) and (self.device_type == "cpu" or not _host_only(args, kwargs)):
+            message = (f"kernel_fn called {func._schema.name}: the result must come from your own kernels "
+                       "(inside kernel_fn, PyTorch may only allocate, view, copy and convert tensors)")
+            VIOLATIONS.note(message)
+            raise LibraryCompute(message)
+        if self.stream_of is not None and self.stream_of() != self.timing_stream:
+            message = (f"kernel_fn ran {func._schema.name} on a side stream: use torch.cuda.current_stream(), "
+                       "the stream the timer waits for")
+            VIOLATIONS.note(message)
+            raise LibraryCompute(message)
+        return func(*args, **kwargs)
+
+
+class LaunchCounter:
+    """Counts Triton kernel launches by wrapping JITFunction.run (and the interpreter's run).
+
+    Kernels compiled by torch.compile (Inductor) do not go through these entry points, so wrapping
+    the reference in torch.compile does not count as launching a kernel of one's own. A launch made
+    while the current stream is not the timer's stream is noted as a violation.
+    """
+
+    def __init__(self, stream_of=None, timing_stream=None):
+        self.count = 0
+        self.stream_of = stream_of
+        self.timing_stream = timing_stream
+        self._originals = []
+        self.wrappers = {}
+
+    def install(self) -> "LaunchCounter":
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+
+        for cls in (JITFunction, InterpretedFunction):
+            original = cls.run
+            self._originals.append((cls, original))
+            cls.run = self.wrappers[cls] = self._counting(original)
+        return self
+
+    def _counting(self, original):
+        counter = self
+
+        def run(fn_self, *args, **kwargs):
+            if not kwargs.get("warmup", False):      # warmup compiles without launching
+                counter.count += 1
+                if counter.stream_of is not None and counter.stream_of() != counter.timing_stream:
+                    VIOLATIONS.note("kernel_fn launched a Triton kernel on a side stream: launch on "
+                                    "torch.cuda.current_stream(), the stream the timer waits for")
+            return original(fn_self, *args, **kwargs)
+        return run
+
+    def uninstall(self) -> None:
+        for cls, original in self._originals:
+            cls.run = original
+        self._originals.clear()
+
+
+@contextlib.contextmanager
+def poisoned_allocations():
+    """Make torch.empty & co. return NaN-filled (float) or max-valued (int) memory."""
+    import torch.utils.deterministic as det
+
+    was_det, was_warn, was_fill = (torch.are_deterministic_algorithms_enabled(),
+                                   torch.is_deterministic_algorithms_warn_only_enabled(),
+                                   det.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    det.fill_uninitialized_memory = True
+    try:
+        with warnings.catch_warnings():
+            # Deterministic mode only warns about ops without a deterministic variant; that is stage 4's job.
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        det.fill_uninitialized_memory = was_fill
+        torch.use_deterministic_algorithms(was_det, warn_only=was_warn)
+
+
+# --------------------------------------------------------------------------- tampering
+_MISSING = object()
+
+
+def _identity(value):
+    """What must stay the same for a watched attribute: the object, and a function's defaults and cells.
+
+    (Its __code__ cannot change: the audit hook refuses the assignment, and reading it would call
+    the hook on every check.)
+    """
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, types.FunctionType):
+        cells = tuple(c.cell_contents if _cell_full(c) else None for c in (value.__closure__ or ()))
+        return (value, value.__defaults__, value.__kwdefaults__, *cells)
+    return (value,)
+
+
+def _static_attribute(obj, name: str):
+    """obj.name as stored (no descriptor or bound method), or _MISSING."""
+    for owner in (obj.__mro__ if isinstance(obj, type) else (obj,)):
+        found = vars(owner).get(name, _MISSING)
+        if found is not _MISSING:
+            return found
+    return _MISSING
+
+
+def _cell_full(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+class Fingerprint:
+    """The attributes of watched objects, to find out later whether any was replaced.
+
+    `watched` maps a label (what the message calls it) to a module, class or instance, or to a
+    pair (object, names) to watch only those attributes (for modules that legitimately change their
+    other globals, like torch.cuda while it initializes). For builtins only replacements and
+    deletions count; elsewhere an added attribute counts too, since a new module global can shadow
+    a builtin the worker's code uses.
+    """
+
+    def __init__(self, watched: dict[str, object] | None = None):
+        self.watched: dict = {}
+        self.snapshot: dict = {}
+        if watched:
+            self.take(watched)
+
+    def take(self, watched: dict[str, object]) -> None:
+        self.watched = dict(watched)
+        self.snapshot = {label: self._attributes(target) for label, target in self.watched.items()}
+
+    @staticmethod
+    def _attributes(target) -> dict:
+        if isinstance(target, tuple):
+            obj, names = target
+            found = {name: _static_attribute(obj, name) for name in names}
+            return {name: _identity(value) for name, value in found.items() if value is not _MISSING}
+        return {name: _identity(value) for name, value in list(vars(target).items())}
+
+    def changes(self) -> list[str]:
+        found = []
+        for label, target in self.watched.items():
+            before, now = self.snapshot[label], self._attributes(target)
+            for name, ident in before.items():
+                if name not in now:
+                    found.append(f"deleted {label}.{name}")
+                elif not _same(ident, now[name]):
+                    found.append(f"replaced {label}.{name}")
+            if label != "builtins" and not isinstance(target, tuple):
+                found += [f"added {label}.{name}" for name in now if name not in before and not name.startswith("__")]
+        return found
+
+
+def refuse_introspection(event: str, args: tuple) -> None:
+    """Audit hook: refuse the tools for reaching into the worker's objects, and note the attempt."""
+    refused = event in REFUSED_AUDIT_EVENTS or (event == "object.__setattr__" and len(args) > 1
+                                                 and args[1] == "__code__")
+    if refused:
+        message = f"the kernel called {event if event != 'object.__setattr__' else 'setattr(fn, __code__)'}: " \
+                  "a kernel may not inspect or rewrite the judge's objects"
+        VIOLATIONS.note(message)
+        raise PermissionError(message)
+
+
+# --------------------------------------------------------------------------- global state
+def _try(getter):
+    try:
+        return getter()
+    except Exception:  # an API this torch version does not have
+        return None
+
+
+GLOBAL_STATE_GETTERS = {
+    "torch.get_float32_matmul_precision()": lambda: torch.get_float32_matmul_precision(),
+    "torch.backends.cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
+        lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
+        lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+    "torch.backends.cudnn.enabled": lambda: torch.backends.cudnn.enabled,
+    "torch.backends.cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
+    "torch.backends.cudnn.benchmark": lambda: torch.backends.cudnn.benchmark,
+    "torch.backends.cudnn.deterministic": lambda: torch.backends.cudnn.deterministic,
+    "torch.are_deterministic_algorithms_enabled()": lambda: torch.are_deterministic_algorithms_enabled(),
+    "torch.is_deterministic_algorithms_warn_only_enabled()":
+        lambda: torch.is_deterministic_algorithms_warn_only_enabled(),
+    "torch.utils.deterministic.fill_uninitialized_memory":
+        lambda: __import__("torch.utils.deterministic").utils.deterministic.fill_uninitialized_memory,
+    "torch.get_default_dtype()": lambda: torch.get_default_dtype(),
+    "torch.is_grad_enabled()": lambda: torch.is_grad_enabled(),
+    "torch.is_inference_mode_enabled()": lambda: torch.is_inference_mode_enabled(),
+    "torch.is_anomaly_enabled()": lambda: torch.is_anomaly_enabled(),
+    "torch.get_num_threads()": lambda: torch.get_num_threads(),
+    "torch.get_num_interop_threads()": lambda: torch.get_num_interop_threads(),
+    "torch.backends.cuda.flash_sdp_enabled()": lambda: torch.backends.cuda.flash_sdp_enabled(),
+    "torch.backends.cuda.mem_efficient_sdp_enabled()": lambda: torch.backends.cuda.mem_efficient_sdp_enabled(),
+    "torch.backends.cuda.math_sdp_enabled()": lambda: torch.backends.cuda.math_sdp_enabled(),
+    "allocator settings": lambda: torch._C._accelerator_getAllocatorSettings(),
+    "torch.cuda memory fraction": lambda: torch.cuda.get_per_process_memory_fraction()
+    if torch.cuda.is_available() else None,
+    "torch function modes": lambda: torch._C._len_torch_function_stack(),
+    "torch dispatch modes": lambda: torch._C._len_torch_dispatch_stack(),
+    "sys.gettrace()": lambda: sys.gettrace(),
+    "sys.getprofile()": lambda: sys.getprofile(),
+    "threads": lambda: len(sys._current_frames()),
+}
+# Environment variables that change numerics, memory or devices (caches and logging do not count).
+STATE_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING",
+             "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE", "CUBLAS_WORKSPACE_CONFIG",
+             "CUDA_LAUNCH_BLOCKING", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "TRITON_F32_DEFAULT",
+             "TRITON_DEFAULT_FP_FUSION")
+
+
+def global_state() -> dict:
+    state = {name: _try(getter) for name, getter in GLOBAL_STATE_GETTERS.items()}
+    state.update({f"${name}": os.environ.get(name) for name in STATE_ENV})
+    return state
+
+
+def state_changes(before: dict, after: dict) -> list[str]:
+    """What differs, as 'name before -> after' (threads are reported separately by the caller)."""
+    names = sorted(set(before) | set(after))
+    return [f"{name} {before.get(name)!r} -> {after.get(name)!r}" for name in names
+            if before.get(name) != after.get(name)]
+
+
+# --------------------------------------------------------------------------- outputs
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+        return False
+    a_start = a.untyped_storage().data_ptr()
+    b_start = b.untyped_storage().data_ptr()
+    return a_start < b_start + b.untyped_storage().nbytes() and b_start < a_start + a.untyped_storage().nbytes()
+
+
+def output_problem(output, inputs: dict, previous: torch.Tensor | None, device: torch.device) -> str | None:
+    """Why kernel_fn's return value is not a plain, fresh tensor of its own, or None if it is."""
+    if not isinstance(output, torch.Tensor):
+        return f"kernel_fn returned {type(output).__name__}, expected a torch.Tensor"
+    if type(output) is not torch.Tensor:
+        return (f"kernel_fn returned a {type(output).__name__}, a subclass of torch.Tensor: return a plain "
+                "torch.Tensor holding the computed values")
+    if output.layout != torch.strided or output._is_zerotensor() or output.is_neg() or output.is_conj():
+        return "kernel_fn returned a lazy tensor (sparse, zero, negative or conjugate view): return computed values"
+    if output.device != device:
+        return f"kernel_fn returned a tensor on {output.device}, expected {device}"
+    for name, tensor in inputs.items():
+        if isinstance(tensor, torch.Tensor) and overlaps(output, tensor):
+            return f"kernel_fn's output shares memory with its input {name!r}; return a fresh tensor"
+    if output.numel() and previous is not None and overlaps(output, previous):
+        return ("kernel_fn returned the same output buffer as on its previous call; each call must return a "
+                "fresh tensor")
+    return None

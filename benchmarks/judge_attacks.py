@@ -1,0 +1,161 @@
+"""The judge against every attack kernel in tests/attacks, every starter, and its own wall time.
+
+    python benchmarks/judge_attacks.py [--only attacks,starters,wall] [--old-judge 7d5c824] [--out DIR]
+
+1. Every attack kernel (tests/attacks/, expectations in tests/attacks/expected.py) through the
+   real bench.py in the loop's quick screen, and those rejected in timing or needing a GPU in the
+   full verdict too, and the forged-result attack through runner.run_bench as the loop runs it.
+   Each must be rejected at its stage with its message.
+2. Every starter through bench.py: each must PASS (float16, full verdict).
+3. The judge's wall time: one plain full run (no torch.compile) and one quick run of each
+   memory-bound starter, as a loop experiment costs. With --old-judge REF (a git commit, needs the
+   repository's .git), the judge of that commit is timed the same way, for before/after.
+Run it on the GPU; on CPU it runs too, and skips the GPU-only attacks. Writes one markdown log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import runpy
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from autokernel import registry, runner  # noqa: E402
+from autokernel.paths import starter_path  # noqa: E402
+
+ATTACK_DIR = ROOT / "tests" / "attacks"
+ATTACKS = runpy.run_path(str(ATTACK_DIR / "expected.py"))["ATTACKS"]
+MEMORY_BOUND = ["softmax", "layernorm", "rmsnorm", "cross_entropy", "rotary_embedding", "reduce"]
+
+
+def bench(kernel: Path, *extra: str, judge_root: Path = ROOT) -> tuple[dict, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, str(judge_root / "bench.py"), "--kernel", str(kernel), "--json-out",
+                               str(out), *extra], cwd=judge_root, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(judge_root)})
+        wall = time.monotonic() - started
+        if not out.exists():
+            return {"correctness": "NO RESULT", "failed_stage": None, "message": proc.stderr[-400:]}, wall
+        return json.loads(out.read_text()), wall
+
+
+def one_line(text, limit=160) -> str:
+    return " ".join(str(text).split())[:limit].replace("|", "/")
+
+
+def attack_rows(on_gpu: bool) -> tuple[list[str], int]:
+    lines = ["## Attacks", "", "| attack | mode | expected | got | stage | ok | message |",
+             "|---|---|---|---|---|---|---|"]
+    bad = 0
+    for name, (correctness, stages, message, where) in ATTACKS.items():
+        stages = stages if isinstance(stages, tuple) else (stages,)
+        stage = " or ".join(stages)
+        if where == "gpu" and not on_gpu:
+            lines.append(f"| {name} | - | {correctness} at {stage} | skipped: needs a GPU | | | |")
+            continue
+        for mode in ("quick", "full") if "timing" in stages or where == "gpu" else ("quick",):
+            result, _ = bench(ATTACK_DIR / f"{name}.py", "--seed", "1234", *(["--quick"] if mode == "quick" else []))
+            ok = result["correctness"] == correctness and result["failed_stage"] in stages and message in str(
+                result["message"])
+            bad += not ok
+            lines.append(f"| {name} | {mode} | {correctness} at {stage}: \"{message}\" | {result['correctness']} | "
+                         f"{result['failed_stage']} | {'yes' if ok else 'NO'} | {one_line(result['message'])} |")
+            print(lines[-1], flush=True)
+    result = runner.run_bench(ATTACK_DIR / "forge_result_at_import.py", shapes=[], dtype="float16", timeout_s=600,
+                              seed=7, extra_args=["--quick"])
+    ok = result["correctness"] == "CRASH"
+    bad += not ok
+    lines.append(f"| forge_result_at_import | runner.run_bench (the loop) | CRASH | {result['correctness']} | "
+                 f"{result.get('failed_stage')} | {'yes' if ok else 'NO'} | {one_line(result['message'])} |")
+    print(lines[-1], flush=True)
+    return lines, bad
+
+
+def starter_rows() -> tuple[list[str], int]:
+    lines = ["", "## Starters (float16, full verdict)", "",
+             "| kernel | result | latency us | throughput | % peak | vs eager | speed of light | timed calls "
+             "| wall s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    bad = 0
+    for name in registry.REGISTRY:
+        result, wall = bench(starter_path(name))
+        bad += result["correctness"] != "PASS"
+        timings = result.get("timings") or [{}]
+        lines.append(f"| {name} | {result['correctness']} {one_line(result.get('message') or '', 120)} | "
+                     f"{result.get('latency_us') or 0:.1f} | {result.get('throughput') or 0:.1f} "
+                     f"{result.get('throughput_unit') or ''} | {result.get('pct_peak') or 0:.1f} | "
+                     f"{result.get('speedup_vs_pytorch') or 0:.2f} | {one_line(result.get('speed_of_light'), 60)} | "
+                     f"{timings[0].get('timed_calls', '-')} | {wall:.1f} |")
+        print(lines[-1], flush=True)
+    return lines, bad
+
+
+def wall_rows(label: str, judge_root: Path) -> list[str]:
+    lines = ["", f"## Judge wall time: {label}", "", "| kernel | full run s | result | quick run s | result |",
+             "|---|---|---|---|---|"]
+    for name in MEMORY_BOUND:
+        full, full_s = bench(judge_root / "kernels" / f"{name}.py", judge_root=judge_root)
+        quick, quick_s = bench(judge_root / "kernels" / f"{name}.py", "--quick", judge_root=judge_root)
+        lines.append(f"| {name} | {full_s:.1f} | {full['correctness']} | {quick_s:.1f} | {quick['correctness']} |")
+        print(lines[-1], flush=True)
+    return lines
+
+
+def old_judge(ref: str) -> Path | None:
+    folder = Path(tempfile.mkdtemp(prefix="autokernel-old-judge-"))
+    archive = subprocess.run(["git", "archive", ref], cwd=ROOT, capture_output=True)
+    if archive.returncode != 0:
+        print(f"cannot extract {ref}: {archive.stderr.decode()[:200]}")
+        return None
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    return folder
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--old-judge", help="also time the judge of this git commit (before/after)")
+    parser.add_argument("--only", default="attacks,starters,wall", help="which parts to run (comma-separated)")
+    args = parser.parse_args()
+    parts = set(args.only.split(","))
+    on_gpu = torch.cuda.is_available()
+    device = torch.cuda.get_device_name() if on_gpu else "cpu-interpreter"
+    lines = [f"# The judge against the attack kernels: {device}", "",
+             f"date {datetime.date.today()}, torch {torch.__version__}, triton {triton.__version__}; "
+             "`python benchmarks/judge_attacks.py`", ""]
+    bad = 0
+    if "attacks" in parts:
+        attack_lines, bad = attack_rows(on_gpu)
+        lines += attack_lines
+    if "starters" in parts:
+        starter_lines, failed = starter_rows()
+        lines += starter_lines
+        bad += failed
+    if "wall" in parts:
+        lines += wall_rows("this judge (worker process, checked timed calls)", ROOT)
+        if args.old_judge and (old := old_judge(args.old_judge)):
+            lines += wall_rows(f"the judge of {args.old_judge} (before issue 12)", old)
+    lines += ["", f"**{bad} unexpected outcomes.**"]
+    name = "_".join(sorted(parts))
+    out = Path(args.out) / f"{datetime.date.today()}_{device.replace(' ', '-')}_judge_{name}.md"
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}: {bad} unexpected outcomes")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

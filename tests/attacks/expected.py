@@ -1,0 +1,30 @@
+"""What the judge must answer for each attack kernel in this folder (loaded with runpy).
+
+name -> (correctness, failed stage or stages, a piece of the message, where it runs). "cpu" attacks run in
+CI through the Triton interpreter and on the GPU; "gpu" attacks need CUDA streams and events and
+run in benchmarks/judge_attacks.py. Every attack got a PASS (or got past the checks it targets)
+from the judge before issue 12; tests/test_attacks.py says which.
+"""
+
+ATTACKS = {
+    "forge_result_at_import": ("CRASH", "load", "without answering the judge", "cpu"),
+    "rewrite_checker_at_import": ("FAIL", "load", "replaced autokernel.correctness.compare", "cpu"),
+    "replace_timer_at_import": ("FAIL", "load", "replaced time.perf_counter", "cpu"),
+    "decoy_launch_returns_torch": ("FAIL", "smoke", "kernel_fn called aten::_softmax: the result must come from "
+                                                    "your own kernels", "cpu"),
+    "stale_output_when_called_often": ("FAIL", "timing", "changes behaviour with the call count", "cpu"),
+    # Wherever the allocator first hands the same address to new inputs: in timing at the latest.
+    "stale_on_every_other_call": ("FAIL", "timing", "changes behaviour with the call count", "cpu"),
+    "cache_by_data_pointer": ("FAIL", ("shape sweep", "stability", "edge shapes", "timing"), "wrong", "cpu"),
+    "behaves_by_call_stack": ("FAIL", "timing", "the call stack", "cpu"),
+    "behaves_by_timing_phase": ("FAIL", "timing", "the timing phase", "cpu"),
+    "returns_uninitialized_memory": ("FAIL", "smoke", "nan where the reference has", "cpu"),
+    "reads_reference_from_memory": ("FAIL", "smoke", "the kernel called gc.get_objects", "cpu"),
+    "returns_tensor_subclass": ("FAIL", "smoke", "a subclass of torch.Tensor", "cpu"),
+    "persistent_output_buffers": ("FAIL", "timing", "returns a persistent buffer", "cpu"),
+    "changes_global_state": ("FAIL", "load", "torch.backends.cuda.matmul.allow_tf32 False -> True", "cpu"),
+    "leaves_thread_running": ("FAIL", "smoke", "left a thread running", "cpu"),
+    "side_stream_launch": ("FAIL", "smoke", "side stream", "gpu"),
+    "rerecords_timer_events": ("FAIL", "timing", "the timer", "gpu"),
+    "changes_allocator_settings": ("FAIL", "load", "changed torch's global state", "gpu"),
+}

@@ -1,0 +1,85 @@
+"""Timing: the timed call, the judge's checks on a worker's timings, roofline and speed of light."""
+
+import pytest
+import torch
+
+from autokernel import registry, timing
+from autokernel.hardware import CPU_INTERPRETER, GPUSpec
+from autokernel.timing import TimedCall, speed_of_light_ms, speed_of_light_problem, timing_problem
+
+H100 = GPUSpec("NVIDIA H100 SXM", 989.4, 989.4, 66.9, 3350.0)
+
+
+def test_timed_call_on_cpu_returns_the_output_and_wall_clock_times():
+    clock = timing.Clock(torch.device("cpu"))
+    output, record = timing.timed_call(clock, lambda x: x * 2, {"x": torch.ones(3)})
+    assert torch.equal(output, torch.full((3,), 2.0))
+    assert set(record) == {"host_ms", "wall_ms", "kernel_ms"}
+    assert 0 <= record["host_ms"] <= record["wall_ms"] and record["kernel_ms"] == record["host_ms"]
+
+
+def test_the_clock_is_bound_when_made():
+    import time
+    clock = timing.Clock(torch.device("cpu"))
+    real = time.perf_counter
+    time.perf_counter = lambda: 0.0
+    try:
+        assert clock.perf is real
+    finally:
+        time.perf_counter = real
+
+
+def test_speed_of_light_fails_a_time_faster_than_the_bandwidth_allows():
+    kt = registry.get("softmax")
+    shape = {"M": 8192, "N": 8192}                      # 268 MB in float16: 80 us at 3.35 TB/s
+    floor = speed_of_light_ms(kt, shape, torch.float16, H100)
+    assert floor == pytest.approx(2 * 8192 * 8192 * 2 / 3350e9 / timing.BANDWIDTH_MARGIN * 1e3)
+    assert speed_of_light_problem(kt, shape, torch.float16, 0.095, H100) is None      # the honest 95 us
+    message = speed_of_light_problem(kt, shape, torch.float16, 0.0013, H100)          # the measured 1.3 us
+    assert "faster than the hardware allows" in message and "NVIDIA H100 SXM" in message
+
+
+def test_speed_of_light_fails_a_time_faster_than_the_compute_peak_allows():
+    kt = registry.get("matmul")
+    shape = {"M": 4096, "N": 4096, "K": 4096}           # 137 GFLOP: 139 us at 989 TFLOP/s
+    assert speed_of_light_problem(kt, shape, torch.float16, 0.2, H100) is None
+    assert "faster than the hardware allows" in speed_of_light_problem(kt, shape, torch.float16, 0.05, H100)
+    # float32 is held to the fastest rate (tensor cores), not the plain float32 one
+    assert speed_of_light_problem(kt, shape, torch.float32, 0.2, H100) is None
+
+
+def test_speed_of_light_is_skipped_without_datasheet_peaks():
+    kt = registry.get("softmax")
+    assert "no GPU" in timing.speed_of_light_skipped(CPU_INTERPRETER)
+    assert speed_of_light_problem(kt, {"M": 8192, "N": 8192}, torch.float16, 1e-9, CPU_INTERPRETER) is None
+    guessed = GPUSpec("Some GPU", 100.0, 100.0, 10.0, 1000.0, estimated=True)
+    assert "estimates" in timing.speed_of_light_skipped(guessed)
+    assert timing.speed_of_light_skipped(H100) is None
+
+
+def _call(kernel, flush=0.08, host=0.03, bracket=None):
+    record = {"kernel_ms": kernel, "flush_ms": flush, "host_ms": host, "wall_ms": flush + kernel}
+    return TimedCall(record, bracket if bracket is not None else max(flush + kernel, host) + 0.02)
+
+
+EMPTY = [_call(0.002) for _ in range(10)]
+
+
+def test_honest_timings_pass():
+    assert timing_problem([_call(0.095) for _ in range(50)], EMPTY, flush_ms=0.08) is None
+    # a kernel whose host overhead exceeds its GPU time is honest too
+    assert timing_problem([_call(0.005, host=0.2) for _ in range(50)], EMPTY, flush_ms=0.08) is None
+
+
+def test_work_that_overlaps_the_flush_fails():
+    calls = [_call(0.002, flush=0.08 + 0.095) for _ in range(50)]      # the kernel ran beside the flush
+    assert "cache flush" in timing_problem(calls, EMPTY, flush_ms=0.08)
+
+
+def test_work_the_events_did_not_see_fails():
+    calls = [_call(0.0013, bracket=0.08 + 0.095 + 0.02) for _ in range(50)]    # busy 95 us after "1.3 us"
+    assert "left work running" in timing_problem(calls, EMPTY, flush_ms=0.08)
+
+
+def test_timing_checks_do_not_apply_on_cpu():
+    assert timing_problem([TimedCall({"kernel_ms": 5.0, "host_ms": 5.0, "wall_ms": 5.0}, 50.0)], [], None) is None

@@ -1,0 +1,76 @@
+"""The candidate's worker process, driven through the judge's side of the link (autokernel/judge_link.py)."""
+
+import io
+import os
+from pathlib import Path
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from autokernel import registry  # noqa: E402
+from autokernel.correctness import case_inputs, reference_outputs, compare  # noqa: E402
+from autokernel.judge_link import CandidateWorker, WorkerFailure  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+HONEST = (ROOT / "tests" / "judge_fixtures" / "row_softmax.py").read_text()
+SOFTMAX = registry.get("softmax")
+CASE = {"shape": {"M": 4, "N": 96}, "dtype": "float32", "seed": 5, "adversarial": None}
+
+
+def start(tmp_path: Path, source: str, sink=None) -> CandidateWorker:
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text(source)
+    return CandidateWorker(kernel, sink=sink or io.StringIO())
+
+
+def test_worker_computes_what_the_judge_checks(tmp_path):
+    worker = start(tmp_path, HONEST)
+    try:
+        assert worker.hello() == "softmax"
+        outputs = worker.call(CASE, repeat=2, output_bytes=1 << 20)
+        expected, oracle = reference_outputs(SOFTMAX, case_inputs(SOFTMAX, CASE, "cpu"), torch.float32)
+        for output in outputs:
+            compare(output, expected, oracle, torch.float32)
+        worker.time_begin(CASE)
+        call = worker.iterate(99)
+        assert call.bracket_ms >= 0 and call.record["kernel_ms"] > 0
+        expected, oracle = reference_outputs(SOFTMAX, case_inputs(SOFTMAX, {**CASE, "seed": 99}, "cpu"),
+                                             torch.float32)
+        compare(worker.last_output(1 << 20), expected, oracle, torch.float32)   # the timed call's fresh inputs
+        assert worker.iterate(None).record["kernel_ms"] >= 0                        # an empty timed call
+    finally:
+        worker.close()
+    assert worker.proc.returncode == 0
+
+
+def failure_of_a_call(tmp_path: Path, source: str, sink=None, output_bytes: int = 1 << 20) -> WorkerFailure:
+    worker = start(tmp_path, source, sink)
+    try:
+        worker.hello()
+        with pytest.raises(WorkerFailure) as failure:
+            worker.call(CASE, output_bytes=output_bytes)
+    finally:
+        worker.close()
+    return failure.value
+
+
+def test_an_exception_in_kernel_fn_is_a_crash_with_the_kernel_line(tmp_path):
+    failure = failure_of_a_call(tmp_path, HONEST + "\n\ndef kernel_fn(x):\n    raise ValueError('bad block size')\n")
+    assert failure.kind == "CRASH"
+    assert "ValueError: bad block size (at kernel.py:" in str(failure)
+
+
+def test_a_worker_that_dies_is_a_crash_with_its_last_words_marked(tmp_path):
+    sink = io.StringIO()
+    failure = failure_of_a_call(tmp_path, HONEST + "\n\nimport os\n\ndef kernel_fn(x):\n    print('bye', flush=True)\n"
+                                                   "    os._exit(3)\n", sink)
+    assert failure.kind == "CRASH"
+    assert "exited with code 3" in str(failure) and "kernel| bye" in str(failure)
+    assert "kernel| bye" in sink.getvalue()
+
+
+def test_outputs_larger_than_the_judge_expects_are_refused(tmp_path):
+    failure = failure_of_a_call(tmp_path, HONEST, output_bytes=100)
+    assert failure.kind == "FAIL" and "more than the 100 expected" in str(failure)

@@ -1,0 +1,199 @@
+"""The checks that run in the candidate's process: no library compute, launch counting, poisoning,
+tamper and global-state detection, the audit hook, and what counts as a fresh plain output."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from autokernel.worker_guards import (VIOLATIONS, Fingerprint, LaunchCounter, LibraryCompute,  # noqa: E402
+                                      NoLibraryCompute, global_state, output_problem, poisoned_allocations,
+                                      state_changes)
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_violations():
+    VIOLATIONS.clear()
+    yield
+    VIOLATIONS.clear()
+
+
+def test_allocation_views_copies_and_conversion_are_allowed():
+    x = torch.randn(4, 6)
+    with NoLibraryCompute("cpu"):
+        y = torch.empty_like(x)
+        y.copy_(x)
+        z = x.reshape(24).view(4, 6).t().contiguous().to(torch.float16).float()
+        w = torch.zeros(3)
+        w.fill_(2.0)
+        assert x[0, 0].item() == x[0, 0].item()
+    assert torch.equal(y, x) and torch.equal(z.t(), x.half().float()) and w.sum().item() == 6.0
+    assert VIOLATIONS.first() is None
+
+
+@pytest.mark.parametrize("op, name", [(lambda x: torch.softmax(x, -1), "aten::_softmax"),
+                                      (lambda x: x @ x.t(), "aten::mm"),
+                                      (lambda x: x + 1, "aten::add"),
+                                      (lambda x: x.sum(), "aten::sum")])
+def test_compute_is_refused_and_named(op, name):
+    x = torch.randn(4, 4)
+    with pytest.raises(LibraryCompute, match=f"kernel_fn called {name}: the result must come from your own kernels"):
+        with NoLibraryCompute("cpu"):
+            op(x)
+
+
+def test_a_caught_refusal_is_still_noted():
+    with NoLibraryCompute("cpu"):
+        try:
+            torch.exp(torch.ones(2))
+        except LibraryCompute:
+            pass
+    assert "aten::exp" in VIOLATIONS.first()
+
+
+def test_on_a_gpu_host_bookkeeping_is_allowed_but_device_compute_is_not():
+    # An autotuner takes the median of its timings with torch on CPU tensors; that is not the result.
+    with NoLibraryCompute("cuda"):
+        assert torch.quantile(torch.tensor([1.0, 2.0, 3.0]), 0.5).item() == 2.0
+    assert VIOLATIONS.first() is None
+    meta = torch.empty(4, device="meta")
+    with pytest.raises(LibraryCompute):
+        with NoLibraryCompute("cuda"):
+            meta + 1
+
+
+def test_ops_on_another_stream_are_refused():
+    streams = iter(["side", "side"])
+    with pytest.raises(LibraryCompute, match="on a side stream"):
+        with NoLibraryCompute("cuda", stream_of=lambda: next(streams), timing_stream="timer"):
+            torch.empty(3, device="meta")
+
+
+def test_poisoned_allocations_are_nan_and_restored_afterwards():
+    with poisoned_allocations():
+        assert torch.isnan(torch.empty(8)).all()
+        assert torch.isnan(torch.empty(8, dtype=torch.bfloat16)).all()
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+@triton.jit
+def _copy(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+
+def test_launch_counter_counts_triton_launches_only():
+    counter = LaunchCounter().install()
+    try:
+        x = torch.randn(16)
+        y = torch.empty_like(x)
+        _copy[(1,)](x, y, 16, BLOCK=16)
+        torch.softmax(x, dim=0)
+        assert counter.count == 1
+    finally:
+        counter.uninstall()
+    _copy[(1,)](x, y, 16, BLOCK=16)
+    assert counter.count == 1
+
+
+def test_launch_counter_notes_launches_on_another_stream():
+    counter = LaunchCounter(stream_of=lambda: "side", timing_stream="timer").install()
+    try:
+        x = torch.randn(16)
+        _copy[(1,)](x, torch.empty_like(x), 16, BLOCK=16)
+    finally:
+        counter.uninstall()
+    assert "launched a Triton kernel on a side stream" in VIOLATIONS.first()
+
+
+def _timer():
+    return 1.0
+
+
+class _Timer:
+    def read(self):
+        return 1.0
+
+
+def test_fingerprint_sees_replaced_rewritten_and_added_attributes():
+    import types
+    module = types.ModuleType("judge_part")
+    module.timer = _timer
+    fingerprint = Fingerprint({"judge_part": module, "_Timer": _Timer, "time": (time, ("perf_counter",))})
+    assert fingerprint.changes() == []
+    module.timer = lambda: 0.0
+    original_read = _Timer.read
+    _Timer.read = lambda self: 0.0
+    module.len = lambda x: 0                 # shadows a builtin inside the module
+    try:
+        assert sorted(fingerprint.changes()) == ["added judge_part.len", "replaced _Timer.read",
+                                                 "replaced judge_part.timer"]
+    finally:
+        _Timer.read = original_read
+
+
+def test_fingerprint_sees_a_functions_defaults_changed_in_place():
+    # (Swapping its __code__ is refused outright by the audit hook: see the last test.)
+    def measure(scale=1.0):
+        return scale
+    holder = type("Holder", (), {"measure": staticmethod(measure)})
+    fingerprint = Fingerprint({"holder": holder})
+    measure.__defaults__ = (0.0,)
+    assert fingerprint.changes() == ["replaced holder.measure"]
+
+
+def test_global_state_changes_are_named():
+    before = global_state()
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        changes = state_changes(before, global_state())
+    finally:
+        torch.set_float32_matmul_precision(precision)
+    assert f"torch.get_float32_matmul_precision() {precision!r} -> 'medium'" in changes
+    assert "torch.backends.cuda.matmul.allow_tf32 False -> True" in changes     # the same setting, seen twice
+    assert state_changes(before, global_state()) == []
+
+
+def test_plain_fresh_outputs_pass_and_others_are_named():
+    x = torch.randn(4, 4)
+    device = torch.device("cpu")
+    assert output_problem(torch.empty(4, 4), {"x": x}, None, device) is None
+    assert "returned list" in output_problem([x], {"x": x}, None, device)
+    assert "subclass of torch.Tensor" in output_problem(x.clone().as_subclass(type("Lazy", (torch.Tensor,), {})),
+                                                        {"x": x}, None, device)
+    assert "shares memory with its input 'x'" in output_problem(x[1:], {"x": x}, None, device)
+    previous = torch.empty(4, 4)
+    assert "same output buffer" in output_problem(previous.view(16), {"x": x}, previous, device)
+    assert "lazy tensor" in output_problem(torch.randn(4)._neg_view(), {"x": x}, None, device)
+    assert "on meta" in output_problem(torch.empty(4, device="meta"), {"x": x}, None, device)
+
+
+def test_audit_hook_refuses_reaching_into_the_process():
+    # An audit hook cannot be removed, so this runs in a process of its own.
+    code = textwrap.dedent("""
+        import gc, sys
+        from autokernel import worker_guards as guards
+        sys.addaudithook(guards.refuse_introspection)
+        for attempt in (gc.get_objects, lambda: gc.get_referrers(sys), lambda: sys.settrace(None),
+                        lambda: setattr(guards.global_state, "__code__", (lambda: {}).__code__)):
+            try:
+                attempt()
+                print("ALLOWED")
+            except PermissionError as exc:
+                print("REFUSED", exc)
+        print("NOTED", len(guards.VIOLATIONS.notes))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = proc.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["REFUSED"] * 4 + ["NOTED"], proc.stderr
+    assert "the kernel called gc.get_objects" in lines[0]
+    assert lines[-1] == "NOTED 4"
