@@ -100,10 +100,10 @@ class Judge:
     def check(self, shape, dtype, adversarial=None, label="") -> None:
         """One case: the worker runs kernel_fn on it, this process checks the output."""
         case = self.next_case(shape, dtype, adversarial)
-        expected, oracle = reference_outputs(self.kt, case_inputs(self.kt, case, self.device), dtype)
+        expected, oracle, allowance = reference_outputs(self.kt, case_inputs(self.kt, case, self.device), dtype)
         [output] = self.worker.call(case, output_bytes=output_limit(expected))
         try:
-            compare(output, expected, oracle, dtype, self.kt.tolerance_scale)
+            compare(output, expected, oracle, dtype, self.kt.tolerance_scale, allowance=allowance)
         except CheckFailure as failure:
             where = f"{label + ' ' if label else ''}{registry.format_shape(shape)} {dtype_name(dtype)}"
             raise CheckFailure(f"{where}: {failure}") from None
@@ -159,7 +159,8 @@ def stage_stability(judge: Judge) -> int:
 def stage_determinism(judge: Judge) -> int:
     shape = judge.timing_shapes()[0]
     case = judge.next_case(shape, judge.dtype)
-    expected, oracle = reference_outputs(judge.kt, case_inputs(judge.kt, case, judge.device), judge.dtype)
+    expected, oracle, allowance = reference_outputs(judge.kt, case_inputs(judge.kt, case, judge.device),
+                                                    judge.dtype)
     outputs = judge.worker.call(case, repeat=3, output_bytes=output_limit(expected))
     where = f"{registry.format_shape(shape)} {judge.args.dtype}"
     for i, output in enumerate(outputs[1:], start=2):
@@ -168,7 +169,7 @@ def stage_determinism(judge: Judge) -> int:
             raise CheckFailure(f"{where}: call {i} differs from call 1 on the same input ({int((diff != 0).sum())} "
                                f"elements, max difference {float(diff.max()):.3g}); look for atomics or a race")
     try:
-        compare(outputs[0], expected, oracle, judge.dtype, judge.kt.tolerance_scale)
+        compare(outputs[0], expected, oracle, judge.dtype, judge.kt.tolerance_scale, allowance=allowance)
     except CheckFailure as failure:
         raise CheckFailure(f"{where}: {failure}") from None
     return 3
@@ -220,14 +221,16 @@ def time_candidate(judge: Judge, shape: dict) -> list[timing.TimedCall]:
         which = (f"timed call {i - WARMUP_CALLS + 1} of {count}" if i < WARMUP_CALLS + count
                  else f"the call after the {count} timed calls")
         started = time.monotonic()
-        expected, oracle = reference_outputs(kt, case_inputs(kt, {**case, "seed": seed}, judge.device), judge.dtype)
+        expected, oracle, allowance = reference_outputs(kt, case_inputs(kt, {**case, "seed": seed}, judge.device),
+                                                        judge.dtype)
         try:
             if i in whole:
-                compare(worker.last_output(limit), expected, oracle, judge.dtype, kt.tolerance_scale)
+                compare(worker.last_output(limit), expected, oracle, judge.dtype, kt.tolerance_scale,
+                        allowance=allowance)
             else:
                 positions = sorted(PICKER.sample(range(expected.numel()), min(SAMPLED_ELEMENTS, expected.numel())))
                 compare(worker.sample(positions), expected, oracle, judge.dtype, kt.tolerance_scale,
-                        positions=torch.tensor(positions))
+                        positions=torch.tensor(positions), allowance=allowance)
         except CheckFailure as failure:
             raise CheckFailure(
                 f"{registry.format_shape(shape)} {judge.args.dtype}: {which} returned a wrong result ({failure}). "

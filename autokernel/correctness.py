@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import torch
 
+from autokernel.dtypes import DTYPES, TOLERANCES, dtype_name  # noqa: F401 (re-exported for bench.py)
 from autokernel.registry import KernelType
 
-# atol and rtol by dtype, against a float32 (float64 for float32 kernels) oracle.
-TOLERANCES = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4}
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+# TOLERANCES (autokernel/dtypes.py, the one table) are atol and rtol by dtype, against a float32
+# (float64 for float32 kernels) oracle.
 # An honest kernel summing in another order makes errors of the same size as PyTorch's own, one or
 # two times them on the worst element; a bug (overflow, a float16 accumulator) is orders beyond.
 LIBRARY_ERROR_FACTOR = 4.0
@@ -30,10 +30,6 @@ LIBRARY_ERROR_FACTOR = 4.0
 
 class CheckFailure(Exception):
     """The kernel computed something wrong; the message says what, where and by how much."""
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def case_inputs(kt: KernelType, case: dict, device: str) -> dict:
@@ -79,7 +75,7 @@ def library_error(expected: torch.Tensor, oracle: torch.Tensor) -> float:
 
 
 def _errors(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, dtype: torch.dtype,
-            tolerance_scale: float, positions: torch.Tensor | None = None):
+            tolerance_scale: float, positions: torch.Tensor | None = None, allowance: torch.Tensor | None = None):
     """Every element's error and allowance under the tolerance rule (see compare); with positions,
     output holds only the elements at those flat positions, judged against the whole oracle's scale."""
     tol = TOLERANCES[dtype] * tolerance_scale
@@ -92,6 +88,9 @@ def _errors(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, 
     floor = LIBRARY_ERROR_FACTOR * library_error(expected, oracle) if dtype == torch.float32 else 0.0
     error = (got - want).abs()
     allowed = torch.clamp(atol + tol * want.abs(), min=floor)
+    if allowance is not None:       # the type's own extra error (a float32 matmul under TF32: registry.py)
+        extra = allowance.detach().flatten().to(device=allowed.device, dtype=torch.float64)
+        allowed = allowed + (extra if positions is None else extra[positions.to(extra.device)])
     nonfinite_ok = (got == want) | (torch.isnan(got) & torch.isnan(want))
     bad = torch.where(finite, ~(error <= allowed), ~nonfinite_ok)
     return got, want, finite, error, allowed, bad, atol, tol, floor
@@ -108,7 +107,8 @@ def tolerance_used(output: torch.Tensor, expected: torch.Tensor, oracle: torch.T
 
 
 def compare(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, dtype: torch.dtype,
-            tolerance_scale: float = 1.0, positions: torch.Tensor | None = None) -> None:
+            tolerance_scale: float = 1.0, positions: torch.Tensor | None = None,
+            allowance: torch.Tensor | None = None) -> None:
     """Raise CheckFailure unless output matches the oracle within the dtype's tolerance.
 
     `expected` is the reference run on the original inputs: it fixes the shape and dtype the
@@ -125,7 +125,7 @@ def compare(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, 
     if output.dtype != expected.dtype:
         raise CheckFailure(f"output dtype {output.dtype}, expected {expected.dtype}")
     got, want, finite, error, allowed, bad, atol, tol, floor = _errors(output, expected, oracle, dtype,
-                                                                       tolerance_scale, positions)
+                                                                       tolerance_scale, positions, allowance)
     if not bool(bad.any()):
         return
     excess = torch.where(finite, torch.nan_to_num(error - allowed, nan=float("inf")), float("inf"))
@@ -144,6 +144,10 @@ def compare(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, 
                        f"tolerance atol={atol:.3g} rtol={tol:g}{floor_note}")
 
 
-def reference_outputs(kt: KernelType, inputs: dict, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference on the inputs as they are (shape, dtype, PyTorch's own error) and upcast (the oracle)."""
-    return kt.reference(**inputs), kt.reference(**upcast(inputs, dtype))
+def reference_outputs(kt: KernelType, inputs: dict,
+                      dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The reference on the inputs as they are (shape, dtype, PyTorch's own error), upcast (the oracle),
+    and the type's own extra allowance per element, if it has one now (a float32 matmul under TF32)."""
+    oracle = kt.reference(**upcast(inputs, dtype))
+    allowance = kt.error_allowance(inputs, oracle, dtype) if kt.error_allowance is not None else None
+    return kt.reference(**inputs), oracle, allowance

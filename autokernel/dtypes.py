@@ -25,3 +25,25 @@ def dtype_name(dtype: torch.dtype) -> str:
 def tolerance_of(dtype: torch.dtype) -> float:
     """The error bar of a dtype; float32's for dtypes without one of their own (integers, float64)."""
     return TOLERANCES.get(dtype, TOLERANCES[torch.float32])
+
+
+def pytorch_fp32_matmul_uses_tf32() -> bool:
+    """Whether PyTorch's float32 matmuls may use TF32 now: torch.get_float32_matmul_precision() is
+    "high" or "medium". Torch 2.9+ raises there once the per-backend API was used; then ask that."""
+    try:
+        return torch.get_float32_matmul_precision() != "highest"
+    except RuntimeError:
+        setting = torch.backends.cuda.matmul.fp32_precision
+        return (torch.backends.fp32_precision if setting == "none" else setting) == "tf32"
+
+
+def model_tolerance_of(dtype: torch.dtype) -> float:
+    """The error bar of a whole model output of this dtype, as PyTorch itself computes it now.
+
+    Under TF32 (torch.set_float32_matmul_precision("high")), PyTorch's own float32 matmuls keep 10
+    mantissa bits, as float16 does: a float32 model output then carries a float16-sized error, and
+    is held to float16's bar.
+    """
+    if dtype == torch.float32 and pytorch_fp32_matmul_uses_tf32():
+        return TOLERANCES[torch.float16]
+    return tolerance_of(dtype)

@@ -12,16 +12,19 @@ from collections.abc import Mapping
 
 import torch
 
-from autokernel.dtypes import tolerance_of
+from autokernel.dtypes import model_tolerance_of
 
 ERROR_DEFINITION = ("max over output tensors of max|ours - original| / max|original|, "
                     "against the output dtype's tolerance (float16 1e-2, bfloat16 2e-2, float32 1e-4)")
 
 
 def tolerance(output) -> float:
-    """The error bar for a model output: by the dtype of its first float tensor (float32's for other dtypes)."""
+    """The error bar for a model output: by the dtype of its first float tensor (float32's for other dtypes).
+
+    A float32 output under TF32 gets float16's bar (dtypes.model_tolerance_of).
+    """
     dtype = next((t.dtype for t in tensors_of(output) if t.is_floating_point()), torch.float32)
-    return tolerance_of(dtype)
+    return model_tolerance_of(dtype)
 
 
 def output_error(expected, actual) -> float:

@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 
 import reference
+from autokernel.dtypes import pytorch_fp32_matmul_uses_tf32  # noqa: F401 (the registry's API too)
 
 Shape = dict[str, int | float | str]
 Inputs = dict[str, object]
@@ -113,16 +114,6 @@ def _matmul_high_dynamic_range(s, dtype, gen, device):
     a = (torch.randn((s["M"], s["K"]), generator=gen, device=device) * row_scale).to(dtype)
     b = (torch.randn((s["K"], s["N"]), generator=gen, device=device) * col_scale).to(dtype)
     return {"a": a, "b": b}
-
-
-def pytorch_fp32_matmul_uses_tf32() -> bool:
-    """Whether PyTorch's float32 matmuls may use TF32 now: torch.get_float32_matmul_precision() is
-    "high" or "medium". Torch 2.9+ raises there once the per-backend API was used; then ask that."""
-    try:
-        return torch.get_float32_matmul_precision() != "highest"
-    except RuntimeError:
-        setting = torch.backends.cuda.matmul.fp32_precision
-        return (torch.backends.fp32_precision if setting == "none" else setting) == "tf32"
 
 
 # TF32 keeps 10 of float32's 23 mantissa bits: an operand changes by a factor (1 + d) with

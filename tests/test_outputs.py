@@ -31,3 +31,14 @@ def test_a_detached_copy_survives_the_original_being_overwritten():
     copy = detached_copy(output)
     output["logits"].fill_(5.0)
     assert output_error({"logits": torch.ones(3), "hidden": (torch.zeros(2),)}, copy) == 0.0
+
+
+def test_a_float32_output_under_tf32_is_held_to_float16s_bar():
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert tolerance(torch.zeros(2)) == 1e-2
+        torch.set_float32_matmul_precision("highest")
+        assert tolerance(torch.zeros(2)) == 1e-4
+    finally:
+        torch.set_float32_matmul_precision(before)

@@ -30,13 +30,13 @@ def test_worker_computes_what_the_judge_checks(tmp_path):
     try:
         assert worker.hello() == "softmax"
         outputs = worker.call(CASE, repeat=2, output_bytes=1 << 20)
-        expected, oracle = reference_outputs(SOFTMAX, case_inputs(SOFTMAX, CASE, "cpu"), torch.float32)
+        expected, oracle, _ = reference_outputs(SOFTMAX, case_inputs(SOFTMAX, CASE, "cpu"), torch.float32)
         for output in outputs:
             compare(output, expected, oracle, torch.float32)
         worker.time_begin(CASE)
         call = worker.iterate(99)
         assert call.bracket_ms >= 0 and call.record["kernel_ms"] > 0
-        expected, oracle = reference_outputs(SOFTMAX, case_inputs(SOFTMAX, {**CASE, "seed": 99}, "cpu"),
+        expected, oracle, _ = reference_outputs(SOFTMAX, case_inputs(SOFTMAX, {**CASE, "seed": 99}, "cpu"),
                                              torch.float32)
         compare(worker.last_output(1 << 20), expected, oracle, torch.float32)   # the timed call's fresh inputs
         assert worker.iterate(None).record["kernel_ms"] >= 0                        # an empty timed call
