@@ -5,10 +5,10 @@ candidate's worker sends back with `compare`:
 - the oracle is the reference run in higher precision (float32, or float64 for float32 kernels);
 - an element passes when |out - oracle| <= atol + rtol * |oracle|: rtol is the dtype's tolerance,
   atol the same in units of the output's RMS;
-- a float32 case is never held tighter than LIBRARY_ERROR_FACTOR times the error PyTorch's own
-  float32 kernels make on the same input (the reference run in the case's dtype against the
-  float64 oracle): adversarial inputs such as attention scores near 200 cost float32 itself about
-  1e-4, and an honest kernel cannot do better than float32 allows;
+- a case is never held tighter than LIBRARY_ERROR_FACTOR times the error PyTorch's own kernels
+  make on the same input (the reference run in the case's dtype against the oracle): adversarial
+  inputs such as attention scores near 200 cost float32 itself about 1e-4, and among 33 million
+  bfloat16 attention outputs a few honest elements fall beyond rtol + atol (seen on an H100);
 - a NaN or Inf that the oracle does not have is always a failure.
 The checks on how kernel_fn behaves (poisoned memory, launches, no library compute) run in the
 worker: autokernel/worker_guards.py.
@@ -85,7 +85,9 @@ def _errors(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, 
     want = whole if positions is None else whole[positions.to(whole.device)]
     finite = torch.isfinite(want)
     atol = tol * scale
-    floor = LIBRARY_ERROR_FACTOR * library_error(expected, oracle) if dtype == torch.float32 else 0.0
+    # Never tighter than PyTorch's own kernel on this very input: at 33 million bfloat16 attention
+    # outputs, a handful of honest elements land beyond rtol + atol x RMS (seen on an H100).
+    floor = LIBRARY_ERROR_FACTOR * library_error(expected, oracle)
     error = (got - want).abs()
     allowed = torch.clamp(atol + tol * want.abs(), min=floor)
     if allowance is not None:       # the type's own extra error (a float32 matmul under TF32: registry.py)
@@ -137,7 +139,7 @@ def compare(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, 
         what = f"{g} where the reference has {w:.6g}"
     else:
         what = f"got {g:.6g}, expected {w:.6g} (abs error {abs(g - w):.3g})"
-    floor_note = f", at least {floor:.3g} ({LIBRARY_ERROR_FACTOR:g}x PyTorch's own float32 error here)" \
+    floor_note = f", at least {floor:.3g} ({LIBRARY_ERROR_FACTOR:g}x PyTorch's own error here)" \
         if floor > atol else ""
     of = f"{got.numel()}" if positions is None else f"{got.numel()} sampled"
     raise CheckFailure(f"{int(bad.sum())} of {of} elements wrong; worst at index {index}: {what}; "

@@ -133,8 +133,13 @@ def _is_within(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def cover(targets, hidden) -> list[str]:
-    """Paths whose subtrees together hold everything under `targets` except the `hidden` subtrees."""
+def cover(targets, hidden, listed: list[str] | None = None) -> list[str]:
+    """Paths whose subtrees together hold everything under `targets` except the `hidden` subtrees.
+
+    `listed` collects the folders that hold a hidden subtree (the repository's root, "/"): they get
+    no rule of their own, so the caller may allow listing them (names only, no file contents);
+    without it Python cannot find a package by the folder on its path (bench.py's autokernel/).
+    """
     hidden = [Path(os.path.realpath(h)) for h in hidden]
     rules: list[str] = []
 
@@ -146,6 +151,8 @@ def cover(targets, hidden) -> list[str]:
         if not any(_is_within(h, path) for h in hidden):
             rules.append(str(path))
             return
+        if listed is not None:
+            listed.append(str(path))
         try:
             entries = list(os.scandir(path))
         except OSError:
@@ -184,9 +191,13 @@ def build_ruleset(config: SandboxConfig, cwd: str) -> landlock.Ruleset | None:
         return None
     ruleset = landlock.Ruleset(version)
     repo_hidden = [os.path.join(cwd, name) for name in HIDDEN_IN_REPO] + config.hidden
-    readable = cover(["/"], private_areas(cwd, config.hidden)) + cover([cwd, *python_paths(), *config.readable],
-                                                                         repo_hidden)
+    listed: list[str] = []
+    readable = (cover(["/"], private_areas(cwd, config.hidden))
+                + cover([cwd, *python_paths(), *config.readable], repo_hidden, listed))
     ruleset.allow(readable, landlock.READ)
+    # The repository's root (and the folders above a hidden one in it) may be listed, not read:
+    # Python finds bench.py's own package, autokernel/, by listing the folder bench.py is in.
+    ruleset.allow(listed, landlock.READ_DIR)
     ruleset.allow(config.writable, landlock.READ | landlock.write_rights(version))
     # The GPU's device files and /dev/null must be writable; creating files under /dev (/dev/shm) is not.
     ruleset.allow(["/dev"], landlock.READ | landlock.WRITE_FILE | landlock.TRUNCATE)

@@ -92,7 +92,7 @@ def test_float32_is_held_no_tighter_than_pytorchs_own_error():
     assert own > 1e-4                                   # beyond the table's 1e-4 on its own
     honest = (oracle + 1.5 * own * torch.sign(torch.randn_like(oracle))).float()
     compare(honest, expected, oracle, torch.float32)
-    with pytest.raises(CheckFailure, match="PyTorch's own float32 error"):
+    with pytest.raises(CheckFailure, match="PyTorch's own error here"):
         compare((oracle + 10 * own).float(), expected, oracle, torch.float32)
 
 
@@ -105,12 +105,16 @@ def test_a_sample_is_judged_at_its_positions_against_the_whole_outputs_scale():
         compare(stale, ref.half(), ref, torch.float16, positions=positions)
 
 
-def test_low_precision_tolerances_ignore_the_library_floor():
+def test_the_library_floor_holds_low_precision_kernels_to_pytorchs_own_error():
     ref = torch.linspace(-1, 1, 100, dtype=torch.float64)
-    sloppy = ref.half().clone()
+    pytorch = ref.half()                              # PyTorch's own float16: rounding error only
+    sloppy = pytorch.clone()
     sloppy[3] += 0.5
     with pytest.raises(CheckFailure):
-        compare(sloppy, sloppy, ref, torch.float16)    # even if PyTorch had been as wrong
+        compare(sloppy, pytorch, ref, torch.float16)
+    # Where PyTorch's own kernel is as far off, an honest kernel as far off passes (33 million
+    # bfloat16 attention outputs: a few honest elements lie beyond rtol + atol).
+    compare(sloppy, sloppy, ref, torch.float16)
 
 
 def test_case_inputs_are_the_same_in_every_process_and_differ_by_seed():

@@ -228,3 +228,28 @@ def test_cover_leaves_out_exactly_the_hidden_subtrees(tmp_path):
         (tmp_path / name).mkdir(parents=True)
     rules = sandbox.cover([tmp_path], [tmp_path / "a" / "secret"])
     assert sorted(rules) == sorted(str(tmp_path / name) for name in ("a/x", "b"))
+
+
+@needs_landlock
+def test_a_script_in_the_repository_imports_the_repositorys_own_package(tmp_path):
+    # bench.py imports autokernel/ from the folder it is in, where the package is not installed
+    # (a clone on a GPU machine): Python must be able to list the repository's root for that.
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "workspace").mkdir()
+    (repo / "ownpackage").mkdir()
+    (repo / "ownpackage" / "__init__.py").write_text("NAME = 'found'\n")
+    (repo / "script.py").write_text("import os, ownpackage\nprint(ownpackage.NAME)\n"
+                                    "print(sorted(os.listdir('.')))\n"
+                                    "try:\n    open('.git/x', 'w')\nexcept OSError:\n    print('git refused')\n")
+    result = runner.run_child([sys.executable, str(repo / "script.py")], timeout_s=60, cwd=repo)
+    assert result.stdout.splitlines() == ["found", "['.git', 'ownpackage', 'script.py', 'workspace']",
+                                          "git refused"], result.stderr
+
+
+def test_cover_names_the_folders_that_hold_a_hidden_subtree(tmp_path):
+    for name in ("a/x", "a/secret/y", "b"):
+        (tmp_path / name).mkdir(parents=True)
+    listed = []
+    sandbox.cover([tmp_path], [tmp_path / "a" / "secret"], listed)
+    assert sorted(listed) == sorted([str(tmp_path), str(tmp_path / "a")])
