@@ -57,11 +57,13 @@ def one_line(text, limit=160) -> str:
     return " ".join(str(text).split())[:limit].replace("|", "/")
 
 
-def attack_rows(on_gpu: bool) -> tuple[list[str], int]:
+def attack_rows(on_gpu: bool, names: set[str] | None = None) -> tuple[list[str], int]:
     lines = ["## Attacks", "", "| attack | mode | expected | got | stage | ok | message |",
              "|---|---|---|---|---|---|---|"]
     bad = 0
     for name, (correctness, stages, message, where) in ATTACKS.items():
+        if names and name not in names:
+            continue
         stages = stages if isinstance(stages, tuple) else (stages,)
         stage = " or ".join(stages)
         if where == "gpu" and not on_gpu:
@@ -75,6 +77,8 @@ def attack_rows(on_gpu: bool) -> tuple[list[str], int]:
             lines.append(f"| {name} | {mode} | {correctness} at {stage}: \"{message}\" | {result['correctness']} | "
                          f"{result['failed_stage']} | {'yes' if ok else 'NO'} | {one_line(result['message'])} |")
             print(lines[-1], flush=True)
+    if names and "forge_result_at_import" not in names:
+        return lines, bad
     result = runner.run_bench(ATTACK_DIR / "forge_result_at_import.py", shapes=[], dtype="float16", timeout_s=600,
                               seed=7, extra_args=["--quick"])
     ok = result["correctness"] == "CRASH"
@@ -85,14 +89,17 @@ def attack_rows(on_gpu: bool) -> tuple[list[str], int]:
     return lines, bad
 
 
-def starter_rows() -> tuple[list[str], int]:
+def starter_rows(names: set[str] | None = None) -> tuple[list[str], int]:
     lines = ["", "## Starters (float16, full verdict)", "",
              "| kernel | result | latency us | throughput | % peak | vs eager | speed of light | timed calls "
              "| wall s |",
              "|---|---|---|---|---|---|---|---|---|"]
     bad = 0
-    for name in registry.REGISTRY:
+    for name in (n for n in registry.REGISTRY if not names or n in names):
         result, wall = bench(starter_path(name))
+        stages = ", ".join(f"{s['stage']} {s['seconds']:.1f}" for s in result.get("stages", []))
+        print(f"{name}: load {result.get('load_seconds')} s; {stages}; timing {result.get('timing_seconds')} s",
+              flush=True)
         bad += result["correctness"] != "PASS"
         timings = result.get("timings") or [{}]
         lines.append(f"| {name} | {result['correctness']} {one_line(result.get('message') or '', 120)} | "
@@ -104,10 +111,10 @@ def starter_rows() -> tuple[list[str], int]:
     return lines, bad
 
 
-def wall_rows(label: str, judge_root: Path) -> list[str]:
+def wall_rows(label: str, judge_root: Path, names: set[str] | None = None) -> list[str]:
     lines = ["", f"## Judge wall time: {label}", "", "| kernel | full run s | result | quick run s | result |",
              "|---|---|---|---|---|"]
-    for name in MEMORY_BOUND:
+    for name in (n for n in MEMORY_BOUND if not names or n in names):
         full, full_s = bench(judge_root / "kernels" / f"{name}.py", judge_root=judge_root)
         quick, quick_s = bench(judge_root / "kernels" / f"{name}.py", "--quick", judge_root=judge_root)
         lines.append(f"| {name} | {full_s:.1f} | {full['correctness']} | {quick_s:.1f} | {quick['correctness']} |")
@@ -130,8 +137,10 @@ def main() -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--old-judge", help="also time the judge of this git commit (before/after)")
     parser.add_argument("--only", default="attacks,starters,wall", help="which parts to run (comma-separated)")
+    parser.add_argument("--names", default="", help="only these attacks / starters / kernels (comma-separated)")
     args = parser.parse_args()
     parts = set(args.only.split(","))
+    names = set(filter(None, args.names.split(","))) or None
     on_gpu = torch.cuda.is_available()
     device = torch.cuda.get_device_name() if on_gpu else "cpu-interpreter"
     lines = [f"# The judge against the attack kernels: {device}", "",
@@ -139,18 +148,18 @@ def main() -> int:
              "`python benchmarks/judge_attacks.py`", ""]
     bad = 0
     if "attacks" in parts:
-        attack_lines, bad = attack_rows(on_gpu)
+        attack_lines, bad = attack_rows(on_gpu, names)
         lines += attack_lines
     if "starters" in parts:
-        starter_lines, failed = starter_rows()
+        starter_lines, failed = starter_rows(names)
         lines += starter_lines
         bad += failed
     if "wall" in parts:
-        lines += wall_rows("this judge (worker process, checked timed calls)", ROOT)
+        lines += wall_rows("this judge (worker process, checked timed calls)", ROOT, names)
         if args.old_judge and (old := old_judge(args.old_judge)):
             lines += wall_rows(f"the judge of {args.old_judge} (before issue 12)", old)
     lines += ["", f"**{bad} unexpected outcomes.**"]
-    name = "_".join(sorted(parts))
+    name = "_".join(sorted(parts)) + ("_" + "-".join(sorted(names)) if names else "")
     out = Path(args.out) / f"{datetime.date.today()}_{device.replace(' ', '-')}_judge_{name}.md"
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}: {bad} unexpected outcomes")
