@@ -242,11 +242,12 @@ def time_candidate(judge: Judge, shape: dict) -> list[timing.TimedCall]:
     return timed
 
 
-def time_reference(judge: Judge, fn, shape: dict, count: int, clock: timing.Clock) -> float:
-    """Median ms of fn (PyTorch's) in this process, timed exactly as the kernel is: fresh inputs each call."""
+def time_reference(judge: Judge, fn, shape: dict, count: int, clock: timing.Clock) -> tuple[float, float]:
+    """Median ms of fn (PyTorch's) in this process, timed exactly as the kernel is (fresh inputs each
+    call): (GPU time, call time; see timing.call_ms)."""
     case = judge.next_case(shape, judge.dtype)
     inputs = case_inputs(judge.kt, case, judge.device)
-    kernel_ms = []
+    records = []
     for i in range(WARMUP_CALLS + count):
         fresh = case_inputs(judge.kt, {**case, "seed": case["seed"] + i}, judge.device)
         for name, tensor in inputs.items():
@@ -254,44 +255,56 @@ def time_reference(judge: Judge, fn, shape: dict, count: int, clock: timing.Cloc
                 tensor.copy_(fresh[name])
         _, record = timing.timed_call(clock, fn, inputs)
         if i >= WARMUP_CALLS:
-            kernel_ms.append(record["kernel_ms"])
-    return statistics.median(kernel_ms)
+            records.append(record)
+    return (statistics.median(r["kernel_ms"] for r in records),
+            statistics.median(timing.call_ms(r) for r in records))
 
 
 def time_kernel(judge: Judge) -> dict:
+    """Time the kernel, PyTorch eager and (with --compare-compile) torch.compile at the timing shapes.
+
+    latency_us and the speedups compare call times (timing.call_ms: GPU time, or the host's where
+    launching takes longer), so launch and Python overhead count as they do in a model;
+    gpu_latency_us, throughput and the speed-of-light check are the GPU's time alone.
+    """
     kt, gpu = judge.kt, hardware.detect()
     clock = timing.Clock(torch.device(judge.device))
     flush_ms = statistics.median(timing.timed_call(clock, lambda: None, {})[1]["flush_ms"]
                                  for _ in range(5)) if ON_GPU else None
     empty = [judge.worker.iterate(None) for _ in range(EMPTY_CALLS)]
     compiled_ref = torch.compile(kt.reference) if judge.args.compare_compile else None
-    rows, kernel_ms, ref_ms, compile_ms, peak_mb = [], 0.0, 0.0, 0.0, None
+    rows, peak_mb = [], None
     for shape in judge.timing_shapes():
         calls = time_candidate(judge, shape)
         where = f"{registry.format_shape(shape)} {judge.args.dtype}"
         problem = timing.timing_problem(calls, empty, flush_ms)
         if problem:
             raise CheckFailure(f"{where}: {problem}")
-        k = statistics.median(c.record["kernel_ms"] for c in calls)
-        problem = timing.speed_of_light_problem(kt, shape, judge.dtype, k, gpu)
+        gpu_ms = statistics.median(c.record["kernel_ms"] for c in calls)
+        problem = timing.speed_of_light_problem(kt, shape, judge.dtype, gpu_ms, gpu)
         if problem:
             raise CheckFailure(f"{where}: {problem}")
         peaks = [c.record["peak_mb"] for c in calls if "peak_mb" in c.record]
         peak_mb = max([peak_mb or 0.0] + peaks) if peaks else peak_mb
-        r = time_reference(judge, kt.reference, shape, len(calls), clock)
-        c = time_reference(judge, compiled_ref, shape, len(calls), clock) if compiled_ref else None
-        line = timing.roofline(kt, [shape], judge.dtype, k, gpu)
-        rows.append({"shape": registry.format_shape(shape), "latency_us": k * 1e3, "pytorch_latency_us": r * 1e3,
-                     "compile_latency_us": c * 1e3 if c else None, "throughput": line.throughput, "unit": line.unit,
-                     "pct_peak": line.pct_peak, "timed_calls": len(calls)})
-        kernel_ms, ref_ms, compile_ms = kernel_ms + k, ref_ms + r, compile_ms + (c or 0.0)
-    total = timing.roofline(kt, judge.timing_shapes(), judge.dtype, kernel_ms, gpu)
+        ours = statistics.median(timing.call_ms(c.record) for c in calls)
+        _, eager = time_reference(judge, kt.reference, shape, len(calls), clock)
+        compiled = time_reference(judge, compiled_ref, shape, len(calls), clock)[1] if compiled_ref else None
+        line = timing.roofline(kt, [shape], judge.dtype, gpu_ms, gpu)
+        rows.append({"shape": registry.format_shape(shape), "latency_us": ours * 1e3, "gpu_latency_us": gpu_ms * 1e3,
+                     "pytorch_latency_us": eager * 1e3, "compile_latency_us": compiled * 1e3 if compiled else None,
+                     "throughput": line.throughput, "unit": line.unit, "pct_peak": line.pct_peak,
+                     "timed_calls": len(calls)})
+    ours_us = sum(row["latency_us"] for row in rows)
+    eager_us = sum(row["pytorch_latency_us"] for row in rows)
+    compile_us = sum(row["compile_latency_us"] for row in rows) if compiled_ref else None
+    gpu_ms = sum(row["gpu_latency_us"] for row in rows) / 1e3
+    total = timing.roofline(kt, judge.timing_shapes(), judge.dtype, gpu_ms, gpu)
     return {
-        "throughput": total.throughput, "throughput_unit": total.unit, "latency_us": kernel_ms * 1e3,
-        "pct_peak": total.pct_peak, "bound": total.bound,
-        "speedup_vs_pytorch": ref_ms / kernel_ms if kernel_ms > 0 else None,
-        "speedup_vs_compile": compile_ms / kernel_ms if compiled_ref and kernel_ms > 0 else None,
-        "pytorch_latency_us": ref_ms * 1e3, "compile_latency_us": compile_ms * 1e3 if compiled_ref else None,
+        "throughput": total.throughput, "throughput_unit": total.unit, "latency_us": ours_us,
+        "gpu_latency_us": gpu_ms * 1e3, "pct_peak": total.pct_peak, "bound": total.bound,
+        "speedup_vs_pytorch": eager_us / ours_us if ours_us > 0 else None,
+        "speedup_vs_compile": compile_us / ours_us if compile_us and ours_us > 0 else None,
+        "pytorch_latency_us": eager_us, "compile_latency_us": compile_us,
         "peak_vram_mb": peak_mb, "timings": rows, "gpu": gpu.name,
         "speed_of_light": timing.speed_of_light_skipped(gpu) or "checked: no timing faster than the roofline allows",
     }
@@ -351,7 +364,8 @@ class Report:
                 before_write()
             self.result.update(correctness=correctness, failed_stage=failed_stage, message=message,
                                wall_seconds=round(time.monotonic() - self.started, 3))
-            for key in ("throughput", "throughput_unit", "latency_us", "pct_peak", "bound", "speedup_vs_pytorch",
+            for key in ("throughput", "throughput_unit", "latency_us", "gpu_latency_us", "pct_peak", "bound",
+                        "speedup_vs_pytorch",
                         "speedup_vs_compile", "pytorch_latency_us", "compile_latency_us", "peak_vram_mb",
                         "speed_of_light"):
                 self.result[key] = (timing or {}).get(key)

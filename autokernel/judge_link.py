@@ -141,6 +141,10 @@ class CandidateWorker:
         if not isinstance(record, dict) or not all(
                 isinstance(record.get(k), (int, float)) for k in ("host_ms", "wall_ms", "kernel_ms")):
             raise WorkerFailure("FAIL", "the kernel's process sent a malformed timing record")
+        launch_ms = record.get("launch_ms", 0.0)
+        if not isinstance(launch_ms, (int, float)) or not 0.0 <= launch_ms <= record["wall_ms"]:
+            raise WorkerFailure("FAIL", f"the kernel's process reported a launch time of {launch_ms!r} ms "
+                                        f"for a call that took {record['wall_ms']} ms in all")
         return TimedCall({k: float(v) for k, v in record.items() if isinstance(v, (int, float))}, bracket_ms)
 
     def _expect_marker(self, name: str) -> None:

@@ -90,7 +90,7 @@ def _panel(status: LoopStatus) -> Panel:
     table.add_row("kernel", Text(status.kernel))
     table.add_row("experiments", f"{status.experiments} in all, {status.kernel_experiments} on this kernel")
     table.add_row("best", f"{format_speedup(status.best_speedup)} over the baseline, "
-                          f"{format_speedup(status.best_vs_pytorch)} vs PyTorch")
+                          f"{format_speedup(status.best_vs_pytorch)} vs PyTorch's best")
     table.add_row("last", Text(status.last_result))
     table.add_row("LLM", _cost(status))
     table.add_row("rate", "-" if rate is None else f"{rate:.1f} experiments/hour")

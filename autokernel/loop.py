@@ -147,7 +147,9 @@ class OptimizationRun:
         runs = []
         for attempt in (1, 2):
             self.view.phase(f"baseline {job_name(job)} (run {attempt} of 2)")
-            result = self._judge(job, None, quick=self.quick_bench)
+            # The first run also times torch.compile of the reference: PyTorch's best is the bar.
+            result = self._judge(job, None, quick=self.quick_bench,
+                                 compare_compile=attempt == 1 and torch.cuda.is_available())
             if result is None:
                 return self._abandon(f"the budget ran out while {job_name(job)}'s baseline was being benched; "
                                      f"--resume benches it again")
@@ -155,12 +157,14 @@ class OptimizationRun:
             if result.get("correctness") != "PASS":
                 break
         failure = next((run for run in runs if run.get("correctness") != "PASS"), None)
+        noise = measured_noise(runs[0], runs[-1], self.settings.noise_floor)
+        compile_us = policy.compile_times(runs[0])
+        runs = [policy.against_pytorch_best(run, compile_us, noise) for run in runs]
         # The faster run is the baseline: candidates must beat what the starter can do, not its bad luck.
         baseline = failure or min(runs, key=lambda run: run.get("latency_us") or float("inf"))
-        noise = measured_noise(runs[0], runs[-1], self.settings.noise_floor)
         progress = None
         if failure is None:
-            progress = JobProgress(baseline=baseline, best=baseline, noise=noise,
+            progress = JobProgress(baseline=baseline, best=baseline, noise=noise, compile_us=compile_us,
                                    kept=[{"commit": baseline_commit, "result": baseline}])
             progress.bench_seconds = dict(self._baseline_seconds)
         description = f"baseline (noise {noise:.1%})" if failure is None else "baseline fails its own bench"
@@ -273,7 +277,8 @@ class OptimizationRun:
                 result = self._judge(job, progress, quick=False)
         if result is None:
             self._abandon(f"exp {number} not finished: the budget ran out while it was judged; it is not recorded")
-        return result
+            return None
+        return policy.against_pytorch_best(result, progress.compile_us, progress.noise)
 
     def _abandon(self, message: str) -> bool:
         """Undo an experiment the budget cut short: no row, the number is used again on resume."""
@@ -284,8 +289,12 @@ class OptimizationRun:
         self.view.log(message)
         return False
 
-    def _judge(self, job: dict, progress: JobProgress | None, *, quick: bool) -> dict | None:
-        """bench.py on kernel.py in the sandbox, with the integrity checks around it; None when cut by the budget."""
+    def _judge(self, job: dict, progress: JobProgress | None, *, quick: bool, compare_compile: bool = False
+               ) -> dict | None:
+        """bench.py on kernel.py in the sandbox, with the integrity checks around it; None when cut by the budget.
+
+        compare_compile also times torch.compile of the reference; that run's duration (compilation
+        included) is not what later benches cost, so it is not counted in their expected time."""
         quick = quick or self.quick_bench
         typical = self._expected_bench_s(progress, quick)
         limit = bench_limit(typical, self.settings.experiment_timeout_s)
@@ -295,7 +304,8 @@ class OptimizationRun:
         started = time.monotonic()
         with runner.watch_output(self._on_bench_line):
             result = runner.run_bench(paths.KERNEL_FILE, shapes=job["shapes"], dtype=job["dtype"], timeout_s=limit,
-                                      seed=self.state.experiment + 1, extra_args=["--quick"] if quick else [])
+                                      seed=self.state.experiment + 1,
+                                      extra_args=["--quick"] * quick + ["--compare-compile"] * compare_compile)
         seconds = time.monotonic() - started
         changes = snapshot.restore(self.repo)
         changes += [f"changed {name} in the experiment's commit" for name in
@@ -309,7 +319,7 @@ class OptimizationRun:
                                              kernel_type=job["kernel_type"])
         if result.get("correctness") == "TIMEOUT" and clipped:
             return None
-        if result.get("correctness") != "TIMEOUT":     # a hang says nothing about what a bench costs
+        if result.get("correctness") != "TIMEOUT" and not compare_compile:  # a hang says nothing of the cost
             kind = "quick" if quick else "full"
             store = progress.bench_seconds if progress else self._baseline_seconds
             store[kind] = max(store.get(kind, 0.0), seconds)
@@ -378,12 +388,14 @@ class OptimizationRun:
         status.experiments = self.state.experiment
         status.kernel_experiments = progress.experiments
         status.best_speedup = progress.gain()
-        status.best_vs_pytorch = progress.best.get("speedup_vs_pytorch")
+        status.best_vs_pytorch = progress.best.get("speedup_vs_best") or progress.best.get("speedup_vs_pytorch")
         status.deadline = self.budget.deadline()
         self.view.update(status)
 
     def _save_best(self, job: dict, progress: JobProgress, reason: str) -> None:
-        """Save the kept version (HEAD) as optimized_kernels/<rank>_<type>.py and commit it.
+        """Save the kept version (HEAD) as optimized_kernels/<rank>_<type>.py and commit it, if it is a
+        winner: faster than PyTorch's best at one of the job's shapes (policy.is_winner). Otherwise the
+        job ends as "no gain", with nothing saved for verify to route.
 
         A run-ending reason (budget, cost) saves the best so far and keeps the job open for --resume;
         any other ends the job.
@@ -391,21 +403,24 @@ class OptimizationRun:
         name = job_name(job)
         gain = progress.gain() or 1.0
         final = reason not in RUN_STOPS
-        self.view.phase(f"saving {name}")
+        winner = policy.is_winner(progress.best)
+        self.view.phase(f"saving {name}" if winner else f"ending {name}: no gain")
         with self.guard.critical():
             progress.finishing = reason
             self._save()
             self.checkpoint("finish: in flight")
-            paths.OPTIMIZED_DIR.mkdir(exist_ok=True)
-            shutil.copyfile(paths.KERNEL_FILE, paths.OPTIMIZED_DIR / f"{name}.py")
             entry = {**plugin.manifest_entry(job, f"{name}.py"),
-                     **policy.outcome(progress, reason, source_commit=self.state.kept_commit, tag=self.state.tag)}
-            kernels = plugin.read_manifest(paths.MANIFEST_FILE) if paths.MANIFEST_FILE.exists() else {}
-            plugin.write_manifest(paths.MANIFEST_FILE, {**kernels, name: entry})
-            self.checkpoint("finish: files written")
-            self.state.kept_commit = self.repo.commit_optimized(
-                f"optimized {name}: {gain:.2f}x over its baseline" + ("" if final else " (so far)"), self.state.tag)
-            self.checkpoint("finish: committed")
+                     **policy.outcome(progress, reason, source_commit=self.state.kept_commit, tag=self.state.tag),
+                     "verdict": "winner" if winner else "no gain"}
+            if winner:
+                paths.OPTIMIZED_DIR.mkdir(exist_ok=True)
+                shutil.copyfile(paths.KERNEL_FILE, paths.OPTIMIZED_DIR / f"{name}.py")
+                kernels = plugin.read_manifest(paths.MANIFEST_FILE) if paths.MANIFEST_FILE.exists() else {}
+                plugin.write_manifest(paths.MANIFEST_FILE, {**kernels, name: entry})
+                self.checkpoint("finish: files written")
+                self.state.kept_commit = self.repo.commit_optimized(
+                    f"optimized {name}: {gain:.2f}x over its baseline" + ("" if final else " (so far)"), self.state.tag)
+                self.checkpoint("finish: committed")
             progress.finishing = None
             if final:
                 self.state.finished.append(entry)
@@ -413,5 +428,12 @@ class OptimizationRun:
                 self.state.job_index += 1
             self._save()
             self.checkpoint("finish: saved")
-        self.view.log(f"{name} {'done' if final else 'saved so far'} ({reason}): {gain:.2f}x over its baseline after "
-                      f"{progress.experiments} experiments, in optimized_kernels/{name}.py")
+        if winner:
+            self.view.log(f"{name} {'done' if final else 'saved so far'} ({reason}): {gain:.2f}x over its baseline "
+                          f"after {progress.experiments} experiments, in optimized_kernels/{name}.py")
+        else:
+            best = progress.best
+            self.view.log(f"{name} {'done' if final else 'stopped'} ({reason}): no gain, nothing saved: its best, "
+                          f"{best.get('latency_us') or 0:.1f} us per call, beats PyTorch's best "
+                          f"({sum(r.get('pytorch_best_us') or 0 for r in best.get('timings') or []):.1f} us) at none "
+                          f"of the job's shapes ({gain:.2f}x over its baseline, {progress.experiments} experiments)")

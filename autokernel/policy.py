@@ -23,6 +23,52 @@ def is_improvement(result: dict, best: dict, noise: float) -> bool:
     return best_latency / latency > 1 + noise
 
 
+def against_pytorch_best(result: dict, compile_us: dict[str, float], noise: float) -> dict:
+    """The result with PyTorch's best beside ours, shape by shape: the faster of eager and torch.compile.
+
+    Eager is timed in every bench run; torch.compile only in the job's first baseline run
+    (`compile_us`, call time per shape string), because compiling the reference in every experiment
+    would cost each one tens of seconds. Adds, for a PASS with timings: each timing row's
+    `compile_latency_us` (where missing) and `pytorch_best_us`, the result's `speedup_vs_compile`
+    (where missing) and `speedup_vs_best`, and `wins_at`, the shapes where ours beats PyTorch's
+    best by more than the noise: the only shapes a kernel is a winner at.
+    """
+    rows = result.get("timings") or []
+    if result.get("correctness") != "PASS" or not rows:
+        return result
+    filled = []
+    for row in rows:
+        compiled = row.get("compile_latency_us") or compile_us.get(row.get("shape"))
+        best = min((t for t in (row.get("pytorch_latency_us"), compiled) if t), default=None)
+        filled.append({**row, "compile_latency_us": compiled, "pytorch_best_us": best})
+    ours = sum(row.get("latency_us") or 0.0 for row in filled)
+    result = {**result, "timings": filled}
+    if ours <= 0:
+        return result
+    if not result.get("speedup_vs_compile") and all(row["compile_latency_us"] for row in filled):
+        result["speedup_vs_compile"] = sum(row["compile_latency_us"] for row in filled) / ours
+    if all(row["pytorch_best_us"] for row in filled):
+        result["speedup_vs_best"] = sum(row["pytorch_best_us"] for row in filled) / ours
+    result["wins_at"] = [row["shape"] for row in filled if row["pytorch_best_us"] and row.get("latency_us")
+                         and row["pytorch_best_us"] / row["latency_us"] > 1 + noise]
+    return result
+
+
+def compile_times(result: dict) -> dict[str, float]:
+    """torch.compile's call time per shape string, from a bench run made with --compare-compile."""
+    return {row["shape"]: row["compile_latency_us"] for row in result.get("timings") or []
+            if row.get("shape") and row.get("compile_latency_us")}
+
+
+def is_winner(result: dict) -> bool:
+    """Whether a job's best is worth handing to the model: it beats PyTorch's best at one of the job's
+    shapes at least. Without meaningful timings (the CPU interpreter) nothing can be compared, so the
+    kernel is saved, and the results say its timings mean nothing."""
+    if not result.get("timings_meaningful"):
+        return True
+    return bool(result.get("wins_at"))
+
+
 def measured_noise(first: dict, second: dict, floor: float) -> float:
     a, b = first.get("latency_us"), second.get("latency_us")
     if not a or not b:
@@ -60,6 +106,8 @@ def outcome(progress: JobProgress, reason: str, *, source_commit: str, tag: str)
             "speedup_over_baseline": round(progress.gain() or 1.0, 4),
             "baseline_speedup_vs_pytorch": progress.baseline.get("speedup_vs_pytorch"),
             "best_speedup_vs_pytorch": progress.best.get("speedup_vs_pytorch"),
+            "best_speedup_vs_pytorch_best": progress.best.get("speedup_vs_best"),
+            "wins_at": progress.best.get("wins_at"),
             "timings_meaningful": progress.best.get("timings_meaningful"),
             "experiments": progress.experiments, "stopped_because": reason,
             "source_commit": source_commit, "tag": tag}

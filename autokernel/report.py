@@ -92,18 +92,22 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
     if _meaningless(rows):
         lines += [f"> **{NOT_MEANINGFUL}.** The keep decisions made from them are not either.", ""]
     lines += [f"{len(rows)} experiments from `{source}`, {len(groups)} kernel runs.", "",
-              "| kernel | tag | experiments | kept | best speedup vs PyTorch | best throughput | failures |",
-              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+              "| kernel | tag | experiments | kept | best vs PyTorch eager | best vs PyTorch's best | outcome "
+              "| best throughput | failures |",
+              "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
     for group in groups:
         kept = sum(row["status"] == results.STATUS_KEEP for row in group)
         best = results.best_version(group) or {}
-        speedup, throughput = best.get("speedup_vs_pytorch"), best.get("throughput")
+        speedup, vs_best, throughput = best.get("speedup_vs_pytorch"), results.speedup_vs_best(best), best.get("throughput")
+        outcome = "-" if vs_best is None or _meaningless(group) else "faster" if vs_best > 1 else "no gain"
         lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {len(group)} | {kept} | "
-                     f"{'-' if speedup is None else f'{speedup:.2f}x'} | "
-                     f"{'-' if throughput is None else f'{throughput:.4g}'} | {_failures(group)} |")
-    lines += ["", "Best: the fastest kept version (or the baseline). Throughput is in bench.py's unit for the kernel: "
-                  "GB/s when memory-bound, TFLOP/s when compute-bound. Failures count experiments by their "
-                  "correctness verdict.", "",
+                     f"{'-' if speedup is None else f'{speedup:.2f}x'} | {'-' if vs_best is None else f'{vs_best:.2f}x'} | "
+                     f"{outcome} | {'-' if throughput is None else f'{throughput:.4g}'} | {_failures(group)} |")
+    lines += ["", "Best: the fastest kept version (or the baseline). Speedups compare times per call, launch "
+                  "overhead included; PyTorch's best is the faster of eager and torch.compile (timed with the "
+                  "baseline). \"no gain\": the best is not faster than PyTorch's best, and the loop saved nothing "
+                  "for the model. Throughput is in bench.py's unit for the kernel: GB/s when memory-bound, "
+                  "TFLOP/s when compute-bound. Failures count experiments by their correctness verdict.", "",
               f"![speedup per experiment]({PLOT_FILE})", "", "## Experiments", "",
               results.markdown_summary(rows)]
     return "\n".join(lines)

@@ -116,6 +116,7 @@ class JobProgress:
     kept: list[dict] = field(default_factory=list)    # {"commit", "result"} per kept version, baseline first
     bench_seconds: dict[str, float] = field(default_factory=dict)   # "quick"/"full": the longest clean bench
     finishing: str | None = None      # set while the job's best is being saved: the reason it stopped
+    compile_us: dict[str, float] = field(default_factory=dict)   # torch.compile's call time per shape (baseline)
 
     def gain(self) -> float | None:
         """Baseline latency over best latency: how much faster the best version is."""

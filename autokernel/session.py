@@ -212,7 +212,7 @@ def _return_user(repo: gitops.KernelRepo, state: RunState, position: str | None,
                 repo.checkout(position)
     except gitops.GitOpsError as exc:
         view.log(f"could not return to {position}: {exc}")
-    saved = [entry["file"] for entry in state.finished]
+    saved = [entry["file"] for entry in state.finished if entry.get("verdict") != "no gain"]
     if state.current is not None and state.stopped_because in RUN_STOPS:
         saved.append(f"{job_name(state.job())}.py (best so far)")
     where = "on this branch" if repo.current_branch() == branch else f"on branch {branch}"
@@ -242,10 +242,14 @@ def outcome_lines(state: RunState) -> list[str]:
         name = job_name(job)
         entry = finished.get(f"{name}.py")
         if entry is not None:
-            vs_pytorch = entry.get("best_speedup_vs_pytorch")
-            lines.append(f"  {name}: done, {format_speedup(entry['speedup_over_baseline'])} over its baseline"
-                         + (f", {format_speedup(vs_pytorch)} vs PyTorch" if vs_pytorch is not None else "")
-                         + f" ({entry['experiments']} experiments; {entry['stopped_because']})")
+            vs_best = entry.get("best_speedup_vs_pytorch_best")
+            vs_best_text = (f", {format_speedup(vs_best)} vs PyTorch's best" if vs_best is not None else
+                            f", {format_speedup(entry['best_speedup_vs_pytorch'])} vs PyTorch eager"
+                            if entry.get("best_speedup_vs_pytorch") is not None else "")
+            ending = ("no gain: PyTorch's best is faster at every shape, nothing saved"
+                      if entry.get("verdict") == "no gain" else "done")
+            lines.append(f"  {name}: {ending}, {format_speedup(entry['speedup_over_baseline'])} over its baseline"
+                         + vs_best_text + f" ({entry['experiments']} experiments; {entry['stopped_because']})")
         elif index < state.job_index:
             lines.append(f"  {name}: skipped (its starter fails bench.py)")
         elif index == state.job_index and state.current is not None:

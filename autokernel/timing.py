@@ -68,9 +68,9 @@ def timed_call(clock: Clock, fn, kwargs: dict, on_start=None, on_idle=None):
 
     on_start runs once the device is idle, just before the clock starts, and on_idle as soon as
     the device is idle again after the call (the worker uses them to tell the judge, which
-    brackets the call with its own clock). The record has host_ms (until fn returned), wall_ms
-    (until the device was idle again), kernel_ms (the events around fn; host time on CPU) and, on
-    a GPU, flush_ms.
+    brackets the call with its own clock). The record has host_ms (until fn returned), launch_ms
+    (fn alone, from its call to its return: what the host pays per call), wall_ms (until the device
+    was idle again), kernel_ms (the events around fn; host time on CPU) and, on a GPU, flush_ms.
     """
     clock.sync()
     if on_start is not None:
@@ -81,15 +81,17 @@ def timed_call(clock: Clock, fn, kwargs: dict, on_start=None, on_idle=None):
         clock.record(before_flush, clock.stream)
         clock.zero_(clock.flush_buffer)
         clock.record(after_flush, clock.stream)
+    called = clock.perf()
     output = fn(**kwargs)
+    returned = clock.perf()
     if clock.on_gpu:
         clock.record(after_call, clock.stream)
-    returned = clock.perf()
     clock.sync()
     idle = clock.perf()
     if on_idle is not None:
         on_idle()
-    record = {"host_ms": (returned - start) * 1e3, "wall_ms": (idle - start) * 1e3}
+    record = {"host_ms": (returned - start) * 1e3, "launch_ms": (returned - called) * 1e3,
+              "wall_ms": (idle - start) * 1e3}
     if clock.on_gpu:
         record["flush_ms"] = clock.elapsed(before_flush, after_flush)
         record["kernel_ms"] = clock.elapsed(after_flush, after_call)
@@ -124,6 +126,13 @@ class TimedCall:
 
 def _median(values) -> float:
     return statistics.median(values) if values else 0.0
+
+
+def call_ms(record: dict) -> float:
+    """What one call costs a model that launches op after op: its GPU time or, where the host takes
+    longer to launch it than the GPU to run it (small shapes), the host's time. The speedups the loop
+    acts on compare these, so Python and launch overhead count as they do in the model."""
+    return max(record["kernel_ms"], record.get("launch_ms", 0.0))
 
 
 def hidden_work_ms(call: TimedCall) -> float:

@@ -91,22 +91,23 @@ def attack_rows(on_gpu: bool, names: set[str] | None = None) -> tuple[list[str],
 
 def starter_rows(names: set[str] | None = None) -> tuple[list[str], int]:
     lines = ["", "## Starters (float16, full verdict)", "",
-             "| kernel | result | latency us | throughput | % peak | vs eager | speed of light | timed calls "
-             "| wall s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| kernel | result | us per call | GPU us | throughput | % peak | vs eager | speed of light | timed calls "
+             "| wall s | load, stages and timing s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     bad = 0
     for name in (n for n in registry.REGISTRY if not names or n in names):
         result, wall = bench(starter_path(name))
-        stages = ", ".join(f"{s['stage']} {s['seconds']:.1f}" for s in result.get("stages", []))
-        print(f"{name}: load {result.get('load_seconds')} s; {stages}; timing {result.get('timing_seconds')} s",
-              flush=True)
+        stages = ", ".join([f"load {result.get('load_seconds') or 0:.1f}"]
+                           + [f"{s['stage']} {s['seconds']:.1f}" for s in result.get("stages", [])]
+                           + [f"timing {result.get('timing_seconds') or 0:.1f}"])
         bad += result["correctness"] != "PASS"
         timings = result.get("timings") or [{}]
         lines.append(f"| {name} | {result['correctness']} {one_line(result.get('message') or '', 120)} | "
-                     f"{result.get('latency_us') or 0:.1f} | {result.get('throughput') or 0:.1f} "
+                     f"{result.get('latency_us') or 0:.1f} | {result.get('gpu_latency_us') or 0:.1f} | "
+                     f"{result.get('throughput') or 0:.1f} "
                      f"{result.get('throughput_unit') or ''} | {result.get('pct_peak') or 0:.1f} | "
                      f"{result.get('speedup_vs_pytorch') or 0:.2f} | {one_line(result.get('speed_of_light'), 60)} | "
-                     f"{timings[0].get('timed_calls', '-')} | {wall:.1f} |")
+                     f"{timings[0].get('timed_calls', '-')} | {wall:.1f} | {stages} |")
         print(lines[-1], flush=True)
     return lines, bad
 

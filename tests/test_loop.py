@@ -240,3 +240,45 @@ def test_llm_trouble_ends_the_run_within_its_budget(project, trouble):
     assert state.stopped_because == loop.BUDGET_SPENT and not state.done and state.current is not None
     assert _statuses(project) == [(1, "baseline", "PASS")], "no bogus row for an experiment never judged"
     assert RunState.load().stopped_because == loop.BUDGET_SPENT
+
+
+# ---------------------------------------------------------------------- the bar is PyTorch's best
+def _timed(latency: float, eager: float, compiled: float | None = None) -> dict:
+    """A GPU result at the job's one shape: ours, eager and (in a --compare-compile run) torch.compile."""
+    return {**result(latency), "timings_meaningful": True,
+            "timings": [{"shape": "M=4,N=64", "latency_us": latency, "pytorch_latency_us": eager,
+                         "compile_latency_us": compiled}]}
+
+
+def test_a_kernel_slower_than_torch_compile_is_no_gain_and_is_not_saved(project, monkeypatch):
+    from autokernel import session
+
+    monkeypatch.setattr(loop.torch.cuda, "is_available", lambda: True)
+    calls, fake = [], fake_run_bench([])
+
+    def run_bench(kernel_path, **kwargs):
+        calls.append("--compare-compile" in kwargs["extra_args"])
+        return fake(kernel_path, **kwargs)
+
+    monkeypatch.setattr(loop.runner, "run_bench", run_bench)
+    # Job 1: 1.25x faster than its starter and than eager, but torch.compile does it in 60 us.
+    slow_job = make_job(project, 1, source(_timed(100.0, 150.0, 60.0), _timed(100.0, 150.0)))
+    # Job 2: its improvement beats torch.compile's 90 us.
+    fast_job = make_job(project, 2, source(_timed(100.0, 150.0, 90.0), _timed(100.0, 150.0)))
+    agent = ScriptedAgent(proposal("faster", source(_timed(80.0, 150.0))), loop.SearchExhausted("done"),
+                          proposal("faster still", source(_timed(50.0, 150.0))), loop.SearchExhausted("done"))
+    state = _run(project, [slow_job, fast_job], agent, target_speedup=10)
+
+    assert calls == [True, False, False, False, True, False, False, False], "compile is timed once per job"
+    no_gain, winner = state.finished
+    assert no_gain["verdict"] == "no gain" and winner["verdict"] == "winner"
+    assert not (project / "optimized_kernels" / "1_softmax.py").exists()
+    assert (project / "optimized_kernels" / "2_softmax.py").exists()
+    manifest = __import__("json").loads((project / "optimized_kernels" / "manifest.json").read_text())["kernels"]
+    assert list(manifest) == ["2_softmax"] and manifest["2_softmax"]["wins_at"] == ["M=4,N=64"]
+    assert winner["best_speedup_vs_pytorch_best"] == pytest.approx(90.0 / 50.0)
+    rows = results.read_rows(project / "results.tsv")
+    assert [(r["status"], r["speedup_vs_compile"]) for r in rows[:2]] == [("baseline", 0.6), ("keep", 0.75)]
+    lines = session.outcome_lines(state)
+    assert "1_softmax: no gain: PyTorch's best is faster at every shape, nothing saved" in lines[1]
+    assert "2_softmax: done" in lines[2] and "1.80x vs PyTorch's best" in lines[2]

@@ -39,3 +39,40 @@ def test_a_verdict_line_says_what_happened():
                                    progress) == "exp 7 KEEP PASS 80.0 us (1.25x baseline): BLOCK 64 -> 128"
     assert policy.describe_verdict(8, "revert", {"correctness": "FAIL", "message": "wrong\nvalues"}, "x",
                                    progress) == "exp 8 REVERT FAIL -: x [wrong values]"
+
+
+def _timed(ours, eager, compiled=None, shape="M=4096,N=4096"):
+    return {"shape": shape, "latency_us": ours, "pytorch_latency_us": eager, "compile_latency_us": compiled}
+
+
+def test_pytorch_best_is_the_faster_of_eager_and_the_baselines_torch_compile_shape_by_shape():
+    compile_us = {"M=1,N=8": 9.0, "M=4096,N=4096": 40.0}      # timed once, with the baseline
+    result = {"correctness": "PASS", "timings_meaningful": True, "speedup_vs_pytorch": 1.5,
+              "timings": [_timed(6.0, 12.0, shape="M=1,N=8"), _timed(50.0, 60.0, shape="M=4096,N=4096")]}
+    judged = policy.against_pytorch_best(result, compile_us, noise=0.02)
+
+    assert [row["pytorch_best_us"] for row in judged["timings"]] == [9.0, 40.0]
+    assert judged["speedup_vs_compile"] == pytest.approx(49.0 / 56.0)
+    assert judged["speedup_vs_best"] == pytest.approx(49.0 / 56.0)
+    # A winner only where it beats PyTorch's best: the small shape, not the big one torch.compile wins.
+    assert judged["wins_at"] == ["M=1,N=8"] and policy.is_winner(judged)
+    assert "wins_at" not in result, "the judge's own result is not changed"
+
+
+def test_a_win_inside_the_noise_is_no_win_and_a_failure_gets_no_figures():
+    close = {"correctness": "PASS", "timings_meaningful": True, "timings": [_timed(98.0, 100.0)]}
+    judged = policy.against_pytorch_best(close, {}, noise=0.05)
+    assert judged["wins_at"] == [] and not policy.is_winner(judged)
+    assert judged["speedup_vs_best"] == pytest.approx(100.0 / 98.0) and "speedup_vs_compile" not in judged
+    failed = {"correctness": "FAIL", "timings": []}
+    assert policy.against_pytorch_best(failed, {"M=4096,N=4096": 1.0}, 0.02) == failed
+
+
+def test_without_meaningful_timings_a_kernel_is_saved_as_it_is():
+    # The CPU interpreter: nothing to compare, so the best is saved and labelled by its timings flag.
+    assert policy.is_winner({"correctness": "PASS", "timings_meaningful": False, "wins_at": []})
+
+
+def test_compile_times_come_from_the_compare_compile_run():
+    run = {"timings": [_timed(5.0, 6.0, 4.0, "M=1,N=8"), _timed(5.0, 6.0, None, "M=2,N=8")]}
+    assert policy.compile_times(run) == {"M=1,N=8": 4.0}

@@ -11,8 +11,9 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def add_row(path, experiment, kernel_type, status, correctness, speedup=None, throughput=None, latency=None,
-            meaningful=True):
-    result = {"correctness": correctness, "speedup_vs_pytorch": speedup, "throughput": throughput,
+            meaningful=True, vs_compile=None):
+    result = {"correctness": correctness, "speedup_vs_pytorch": speedup, "speedup_vs_compile": vs_compile,
+              "throughput": throughput,
               "latency_us": latency, "timings_meaningful": meaningful if correctness == "PASS" else None}
     results.append_row(path, results.make_row(experiment=experiment, tag="run1", kernel_type=kernel_type,
                                               result=result, description=f"exp {experiment}", status=status,
@@ -26,10 +27,10 @@ def results_tsv(tmp_path):
                 (2, "matmul", "keep", "PASS", 1.2, 150.0, 7.0),
                 (3, "matmul", "revert", "FAIL"),
                 (4, "matmul", "revert", "PASS", 1.1, 140.0, 8.0),      # passes, but not faster than the best
-                (5, "matmul", "keep", "PASS", 1.5, 180.0, 5.0),
+                (5, "matmul", "keep", "PASS", 1.5, 180.0, 5.0, True, 1.2),
                 (6, "matmul", "revert", "CRASH"),
                 (7, "matmul", "revert", "FAIL"),
-                (8, "softmax", "baseline", "PASS", 1.0, 500.0, 3.0),
+                (8, "softmax", "baseline", "PASS", 1.0, 500.0, 3.0, True, 0.7),
                 (9, "softmax", "revert", "TIMEOUT"),
                 (10, "softmax", "revert", "PASS", 1.02, 505.0, 2.95)]:
         add_row(path, *row)
@@ -40,9 +41,10 @@ def test_markdown_has_each_kernels_numbers(results_tsv, tmp_path):
     markdown_path, png_path = report.write_report(results_tsv, tmp_path / "out")
     text = markdown_path.read_text()
     assert "10 experiments from" in text and "2 kernel runs" in text
-    assert "| matmul | run1 | 7 | 2 | 1.50x | 180 | FAIL 2, CRASH 1 |" in text
-    # Nothing was kept for softmax: its best is the baseline.
-    assert "| softmax | run1 | 3 | 0 | 1.00x | 500 | TIMEOUT 1 |" in text
+    # PyTorch's best is the faster of eager and torch.compile: the smaller of the two speedups.
+    assert "| matmul | run1 | 7 | 2 | 1.50x | 1.20x | faster | 180 | FAIL 2, CRASH 1 |" in text
+    # Nothing was kept for softmax: its best is the baseline, slower than torch.compile.
+    assert "| softmax | run1 | 3 | 0 | 1.00x | 0.70x | no gain | 500 | TIMEOUT 1 |" in text
     assert f"]({png_path.name})" in text
     assert "## matmul (run1, experiments 1-7)" in text     # the per-experiment tables follow
 
@@ -77,7 +79,8 @@ def test_the_plot_has_two_log_panels_per_kernel_and_tells_kept_reverted_and_fail
     assert [y for _, y in _points(matmul_base, report.KEPT)] == pytest.approx([1.0, 10 / 7, 2.0])
     assert [x for x, _ in _points(matmul_base, report.REVERTED)] == [4]
     assert sorted(x for x, _ in _points(matmul_base, report.FAILED)) == [3, 6, 7]
-    assert [y for _, y in _points(matmul_torch, report.KEPT)] == pytest.approx([0.8, 1.2, 1.5])
+    # Exp 5 is 1.5x eager but 1.2x torch.compile: plotted against PyTorch's best, the slower of the two.
+    assert [y for _, y in _points(matmul_torch, report.KEPT)] == pytest.approx([0.8, 1.2, 1.2])
     assert any(list(line.get_ydata()) == [1.0, 1.0] for line in matmul_torch.get_lines()), "the 1.0x line"
     assert "best 2.00x over its baseline" in matmul_base.get_title()
     assert "best 1.00x over its baseline" in softmax_base.get_title()

@@ -14,8 +14,17 @@ def test_timed_call_on_cpu_returns_the_output_and_wall_clock_times():
     clock = timing.Clock(torch.device("cpu"))
     output, record = timing.timed_call(clock, lambda x: x * 2, {"x": torch.ones(3)})
     assert torch.equal(output, torch.full((3,), 2.0))
-    assert set(record) == {"host_ms", "wall_ms", "kernel_ms"}
-    assert 0 <= record["host_ms"] <= record["wall_ms"] and record["kernel_ms"] == record["host_ms"]
+    assert set(record) == {"host_ms", "launch_ms", "wall_ms", "kernel_ms"}
+    assert 0 <= record["launch_ms"] <= record["host_ms"] <= record["wall_ms"] and record["kernel_ms"] == record["host_ms"]
+
+
+def test_a_call_costs_its_gpu_time_or_its_launch_time_whichever_is_longer():
+    # A big kernel: the GPU's time; a tiny one whose Python wrapper takes longer: the host's.
+    assert timing.call_ms({"kernel_ms": 0.500, "launch_ms": 0.020}) == 0.500
+    assert timing.call_ms({"kernel_ms": 0.004, "launch_ms": 0.030}) == 0.030
+    slow_wrapper = timing.Clock(torch.device("cpu"))
+    _, record = timing.timed_call(slow_wrapper, lambda: __import__("time").sleep(0.01), {})
+    assert record["launch_ms"] >= 10.0
 
 
 def test_the_clock_is_bound_when_made():
