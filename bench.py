@@ -293,6 +293,8 @@ def time_kernel(judge: Judge) -> dict:
         rows.append({"shape": registry.format_shape(shape), "latency_us": ours * 1e3, "gpu_latency_us": gpu_ms * 1e3,
                      "pytorch_latency_us": eager * 1e3, "compile_latency_us": compiled * 1e3 if compiled else None,
                      "throughput": line.throughput, "unit": line.unit, "pct_peak": line.pct_peak,
+                     "launch_us": statistics.median(c.record.get("launch_ms", 0.0) for c in calls) * 1e3,
+                     "guard_us": statistics.median(c.record.get("guard_ms", 0.0) for c in calls) * 1e3,
                      "timed_calls": len(calls)})
     ours_us = sum(row["latency_us"] for row in rows)
     eager_us = sum(row["pytorch_latency_us"] for row in rows)

@@ -95,6 +95,8 @@ class Worker:
             get_stream, index = torch._C._cuda_getCurrentRawStream, device.index or 0
             stream_of, timing_stream = (lambda: get_stream(index)), self.clock.stream.cuda_stream
         self.no_library_compute = guards.NoLibraryCompute(device.type, stream_of, timing_stream)
+        self.guard_per_call_ms, self.guard_per_op_ms = guards.guard_cost_ms(self.no_library_compute, device,
+                                                                            self.clock.perf)
         self.counter = guards.LaunchCounter(stream_of, timing_stream).install()
         self.kt: registry.KernelType | None = None
         self.kernel_fn = None
@@ -220,8 +222,11 @@ class Worker:
                 tensor.copy_(fresh[name])
         self.last_output = None
         VIOLATIONS.clear()
-        launches = self.counter.count
+        launches, ops = self.counter.count, self.no_library_compute.ops
         output, record = timing.timed_call(self.clock, self._run_kernel, self.timed_inputs, self._started, self._idle)
+        # The host time of the call as a model pays it: without the judge's own guard (guard_cost_ms).
+        guard_ms = self.guard_per_call_ms + self.guard_per_op_ms * (self.no_library_compute.ops - ops)
+        record["launch_ms"], record["guard_ms"] = max(0.0, record["launch_ms"] - guard_ms), guard_ms
         self._after_call(output, self.timed_inputs, launches, timed=True)
         for name, tensor in self.timed_inputs.items():
             if isinstance(tensor, torch.Tensor) and not correctness.same_bits(tensor, fresh[name]):

@@ -15,8 +15,8 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from autokernel.worker_guards import (VIOLATIONS, Fingerprint, LaunchCounter, LibraryCompute,  # noqa: E402
-                                      NoLibraryCompute, global_state, output_problem, poisoned_allocations,
-                                      state_changes)
+                                      NoLibraryCompute, global_state, guard_cost_ms, output_problem,
+                                      poisoned_allocations, state_changes)
 
 
 @pytest.fixture(autouse=True)
@@ -197,3 +197,14 @@ def test_audit_hook_refuses_reaching_into_the_process():
     assert [line.split()[0] for line in lines] == ["REFUSED"] * 4 + ["NOTED"], proc.stderr
     assert "the kernel called gc.get_objects" in lines[0]
     assert lines[-1] == "NOTED 4"
+
+
+def test_the_guards_own_host_cost_is_measured_per_call_and_per_op():
+    mode = NoLibraryCompute("cpu")
+    per_call, per_op = guard_cost_ms(mode, torch.device("cpu"), time.perf_counter)
+    # A Python dispatch mode costs microseconds per op on any machine; calibration ops are not counted.
+    assert per_call >= 0 and per_op > 0.0005 and mode.ops == 0
+    x = torch.zeros(4)
+    with mode:
+        torch.empty_like(x).copy_(x).view(-1)
+    assert mode.ops == 3
