@@ -1,0 +1,80 @@
+"""Where the host time of a kernel_fn call goes in the judge's worker: plain, and under each guard.
+
+    python benchmarks/launch_overhead.py [--kernel softmax] [--shape M=8192,N=8192]
+
+Times the starter's kernel_fn host time (call to return, device idle before each call) and its
+GPU time, as a plain call and with the worker's guards added one at a time: the launch counter,
+the no-library-compute dispatch mode, and all of them with the audit hook. PyTorch eager's call
+is timed the same way, for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from autokernel import registry, worker_guards as guards  # noqa: E402
+from autokernel.correctness import case_inputs  # noqa: E402
+from autokernel.paths import starter_path  # noqa: E402
+from autokernel.worker import load_kernel  # noqa: E402
+
+
+def host_and_gpu_us(fn, inputs, calls=100) -> tuple[float, float, float]:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    host, gpu = [], []
+    for i in range(calls + 5):
+        torch.cuda.synchronize()
+        start.record()
+        t0 = time.perf_counter()
+        fn(**inputs)
+        t1 = time.perf_counter()
+        end.record()
+        torch.cuda.synchronize()
+        if i >= 5:
+            host.append((t1 - t0) * 1e6)
+            gpu.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(host), statistics.median(gpu), min(host)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kernel", default="softmax")
+    parser.add_argument("--shape", default="M=8192,N=8192")
+    args = parser.parse_args()
+    kt = registry.get(args.kernel)
+    shape = registry.parse_shape(args.shape)
+    inputs = case_inputs(kt, {"shape": shape, "dtype": "float16", "seed": 1, "adversarial": None}, "cuda")
+    module, _ = load_kernel(starter_path(args.kernel))
+    fn = module.kernel_fn
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+          f"{args.kernel} {args.shape} float16; median host us / median GPU us / min host us over 100 calls")
+    print("pytorch eager  ", *(f"{v:8.1f}" for v in host_and_gpu_us(kt.reference, inputs)))
+    print("plain          ", *(f"{v:8.1f}" for v in host_and_gpu_us(fn, inputs)))
+    counter = guards.LaunchCounter(lambda: torch._C._cuda_getCurrentRawStream(0),
+                                   torch.cuda.current_stream().cuda_stream).install()
+    print("+launch counter", *(f"{v:8.1f}" for v in host_and_gpu_us(fn, inputs)))
+    mode = guards.NoLibraryCompute("cuda", lambda: torch._C._cuda_getCurrentRawStream(0),
+                                   torch.cuda.current_stream().cuda_stream)
+
+    def guarded(**kw):
+        with mode:
+            return fn(**kw)
+    print("+dispatch mode ", *(f"{v:8.1f}" for v in host_and_gpu_us(guarded, inputs)))
+    print("guard cost ms (per call, per op):", guards.guard_cost_ms(mode, torch.device("cuda"), time.perf_counter))
+    sys.addaudithook(guards.refuse_introspection)
+    print("+audit hook    ", *(f"{v:8.1f}" for v in host_and_gpu_us(guarded, inputs)))
+    counter.uninstall()
+    print("-launch counter", *(f"{v:8.1f}" for v in host_and_gpu_us(guarded, inputs)))
+
+
+if __name__ == "__main__":
+    main()
