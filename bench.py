@@ -263,9 +263,10 @@ def time_reference(judge: Judge, fn, shape: dict, count: int, clock: timing.Cloc
 def time_kernel(judge: Judge) -> dict:
     """Time the kernel, PyTorch eager and (with --compare-compile) torch.compile at the timing shapes.
 
-    latency_us and the speedups compare call times (timing.call_ms: GPU time, or the host's where
-    launching takes longer), so launch and Python overhead count as they do in a model;
-    gpu_latency_us, throughput and the speed-of-light check are the GPU's time alone.
+    latency_us and the speedups are GPU time (the events around the call, L2 flushed).
+    call_latency_us is the call as a model's host pays it too (timing.call_ms): reported, not yet
+    acted on, because inside the judge's worker the host time of a call measured 150-300 us more
+    than a bare Triton launch on an H100 (benchmarks/notes/objective.md), which no model pays.
     """
     kt, gpu = judge.kt, hardware.detect()
     clock = timing.Clock(torch.device(judge.device))
@@ -280,30 +281,30 @@ def time_kernel(judge: Judge) -> dict:
         problem = timing.timing_problem(calls, empty, flush_ms)
         if problem:
             raise CheckFailure(f"{where}: {problem}")
-        gpu_ms = statistics.median(c.record["kernel_ms"] for c in calls)
-        problem = timing.speed_of_light_problem(kt, shape, judge.dtype, gpu_ms, gpu)
+        ours = statistics.median(c.record["kernel_ms"] for c in calls)
+        problem = timing.speed_of_light_problem(kt, shape, judge.dtype, ours, gpu)
         if problem:
             raise CheckFailure(f"{where}: {problem}")
         peaks = [c.record["peak_mb"] for c in calls if "peak_mb" in c.record]
         peak_mb = max([peak_mb or 0.0] + peaks) if peaks else peak_mb
-        ours = statistics.median(timing.call_ms(c.record) for c in calls)
-        _, eager = time_reference(judge, kt.reference, shape, len(calls), clock)
-        compiled = time_reference(judge, compiled_ref, shape, len(calls), clock)[1] if compiled_ref else None
-        line = timing.roofline(kt, [shape], judge.dtype, gpu_ms, gpu)
-        rows.append({"shape": registry.format_shape(shape), "latency_us": ours * 1e3, "gpu_latency_us": gpu_ms * 1e3,
+        eager, eager_call = time_reference(judge, kt.reference, shape, len(calls), clock)
+        compiled = time_reference(judge, compiled_ref, shape, len(calls), clock)[0] if compiled_ref else None
+        line = timing.roofline(kt, [shape], judge.dtype, ours, gpu)
+        rows.append({"shape": registry.format_shape(shape), "latency_us": ours * 1e3,
                      "pytorch_latency_us": eager * 1e3, "compile_latency_us": compiled * 1e3 if compiled else None,
                      "throughput": line.throughput, "unit": line.unit, "pct_peak": line.pct_peak,
-                     "launch_us": statistics.median(c.record.get("launch_ms", 0.0) for c in calls) * 1e3,
+                     "call_latency_us": statistics.median(timing.call_ms(c.record) for c in calls) * 1e3,
+                     "pytorch_call_latency_us": eager_call * 1e3,
                      "guard_us": statistics.median(c.record.get("guard_ms", 0.0) for c in calls) * 1e3,
                      "timed_calls": len(calls)})
     ours_us = sum(row["latency_us"] for row in rows)
     eager_us = sum(row["pytorch_latency_us"] for row in rows)
     compile_us = sum(row["compile_latency_us"] for row in rows) if compiled_ref else None
-    gpu_ms = sum(row["gpu_latency_us"] for row in rows) / 1e3
-    total = timing.roofline(kt, judge.timing_shapes(), judge.dtype, gpu_ms, gpu)
+    total = timing.roofline(kt, judge.timing_shapes(), judge.dtype, ours_us / 1e3, gpu)
     return {
         "throughput": total.throughput, "throughput_unit": total.unit, "latency_us": ours_us,
-        "gpu_latency_us": gpu_ms * 1e3, "pct_peak": total.pct_peak, "bound": total.bound,
+        "call_latency_us": sum(row["call_latency_us"] for row in rows), "pct_peak": total.pct_peak,
+        "bound": total.bound,
         "speedup_vs_pytorch": eager_us / ours_us if ours_us > 0 else None,
         "speedup_vs_compile": compile_us / ours_us if compile_us and ours_us > 0 else None,
         "pytorch_latency_us": eager_us, "compile_latency_us": compile_us,
@@ -366,7 +367,7 @@ class Report:
                 before_write()
             self.result.update(correctness=correctness, failed_stage=failed_stage, message=message,
                                wall_seconds=round(time.monotonic() - self.started, 3))
-            for key in ("throughput", "throughput_unit", "latency_us", "gpu_latency_us", "pct_peak", "bound",
+            for key in ("throughput", "throughput_unit", "latency_us", "call_latency_us", "pct_peak", "bound",
                         "speedup_vs_pytorch",
                         "speedup_vs_compile", "pytorch_latency_us", "compile_latency_us", "peak_vram_mb",
                         "speed_of_light"):

@@ -62,7 +62,7 @@ _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
 
 # The fields of bench.py's JSON result (docs/architecture.md); a synthesized result has them all.
 BENCH_FIELDS = ("kernel_type", "correctness", "failed_stage", "message", "throughput", "throughput_unit",
-                "latency_us", "gpu_latency_us", "pct_peak", "bound", "speedup_vs_pytorch", "speedup_vs_compile",
+                "latency_us", "call_latency_us", "pct_peak", "bound", "speedup_vs_pytorch", "speedup_vs_compile",
                 "pytorch_latency_us", "compile_latency_us", "peak_vram_mb", "seed", "device", "dtype",
                 "timing_shapes", "timings_meaningful", "wall_seconds")
 
