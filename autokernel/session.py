@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from autokernel import gitops, paths, results, runner
+from autokernel import gitops, paths, policy, results, runner
 from autokernel.agents.base import AgentError, make_agent
 from autokernel.budget import Budget
 from autokernel.live import ProgressView, format_duration, format_speedup
@@ -213,7 +213,7 @@ def _return_user(repo: gitops.KernelRepo, state: RunState, position: str | None,
     except gitops.GitOpsError as exc:
         view.log(f"could not return to {position}: {exc}")
     saved = [entry["file"] for entry in state.finished if entry.get("verdict") != "no gain"]
-    if state.current is not None and state.stopped_because in RUN_STOPS:
+    if state.current is not None and state.stopped_because in RUN_STOPS and policy.is_winner(state.current.best):
         saved.append(f"{job_name(state.job())}.py (best so far)")
     where = "on this branch" if repo.current_branch() == branch else f"on branch {branch}"
     view.log(f"results: every experiment in {paths.RESULTS_TSV.name}, the kept ones as commits {where} "
@@ -254,7 +254,8 @@ def outcome_lines(state: RunState) -> list[str]:
             lines.append(f"  {name}: skipped (its starter fails bench.py)")
         elif index == state.job_index and state.current is not None:
             gain = state.current.gain()
-            saved = ", best so far saved" if state.stopped_because in RUN_STOPS else ""
+            saved = ("" if state.stopped_because not in RUN_STOPS else ", best so far saved"
+                     if policy.is_winner(state.current.best) else ", no gain over PyTorch's best so far")
             lines.append(f"  {name}: {'cut short' if state.stopped_because else 'in progress'} after "
                          f"{state.current.experiments} experiments"
                          + (f", best {gain:.2f}x over its baseline" if gain else "") + saved)
