@@ -265,8 +265,8 @@ def time_kernel(judge: Judge) -> dict:
 
     latency_us and the speedups are GPU time (the events around the call, L2 flushed).
     call_latency_us is the call as a model's host pays it too (timing.call_ms): reported, not yet
-    acted on, because inside the judge's worker the host time of a call measured 150-300 us more
-    than a bare Triton launch on an H100 (benchmarks/notes/objective.md), which no model pays.
+    acted on, because inside the judge's worker the host time of a call measured 280-365 us on an
+    H100, about 200 us more than the same call in a model (benchmarks/notes/objective.md).
     """
     kt, gpu = judge.kt, hardware.detect()
     clock = timing.Clock(torch.device(judge.device))
