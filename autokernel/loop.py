@@ -428,12 +428,4 @@ class OptimizationRun:
                 self.state.job_index += 1
             self._save()
             self.checkpoint("finish: saved")
-        if winner:
-            self.view.log(f"{name} {'done' if final else 'saved so far'} ({reason}): {gain:.2f}x over its baseline "
-                          f"after {progress.experiments} experiments, in optimized_kernels/{name}.py")
-        else:
-            best = progress.best
-            self.view.log(f"{name} {'done' if final else 'stopped'} ({reason}): no gain, nothing saved: its best, "
-                          f"{best.get('latency_us') or 0:.1f} us per call, beats PyTorch's best "
-                          f"({sum(r.get('pytorch_best_us') or 0 for r in best.get('timings') or []):.1f} us) at none "
-                          f"of the job's shapes ({gain:.2f}x over its baseline, {progress.experiments} experiments)")
+        self.view.log(policy.describe_ending(name, progress, reason, final=final, winner=winner))

@@ -113,6 +113,18 @@ def outcome(progress: JobProgress, reason: str, *, source_commit: str, tag: str)
             "source_commit": source_commit, "tag": tag}
 
 
+def describe_ending(name: str, progress: JobProgress, reason: str, *, final: bool, winner: bool) -> str:
+    """The log line for a job that ends (or stops with the run): saved as a winner, or "no gain"."""
+    gain, best = progress.gain() or 1.0, progress.best
+    if winner:
+        return (f"{name} {'done' if final else 'saved so far'} ({reason}): {gain:.2f}x over its baseline after "
+                f"{progress.experiments} experiments, in optimized_kernels/{name}.py")
+    pytorch_best = sum(row.get("pytorch_best_us") or 0.0 for row in best.get("timings") or [])
+    return (f"{name} {'done' if final else 'stopped'} ({reason}): no gain, nothing saved: its best, "
+            f"{best.get('latency_us') or 0:.1f} us, beats PyTorch's best ({pytorch_best:.1f} us) at none of the "
+            f"job's shapes ({gain:.2f}x over its baseline, {progress.experiments} experiments)")
+
+
 def describe_verdict(number: int, status: str, result: dict, description: str, progress: JobProgress) -> str:
     """One log line: "exp 7 KEEP PASS 41.3 us (1.21x baseline): BLOCK 64 -> 128", or the failure's message."""
     latency = result.get("latency_us")

@@ -76,3 +76,13 @@ def test_without_meaningful_timings_a_kernel_is_saved_as_it_is():
 def test_compile_times_come_from_the_compare_compile_run():
     run = {"timings": [_timed(5.0, 6.0, 4.0, "M=1,N=8"), _timed(5.0, 6.0, None, "M=2,N=8")]}
     assert policy.compile_times(run) == {"M=1,N=8": 4.0}
+
+
+def test_a_job_that_ends_without_a_win_says_no_gain_and_by_how_much():
+    progress = JobProgress(baseline={"latency_us": 100.0}, noise=0.02, experiments=7,
+                           best={"latency_us": 80.0, "timings": [{"pytorch_best_us": 60.0}]})
+    line = policy.describe_ending("1_softmax", progress, "5 reverts in a row", final=True, winner=False)
+    assert line == ("1_softmax done (5 reverts in a row): no gain, nothing saved: its best, 80.0 us, beats "
+                    "PyTorch's best (60.0 us) at none of the job's shapes (1.25x over its baseline, 7 experiments)")
+    saved = policy.describe_ending("1_softmax", progress, "the run's time budget is spent", final=False, winner=True)
+    assert saved.startswith("1_softmax saved so far") and "optimized_kernels/1_softmax.py" in saved
