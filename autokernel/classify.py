@@ -34,6 +34,8 @@ import torch
 from torch import nn
 from torch.autograd import DeviceType
 
+from autokernel import routes
+
 OTHER = "other"
 RANGE_PREFIX = "autokernel::"
 FUNCTION_RANGE_PREFIX = "autokernel.fn: "     # "<prefix><name>": its tail after ": " is the function's name
@@ -352,19 +354,15 @@ def _attention_shape(event, query: list[int], key: list[int] | None) -> dict | N
     return shape
 
 
-def _reduce_shape(event, x: list[int]) -> dict:
+def _reduce_shape(event, x: list[int]) -> dict | None:
+    """The reduce job's shape, or None (left as "other") where the router could not run the call:
+    routes.reduction_layout is the one rule for both, so no job is planned that verify cannot use."""
     op = "sum" if event.name == "aten::sum" else "max"
-    dims = _argument(event, "dim")
-    dims = [dims] if isinstance(dims, int) else list(dims or [])
-    numel = math.prod(x)
-    if not dims:
-        return {"M": 1, "N": numel, "dim": -1, "op": op}
-    reduced_dims = sorted(d % len(x) for d in dims)
-    reduced = math.prod(x[d] for d in reduced_dims)
-    if reduced_dims == list(range(len(x) - len(reduced_dims), len(x))):
-        return {"M": numel // reduced, "N": reduced, "dim": -1, "op": op}
-    # A middle dimension has the same work as a column reduction of a (reduced, rest) matrix.
-    return {"M": reduced, "N": numel // reduced, "dim": 0, "op": op}
+    layout = routes.reduction_layout(x, _argument(event, "dim"))
+    if isinstance(layout, str):
+        return None
+    rows, cols, kernel_dim, _ = layout
+    return {"M": rows, "N": cols, "dim": kernel_dim, "op": op}
 
 
 # --------------------------------------------------------------------------- attribution

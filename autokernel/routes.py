@@ -199,19 +199,28 @@ def _launch_cross_entropy(fn, input, target, *args, **kwargs):
 
 
 # --------------------------------------------------------------------------- reductions
-def _reduced_layout(input, dim) -> tuple[int, int, int, tuple] | str:
-    """(rows, cols, kernel dim, output shape without keepdim) of a sum / amax, or why it is not one 2-D reduction."""
+def reduction_layout(shape, dim) -> tuple[int, int, int, int] | str:
+    """(rows, cols, kernel dim, count of reduced dims) of a sum / max over `dim` of a tensor of this
+    shape, as the one 2-D reduction the reduce kernel is judged on, or why it is not one.
+
+    The profiler's plan (classify.py) asks this too, so a reduction is planned as a job only in a
+    form the router can run: a middle dimension is neither, until the judge checks that form.
+    """
     dims = [] if dim is None else [dim] if isinstance(dim, int) else list(dim)
-    if input.dim() == 0 or not all(isinstance(d, int) for d in dims):
+    if len(shape) == 0 or not all(isinstance(d, int) for d in dims):
         return "a reduction of a 0-d tensor, or over named dimensions"
-    ndim, numel = input.dim(), input.numel()
+    ndim, numel = len(shape), math.prod(shape)
     reduced = sorted(d % ndim for d in dims) or list(range(ndim))
-    count, size = len(reduced), math.prod(input.shape[d] for d in reduced)
+    count, size = len(reduced), math.prod(shape[d] for d in reduced)
     if reduced == list(range(ndim - count, ndim)):
         return numel // max(size, 1), size, -1, count
     if reduced == list(range(count)):
         return size, numel // max(size, 1), 0, count
     return "a reduction over dimensions that are neither leading nor trailing"
+
+
+def _reduced_layout(input, dim) -> tuple[int, int, int, int] | str:
+    return reduction_layout(tuple(input.shape), dim)
 
 
 def _read_reduction(op: str, input, dim=None, keepdim=False, *, dtype=None) -> Reading | str:

@@ -295,3 +295,22 @@ def test_a_rotary_function_is_recognised_without_python_frames(one_thread, monke
     assert all(site.shape == {"B": BATCH, "H": HEADS, "S": SEQ, "D": HEAD_DIM} and site.calls == 2
                for site in rotary.values())
     assert this_module.rotate_half is original          # the range's wrapper is gone again
+
+
+@pytest.mark.parametrize("dims, planned", [
+    ([2], {"M": 2 * 3, "N": 4, "dim": -1, "op": "sum"}),      # trailing
+    ([0], {"M": 2, "N": 3 * 4, "dim": 0, "op": "sum"}),       # leading: a column reduction
+    ([1], None),                                             # a middle dimension: the router cannot run it
+])
+def test_a_reduction_is_planned_only_in_a_form_the_router_runs(dims, planned):
+    from types import SimpleNamespace
+
+    from autokernel import classify, routes
+
+    event = SimpleNamespace(name="aten::sum", concrete_inputs=["", dims, False, None])
+    assert classify._reduce_shape(event, [2, 3, 4]) == planned
+    x = torch.zeros(2, 3, 4)
+    reading = routes._read_reduction("sum", x, dims)
+    assert isinstance(reading, str) == (planned is None)
+    if planned is not None:
+        assert reading.shape == planned
