@@ -308,7 +308,7 @@ def time_kernel(judge: Judge) -> dict:
         "speedup_vs_pytorch": eager_us / ours_us if ours_us > 0 else None,
         "speedup_vs_compile": compile_us / ours_us if compile_us and ours_us > 0 else None,
         "pytorch_latency_us": eager_us, "compile_latency_us": compile_us,
-        "peak_vram_mb": peak_mb, "timings": rows, "gpu": gpu.name,
+        "peak_vram_mb": peak_mb, "timings": rows, "gpu": gpu.name, "compiled": judge.worker.compiled(),
         "speed_of_light": timing.speed_of_light_skipped(gpu) or "checked: no timing faster than the roofline allows",
     }
 
@@ -370,7 +370,7 @@ class Report:
             for key in ("throughput", "throughput_unit", "latency_us", "call_latency_us", "pct_peak", "bound",
                         "speedup_vs_pytorch",
                         "speedup_vs_compile", "pytorch_latency_us", "compile_latency_us", "peak_vram_mb",
-                        "speed_of_light"):
+                        "speed_of_light", "compiled"):
                 self.result[key] = (timing or {}).get(key)
             self.result["timings"] = (timing or {}).get("timings", [])
             self._write()

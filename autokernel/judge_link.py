@@ -25,6 +25,8 @@ OUTPUT_PREFIX = "kernel| "
 OUTPUT_LIMIT_BYTES = 1 << 20       # what the judge echoes of the kernel's prints; the rest is counted
 TAIL_LINES = 20
 EXIT_GRACE_S = 2.0
+COMPILED_FIGURES = ("registers", "spills", "shared_bytes", "num_warps", "num_stages")
+MAX_COMPILED_KERNELS = 8
 
 
 class WorkerFailure(Exception):
@@ -151,6 +153,20 @@ class CandidateWorker:
         header, _ = self.receive()
         if header.get(name) is not True:
             raise WorkerFailure("FAIL", f"the kernel's process replied out of turn during timing (expected {name!r})")
+
+    def compiled(self) -> list[dict]:
+        """The compiled figures of the kernels kernel_fn launched (worker_guards.compiled_figures), named.
+
+        They come from the candidate's process, so they are only shown to the agent, never judged;
+        anything but small integers under short names is dropped."""
+        header, _ = self.request({"op": "compiled"})
+        reported = header.get("compiled")
+        if not isinstance(reported, dict):
+            return []
+        return [{"kernel": name[:80], **{key: value for key, value in figures.items()
+                                         if key in COMPILED_FIGURES and isinstance(value, int) and 0 <= value < 2**31}}
+                for name, figures in list(reported.items())[:MAX_COMPILED_KERNELS]
+                if isinstance(name, str) and isinstance(figures, dict)]
 
     def last_output(self, output_bytes: int) -> torch.Tensor:
         _, tensors = self.request({"op": "output"}, output_bytes)

@@ -280,7 +280,7 @@ class Worker:
 
     def serve(self) -> int:
         handlers = {"call": self.call, "time_begin": self.time_begin, "iterate": self.iterate, "output": self.output,
-                    "sample": self.sample}
+                    "sample": self.sample, "compiled": lambda _: ({"compiled": self.counter.compiled}, [])}
         header, tensors = self._attempt(self.load)
         wire.send(self.sock, header, tensors)
         if "fail" in header or "crash" in header:

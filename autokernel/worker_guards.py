@@ -120,6 +120,20 @@ class NoLibraryCompute(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+def compiled_figures(kernel) -> dict | None:
+    """What the compiler made of a launched Triton kernel (registers per thread, spills, shared memory,
+    warps, stages), or None where there is none (the interpreter compiles nothing)."""
+    try:
+        metadata = getattr(kernel, "metadata", None)
+        figures = {"registers": getattr(kernel, "n_regs", None), "spills": getattr(kernel, "n_spills", None),
+                   "shared_bytes": getattr(metadata, "shared", None), "num_warps": getattr(metadata, "num_warps", None),
+                   "num_stages": getattr(metadata, "num_stages", None)}
+    except Exception:   # a Triton version without these: the figures are a hint for the agent, not a check
+        return None
+    figures = {key: int(value) for key, value in figures.items() if isinstance(value, int)}
+    return figures or None
+
+
 class LaunchCounter:
     """Counts Triton kernel launches by wrapping JITFunction.run (and the interpreter's run).
 
@@ -134,6 +148,8 @@ class LaunchCounter:
         self.timing_stream = timing_stream
         self._originals = []
         self.wrappers = {}
+        self.compiled: dict[str, dict] = {}    # kernel name -> compiled_figures of its latest launch
+        self._last_kernel: dict[str, object] = {}
 
     def install(self) -> "LaunchCounter":
         from triton.runtime.interpreter import InterpretedFunction
@@ -154,7 +170,14 @@ class LaunchCounter:
                 if counter.stream_of is not None and counter.stream_of() != counter.timing_stream:
                     VIOLATIONS.note("kernel_fn launched a Triton kernel on a side stream: launch on "
                                     "torch.cuda.current_stream(), the stream the timer waits for")
-            return original(fn_self, *args, **kwargs)
+            kernel = original(fn_self, *args, **kwargs)
+            name = getattr(fn_self, "__name__", "kernel")
+            if counter._last_kernel.get(name) is not kernel:    # a new compilation (shape, config): read it once
+                counter._last_kernel[name] = kernel
+                figures = compiled_figures(kernel)
+                if figures is not None:
+                    counter.compiled[name] = figures
+            return kernel
         return run
 
     def uninstall(self) -> None:

@@ -42,6 +42,7 @@ def test_worker_computes_what_the_judge_checks(tmp_path):
                                              torch.float32)
         compare(worker.last_output(1 << 20), expected, oracle, torch.float32)   # the timed call's fresh inputs
         assert worker.iterate(None).record["kernel_ms"] >= 0                        # an empty timed call
+        assert worker.compiled() == []            # the interpreter compiles nothing; a GPU reports each kernel
     finally:
         worker.close()
     assert worker.proc.returncode == 0
@@ -76,3 +77,14 @@ def test_a_worker_that_dies_is_a_crash_with_its_last_words_marked(tmp_path):
 def test_outputs_larger_than_the_judge_expects_are_refused(tmp_path):
     failure = failure_of_a_call(tmp_path, HONEST, output_bytes=100)
     assert failure.kind == "FAIL" and "more than the 100 expected" in str(failure)
+
+
+def test_compiled_figures_from_the_kernels_process_are_only_small_named_integers():
+    from types import SimpleNamespace
+
+    reported = {"_rows": {"registers": 40, "spills": 0, "num_warps": "8; rm -rf", "shared_bytes": 2**40},
+                7: {"registers": 1}, "x" * 200: {"num_stages": 3}, "bad": "not a dict"}
+    fake = SimpleNamespace(request=lambda header: ({"compiled": reported}, []))
+    assert CandidateWorker.compiled(fake) == [{"kernel": "_rows", "registers": 40, "spills": 0},
+                                              {"kernel": "x" * 80, "num_stages": 3}]
+    assert CandidateWorker.compiled(SimpleNamespace(request=lambda header: ({"compiled": [1]}, []))) == []

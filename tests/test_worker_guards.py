@@ -15,6 +15,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from autokernel.worker_guards import (VIOLATIONS, Fingerprint, LaunchCounter, LibraryCompute,  # noqa: E402
+                                      compiled_figures,
                                       NoLibraryCompute, global_state, guard_cost_ms, output_problem,
                                       poisoned_allocations, state_changes)
 
@@ -208,3 +209,32 @@ def test_the_guards_own_host_cost_is_measured_per_call_and_per_op():
     with mode:
         torch.empty_like(x).copy_(x).view(-1)
     assert mode.ops == 3
+
+
+def _compiled_kernel(registers):
+    """What a GPU launch returns: Triton's CompiledKernel, with its compiler figures."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(n_regs=registers, n_spills=0,
+                           metadata=SimpleNamespace(shared=16384, num_warps=4, num_stages=3, name="_rows"))
+
+
+def test_the_launch_counter_keeps_each_kernels_latest_compiled_figures():
+    from types import SimpleNamespace
+
+    counter = LaunchCounter()
+    kernels = iter([_compiled_kernel(40), _compiled_kernel(40), _compiled_kernel(96)])
+    run = counter._counting(lambda fn_self, *args, **kwargs: next(kernels))
+    for _ in range(3):
+        run(SimpleNamespace(__name__="_rows"))
+    assert counter.count == 3
+    assert counter.compiled == {"_rows": {"registers": 96, "spills": 0, "shared_bytes": 16384, "num_warps": 4,
+                                          "num_stages": 3}}
+    # The interpreter's launches return nothing: no figures, and the launch still counts.
+    assert compiled_figures(None) is None
+    _copy_counter = LaunchCounter().install()
+    try:
+        _copy[(1,)](torch.randn(16), torch.empty(16), 16, BLOCK=16)
+        assert _copy_counter.count == 1 and _copy_counter.compiled == {}
+    finally:
+        _copy_counter.uninstall()

@@ -66,6 +66,10 @@ def describe_result(result: dict | None) -> str:
              f"vs PyTorch eager, {_number(result.get('speedup_vs_compile'))}x vs torch.compile"]
     if result.get("timing_shapes"):
         lines.append(f"timed at {'; '.join(result['timing_shapes'])}, dtype {result.get('dtype', '?')}")
+    for kernel in result.get("compiled") or []:
+        lines.append(f"compiled {kernel.get('kernel', '?')}: {_number(kernel.get('registers'))} registers per thread, "
+                     f"{_number(kernel.get('spills'))} spilled, {_number(kernel.get('shared_bytes'))} bytes of shared "
+                     f"memory, {_number(kernel.get('num_warps'))} warps, {_number(kernel.get('num_stages'))} stages")
     if result.get("timings_meaningful") is False:
         lines.append("(timed under the CPU interpreter: the numbers say nothing about GPU speed)")
     return "\n".join(lines)

@@ -128,3 +128,11 @@ def test_prompt_from_an_extracted_job_carries_the_gpu_its_peaks_and_the_per_shap
     assert "GPU: NVIDIA H100 SXM; peaks: fp16 989.4 TFLOP/s" in user and "memory 3350 GB/s" in user
     assert f"| {shape} | 40 | 60 | 50 | 1.25x |" in user           # against the faster of eager and compile
     assert f"Model: {job['model']}, dtype {job['dtype']}" in user
+
+
+def test_the_compiled_kernels_figures_reach_the_prompt():
+    result = {"correctness": "PASS", "throughput": 1500.0, "throughput_unit": "GB/s", "latency_us": 160.0,
+              "compiled": [{"kernel": "_softmax_rows", "registers": 40, "spills": 0, "shared_bytes": 16384,
+                            "num_warps": 8, "num_stages": 2}]}
+    assert ("compiled _softmax_rows: 40 registers per thread, 0 spilled, 16384 bytes of shared memory, 8 warps, "
+            "2 stages") in describe_result(result)
