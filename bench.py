@@ -260,6 +260,17 @@ def time_reference(judge: Judge, fn, shape: dict, count: int, clock: timing.Cloc
             statistics.median(timing.call_ms(r) for r in records))
 
 
+def compiled_time(judge: Judge, compiled_ref, shape: dict, count: int, clock: timing.Clock) -> float | None:
+    """torch.compile's GPU time, or None where torch.compile cannot build PyTorch's own op here (the
+    bar is then eager alone): a compiler failure says nothing against the kernel."""
+    try:
+        return time_reference(judge, compiled_ref, shape, count, clock)[0]
+    except Exception as exc:
+        print(f"torch.compile of the reference failed at {registry.format_shape(shape)}: "
+              f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}", file=sys.stderr)
+        return None
+
+
 def time_kernel(judge: Judge) -> dict:
     """Time the kernel, PyTorch eager and (with --compare-compile) torch.compile at the timing shapes.
 
@@ -288,7 +299,7 @@ def time_kernel(judge: Judge) -> dict:
         peaks = [c.record["peak_mb"] for c in calls if "peak_mb" in c.record]
         peak_mb = max([peak_mb or 0.0] + peaks) if peaks else peak_mb
         eager, eager_call = time_reference(judge, kt.reference, shape, len(calls), clock)
-        compiled = time_reference(judge, compiled_ref, shape, len(calls), clock)[0] if compiled_ref else None
+        compiled = compiled_time(judge, compiled_ref, shape, len(calls), clock) if compiled_ref else None
         line = timing.roofline(kt, [shape], judge.dtype, ours, gpu)
         rows.append({"shape": registry.format_shape(shape), "latency_us": ours * 1e3,
                      "pytorch_latency_us": eager * 1e3, "compile_latency_us": compiled * 1e3 if compiled else None,
@@ -299,7 +310,8 @@ def time_kernel(judge: Judge) -> dict:
                      "timed_calls": len(calls)})
     ours_us = sum(row["latency_us"] for row in rows)
     eager_us = sum(row["pytorch_latency_us"] for row in rows)
-    compile_us = sum(row["compile_latency_us"] for row in rows) if compiled_ref else None
+    compile_us = sum(row["compile_latency_us"] for row in rows) if all(row["compile_latency_us"] for row in rows) \
+        else None
     total = timing.roofline(kt, judge.timing_shapes(), judge.dtype, ours_us / 1e3, gpu)
     return {
         "throughput": total.throughput, "throughput_unit": total.unit, "latency_us": ours_us,

@@ -121,3 +121,23 @@ def test_seed_is_printed_and_reproduces_inputs(tmp_path):
     line = [ln for ln in proc1.stderr.splitlines() if ln.startswith("kernel| FIRST")]
     assert line and line == [ln for ln in proc2.stderr.splitlines() if ln.startswith("kernel| FIRST")]
     assert "seed=1234" in proc1.stdout
+
+
+def test_a_torch_compile_failure_leaves_the_bar_at_eager_and_is_not_the_kernels_fault():
+    # The loop's first baseline run times torch.compile of the reference; if the compiler fails there,
+    # the job must not be skipped as if its starter had failed.
+    script = (
+        "import runpy, types, torch\n"
+        "bench = runpy.run_path('bench.py', run_name='not_main')\n"
+        "from autokernel import registry, timing\n"
+        "judge = types.SimpleNamespace(kt=registry.get('softmax'), device='cpu', dtype=torch.float32, seed=1,\n"
+        "                              next_case=lambda shape, dtype: {'shape': shape, 'dtype': 'float32', 'seed': 1,\n"
+        "                                                              'adversarial': None})\n"
+        "def broken(**inputs):\n"
+        "    raise RuntimeError('inductor could not build this')\n"
+        "clock = timing.Clock(torch.device('cpu'))\n"
+        "print('compiled', bench['compiled_time'](judge, broken, {'M': 4, 'N': 8}, 3, clock))\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "compiled None" in proc.stdout
+    assert "torch.compile of the reference failed at M=4,N=8: RuntimeError: inductor could not build this" in proc.stderr
