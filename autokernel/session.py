@@ -248,6 +248,8 @@ def outcome_lines(state: RunState) -> list[str]:
                             if entry.get("best_speedup_vs_pytorch") is not None else "")
             ending = ("no gain: PyTorch's best is faster at every shape, nothing saved"
                       if entry.get("verdict") == "no gain" else "done")
+            if entry.get("timings_meaningful") is False:
+                vs_best_text += ", timed under the CPU interpreter: not meaningful"
             lines.append(f"  {name}: {ending}, {format_speedup(entry['speedup_over_baseline'])} over its baseline"
                          + vs_best_text + f" ({entry['experiments']} experiments; {entry['stopped_because']})")
         elif index < state.job_index:

@@ -88,6 +88,12 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
     assert ("run night (branch autokernel/night): stopped: the run's time budget is spent; 14 experiments numbered, "
             "1h00m of 2h00m used, 1200 LLM tokens ($0.50)") in out
     assert "1_matmul: done, 1.80x over its baseline, 1.10x vs PyTorch eager (9 experiments; 5 reverts in a row)" in out
+    state = RunState.load()
+    state.finished[0]["timings_meaningful"] = False
+    state.save()
+    assert cli.main(["status"]) == 0
+    assert ("1_matmul: done, 1.80x over its baseline, 1.10x vs PyTorch eager, timed under the CPU interpreter: not "
+            "meaningful (9 experiments") in capsys.readouterr().out
     assert "2_softmax: cut short after 3 experiments, best 1.50x over its baseline, best so far saved" in out
     assert "3_rmsnorm: not started" in out
     assert "autokernel optimize --resume" in out
