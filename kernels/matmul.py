@@ -175,7 +175,11 @@ def _sum_splits_kernel(partials_ptr, c_ptr, elements, splits, BLOCK: tl.constexp
 # --------------------------------------------------------------------------- planning
 def pytorch_uses_tf32() -> bool:
     """Whether PyTorch's own float32 matmuls may use TF32 now: torch.get_float32_matmul_precision()
-    is "high" or "medium". Torch 2.9+ raises there when the per-backend API was used; then ask it."""
+    is "high" or "medium". Torch 2.9+ raises there when the per-backend API was used; then ask it.
+
+    The same rule as autokernel/dtypes.py's, by which the judge sets its float32 tolerance; a kernel
+    file stands alone (the agent edits it, the model loads it), so it keeps its own copy, and
+    tests/kernels/test_matmul.py holds the two in step."""
     try:
         return torch.get_float32_matmul_precision() != "highest"
     except RuntimeError:

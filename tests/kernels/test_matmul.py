@@ -221,3 +221,15 @@ def test_bad_inputs_get_clear_errors():
         matmul.kernel_fn(_randn(4, 5), _randn(5, 3, dtype=torch.float16))
     with pytest.raises(ValueError, match="2-D"):
         matmul.kernel_fn(_randn(2, 4, 5), _randn(5, 3))
+
+
+@pytest.mark.parametrize("precision", ["highest", "high", "medium"])
+def test_the_starter_reads_pytorchs_precision_as_the_judge_does(precision):
+    from autokernel import dtypes
+
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision(precision)
+        assert matmul.pytorch_uses_tf32() == dtypes.pytorch_fp32_matmul_uses_tf32() == (precision != "highest")
+    finally:
+        torch.set_float32_matmul_precision(before)
