@@ -51,6 +51,7 @@ SECRET_PATTERNS = ("ANTHROPIC_*", "OPENAI_*", "*_API_KEY", "*_TOKEN", "*SECRET*"
                    "*_KEY", "*PAT", "*AUTH*")
 # Setting this to 0 turns the Landlock file-system confinement off (sandbox.py), for a machine where it gets in the way.
 CONFINE_ENV = "AUTOKERNEL_SANDBOX_FS"
+GPU_PROBE_TIMEOUT_S = 120
 # Kept per stream; a kernel printing in a loop must not fill the loop's memory. The tail is what matters.
 OUTPUT_LIMIT_BYTES = 256 * 1024
 # How long a timed-out child gets between SIGTERM and SIGKILL.
@@ -337,6 +338,29 @@ def bench_command(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: st
     if seed is not None:
         cmd += ["--seed", str(seed)]
     return cmd + list(extra_args)
+
+
+GPU_PROBE = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
+
+
+def sandbox_gpu_problem(cwd: str | Path) -> str | None:
+    """Why the sandbox hides this machine's GPU from candidates, or None (also None with no GPU here).
+
+    Without this check a sandbox that hides the GPU makes every bench run in Triton's interpreter:
+    an H100 night of 8-second "timings" that mean nothing, each labelled as such but none failing.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    child = run_child([sys.executable, "-c", GPU_PROBE], timeout_s=GPU_PROBE_TIMEOUT_S, cwd=cwd)
+    if child.returncode == 0:
+        return None
+    detail = _last_lines(child.stderr, 3) or child.exit_description()
+    return ("this machine has a CUDA GPU, but a process in the candidates' sandbox cannot use it, so every "
+            f"kernel would be judged in Triton's interpreter ({detail.strip()}). Set {CONFINE_ENV}=0 to run "
+            "candidates without the file-system confinement (the other checks stay), and report this machine's "
+            "kernel version and GPU driver")
 
 
 def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, timeout_s: float,

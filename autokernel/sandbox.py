@@ -201,7 +201,24 @@ def build_ruleset(config: SandboxConfig, cwd: str) -> landlock.Ruleset | None:
     ruleset.allow(config.writable, landlock.READ | landlock.write_rights(version))
     # The GPU's device files and /dev/null must be writable; creating files under /dev (/dev/shm) is not.
     ruleset.allow(["/dev"], landlock.READ | landlock.WRITE_FILE | landlock.TRUNCATE)
+    if gpu_device_files():
+        # CUDA's initialisation names its threads through /proc/self/task/<tid>/comm and fails
+        # (cudaGetDeviceCount error 304) when it cannot (measured on an H100, Landlock ABI 7): the
+        # judge then ran in Triton's interpreter on a GPU machine. A new process's /proc entries are
+        # beneath no rule that can be made in advance, so /proc as a whole may be written, never
+        # created in. As an ordinary user that reaches only the candidate's own entries; a root
+        # user's candidate could write root-only files such as /proc/sysrq-trigger (the README says:
+        # do not run the loop as root).
+        ruleset.allow(["/proc"], landlock.READ | landlock.WRITE_FILE | landlock.TRUNCATE)
     return ruleset
+
+
+def gpu_device_files() -> list[str]:
+    """The NVIDIA device files of this machine (none on a machine without an NVIDIA GPU)."""
+    try:
+        return sorted(name for name in os.listdir("/dev") if name.startswith("nvidia"))
+    except OSError:
+        return []
 
 
 # ---------------------------------------------------------------------- the launcher

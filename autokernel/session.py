@@ -62,6 +62,9 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[dict]] | No
     view = view or ProgressView()
     with RunLock(), view:
         repo = gitops.KernelRepo(paths.ROOT)
+        problem = runner.sandbox_gpu_problem(paths.ROOT)     # before profiling: minutes, wasted if this fails
+        if problem:
+            raise OptimizationError(problem)
         if resume:
             state, agent, position = _prepare_resume(repo, tag, overrides or {}, view)
         else:

@@ -229,3 +229,23 @@ def test_a_watcher_sees_each_line_as_the_child_prints_it(tmp_path):
     assert [line for _, line in seen] == ["STAGE smoke", "STAGE shape sweep", "to stderr"]
     assert seen[0][0] < finished - 0.3, "lines arrive while the child runs, not at its end"
     assert result.stdout.splitlines() == ["STAGE smoke", "STAGE shape sweep"]
+
+
+def test_a_sandbox_that_hides_the_gpu_is_reported_before_the_run(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)        # the loop's process sees a GPU
+    monkeypatch.setattr(runner, "GPU_PROBE", "import sys; print('cudaGetDeviceCount error 304', file=sys.stderr); "
+                                             "sys.exit(3)")              # the candidates' sandbox does not
+    problem = runner.sandbox_gpu_problem(tmp_path)
+    assert "cannot use it" in problem and "error 304" in problem and runner.CONFINE_ENV in problem
+    monkeypatch.setattr(runner, "GPU_PROBE", "pass")
+    assert runner.sandbox_gpu_problem(tmp_path) is None
+
+
+def test_without_a_gpu_there_is_nothing_to_probe(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(runner, "run_child", lambda *a, **k: pytest.fail("no child should start"))
+    assert runner.sandbox_gpu_problem(tmp_path) is None

@@ -253,3 +253,31 @@ def test_cover_names_the_folders_that_hold_a_hidden_subtree(tmp_path):
     listed = []
     sandbox.cover([tmp_path], [tmp_path / "a" / "secret"], listed)
     assert sorted(listed) == sorted([str(tmp_path), str(tmp_path / "a")])
+
+
+NAME_OWN_THREAD = ("import sys, threading\n"
+                   "try:\n"
+                   "    open(f'/proc/self/task/{threading.get_native_id()}/comm', 'w').write('cuda-EvtHandlr')\n"
+                   "except OSError as exc:\n"
+                   "    sys.exit(f'refused: {exc}')\n")
+
+
+def _name_a_thread_under_the_ruleset(tmp_path, monkeypatch, device_files: list[str]) -> subprocess.CompletedProcess:
+    monkeypatch.setattr(sandbox, "gpu_device_files", lambda: device_files)
+    ruleset = sandbox.build_ruleset(sandbox.SandboxConfig(command=[], parent_pid=os.getpid(), status_fd=-1),
+                                    str(tmp_path))
+    try:
+        return subprocess.run([sys.executable, "-c", NAME_OWN_THREAD], cwd=tmp_path, capture_output=True, text=True,
+                              preexec_fn=ruleset.restrict_self, timeout=60)
+    finally:
+        ruleset.close()
+
+
+@needs_landlock
+def test_on_a_gpu_machine_the_candidate_may_name_its_threads_as_cuda_does(tmp_path, monkeypatch):
+    # CUDA names its threads through /proc/self/task/<tid>/comm; refused that, its initialisation
+    # failed (error 304) on an H100 and every bench ran in Triton's interpreter.
+    assert _name_a_thread_under_the_ruleset(tmp_path, monkeypatch, ["nvidia0", "nvidiactl"]).returncode == 0
+    # Without a GPU nothing needs it, and /proc stays read-only.
+    refused = _name_a_thread_under_the_ruleset(tmp_path, monkeypatch, [])
+    assert refused.returncode != 0 and "refused" in refused.stderr

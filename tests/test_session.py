@@ -144,6 +144,18 @@ def test_an_existing_branch_is_refused_before_profiling(project, monkeypatch):
     assert planned == [] and not (project / "workspace" / "state.json").exists()
 
 
+def test_a_sandbox_that_hides_the_gpu_stops_the_run_before_profiling(project, monkeypatch):
+    # On an H100 the sandbox once hid the GPU: every bench ran in Triton's interpreter, none failed.
+    planned = []
+    _use_agent(monkeypatch, TableAgent([]))
+    monkeypatch.setattr(session.runner, "sandbox_gpu_problem", lambda cwd: "a process in the candidates' sandbox "
+                                                                           "cannot use it")
+    with pytest.raises(OptimizationError, match="cannot use it"):
+        session.run_optimization(plan=lambda log: planned.append(1) or [], settings=RunSettings(), tag="night",
+                                 view=ProgressView(interactive=False))
+    assert planned == [] and _nothing_created(project)
+
+
 def test_a_second_run_in_the_same_repository_is_refused_naming_the_holder(project, monkeypatch):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
