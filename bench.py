@@ -195,25 +195,29 @@ def timed_call_count(warmup: list[timing.TimedCall], quick: bool) -> int:
     return max(fewest, min(most, int(TIMING_BUDGET_MS[quick] / max(per_call, 1e-3))))
 
 
-def time_candidate(judge: Judge, shape: dict) -> list[timing.TimedCall]:
+def time_candidate(judge: Judge, shape: dict, clock: timing.Clock,
+                   flush_ms: float | None) -> tuple[list[timing.TimedCall], int]:
     """Timed calls of kernel_fn in the worker, each on fresh inputs in the same tensors, and checked.
 
     After each call returned, the judge picks what to check, so the kernel cannot tell a checked
     call from any other: the whole output of a random timed call, of the last one and of one more
     after them, and SAMPLED_ELEMENTS elements at random of every other, or of a random share of
-    them where references for all would cost more than CHECK_BUDGET_S.
+    them where references for all would cost more than CHECK_BUDGET_S. Returns the timed calls and
+    the pad they were given: GPU sleep cycles after the flush, sized from the warm-up calls' host
+    time so the events do not count the device waiting for the host (timing.Clock.pad_cycles).
     """
     kt, worker = judge.kt, judge.worker
     case = judge.next_case(shape, judge.dtype)
     worker.time_begin(case)
     limit = output_limit(kt.reference(**case_inputs(kt, case, judge.device)))
     calls = [worker.iterate(case["seed"] + i) for i in range(WARMUP_CALLS)]
+    pad = clock.pad_cycles(statistics.median(c.record["host_ms"] for c in calls), flush_ms) if flush_ms else 0
     count = timed_call_count(calls, judge.args.quick)
     whole = {WARMUP_CALLS + PICKER.randrange(count), WARMUP_CALLS + count - 1, WARMUP_CALLS + count}
     timed, rate, checks, checking_s = [], 1.0, 0, 0.0
     for i in range(WARMUP_CALLS, WARMUP_CALLS + count + 1):
         seed = case["seed"] + i
-        call = worker.iterate(seed)
+        call = worker.iterate(seed, pad)
         if i < WARMUP_CALLS + count:
             timed.append(call)
         if i not in whole and PICKER.random() >= rate:
@@ -239,57 +243,66 @@ def time_candidate(judge: Judge, shape: dict) -> list[timing.TimedCall]:
                 "timing phase (a stale or cached output, for example one keyed by the input's address)") from None
         checks, checking_s = checks + 1, checking_s + time.monotonic() - started
         rate = min(1.0, CHECK_BUDGET_S[judge.args.quick] / (checking_s / checks * (count + 1)))
-    return timed
+    return timed, pad
 
 
-def time_reference(judge: Judge, fn, shape: dict, count: int, clock: timing.Clock) -> tuple[float, float]:
+def time_reference(judge: Judge, fn, shape: dict, count: int, clock: timing.Clock,
+                   flush_ms: float | None) -> tuple[float, float]:
     """Median ms of fn (PyTorch's) in this process, timed exactly as the kernel is (fresh inputs each
-    call): (GPU time, call time; see timing.call_ms)."""
+    call, padded from its own warm-up host time): (GPU time, call time; see timing.call_ms)."""
     case = judge.next_case(shape, judge.dtype)
     inputs = case_inputs(judge.kt, case, judge.device)
-    records = []
+    records, warmup = [], []
     for i in range(WARMUP_CALLS + count):
         fresh = case_inputs(judge.kt, {**case, "seed": case["seed"] + i}, judge.device)
         for name, tensor in inputs.items():
             if isinstance(tensor, torch.Tensor):
                 tensor.copy_(fresh[name])
-        _, record = timing.timed_call(clock, fn, inputs)
-        if i >= WARMUP_CALLS:
-            records.append(record)
+        pad = (clock.pad_cycles(statistics.median(r["host_ms"] for r in warmup), flush_ms)
+               if flush_ms and i >= WARMUP_CALLS else 0)
+        _, record = timing.timed_call(clock, fn, inputs, pad_cycles=pad)
+        (records if i >= WARMUP_CALLS else warmup).append(record)
     return (statistics.median(r["kernel_ms"] for r in records),
             statistics.median(timing.call_ms(r) for r in records))
 
 
-def compiled_time(judge: Judge, compiled_ref, shape: dict, count: int, clock: timing.Clock) -> float | None:
+def compiled_time(judge: Judge, compiled_ref, shape: dict, count: int, clock: timing.Clock,
+                  flush_ms: float | None) -> float | None:
     """torch.compile's GPU time, or None where torch.compile cannot build PyTorch's own op here (the
     bar is then eager alone): a compiler failure says nothing against the kernel."""
     try:
-        return time_reference(judge, compiled_ref, shape, count, clock)[0]
+        return time_reference(judge, compiled_ref, shape, count, clock, flush_ms)[0]
     except Exception as exc:
         print(f"torch.compile of the reference failed at {registry.format_shape(shape)}: "
               f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}", file=sys.stderr)
         return None
 
 
+def padded_flush_ms(clock: timing.Clock, pad_cycles: int) -> float:
+    """The judge's own measurement of the flush followed by a pad of pad_cycles (median of five)."""
+    return statistics.median(timing.timed_call(clock, lambda: None, {}, pad_cycles=pad_cycles)[1]["flush_ms"]
+                             for _ in range(5))
+
+
 def time_kernel(judge: Judge) -> dict:
     """Time the kernel, PyTorch eager and (with --compare-compile) torch.compile at the timing shapes.
 
-    latency_us and the speedups are GPU time (the events around the call, L2 flushed).
+    latency_us and the speedups are GPU time (the events around the call, L2 flushed, padded so the
+    device never waits for the host inside them: timing.Clock.pad_cycles).
     call_latency_us is the call as a model's host pays it too (timing.call_ms): reported, not yet
     acted on, because inside the judge's worker the host time of a call measured 280-365 us on an
     H100, about 200 us more than the same call in a model (benchmarks/notes/objective.md).
     """
     kt, gpu = judge.kt, hardware.detect()
     clock = timing.Clock(torch.device(judge.device))
-    flush_ms = statistics.median(timing.timed_call(clock, lambda: None, {})[1]["flush_ms"]
-                                 for _ in range(5)) if ON_GPU else None
+    flush_ms = padded_flush_ms(clock, 0) if ON_GPU else None
     empty = [judge.worker.iterate(None) for _ in range(EMPTY_CALLS)]
     compiled_ref = torch.compile(kt.reference) if judge.args.compare_compile else None
     rows, peak_mb = [], None
     for shape in judge.timing_shapes():
-        calls = time_candidate(judge, shape)
+        calls, pad = time_candidate(judge, shape, clock, flush_ms)
         where = f"{registry.format_shape(shape)} {judge.args.dtype}"
-        problem = timing.timing_problem(calls, empty, flush_ms)
+        problem = timing.timing_problem(calls, empty, flush_ms, padded_flush_ms(clock, pad) - flush_ms if pad else 0.0)
         if problem:
             raise CheckFailure(f"{where}: {problem}")
         ours = statistics.median(c.record["kernel_ms"] for c in calls)
@@ -298,8 +311,8 @@ def time_kernel(judge: Judge) -> dict:
             raise CheckFailure(f"{where}: {problem}")
         peaks = [c.record["peak_mb"] for c in calls if "peak_mb" in c.record]
         peak_mb = max([peak_mb or 0.0] + peaks) if peaks else peak_mb
-        eager, eager_call = time_reference(judge, kt.reference, shape, len(calls), clock)
-        compiled = compiled_time(judge, compiled_ref, shape, len(calls), clock) if compiled_ref else None
+        eager, eager_call = time_reference(judge, kt.reference, shape, len(calls), clock, flush_ms)
+        compiled = compiled_time(judge, compiled_ref, shape, len(calls), clock, flush_ms) if compiled_ref else None
         line = timing.roofline(kt, [shape], judge.dtype, ours, gpu)
         rows.append({"shape": registry.format_shape(shape), "latency_us": ours * 1e3,
                      "pytorch_latency_us": eager * 1e3, "compile_latency_us": compiled * 1e3 if compiled else None,

@@ -128,10 +128,13 @@ class CandidateWorker:
     def time_begin(self, case: dict) -> None:
         self.request({"op": "time_begin", "case": case})
 
-    def iterate(self, seed: int | None) -> TimedCall:
-        """One timed call on fresh inputs from seed (None: an empty call), bracketed by the judge's clock."""
+    def iterate(self, seed: int | None, pad_cycles: int = 0) -> TimedCall:
+        """One timed call on fresh inputs from seed (None: an empty call), bracketed by the judge's clock;
+        pad_cycles of GPU sleep after the flush (timing.Clock.pad_cycles)."""
+        request = ({"op": "iterate", "empty": True} if seed is None
+                   else {"op": "iterate", "seed": seed, "pad_cycles": int(pad_cycles)})
         try:
-            wire.send(self.sock, {"op": "iterate", "empty": True} if seed is None else {"op": "iterate", "seed": seed})
+            wire.send(self.sock, request)
         except OSError:
             raise self._died() from None
         self._expect_marker("started")

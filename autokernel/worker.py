@@ -223,7 +223,11 @@ class Worker:
         self.last_output = None
         VIOLATIONS.clear()
         launches, ops = self.counter.count, self.no_library_compute.ops
-        output, record = timing.timed_call(self.clock, self._run_kernel, self.timed_inputs, self._started, self._idle)
+        pad_cycles = request.get("pad_cycles", 0)
+        if not isinstance(pad_cycles, int) or pad_cycles < 0:
+            raise RuntimeError(f"bad pad_cycles {pad_cycles!r}")
+        output, record = timing.timed_call(self.clock, self._run_kernel, self.timed_inputs, self._started, self._idle,
+                                           pad_cycles=pad_cycles)
         # The host time of the call as a model pays it: without the judge's own guard (guard_cost_ms).
         guard_ms = self.guard_per_call_ms + self.guard_per_op_ms * (self.no_library_compute.ops - ops)
         record["launch_ms"], record["guard_ms"] = max(0.0, record["launch_ms"] - guard_ms), guard_ms

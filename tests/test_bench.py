@@ -136,7 +136,7 @@ def test_a_torch_compile_failure_leaves_the_bar_at_eager_and_is_not_the_kernels_
         "def broken(**inputs):\n"
         "    raise RuntimeError('inductor could not build this')\n"
         "clock = timing.Clock(torch.device('cpu'))\n"
-        "print('compiled', bench['compiled_time'](judge, broken, {'M': 4, 'N': 8}, 3, clock))\n")
+        "print('compiled', bench['compiled_time'](judge, broken, {'M': 4, 'N': 8}, 3, clock, None))\n")
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "compiled None" in proc.stdout

@@ -92,3 +92,31 @@ def test_work_the_events_did_not_see_fails():
 
 def test_timing_checks_do_not_apply_on_cpu():
     assert timing_problem([TimedCall({"kernel_ms": 5.0, "host_ms": 5.0, "wall_ms": 5.0}, 50.0)], [], None) is None
+
+
+def _gpu_clock_stand_in(cycles_per_ms: float) -> timing.Clock:
+    """A Clock that sizes pads as a GPU's would (no GPU needed: pad_cycles only does arithmetic)."""
+    clock = timing.Clock(torch.device("cpu"))
+    clock.on_gpu, clock._cycles_per_ms = True, cycles_per_ms
+    return clock
+
+
+def test_the_pad_covers_a_host_time_longer_than_the_flush_and_nothing_else():
+    clock = _gpu_clock_stand_in(cycles_per_ms=1.98e6)            # a 1.98 GHz clock
+    # the H100 case: 250 us of host time per call after a 160 us flush -> pad to 1.5 x 250 us + 20 us
+    pad = clock.pad_cycles(host_ms=0.250, flush_ms=0.160)
+    assert pad == int((1.5 * 0.250 + 0.02 - 0.160) * 1.98e6)
+    assert clock.pad_cycles(host_ms=0.030, flush_ms=0.160) == 0     # the flush already covers the host
+    assert clock.pad_cycles(host_ms=1e3, flush_ms=0.160) == int(timing.MAX_PAD_MS * 1.98e6)   # capped
+    assert timing.Clock(torch.device("cpu")).pad_cycles(host_ms=5.0, flush_ms=0.0) == 0     # never on CPU
+
+
+def test_a_padded_flush_of_the_expected_length_passes_and_a_longer_one_fails():
+    # The judge measured a 0.08 ms flush and gave a 0.2 ms pad: calls that saw 0.28 ms are honest.
+    padded = [_call(0.010, flush=0.28, host=0.25) for _ in range(50)]
+    assert timing_problem(padded, EMPTY, flush_ms=0.08, pad_ms=0.2) is None
+    # Work hidden beside the pad (a side stream) makes the flush-and-pad take longer than both allow.
+    overlapped = [_call(0.010, flush=0.40, host=0.25) for _ in range(50)]
+    assert "cache flush" in timing_problem(overlapped, EMPTY, flush_ms=0.08, pad_ms=0.2)
+    # The same reading without a pad given is caught too: a worker cannot claim a pad it was not given.
+    assert "cache flush" in timing_problem(padded, EMPTY, flush_ms=0.08)
