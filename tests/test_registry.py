@@ -58,6 +58,9 @@ def test_reference_runs_on_every_adversarial_input(name):
         inputs = adversarial.make_inputs(shape, torch.float16, gen, "cpu")
         out = kt.reference(**{k: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
                               for k, v in inputs.items()})
+        if "nan and inf" in adversarial.name:     # max / min must propagate them: some outputs are not finite
+            assert out.isnan().any() and out.isinf().any() and out.isfinite().any(), adversarial.name
+            continue
         assert torch.isfinite(out).all(), f"{name}/{adversarial.name}: the oracle itself is not finite"
 
 
