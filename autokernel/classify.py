@@ -7,7 +7,10 @@ belongs to:
   1. the innermost enclosing module that is one kernel of its own, found by structure:
      - a norm: a leaf module whose only parameters are a 1-D weight (and bias) -> rmsnorm when it
        runs rsqrt / sqrt / rms_norm without subtracting a mean, layernorm when it subtracts the mean
-       (class names containing RMSNorm / LayerNorm decide ties); shape {M, N} from its input;
+       (class names containing RMSNorm / LayerNorm decide ties); shape {M, N} from its input, or
+       {M, N, I} for an RMSNorm whose means are over dim 1 of (B, C, ...) (a LayerNorm over dim 1
+       is left as other: no kernel takes it); also rmsnorm: a leaf module with a float eps, no
+       weight (or a 1-D one), whose ops are only an RMSNorm's (KernelBench's inline form);
      - a gated MLP: direct nn.Linear children gate and up (D -> F, or one fused D -> 2F) and
        down (F -> D), running silu, gelu or relu -> fused_mlp {M, D, F, act}. Its linears count
        as fused_mlp, not matmul, because one fused_mlp kernel replaces all of them, so Amdahl's
