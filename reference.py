@@ -22,9 +22,12 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x, dim=-1)
 
 
-def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """LayerNorm over the last dimension, with an affine weight and bias of that size."""
-    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
+              dim: int = -1) -> torch.Tensor:
+    """LayerNorm over one dimension, with an affine weight and bias of that size: the last (the usual
+    form), or dim 1 of a tensor whose later dimensions are positions (x (B, C, H, W) over C)."""
+    moved = x.movedim(dim, -1)
+    return F.layer_norm(moved, (moved.shape[-1],), weight, bias, eps).movedim(-1, dim)
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, dim: int = -1) -> torch.Tensor:

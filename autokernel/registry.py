@@ -229,11 +229,18 @@ SOFTMAX = KernelType(
 
 
 # --------------------------------------------------------------------------- layernorm / rmsnorm
+def _norm_x_shape(s) -> tuple[int, ...]:
+    """A norm's input: (M, N) normalized over the last dim, or, with "I", (M, N, I) over dim 1 (the
+    channels C of x (B, C, H, W): M = B, N = C, I = H * W). Without "I" no dim is passed, so kernel
+    files written before the dim-1 form keep working at the shapes they were verified at."""
+    return (s["M"], s["N"], int(s["I"])) if "I" in s else (s["M"], s["N"])
+
+
 def _layernorm_inputs(s, dtype, gen, device, x_scale=1.0, x_offset=0.0):
-    x = (torch.randn((s["M"], s["N"]), generator=gen, device=device) * x_scale + x_offset).to(dtype)
+    x = (torch.randn(_norm_x_shape(s), generator=gen, device=device) * x_scale + x_offset).to(dtype)
     weight = (1 + 0.1 * torch.randn(s["N"], generator=gen, device=device)).to(dtype)
     bias = (0.1 * torch.randn(s["N"], generator=gen, device=device)).to(dtype)
-    return {"x": x, "weight": weight, "bias": bias, "eps": 1e-5}
+    return {"x": x, "weight": weight, "bias": bias, "eps": 1e-5, **({"dim": 1} if "I" in s else {})}
 
 
 def _layernorm_near_constant(s, dtype, gen, device):
@@ -248,10 +255,7 @@ def _layernorm_large(s, dtype, gen, device):
 
 
 def _rmsnorm_inputs(s, dtype, gen, device, x_scale=1.0):
-    # With "I", x is (M, N, I) normalized over dim 1 (the channels of x (B, C, H, W), I = H * W);
-    # without, (M, N) over the last dim, and no dim is passed (kernel files of that form keep working).
-    inner = int(s.get("I", 1))
-    x = _randn((s["M"], s["N"], inner) if "I" in s else (s["M"], s["N"]), dtype, gen, device, scale=x_scale)
+    x = _randn(_norm_x_shape(s), dtype, gen, device, scale=x_scale)
     weight = (1 + 0.1 * torch.randn(s["N"], generator=gen, device=device)).to(dtype)
     return {"x": x, "weight": weight, "eps": 1e-6, **({"dim": 1} if "I" in s else {})}
 
@@ -261,17 +265,22 @@ def _norm_positions(s) -> int:
     return s["M"] * int(s.get("I", 1))
 
 
+# The last-dim form {M, N}, then the dim-1 form {M, N, I} (KernelBench's (16, 64, 256 * 256) first).
 NORM_SWEEP = [{"M": m, "N": n} for m, n in [
-    (1, 768), (128, 1024), (1024, 768), (4096, 2048), (2048, 4096), (4096, 5120), (512, 16384),
-    (8192, 4096), (8192, 8192)]]
+    (1, 768), (128, 1024), (4096, 2048), (2048, 4096), (512, 16384), (8192, 4096), (8192, 8192)]] + [
+    {"M": m, "N": n, "I": i} for m, n, i in [(16, 64, 65536), (8, 256, 4096), (64, 3, 1024)]]
 NORM_CPU_SWEEP = [{"M": m, "N": n} for m, n in [
-    (1, 64), (4, 128), (16, 256), (8, 512), (32, 32), (64, 64), (3, 1024), (2, 2048)]]
-NORM_EDGE = [{"M": m, "N": n} for m, n in [(1023, 1023), (17, 4097), (1537, 1537), (1, 1), (4096, 1)]]
-NORM_CPU_EDGE = [{"M": m, "N": n} for m, n in [(3, 1023), (2, 4097), (5, 1537), (1, 1), (7, 1)]]
+    (1, 64), (4, 128), (16, 256), (8, 512), (32, 32), (64, 64), (3, 1024)]] + [
+    {"M": m, "N": n, "I": i} for m, n, i in [(2, 16, 64), (3, 7, 33)]] + [{"M": 2, "N": 2048}]
+NORM_EDGE = [{"M": m, "N": n} for m, n in [(1023, 1023), (17, 4097), (1537, 1537), (1, 1), (4096, 1)]] + [
+    {"M": m, "N": n, "I": i} for m, n, i in [(3, 1023, 17), (1, 1, 4097)]]
+NORM_CPU_EDGE = [{"M": m, "N": n} for m, n in [(3, 1023), (2, 4097), (5, 1537), (1, 1), (7, 1)]] + [
+    {"M": m, "N": n, "I": i} for m, n, i in [(2, 1023, 5), (1, 1, 37), (5, 9, 1)]]
 
 LAYERNORM = KernelType(
     name="layernorm",
-    description="LayerNorm over the last dimension of an (M, N) tensor, with weight and bias",
+    description="LayerNorm with weight and bias over the last dimension of an (M, N) tensor, or, with I, over "
+                "dim 1 of an (M, N, I) tensor (the channels C of x (B, C, H, W): M = B, N = C, I = H * W)",
     reference=reference.layernorm,
     make_inputs=_layernorm_inputs,
     smoke_shape={"M": 32, "N": 128},
@@ -284,9 +293,11 @@ LAYERNORM = KernelType(
         Adversarial("near-zero variance", {"M": 16, "N": 1024}, _layernorm_near_constant,
                     "mean 100, standard deviation 1e-4"),
         Adversarial("large values", {"M": 16, "N": 1024}, _layernorm_large, "standard deviation 1e3"),
+        Adversarial("near-zero variance over dim 1", {"M": 4, "N": 256, "I": 8}, _layernorm_near_constant,
+                    "mean 100, standard deviation 1e-4, each position over its 256 channels"),
     ],
-    bytes_moved=lambda s, e: (2.0 * s["M"] * s["N"] + 2.0 * s["N"]) * e,
-    flops=lambda s: 8.0 * s["M"] * s["N"],
+    bytes_moved=lambda s, e: (2.0 * _norm_positions(s) * s["N"] + 2.0 * s["N"]) * e,
+    flops=lambda s: 8.0 * _norm_positions(s) * s["N"],
 )
 
 RMSNORM = KernelType(
@@ -296,12 +307,10 @@ RMSNORM = KernelType(
     reference=reference.rmsnorm,
     make_inputs=_rmsnorm_inputs,
     smoke_shape={"M": 32, "N": 128},
-    sweep=[shape for shape in NORM_SWEEP if shape not in ({"M": 1024, "N": 768}, {"M": 4096, "N": 5120})]
-    + [{"M": m, "N": n, "I": i} for m, n, i in [(16, 64, 65536), (8, 256, 4096), (64, 3, 1024)]],
-    cpu_sweep=NORM_CPU_SWEEP[:-1] + [{"M": m, "N": n, "I": i} for m, n, i in [(2, 16, 64), (3, 7, 33)]]
-    + NORM_CPU_SWEEP[-1:],
-    edge_shapes=NORM_EDGE + [{"M": m, "N": n, "I": i} for m, n, i in [(3, 1023, 17), (1, 1, 4097)]],
-    cpu_edge_shapes=NORM_CPU_EDGE + [{"M": m, "N": n, "I": i} for m, n, i in [(2, 1023, 5), (1, 1, 37), (5, 9, 1)]],
+    sweep=NORM_SWEEP,
+    cpu_sweep=NORM_CPU_SWEEP,
+    edge_shapes=NORM_EDGE,
+    cpu_edge_shapes=NORM_CPU_EDGE,
     timing_shape={"M": 8192, "N": 8192},
     adversarial=[
         Adversarial("near-zero values", {"M": 16, "N": 1024},
@@ -309,6 +318,9 @@ RMSNORM = KernelType(
         Adversarial("large values", {"M": 16, "N": 1024},
                     lambda s, d, g, dev: _rmsnorm_inputs(s, d, g, dev, x_scale=1e3),
                     "standard deviation 1e3: squares overflow float16"),
+        Adversarial("large values over dim 1", {"M": 4, "N": 256, "I": 8},
+                    lambda s, d, g, dev: _rmsnorm_inputs(s, d, g, dev, x_scale=1e3),
+                    "standard deviation 1e3 over the channels of each position: squares overflow float16"),
     ],
     bytes_moved=lambda s, e: (2.0 * _norm_positions(s) * s["N"] + s["N"]) * e,
     flops=lambda s: 4.0 * _norm_positions(s) * s["N"],
