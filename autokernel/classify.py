@@ -8,8 +8,8 @@ belongs to:
      - a norm: a leaf module whose only parameters are a 1-D weight (and bias) -> rmsnorm when it
        runs rsqrt / sqrt / rms_norm without subtracting a mean, layernorm when it subtracts the mean
        (class names containing RMSNorm / LayerNorm decide ties); shape {M, N} from its input, or
-       {M, N, I} for an RMSNorm whose means are over dim 1 of (B, C, ...) (a LayerNorm over dim 1
-       is left as other: no kernel takes it); also rmsnorm: a leaf module with a float eps, no
+       {M, N, I} for a norm whose means are over dim 1 of (B, C, ...); also rmsnorm: a leaf module
+       with a float eps, no
        weight (or a 1-D one), whose ops are only an RMSNorm's (KernelBench's inline form);
      - a gated MLP: direct nn.Linear children gate and up (D -> F, or one fused D -> 2F) and
        down (F -> D), running silu, gelu or relu -> fused_mlp {M, D, F, act}. Its linears count
@@ -318,16 +318,14 @@ def _module_shape(fused: _FusedModule, input_shape: tuple[int, ...], roots: list
 
 
 def _norm_shape(fused: _FusedModule, input_shape: tuple[int, ...]) -> dict | None:
-    """A norm's shape: over dim 1 of (B, C, ...) when its means say so ({M: B, N: C, I: the rest},
-    rmsnorm only: no layernorm kernel takes that form), else over as many trailing dims as its
-    weight has (LayerNorm((C, H, W)): three), one without a weight over the last."""
+    """A norm's shape: over dim 1 of (B, C, ...) when its means say so ({M: B, N: C, I: the rest}),
+    else over as many trailing dims as its weight has (LayerNorm((C, H, W)): three), one without a
+    weight over the last."""
     ndim = len(input_shape)
     dims = {tuple(d) if isinstance(d, (list, tuple)) else (d,) for d in fused.mean_dims or []}
     if len(dims) == 1 and ndim >= 3:
         (normalized,) = dims
         if all(isinstance(d, int) for d in normalized) and sorted(d % ndim for d in normalized) == [1]:
-            if fused.kernel_type != "rmsnorm":
-                return None
             return {"M": input_shape[0], "N": input_shape[1], "I": math.prod(input_shape[2:])}
     weight = getattr(fused.module, "weight", None)
     return _rows(input_shape, weight.dim() if isinstance(weight, torch.Tensor) else 1)

@@ -11,8 +11,9 @@ What is read:
     F.cross_entropy (mean, no weights); sum / mean / amax / amin over any one dim or run of adjacent
     dims (not torch.max / torch.min(x, dim), which return indices too);
   - modules (module_variants): nn.Linear -> matmul; norms (class named like RMSNorm / LayerNorm,
-    a 1-D weight, a float eps); RMSNorm over dim 1 of (B, C, ...) or without a weight (a leaf
-    module with a float eps and at most a 1-D weight, KernelBench's inline form); gated MLPs (nn.Linear children gate / up / down, or w1 / w3 / w2)
+    a 1-D weight, a float eps); RMSNorm / LayerNorm over dim 1 of (B, C, ...), and RMSNorm without
+    a weight (a leaf module with a float eps and at most a 1-D weight and bias, KernelBench's
+    inline form); gated MLPs (nn.Linear children gate / up / down, or w1 / w3 / w2)
     -> fused_mlp; rotary modules (named like Rotary / RoPE, with (S, D/2) cos and sin tables,
     forward(x)). What a norm, MLP or rotary module computes is inferred from its structure, so the
     router checks its first routed call against the module's own forward.
@@ -354,48 +355,53 @@ def module_eps(module: nn.Module) -> float | None:
 
 
 def _channel_norm_variants(module: nn.Module, verified_shapes: dict[str, list[dict]]) -> list[ModuleVariant]:
-    """RMSNorm of a leaf module with a float eps and no parameters but an optional 1-D weight, as
-    KernelBench writes it inline (x / sqrt(mean(x ** 2, dim=1, keepdim=True) + eps)): over dim 1 of
-    x (B, C, ...), where rmsnorm kernels were verified at {M, N, I} shapes, and over the last dim
-    (with a weight of ones) when the module has no weight. Which one, if either, is what the module
-    computes is decided by the first-call check against its own forward."""
+    """Norms of a leaf module with a float eps and at most a 1-D weight and bias, as KernelBench
+    writes them inline (x / sqrt(mean(x ** 2, dim=1, keepdim=True) + eps)): RMSNorm or LayerNorm
+    over dim 1 of x (B, C, ...), where kernels of the type were verified at {M, N, I} shapes; and
+    RMSNorm over the last dim (with a weight of ones) when the module has no parameters. Which one,
+    if any, is what the module computes is decided by the first-call check against its own forward."""
     params = dict(module.named_parameters(recurse=False))
-    weight = params.get("weight")
-    if ("rmsnorm" not in verified_shapes or set(params) - {"weight"} or any(module.children())
-            or (weight is not None and weight.dim() != 1) or _module_eps(module) is None):
+    if (set(params) - {"weight", "bias"} or any(p.dim() != 1 for p in params.values()) or any(module.children())
+            or _module_eps(module) is None):
         return []
-    variants = []
-    if any("I" in shape for shape in verified_shapes["rmsnorm"]):
-        variants.append(ModuleVariant("rmsnorm", "rmsnorm dim=1", functools.partial(_read_channel_norm, module)))
-    if weight is None:
+    kinds = ("layernorm", "rmsnorm") if "layernorm" in type(module).__name__.lower() else ("rmsnorm", "layernorm")
+    variants = [ModuleVariant(kind, f"{kind} dim=1", functools.partial(_read_channel_norm, module, kind))
+                for kind in kinds if any("I" in shape for shape in verified_shapes.get(kind, []))
+                and (kind == "layernorm" or "bias" not in params)]
+    if not params and "rmsnorm" in verified_shapes:
         variants.append(ModuleVariant("rmsnorm", "rmsnorm (no weight)",
                                       functools.partial(_read_weightless_last_dim_norm, module)))
     return variants
 
 
-def _norm_weight(module: nn.Module, x: torch.Tensor, size: int) -> torch.Tensor:
-    weight = getattr(module, "weight", None)
-    return weight if isinstance(weight, torch.Tensor) else torch.ones(size, dtype=x.dtype, device=x.device)
+def _norm_param(module: nn.Module, name: str, x: torch.Tensor, size: int, default: float) -> torch.Tensor:
+    """The module's weight or bias, or a tensor of `default` (1 for a weight, 0 for a bias) where it has none."""
+    param = getattr(module, name, None)
+    return param.contiguous() if isinstance(param, torch.Tensor) else torch.full((size,), default, dtype=x.dtype,
+                                                                                 device=x.device)
 
 
-def _read_channel_norm(module: nn.Module, x) -> Reading | str:
-    weight = getattr(module, "weight", None)
-    if x.dim() < 3 or (weight is not None and weight.shape != x.shape[1:2]):
-        return "input is not (B, C, ...) with a weight of C channels"
+def _read_channel_norm(module: nn.Module, kernel_type: str, x) -> Reading | str:
+    params = tuple(p for p in (getattr(module, "weight", None), getattr(module, "bias", None))
+                   if isinstance(p, torch.Tensor))
+    if x.dim() < 3 or any(p.shape != x.shape[1:2] for p in params):
+        return "input is not (B, C, ...) with a weight and bias of C channels"
     shape = {"M": x.shape[0], "N": x.shape[1], "I": math.prod(x.shape[2:])}
 
     def launch(fn, x):
-        n = x.shape[1]
-        return fn(x.reshape(x.shape[0], n, -1).contiguous(), _norm_weight(module, x, n).contiguous(),
-                  float(_module_eps(module)), 1).reshape(x.shape)
-    return Reading(shape, (x,) if weight is None else (x, weight), launch)
+        n, eps = x.shape[1], float(_module_eps(module))
+        x3d, weight = x.reshape(x.shape[0], n, -1).contiguous(), _norm_param(module, "weight", x, n, 1.0)
+        if kernel_type == "layernorm":
+            return fn(x3d, weight, _norm_param(module, "bias", x, n, 0.0), eps, 1).reshape(x.shape)
+        return fn(x3d, weight, eps, 1).reshape(x.shape)
+    return Reading(shape, (x, *params), launch)
 
 
 def _read_weightless_last_dim_norm(module: nn.Module, x) -> Reading | str:
     if x.dim() == 0:
         return "a 0-d input"
-    return Reading(_rows(x.shape), (x,),
-                   lambda fn, x: _launch_rmsnorm(fn, x, _norm_weight(module, x, x.shape[-1]), _module_eps(module)))
+    return Reading(_rows(x.shape), (x,), lambda fn, x: _launch_rmsnorm(
+        fn, x, _norm_param(module, "weight", x, x.shape[-1], 1.0), _module_eps(module)))
 
 
 _MLP_ROLES = {"gate": ("gate", "w1"), "up": ("up", "w3"), "down": ("down", "w2")}

@@ -429,17 +429,22 @@ def test_inline_rmsnorm_modules_are_planned_and_routed(tmp_path, model, shape):
     assert stats == {"rmsnorm": (1, 0)}
 
 
-def test_a_layernorm_over_channels_is_not_planned_as_a_norm():
-    # No layernorm kernel normalizes over dim 1: planned as one, it could never be routed.
-    class ChannelLayerNorm(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.weight = nn.Parameter(torch.ones(8))
-            self.eps = 1e-5
+class ChannelLayerNorm(nn.Module):
+    """LayerNorm over the channels of (B, C, L), written inline."""
 
-        def forward(self, x):
-            centered = x - x.mean(1, keepdim=True)
-            return centered * torch.rsqrt(centered.pow(2).mean(1, keepdim=True) + self.eps) * self.weight[:, None]
+    def __init__(self, channels: int):
+        super().__init__()
+        self.weight = nn.Parameter(1 + 0.1 * torch.randn(channels))
+        self.bias = nn.Parameter(0.1 * torch.randn(channels))
+        self.eps = 1e-5
 
-    sites = planned_sites(ChannelLayerNorm().eval(), (torch.randn(2, 8, 7),))
-    assert "layernorm" not in sites and "rmsnorm" not in sites
+    def forward(self, x):
+        centered = x - x.mean(1, keepdim=True)
+        normed = centered * torch.rsqrt(centered.pow(2).mean(1, keepdim=True) + self.eps)
+        return normed * self.weight[:, None] + self.bias[:, None]
+
+
+def test_an_inline_layernorm_over_channels_is_planned_and_routed(tmp_path):
+    sites, stats = routes_as_planned(tmp_path, ChannelLayerNorm(8).eval(), (torch.randn(2, 8, 7),), "layernorm")
+    assert sites == {"layernorm": [("", {"M": 2, "N": 8, "I": 7})]}
+    assert stats == {"layernorm": (1, 0)}
