@@ -56,6 +56,21 @@ def _affine_store(y_rows, w, b, deviation, rstd, cols, mask):
 
 
 @triton.jit
+def _merge_chunk(mean, sum_sq_dev, shifted, mask, start, n_total, BLOCK: tl.constexpr, AXIS: tl.constexpr):
+    """Chan's parallel formula: one chunk's mean and squared deviations (along AXIS) merged into the
+    running ones. Every earlier chunk was full, so `start` values are already merged."""
+    seen = start * 1.0
+    chunk_count = tl.minimum(n_total - start, BLOCK).to(tl.float32)
+    chunk_mean = tl.sum(shifted, axis=AXIS) / chunk_count
+    chunk_dev = tl.where(mask, shifted - tl.expand_dims(chunk_mean, AXIS), 0.0)
+    delta = chunk_mean - mean
+    total = seen + chunk_count
+    mean += delta * (chunk_count / total)
+    sum_sq_dev += tl.sum(chunk_dev * chunk_dev, axis=AXIS) + delta * delta * (seen * chunk_count / total)
+    return mean, sum_sq_dev
+
+
+@triton.jit
 def _layernorm_rows(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, ONE_BLOCK: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
@@ -81,15 +96,7 @@ def _layernorm_rows(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_
             cols = start + tl.arange(0, BLOCK_N)
             mask = row_mask[:, None] & (cols < n_cols)[None, :]
             shifted = tl.where(mask, _load_x(x_rows, cols, mask) - shift, 0.0)
-            # Every earlier chunk was full, so `start` values are already merged.
-            seen = start * 1.0
-            chunk_count = tl.minimum(n_cols - start, BLOCK_N).to(tl.float32)
-            chunk_mean = tl.sum(shifted, axis=1) / chunk_count
-            chunk_dev = tl.where(mask, shifted - chunk_mean[:, None], 0.0)
-            delta = chunk_mean - mean
-            total = seen + chunk_count
-            mean += delta * (chunk_count / total)
-            sum_sq_dev += tl.sum(chunk_dev * chunk_dev, axis=1) + delta * delta * (seen * chunk_count / total)
+            mean, sum_sq_dev = _merge_chunk(mean, sum_sq_dev, shifted, mask, start, n_cols, BLOCK_N, 1)
         rstd = tl.rsqrt(sum_sq_dev / n_cols + eps)
         for start in range(0, n_cols, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
@@ -135,15 +142,7 @@ def _layernorm_channels(x_ptr, w_ptr, b_ptr, y_ptr, n_channels, n_inner, inner_b
             x = tl.load(x_band + c[:, None].to(tl.int64) * n_inner, mask=mask, other=0.0,
                         eviction_policy="evict_last").to(tl.float32)
             shifted = tl.where(mask, x - shift[None, :], 0.0)
-            # Chan's merge, as in the row kernel: every earlier chunk was full.
-            seen = start * 1.0
-            chunk_count = tl.minimum(n_channels - start, BLOCK_C).to(tl.float32)
-            chunk_mean = tl.sum(shifted, axis=0) / chunk_count
-            chunk_dev = tl.where(mask, shifted - chunk_mean[None, :], 0.0)
-            delta = chunk_mean - mean
-            total = seen + chunk_count
-            mean += delta * (chunk_count / total)
-            sum_sq_dev += tl.sum(chunk_dev * chunk_dev, axis=0) + delta * delta * (seen * chunk_count / total)
+            mean, sum_sq_dev = _merge_chunk(mean, sum_sq_dev, shifted, mask, start, n_channels, BLOCK_C, 0)
         rstd = tl.rsqrt(sum_sq_dev / n_channels + eps)
         for start in range(0, n_channels, BLOCK_C):
             c = start + tl.arange(0, BLOCK_C)
