@@ -9,8 +9,8 @@ belongs to:
        runs rsqrt / sqrt / rms_norm without subtracting a mean, layernorm when it subtracts the mean
        (class names containing RMSNorm / LayerNorm decide ties); shape {M, N} from its input, or
        {M, N, I} for a norm whose means are over dim 1 of (B, C, ...); also rmsnorm: a leaf module
-       with a float eps, no
-       weight (or a 1-D one), whose ops are only an RMSNorm's (KernelBench's inline form);
+       with a float eps, no weight (or a 1-D one), whose ops are only an RMSNorm's (KernelBench's
+       inline form);
      - a gated MLP: direct nn.Linear children gate and up (D -> F, or one fused D -> 2F) and
        down (F -> D), running silu, gelu or relu -> fused_mlp {M, D, F, act}. Its linears count
        as fused_mlp, not matmul, because one fused_mlp kernel replaces all of them, so Amdahl's
