@@ -390,7 +390,8 @@ def _read_channel_norm(module: nn.Module, kernel_type: str, x) -> Reading | str:
 
     def launch(fn, x):
         n, eps = x.shape[1], float(_module_eps(module))
-        x3d, weight = x.reshape(x.shape[0], n, -1).contiguous(), _norm_param(module, "weight", x, n, 1.0)
+        x3d = x.reshape(x.shape[0], n, math.prod(x.shape[2:])).contiguous()
+        weight = _norm_param(module, "weight", x, n, 1.0)
         if kernel_type == "layernorm":
             return fn(x3d, weight, _norm_param(module, "bias", x, n, 0.0), eps, 1).reshape(x.shape)
         return fn(x3d, weight, eps, 1).reshape(x.shape)
