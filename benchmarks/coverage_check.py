@@ -40,6 +40,7 @@ PROBLEMS = ["sum_middle", "max_middle", "rmsnorm_dim1", "layernorm_last3"]
 def load_problem(name: str):
     spec = importlib.util.spec_from_file_location(f"problem_{name}", ROOT / "benchmarks" / "problems" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module        # torch.compile looks the model's module up by name
     spec.loader.exec_module(module)
     return module
 

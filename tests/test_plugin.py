@@ -303,8 +303,10 @@ def test_compiled_decisions_are_separate_from_eager_ones(tmp_path):
 def load_problem(name: str):
     """A problem module from benchmarks/problems (Model, get_inputs, get_init_inputs)."""
     import importlib.util
+    import sys
     spec = importlib.util.spec_from_file_location(f"problem_{name}", ROOT / "benchmarks" / "problems" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module        # torch.compile looks the model's module up by name
     spec.loader.exec_module(module)
     return module
 
@@ -448,3 +450,31 @@ def test_an_inline_layernorm_over_channels_is_planned_and_routed(tmp_path):
     sites, stats = routes_as_planned(tmp_path, ChannelLayerNorm(8).eval(), (torch.randn(2, 8, 7),), "layernorm")
     assert sites == {"layernorm": [("", {"M": 2, "N": 8, "I": 7})]}
     assert stats == {"layernorm": (1, 0)}
+
+
+@pytest.mark.parametrize("name, kernel_type", [("sum_middle", "reduce"), ("rmsnorm_dim1", "rmsnorm")])
+def test_a_routed_problem_compiles_into_one_graph_with_the_kernels_op(tmp_path, name, kernel_type):
+    # The new forms trace as the old did: the mean route and the weightless channel norm (whose
+    # weight of ones is made inside the launch) add no graph break under torch.compile.
+    from torch._dynamo.utils import counters
+
+    problem = load_problem(name)
+    model, x = problem.Model(*problem.get_init_inputs()).eval(), torch.randn(2, 8, 5, 6)
+    shape = planned_sites(model, (x,))[kernel_type][0][1]
+    graph_ops = []
+
+    def recording_backend(graph_module, example_inputs):
+        graph_ops.extend(str(node.target) for node in graph_module.graph.nodes if node.op == "call_function")
+        return torch._dynamo.lookup_backend("aot_eager")(graph_module, example_inputs)
+
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.no_grad():
+        expected = model(x)
+        plugin.plug_in(model, write_optimized(tmp_path / "opt", {kernel_type: [shape]}), policy=plugin.ALL)
+        model(x)
+        compiled = torch.compile(model, backend=recording_backend, fullgraph=True)
+        torch.testing.assert_close(compiled(x), expected, atol=1e-4, rtol=1e-4)
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    assert any(op.startswith(f"autokernel.{kernel_type}") for op in graph_ops)
+    torch._dynamo.reset()
