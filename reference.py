@@ -22,16 +22,25 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x, dim=-1)
 
 
-def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """LayerNorm over the last dimension, with an affine weight and bias of that size."""
-    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
+              dim: int = -1) -> torch.Tensor:
+    """LayerNorm over one dimension, with an affine weight and bias of that size: the last (the usual
+    form), or dim 1 of a tensor whose later dimensions are positions (x (B, C, H, W) over C)."""
+    moved = x.movedim(dim, -1)
+    return F.layer_norm(moved, (moved.shape[-1],), weight, bias, eps).movedim(-1, dim)
 
 
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """RMSNorm over the last dimension (LLaMA style: normalize in float32, scale by weight)."""
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, dim: int = -1) -> torch.Tensor:
+    """RMSNorm over one dimension (LLaMA style: normalize in float32, scale by weight).
+
+    dim is the last dimension (the usual form), or dim 1 of a tensor whose later dimensions are
+    positions (x (B, C, H, W) normalized over C); weight has that dimension's size.
+    """
     xf = x.float()
-    normed = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
-    return (normed * weight.float()).to(x.dtype)
+    normed = xf * torch.rsqrt(xf.pow(2).mean(dim=dim, keepdim=True) + eps)
+    along_dim = [1] * x.dim()
+    along_dim[dim] = -1
+    return (normed * weight.float().reshape(along_dim)).to(x.dtype)
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -88,9 +97,17 @@ def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> t
 
 
 def reduce(x: torch.Tensor, dim: int = -1, op: str = "sum") -> torch.Tensor:
-    """Sum or max of x over one dimension (op is "sum" or "max"); the dimension is removed."""
+    """Sum, mean, max or min of x over one dimension (op is "sum", "mean", "max" or "min"); the dimension is removed.
+
+    max and min are torch.amax / torch.amin: values only, nan propagates. mean over a float16 or
+    bfloat16 tensor accumulates in float32, as torch.mean does.
+    """
     if op == "sum":
         return x.sum(dim=dim)
+    if op == "mean":
+        return x.mean(dim=dim)
     if op == "max":
         return x.amax(dim=dim)
-    raise ValueError(f"reduce: unknown op {op!r} (expected 'sum' or 'max')")
+    if op == "min":
+        return x.amin(dim=dim)
+    raise ValueError(f"reduce: unknown op {op!r} (expected 'sum', 'mean', 'max' or 'min')")

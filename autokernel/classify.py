@@ -7,7 +7,10 @@ belongs to:
   1. the innermost enclosing module that is one kernel of its own, found by structure:
      - a norm: a leaf module whose only parameters are a 1-D weight (and bias) -> rmsnorm when it
        runs rsqrt / sqrt / rms_norm without subtracting a mean, layernorm when it subtracts the mean
-       (class names containing RMSNorm / LayerNorm decide ties); shape {M, N} from its input;
+       (class names containing RMSNorm / LayerNorm decide ties); shape {M, N} from its input, or
+       {M, N, I} for a norm whose means are over dim 1 of (B, C, ...); also rmsnorm: a leaf module
+       with a float eps, no weight (or a 1-D one), whose ops are only an RMSNorm's (KernelBench's
+       inline form);
      - a gated MLP: direct nn.Linear children gate and up (D -> F, or one fused D -> 2F) and
        down (F -> D), running silu, gelu or relu -> fused_mlp {M, D, F, act}. Its linears count
        as fused_mlp, not matmul, because one fused_mlp kernel replaces all of them, so Amdahl's
@@ -34,7 +37,7 @@ import torch
 from torch import nn
 from torch.autograd import DeviceType
 
-from autokernel import routes
+from autokernel import registry, routes
 
 OTHER = "other"
 RANGE_PREFIX = "autokernel::"
@@ -50,8 +53,11 @@ _OP_KERNEL_TYPES = {
     "aten::cross_entropy_loss": "cross_entropy", "aten::nll_loss": "cross_entropy",
     "aten::nll_loss_nd": "cross_entropy", "aten::nll_loss_forward": "cross_entropy",
     "aten::nll_loss2d": "cross_entropy",
-    "aten::sum": "reduce", "aten::amax": "reduce", "aten::max": "reduce",
+    # torch.max / torch.min(x, dim) (aten::max, aten::min) return indices too, which the reduce
+    # kernels do not compute, so the router leaves them to PyTorch and they are not planned either.
+    "aten::sum": "reduce", "aten::mean": "reduce", "aten::amax": "reduce", "aten::amin": "reduce",
 }
+_REDUCE_OPS = {"aten::sum": "sum", "aten::mean": "mean", "aten::amax": "max", "aten::amin": "min"}
 _LOG_SOFTMAX_OPS = {"aten::log_softmax", "aten::_log_softmax"}
 _MATMUL_OPS = {op for op, kind in _OP_KERNEL_TYPES.items() if kind == "matmul"}
 _LAYERNORM_OPS = {"aten::layer_norm", "aten::native_layer_norm"}
@@ -211,21 +217,28 @@ class _FusedModule:
     kernel_type: str
     module: nn.Module
     activation: str | None = None
+    mean_dims: list | None = None       # a norm's: the dim arguments of the means it takes
 
 
 def _fused_modules(model: nn.Module, roots: list[RootOp]) -> dict[str, _FusedModule]:
     """The module paths whose whole call is one kernel of a registry type."""
     ops_under: dict[str, set[str]] = defaultdict(set)
+    mean_dims: dict[str, list] = defaultdict(list)
     for root in roots:
         for call in root.module_calls:
             ops_under[call.path].add(root.name)
+            if root.name == "aten::mean":
+                mean_dims[call.path].append(_argument(root.event, "dim"))
     modules = dict(model.named_modules())
     kinds = {path: _fused_kind(modules[path], ops) for path, ops in ops_under.items()}
+    for path, kind in kinds.items():
+        if kind is not None and kind.kernel_type in ("rmsnorm", "layernorm"):
+            kind.mean_dims = mean_dims[path]
     return {path: kind for path, kind in kinds.items() if kind is not None}
 
 
 def _fused_kind(module: nn.Module, ops: set[str]) -> _FusedModule | None:
-    norm = _norm_kind(module, ops)
+    norm = _norm_kind(module, ops) or _inline_rmsnorm_kind(module, ops)
     if norm is not None:
         return _FusedModule(norm, module)
     activation = next((act for op, act in _ACTIVATIONS.items() if op in ops), None)
@@ -247,6 +260,24 @@ def _norm_kind(module: nn.Module, ops: set[str]) -> str | None:
     if "layernorm" in class_name or ops & _LAYERNORM_OPS or ("aten::mean" in ops and ops & _MEAN_SUBTRACTION_OPS):
         return "layernorm"
     return "rmsnorm" if ops & _ROOT_MEAN_SQUARE_OPS else None
+
+
+# The root ops of an RMSNorm written inline, x / sqrt(mean(x ** 2, dim) + eps) or x * rsqrt(...).
+_INLINE_RMSNORM_OPS = {"aten::pow", "aten::mul", "aten::square", "aten::mean", "aten::add", "aten::sqrt",
+                       "aten::rsqrt", "aten::div", "aten::reciprocal", "aten::to", "aten::_to_copy", "aten::type_as"}
+
+
+def _inline_rmsnorm_kind(module: nn.Module, ops: set[str]) -> str | None:
+    """rmsnorm for a leaf module without a weight (or with a 1-D one) and with a float eps (the one
+    rule routes.module_eps), whose own ops are only an RMSNorm's: KernelBench's inline form."""
+    params = dict(module.named_parameters(recurse=False))
+    weight = params.get("weight")
+    if (set(params) - {"weight"} or (weight is not None and weight.dim() != 1) or any(module.children())
+            or routes.module_eps(module) is None):
+        return None
+    if "aten::mean" in ops and ops & {"aten::sqrt", "aten::rsqrt"} and ops <= _INLINE_RMSNORM_OPS:
+        return "rmsnorm"
+    return None
 
 
 def _gated_mlp_dims(module: nn.Module) -> tuple[int, int] | None:
@@ -283,8 +314,21 @@ def _module_shape(fused: _FusedModule, input_shape: tuple[int, ...], roots: list
     if fused.kernel_type == "fused_mlp":
         dim, hidden = _gated_mlp_dims(fused.module)
         return {"M": math.prod(input_shape[:-1]), "D": dim, "F": hidden, "act": fused.activation}
-    # A norm normalizes over as many trailing dims as its weight has (LayerNorm((C, H, W)): three).
-    return _rows(input_shape, fused.module.weight.dim())
+    return _norm_shape(fused, input_shape)
+
+
+def _norm_shape(fused: _FusedModule, input_shape: tuple[int, ...]) -> dict | None:
+    """A norm's shape: over dim 1 of (B, C, ...) when its means say so ({M: B, N: C, I: the rest}),
+    else over as many trailing dims as its weight has (LayerNorm((C, H, W)): three), one without a
+    weight over the last."""
+    ndim = len(input_shape)
+    dims = {tuple(d) if isinstance(d, (list, tuple)) else (d,) for d in fused.mean_dims or []}
+    if len(dims) == 1 and ndim >= 3:
+        (normalized,) = dims
+        if all(isinstance(d, int) for d in normalized) and sorted(d % ndim for d in normalized) == [1]:
+            return {"M": input_shape[0], "N": input_shape[1], "I": math.prod(input_shape[2:])}
+    weight = getattr(fused.module, "weight", None)
+    return _rows(input_shape, weight.dim() if isinstance(weight, torch.Tensor) else 1)
 
 
 def _largest_head_tensor(roots: list[RootOp]) -> tuple[int, ...] | None:
@@ -299,8 +343,6 @@ def _op_kernel_type(root: RootOp, has_nll_loss: bool) -> str:
         return "cross_entropy" if has_nll_loss else OTHER
     if name.startswith("aten::_scaled_dot_product") or name == "aten::scaled_dot_product_attention":
         return "flash_attention"
-    if name == "aten::max" and _argument(root.event, "dim") is None:
-        return OTHER        # elementwise max, or a max over everything
     return _OP_KERNEL_TYPES.get(name, OTHER)
 
 
@@ -357,12 +399,12 @@ def _attention_shape(event, query: list[int], key: list[int] | None) -> dict | N
 def _reduce_shape(event, x: list[int]) -> dict | None:
     """The reduce job's shape, or None (left as "other") where the router could not run the call:
     routes.reduction_layout is the one rule for both, so no job is planned that verify cannot use."""
-    op = "sum" if event.name == "aten::sum" else "max"
+    if _argument(event, "dtype") is not None:
+        return None         # sum(x, dtype=...): the router leaves a dtype argument to PyTorch
     layout = routes.reduction_layout(x, _argument(event, "dim"))
     if isinstance(layout, str):
         return None
-    rows, cols, kernel_dim, _ = layout
-    return {"M": rows, "N": cols, "dim": kernel_dim, "op": op}
+    return registry.reduce_shape(*layout, _REDUCE_OPS[event.name])
 
 
 # --------------------------------------------------------------------------- attribution

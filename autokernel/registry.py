@@ -7,7 +7,7 @@ Adding a kernel type means one entry here, one function in reference.py and one 
 kernels/, and nothing else.
 
 A shape is a dict of named sizes, for example {"M": 4096, "N": 4096, "K": 4096}; some types also
-carry flags in it (attention's "causal", the MLP's "act", reduce's "op" and "dim"). On the command
+carry flags in it (attention's "causal", the MLP's "act", reduce's "op"). On the command
 line it is written "M=4096,N=4096,K=4096".
 """
 
@@ -229,11 +229,18 @@ SOFTMAX = KernelType(
 
 
 # --------------------------------------------------------------------------- layernorm / rmsnorm
+def _norm_x_shape(s) -> tuple[int, ...]:
+    """A norm's input: (M, N) normalized over the last dim, or, with "I", (M, N, I) over dim 1 (the
+    channels C of x (B, C, H, W): M = B, N = C, I = H * W). Without "I" no dim is passed, so kernel
+    files written before the dim-1 form keep working at the shapes they were verified at."""
+    return (s["M"], s["N"], int(s["I"])) if "I" in s else (s["M"], s["N"])
+
+
 def _layernorm_inputs(s, dtype, gen, device, x_scale=1.0, x_offset=0.0):
-    x = (torch.randn((s["M"], s["N"]), generator=gen, device=device) * x_scale + x_offset).to(dtype)
+    x = (torch.randn(_norm_x_shape(s), generator=gen, device=device) * x_scale + x_offset).to(dtype)
     weight = (1 + 0.1 * torch.randn(s["N"], generator=gen, device=device)).to(dtype)
     bias = (0.1 * torch.randn(s["N"], generator=gen, device=device)).to(dtype)
-    return {"x": x, "weight": weight, "bias": bias, "eps": 1e-5}
+    return {"x": x, "weight": weight, "bias": bias, "eps": 1e-5, **({"dim": 1} if "I" in s else {})}
 
 
 def _layernorm_near_constant(s, dtype, gen, device):
@@ -248,22 +255,32 @@ def _layernorm_large(s, dtype, gen, device):
 
 
 def _rmsnorm_inputs(s, dtype, gen, device, x_scale=1.0):
-    x = _randn((s["M"], s["N"]), dtype, gen, device, scale=x_scale)
+    x = _randn(_norm_x_shape(s), dtype, gen, device, scale=x_scale)
     weight = (1 + 0.1 * torch.randn(s["N"], generator=gen, device=device)).to(dtype)
-    return {"x": x, "weight": weight, "eps": 1e-6}
+    return {"x": x, "weight": weight, "eps": 1e-6, **({"dim": 1} if "I" in s else {})}
 
 
+def _norm_positions(s) -> int:
+    """Elements normalized as one group are N; there are M * I groups (I = 1 when absent)."""
+    return s["M"] * int(s.get("I", 1))
+
+
+# The last-dim form {M, N}, then the dim-1 form {M, N, I} (KernelBench's (16, 64, 256 * 256) first).
 NORM_SWEEP = [{"M": m, "N": n} for m, n in [
-    (1, 768), (128, 1024), (1024, 768), (4096, 2048), (2048, 4096), (4096, 5120), (512, 16384),
-    (8192, 4096), (8192, 8192)]]
+    (1, 768), (128, 1024), (4096, 2048), (2048, 4096), (512, 16384), (8192, 4096), (8192, 8192)]] + [
+    {"M": m, "N": n, "I": i} for m, n, i in [(16, 64, 65536), (8, 256, 4096), (64, 3, 1024)]]
 NORM_CPU_SWEEP = [{"M": m, "N": n} for m, n in [
-    (1, 64), (4, 128), (16, 256), (8, 512), (32, 32), (64, 64), (3, 1024), (2, 2048)]]
-NORM_EDGE = [{"M": m, "N": n} for m, n in [(1023, 1023), (17, 4097), (1537, 1537), (1, 1), (4096, 1)]]
-NORM_CPU_EDGE = [{"M": m, "N": n} for m, n in [(3, 1023), (2, 4097), (5, 1537), (1, 1), (7, 1)]]
+    (1, 64), (4, 128), (16, 256), (8, 512), (32, 32), (64, 64), (3, 1024)]] + [
+    {"M": m, "N": n, "I": i} for m, n, i in [(2, 16, 64), (3, 7, 33)]] + [{"M": 2, "N": 2048}]
+NORM_EDGE = [{"M": m, "N": n} for m, n in [(1023, 1023), (17, 4097), (1537, 1537), (1, 1), (4096, 1)]] + [
+    {"M": m, "N": n, "I": i} for m, n, i in [(3, 1023, 17), (1, 1, 4097)]]
+NORM_CPU_EDGE = [{"M": m, "N": n} for m, n in [(3, 1023), (2, 4097), (5, 1537), (1, 1), (7, 1)]] + [
+    {"M": m, "N": n, "I": i} for m, n, i in [(2, 1023, 5), (1, 1, 37), (5, 9, 1)]]
 
 LAYERNORM = KernelType(
     name="layernorm",
-    description="LayerNorm over the last dimension of an (M, N) tensor, with weight and bias",
+    description="LayerNorm with weight and bias over the last dimension of an (M, N) tensor, or, with I, over "
+                "dim 1 of an (M, N, I) tensor (the channels C of x (B, C, H, W): M = B, N = C, I = H * W)",
     reference=reference.layernorm,
     make_inputs=_layernorm_inputs,
     smoke_shape={"M": 32, "N": 128},
@@ -276,14 +293,17 @@ LAYERNORM = KernelType(
         Adversarial("near-zero variance", {"M": 16, "N": 1024}, _layernorm_near_constant,
                     "mean 100, standard deviation 1e-4"),
         Adversarial("large values", {"M": 16, "N": 1024}, _layernorm_large, "standard deviation 1e3"),
+        Adversarial("near-zero variance over dim 1", {"M": 4, "N": 256, "I": 8}, _layernorm_near_constant,
+                    "mean 100, standard deviation 1e-4, each position over its 256 channels"),
     ],
-    bytes_moved=lambda s, e: (2.0 * s["M"] * s["N"] + 2.0 * s["N"]) * e,
-    flops=lambda s: 8.0 * s["M"] * s["N"],
+    bytes_moved=lambda s, e: (2.0 * _norm_positions(s) * s["N"] + 2.0 * s["N"]) * e,
+    flops=lambda s: 8.0 * _norm_positions(s) * s["N"],
 )
 
 RMSNORM = KernelType(
     name="rmsnorm",
-    description="RMSNorm over the last dimension of an (M, N) tensor, with weight",
+    description="RMSNorm with a weight over the last dimension of an (M, N) tensor, or, with I, over dim 1 "
+                "of an (M, N, I) tensor (the channels C of x (B, C, H, W): M = B, N = C, I = H * W)",
     reference=reference.rmsnorm,
     make_inputs=_rmsnorm_inputs,
     smoke_shape={"M": 32, "N": 128},
@@ -298,9 +318,12 @@ RMSNORM = KernelType(
         Adversarial("large values", {"M": 16, "N": 1024},
                     lambda s, d, g, dev: _rmsnorm_inputs(s, d, g, dev, x_scale=1e3),
                     "standard deviation 1e3: squares overflow float16"),
+        Adversarial("large values over dim 1", {"M": 4, "N": 256, "I": 8},
+                    lambda s, d, g, dev: _rmsnorm_inputs(s, d, g, dev, x_scale=1e3),
+                    "standard deviation 1e3 over the channels of each position: squares overflow float16"),
     ],
-    bytes_moved=lambda s, e: (2.0 * s["M"] * s["N"] + s["N"]) * e,
-    flops=lambda s: 4.0 * s["M"] * s["N"],
+    bytes_moved=lambda s, e: (2.0 * _norm_positions(s) * s["N"] + s["N"]) * e,
+    flops=lambda s: 4.0 * _norm_positions(s) * s["N"],
 )
 
 
@@ -473,45 +496,116 @@ ROTARY_EMBEDDING = KernelType(
 
 
 # --------------------------------------------------------------------------- reduce
+REDUCE_OPS = ("sum", "mean", "max", "min")
+
+
+def reduce_layout(s: Shape) -> tuple[int, int, int]:
+    """(O, R, I) of a reduce shape: a tensor viewed as (outer, reduced, inner), reduced over R.
+
+    Shapes written before any dimension could be reduced, {M, N, dim} (an (M, N) tensor reduced
+    over dim -1 or 0), are still read: plans, job shapes and manifests of that time stay valid.
+    """
+    if "R" in s:
+        return int(s.get("O", 1)), int(s["R"]), int(s.get("I", 1))
+    return (int(s["M"]), int(s["N"]), 1) if int(s.get("dim", -1)) in (1, -1) else (1, int(s["M"]), int(s["N"]))
+
+
+def reduce_shape(outer: int, reduced: int, inner: int, op: str) -> Shape:
+    return {"O": outer, "R": reduced, "I": inner, "op": op}
+
+
+def reduce_call(outer: int, reduced: int, inner: int) -> tuple[tuple[int, ...], int]:
+    """The tensor shape and dim a reduce kernel is called with for a layout: (O, R) over dim -1 when I
+    is 1, (R, I) over dim 0 when O is 1 (the 2-D forms reduce kernels took before any dim could be
+    reduced, so their files keep working), else (O, R, I) over dim 1. The router calls kernels so too."""
+    if inner == 1:
+        return (outer, reduced), -1
+    if outer == 1:
+        return (reduced, inner), 0
+    return (outer, reduced, inner), 1
+
+
+def canonical_reduce_shape(s: Shape) -> Shape:
+    """A reduce shape in today's keys {O, R, I, op}, whichever keys it was written with."""
+    return reduce_shape(*reduce_layout(s), str(s.get("op", "sum")))
+
+
 def _reduce_inputs(s, dtype, gen, device, x_scale=1.0, x_offset=0.0):
-    x = (torch.randn((s["M"], s["N"]), generator=gen, device=device) * x_scale + x_offset).to(dtype)
-    return {"x": x, "dim": int(s.get("dim", -1)), "op": str(s.get("op", "sum"))}
+    sizes, dim = reduce_call(*reduce_layout(s))
+    x = (torch.randn(sizes, generator=gen, device=device) * x_scale + x_offset).to(dtype)
+    return {"x": x, "dim": dim, "op": str(s.get("op", "sum"))}
+
+
+def _reduce_nonfinite(s, dtype, gen, device):
+    # max / min as torch.amax / amin: a nan anywhere in a reduced line makes it nan, an inf of
+    # the op's own sign wins, and a line of nothing but the other inf stays that inf.
+    inputs = _reduce_inputs(s, dtype, gen, device)
+    outer, reduced, inner = reduce_layout(s)
+    x = inputs["x"].reshape(outer, reduced, inner)
+    x[0, reduced // 2, 0] = float("nan")
+    x[-1, :, -1] = float("-inf") if s.get("op") == "max" else float("inf")
+    x[0, 1, inner - 1] = float("inf")
+    x[0, 2, inner - 1] = float("-inf")
+    x[outer - 1, 0, 0] = float("nan")
+    x[outer - 1, 3, 0] = float("inf")
+    return inputs
 
 
 def _reduce_output_elems(s):
-    return s["M"] if int(s.get("dim", -1)) in (1, -1) else s["N"]
+    outer, _, inner = reduce_layout(s)
+    return outer * inner
+
+
+def _reduce_shapes(rows) -> list[Shape]:
+    return [reduce_shape(*row) for row in rows]
 
 
 REDUCE = KernelType(
     name="reduce",
-    description="sum or max of an (M, N) tensor over one dimension",
+    description="sum, mean, max or min of a tensor viewed as (O, R, I) over R (any one dimension, or a "
+                "run of adjacent ones); max and min are amax / amin (values only)",
     reference=reference.reduce,
     make_inputs=_reduce_inputs,
-    smoke_shape={"M": 32, "N": 128, "dim": -1, "op": "sum"},
-    sweep=[{"M": m, "N": n, "dim": dim, "op": op} for m, n, dim, op in [
-        (1, 4096, -1, "sum"), (1024, 1024, -1, "max"), (4096, 4096, -1, "sum"), (4096, 4096, 0, "sum"),
-        (8192, 1024, 0, "max"), (256, 65536, -1, "sum"), (65536, 256, -1, "max"), (8192, 8192, 0, "sum"),
-        (8192, 8192, -1, "max"), (8192, 8192, -1, "sum")]],
-    cpu_sweep=[{"M": m, "N": n, "dim": dim, "op": op} for m, n, dim, op in [
-        (1, 64, -1, "sum"), (4, 128, -1, "max"), (16, 256, 0, "sum"), (8, 512, -1, "sum"),
-        (32, 32, 0, "max"), (64, 64, -1, "max"), (3, 1024, -1, "sum"), (128, 16, 0, "sum")]],
-    edge_shapes=[{"M": m, "N": n, "dim": dim, "op": op} for m, n, dim, op in [
-        (1023, 1023, -1, "sum"), (17, 4097, -1, "max"), (1537, 1537, 0, "sum"), (4097, 3, 0, "max"),
-        (1, 1, -1, "sum"), (4096, 1, -1, "max"), (1, 4096, 0, "sum")]],
-    cpu_edge_shapes=[{"M": m, "N": n, "dim": dim, "op": op} for m, n, dim, op in [
-        (3, 1023, -1, "sum"), (2, 4097, -1, "max"), (1537, 3, 0, "sum"), (4097, 2, 0, "max"),
-        (1, 1, -1, "sum"), (7, 1, -1, "max"), (1, 7, 0, "sum")]],
-    timing_shape={"M": 8192, "N": 8192, "dim": -1, "op": "sum"},
+    smoke_shape=reduce_shape(4, 128, 8, "sum"),
+    # Reduced last (I = 1), first (O = 1) and in the middle (KernelBench's (16, 256, 256) over dim 1).
+    sweep=_reduce_shapes([
+        (1, 4096, 1, "sum"), (1024, 1024, 1, "max"), (4096, 4096, 1, "mean"), (1, 4096, 4096, "sum"),
+        (1, 8192, 1024, "max"), (16, 256, 256, "sum"), (16, 256, 256, "max"), (128, 1024, 128, "mean"),
+        (64, 4096, 64, "min"), (8192, 8192, 1, "sum")]),
+    cpu_sweep=_reduce_shapes([
+        (1, 64, 1, "sum"), (4, 128, 1, "max"), (1, 16, 256, "sum"), (4, 32, 16, "mean"), (3, 50, 7, "min"),
+        (2, 64, 64, "max"), (8, 33, 5, "sum"), (64, 64, 1, "min"), (3, 1024, 1, "mean")]),
+    edge_shapes=_reduce_shapes([
+        (1023, 1023, 1, "sum"), (17, 4097, 1, "max"), (1, 1537, 1537, "mean"), (1, 4097, 3, "min"),
+        (7, 1023, 33, "sum"), (3, 1, 4097, "max"), (1, 1, 1, "sum"), (4096, 1, 1, "min"), (1, 4096, 1, "mean")]),
+    cpu_edge_shapes=_reduce_shapes([
+        (3, 1023, 1, "sum"), (2, 4097, 1, "max"), (1, 1537, 3, "mean"), (1, 4097, 2, "min"), (3, 37, 5, "sum"),
+        (5, 1, 9, "max"), (1, 1, 1, "sum"), (7, 1, 1, "min"), (1, 7, 1, "mean")]),
+    timing_shape=reduce_shape(8192, 8192, 1, "sum"),
     adversarial=[
-        Adversarial("all-negative rows (max)", {"M": 16, "N": 1024, "op": "max"},
+        Adversarial("all-negative values (max)", reduce_shape(16, 1024, 1, "max"),
                     lambda s, d, g, dev: _reduce_inputs(s, d, g, dev, x_offset=-50.0),
                     "every value below zero: a max that starts from 0 is wrong"),
-        Adversarial("large values (sum)", {"M": 16, "N": 1024, "op": "sum"},
+        Adversarial("all-positive values (min)", reduce_shape(4, 256, 8, "min"),
+                    lambda s, d, g, dev: _reduce_inputs(s, d, g, dev, x_offset=50.0),
+                    "every value above zero: a min that starts from 0 is wrong"),
+        Adversarial("nan and inf (max)", reduce_shape(4, 256, 8, "max"), _reduce_nonfinite,
+                    "nan propagates, +inf wins, a line of -inf stays -inf"),
+        Adversarial("nan and inf (min)", reduce_shape(4, 256, 8, "min"), _reduce_nonfinite,
+                    "nan propagates, -inf wins, a line of +inf stays +inf"),
+        Adversarial("large values (sum)", reduce_shape(16, 1024, 1, "sum"),
                     lambda s, d, g, dev: _reduce_inputs(s, d, g, dev, x_scale=1e2),
                     "sums of +-100: a float16 accumulator loses the result"),
+        Adversarial("sums near float16's limit", reduce_shape(4, 1024, 8, "sum"),
+                    lambda s, d, g, dev: _reduce_inputs(s, d, g, dev, x_offset=60.0),
+                    "1024 values near 60 sum to about 61440: a float16 accumulator, whose spacing there "
+                    "is 32, rounds away most of every addition"),
+        Adversarial("means near float16's limit", reduce_shape(4, 1024, 8, "mean"),
+                    lambda s, d, g, dev: _reduce_inputs(s, d, g, dev, x_offset=60.0),
+                    "the mean of the same values: the sum must still be accumulated in float32"),
     ],
-    bytes_moved=lambda s, e: (s["M"] * s["N"] + _reduce_output_elems(s)) * e,
-    flops=lambda s: float(s["M"] * s["N"]),
+    bytes_moved=lambda s, e: (math.prod(reduce_layout(s)) + _reduce_output_elems(s)) * e,
+    flops=lambda s: float(math.prod(reduce_layout(s))),
 )
 
 
@@ -523,3 +617,9 @@ def get(name: str) -> KernelType:
     if name not in REGISTRY:
         raise KeyError(f"unknown kernel type {name!r}; known types: {', '.join(REGISTRY)}")
     return REGISTRY[name]
+
+
+def canonical_shape(kernel_type: str, shape: Shape) -> Shape:
+    """The shape in the keys its type uses today: a reduce shape of the form {M, N, dim, op} (before any
+    dimension could be reduced) becomes {O, R, I, op}; every other shape is returned as it is."""
+    return canonical_reduce_shape(shape) if kernel_type == "reduce" else dict(shape)

@@ -8,9 +8,12 @@ built exactly as the profiler builds it, so a call matches the shapes a kernel w
 What is read:
   - functions (FUNCTION_ROUTES): F.linear and (..., K) @ (K, N) matmuls (leading dims flattened
     into M); softmax over the last dim; F.layer_norm; F.rms_norm; SDPA without mask or dropout;
-    F.cross_entropy (mean, no weights); sum / amax over leading or trailing dims;
+    F.cross_entropy (mean, no weights); sum / mean / amax / amin over any one dim or run of adjacent
+    dims (not torch.max / torch.min(x, dim), which return indices too);
   - modules (module_variants): nn.Linear -> matmul; norms (class named like RMSNorm / LayerNorm,
-    a 1-D weight, a float eps); gated MLPs (nn.Linear children gate / up / down, or w1 / w3 / w2)
+    a 1-D weight, a float eps); RMSNorm / LayerNorm over dim 1 of (B, C, ...), and RMSNorm without
+    a weight (a leaf module with a float eps and at most a 1-D weight and bias, KernelBench's
+    inline form); gated MLPs (nn.Linear children gate / up / down, or w1 / w3 / w2)
     -> fused_mlp; rotary modules (named like Rotary / RoPE, with (S, D/2) cos and sin tables,
     forward(x)). What a norm, MLP or rotary module computes is inferred from its structure, so the
     router checks its first routed call against the module's own forward.
@@ -28,6 +31,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from autokernel import registry
 
 # The attribute of an nn.Linear that holds its weight transposed to the (K, N) layout the matmul
 # kernels take, with the weight version it was made from; and that of a rotary module that holds
@@ -199,50 +204,49 @@ def _launch_cross_entropy(fn, input, target, *args, **kwargs):
 
 
 # --------------------------------------------------------------------------- reductions
-def reduction_layout(shape, dim) -> tuple[int, int, int, int] | str:
-    """(rows, cols, kernel dim, count of reduced dims) of a sum / max over `dim` of a tensor of this
-    shape, as the one 2-D reduction the reduce kernel is judged on, or why it is not one.
+def reduction_layout(shape, dim) -> tuple[int, int, int] | str:
+    """(outer, reduced, inner) of a reduction over `dim` of a tensor of this shape, the (O, R, I)
+    layout the reduce kernel is judged on, or why it is not one.
 
-    The profiler's plan (classify.py) asks this too, so a reduction is planned as a job only in a
-    form the router can run: a middle dimension is neither, until the judge checks that form.
+    Any one dimension, or a run of adjacent ones (all of them when dim is None or ()), is one
+    reduced axis of the tensor viewed as (O, R, I); dims with a gap between them are not. The
+    profiler's plan (classify.py) asks this too, so a reduction is planned as a job only in a form
+    the router can run.
     """
     dims = [] if dim is None else [dim] if isinstance(dim, int) else list(dim)
     if len(shape) == 0 or not all(isinstance(d, int) for d in dims):
         return "a reduction of a 0-d tensor, or over named dimensions"
-    ndim, numel = len(shape), math.prod(shape)
-    reduced = sorted(d % ndim for d in dims) or list(range(ndim))
-    count, size = len(reduced), math.prod(shape[d] for d in reduced)
-    if reduced == list(range(ndim - count, ndim)):
-        return numel // max(size, 1), size, -1, count
-    if reduced == list(range(count)):
-        return size, numel // max(size, 1), 0, count
-    return "a reduction over dimensions that are neither leading nor trailing"
+    ndim = len(shape)
+    if not all(-ndim <= d < ndim for d in dims):
+        return "a reduction over a dimension out of range"
+    reduced = sorted({d % ndim for d in dims}) or list(range(ndim))
+    first, last = reduced[0], reduced[-1]
+    if reduced != list(range(first, last + 1)):
+        return "a reduction over dimensions that are not adjacent"
+    return math.prod(shape[:first]), math.prod(shape[first:last + 1]), math.prod(shape[last + 1:])
 
 
-def _reduced_layout(input, dim) -> tuple[int, int, int, int] | str:
-    return reduction_layout(tuple(input.shape), dim)
+def _reduced_dims(input, dim) -> list[int]:
+    dims = [] if dim is None else [dim] if isinstance(dim, int) else list(dim)
+    return sorted({d % input.dim() for d in dims}) or list(range(input.dim()))
 
 
-def _read_reduction(op: str, input, dim=None, keepdim=False, *, dtype=None) -> Reading | str:
-    # The signature of torch.sum and Tensor.sum; amax's has no dtype, and its dim=() also means all dims.
-    if dtype is not None:
-        return "a reduction with a dtype argument"
-    layout = _reduced_layout(input, dim)
+def _read_reduction(op: str, input, dim=None, keepdim=False, *, dtype=None, out=None) -> Reading | str:
+    # The signature of torch.sum / torch.mean and their Tensor methods; amax's and amin's have no
+    # dtype, and their dim=() also means all dims.
+    if dtype is not None or out is not None:
+        return "a reduction with a dtype or out argument"
+    layout = reduction_layout(tuple(input.shape), dim)
     if isinstance(layout, str):
         return layout
-    rows, cols, kernel_dim, _ = layout
-    return Reading({"M": rows, "N": cols, "dim": kernel_dim, "op": op}, (input,),
-                   functools.partial(_launch_reduction, op))
+    return Reading(registry.reduce_shape(*layout, op), (input,), functools.partial(_launch_reduction, op))
 
 
-def _launch_reduction(op: str, fn, input, dim=None, keepdim=False, *, dtype=None):
-    rows, cols, kernel_dim, count = _reduced_layout(input, dim)
-    ndim = input.dim()
-    if kernel_dim == -1:
-        out_shape = (*input.shape[:ndim - count], *(1,) * count * keepdim)
-    else:
-        out_shape = (*(1,) * count * keepdim, *input.shape[count:])
-    return fn(input.reshape(rows, cols).contiguous(), kernel_dim, op).reshape(out_shape)
+def _launch_reduction(op: str, fn, input, dim=None, keepdim=False, *, dtype=None, out=None):
+    sizes, kernel_dim = registry.reduce_call(*reduction_layout(tuple(input.shape), dim))
+    reduced = _reduced_dims(input, dim)
+    out_shape = [1 if d in reduced else size for d, size in enumerate(input.shape) if keepdim or d not in reduced]
+    return fn(input.reshape(sizes).contiguous(), kernel_dim, op).reshape(out_shape)
 
 
 @dataclass(frozen=True)
@@ -252,7 +256,8 @@ class FunctionRoute:
     read: Callable
 
 
-_SUM, _MAX = functools.partial(_read_reduction, "sum"), functools.partial(_read_reduction, "max")
+_SUM, _MEAN = functools.partial(_read_reduction, "sum"), functools.partial(_read_reduction, "mean")
+_MAX, _MIN = functools.partial(_read_reduction, "max"), functools.partial(_read_reduction, "min")
 # torch function -> how to read a call of it
 FUNCTION_ROUTES: dict[Callable, FunctionRoute] = {
     F.linear: FunctionRoute("matmul", _read_linear),
@@ -266,7 +271,11 @@ FUNCTION_ROUTES: dict[Callable, FunctionRoute] = {
     F.scaled_dot_product_attention: FunctionRoute("flash_attention", _read_attention),
     F.cross_entropy: FunctionRoute("cross_entropy", _read_cross_entropy),
     torch.sum: FunctionRoute("reduce", _SUM), torch.Tensor.sum: FunctionRoute("reduce", _SUM),
+    torch.mean: FunctionRoute("reduce", _MEAN), torch.Tensor.mean: FunctionRoute("reduce", _MEAN),
     torch.amax: FunctionRoute("reduce", _MAX), torch.Tensor.amax: FunctionRoute("reduce", _MAX),
+    torch.amin: FunctionRoute("reduce", _MIN), torch.Tensor.amin: FunctionRoute("reduce", _MIN),
+    # torch.max / torch.min(x, dim) are not routed: they return indices too, and the reduce kernels
+    # compute values only (classify.py leaves aten::max / aten::min unplanned for the same reason).
 }
 
 
@@ -338,6 +347,62 @@ def _read_norm_module(module: nn.Module, kernel_type: str, x) -> Reading | str:
         return _read_norm(kernel_type, x, module.weight, getattr(module, "bias", None),
                           lambda fn, x: _launch_layernorm(fn, x, module.weight, module.bias, eps))
     return _read_norm(kernel_type, x, module.weight, None, lambda fn, x: _launch_rmsnorm(fn, x, module.weight, eps))
+
+
+def module_eps(module: nn.Module) -> float | None:
+    """The module's float eps (eps or variance_epsilon), or None: what a norm module must carry to be read as one."""
+    return _module_eps(module)
+
+
+def _channel_norm_variants(module: nn.Module, verified_shapes: dict[str, list[dict]]) -> list[ModuleVariant]:
+    """Norms of a leaf module with a float eps and at most a 1-D weight and bias, as KernelBench
+    writes them inline (x / sqrt(mean(x ** 2, dim=1, keepdim=True) + eps)): RMSNorm or LayerNorm
+    over dim 1 of x (B, C, ...), where kernels of the type were verified at {M, N, I} shapes; and
+    RMSNorm over the last dim (with a weight of ones) when the module has no parameters. Which one,
+    if any, is what the module computes is decided by the first-call check against its own forward."""
+    params = dict(module.named_parameters(recurse=False))
+    if (set(params) - {"weight", "bias"} or any(p.dim() != 1 for p in params.values()) or any(module.children())
+            or _module_eps(module) is None):
+        return []
+    kinds = ("layernorm", "rmsnorm") if "layernorm" in type(module).__name__.lower() else ("rmsnorm", "layernorm")
+    variants = [ModuleVariant(kind, f"{kind} dim=1", functools.partial(_read_channel_norm, module, kind))
+                for kind in kinds if any("I" in shape for shape in verified_shapes.get(kind, []))
+                and (kind == "layernorm" or "bias" not in params)]
+    if not params and "rmsnorm" in verified_shapes:
+        variants.append(ModuleVariant("rmsnorm", "rmsnorm (no weight)",
+                                      functools.partial(_read_weightless_last_dim_norm, module)))
+    return variants
+
+
+def _norm_param(module: nn.Module, name: str, x: torch.Tensor, size: int, default: float) -> torch.Tensor:
+    """The module's weight or bias, or a tensor of `default` (1 for a weight, 0 for a bias) where it has none."""
+    param = getattr(module, name, None)
+    return param.contiguous() if isinstance(param, torch.Tensor) else torch.full((size,), default, dtype=x.dtype,
+                                                                                 device=x.device)
+
+
+def _read_channel_norm(module: nn.Module, kernel_type: str, x) -> Reading | str:
+    params = tuple(p for p in (getattr(module, "weight", None), getattr(module, "bias", None))
+                   if isinstance(p, torch.Tensor))
+    if x.dim() < 3 or any(p.shape != x.shape[1:2] for p in params):
+        return "input is not (B, C, ...) with a weight and bias of C channels"
+    shape = {"M": x.shape[0], "N": x.shape[1], "I": math.prod(x.shape[2:])}
+
+    def launch(fn, x):
+        n, eps = x.shape[1], float(_module_eps(module))
+        x3d = x.reshape(x.shape[0], n, math.prod(x.shape[2:])).contiguous()
+        weight = _norm_param(module, "weight", x, n, 1.0)
+        if kernel_type == "layernorm":
+            return fn(x3d, weight, _norm_param(module, "bias", x, n, 0.0), eps, 1).reshape(x.shape)
+        return fn(x3d, weight, eps, 1).reshape(x.shape)
+    return Reading(shape, (x, *params), launch)
+
+
+def _read_weightless_last_dim_norm(module: nn.Module, x) -> Reading | str:
+    if x.dim() == 0:
+        return "a 0-d input"
+    return Reading(_rows(x.shape), (x,), lambda fn, x: _launch_rmsnorm(
+        fn, x, _norm_param(module, "weight", x, x.shape[-1], 1.0), _module_eps(module)))
 
 
 _MLP_ROLES = {"gate": ("gate", "w1"), "up": ("up", "w3"), "down": ("down", "w2")}
@@ -414,6 +479,7 @@ def module_variants(module: nn.Module, verified_shapes: dict[str, list[dict]]) -
     acts = list(dict.fromkeys(shape["act"] for shape in verified_shapes.get("fused_mlp", []) if "act" in shape))
     return ((_linear_variants(module) if "matmul" in loaded else [])
             + _norm_variants(module, loaded)
+            + _channel_norm_variants(module, verified_shapes)
             + (_mlp_variants(module, acts) if "fused_mlp" in loaded else [])
             + (_rotary_variants(module) if "rotary_embedding" in loaded else []))
 

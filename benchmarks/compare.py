@@ -41,7 +41,7 @@ TARGETS = {
     "layernorm": ({"M": 8192, "N": 4096}, "copy", 0.90),
     "cross_entropy": ({"M": 8192, "V": 32768}, "copy", 0.85),
     "rotary_embedding": ({"B": 4, "H": 32, "S": 2048, "D": 128}, "copy", 0.85),
-    "reduce": ({"M": 8192, "N": 8192, "dim": -1, "op": "sum"}, "copy", 0.90),
+    "reduce": ({"O": 8192, "R": 8192, "I": 1, "op": "sum"}, "copy", 0.90),
     "matmul": ({"M": 4096, "N": 4096, "K": 4096}, "cublas", 0.90),
     "flash_attention": ({"B": 4, "H": 32, "S": 2048, "D": 128, "causal": 1}, "sdpa", 0.90),
     "fused_mlp": ({"M": 4096, "D": 4096, "F": 11008, "act": "silu"}, "torch.compile", 1.0),

@@ -1,4 +1,4 @@
-"""LayerNorm starter: LayerNorm over the last dimension with weight and bias, in Triton.
+"""LayerNorm starter: LayerNorm with weight and bias over the last dimension or dim 1, in Triton.
 
 Statistics are taken in float32 on values shifted by the row's first element: for a row like
 100 + 1e-4 * noise the shifted values are exact and small, so the mean and variance keep their
@@ -11,6 +11,12 @@ cost registers and were measured slower: see benchmarks/notes/memory_bound.md). 
 L2 marked evict-first while weight and bias, which every program rereads, are kept (evict-last).
 Rows longer than MAX_BLOCK_N are read twice: per-chunk mean and squared deviations merged with
 Chan's parallel formula, then the write.
+
+Over dim 1 of x (B, C, H, W) (dim=1), x is viewed as (B, C, I) with I = H * W positions, each
+normalized over its C channels, which lie I elements apart: a program takes CHANNEL_BLOCK_INNER
+adjacent positions and reads every channel of them (loads contiguous along the positions), with
+the same shift by the first channel and the same chunk merging when the channels do not fit one
+tile of MAX_BLOCK_N elements.
 """
 
 import torch
@@ -23,13 +29,14 @@ KERNEL_TYPE = "layernorm"
 # MAX_BLOCK_N: widest row held in registers in one pass (longer rows take two passes).
 # TILE_ELEMS: short rows are packed into one program until its tile holds this many elements.
 # ELEMS_PER_THREAD and MAX_NUM_WARPS set num_warps from the tile size.
+# CHANNEL_BLOCK_INNER: adjacent positions per program when normalizing over dim 1.
 TUNABLES = {"MAX_BLOCK_N": 16384, "TILE_ELEMS": 4096, "ELEMS_PER_THREAD": 16, "MAX_NUM_WARPS": 16,
-            "num_stages": 1}
+            "num_stages": 1, "CHANNEL_BLOCK_INNER": 64}
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {"MAX_BLOCK_N": [1024, 2048, 4096, 8192, 16384, 32768],
                    "TILE_ELEMS": [1024, 2048, 4096, 8192, 16384],
                    "ELEMS_PER_THREAD": [4, 8, 16, 32], "MAX_NUM_WARPS": [4, 8, 16, 32],
-                   "num_stages": [1, 2, 3]}
+                   "num_stages": [1, 2, 3], "CHANNEL_BLOCK_INNER": [16, 32, 64, 128, 256]}
 
 
 @triton.jit
@@ -46,6 +53,21 @@ def _load_x(x_rows, cols, mask):
 def _affine_store(y_rows, w, b, deviation, rstd, cols, mask):
     y = deviation * rstd[:, None] * w.to(tl.float32)[None, :] + b.to(tl.float32)[None, :]
     tl.store(y_rows + cols[None, :], y.to(y_rows.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _merge_chunk(mean, sum_sq_dev, shifted, mask, start, n_total, BLOCK: tl.constexpr, AXIS: tl.constexpr):
+    """Chan's parallel formula: one chunk's mean and squared deviations (along AXIS) merged into the
+    running ones. Every earlier chunk was full, so `start` values are already merged."""
+    seen = start * 1.0
+    chunk_count = tl.minimum(n_total - start, BLOCK).to(tl.float32)
+    chunk_mean = tl.sum(shifted, axis=AXIS) / chunk_count
+    chunk_dev = tl.where(mask, shifted - tl.expand_dims(chunk_mean, AXIS), 0.0)
+    delta = chunk_mean - mean
+    total = seen + chunk_count
+    mean += delta * (chunk_count / total)
+    sum_sq_dev += tl.sum(chunk_dev * chunk_dev, axis=AXIS) + delta * delta * (seen * chunk_count / total)
+    return mean, sum_sq_dev
 
 
 @triton.jit
@@ -74,15 +96,7 @@ def _layernorm_rows(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_
             cols = start + tl.arange(0, BLOCK_N)
             mask = row_mask[:, None] & (cols < n_cols)[None, :]
             shifted = tl.where(mask, _load_x(x_rows, cols, mask) - shift, 0.0)
-            # Every earlier chunk was full, so `start` values are already merged.
-            seen = start * 1.0
-            chunk_count = tl.minimum(n_cols - start, BLOCK_N).to(tl.float32)
-            chunk_mean = tl.sum(shifted, axis=1) / chunk_count
-            chunk_dev = tl.where(mask, shifted - chunk_mean[:, None], 0.0)
-            delta = chunk_mean - mean
-            total = seen + chunk_count
-            mean += delta * (chunk_count / total)
-            sum_sq_dev += tl.sum(chunk_dev * chunk_dev, axis=1) + delta * delta * (seen * chunk_count / total)
+            mean, sum_sq_dev = _merge_chunk(mean, sum_sq_dev, shifted, mask, start, n_cols, BLOCK_N, 1)
         rstd = tl.rsqrt(sum_sq_dev / n_cols + eps)
         for start in range(0, n_cols, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
@@ -94,19 +108,92 @@ def _layernorm_rows(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_
             _affine_store(y_rows, w, b, deviation, rstd, cols, mask)
 
 
+@triton.jit
+def _layernorm_channels(x_ptr, w_ptr, b_ptr, y_ptr, n_channels, n_inner, inner_blocks, eps,
+                        BLOCK_C: tl.constexpr, BLOCK_I: tl.constexpr, ONE_BLOCK: tl.constexpr):
+    # x and y are contiguous (outer, C, I); one program normalizes BLOCK_I positions of one outer index.
+    pid = tl.program_id(0).to(tl.int64)
+    outer = pid // inner_blocks
+    inner = (pid % inner_blocks) * BLOCK_I + tl.arange(0, BLOCK_I)
+    inner_mask = inner < n_inner
+    base = outer * n_channels * n_inner + inner[None, :]
+    x_band, y_band = x_ptr + base, y_ptr + base
+    shift = tl.load(x_ptr + outer * n_channels * n_inner + inner, mask=inner_mask, other=0.0).to(tl.float32)
+    if ONE_BLOCK:
+        c = tl.arange(0, BLOCK_C)
+        c_mask = c < n_channels
+        mask = c_mask[:, None] & inner_mask[None, :]
+        offsets = c[:, None].to(tl.int64) * n_inner
+        x = tl.load(x_band + offsets, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        shifted = tl.where(mask, x - shift[None, :], 0.0)
+        mean = tl.sum(shifted, axis=0) / n_channels
+        deviation = tl.where(mask, shifted - mean[None, :], 0.0)
+        rstd = tl.rsqrt(tl.sum(deviation * deviation, axis=0) / n_channels + eps)
+        w = _load_param(w_ptr, c, c_mask).to(tl.float32)
+        b = _load_param(b_ptr, c, c_mask).to(tl.float32)
+        y = deviation * rstd[None, :] * w[:, None] + b[:, None]
+        tl.store(y_band + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        mean = tl.zeros([BLOCK_I], tl.float32)
+        sum_sq_dev = tl.zeros([BLOCK_I], tl.float32)
+        for start in range(0, n_channels, BLOCK_C):
+            c = start + tl.arange(0, BLOCK_C)
+            mask = (c < n_channels)[:, None] & inner_mask[None, :]
+            x = tl.load(x_band + c[:, None].to(tl.int64) * n_inner, mask=mask, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+            shifted = tl.where(mask, x - shift[None, :], 0.0)
+            mean, sum_sq_dev = _merge_chunk(mean, sum_sq_dev, shifted, mask, start, n_channels, BLOCK_C, 0)
+        rstd = tl.rsqrt(sum_sq_dev / n_channels + eps)
+        for start in range(0, n_channels, BLOCK_C):
+            c = start + tl.arange(0, BLOCK_C)
+            c_mask = c < n_channels
+            mask = c_mask[:, None] & inner_mask[None, :]
+            offsets = c[:, None].to(tl.int64) * n_inner
+            x = tl.load(x_band + offsets, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            w = _load_param(w_ptr, c, c_mask).to(tl.float32)
+            b = _load_param(b_ptr, c, c_mask).to(tl.float32)
+            y = ((x - shift[None, :]) - mean[None, :]) * rstd[None, :] * w[:, None] + b[:, None]
+            tl.store(y_band + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _channels(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, dim: int) -> torch.Tensor:
+    """LayerNorm over a dimension that is not the last: x viewed as (outer, C, I)."""
+    n_channels = x.shape[dim]
+    n_outer, n_inner = x.shape[:dim].numel(), x.shape[dim + 1:].numel()
+    x3d = x.contiguous()
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    block_i = min(triton.next_power_of_2(n_inner), TUNABLES["CHANNEL_BLOCK_INNER"])
+    block_c = triton.next_power_of_2(n_channels)
+    one_block = block_c * block_i <= TUNABLES["MAX_BLOCK_N"]
+    if not one_block:
+        block_c = max(1, min(block_c, TUNABLES["TILE_ELEMS"] // block_i))
+    inner_blocks = triton.cdiv(n_inner, block_i)
+    _layernorm_channels[(n_outer * inner_blocks,)](
+        x3d, weight.contiguous(), bias.contiguous(), y, n_channels, n_inner, inner_blocks, eps,
+        BLOCK_C=block_c, BLOCK_I=block_i, ONE_BLOCK=one_block,
+        num_warps=_num_warps(block_c * block_i), num_stages=TUNABLES["num_stages"])
+    return y
+
+
 def _num_warps(tile_elems: int) -> int:
     """Enough warps that each thread holds about ELEMS_PER_THREAD elements of the tile."""
     warps = triton.next_power_of_2(max(1, tile_elems // (32 * TUNABLES["ELEMS_PER_THREAD"])))
     return min(warps, TUNABLES["MAX_NUM_WARPS"])
 
 
-def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    n_cols = x.shape[-1] if x.dim() > 0 else 0
-    if x.dim() == 0 or weight.shape != (n_cols,) or bias.shape != (n_cols,):
-        raise ValueError(f"layernorm: x {tuple(x.shape)} needs a last dimension matching weight "
+def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
+              dim: int = -1) -> torch.Tensor:
+    if x.dim() == 0 or not -x.dim() <= dim < x.dim():
+        raise ValueError(f"layernorm: cannot normalize x {tuple(x.shape)} over dim {dim}")
+    dim %= x.dim()
+    n_cols = x.shape[dim]
+    if weight.shape != (n_cols,) or bias.shape != (n_cols,):
+        raise ValueError(f"layernorm: x {tuple(x.shape)} needs dimension {dim} matching weight "
                          f"{tuple(weight.shape)} and bias {tuple(bias.shape)} of shape (N,)")
     if x.numel() == 0:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if x.shape[dim + 1:].numel() != 1:
+        return _channels(x, weight, bias, eps, dim)
     x2d = x.reshape(-1, n_cols)
     if x2d.stride(-1) != 1:
         x2d = x2d.contiguous()

@@ -1,4 +1,4 @@
-"""Reduce starter: sum or max of a tensor of any rank over one dimension, in Triton, in float32.
+"""Reduce starter: sum, mean, max or min of a tensor of any rank over one dimension, in Triton, in float32.
 
 The contiguous input is viewed as (outer, R, inner) and reduced over R in place, whatever the
 dimension, without a transposing copy. When R is the last dimension and there are rows enough to
@@ -10,7 +10,8 @@ layouts: a program reads a band of contiguous inner columns (or rows, when R is 
 down R. When that leaves too few programs to fill the GPU, R is split across programs that write
 float32 partial results, and a second launch of the same kernel reduces the partials in a fixed
 order (no atomics, so results are bitwise reproducible). Input streams through L2 marked
-evict-first. Like torch.amax, max propagates nan.
+evict-first. Like torch.amax and torch.amin, max and min propagate nan; min is the max of -x, and
+mean is the float32 sum scaled by 1 / R as it is stored.
 """
 
 import torch
@@ -35,17 +36,19 @@ TUNABLE_CHOICES = {"MAX_BLOCK_R": [1024, 2048, 4096, 8192, 16384],
                    "ELEMS_PER_THREAD": [4, 8, 16, 32], "MAX_NUM_WARPS": [4, 8, 16, 32],
                    "num_stages": [1, 2, 3, 4]}
 
-OPS = ("sum", "max")
+OPS = ("sum", "mean", "max", "min")
 
 
 @triton.jit
-def _load(ptrs, mask, IS_MAX: tl.constexpr):
-    """Values in float32, the op's identity where masked; x is read once, so it leaves L2 first."""
-    if IS_MAX:
-        x = tl.load(ptrs, mask=mask, other=-float("inf"), eviction_policy="evict_first")
+def _load(ptrs, mask, IS_MAX: tl.constexpr, NEGATE: tl.constexpr):
+    """Values in float32 (negated for a min), the op's identity where masked; x is read once, so it leaves L2 first."""
+    if NEGATE:
+        x = -tl.load(ptrs, mask=mask, other=float("inf"), eviction_policy="evict_first").to(tl.float32)
+    elif IS_MAX:
+        x = tl.load(ptrs, mask=mask, other=-float("inf"), eviction_policy="evict_first").to(tl.float32)
     else:
-        x = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
-    return x.to(tl.float32)
+        x = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    return x
 
 
 @triton.jit
@@ -58,25 +61,27 @@ def _combine(acc, x, IS_MAX: tl.constexpr):
 
 
 @triton.jit
-def _result(acc, AXIS: tl.constexpr, IS_MAX: tl.constexpr):
+def _result(acc, scale, AXIS: tl.constexpr, IS_MAX: tl.constexpr, NEGATE: tl.constexpr):
     if IS_MAX:
         # tl.max may drop nan on a GPU; counting nan lanes costs one reduction per program.
         has_nan = tl.sum((acc != acc).to(tl.int32), axis=AXIS) > 0
         result = tl.where(has_nan, float("nan"), tl.max(acc, axis=AXIS))
+        if NEGATE:
+            result = -result
     else:
-        result = tl.sum(acc, axis=AXIS)
+        result = tl.sum(acc, axis=AXIS) * scale
     return result
 
 
 @triton.jit
-def _reduce_rows(x_ptr, out_ptr, n_rows, n_cols, row_stride,
-                 IS_MAX: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, ONE_BLOCK: tl.constexpr):
+def _reduce_rows(x_ptr, out_ptr, n_rows, n_cols, row_stride, scale,
+                 IS_MAX: tl.constexpr, NEGATE: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, ONE_BLOCK: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     row_mask = rows < n_rows
     x_rows = x_ptr + rows[:, None] * row_stride
     if ONE_BLOCK:
         cols = tl.arange(0, BLOCK_N)
-        acc = _load(x_rows + cols[None, :], row_mask[:, None] & (cols < n_cols)[None, :], IS_MAX)
+        acc = _load(x_rows + cols[None, :], row_mask[:, None] & (cols < n_cols)[None, :], IS_MAX, NEGATE)
     else:
         if IS_MAX:
             acc = tl.full([ROWS, BLOCK_N], -float("inf"), tl.float32)
@@ -84,16 +89,16 @@ def _reduce_rows(x_ptr, out_ptr, n_rows, n_cols, row_stride,
             acc = tl.zeros([ROWS, BLOCK_N], tl.float32)
         for start in range(0, n_cols, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
-            acc = _combine(acc, _load(x_rows + cols[None, :], row_mask[:, None] & (cols < n_cols)[None, :], IS_MAX),
-                           IS_MAX)
-    tl.store(out_ptr + rows, _result(acc, 1, IS_MAX).to(out_ptr.dtype.element_ty), mask=row_mask)
+            acc = _combine(acc, _load(x_rows + cols[None, :], row_mask[:, None] & (cols < n_cols)[None, :], IS_MAX,
+                                      NEGATE), IS_MAX)
+    tl.store(out_ptr + rows, _result(acc, scale, 1, IS_MAX, NEGATE).to(out_ptr.dtype.element_ty), mask=row_mask)
 
 
 @triton.jit
 def _reduce_over_r(x_ptr, out_ptr, n_reduce, n_inner, inner_blocks, reduce_per_split,
                    x_stride_outer, x_stride_reduce, x_stride_inner,
-                   out_stride_outer, out_stride_split, out_stride_inner,
-                   IS_MAX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_INNER: tl.constexpr):
+                   out_stride_outer, out_stride_split, out_stride_inner, scale,
+                   IS_MAX: tl.constexpr, NEGATE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_INNER: tl.constexpr):
     # Axis 0 covers (outer, inner block) pairs, which may outnumber axis 1's 65535 limit.
     pid = tl.program_id(0).to(tl.int64)
     outer = pid // inner_blocks
@@ -110,9 +115,9 @@ def _reduce_over_r(x_ptr, out_ptr, n_reduce, n_inner, inner_blocks, reduce_per_s
     for start in range(r_begin, r_end, BLOCK_R):
         r = start + tl.arange(0, BLOCK_R)
         mask = (r < r_end)[:, None] & inner_mask[None, :]
-        acc = _combine(acc, _load(x_cols + r[:, None] * x_stride_reduce, mask, IS_MAX), IS_MAX)
+        acc = _combine(acc, _load(x_cols + r[:, None] * x_stride_reduce, mask, IS_MAX, NEGATE), IS_MAX)
     out = out_ptr + outer * out_stride_outer + split * out_stride_split + inner * out_stride_inner
-    tl.store(out, _result(acc, 0, IS_MAX).to(out_ptr.dtype.element_ty), mask=inner_mask)
+    tl.store(out, _result(acc, scale, 0, IS_MAX, NEGATE).to(out_ptr.dtype.element_ty), mask=inner_mask)
 
 
 def _num_warps(tile_elems: int) -> int:
@@ -140,16 +145,16 @@ def _split(n_reduce: int, block_r: int, programs: int) -> tuple[int, int]:
     return reduce_per_split, triton.cdiv(n_reduce, reduce_per_split)
 
 
-def _launch(x, out, n_outer, n_reduce, n_inner, x_strides, out_strides, is_max, block_r, block_inner,
+def _launch(x, out, n_outer, n_reduce, n_inner, x_strides, out_strides, op, scale, block_r, block_inner,
             reduce_per_split, splits):
     inner_blocks = triton.cdiv(n_inner, block_inner)
     _reduce_over_r[(n_outer * inner_blocks, splits)](
-        x, out, n_reduce, n_inner, inner_blocks, reduce_per_split, *x_strides, *out_strides,
-        IS_MAX=is_max, BLOCK_R=block_r, BLOCK_INNER=block_inner,
+        x, out, n_reduce, n_inner, inner_blocks, reduce_per_split, *x_strides, *out_strides, scale,
+        IS_MAX=op in ("max", "min"), NEGATE=op == "min", BLOCK_R=block_r, BLOCK_INNER=block_inner,
         num_warps=_num_warps(block_r * block_inner), num_stages=TUNABLES["num_stages"])
 
 
-def _launch_rows(x, out, n_rows, n_cols, is_max) -> bool:
+def _launch_rows(x, out, n_rows, n_cols, op, scale) -> bool:
     """Reduce contiguous rows with the row kernel if that makes programs enough; say whether it did."""
     block_n = triton.next_power_of_2(max(n_cols, 1))
     one_block = block_n <= TUNABLES["MAX_BLOCK_R"]
@@ -158,14 +163,15 @@ def _launch_rows(x, out, n_rows, n_cols, is_max) -> bool:
     programs = triton.cdiv(n_rows, rows)
     if programs < TUNABLES["MIN_PROGRAMS"]:
         return False
-    _reduce_rows[(programs,)](x, out, n_rows, n_cols, n_cols, IS_MAX=is_max, ROWS=rows, BLOCK_N=block_n,
-                              ONE_BLOCK=one_block, num_warps=_num_warps(rows * block_n))
+    _reduce_rows[(programs,)](x, out, n_rows, n_cols, n_cols, scale, IS_MAX=op in ("max", "min"),
+                              NEGATE=op == "min", ROWS=rows, BLOCK_N=block_n, ONE_BLOCK=one_block,
+                              num_warps=_num_warps(rows * block_n))
     return True
 
 
 def kernel_fn(x: torch.Tensor, dim: int = -1, op: str = "sum") -> torch.Tensor:
     if op not in OPS:
-        raise ValueError(f"reduce: unknown op {op!r} (expected 'sum' or 'max')")
+        raise ValueError(f"reduce: unknown op {op!r} (expected one of {', '.join(OPS)})")
     if not isinstance(dim, int):
         raise TypeError(f"reduce: dim must be a single int, got {dim!r}")
     if not x.is_floating_point():
@@ -177,14 +183,15 @@ def kernel_fn(x: torch.Tensor, dim: int = -1, op: str = "sum") -> torch.Tensor:
     n_outer, n_reduce, n_inner = (torch.Size(sizes[:dim]).numel(), sizes[dim],
                                   torch.Size(sizes[dim + 1:]).numel())
     out_shape = x.shape[:dim] + x.shape[dim + 1:]
-    if n_reduce == 0 and op == "max":
-        raise ValueError(f"reduce: max over dimension {dim} of size 0 has no identity")
+    if n_reduce == 0 and op in ("max", "min"):
+        raise ValueError(f"reduce: {op} over dimension {dim} of size 0 has no identity")
     out = torch.empty(out_shape, dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
     x = x.contiguous()
-    is_max = op == "max"
-    if n_inner == 1 and _launch_rows(x, out, n_outer, n_reduce, is_max):
+    # The mean's 1 / R is applied where the final result is stored (a mean over nothing is nan, as in PyTorch).
+    scale = (1.0 / n_reduce if n_reduce else float("nan")) if op == "mean" else 1.0
+    if n_inner == 1 and _launch_rows(x, out, n_outer, n_reduce, op, scale):
         return out
     # A reduction over the last dimension is the same problem with the rows as the inner axis:
     # then R is contiguous and one program can take several rows.
@@ -197,13 +204,14 @@ def kernel_fn(x: torch.Tensor, dim: int = -1, op: str = "sum") -> torch.Tensor:
     reduce_per_split, splits = _split(max(n_reduce, 1), block_r, n_outer * triton.cdiv(n_inner, block_inner))
     out_strides = (n_inner, 0, 1)
     if splits == 1:
-        _launch(x, out, n_outer, n_reduce, n_inner, x_strides, out_strides, is_max, block_r, block_inner,
+        _launch(x, out, n_outer, n_reduce, n_inner, x_strides, out_strides, op, scale, block_r, block_inner,
                 reduce_per_split, 1)
         return out
     partials = torch.empty((n_outer, splits, n_inner), dtype=torch.float32, device=x.device)
-    _launch(x, partials, n_outer, n_reduce, n_inner, x_strides, partials.stride(), is_max, block_r, block_inner,
+    # Partial sums are not yet scaled; partial minima are stored as minima and negated again when read.
+    _launch(x, partials, n_outer, n_reduce, n_inner, x_strides, partials.stride(), op, 1.0, block_r, block_inner,
             reduce_per_split, splits)
     block_r, block_inner = _tiles(splits, n_inner, n_inner == 1)
-    _launch(partials, out, n_outer, splits, n_inner, partials.stride(), out_strides, is_max, block_r, block_inner,
+    _launch(partials, out, n_outer, splits, n_inner, partials.stride(), out_strides, op, scale, block_r, block_inner,
             triton.cdiv(splits, block_r) * block_r, 1)
     return out

@@ -203,8 +203,8 @@ def test_ops_classified_by_name_get_registry_shapes(named_ops_report):
     assert sites[("matmul", "")] == {"M": BATCH * SEQ, "N": SEQ, "K": DIM}      # the bmm, batch folded into M
     assert sites[("cross_entropy", "")] == {"M": ROWS, "V": DIM}
     reduces = [s.shape for s in named_ops_report.call_sites if s.kernel_type == "reduce"]
-    assert {"M": ROWS, "N": SEQ, "dim": -1, "op": "sum"} in reduces
-    assert {"M": BATCH, "N": SEQ * DIM, "dim": 0, "op": "max"} in reduces
+    assert {"O": ROWS, "R": SEQ, "I": 1, "op": "sum"} in reduces
+    assert {"O": 1, "R": BATCH, "I": SEQ * DIM, "op": "max"} in reduces
 
 
 def test_ungated_mlp_stays_matmul_and_its_activation_is_other(named_ops_report):
@@ -298,19 +298,24 @@ def test_a_rotary_function_is_recognised_without_python_frames(one_thread, monke
 
 
 @pytest.mark.parametrize("dims, planned", [
-    ([2], {"M": 2 * 3, "N": 4, "dim": -1, "op": "sum"}),      # trailing
-    ([0], {"M": 2, "N": 3 * 4, "dim": 0, "op": "sum"}),       # leading: a column reduction
-    ([1], None),                                             # a middle dimension: the router cannot run it
+    ([2], {"O": 2 * 3, "R": 4, "I": 1}),      # trailing
+    ([0], {"O": 1, "R": 2, "I": 3 * 4}),      # leading: a column reduction
+    ([1], {"O": 2, "R": 3, "I": 4}),          # a middle dimension
+    ([0, 1], {"O": 1, "R": 6, "I": 4}),       # a run of adjacent dims
+    ([0, 2], None),                           # dims with a gap: the router cannot run it
 ])
-def test_a_reduction_is_planned_only_in_a_form_the_router_runs(dims, planned):
-    from types import SimpleNamespace
+@pytest.mark.parametrize("aten_op, op", [("aten::sum", "sum"), ("aten::mean", "mean"), ("aten::amax", "max"),
+                                         ("aten::amin", "min")])
+def test_a_reduction_is_planned_only_in_a_form_the_router_runs(dims, planned, aten_op, op):
+    from autokernel import routes
 
-    from autokernel import classify, routes
-
-    event = SimpleNamespace(name="aten::sum", concrete_inputs=["", dims, False, None])
+    planned = None if planned is None else {**planned, "op": op}
+    # sum and mean carry a dtype argument, amax and amin do not.
+    concrete = ["", dims, False, None] if aten_op in ("aten::sum", "aten::mean") else ["", dims, False]
+    event = SimpleNamespace(name=aten_op, concrete_inputs=concrete)
     assert classify._reduce_shape(event, [2, 3, 4]) == planned
     x = torch.zeros(2, 3, 4)
-    reading = routes._read_reduction("sum", x, dims)
+    reading = routes._read_reduction(op, x, dims)
     assert isinstance(reading, str) == (planned is None)
     if planned is not None:
         assert reading.shape == planned

@@ -128,7 +128,7 @@ def test_the_contract_check_reads_the_source_without_running_it():
         integrity.check_contract(kernel(1.0) + "kernel_fn = print\n", "softmax")
     with pytest.raises(integrity.ContractError, match=r"takes \(\*\)"):
         integrity.check_contract(kernel(1.0).replace("def kernel_fn(x):", "def kernel_fn(*args):"), "softmax")
-    with pytest.raises(integrity.ContractError, match=r"reference's parameters \(x, weight, eps=...\); it takes \(x, weight\)"):
+    with pytest.raises(integrity.ContractError, match=r"reference's parameters \(x, weight, eps=..., dim=...\); it takes \(x, weight\)"):
         integrity.check_contract(kernel(1.0).replace("'softmax'", "'rmsnorm'").replace("(x)", "(x, weight)"), "rmsnorm")
     integrity.check_contract("def kernel_fn(:\n", "softmax")       # a syntax error is bench.py's to report
 

@@ -13,9 +13,9 @@ from tests.test_plugin import reference_sources, write_optimized  # noqa: E402
 
 def test_launched_kernels_are_the_ones_called_with_a_grid_from_python():
     source = starter_path("rmsnorm").read_text()
-    # _rmsnorm_rows is launched; _load_weight and _scale_and_store are called from Triton code only,
+    # _rmsnorm_rows and _rmsnorm_channels are launched; _load_weight and _scale_and_store are called from Triton code only,
     # and wrapping those would break the kernels that call them.
-    assert kernel_ops.launched_kernels(source) == {"_rmsnorm_rows"}
+    assert kernel_ops.launched_kernels(source) == {"_rmsnorm_rows", "_rmsnorm_channels"}
     assert "_gemm_tma_kernel" in kernel_ops.launched_kernels(starter_path("fused_mlp").read_text())
 
 

@@ -38,9 +38,17 @@ READABLE_CALLS = [
     (F.scaled_dot_product_attention, (Q, Q[:, :2], Q[:, 2:]), {"is_causal": True, "enable_gqa": True},
      {"B": 2, "H": 4, "KV": 2, "S": 5, "D": 6, "causal": 1}),
     (F.cross_entropy, (LOGITS, TARGETS), {}, {"M": 10, "V": 12}),
-    (torch.sum, (T,), {"dim": (1, 2), "keepdim": True}, {"M": 2, "N": 12, "dim": -1, "op": "sum"}),
-    (torch.Tensor.sum, (T,), {}, {"M": 1, "N": 24, "dim": -1, "op": "sum"}),
-    (torch.Tensor.amax, (T,), {"dim": 0}, {"M": 2, "N": 12, "dim": 0, "op": "max"}),
+    # Reductions: T (2, 3, 4) viewed as (O, R, I) around the reduced dims, which must be adjacent.
+    (torch.sum, (T,), {"dim": (1, 2), "keepdim": True}, {"O": 2, "R": 12, "I": 1, "op": "sum"}),
+    (torch.Tensor.sum, (T,), {}, {"O": 1, "R": 24, "I": 1, "op": "sum"}),
+    (torch.Tensor.amax, (T,), {"dim": 0}, {"O": 1, "R": 2, "I": 12, "op": "max"}),
+    (torch.sum, (T, 1), {}, {"O": 2, "R": 3, "I": 4, "op": "sum"}),
+    (torch.mean, (T,), {"dim": 1, "keepdim": True}, {"O": 2, "R": 3, "I": 4, "op": "mean"}),
+    (torch.Tensor.mean, (T, (0, 1)), {}, {"O": 1, "R": 6, "I": 4, "op": "mean"}),
+    (torch.amax, (T,), {"dim": -2}, {"O": 2, "R": 3, "I": 4, "op": "max"}),
+    (torch.amin, (T, 1, True), {}, {"O": 2, "R": 3, "I": 4, "op": "min"}),
+    (torch.Tensor.amin, (T,), {"dim": 2}, {"O": 6, "R": 4, "I": 1, "op": "min"}),
+    (torch.mean, (T,), {}, {"O": 1, "R": 24, "I": 1, "op": "mean"}),
 ]
 
 
@@ -79,7 +87,9 @@ def test_a_reading_launches_any_later_call_with_its_signature():
     (F.scaled_dot_product_attention, (Q, Q, Q), {"dropout_p": 0.1}, "attention with a mask or dropout"),
     (F.cross_entropy, (LOGITS, TARGETS), {"reduction": "sum"},
      "cross-entropy with class weights, label smoothing or a reduction other than mean"),
-    (torch.sum, (T,), {"dim": 1}, "a reduction over dimensions that are neither leading nor trailing"),
+    (torch.sum, (T,), {"dim": (0, 2)}, "a reduction over dimensions that are not adjacent"),
+    (torch.mean, (T, 1), {"dtype": torch.float64}, "a reduction with a dtype or out argument"),
+    (torch.amax, (T, 3), {}, "a reduction over a dimension out of range"),
 ])
 def test_an_unreadable_call_says_why(func, args, kwargs, reason):
     assert routes.read_function_call(func, args, kwargs)[1] == reason
@@ -203,8 +213,9 @@ def test_function_routes_hit_with_the_registry_shapes(tmp_path):
     assert list(stats["softmax"]["fallback_reasons"]) == [
         "softmax over a dimension other than the last, or with a dtype argument"]
     assert list(stats["flash_attention"]["fallback_reasons"]) == ["attention with a mask or dropout"]
-    # columns.sum() over all of a (10, 12) tensor is {M: 1, N: 120}, which was not verified.
-    assert stats["reduce"]["fallback_reasons"] == {"shape M=1,N=120,dim=-1,op=sum not verified": 1}
+    # columns.sum() over all of a (10, 12) tensor is {O: 1, R: 120, I: 1}, which was not verified. (The
+    # manifest lists the verified shapes in the keys reduce shapes had before any dim could be reduced.)
+    assert stats["reduce"]["fallback_reasons"] == {"shape O=1,R=120,I=1,op=sum not verified": 1}
     # The kernels get contiguous 2-D operands; the linear's weight arrives transposed to (K, N).
     linear_a, linear_b = recorded_calls(model, "matmul")[0]
     assert linear_a.shape == (10, 16) and linear_b.shape == (16, 24) and linear_b.is_contiguous()

@@ -23,9 +23,9 @@ def _affine(n, dtype=torch.float32):
     return (1 + 0.1 * _randn(n, seed=1)).to(dtype), (0.1 * _randn(n, seed=2)).to(dtype)
 
 
-def _assert_matches_reference(x, weight, bias, eps=1e-5):
-    out = layernorm.kernel_fn(x, weight, bias, eps)
-    expected = reference.layernorm(x.double(), weight.double(), bias.double(), eps)
+def _assert_matches_reference(x, weight, bias, eps=1e-5, dim=-1):
+    out = layernorm.kernel_fn(x, weight, bias, eps, dim)
+    expected = reference.layernorm(x.double(), weight.double(), bias.double(), eps, dim)
     assert out.dtype == x.dtype and out.shape == x.shape
     torch.testing.assert_close(out.double(), expected, atol=TOLERANCE[x.dtype], rtol=TOLERANCE[x.dtype])
     return out
@@ -45,6 +45,25 @@ def test_near_constant_rows_keep_float32_precision_on_both_paths(monkeypatch, ma
     # eps^-1/2 ~ 316 amplifies past the float32 tolerance. Only the shifted statistics pass.
     monkeypatch.setitem(layernorm.TUNABLES, "MAX_BLOCK_N", max_block_n)
     _assert_matches_reference(100 + 1e-4 * _randn(6, 300), *_affine(300))
+
+
+@pytest.mark.parametrize("max_block_n", [64, 16384])
+def test_near_constant_channels_keep_float32_precision_over_dim_1(monkeypatch, max_block_n):
+    # The same shifted statistics over the channels of each position, in one tile or in chunks
+    # (300 channels x 64 positions with MAX_BLOCK_N 64: chunks of one channel row, the last partial).
+    monkeypatch.setitem(layernorm.TUNABLES, "MAX_BLOCK_N", max_block_n)
+    monkeypatch.setattr(layernorm, "_layernorm_rows", None)         # not the last-dim kernel
+    _assert_matches_reference(100 + 1e-4 * _randn(2, 300, 70), *_affine(300), dim=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(2, 16, 8, 8), (3, 7, 33), (1, 1, 37), (2, 1023, 5)])
+def test_dim_1_normalizes_each_position_over_its_channels(shape, dtype):
+    _assert_matches_reference(_randn(*shape, dtype=dtype), *_affine(shape[1], dtype), dim=1)
+
+
+def test_a_non_contiguous_input_over_dim_1_is_normalized_by_value():
+    _assert_matches_reference(_randn(3, 20, 6, 4).transpose(2, 3), *_affine(20), dim=1)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
@@ -75,6 +94,10 @@ def test_weight_or_bias_of_the_wrong_size_is_rejected():
     weight, bias = _affine(32)
     with pytest.raises(ValueError, match="bias"):
         layernorm.kernel_fn(_randn(4, 32), weight, bias[:31])
+    with pytest.raises(ValueError, match="weight"):
+        layernorm.kernel_fn(_randn(2, 8, 32), weight, bias, 1e-5, 1)
+    with pytest.raises(ValueError, match="over dim 3"):
+        layernorm.kernel_fn(_randn(2, 32, 4), weight, bias, 1e-5, 3)
 
 
 @pytest.mark.parametrize("name,value", [(name, value) for name, values in layernorm.TUNABLE_CHOICES.items()
@@ -83,6 +106,7 @@ def test_every_tunable_choice_stays_correct(monkeypatch, name, value):
     monkeypatch.setitem(layernorm.TUNABLES, name, value)
     _assert_matches_reference(_randn(3, 1500, dtype=torch.float16) + 5, *_affine(1500, torch.float16))
     _assert_matches_reference(_randn(37, 33), *_affine(33))
+    _assert_matches_reference(_randn(2, 40, 300) + 3, *_affine(40), dim=1)        # channels, positions apart
 
 
 def test_the_smallest_and_largest_choices_together_stay_correct(monkeypatch):
@@ -90,3 +114,4 @@ def test_the_smallest_and_largest_choices_together_stay_correct(monkeypatch):
         for name, values in layernorm.TUNABLE_CHOICES.items():
             monkeypatch.setitem(layernorm.TUNABLES, name, pick(values))
         _assert_matches_reference(_randn(19, 1100), *_affine(1100))
+        _assert_matches_reference(_randn(2, 300, 70), *_affine(300), dim=1)

@@ -27,15 +27,15 @@ def _assert_matches_reference(x, dim, op):
     return out
 
 
-@pytest.mark.parametrize("op", ["sum", "max"])
-@pytest.mark.parametrize("shape", [(5, 37, 3), (2, 3, 4, 5), (7, 1, 9), (40,)])
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
+@pytest.mark.parametrize("shape", [(5, 37, 3), (2, 3, 4, 5), (7, 1, 9), (40,), (1, 6, 1)])
 def test_every_dim_of_every_rank(shape, op):
     x = _randn(*shape)
     for dim in range(-len(shape), len(shape)):
         _assert_matches_reference(x, dim, op)
 
 
-@pytest.mark.parametrize("op", ["sum", "max"])
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
 @pytest.mark.parametrize("shape,dim", [((2, 300, 5), 1), ((2, 700), -1), ((700, 6), 0)])
 def test_splitting_the_reduced_dim_across_programs_agrees(monkeypatch, shape, dim, op):
     x = _randn(*shape, dtype=torch.float16)
@@ -71,6 +71,32 @@ def test_max_propagates_nan_like_amax():
     assert reduce.kernel_fn(x, 0, "max").isnan().nonzero().flatten().tolist() == [0, 7]
 
 
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_max_and_min_treat_nan_and_inf_as_amax_and_amin_do(dim):
+    x = _randn(4, 6, 5)
+    x[1, 2, 3] = float("nan")
+    x[2, :, :] = float("inf")
+    x[3, :, :] = -float("inf")
+    x[0, 4, 1] = float("inf")
+    x[0, 5, 2] = -float("inf")
+    for op, torch_op in (("max", torch.amax), ("min", torch.amin)):
+        out = reduce.kernel_fn(x, dim, op)
+        torch.testing.assert_close(out, torch_op(x, dim), equal_nan=True, atol=0, rtol=0)
+
+
+def test_float16_sums_near_its_limit_are_accumulated_in_float32():
+    # 1024 values near 60 sum to about 61440, where float16's spacing is 32: a float16 accumulator
+    # would round away most of every addition. Middle dim, so the strided kernel accumulates.
+    x = (60 + _randn(2, 1024, 8)).half()
+    out = _assert_matches_reference(x, 1, "sum")
+    assert out.isfinite().all()
+    _assert_matches_reference(x, 1, "mean")
+
+
+def test_mean_over_nothing_is_nan_as_in_pytorch():
+    assert reduce.kernel_fn(torch.zeros(3, 0, 2), 1, "mean").isnan().all()
+
+
 def test_non_contiguous_input_is_reduced_by_value():
     x = _randn(30, 40).T
     _assert_matches_reference(x, 0, "sum")
@@ -92,7 +118,8 @@ def test_inputs_are_left_unchanged():
 @pytest.mark.parametrize("args,error,match", [
     ((torch.zeros(4, 0), -1, "max"), ValueError, "no identity"),
     ((torch.zeros(4, 5), 2, "sum"), IndexError, "out of range"),
-    ((torch.zeros(4, 5), -1, "mean"), ValueError, "unknown op"),
+    ((torch.zeros(4, 5), -1, "median"), ValueError, "unknown op"),
+    ((torch.zeros(4, 0), -1, "min"), ValueError, "no identity"),
     ((torch.zeros(4, 5), (0, 1), "sum"), TypeError, "single int"),
     ((torch.zeros(4, 5, dtype=torch.int32), -1, "sum"), TypeError, "floating-point")])
 def test_bad_arguments_are_rejected(args, error, match):

@@ -1,0 +1,155 @@
+"""Issue 11.4 on a GPU: the problem files that needed new coverage, our starter against eager and torch.compile.
+
+    python benchmarks/coverage_check.py [--problems sum_middle,max_middle,rmsnorm_dim1,layernorm_last3]
+
+For each problem file in benchmarks/problems/ at its own shapes (float32): the starter kernel called
+directly (kernels/<type>.py, the way the router calls it: the same reshapes and arguments), the
+model in eager PyTorch, the model under torch.compile, and the model with the starter plugged in
+by autokernel.plug_in (policy "all", at the shape the profiler would plan; "not routed" where
+the router leaves the call to PyTorch). Each is timed with triton.testing.do_bench (median, L2
+flushed before every call), and the starter's output is checked against eager. Prints a markdown
+table and, when $OUT is set, writes $OUT/coverage_check.json. Needs a GPU; about a minute on an H100.
+
+max_middle computes torch.max(x, dim=1)[0]: eager and torch.compile also compute the indices it
+drops; our starter computes values only (amax), which is why the router does not take that call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import triton
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from autokernel import plugin  # noqa: E402
+from autokernel.paths import MANIFEST_NAME, starter_path  # noqa: E402
+from autokernel.worker import load_kernel  # noqa: E402
+
+PROBLEMS = ["sum_middle", "max_middle", "rmsnorm_dim1", "layernorm_last3"]
+
+
+def load_problem(name: str):
+    spec = importlib.util.spec_from_file_location(f"problem_{name}", ROOT / "benchmarks" / "problems" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module        # torch.compile looks the model's module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def starter_call(name: str, model, x: torch.Tensor):
+    """(kernel type, the shape the profiler plans, a call of the starter computing the model's output)."""
+    if name in ("sum_middle", "max_middle"):
+        fn = load_kernel(starter_path("reduce"))[0].kernel_fn
+        op = "sum" if name == "sum_middle" else "max"
+        batch, reduced, inner = x.shape
+        return "reduce", {"O": batch, "R": reduced, "I": inner, "op": op}, lambda: fn(x, 1, op)
+    if name == "rmsnorm_dim1":
+        fn = load_kernel(starter_path("rmsnorm"))[0].kernel_fn
+        channels = x.shape[1]
+        ones = torch.ones(channels, device=x.device, dtype=x.dtype)
+        shape = {"M": x.shape[0], "N": channels, "I": x[0, 0].numel()}
+        return "rmsnorm", shape, lambda: fn(x.reshape(x.shape[0], channels, -1), ones, model.eps, 1).reshape(x.shape)
+    if name == "layernorm_last3":
+        fn = load_kernel(starter_path("layernorm"))[0].kernel_fn
+        ln = model.ln
+        n = ln.weight.numel()
+        shape = {"M": x.numel() // n, "N": n}
+        weight, bias = ln.weight.detach().reshape(n), ln.bias.detach().reshape(n)
+        return "layernorm", shape, lambda: fn(x.reshape(-1, n), weight, bias, ln.eps).reshape(x.shape)
+    raise ValueError(f"no starter call for {name}")
+
+
+def bench_ms(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def plugged_in(model, kernel_type: str, shape: dict, x: torch.Tensor, folder: Path):
+    """The model with the starter plugged in (policy all), and how many calls of one forward it routed."""
+    (folder / "1_k.py").write_text(starter_path(kernel_type).read_text())
+    plugin.write_manifest(folder / MANIFEST_NAME, {"1_k": {
+        "file": "1_k.py", "kernel_type": kernel_type, "rank": 1, "shapes": [shape], "dtypes": ["float32"],
+        "best_speedup_vs_pytorch": 1.0}})
+    plugin.plug_in(model, folder, policy=plugin.ALL)
+    model(x)                                    # the resolution pass
+    plugin.router_of(model).reset_stats()
+    model(x)
+    stats = {k["kernel_type"]: k["hits"] for k in plugin.router_of(model).summary()["kernels"]}
+    return stats.get(kernel_type, 0)
+
+
+def run(name: str) -> dict:
+    problem = load_problem(name)
+    torch.manual_seed(0)
+    model = problem.Model(*problem.get_init_inputs()).cuda().eval()
+    (x,) = [t.cuda() for t in problem.get_inputs()]
+    row = {"problem": name, "shape": list(x.shape), "dtype": "float32"}
+    with torch.no_grad():
+        kernel_type, shape, ours = starter_call(name, model, x)
+        expected = model(x)
+        got = ours()
+        row.update(kernel_type=kernel_type, planned_shape=shape,
+                   max_abs_error=float((got - expected).abs().max()),
+                   output_scale=float(expected.abs().max()))
+        row["ours_us"] = bench_ms(ours) * 1e3
+        row["eager_us"] = bench_ms(lambda: model(x)) * 1e3
+        compiled = torch.compile(model)
+        compiled(x)
+        row["compile_us"] = bench_ms(lambda: compiled(x)) * 1e3
+        with tempfile.TemporaryDirectory() as tmp:
+            routed_model = problem.Model(*problem.get_init_inputs()).cuda().eval()
+            routed_model.load_state_dict(model.state_dict())
+            row["plug_in_hits"] = plugged_in(routed_model, kernel_type, shape, x, Path(tmp))
+            row["plug_in_max_abs_error"] = float((routed_model(x) - expected).abs().max())
+            row["plug_in_us"] = bench_ms(lambda: routed_model(x)) * 1e3
+            plugin.unplug(routed_model)
+    row["vs_eager"] = row["eager_us"] / row["ours_us"]
+    row["vs_compile"] = row["compile_us"] / row["ours_us"]
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--problems", default=",".join(PROBLEMS))
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("coverage_check: needs a CUDA GPU (the starters' timings under the CPU interpreter mean nothing)",
+              file=sys.stderr)
+        return 2
+    rows = []
+    for name in args.problems.split(","):
+        try:
+            rows.append(run(name))
+        except Exception as exc:     # one problem's failure must not hide the others' figures
+            rows.append({"problem": name, "error": f"{type(exc).__name__}: {exc}"})
+        print(json.dumps(rows[-1]), flush=True)
+    lines = [f"# issue 11.4 coverage: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+             f"triton {triton.__version__}, float32; do_bench median, L2 flushed", "",
+             "| problem | shape | kernel | max abs err | ours us | eager us | compile us | vs eager | vs compile "
+             "| plug_in us (hits) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['problem']} | ERROR: {r['error'][:200]} |||||||||")
+            continue
+        lines.append(f"| {r['problem']} | {tuple(r['shape'])} | {r['kernel_type']} | {r['max_abs_error']:.2e} | "
+                     f"{r['ours_us']:.1f} | {r['eager_us']:.1f} | {r['compile_us']:.1f} | {r['vs_eager']:.2f}x | "
+                     f"{r['vs_compile']:.2f}x | {r['plug_in_us']:.1f} ({r['plug_in_hits']}) |")
+    print("\n".join(lines))
+    out = os.environ.get("OUT")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "coverage_check.json").write_text(json.dumps({"device": torch.cuda.get_device_name(),
+                                                                    "rows": rows}, indent=1))
+    return 1 if any("error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
