@@ -86,15 +86,18 @@ def summarize(kt: registry.KernelType, dtype: torch.dtype, gpu: GPUSpec, timed: 
     if not gpu.is_gpu:
         return Limits(gpu=None, note=NO_GPU_NOTE)
     estimated = " (peaks estimated: this GPU is not in the database)" if gpu.estimated else ""
-    shapes = [shape_limits(kt, shape, dtype, latency_us, gpu, tf32=tf32) for shape, latency_us in timed]
+    # A zero time (below the events' resolution, on a GPU whose peaks are estimated, so unchecked) has no rate.
+    shapes = [shape_limits(kt, shape, dtype, latency_us, gpu, tf32=tf32) for shape, latency_us in timed
+              if latency_us > 0]
     slowest = max(shapes, key=lambda s: s.latency_us, default=None)
     limits = gpu.sm_limits
     if limits is None:
-        occupancy, occupancy_note = [], f"no occupancy figures: no per-multiprocessor limits known for {gpu.name}"
+        occupancy, occupancy_note = [], f"none: no per-multiprocessor limits known for {gpu.name}"
     else:
         occupancy = [o for o in (occupancy_of(figures, limits) for figures in compiled) if o is not None]
-        occupancy_note = ("theoretical, from the registers, shared memory and warps the compiler reported"
-                          if occupancy else "no occupancy figures: the kernel's process reported no compiled kernels")
+        occupancy_note = ("theoretical: from the registers, shared memory and warps the compiler reported for "
+                          "each kernel's latest compilation (the last timed shape's)"
+                          if occupancy else "none: the kernel's process reported no compiled kernels")
     return Limits(gpu=gpu.name, note=f"measured GPU time against {gpu.name}'s datasheet peaks{estimated}",
                   shapes=shapes, bound=slowest.bound if slowest else None, occupancy=occupancy,
                   occupancy_note=occupancy_note)
@@ -170,8 +173,8 @@ def describe(limits: dict | None) -> list[str]:
         lines.append(f"- {o['kernel']} (theoretical occupancy): {o['threads_per_block']} threads/block, {fits}, "
                      f"{o['warps_per_sm']} warps = {_num(o['occupancy_pct'])}% occupancy, limited by "
                      f"{' and '.join(o['limited_by'])} (blocks allowed by {by})")
-    if limits.get("occupancy_note") and not limits.get("occupancy"):
-        lines.append(f"- {limits['occupancy_note']}")
+    if limits.get("occupancy_note"):
+        lines.append(f"- occupancy: {limits['occupancy_note']}")
     return lines
 
 

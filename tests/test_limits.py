@@ -107,3 +107,9 @@ def test_a_gpu_without_per_sm_limits_gets_no_occupancy_and_says_why():
 def test_every_matrix_kernel_type_is_in_the_registry():
     for name in limits.MATRIX_KERNEL_TYPES:
         assert registry.get(name).name == name
+
+
+def test_a_shape_timed_at_zero_has_no_rate_and_does_not_break_the_summary():
+    summary = limits.summarize(registry.get("softmax"), torch.float16, H100,
+                               [({"M": 8, "N": 8}, 0.0), ({"M": 4096, "N": 4096}, 50.0)], [], tf32=False)
+    assert [s.shape for s in summary.shapes] == ["M=4096,N=4096"]
