@@ -3,10 +3,11 @@
 Starting from the kernel's current TUNABLES, it tries the neighbouring values (in TUNABLE_CHOICES
 order) of one tunable at a time, walking the tunables in the order autokernel/agents/axis_order.py
 gives: those that act on what limits the kernel first (memory or compute, by the roofline of the
-judge's summary), and, for a kernel planned by shape bucket, the buckets the job's shapes use
-first. The order is fixed when a job's search starts and kept in its state. While a tunable improves the score it keeps walking along it; when
-neither neighbour of the best value helps it moves to the next tunable; when a whole round over
-every tunable improves nothing, the search has converged and it raises SearchExhausted. A proposal
+judge's summary of the baseline), and, for a kernel planned by shape bucket, the buckets the job's
+shapes use first. The order is fixed when a job's search starts and kept in its state, so a
+resumed run walks on as it would have. While a tunable improves the score it keeps walking along
+it; when neither neighbour of the best value helps it moves to the next tunable; when a whole
+round over every tunable improves nothing, the search has converged and it raises SearchExhausted. A proposal
 rewrites the TUNABLES literal and nothing else. The score of an experiment is the throughput of a
 PASS (or its negated latency when there is no throughput); anything else is a dead end. It never
 proposes a configuration twice, and the same results always lead to the same proposals. Its
