@@ -59,9 +59,10 @@ if not ON_GPU:
     # cost more than they give. (The worker runs Triton's interpreter; this process runs no Triton.)
     torch.set_num_threads(1)
 
-from autokernel import hardware, registry, timing, worker_process  # noqa: E402
+from autokernel import hardware, limits, registry, timing, worker_process  # noqa: E402
 from autokernel.correctness import (DTYPES, CheckFailure, case_inputs, compare, dtype_name,  # noqa: E402
                                     reference_outputs, same_bits)
+from autokernel.dtypes import pytorch_fp32_matmul_uses_tf32  # noqa: E402
 from autokernel.judge_link import CandidateWorker, WorkerFailure  # noqa: E402
 
 EXIT_CODES = {"PASS": 0, "FAIL": 1, "CRASH": 2, "TIMEOUT": 3}
@@ -326,6 +327,11 @@ def time_kernel(judge: Judge) -> dict:
     compile_us = sum(row["compile_latency_us"] for row in rows) if all(row["compile_latency_us"] for row in rows) \
         else None
     total = timing.roofline(kt, judge.timing_shapes(), judge.dtype, ours_us / 1e3, gpu)
+    compiled = judge.worker.compiled()
+    # For the agent only, never the verdict: achieved bandwidth and FLOP/s, bound and occupancy (autokernel/limits.py).
+    summary = limits.summarize(kt, judge.dtype, gpu, [(shape, row["latency_us"]) for shape, row in
+                                                      zip(judge.timing_shapes(), rows)],
+                               compiled, tf32=pytorch_fp32_matmul_uses_tf32())
     return {
         "throughput": total.throughput, "throughput_unit": total.unit, "latency_us": ours_us,
         "call_latency_us": sum(row["call_latency_us"] for row in rows), "pct_peak": total.pct_peak,
@@ -333,7 +339,8 @@ def time_kernel(judge: Judge) -> dict:
         "speedup_vs_pytorch": eager_us / ours_us if ours_us > 0 else None,
         "speedup_vs_compile": compile_us / ours_us if compile_us and ours_us > 0 else None,
         "pytorch_latency_us": eager_us, "compile_latency_us": compile_us,
-        "peak_vram_mb": peak_mb, "timings": rows, "gpu": gpu.name, "compiled": judge.worker.compiled(),
+        "peak_vram_mb": peak_mb, "timings": rows, "gpu": gpu.name, "compiled": compiled,
+        "limits": summary.to_json(),
         "speed_of_light": timing.speed_of_light_skipped(gpu) or "checked: no timing faster than the roofline allows",
     }
 
@@ -395,7 +402,7 @@ class Report:
             for key in ("throughput", "throughput_unit", "latency_us", "call_latency_us", "pct_peak", "bound",
                         "speedup_vs_pytorch",
                         "speedup_vs_compile", "pytorch_latency_us", "compile_latency_us", "peak_vram_mb",
-                        "speed_of_light", "compiled"):
+                        "speed_of_light", "compiled", "limits"):
                 self.result[key] = (timing or {}).get(key)
             self.result["timings"] = (timing or {}).get("timings", [])
             self._write()
@@ -456,6 +463,8 @@ def print_summary(r: dict):
                           _fmt(t["compile_latency_us"]))
         console.print(table)
         console.print(f"speed of light: {r['speed_of_light']}")
+        for line in limits.describe(r["limits"]):
+            console.print(line, markup=False, soft_wrap=True)     # kernel names come from the kernel's process
 
 
 def parse_args(argv=None):

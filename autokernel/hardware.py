@@ -5,6 +5,9 @@ rates with float32 accumulation, float32 is the plain (non-tensor-core) rate. Th
 for "% of peak", not promises: measured copy bandwidth and cuBLAS are the practical limits
 (benchmarks/compare.py measures both). A GPU that is not listed gets an estimate from its
 multiprocessor count, clock and compute capability, and says so.
+
+Each NVIDIA record also names its compute capability, whose per-multiprocessor limits (registers,
+shared memory, resident warps and blocks: SM_LIMITS) give a kernel's theoretical occupancy.
 """
 
 from __future__ import annotations
@@ -23,9 +26,25 @@ class GPUSpec:
     mem_bandwidth_gbs: float | None
     vendor: str = "NVIDIA"
     estimated: bool = False
+    tf32_tflops: float | None = None        # dense TF32 tensor-core rate (float32 matrix products under TF32)
+    capability: tuple[int, int] | None = None   # NVIDIA compute capability: the key of SM_LIMITS
 
     def peak_tflops(self, dtype: torch.dtype) -> float | None:
         return {torch.float16: self.fp16_tflops, torch.bfloat16: self.bf16_tflops}.get(dtype, self.fp32_tflops)
+
+    def compute_peak(self, dtype: torch.dtype, *, matrix: bool, tf32: bool) -> tuple[str, float | None]:
+        """(name, TFLOP/s) of the rate a kernel's arithmetic runs at: the tensor cores for matrix products
+        (TF32 for float32 ones when PyTorch's float32 matmul setting allows it), else the plain float32
+        lanes, which is where elementwise and reduction kernels compute, whatever their input dtype."""
+        if matrix and dtype in (torch.float16, torch.bfloat16):
+            return f"{'fp16' if dtype == torch.float16 else 'bf16'} tensor", self.peak_tflops(dtype)
+        if matrix and dtype == torch.float32 and tf32 and self.tf32_tflops:
+            return "tf32 tensor", self.tf32_tflops
+        return "fp32", self.fp32_tflops
+
+    @property
+    def sm_limits(self) -> SMLimits | None:
+        return SM_LIMITS.get(self.capability) if self.capability else None
 
     def ridge_point(self, dtype: torch.dtype) -> float | None:
         """FLOP per byte above which a kernel is compute-bound on this GPU."""
@@ -39,26 +58,60 @@ class GPUSpec:
         return self.mem_bandwidth_gbs is not None
 
 
-def _gpu(name, fp16, fp32, bandwidth, bf16=None, vendor="NVIDIA"):
-    return GPUSpec(name, fp16, fp16 if bf16 is None else bf16, fp32, bandwidth, vendor)
+@dataclass(frozen=True)
+class SMLimits:
+    """What one streaming multiprocessor can hold at once, for a compute capability."""
+    max_warps: int                  # resident warps (threads / 32)
+    max_blocks: int                 # resident thread blocks
+    registers: int                  # 32-bit registers
+    shared_bytes: int               # shared memory a kernel may use (the largest carveout)
+    register_unit: int = 256        # registers are allocated per warp in units of this many
+    shared_unit: int = 128          # shared memory is allocated per block in units of this many bytes
+    shared_reserved: int = 1024     # bytes the system reserves per block (compute capability 8.0 and later)
+
+
+# NVIDIA CUDA C++ Programming Guide, "Technical Specifications per Compute Capability" (maximum
+# resident blocks and warps per SM, 32-bit registers per SM, maximum shared memory per SM, 1 KB
+# reserved per block from 8.0 on), with the allocation granularities of NVIDIA's CUDA Occupancy
+# Calculator; the A100 and H100 architecture whitepapers give the same 164 KB and 228 KB.
+SM_LIMITS: dict[tuple[int, int], SMLimits] = {
+    (7, 0): SMLimits(64, 32, 65536, 96 * 1024, shared_unit=256, shared_reserved=0),     # V100
+    (7, 5): SMLimits(32, 16, 65536, 64 * 1024, shared_unit=256, shared_reserved=0),     # T4, RTX 20
+    (8, 0): SMLimits(64, 32, 65536, 164 * 1024),        # A100
+    (8, 6): SMLimits(48, 16, 65536, 100 * 1024),        # A10, A10G, RTX 30
+    (8, 7): SMLimits(48, 16, 65536, 164 * 1024),        # Jetson Orin
+    (8, 9): SMLimits(48, 24, 65536, 100 * 1024),        # L4, L40S, RTX 40
+    (9, 0): SMLimits(64, 32, 65536, 228 * 1024),        # H100, H200
+    (10, 0): SMLimits(64, 32, 65536, 228 * 1024),       # B200
+}
+
+
+def _gpu(name, fp16, fp32, bandwidth, capability=None, bf16=None, tf32=None, vendor="NVIDIA"):
+    # NVIDIA's datasheets (A100, H100, H200, L40S, L4, A10, RTX 30/40) list the dense TF32 tensor rate
+    # at half the dense FP16 one; AMD's MI300X/MI325X likewise (653.7 against 1307.4).
+    if tf32 is None and (vendor == "NVIDIA" or name.endswith(("MI300X", "MI325X"))):
+        tf32 = fp16 / 2
+    return GPUSpec(name, fp16, fp16 if bf16 is None else bf16, fp32, bandwidth, vendor, tf32_tflops=tf32,
+                   capability=capability)
 
 
 # Matched against torch.cuda.get_device_name() in order, so more specific names come first.
 GPUS: list[tuple[tuple[str, ...], GPUSpec]] = [
-    (("H100", "PCIE"), _gpu("NVIDIA H100 PCIe", 756.0, 51.2, 2000.0)),
-    (("H100", "NVL"), _gpu("NVIDIA H100 NVL", 835.0, 60.0, 3900.0)),
-    (("H100",), _gpu("NVIDIA H100 SXM", 989.4, 66.9, 3350.0)),
-    (("H200",), _gpu("NVIDIA H200", 989.4, 66.9, 4800.0)),
-    (("A100", "40GB"), _gpu("NVIDIA A100 40GB", 312.0, 19.5, 1555.0)),
-    (("A100",), _gpu("NVIDIA A100 80GB", 312.0, 19.5, 2039.0)),
-    (("L40S",), _gpu("NVIDIA L40S", 362.1, 91.6, 864.0)),
-    (("L4",), _gpu("NVIDIA L4", 121.0, 30.3, 300.0)),
-    (("A10G",), _gpu("NVIDIA A10G", 70.0, 31.2, 600.0)),
-    (("A10",), _gpu("NVIDIA A10", 125.0, 31.2, 600.0)),
-    (("4090",), _gpu("NVIDIA GeForce RTX 4090", 165.2, 82.6, 1008.0)),
-    (("4080",), _gpu("NVIDIA GeForce RTX 4080", 97.5, 48.7, 716.8)),
-    (("3090",), _gpu("NVIDIA GeForce RTX 3090", 71.0, 35.6, 936.0)),
-    (("3080",), _gpu("NVIDIA GeForce RTX 3080", 59.5, 29.8, 760.0)),
+    (("H100", "PCIE"), _gpu("NVIDIA H100 PCIe", 756.0, 51.2, 2000.0, (9, 0))),
+    (("H100", "NVL"), _gpu("NVIDIA H100 NVL", 835.0, 60.0, 3900.0, (9, 0))),
+    (("H100",), _gpu("NVIDIA H100 SXM", 989.4, 66.9, 3350.0, (9, 0))),
+    (("H200",), _gpu("NVIDIA H200", 989.4, 66.9, 4800.0, (9, 0))),
+    (("A100", "40GB"), _gpu("NVIDIA A100 40GB", 312.0, 19.5, 1555.0, (8, 0))),
+    (("A100",), _gpu("NVIDIA A100 80GB", 312.0, 19.5, 2039.0, (8, 0))),
+    (("L40S",), _gpu("NVIDIA L40S", 362.1, 91.6, 864.0, (8, 9))),
+    (("L4",), _gpu("NVIDIA L4", 121.0, 30.3, 300.0, (8, 9))),
+    (("A10G",), _gpu("NVIDIA A10G", 70.0, 31.2, 600.0, (8, 6))),
+    (("A10",), _gpu("NVIDIA A10", 125.0, 31.2, 600.0, (8, 6))),
+    (("4090",), _gpu("NVIDIA GeForce RTX 4090", 165.2, 82.6, 1008.0, (8, 9))),
+    (("4080",), _gpu("NVIDIA GeForce RTX 4080", 97.5, 48.7, 716.8, (8, 9))),
+    (("3090",), _gpu("NVIDIA GeForce RTX 3090", 71.0, 35.6, 936.0, (8, 6))),
+    (("3080",), _gpu("NVIDIA GeForce RTX 3080", 59.5, 29.8, 760.0, (8, 6))),
+    # AMD: no compute capability, so no occupancy figures (its register files and waves differ).
     (("MI300X",), _gpu("AMD Instinct MI300X", 1307.4, 163.4, 5300.0, vendor="AMD")),
     (("MI325X",), _gpu("AMD Instinct MI325X", 1307.4, 163.4, 6000.0, vendor="AMD")),
     (("MI350X",), _gpu("AMD Instinct MI350X", 2307.0, 144.2, 8000.0, vendor="AMD")),
@@ -91,8 +144,10 @@ def estimate(name: str, sm_count: int, clock_ghz: float, capability: tuple[int, 
     fp16 = sm_count * tensor * clock_ghz / 1e3
     fp32 = sm_count * lanes * 2 * clock_ghz / 1e3
     bf16 = fp16 if capability >= (8, 0) else None
+    tf32 = fp16 / 2 if capability >= (8, 0) else None
     # Without a bus width to go on, assume a mid-range HBM/GDDR part; the flag tells readers it is a guess.
-    return GPUSpec(name, fp16, bf16, fp32, bandwidth_gbs or 1000.0, estimated=True)
+    return GPUSpec(name, fp16, bf16, fp32, bandwidth_gbs or 1000.0, estimated=True, tf32_tflops=tf32,
+                   capability=tuple(capability))
 
 
 def detect(device_index: int | None = None) -> GPUSpec:

@@ -9,6 +9,7 @@ so nothing the kernel prints can pass for the judge's RESULT line. Every reply i
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -27,6 +28,8 @@ TAIL_LINES = 20
 EXIT_GRACE_S = 2.0
 COMPILED_FIGURES = ("registers", "spills", "shared_bytes", "num_warps", "num_stages")
 MAX_COMPILED_KERNELS = 8
+# A compiled kernel's name reaches the judge's printout and the prompt: a Python name, or "?" for what is not.
+_NOT_A_NAME_CHAR = re.compile(r"[^A-Za-z0-9_.]")
 
 
 class WorkerFailure(Exception):
@@ -161,12 +164,13 @@ class CandidateWorker:
         """The compiled figures of the kernels kernel_fn launched (worker_guards.compiled_figures), named.
 
         They come from the candidate's process, so they are only shown to the agent, never judged;
-        anything but small integers under short names is dropped."""
+        anything but small integers under short names is dropped, and a name keeps only the characters
+        of a Python name (a line break in it could pass for the judge's RESULT line)."""
         header, _ = self.request({"op": "compiled"})
         reported = header.get("compiled")
         if not isinstance(reported, dict):
             return []
-        return [{"kernel": name[:80], **{key: value for key, value in figures.items()
+        return [{"kernel": _NOT_A_NAME_CHAR.sub("?", name[:80]), **{key: value for key, value in figures.items()
                                          if key in COMPILED_FIGURES and isinstance(value, int) and 0 <= value < 2**31}}
                 for name, figures in list(reported.items())[:MAX_COMPILED_KERNELS]
                 if isinstance(name, str) and isinstance(figures, dict)]

@@ -43,6 +43,9 @@ def test_base_fixture_passes(tmp_path):
     assert [s["stage"] for s in result["stages"]] == ["smoke", "shape sweep", "stability", "determinism", "edge shapes"]
     assert "RESULT kernel_type=softmax correctness=PASS" in proc.stdout
     assert result["timings_meaningful"] is False and result["latency_us"] > 0
+    # What limits the kernel: under the interpreter there are no GPU figures, and the result says so.
+    assert result["limits"]["gpu"] is None and result["limits"]["shapes"] == [] and result["limits"]["occupancy"] == []
+    assert "no GPU figures" in result["limits"]["note"] and "what limits this kernel: no GPU figures" in proc.stdout
 
 
 CASES = {

@@ -1,9 +1,13 @@
 """The built-in agent: offline coordinate descent over the TUNABLES a kernel declares, no API key needed.
 
 Starting from the kernel's current TUNABLES, it tries the neighbouring values (in TUNABLE_CHOICES
-order) of one tunable at a time. While a tunable improves the score it keeps walking along it; when
-neither neighbour of the best value helps it moves to the next tunable; when a whole round over
-every tunable improves nothing, the search has converged and it raises SearchExhausted. A proposal
+order) of one tunable at a time, walking the tunables in the order autokernel/agents/axis_order.py
+gives: those that act on what limits the kernel first (memory or compute, by the roofline of the
+judge's summary of the baseline), and, for a kernel planned by shape bucket, the buckets the job's
+shapes use first. The order is fixed when a job's search starts and kept in its state, so a
+resumed run walks on as it would have. While a tunable improves the score it keeps walking along
+it; when neither neighbour of the best value helps it moves to the next tunable; when a whole
+round over every tunable improves nothing, the search has converged and it raises SearchExhausted. A proposal
 rewrites the TUNABLES literal and nothing else. The score of an experiment is the throughput of a
 PASS (or its negated latency when there is no throughput); anything else is a dead end. It never
 proposes a configuration twice, and the same results always lead to the same proposals. Its
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from autokernel.agents import axis_order
 from autokernel.agents.base import AgentContext, Proposal, SearchExhausted
 from autokernel.agents.tunables import format_literal, read_tunables, rewrite_tunables
 
@@ -53,6 +58,9 @@ class CoordinateSearch:
     stale_axes: int = 0                         # tunables in a row that brought no improvement
     pending: dict | None = None                 # proposed, outcome not yet seen
     pending_description: str = ""
+    order: list[str] = field(default_factory=list)  # the tunables in walking order (empty: declaration order)
+    bound: str | None = None                    # the roofline bound the order was chosen for
+    buckets: list[str] | None = None            # the shape buckets the job's shapes use, where planned by bucket
 
     def record(self, result: dict | None) -> None:
         """Learns the outcome of the pending proposal."""
@@ -64,7 +72,7 @@ class CoordinateSearch:
 
     def next_config(self) -> dict | None:
         """The next untried configuration, or None once a full round over the tunables improved nothing."""
-        axes = list(self.choices)
+        axes = self.order or list(self.choices)
         while self.stale_axes < len(axes):
             name = axes[self.axis]
             for value in neighbours(self.choices[name], self.best[name]):
@@ -126,7 +134,10 @@ def _start_search(ctx: AgentContext) -> CoordinateSearch:
     tunables, choices = _read(ctx.kernel_source)
     if not choices:
         raise SearchExhausted(f"{ctx.kernel_type}: kernel.py lists no TUNABLE_CHOICES, so there is nothing to search")
-    search = CoordinateSearch(choices=choices, best=tunables, best_score=None)
+    bound = axis_order.bound_of([ctx.last_result, *(result for _, result in ctx.best_versions), ctx.job.get("baseline")])
+    buckets = axis_order.buckets_used(ctx.kernel_type, tunables, ctx.job.get("shapes") or [], ctx.job.get("dtype"))
+    search = CoordinateSearch(choices=choices, best=tunables, best_score=None, bound=bound, buckets=buckets,
+                              order=axis_order.axis_order(list(choices), bound, buckets))
     # A resumed run: the kept versions' configurations are already measured.
     for source, result in ctx.best_versions:
         try:

@@ -11,7 +11,7 @@ import inspect
 import re
 from typing import TYPE_CHECKING
 
-from autokernel import hardware, registry
+from autokernel import hardware, limits, registry
 
 if TYPE_CHECKING:
     from autokernel.agents.base import AgentContext
@@ -42,6 +42,7 @@ def build_user_message(ctx: AgentContext) -> str:
     sections = [
         _job_section(ctx),
         "## Last experiment\n\n" + describe_result(ctx.last_result),
+        _limits_section(ctx),
         _history_section(ctx.history),
         _best_versions_section(ctx),
         "## Current kernel.py (the last kept version)\n\n" + _fenced(ctx.kernel_source),
@@ -134,12 +135,28 @@ def _gpu_line(gpu: hardware.GPUSpec) -> str:
     return f"GPU: {gpu.name}; peaks{estimated}: {peaks}, memory {gpu.mem_bandwidth_gbs:g} GB/s."
 
 
-def _latest_timings(ctx: AgentContext) -> list[dict]:
-    """The per-shape timings of the last passing result (the best kept one when the last failed)."""
+def _latest_pass(ctx: AgentContext) -> dict | None:
+    """The last passing result with timings (the best kept one when the last failed)."""
     for result in [ctx.last_result, *(result for _, result in ctx.best_versions), ctx.job.get("baseline")]:
         if result and result.get("correctness") == "PASS" and result.get("timings"):
-            return result["timings"]
-    return []
+            return result
+    return None
+
+
+def _latest_timings(ctx: AgentContext) -> list[dict]:
+    """The per-shape timings of the latest passing result."""
+    latest = _latest_pass(ctx)
+    return latest["timings"] if latest else []
+
+
+def _limits_section(ctx: AgentContext) -> str:
+    """What limits the kernel, from the judge's summary of the latest passing result (bench.py's `limits`)."""
+    latest = _latest_pass(ctx)
+    lines = limits.describe(latest.get("limits")) if latest else []
+    if not lines:
+        return ""
+    which = "the last experiment" if latest is ctx.last_result else "the latest passing version"
+    return f"## What limits the kernel ({which})\n\n" + "\n".join(lines)
 
 
 def _shape_table(shapes: list[dict], timings: list[dict]) -> str:

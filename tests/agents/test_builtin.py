@@ -1,5 +1,6 @@
 """Tests for autokernel/agents/builtin.py: coordinate descent over TUNABLES, driven by scripted bench results."""
 
+import json
 import math
 from pathlib import Path
 
@@ -183,3 +184,91 @@ def test_the_search_survives_a_resume_without_repeating_a_configuration():
     assert len(set(configs)) == 3
     fresh = BuiltinAgent()
     assert config_key(read_tunables(fresh.propose(ctx).kernel_source)[0]) == configs[0], "without its state it repeats"
+
+
+# --------------------------------------------------------------------------- the order of the axes
+ROW_KERNEL = '''KERNEL_TYPE = "softmax"
+TUNABLES = {"num_stages": 2, "BLOCK_M": 64, "MAX_BLOCK_N": 1024, "num_warps": 4, "ELEMS_PER_THREAD": 8}
+TUNABLE_CHOICES = {"num_stages": [1, 2, 3], "BLOCK_M": [32, 64, 128], "MAX_BLOCK_N": [512, 1024, 2048],
+                   "num_warps": [2, 4, 8], "ELEMS_PER_THREAD": [4, 8, 16]}
+'''
+
+
+def bound_result(bound: str | None, throughput: float = 100.0) -> dict:
+    """A passing result whose judge's summary (bench.py's `limits`) puts the kernel on this side of the roofline."""
+    limits = {"gpu": "NVIDIA H100 SXM", "bound": bound} if bound else {"gpu": None, "bound": None}
+    return {**passing(throughput), "limits": limits}
+
+
+def axes_walked(bound: str | None, source: str = ROW_KERNEL, job: dict | None = None) -> list[str]:
+    """The tunables in the order the search first changes each, on a flat landscape (nothing improves)."""
+    job = job or {"rank": 1, "kernel_type": "softmax", "shapes": [], "dtype": "float16"}
+    agent, kept = BuiltinAgent(), read_tunables(source)[0]
+    ctx = AgentContext("softmax", source, None, [], [], "", {**job, "baseline": bound_result(bound)})
+    walked = []
+    while True:
+        try:
+            proposal = agent.propose(ctx)
+        except SearchExhausted:
+            return walked
+        [changed] = [name for name, value in read_tunables(proposal.kernel_source)[0].items() if kept[name] != value]
+        walked += [changed] if changed not in walked else []
+        ctx.last_result = bound_result(bound, 50.0)
+
+
+def test_a_memory_bound_kernel_walks_the_axes_that_move_memory_first():
+    assert axes_walked("memory") == ["MAX_BLOCK_N", "num_warps", "ELEMS_PER_THREAD", "BLOCK_M", "num_stages"]
+
+
+def test_a_compute_bound_kernel_walks_tiles_and_stages_first():
+    assert axes_walked("compute") == ["BLOCK_M", "num_stages", "num_warps", "MAX_BLOCK_N", "ELEMS_PER_THREAD"]
+
+
+def test_without_a_bound_the_axes_are_walked_in_declaration_order():
+    # The CPU interpreter's summary has no bound: its timings say nothing about the GPU.
+    assert axes_walked(None) == list(read_tunables(ROW_KERNEL)[0])
+
+
+def test_a_matmul_job_walks_the_bucket_its_shapes_use_first_and_the_other_buckets_last():
+    source = (ROOT / "kernels" / "matmul.py").read_text()
+    job = {"rank": 1, "kernel_type": "matmul", "shapes": [{"M": 512, "N": 4096, "K": 4096}], "dtype": "bfloat16"}
+    agent = BuiltinAgent()
+    proposal = agent.propose(AgentContext("matmul", source, None, [], [], "", {**job, "baseline": bound_result("compute")}))
+    [search] = agent._searches.values()
+    assert search.buckets == ["mid"] and search.bound == "compute"
+    assert search.order[:5] == ["mid_BLOCK_M", "mid_BLOCK_N", "mid_BLOCK_K", "mid_stages", "split_k_min_k"]
+    assert {name.split("_")[0] for name in search.order[-15:]} == {"large", "small", "ieee"}
+    before, after = read_tunables(source)[0], read_tunables(proposal.kernel_source)[0]
+    assert [name for name in before if before[name] != after[name]] == ["mid_BLOCK_M"]
+
+
+def test_a_resumed_search_keeps_its_order_even_when_the_results_it_sees_change():
+    job = {"rank": 1, "kernel_type": "softmax", "shapes": [], "dtype": "float16", "baseline": bound_result("memory")}
+    first = BuiltinAgent()
+    ctx = AgentContext("softmax", ROW_KERNEL, None, [], [], "", job)
+    first.propose(ctx)
+    ctx.last_result = bound_result("memory", 50.0)
+    state = json.loads(json.dumps(first.state_dict()))            # as workspace/state.json stores it
+    resumed = BuiltinAgent()
+    resumed.load_state(state)
+    # A resumed run whose results now read compute-bound (another GPU) still walks the order it chose.
+    later = AgentContext("softmax", ROW_KERNEL, bound_result("compute", 50.0), [], [], "",
+                         {**job, "baseline": bound_result("compute")})
+    assert resumed.propose(later).kernel_source == first.propose(later).kernel_source
+    assert resumed.state_dict() == first.state_dict()
+
+
+def test_a_search_saved_before_orders_existed_resumes_in_declaration_order():
+    job = {"rank": 1, "kernel_type": "softmax", "shapes": [], "dtype": "float16", "baseline": bound_result("compute")}
+    agent = BuiltinAgent()
+    agent.propose(AgentContext("softmax", ROW_KERNEL, None, [], [], "", job))
+    state = agent.state_dict()
+    for search in state["searches"]:
+        for key in ("order", "bound", "buckets"):
+            del search[key]
+    old = BuiltinAgent()
+    old.load_state(state)
+    old._searches[("softmax", 1)].pending = None                   # its first proposal's outcome is unknown
+    proposal = old.propose(AgentContext("softmax", ROW_KERNEL, None, [], [], "", job))
+    before, after = read_tunables(ROW_KERNEL)[0], read_tunables(proposal.kernel_source)[0]
+    assert [name for name in before if before[name] != after[name]] == ["num_stages"]

@@ -105,20 +105,29 @@ def test_description_is_one_bounded_line():
     assert description == "x" * 200
 
 
-def test_prompt_from_an_extracted_job_carries_the_gpu_its_peaks_and_the_per_shape_speedups(tmp_path, monkeypatch):
-    # The job is the one extract writes from a real profile, not a hand-built dict.
+@pytest.fixture(scope="module")
+def extracted_job(tmp_path_factory) -> dict:
+    """The first job extract writes from a real profile of models/llama.py (config=tiny, CPU), not a hand-built dict."""
     import os
 
     os.environ.setdefault("TRITON_INTERPRET", "1")
     import extract
-    from autokernel import hardware, models, profiler
+    from autokernel import models, profiler
     from autokernel.paths import ROOT
 
+    workspace = tmp_path_factory.mktemp("workspace")
     loaded = models.load_model(ROOT / "models" / "llama.py", input_shape=(1, 8), device="cpu",
                                model_kwargs={"config": "tiny", "n_layers": 1, "vocab_size": 128})
-    profiler.profile_to_workspace(loaded.model, loaded.inputs, name=loaded.name, workspace=tmp_path,
+    profiler.profile_to_workspace(loaded.model, loaded.inputs, name=loaded.name, workspace=workspace,
                                   warmup=0, iters=1)
-    job = extract.extract_jobs(tmp_path / profiler.PLAN_FILE, 1, tmp_path)[0]
+    return extract.extract_jobs(workspace / profiler.PLAN_FILE, 1, workspace)[0]
+
+
+def test_prompt_from_an_extracted_job_carries_the_gpu_its_peaks_and_the_per_shape_speedups(extracted_job,
+                                                                                           monkeypatch):
+    from autokernel import hardware
+
+    job = extracted_job
     shape = job["shape_args"][0]
     timed = {**PASS, "timings": [{"shape": shape, "latency_us": 40.0, "pytorch_latency_us": 60.0,
                                   "compile_latency_us": 50.0}]}
@@ -128,6 +137,63 @@ def test_prompt_from_an_extracted_job_carries_the_gpu_its_peaks_and_the_per_shap
     assert "GPU: NVIDIA H100 SXM; peaks: fp16 989.4 TFLOP/s" in user and "memory 3350 GB/s" in user
     assert f"| {shape} | 40 | 60 | 50 | 1.25x |" in user           # against the faster of eager and compile
     assert f"Model: {job['model']}, dtype {job['dtype']}" in user
+
+
+def _judged(job: dict, gpu, latency_us: float, compiled: list[dict]) -> dict:
+    """A passing bench result for the job's first shape, its `limits` made as bench.py makes them."""
+    import torch
+
+    from autokernel import limits, registry
+
+    shape = job["shapes"][0]
+    summary = limits.summarize(registry.get(job["kernel_type"]), getattr(torch, job["dtype"]), gpu,
+                               [(shape, latency_us)], compiled, tf32=False)
+    return {**PASS, "dtype": job["dtype"], "timing_shapes": [registry.format_shape(shape)], "compiled": compiled,
+            "timings": [{"shape": registry.format_shape(shape), "latency_us": latency_us,
+                         "pytorch_latency_us": 2 * latency_us, "compile_latency_us": None}],
+            "limits": summary.to_json(), "timings_meaningful": gpu.is_gpu}
+
+
+def test_the_prompt_says_what_limits_the_kernel_at_the_jobs_shape(extracted_job, monkeypatch):
+    from autokernel import hardware, registry
+
+    h100 = hardware.lookup("NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(hardware, "detect", lambda *args: h100)
+    job = extracted_job
+    kt = registry.get(job["kernel_type"])
+    shape = job["shapes"][0]
+    moved = kt.bytes_moved(shape, 2 if job["dtype"] in ("float16", "bfloat16") else 4)
+    latency_us = moved / (0.25 * 3350e9) * 1e6            # a quarter of the H100's bandwidth
+    stand_in = [{"kernel": "_stand_in_kernel", "registers": 255, "spills": 12, "shared_bytes": 0, "num_warps": 8,
+                 "num_stages": 1}]                      # the interpreter compiles nothing: the figures a GPU reports
+    _, user = build_messages(context(kernel_type=job["kernel_type"], job=job,
+                                     last_result=_judged(job, h100, latency_us, stand_in)))
+    section = user[user.index("## What limits the kernel (the last experiment)"):]
+    section = section[:section.index("\n## ")]
+    assert f"- {registry.format_shape(shape)} (measured): " in section
+    assert "= 25% of peak bandwidth" in section
+    bound = "memory" if kt.flops(shape) / moved < 66.9e12 / 3350e9 else "compute"
+    assert f"{bound}-bound" in section
+    assert ("- _stand_in_kernel (theoretical occupancy): 256 threads/block, 1 blocks/SM, 8 warps = 12.5% occupancy, "
+            "limited by registers") in section
+
+
+def test_under_the_interpreter_the_prompt_says_there_are_no_gpu_figures(extracted_job):
+    from autokernel import hardware
+
+    result = _judged(extracted_job, hardware.CPU_INTERPRETER, 1234.0, [])
+    _, user = build_messages(context(kernel_type=extracted_job["kernel_type"], job=extracted_job, last_result=result))
+    assert "what limits this kernel: no GPU figures: the kernel ran in Triton's CPU interpreter" in user
+    assert "GB/s =" not in user.split("## What limits the kernel")[1].split("\n## ")[0]
+
+
+def test_the_limits_of_the_best_kept_version_stand_in_for_a_failed_experiment():
+    from autokernel import hardware
+
+    job = {"rank": 1, "kernel_type": "softmax", "shapes": [{"M": 4096, "N": 8192}], "dtype": "float16"}
+    best = _judged(job, hardware.lookup("NVIDIA H100 80GB HBM3"), 100.0, [])
+    _, user = build_messages(context(job=job, last_result=FAIL, best_versions=[(KERNEL, best)]))
+    assert "## What limits the kernel (the latest passing version)" in user and "M=4096,N=8192 (measured)" in user
 
 
 def test_the_compiled_kernels_figures_reach_the_prompt():

@@ -1,0 +1,69 @@
+"""Tests for autokernel/agents/axis_order.py: which kind each tunable is, and the order the search walks them."""
+
+from pathlib import Path
+
+import pytest
+
+from autokernel.agents import axis_order
+from autokernel.agents.tunables import read_tunables
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("ELEMS_PER_THREAD", "vectorisation"), ("VEC_WIDTH", "vectorisation"),
+    ("MAX_BLOCK_N", "contiguous block"), ("MAX_BLOCK_V", "contiguous block"), ("TILE_ELEMS", "contiguous block"),
+    ("STRIDED_BLOCK_INNER", "contiguous block"), ("EPILOGUE_BLOCK_N", "contiguous block"),
+    ("num_warps", "warps"), ("MAX_NUM_WARPS", "warps"), ("large_warps", "warps"),
+    ("BLOCK_M", "tile"), ("large_BLOCK_N", "tile"), ("SMALL_BLOCK_K", "tile"),
+    ("num_stages", "stages"), ("mid_stages", "stages"), ("split_k_max", "split-K"), ("GROUP_M", "swizzle"),
+    ("fp32_highest", "other"), ("large_min_seq", "other"), ("HEADS_PER_PROGRAM", "other"),
+])
+def test_each_tunable_is_classified_by_its_name(name, kind):
+    assert axis_order.kind_of(name) == kind
+
+
+def test_every_kind_has_a_place_in_both_orders():
+    kinds = {kind for kind, _ in axis_order.AXIS_KINDS} | {"other"}
+    assert all(set(order) == kinds for order in axis_order.KIND_ORDER.values())
+
+
+def test_the_bound_comes_from_the_first_passing_result_with_a_summary():
+    failed = {"correctness": "FAIL", "limits": {"bound": "compute"}}
+    on_cpu = {"correctness": "PASS", "limits": {"gpu": None, "bound": None}}
+    on_gpu = {"correctness": "PASS", "limits": {"gpu": "NVIDIA H100 SXM", "bound": "memory"}}
+    assert axis_order.bound_of([None, failed, on_cpu, on_gpu]) == "memory"
+    assert axis_order.bound_of([on_cpu, {"correctness": "PASS"}]) is None
+
+
+def test_the_buckets_a_job_does_not_use_are_their_siblings_with_the_same_parameters():
+    names = list(read_tunables((ROOT / "kernels" / "matmul.py").read_text())[1])
+    idle = axis_order.idle_bucket_axes(names, ["large", "small"])
+    assert sorted({name.split("_")[0] for name in idle}) == ["ieee", "mid"] and len(idle) == 10
+    assert "split_k_max" not in idle, "split_k_* share a prefix but are not a bucket"
+    assert axis_order.idle_bucket_axes(names, []) == []
+
+
+@pytest.mark.parametrize("shape, dtype, bucket", [
+    ({"M": 4096, "N": 4096, "K": 4096}, "float16", "large"),
+    ({"M": 512, "N": 4096, "K": 4096}, "bfloat16", "mid"),
+    ({"M": 4096, "N": 4096, "K": 4096}, "float32", "ieee"),       # PyTorch's default float32 setting: no TF32
+])
+def test_the_matmul_starters_plan_names_the_bucket_of_each_shape(shape, dtype, bucket):
+    tunables = read_tunables((ROOT / "kernels" / "matmul.py").read_text())[0]
+    assert axis_order.buckets_used("matmul", tunables, [shape], dtype) == [bucket]
+
+
+def test_the_plan_uses_the_tunables_under_search_not_the_starters():
+    tunables = read_tunables((ROOT / "kernels" / "matmul.py").read_text())[0]
+    shape = {"M": 512, "N": 4096, "K": 4096}
+    # With the mid bucket's tiles as large as the large bucket's, the plan keeps the first (large) on the tie.
+    same_as_large = {**tunables, "mid_BLOCK_N": tunables["large_BLOCK_N"]}
+    assert axis_order.buckets_used("matmul", same_as_large, [shape], "float16") == ["large"]
+
+
+def test_kernels_not_planned_by_bucket_have_no_bucket_preference(caplog):
+    assert axis_order.buckets_used("softmax", {}, [{"M": 4, "N": 8}], "float16") is None
+    assert axis_order.buckets_used("matmul", {}, [], "float16") is None
+    assert axis_order.buckets_used("matmul", {}, [{"M": 8, "N": 8, "K": 8}], "float16") is None   # TUNABLES missing
+    assert "no shape-bucket preference for matmul: KeyError" in caplog.text
