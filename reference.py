@@ -70,6 +70,16 @@ def fused_mlp(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down:
     return (_ACTIVATIONS[activation](x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
 
 
+def rmsnorm_mlp(x: torch.Tensor, norm_weight: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+                w_down: torch.Tensor, eps: float = 1e-6, activation: str = "silu") -> torch.Tensor:
+    """RMSNorm followed by the gated MLP that is its only consumer: fused_mlp(rmsnorm(x, norm_weight, eps), ...).
+
+    x is (M, D), norm_weight (D,); the weights and activation are fused_mlp's. The normalized
+    activation is rounded to x's dtype in between, as the unfused pair of modules stores it.
+    """
+    return fused_mlp(rmsnorm(x, norm_weight, eps), w_gate, w_up, w_down, activation)
+
+
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of (M, V) logits against (M,) int64 class targets; returns a float32 scalar."""
     return F.cross_entropy(logits.float(), targets)

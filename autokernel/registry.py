@@ -7,7 +7,7 @@ Adding a kernel type means one entry here, one function in reference.py and one 
 kernels/, and nothing else.
 
 A shape is a dict of named sizes, for example {"M": 4096, "N": 4096, "K": 4096}; some types also
-carry flags in it (attention's "causal", the MLP's "act", reduce's "op" and "dim"). On the command
+carry flags in it (attention's "causal", the MLPs' "act", reduce's "op" and "dim"). On the command
 line it is written "M=4096,N=4096,K=4096".
 """
 
@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 
 import reference
+from autokernel import rmsnorm_mlp_type
 from autokernel.dtypes import pytorch_fp32_matmul_uses_tf32  # noqa: F401 (the registry's API too)
 
 Shape = dict[str, int | float | str]
@@ -404,6 +405,32 @@ FUSED_MLP = KernelType(
 )
 
 
+# RMSNorm folded into the gated MLP it feeds (helpers in autokernel/rmsnorm_mlp_type.py).
+_NORM_MLP_ADVERSARIAL_SHAPE = {"M": 16, "D": 256, "F": 128, "act": "silu"}
+RMSNORM_MLP = KernelType(
+    name="rmsnorm_mlp",
+    description="RMSNorm over D, then the gated MLP: fused_mlp(rmsnorm(x, norm_weight, eps), W_gate, W_up, W_down)",
+    reference=reference.rmsnorm_mlp,
+    make_inputs=rmsnorm_mlp_type.make_inputs,
+    smoke_shape={"M": 32, "D": 64, "F": 128, "act": "silu"},
+    sweep=rmsnorm_mlp_type.SWEEP,
+    cpu_sweep=rmsnorm_mlp_type.CPU_SWEEP,
+    edge_shapes=rmsnorm_mlp_type.EDGE_SHAPES,
+    cpu_edge_shapes=rmsnorm_mlp_type.CPU_EDGE_SHAPES,
+    timing_shape=rmsnorm_mlp_type.TIMING_SHAPE,
+    adversarial=[
+        Adversarial("large values", _NORM_MLP_ADVERSARIAL_SHAPE, rmsnorm_mlp_type.large_values,
+                    "x of standard deviation 1e3: a row's sum of squares overflows float16"),
+        Adversarial("zero and tiny rows", _NORM_MLP_ADVERSARIAL_SHAPE, rmsnorm_mlp_type.zero_and_tiny_rows,
+                    "a row of zeros, and rows whose mean square (1e-8) is below eps"),
+        Adversarial("large norm weight", {"M": 64, "D": 256, "F": 512, "act": "silu"},
+                    rmsnorm_mlp_type.large_norm_weight, "norm weight near 30: gate pre-activations in silu's tails"),
+    ],
+    bytes_moved=rmsnorm_mlp_type.bytes_moved,
+    flops=rmsnorm_mlp_type.flops,
+)
+
+
 # --------------------------------------------------------------------------- cross entropy
 def _ce_inputs(s, dtype, gen, device, logit_scale=1.0):
     logits = _randn((s["M"], s["V"]), dtype, gen, device, scale=logit_scale)
@@ -516,7 +543,8 @@ REDUCE = KernelType(
 
 
 REGISTRY: dict[str, KernelType] = {t.name: t for t in [
-    MATMUL, SOFTMAX, LAYERNORM, RMSNORM, FLASH_ATTENTION, FUSED_MLP, CROSS_ENTROPY, ROTARY_EMBEDDING, REDUCE]}
+    MATMUL, SOFTMAX, LAYERNORM, RMSNORM, FLASH_ATTENTION, FUSED_MLP, RMSNORM_MLP, CROSS_ENTROPY, ROTARY_EMBEDDING,
+    REDUCE]}
 
 
 def get(name: str) -> KernelType:
