@@ -343,17 +343,27 @@ def _read_norm_module(module: nn.Module, kernel_type: str, x) -> Reading | str:
 _MLP_ROLES = {"gate": ("gate", "w1"), "up": ("up", "w3"), "down": ("down", "w2")}
 
 
-def _mlp_variants(module: nn.Module, acts: list[str]) -> list[ModuleVariant]:
+def mlp_linears(module: nn.Module) -> tuple[nn.Linear, nn.Linear, nn.Linear] | None:
+    """(gate, up, down) of a gated MLP: bias-free nn.Linear children named gate / up / down (or w1 / w3 / w2),
+    gate and up (F, D) and down (D, F); None for any other module."""
     linears = {}
     for role, hints in _MLP_ROLES.items():
         found = [child for name, child in module.named_children()
                  if isinstance(child, nn.Linear) and child.bias is None and (name == hints[1] or hints[0] in name)]
         if len(found) != 1:
-            return []
+            return None
         linears[role] = found[0]
     gate, up, down = linears["gate"], linears["up"], linears["down"]
     if not (gate.weight.shape == up.weight.shape == down.weight.t().shape):
+        return None
+    return gate, up, down
+
+
+def _mlp_variants(module: nn.Module, acts: list[str]) -> list[ModuleVariant]:
+    linears = mlp_linears(module)
+    if linears is None:
         return []
+    gate, up, down = linears
     return [ModuleVariant("fused_mlp", f"fused_mlp act={act}",
                           functools.partial(_read_mlp, gate=gate, up=up, down=down, act=act)) for act in acts]
 
@@ -369,6 +379,46 @@ def _read_mlp(x, gate: nn.Linear, up: nn.Linear, down: nn.Linear, act: str) -> R
         return out.reshape(*x.shape[:-1], dim)
     return Reading({"M": math.prod(x.shape[:-1]), "D": dim, "F": hidden, "act": act},
                    (x, gate.weight, up.weight, down.weight), launch)
+
+
+def is_gated_mlp_module(module: nn.Module) -> bool:
+    return mlp_linears(module) is not None
+
+
+# An activation module an MLP keeps as an attribute (HF: act_fn) -> the kernels' "act".
+_ACTIVATION_ATTRIBUTES = ("act_fn", "act", "activation", "activation_fn")
+
+
+def mlp_activation(module: nn.Module) -> str:
+    """The MLP's activation, from an activation module it holds; "silu" (the LLaMA family's) when it holds none.
+
+    A guess: the router checks the folded result against the norm and the MLP's own forward on
+    the first call, and a wrong activation turns the fold off there."""
+    for name in _ACTIVATION_ATTRIBUTES:
+        act = getattr(module, name, None)
+        if isinstance(act, nn.SiLU):
+            return "silu"
+        if isinstance(act, nn.GELU) and act.approximate == "tanh":
+            return "gelu"
+        if isinstance(act, nn.Module):
+            return type(act).__name__      # one no kernel runs: the reading will not match a verified shape
+    return "silu"
+
+
+def read_rmsnorm_mlp(norm: nn.Module, mlp: nn.Module, x) -> Reading | str:
+    """A gated MLP's call on the raw input of the RMSNorm folded into it: rmsnorm_mlp {M, D, F, act}."""
+    gate, up, down = mlp_linears(mlp)
+    hidden, dim = gate.weight.shape
+    if x.dim() == 0 or x.shape[-1] != dim or norm.weight.shape != (dim,):
+        return "input size differs from the norm's or the MLP's"
+    eps, act = _module_eps(norm), mlp_activation(mlp)
+
+    def launch(fn, x):
+        out = fn(x.reshape(-1, dim).contiguous(), norm.weight.contiguous(), gate.weight.contiguous(),
+                 up.weight.contiguous(), down.weight.contiguous(), float(eps), act)
+        return out.reshape(*x.shape[:-1], dim)
+    return Reading({"M": math.prod(x.shape[:-1]), "D": dim, "F": hidden, "act": act},
+                   (x, norm.weight, gate.weight, up.weight, down.weight), launch)
 
 
 def _rotary_variants(module: nn.Module) -> list[ModuleVariant]:
