@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 
 import reference
+from autokernel import registry_folded as folded
 from autokernel.dtypes import pytorch_fp32_matmul_uses_tf32  # noqa: F401 (the registry's API too)
 
 Shape = dict[str, int | float | str]
@@ -304,6 +305,28 @@ RMSNORM = KernelType(
 )
 
 
+RMSNORM_LINEAR = KernelType(
+    name="rmsnorm_linear",
+    description="RMSNorm folded into the linear layer after it: rmsnorm(x, norm_weight) @ W^T, x (M, K), W (N, K)",
+    reference=reference.rmsnorm_linear,
+    make_inputs=folded.rmsnorm_linear_inputs,
+    smoke_shape={"M": 32, "N": 64, "K": 64},
+    sweep=folded.RMSNORM_LINEAR_SHAPES["sweep"],
+    cpu_sweep=folded.RMSNORM_LINEAR_SHAPES["cpu_sweep"],
+    edge_shapes=folded.RMSNORM_LINEAR_SHAPES["edge"],
+    cpu_edge_shapes=folded.RMSNORM_LINEAR_SHAPES["cpu_edge"],
+    timing_shape={"M": 4096, "N": 2048, "K": 2048},
+    adversarial=[
+        Adversarial("huge rows", {"M": 16, "N": 96, "K": 512}, folded.huge_rows,
+                    "entries up to 4e4: squares (and x * norm weight) overflow float16"),
+        Adversarial("zero, constant and tiny rows", {"M": 16, "N": 96, "K": 512}, folded.degenerate_rows,
+                    "a zero row, constant rows, and row scales from 1e-3 to 1e3"),
+    ],
+    bytes_moved=folded.rmsnorm_linear_bytes,
+    flops=folded.rmsnorm_linear_flops,
+)
+
+
 # --------------------------------------------------------------------------- flash attention
 def _kv_heads(s) -> int:
     """Key/value heads: "KV" for grouped- or multi-query attention (dividing H), else H."""
@@ -516,7 +539,8 @@ REDUCE = KernelType(
 
 
 REGISTRY: dict[str, KernelType] = {t.name: t for t in [
-    MATMUL, SOFTMAX, LAYERNORM, RMSNORM, FLASH_ATTENTION, FUSED_MLP, CROSS_ENTROPY, ROTARY_EMBEDDING, REDUCE]}
+    MATMUL, SOFTMAX, LAYERNORM, RMSNORM, RMSNORM_LINEAR, FLASH_ATTENTION, FUSED_MLP, CROSS_ENTROPY,
+    ROTARY_EMBEDDING, REDUCE]}
 
 
 def get(name: str) -> KernelType:
