@@ -34,6 +34,16 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.T
     return (normed * weight.float()).to(x.dtype)
 
 
+def rmsnorm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
+                   eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm folded into the following linear layer: rmsnorm(x, norm_weight, eps) @ weight.T.
+
+    x is (M, K), norm_weight (K,), weight (N, K) as nn.Linear stores it; the normalized activation
+    is rounded to x's dtype before the product, as the unfused model stores it.
+    """
+    return rmsnorm(x, norm_weight, eps) @ weight.T
+
+
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     sm_scale: float | None = None) -> torch.Tensor:
     """Scaled dot-product attention: q (B, H, S, D), k and v (B, KV, S_k, D); sm_scale defaults to 1/sqrt(D).

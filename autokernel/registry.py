@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 
 import reference
-from autokernel import rmsnorm_mlp_type
+from autokernel import registry_folded as folded
 from autokernel.dtypes import pytorch_fp32_matmul_uses_tf32  # noqa: F401 (the registry's API too)
 
 Shape = dict[str, int | float | str]
@@ -305,6 +305,28 @@ RMSNORM = KernelType(
 )
 
 
+RMSNORM_LINEAR = KernelType(
+    name="rmsnorm_linear",
+    description="RMSNorm folded into the linear layer after it: rmsnorm(x, norm_weight) @ W^T, x (M, K), W (N, K)",
+    reference=reference.rmsnorm_linear,
+    make_inputs=folded.rmsnorm_linear_inputs,
+    smoke_shape={"M": 32, "N": 64, "K": 64},
+    sweep=folded.RMSNORM_LINEAR_SHAPES["sweep"],
+    cpu_sweep=folded.RMSNORM_LINEAR_SHAPES["cpu_sweep"],
+    edge_shapes=folded.RMSNORM_LINEAR_SHAPES["edge"],
+    cpu_edge_shapes=folded.RMSNORM_LINEAR_SHAPES["cpu_edge"],
+    timing_shape={"M": 4096, "N": 2048, "K": 2048},
+    adversarial=[
+        Adversarial("huge rows", {"M": 16, "N": 96, "K": 512}, folded.huge_rows,
+                    "entries up to 4e4: squares (and x * norm weight) overflow float16"),
+        Adversarial("zero, constant and tiny rows", {"M": 16, "N": 96, "K": 512}, folded.degenerate_rows,
+                    "a zero row, constant rows, and row scales from 1e-3 to 1e3"),
+    ],
+    bytes_moved=folded.rmsnorm_linear_bytes,
+    flops=folded.rmsnorm_linear_flops,
+)
+
+
 # --------------------------------------------------------------------------- flash attention
 def _kv_heads(s) -> int:
     """Key/value heads: "KV" for grouped- or multi-query attention (dividing H), else H."""
@@ -405,29 +427,29 @@ FUSED_MLP = KernelType(
 )
 
 
-# RMSNorm folded into the gated MLP it feeds (helpers in autokernel/rmsnorm_mlp_type.py).
-_NORM_MLP_ADVERSARIAL_SHAPE = {"M": 16, "D": 256, "F": 128, "act": "silu"}
+# RMSNorm folded into the gated MLP it feeds (helpers in autokernel/registry_folded.py).
+_NORM_MLP_CASE = {"M": 16, "D": 256, "F": 128, "act": "silu"}
 RMSNORM_MLP = KernelType(
     name="rmsnorm_mlp",
     description="RMSNorm over D, then the gated MLP: fused_mlp(rmsnorm(x, norm_weight, eps), W_gate, W_up, W_down)",
     reference=reference.rmsnorm_mlp,
-    make_inputs=rmsnorm_mlp_type.make_inputs,
+    make_inputs=folded.rmsnorm_mlp_inputs,
     smoke_shape={"M": 32, "D": 64, "F": 128, "act": "silu"},
-    sweep=rmsnorm_mlp_type.SWEEP,
-    cpu_sweep=rmsnorm_mlp_type.CPU_SWEEP,
-    edge_shapes=rmsnorm_mlp_type.EDGE_SHAPES,
-    cpu_edge_shapes=rmsnorm_mlp_type.CPU_EDGE_SHAPES,
-    timing_shape=rmsnorm_mlp_type.TIMING_SHAPE,
+    sweep=folded.RMSNORM_MLP_SHAPES["sweep"],
+    cpu_sweep=folded.RMSNORM_MLP_SHAPES["cpu_sweep"],
+    edge_shapes=folded.RMSNORM_MLP_SHAPES["edge"],
+    cpu_edge_shapes=folded.RMSNORM_MLP_SHAPES["cpu_edge"],
+    timing_shape={"M": 4096, "D": 4096, "F": 11008, "act": "silu"},
     adversarial=[
-        Adversarial("large values", _NORM_MLP_ADVERSARIAL_SHAPE, rmsnorm_mlp_type.large_values,
-                    "x of standard deviation 1e3: a row's sum of squares overflows float16"),
-        Adversarial("zero and tiny rows", _NORM_MLP_ADVERSARIAL_SHAPE, rmsnorm_mlp_type.zero_and_tiny_rows,
+        Adversarial("huge rows", _NORM_MLP_CASE, folded.rmsnorm_mlp_huge_rows,
+                    "entries up to 6e4, norm weight near 2: x^2 and x * norm weight overflow float16"),
+        Adversarial("zero and tiny rows", _NORM_MLP_CASE, folded.rmsnorm_mlp_zero_and_tiny_rows,
                     "a row of zeros, and rows whose mean square (1e-8) is below eps"),
-        Adversarial("large norm weight", {"M": 64, "D": 256, "F": 512, "act": "silu"},
-                    rmsnorm_mlp_type.large_norm_weight, "norm weight near 30: gate pre-activations in silu's tails"),
+        Adversarial("large norm weight", {**_NORM_MLP_CASE, "M": 64, "F": 512}, folded.rmsnorm_mlp_large_norm_weight,
+                    "norm weight near 30: gate pre-activations in silu's tails"),
     ],
-    bytes_moved=rmsnorm_mlp_type.bytes_moved,
-    flops=rmsnorm_mlp_type.flops,
+    bytes_moved=folded.rmsnorm_mlp_bytes,
+    flops=folded.rmsnorm_mlp_flops,
 )
 
 
@@ -543,8 +565,8 @@ REDUCE = KernelType(
 
 
 REGISTRY: dict[str, KernelType] = {t.name: t for t in [
-    MATMUL, SOFTMAX, LAYERNORM, RMSNORM, FLASH_ATTENTION, FUSED_MLP, RMSNORM_MLP, CROSS_ENTROPY, ROTARY_EMBEDDING,
-    REDUCE]}
+    MATMUL, SOFTMAX, LAYERNORM, RMSNORM, RMSNORM_LINEAR, FLASH_ATTENTION, FUSED_MLP, RMSNORM_MLP, CROSS_ENTROPY,
+    ROTARY_EMBEDDING, REDUCE]}
 
 
 def get(name: str) -> KernelType:

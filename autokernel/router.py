@@ -35,6 +35,7 @@ from autokernel import registry, routes
 from autokernel.decisions import (Decision, KernelStats, ModuleRoute, Site, autocast_on,  # noqa: F401 (API)
                                   call_signature, copy_call)
 from autokernel.dtypes import dtype_name
+from autokernel.fold_routing import FOLD_TYPES, Folding
 from autokernel.kernel_ops import OptimizedKernel
 from autokernel.outputs import output_error, tolerance
 
@@ -73,6 +74,9 @@ class Router:
         self._pass_calls: Counter = Counter()
         self._scopes_patched: set[str] = set()
         self.patches: list[tuple[nn.Module, object]] = []    # (module, its instance forward before), in order
+        # Norms folded into their consumers (rmsnorm_linear), found on each new model input signature.
+        fold_types = [FOLD_TYPES[kernel_type] for kernel_type in self.by_type if kernel_type in FOLD_TYPES]
+        self.folding = Folding(self, fold_types) if fold_types else None
         self.reset_stats()
 
     # ------------------------------------------------------------------ state
@@ -100,6 +104,8 @@ class Router:
             route.decisions.clear()
         self.function_decisions.clear()
         self.model_signatures.clear()
+        if self.folding is not None:
+            self.folding.forget()
 
     # ------------------------------------------------------------------ deciding
     def decide(self, kernel_type: str, reading: routes.Reading | str, site_label: str) -> Decision:
@@ -300,20 +306,27 @@ class Router:
     # ------------------------------------------------------------------ the model's forward
     def run_model(self, model: nn.Module, original: Callable, args: tuple, kwargs: dict):
         """The model's forward: a resolution pass for a new input signature, else the forward with scoped routing."""
-        if torch.compiler.is_compiling():
-            return self.run_scoped("", original, args, kwargs)
         try:
-            key = call_signature(args, kwargs)
-            known = key in self.model_signatures
-        except TypeError:
-            key, known = None, False
-        if known:
-            return self.run_scoped("", original, args, kwargs)
-        output = self._resolution_pass(model, original, args, kwargs)
-        if key is not None:
-            self.model_signatures.add(key)
-        self._patch_new_scopes()
-        return output
+            if torch.compiler.is_compiling():
+                return self.run_scoped("", original, args, kwargs)
+            try:
+                key = call_signature(args, kwargs)
+                known = key in self.model_signatures
+            except TypeError:
+                key, known = None, False
+            if known:
+                return self.run_scoped("", original, args, kwargs)
+            if self.folding is not None:
+                # Which norms feed only their consumers, on a forward PyTorch runs alone, before the pass.
+                self.folding.discover(model, lambda: original(*args, **kwargs))
+            output = self._resolution_pass(model, original, args, kwargs)
+            if key is not None:
+                self.model_signatures.add(key)
+            self._patch_new_scopes()
+            return output
+        finally:
+            if self.folding is not None:
+                self.folding.end_of_forward()
 
     def run_scoped(self, path: str, original: Callable, args: tuple, kwargs: dict):
         """A module's own forward, with the function routing on when its own code calls routed functions."""
@@ -389,6 +402,7 @@ class Router:
                                "candidates": [v.label for v in r.candidates], "rejections": r.rejections}
                               for r in self.module_routes],
             "scoped_modules": sorted(self.scoped_modules),
+            "folds": self.folding.summary() if self.folding is not None else [],
             "resolutions": dict(self.resolutions),
             "policy": self.policy,
         }

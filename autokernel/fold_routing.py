@@ -1,0 +1,229 @@
+"""Routing a norm folded into its consumers: the norm hands its raw input on, each consumer runs the fused kernel.
+
+A fold (autokernel/norm_folding.py) is found on the model's first forward with each new input
+signature, before the router's resolution pass, by watching a forward PyTorch runs alone: the
+norm's output must go only to the consumer modules. Then, per norm input signature:
+  - the first call reads every consumer as the fused type (FoldType.read) and takes the router's
+    decision for each (verified shape and dtype, route table, policy); the fold runs only where
+    every consumer would run fused, eagerly and under torch.compile separately;
+  - before it is trusted, the pair is checked: each consumer's fused result on the raw input
+    against the consumer's own forward on the norm's own output; a mismatch turns the fold off;
+  - on a folded call the norm returns its input itself, noted as `handed`; a consumer runs the
+    fused kernel only when it receives exactly that tensor object, so a normalized tensor is
+    never normalized twice, whatever signatures coincide. Dynamo traces the identity test as a
+    constant, so the same code runs inside torch.compile, with the kernel's op.
+A fold that a later input signature does not confirm (another consumer appeared) is off for good.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+
+from autokernel import registry, routes
+from autokernel.decisions import Decision, Site, autocast_on, copy_call
+from autokernel.norm_folding import Fold, find_folds
+from autokernel.outputs import output_error, tolerance
+
+
+@dataclass(frozen=True)
+class FoldType:
+    """A fused type that takes a norm's raw input: which norms and consumers, and how a consumer's call reads."""
+    kernel_type: str
+    is_norm: Callable[[nn.Module], bool]
+    is_consumer: Callable[[nn.Module], bool]
+    read: Callable[[nn.Module, nn.Module, torch.Tensor], routes.Reading | str]    # (norm, consumer, raw x)
+
+
+FOLD_TYPES = {
+    "rmsnorm_linear": FoldType("rmsnorm_linear", routes.is_rmsnorm_module, routes.is_plain_linear,
+                               routes.read_rmsnorm_linear),
+}
+
+
+@dataclass
+class FoldDecision:
+    consumers: dict[str, Decision]      # consumer path -> its decision
+    eager: bool = False
+    compiled: bool = False
+    why: str = ""
+
+
+@dataclass
+class FoldRoute:
+    fold_type: FoldType
+    fold: Fold
+    decisions: dict = field(default_factory=dict)      # norm input signature -> FoldDecision
+    handed: torch.Tensor | None = None                 # the raw input the norm handed on in this forward
+    rejected: str = ""                                 # why the fold is off for good; "" while it stands
+    checked: bool = False                              # the pair matched the unfolded forward once
+
+    @property
+    def label(self) -> str:
+        return f"fold {self.fold.norm_path} -> {', '.join(self.fold.consumer_paths)} ({self.fold_type.kernel_type})"
+
+
+def _declined(consumers: dict[str, Decision], why: str) -> FoldDecision:
+    """A decision not to fold, counted against each consumer's kernel (no site: nothing to time)."""
+    return FoldDecision({path: Decision(d.kernel, None, why=why) for path, d in consumers.items()}, why=why)
+
+
+def _key(x: torch.Tensor, compiling: bool) -> tuple:
+    return (x.shape, x.stride(), x.dtype, x.device, x.requires_grad, torch.is_grad_enabled(),
+            False if compiling else autocast_on())
+
+
+class Folding:
+    """The folds of one routed model (one per norm), found on its forwards and run through the router."""
+
+    def __init__(self, router, fold_types: list[FoldType]):
+        self.router = router
+        self.fold_types = fold_types
+        self.routes: dict[str, FoldRoute] = {}         # norm path -> route
+        self.searched: dict[str, str] = {}             # norm path -> why not folded, from the last search
+
+    # ------------------------------------------------------------------ finding folds
+    def discover(self, model: nn.Module, run_forward: Callable[[], object]) -> None:
+        """Watch one forward PyTorch runs alone and route the folds it shows (or turn off those it refutes)."""
+        routed = {route.path for route in self.router.module_routes}
+        routed_ids = {id(module) for path, module in model.named_modules() if (path or "(model)") in routed}
+        for fold_type in self.fold_types:
+            norms = {path: module for path, module in model.named_modules() if fold_type.is_norm(module)}
+            with self.router.bypassed():
+                search = find_folds(model, run_forward, norms, fold_type.is_consumer,
+                                    lambda module: id(module) in routed_ids)
+            self.searched.update(search.rejected)
+            found = {fold.norm_path: fold for fold in search.folds}
+            for path, route in self.routes.items():
+                if route.fold_type is fold_type and not route.rejected and path in norms:
+                    other = found.get(path)
+                    if other is None or other.consumer_paths != route.fold.consumer_paths:
+                        self._reject(route, "not confirmed at a later input signature: "
+                                     + search.rejected.get(path, "other consumers"))
+            for path, fold in found.items():
+                if path not in self.routes:
+                    self._route(FoldRoute(fold_type, fold))
+
+    def _route(self, route: FoldRoute) -> None:
+        self.routes[route.fold.norm_path] = route
+        self.router.patch(route.fold.norm, lambda original, args, kwargs: self.run_norm(route, original, args, kwargs))
+        for path, consumer in zip(route.fold.consumer_paths, route.fold.consumers):
+            self.router.patch(consumer, lambda original, args, kwargs, path=path:
+                              self.run_consumer(route, path, original, args, kwargs))
+
+    def _reject(self, route: FoldRoute, why: str) -> None:
+        route.rejected, route.handed = why, None
+        route.decisions.clear()
+
+    def forget(self) -> None:
+        for route in self.routes.values():
+            route.decisions.clear()
+            route.handed = None
+
+    def end_of_forward(self) -> None:
+        """Drop the handed tensors (a forward's hidden states must not outlive it)."""
+        for route in self.routes.values():
+            route.handed = None
+
+    # ------------------------------------------------------------------ running
+    def run_norm(self, route: FoldRoute, original: Callable, args: tuple, kwargs: dict):
+        if kwargs or len(args) != 1 or not isinstance(args[0], torch.Tensor) or self.router.bypass or route.rejected:
+            return original(*args, **kwargs)
+        x = args[0]
+        compiling = torch.compiler.is_compiling()
+        decision = route.decisions.get(_key(x, compiling))
+        if not compiling and decision is None:
+            decision = route.decisions[_key(x, False)] = self._resolve(route, original, x)
+        if decision is not None and (decision.compiled if compiling else decision.eager) and not route.rejected:
+            route.handed = x
+            return x
+        if not compiling and decision is not None:
+            for consumer_decision in decision.consumers.values():
+                self.router._count(consumer_decision, hit=False, why=decision.why)
+        return original(x)
+
+    def run_consumer(self, route: FoldRoute, path: str, original: Callable, args: tuple, kwargs: dict):
+        x = args[0] if len(args) == 1 and not kwargs else None
+        if x is None or x is not route.handed or self.router.bypass:
+            return original(*args, **kwargs)
+        compiling = torch.compiler.is_compiling()
+        decision = route.decisions.get(_key(x, compiling))
+        if decision is None or not (decision.compiled if compiling else decision.eager):
+            # The norm hands its input on only under a decision to fold: this cannot happen.
+            raise RuntimeError(f"{route.label}: {path} got the norm's raw input without a decision to fold")
+        consumer = decision.consumers[path]
+        if compiling:
+            return consumer.reading.launch(consumer.kernel.graph_op(), x)
+        self.router._count(consumer, hit=True)
+        with torch._C.DisableTorchFunction():      # the kernel's own torch calls are never routed
+            return consumer.reading.launch(consumer.kernel.kernel_fn, x)
+
+    # ------------------------------------------------------------------ deciding and checking
+    def _resolve(self, route: FoldRoute, norm_forward: Callable, x: torch.Tensor) -> FoldDecision:
+        fold, kernel_type = route.fold, route.fold_type.kernel_type
+        self.router.resolutions[route.label] += 1
+        if kernel_type not in self.router.by_type:
+            return FoldDecision({}, why=f"no {kernel_type} kernel loaded")
+        consumers = {path: self.router.decide(kernel_type, route.fold_type.read(fold.norm, consumer, x), route.label)
+                     for path, consumer in zip(fold.consumer_paths, fold.consumers)}
+        not_read = next((d.why for d in consumers.values() if d.reading is None), None)
+        if not_read is not None:
+            return _declined(consumers, not_read)
+        with self.router.bypassed():
+            normed = norm_forward(x)
+        decision = FoldDecision(consumers, eager=all(d.eager for d in consumers.values()),
+                                compiled=all(d.compiled for d in consumers.values()))
+        if decision.eager or decision.compiled:
+            with self.router.bypassed():
+                expected = {path: consumer(normed) for path, consumer in zip(fold.consumer_paths, fold.consumers)}
+            mismatch = self._pair_mismatch(consumers, expected, x)
+            if mismatch:
+                self._reject(route, mismatch)
+                return _declined(consumers, mismatch)
+            route.checked = True
+        else:
+            decision.why = next(d.why for d in consumers.values() if not d.eager)
+        # Every readable signature is a site, routed or not: verify times it there.
+        for index, (path, consumer) in enumerate(zip(fold.consumer_paths, fold.consumers)):
+            self._adopt(route, path, consumer, consumers[path], x, norm_forward if index == 0 else None, normed)
+        return decision
+
+    def _pair_mismatch(self, consumers: dict[str, Decision], expected: dict, x: torch.Tensor) -> str:
+        """Why the fused results differ from the unfolded norm and consumers, or "" when they match."""
+        for path, decision in consumers.items():
+            try:
+                with torch._C.DisableTorchFunction():
+                    ours = decision.reading.launch(decision.kernel.kernel_fn, x)
+            except Exception as exc:     # a kernel outside its limits
+                return f"{path}: the kernel raised {type(exc).__name__}: {str(exc).strip()[:160]}"
+            error, allowed = output_error(expected[path], ours), tolerance(expected[path])
+            if not error <= allowed:
+                return f"{path}: the folded result differs from the norm and {path} by {error:.3g} (tolerance {allowed:g})"
+        return ""
+
+    def _adopt(self, route: FoldRoute, path: str, consumer: nn.Module, decision: Decision, x: torch.Tensor,
+               norm_forward: Callable | None, normed: torch.Tensor) -> None:
+        """Note the consumer's site for verify to time; the norm's time is charged to the first consumer only."""
+        kernel, reading = decision.kernel, decision.reading
+        key = (kernel.name, registry.format_shape(reading.shape), x.dtype)
+        site = self.router.sites.get(key)
+        if site is None:
+            site = self.router.sites[key] = Site(kernel, dict(reading.shape), x.dtype, f"{route.label}: {path}")
+        if self.router.keep_examples and site.run_ours is None:
+            (raw,), _ = copy_call(((x,), {}))
+            (normed_copy,), _ = copy_call(((normed,), {}))
+            site.run_ours = lambda: reading.launch(kernel.kernel_fn, raw)
+            site.run_pytorch = ((lambda: consumer(norm_forward(raw))) if norm_forward is not None
+                                else (lambda: consumer(normed_copy)))
+        if decision.compiled and kernel._graph_op is None:
+            captured = []
+            with torch._C.DisableTorchFunction():
+                reading.launch(lambda *kernel_args: captured.append(kernel_args) or kernel.kernel_fn(*kernel_args), x)
+            kernel.graph_op(captured[0] if captured else None)
+
+    def summary(self) -> list[dict]:
+        return [{"norm": path, "consumers": list(route.fold.consumer_paths), "kernel_type": route.fold_type.kernel_type,
+                 "checked": route.checked, "rejected": route.rejected or None} for path, route in self.routes.items()]

@@ -1,0 +1,174 @@
+"""Routing a norm folded into its consumers (rmsnorm_linear): only where sound, checked first, eager and compiled."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from autokernel import plugin  # noqa: E402
+from autokernel.router import NOT_MEASURED  # noqa: E402
+from tests.test_plugin import (LLAMA_SHAPES, SEQ, kernel_stats, one_forward_stats, recorded_calls,  # noqa: E402
+                               reference_sources, tiny_llama, write_optimized)
+
+# The tiny LLaMA's linears that can follow a norm: q / k / v (64 -> 64), gate / up (64 -> 176), lm_head (64 -> 128).
+FOLD_SHAPES = [{"M": SEQ, "N": n, "K": 64} for n in (64, 176, 128)]
+
+
+def _folds(model) -> dict:
+    return {fold["norm"]: (fold["consumers"], fold["rejected"]) for fold in plugin.router_of(model).summary()["folds"]}
+
+
+def test_llama_norms_fold_into_their_linears_with_the_starter_and_the_output_holds(tmp_path):
+    model, inputs = tiny_llama()
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_linear": FOLD_SHAPES})
+    with torch.no_grad():
+        expected = model(*inputs)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+        # q, k, v; gate and up (no fused_mlp kernel replaces the MLP here); the lm_head.
+        assert one_forward_stats(model, inputs) == {"rmsnorm_linear": (6, 0)}
+        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+    assert _folds(model) == {
+        "layers.0.attention_norm": (["layers.0.attention.q_proj", "layers.0.attention.k_proj",
+                                     "layers.0.attention.v_proj"], None),
+        "layers.0.mlp_norm": (["layers.0.mlp.gate_proj", "layers.0.mlp.up_proj"], None),
+        "norm": (["lm_head"], None)}
+    plugin.unplug(model)
+    assert not any("forward" in vars(module) for module in model.modules())
+
+
+def test_a_norm_feeding_a_module_another_kernel_replaces_is_not_folded(tmp_path):
+    model, inputs = tiny_llama()
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_linear": FOLD_SHAPES, "fused_mlp": LLAMA_SHAPES["fused_mlp"]},
+                             sources=reference_sources("rmsnorm_linear", "fused_mlp"))
+    with torch.no_grad():
+        expected = model(*inputs)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+        assert one_forward_stats(model, inputs) == {"rmsnorm_linear": (4, 0), "fused_mlp": (1, 0)}
+    assert "layers.0.mlp_norm" not in _folds(model)
+    # The fused MLP gets the normalized activation, not the raw one.
+    x, *_ = recorded_calls(model, "fused_mlp")[-1]
+    assert torch.allclose(x.pow(2).mean(-1), torch.ones(SEQ), atol=1e-3)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, offset=0.0):
+        super().__init__()
+        self.eps, self.offset = 1e-6, offset
+        self.weight = nn.Parameter(1 + 0.1 * torch.randn(dim))
+
+    def forward(self, x):
+        # offset=1 is Gemma's (1 + weight) norm: the same structure, another result.
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (self.offset + self.weight)
+
+
+class Block(nn.Module):
+    def __init__(self, offset=0.0, residual_from=None):
+        super().__init__()
+        self.norm, self.q, self.k = RMSNorm(16, offset), nn.Linear(16, 8, bias=False), nn.Linear(16, 8)
+        self.residual_from = residual_from          # rows from which the norm's output is also added
+
+    def forward(self, x):
+        h = self.norm(x)
+        out = self.q(h) * self.k(h)
+        if self.residual_from is not None and x.shape[0] >= self.residual_from:
+            out = out + h[:, :8]
+        return out
+
+
+def _block_folder(tmp_path, rows=(4, 6)):
+    shapes = [{"M": m, "N": 8, "K": 16} for m in rows]
+    return write_optimized(tmp_path / "opt", {"rmsnorm_linear": shapes}, sources=reference_sources("rmsnorm_linear"))
+
+
+def test_a_norm_output_with_another_use_is_not_folded(tmp_path):
+    torch.manual_seed(0)
+    model, x = Block(residual_from=0), torch.randn(4, 16)
+    with torch.no_grad():
+        expected = model(x)
+        plugin.plug_in(model, _block_folder(tmp_path), policy=plugin.ALL)
+        recorded_calls(model, "rmsnorm_linear").clear()
+        assert torch.equal(model(x), expected)
+    assert _folds(model) == {} and recorded_calls(model, "rmsnorm_linear") == []
+    assert "outside a consumer" in plugin.router_of(model).folding.searched["norm"]
+
+
+def test_a_fold_a_later_input_signature_refutes_is_off_for_good(tmp_path):
+    torch.manual_seed(0)
+    model = Block(residual_from=6)
+    small, large = torch.randn(4, 16), torch.randn(6, 16)
+    with torch.no_grad():
+        expected_small, expected_large = model(small), model(large)
+        plugin.plug_in(model, _block_folder(tmp_path), policy=plugin.ALL)
+        assert plugin.output_error(expected_small, model(small)) <= plugin.tolerance(expected_small)
+        assert _folds(model)["norm"] == (["q", "k"], None)
+        assert plugin.output_error(expected_large, model(large)) <= plugin.tolerance(expected_large)
+        assert "not confirmed at a later input signature" in _folds(model)["norm"][1]
+        recorded_calls(model, "rmsnorm_linear").clear()
+        assert torch.equal(model(small), expected_small)
+    assert recorded_calls(model, "rmsnorm_linear") == []
+
+
+def test_the_pair_is_checked_against_the_unfolded_forward_before_it_is_trusted(tmp_path):
+    torch.manual_seed(0)
+    model, x = Block(offset=1.0), torch.randn(4, 16)      # named RMSNorm, computes (1 + weight) * normalized x
+    with torch.no_grad():
+        expected = model(x)
+        plugin.plug_in(model, _block_folder(tmp_path), policy=plugin.ALL)
+        assert torch.equal(model(x), expected)
+        assert torch.equal(model(x), expected)
+    consumers, rejected = _folds(model)["norm"]
+    assert consumers == ["q", "k"] and "the folded result differs from the norm and q" in rejected
+
+
+def test_a_fold_runs_only_where_every_consumer_routes(tmp_path):
+    torch.manual_seed(0)
+    model, x = Block(), torch.randn(4, 16)
+    with torch.no_grad():
+        expected = model(x)
+        plugin.plug_in(model, _block_folder(tmp_path))       # "measured", and nothing was measured
+        assert torch.equal(model(x), expected)
+        assert kernel_stats(model)["rmsnorm_linear"]["fallback_reasons"] == {NOT_MEASURED: 2}
+        plugin.plug_in(model, _block_folder(tmp_path, rows=(6,)), policy=plugin.ALL)   # 4 rows not verified
+        assert torch.equal(model(x), expected)
+        assert kernel_stats(model)["rmsnorm_linear"]["fallback_reasons"] == {"shape M=4,N=8,K=16 not verified": 2}
+
+
+def test_a_folded_llama_compiles_into_one_graph_with_the_fused_op(tmp_path):
+    from torch._dynamo.utils import counters
+
+    model, inputs = tiny_llama()
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_linear": FOLD_SHAPES})
+    graph_ops = []
+
+    def recording_backend(graph_module, example_inputs):
+        graph_ops.extend(str(node.target) for node in graph_module.graph.nodes if node.op == "call_function")
+        return torch._dynamo.lookup_backend("aot_eager")(graph_module, example_inputs)
+
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.no_grad():
+        expected = model(*inputs)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        model(*inputs)
+        compiled = torch.compile(model, backend=recording_backend, fullgraph=True)
+        assert plugin.output_error(expected, compiled(*inputs)) <= plugin.tolerance(expected)
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    fused = [op for op in graph_ops if op.startswith("autokernel.rmsnorm_linear")]
+    assert len(fused) == 6
+    # The norms are gone from the graph: no rsqrt is left of the three.
+    assert not any("rsqrt" in op for op in graph_ops)
+    assert all(route.handed is None for route in plugin.router_of(model).folding.routes.values())
+    torch._dynamo.reset()
+
+
+def test_calls_needing_gradients_are_not_folded(tmp_path):
+    torch.manual_seed(0)
+    model, x = Block(), torch.randn(4, 16)
+    expected = model(x)
+    plugin.plug_in(model, _block_folder(tmp_path), policy=plugin.ALL)
+    assert torch.equal(model(x), expected)
+    assert "gradients" in next(iter(kernel_stats(model)["rmsnorm_linear"]["fallback_reasons"]))
