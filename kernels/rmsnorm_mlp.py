@@ -16,9 +16,10 @@ Why g goes onto the x tiles, not into the weights (g * W cached per weight versi
 hold a second copy of two thirds of the MLP's weights, and be a second source of truth to keep in
 step with them; the tile product is a few register operations per loaded element. Each tile
 column recomputes its rows' sum of squares from the x tiles it loads: no extra memory traffic and
-no reduction across programs. The product x * g is rounded to x's dtype for the tensor cores, as
-the unfused norm rounds its output; it is only out of range where x * g itself is (|x| near the
-dtype's largest value and g above 1).
+no reduction across programs. The product is rounded to x's dtype for the tensor cores, as the
+unfused norm rounds its output; so that it never overflows float16 (x near 4e4 with g near 2 would),
+the tiles take x * g / b with b = max(1, max |g|), read by each program once, and the epilogue
+multiplies b back into the row scale.
 
 Every launch is one GEMM kernel: a BLOCK_M x BLOCK_N output tile at a time, K pipelined over
 `num_stages` shared-memory buffers, GROUP_M L2 swizzle, and a persistent grid (one program per
@@ -106,38 +107,54 @@ def _gate_epilogue(acc, g_ptr, stride_gm, stride_gn, out_rows, out_cols, M, N, A
 
 
 @triton.jit
-def _normed_tile(a, norm_ptr, stride_norm, k_start, K, sum_sq, BLOCK_K: tl.constexpr, UPCAST: tl.constexpr):
-    """(the x tile times its slice of the norm weight, the rows' sums of squares including this tile).
+def _norm_weight_bound(norm_ptr, stride_norm, K, BLOCK_K: tl.constexpr):
+    """max(1, max |norm weight|): x tiles are multiplied by weight / bound, so |x * weight / bound| <= |x|
+    never overflows x's dtype; the row scale multiplies the bound back. The weight is K elements, read once."""
+    bound = tl.full((BLOCK_K,), 1.0, tl.float32)
+    for k_start in range(0, K, BLOCK_K):
+        ks = k_start + tl.arange(0, BLOCK_K)
+        weight = tl.load(norm_ptr + ks.to(tl.int64) * stride_norm, mask=ks < K, other=0.0)
+        bound = tl.maximum(bound, tl.abs(weight.to(tl.float32)))
+    return tl.max(bound, axis=0)
+
+
+@triton.jit
+def _normed_tile(a, norm_ptr, stride_norm, k_start, K, sum_sq, inverse_bound, BLOCK_K: tl.constexpr,
+                 ROUND: tl.constexpr):
+    """(the x tile times its slice of norm weight / bound, the rows' sums of squares including this tile).
 
     Squares are summed in float32: a row of 16-bit values near 1e3 already overflows float16.
-    Under the interpreter (UPCAST) the product stays float32, as the operands of tl.dot do there.
+    With ROUND the product is rounded to x's dtype for the tensor cores (not for bfloat16 under
+    the interpreter, which rounds it by truncation); dividing by the bound keeps it in range.
     """
     ks = k_start + tl.arange(0, BLOCK_K)
     weight = tl.load(norm_ptr + ks.to(tl.int64) * stride_norm, mask=ks < K, other=0.0).to(tl.float32)
     a32 = a.to(tl.float32)
     sum_sq += tl.sum(a32 * a32, axis=1)
-    scaled = a32 * weight[None, :]
-    if not UPCAST:
+    scaled = a32 * (weight * inverse_bound)[None, :]
+    if ROUND:
         scaled = scaled.to(a.dtype)
     return scaled, sum_sq
 
 
 @triton.jit
-def _row_scale(acc, sum_sq, K, eps):
-    """The accumulator's rows times rsqrt(mean square + eps): the norm's per-row factor, applied after the GEMM."""
-    return acc * tl.rsqrt(sum_sq / K + eps)[:, None]
+def _row_scale(acc, sum_sq, K, eps, bound):
+    """The accumulator's rows times rsqrt(mean square + eps) and the weight's bound: the norm's per-row
+    factor, applied after the GEMM."""
+    return acc * (bound * tl.rsqrt(sum_sq / K + eps))[:, None]
 
 
 @triton.jit
 def _gemm_tma_kernel(desc_a, desc_w, desc_c, g_ptr, stride_gm, stride_gn, norm_ptr, stride_norm, eps, M, N, K,
                      NORM: tl.constexpr, GATE_EPILOGUE: tl.constexpr, ACTIVATION: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     GROUP_M: tl.constexpr, UPCAST: tl.constexpr):
+                     GROUP_M: tl.constexpr, UPCAST: tl.constexpr, ROUND: tl.constexpr):
     """C = A @ W^T; with NORM, A is rmsnorm(A) over its K columns; with GATE_EPILOGUE, C = act(G) * C.
 
     W is (N, K) like an nn.Linear weight.
     """
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    bound = _norm_weight_bound(norm_ptr, stride_norm, K, BLOCK_K) if NORM else 1.0
     # flatten lets the pipeliner start the next tile's loads during this tile's epilogue.
     for tile_id in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=True):
         tile_m, tile_n = _grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -148,7 +165,7 @@ def _gemm_tma_kernel(desc_a, desc_w, desc_c, g_ptr, stride_gm, stride_gn, norm_p
             w = desc_w.load([tile_n * BLOCK_N, k_start])
             if NORM:
                 # Columns past K are zero-filled by the copy engine: they add nothing to sum_sq.
-                a, sum_sq = _normed_tile(a, norm_ptr, stride_norm, k_start, K, sum_sq, BLOCK_K, UPCAST)
+                a, sum_sq = _normed_tile(a, norm_ptr, stride_norm, k_start, K, sum_sq, 1.0 / bound, BLOCK_K, ROUND)
             if UPCAST:
                 # The CPU interpreter's tl.dot multiplies bfloat16 tiles as their raw uint16 bits.
                 # Products of 16-bit floats are exact in float32, so upcasting changes no result.
@@ -158,7 +175,7 @@ def _gemm_tma_kernel(desc_a, desc_w, desc_c, g_ptr, stride_gm, stride_gn, norm_p
             # inputs run on the tensor cores either way.
             acc = tl.dot(a, w.T, acc, input_precision="ieee")
         if NORM:
-            acc = _row_scale(acc, sum_sq, K, eps)
+            acc = _row_scale(acc, sum_sq, K, eps, bound)
         if GATE_EPILOGUE:
             out_rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
             out_cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -171,9 +188,11 @@ def _gemm_pointer_kernel(a_ptr, w_ptr, c_ptr, g_ptr, norm_ptr, M, N, K, stride_a
                          stride_cm, stride_cn, stride_gm, stride_gn, stride_norm, eps,
                          NORM: tl.constexpr, GATE_EPILOGUE: tl.constexpr, ACTIVATION: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr):
+                         GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr,
+                         ROUND: tl.constexpr):
     """The same GEMM for operands TMA cannot describe (any strides), with pointer loads."""
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    bound = _norm_weight_bound(norm_ptr, stride_norm, K, BLOCK_K) if NORM else 1.0
     ks = tl.arange(0, BLOCK_K)
     for tile_id in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=True):
         tile_m, tile_n = _grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -196,7 +215,7 @@ def _gemm_pointer_kernel(a_ptr, w_ptr, c_ptr, g_ptr, norm_ptr, M, N, K, stride_a
             if NORM:
                 # Masked columns load as zero; wrapped rows sum another row's squares, but their
                 # results are dropped by the masked store.
-                a, sum_sq = _normed_tile(a, norm_ptr, stride_norm, k_start, K, sum_sq, BLOCK_K, UPCAST)
+                a, sum_sq = _normed_tile(a, norm_ptr, stride_norm, k_start, K, sum_sq, 1.0 / bound, BLOCK_K, ROUND)
             if UPCAST:
                 a = a.to(tl.float32)
                 w_t = w_t.to(tl.float32)
@@ -206,7 +225,7 @@ def _gemm_pointer_kernel(a_ptr, w_ptr, c_ptr, g_ptr, norm_ptr, M, N, K, stride_a
         out_rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
         out_cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
         if NORM:
-            acc = _row_scale(acc, sum_sq, K, eps)
+            acc = _row_scale(acc, sum_sq, K, eps, bound)
         if GATE_EPILOGUE:
             acc = _gate_epilogue(acc, g_ptr, stride_gm, stride_gn, out_rows, out_cols, M, N, ACTIVATION)
         c_ptrs = c_ptr + out_rows.to(tl.int64)[:, None] * stride_cm + out_cols.to(tl.int64)[None, :] * stride_cn
@@ -265,6 +284,7 @@ def _gemm(a: torch.Tensor, weight: torch.Tensor, gate: torch.Tensor | None = Non
     norm = weight[0] if norm_weight is None else norm_weight   # nor a norm weight when there is no norm
     common = dict(NORM=norm_weight is not None, GATE_EPILOGUE=gate is not None, ACTIVATION=activation, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
                   GROUP_M=TUNABLES["GROUP_M"], UPCAST=a.device.type == "cpu",
+                  ROUND=not (a.device.type == "cpu" and a.dtype == torch.bfloat16),
                   num_warps=config["num_warps"], num_stages=num_stages)
     if _tma_ready(a, weight, c):
         _gemm_tma_kernel[(programs,)](TensorDescriptor.from_tensor(a, [bm, bk]),

@@ -63,6 +63,18 @@ def test_large_rows_do_not_overflow_in_float16():
     _assert_matches_reference(*_inputs(9, 64, 96, dtype=torch.float16, x_scale=3e3))
 
 
+def test_x_times_a_large_norm_weight_is_kept_within_float16():
+    # x near 4e4 times a weight of 2 is past float16's largest value: the tile product is divided
+    # by max |weight| before it is rounded for the MMA, and the row scale multiplies it back.
+    x, norm_weight, *weights = _inputs(9, 64, 96, dtype=torch.float16)
+    x[:, ::4] = 4e4
+    norm_weight = (norm_weight * 0 + 2.0).to(torch.float16)
+    assert torch.isinf(x * norm_weight).any()
+    _assert_matches_reference(x, norm_weight, *weights)
+    # Weights below 1 are not scaled up: the product stays as precise as x itself.
+    _assert_matches_reference(x * 1e-4, norm_weight * 0.25, *weights)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_matches_the_reference(dtype):
     _assert_matches_reference(*_inputs(21, 48, 80, dtype=dtype), activation="gelu")
