@@ -38,7 +38,11 @@ class FoldType:
     read: Callable[[nn.Module, nn.Module, torch.Tensor], routes.Reading | str]    # (norm, consumer, raw x)
 
 
+# In order of preference where two types fold the same norm: a norm feeding a gated MLP folds into
+# the whole MLP (rmsnorm_mlp) before its gate and up linears (rmsnorm_linear).
 FOLD_TYPES = {
+    "rmsnorm_mlp": FoldType("rmsnorm_mlp", routes.is_rmsnorm_module, routes.is_gated_mlp_module,
+                            routes.read_rmsnorm_mlp),
     "rmsnorm_linear": FoldType("rmsnorm_linear", routes.is_rmsnorm_module, routes.is_plain_linear,
                                routes.read_rmsnorm_linear),
 }

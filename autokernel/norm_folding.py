@@ -124,15 +124,20 @@ class _Search:
                                                     and not kwargs else "")
             if feeding is not None and path not in self.consumers[feeding]:
                 self.consumers[feeding].append(path)
-        elif feeding is not None and self.may_replace(module):
+        elif feeding is not None and self.may_replace(module) and not self._in_consumer_of(id(first)):
+            # Inside a consumer that took this output (an MLP's gate linear), the fused kernel
+            # replaces the consumer whole, so what would replace its children never runs.
             self.reject(feeding, f"its output enters {path} ({type(module).__name__}), which another kernel may replace")
         self.inside.append((id(module), id(first) if consumer and feeding is not None else -1))
+
+    def _in_consumer_of(self, output_id: int) -> bool:
+        return any(tensor_id == output_id for _, tensor_id in self.inside)
 
     def module_left(self) -> None:
         self.inside.pop()
 
     def use(self, output_id: int, func) -> None:
-        if any(tensor_id == output_id for _, tensor_id in self.inside):
+        if self._in_consumer_of(output_id):
             return
         name = getattr(func, "__name__", repr(func))
         self.reject(self.outputs[output_id], f"its output is used by {name} outside a consumer")

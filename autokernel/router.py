@@ -74,8 +74,8 @@ class Router:
         self._pass_calls: Counter = Counter()
         self._scopes_patched: set[str] = set()
         self.patches: list[tuple[nn.Module, object]] = []    # (module, its instance forward before), in order
-        # Norms folded into their consumers (rmsnorm_linear), found on each new model input signature.
-        fold_types = [FOLD_TYPES[kernel_type] for kernel_type in self.by_type if kernel_type in FOLD_TYPES]
+        # Norms folded into their consumers (rmsnorm_mlp, rmsnorm_linear), found on each new model input signature.
+        fold_types = [fold_type for kernel_type, fold_type in FOLD_TYPES.items() if kernel_type in self.by_type]
         self.folding = Folding(self, fold_types) if fold_types else None
         self.reset_stats()
 

@@ -172,3 +172,153 @@ def test_calls_needing_gradients_are_not_folded(tmp_path):
     plugin.plug_in(model, _block_folder(tmp_path), policy=plugin.ALL)
     assert torch.equal(model(x), expected)
     assert "gradients" in next(iter(kernel_stats(model)["rmsnorm_linear"]["fallback_reasons"]))
+
+
+# --------------------------------------------------------------------------- rmsnorm_mlp: a norm folded into the whole MLP
+MLP_FOLD_SHAPES = [{"M": SEQ, "D": 64, "F": 176, "act": "silu"}]
+
+
+def test_the_mlp_norm_folds_into_the_whole_mlp_with_the_starter_and_the_output_holds(tmp_path):
+    model, inputs = tiny_llama()
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_mlp": MLP_FOLD_SHAPES})
+    with torch.no_grad():
+        expected = model(*inputs)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+        assert one_forward_stats(model, inputs) == {"rmsnorm_mlp": (1, 0)}
+        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+    # Only the MLP's norm: the attention's feeds q / k / v, the last one the lm_head.
+    assert _folds(model) == {"layers.0.mlp_norm": (["layers.0.mlp"], None)}
+    assert plugin.router_of(model).folding.routes["layers.0.mlp_norm"].checked
+
+
+def test_the_mlp_kernel_gets_the_raw_residual_stream_and_the_norm_weight(tmp_path):
+    model, inputs = tiny_llama()
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_mlp": MLP_FOLD_SHAPES},
+                             sources=reference_sources("rmsnorm_mlp"))
+    residuals = []
+    model.layers[0].mlp_norm.register_forward_pre_hook(lambda module, args: residuals.append(args[0]))
+    with torch.no_grad():
+        expected = model(*inputs)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        model(*inputs)
+        recorded_calls(model, "rmsnorm_mlp").clear()
+        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+    (x, norm_weight, w_gate, w_up, w_down, eps, act), = recorded_calls(model, "rmsnorm_mlp")
+    assert torch.equal(x, residuals[-1].reshape(SEQ, 64)) and not torch.allclose(x.pow(2).mean(-1), torch.ones(SEQ))
+    mlp, norm = model.layers[0].mlp, model.layers[0].mlp_norm
+    assert norm_weight is norm.weight or torch.equal(norm_weight, norm.weight)
+    assert torch.equal(w_gate, mlp.gate_proj.weight) and torch.equal(w_down, mlp.down_proj.weight)
+    assert (eps, act) == (norm.eps, "silu")
+
+
+def test_a_norm_feeding_an_mlp_folds_into_the_mlp_before_its_linears(tmp_path):
+    # Every kernel that could take the MLP or its linears is loaded, with matmul routing the linears.
+    model, inputs = tiny_llama()
+    kernels = {"rmsnorm_mlp": MLP_FOLD_SHAPES, "rmsnorm_linear": FOLD_SHAPES,
+               "fused_mlp": LLAMA_SHAPES["fused_mlp"], "matmul": LLAMA_SHAPES["matmul"]}
+    folder = write_optimized(tmp_path / "opt", kernels, sources=reference_sources(*kernels))
+    with torch.no_grad():
+        expected = model(*inputs)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+        stats = one_forward_stats(model, inputs)
+    assert _folds(model) == {
+        "layers.0.attention_norm": (["layers.0.attention.q_proj", "layers.0.attention.k_proj",
+                                     "layers.0.attention.v_proj"], None),
+        "layers.0.mlp_norm": (["layers.0.mlp"], None),
+        "norm": (["lm_head"], None)}
+    # q, k, v and the lm_head fused with their norms; the MLP whole; o_proj alone is a matmul.
+    assert stats == {"rmsnorm_mlp": (1, 0), "rmsnorm_linear": (4, 0), "fused_mlp": (0, 0), "matmul": (1, 0)}
+
+
+class GeluMLP(nn.Module):
+    """A gated MLP whose activation (tanh GELU) is written in its forward: the router guesses silu."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = (nn.Linear(16, 24, bias=False), nn.Linear(16, 24, bias=False),
+                                                        nn.Linear(24, 16, bias=False))
+
+    def forward(self, x):
+        return self.down_proj(nn.functional.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+
+
+class NormMLP(nn.Module):
+    def __init__(self, mlp=None, residual=False):
+        super().__init__()
+        self.norm, self.mlp, self.residual = RMSNorm(16), mlp or GeluMLP(), residual
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.mlp(h) + (h if self.residual else 0)
+
+
+def _mlp_folder(tmp_path, act="silu"):
+    return write_optimized(tmp_path / "opt", {"rmsnorm_mlp": [{"M": 4, "D": 16, "F": 24, "act": act}]},
+                           sources=reference_sources("rmsnorm_mlp"))
+
+
+def test_an_mlp_norm_whose_output_also_feeds_the_residual_is_not_folded(tmp_path):
+    torch.manual_seed(0)
+    model, x = NormMLP(residual=True), torch.randn(4, 16)
+    with torch.no_grad():
+        expected = model(x)
+        plugin.plug_in(model, _mlp_folder(tmp_path, act="gelu"), policy=plugin.ALL)
+        recorded_calls(model, "rmsnorm_mlp").clear()
+        assert torch.equal(model(x), expected)
+    assert _folds(model) == {} and recorded_calls(model, "rmsnorm_mlp") == []
+    assert "outside a consumer" in plugin.router_of(model).folding.searched["norm"]
+
+
+def test_a_wrongly_guessed_activation_is_caught_by_the_pair_check(tmp_path):
+    torch.manual_seed(0)
+    model, x = NormMLP(), torch.randn(4, 16)
+    with torch.no_grad():
+        expected = model(x)
+        plugin.plug_in(model, _mlp_folder(tmp_path, act="silu"), policy=plugin.ALL)
+        assert torch.equal(model(x), expected)
+        assert torch.equal(model(x), expected)
+    consumers, rejected = _folds(model)["norm"]
+    assert consumers == ["mlp"] and "the folded result differs from the norm and mlp" in rejected
+
+
+def test_an_mlp_holding_its_activation_folds_with_it(tmp_path):
+    torch.manual_seed(0)
+    mlp = GeluMLP()
+    mlp.act_fn = nn.GELU(approximate="tanh")
+    mlp.forward = lambda x: mlp.down_proj(mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))
+    model, x = NormMLP(mlp), torch.randn(4, 16)
+    with torch.no_grad():
+        expected = model(x)
+        plugin.plug_in(model, _mlp_folder(tmp_path, act="gelu"), policy=plugin.ALL)
+        assert plugin.output_error(expected, model(x)) <= plugin.tolerance(expected)
+        assert one_forward_stats(model, (x,)) == {"rmsnorm_mlp": (1, 0)}
+    assert _folds(model) == {"norm": (["mlp"], None)}
+
+
+def test_an_mlp_folded_llama_compiles_into_one_graph_with_the_fused_op(tmp_path):
+    from torch._dynamo.utils import counters
+
+    model, inputs = tiny_llama()
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_mlp": MLP_FOLD_SHAPES})
+    graph_ops = []
+
+    def recording_backend(graph_module, example_inputs):
+        graph_ops.extend(str(node.target) for node in graph_module.graph.nodes if node.op == "call_function")
+        return torch._dynamo.lookup_backend("aot_eager")(graph_module, example_inputs)
+
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.no_grad():
+        expected = model(*inputs)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        model(*inputs)
+        compiled = torch.compile(model, backend=recording_backend, fullgraph=True)
+        assert plugin.output_error(expected, compiled(*inputs)) <= plugin.tolerance(expected)
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    assert len([op for op in graph_ops if op.startswith("autokernel.rmsnorm_mlp")]) == 1
+    # Of the three norms, the MLP's is gone from the graph; its MLP's silu too.
+    assert len([op for op in graph_ops if "rsqrt" in op]) == 2
+    assert not any("silu" in op for op in graph_ops)
+    torch._dynamo.reset()

@@ -40,6 +40,17 @@ def test_a_norm_feeding_a_module_another_kernel_replaces_is_not_folded():
     assert "which another kernel may replace" in search.rejected["layers.0.mlp_norm"]
 
 
+def test_a_norm_folds_into_a_whole_mlp_even_where_its_linears_may_be_replaced():
+    # rmsnorm_mlp's consumer is the MLP: inside its call the norm's output enters gate and up,
+    # which a matmul kernel may replace; the fused kernel replaces the MLP whole, so that is no use.
+    model = llama.get_model("tiny", n_layers=1)
+    search = find_folds(model, lambda: model(llama.get_inputs("tiny", seq=8)[0]), _norms(model),
+                        lambda m: isinstance(m, llama.SwiGLU), may_replace=_is_linear)
+    assert {fold.norm_path: fold.consumer_paths for fold in search.folds} == {"layers.0.mlp_norm": ("layers.0.mlp",)}
+    # The attention's norm feeds linears outside any consumer: those may be replaced.
+    assert "which another kernel may replace" in search.rejected["layers.0.attention_norm"]
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim):
         super().__init__()
