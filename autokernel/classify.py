@@ -19,6 +19,10 @@ belongs to:
      largest 4-D tensor it touched (the (B, H, S, D) layout that SDPA uses is assumed);
   3. else, the op's own name (aten::addmm -> matmul, aten::_softmax -> softmax, ...), shape from
      its recorded input shapes; anything else is "other".
+Before all of these, a norm folded into its consumers (`folds`, found by autokernel/norm_folding.py
+on a real forward: its output goes only to nn.Linear modules) counts as rmsnorm_linear with them:
+each consumer linear is a site {M, N, K} of its own, and the norm's ops join the first consumer's
+site, since one fused kernel per linear replaces the norm and the linears together.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ _ROOT_MEAN_SQUARE_OPS = {"aten::rsqrt", "aten::sqrt", "aten::norm", "aten::linal
 _MEAN_SUBTRACTION_OPS = {"aten::sub", "aten::var", "aten::var_mean"}
 # Activation op -> fused_mlp "act" value; relu is taken as the squared-ReLU ("relu2") MLP.
 _ACTIVATIONS = {"aten::silu": "silu", "aten::gelu": "gelu", "aten::relu": "relu2"}
+FOLD_POLICY = ("an RMSNorm whose output only nn.Linear layers read counts with them as rmsnorm_linear, one "
+               "shape per linear, the norm's time with the first linear")
 MLP_POLICY = ("gated MLP modules (gate/up/down linears + activation) count as fused_mlp, not matmul; "
               "ungated MLP linears count as matmul and their activation as other")
 
@@ -103,11 +109,13 @@ class Attribution:
     measured_us: float               # all measured time in the trace
 
 
-def attribute(events, model: nn.Module, on_gpu: bool) -> Attribution:
-    """Classify the root ops of a trace of `model` (torch.profiler events) and group them by call site."""
+def attribute(events, model: nn.Module, on_gpu: bool, folds: dict | None = None) -> Attribution:
+    """Classify the root ops of a trace of `model` (torch.profiler events) and group them by call site.
+
+    folds: kernel type -> the FoldSearch of autokernel/norm_folding.py for it (profiler.find_folds)."""
     roots, measured_us = _collect_root_ops(events, on_gpu)
     fused = _fused_modules(model, roots)
-    groups, call_ids = _group_call_sites(roots, fused)
+    groups, call_ids = _group_call_sites(roots, fused, _folded_paths(model, folds or {}))
     sites = []
     for key, members in groups.items():
         kernel_type, path, source, detail = key
@@ -229,7 +237,7 @@ def _fused_kind(module: nn.Module, ops: set[str]) -> _FusedModule | None:
     if norm is not None:
         return _FusedModule(norm, module)
     activation = next((act for op, act in _ACTIVATIONS.items() if op in ops), None)
-    if activation is not None and _gated_mlp_dims(module) is not None:
+    if activation is not None and gated_mlp_dims(module) is not None:
         return _FusedModule("fused_mlp", module, activation)
     if is_rotary_name(type(module).__name__) and not ops & _MATMUL_OPS:
         return _FusedModule("rotary_embedding", module)
@@ -249,7 +257,7 @@ def _norm_kind(module: nn.Module, ops: set[str]) -> str | None:
     return "rmsnorm" if ops & _ROOT_MEAN_SQUARE_OPS else None
 
 
-def _gated_mlp_dims(module: nn.Module) -> tuple[int, int] | None:
+def gated_mlp_dims(module: nn.Module) -> tuple[int, int] | None:
     """(D, F) when the module's direct Linear children are a gated MLP's gate, up and down."""
     linears = [child for child in module.children() if isinstance(child, nn.Linear)]
     for down in linears:
@@ -281,7 +289,7 @@ def _module_shape(fused: _FusedModule, input_shape: tuple[int, ...], roots: list
     if not input_shape:
         return None
     if fused.kernel_type == "fused_mlp":
-        dim, hidden = _gated_mlp_dims(fused.module)
+        dim, hidden = gated_mlp_dims(fused.module)
         return {"M": math.prod(input_shape[:-1]), "D": dim, "F": hidden, "act": fused.activation}
     # A norm normalizes over as many trailing dims as its weight has (LayerNorm((C, H, W)): three).
     return _rows(input_shape, fused.module.weight.dim())
@@ -366,7 +374,8 @@ def _reduce_shape(event, x: list[int]) -> dict | None:
 
 
 # --------------------------------------------------------------------------- attribution
-def _group_call_sites(roots: list[RootOp], fused: dict[str, _FusedModule]) -> tuple[dict, dict]:
+def _group_call_sites(roots: list[RootOp], fused: dict[str, _FusedModule],
+                      folded: dict | None = None) -> tuple[dict, dict]:
     """Root ops grouped by call site, key (kernel type, module path, where the shape comes from, detail),
     and the distinct calls behind each group."""
     has_nll_loss = any(root.name.startswith("aten::nll_loss") for root in roots)
@@ -377,7 +386,10 @@ def _group_call_sites(roots: list[RootOp], fused: dict[str, _FusedModule]) -> tu
         innermost = root.module_calls[0] if root.module_calls else ModuleCall("", (), 0)
         owner = _fused_owner(root, fused)
         call_id = id(root.event)
-        if owner is not None:
+        fold = _fold_site(root, folded or {})
+        if fold is not None:
+            key, call_id = fold
+        elif owner is not None:
             key = (fused[owner.path].kernel_type, owner.path, "module", owner.input_shape)
             call_id = owner.call_id
         elif root.rotary_call_id is not None or _is_rope_arithmetic(root, rotated.get(innermost.call_id)):
@@ -391,6 +403,34 @@ def _group_call_sites(roots: list[RootOp], fused: dict[str, _FusedModule]) -> tu
         if call_id is not None:
             call_ids[key].add(call_id)
     return groups, call_ids
+
+
+# --------------------------------------------------------------------------- folded norms
+# A fused type that folds a norm into its consumers -> its shape from the rows and the consumer module.
+FOLD_SHAPES = {
+    "rmsnorm_linear": lambda rows, linear: {"M": rows, "N": linear.out_features, "K": linear.in_features},
+}
+
+
+def _folded_paths(model: nn.Module, folds: dict) -> dict[str, tuple[str, str, nn.Module]]:
+    """Module path -> (fused type, the site's consumer path, the consumer), for every folded norm and consumer."""
+    paths = {}
+    for kernel_type, search in folds.items():
+        for fold in search.folds:
+            paths[fold.norm_path] = (kernel_type, fold.consumer_paths[0], fold.consumers[0])
+            for path, consumer in zip(fold.consumer_paths, fold.consumers):
+                paths[path] = (kernel_type, path, consumer)
+    return paths
+
+
+def _fold_site(root: RootOp, folded: dict) -> tuple[tuple, int | None] | None:
+    """(group key, call id) of an op inside a folded norm or consumer; the norm's ops add no call."""
+    for call in root.module_calls:
+        if call.path in folded and call.input_shape:
+            kernel_type, site_path, consumer = folded[call.path]
+            shape = FOLD_SHAPES[kernel_type](math.prod(call.input_shape[:-1]), consumer)
+            return (kernel_type, site_path, "op", json.dumps(shape)), (call.call_id if call.path == site_path else None)
+    return None
 
 
 def _fused_owner(root: RootOp, fused: dict[str, _FusedModule]) -> ModuleCall | None:

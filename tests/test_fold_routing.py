@@ -174,6 +174,25 @@ def test_calls_needing_gradients_are_not_folded(tmp_path):
     assert "gradients" in next(iter(kernel_stats(model)["rmsnorm_linear"]["fallback_reasons"]))
 
 
+def test_the_profilers_plan_and_the_router_agree_on_the_folds(tmp_path):
+    # The shapes the profiler plans for rmsnorm_linear are exactly the calls the router folds.
+    from autokernel import hardware, profiler
+
+    model, inputs = tiny_llama()
+    with torch.no_grad():
+        report = profiler.profile_model(model, inputs, warmup=1, iters=1)
+    entry = next(e for e in profiler.build_plan(report, hardware.detect())["entries"]
+                 if e["kernel_type"] == "rmsnorm_linear")
+    assert entry["calls"] == 4      # q, k, v and the lm_head: the MLP's norm feeds a fused_mlp module
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_linear": entry["shapes"], "fused_mlp": LLAMA_SHAPES["fused_mlp"]},
+                             sources=reference_sources("fused_mlp"))
+    with torch.no_grad():
+        expected = model(*inputs)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+        assert one_forward_stats(model, inputs) == {"rmsnorm_linear": (entry["calls"], 0), "fused_mlp": (1, 0)}
+
+
 # --------------------------------------------------------------------------- rmsnorm_mlp: a norm folded into the whole MLP
 MLP_FOLD_SHAPES = [{"M": SEQ, "D": 64, "F": 176, "act": "silu"}]
 
