@@ -20,9 +20,14 @@ belongs to:
   3. else, the op's own name (aten::addmm -> matmul, aten::_softmax -> softmax, ...), shape from
      its recorded input shapes; anything else is "other".
 Before all of these, a norm folded into its consumers (`folds`, found by autokernel/norm_folding.py
-on a real forward: its output goes only to nn.Linear modules) counts as rmsnorm_linear with them:
-each consumer linear is a site {M, N, K} of its own, and the norm's ops join the first consumer's
-site, since one fused kernel per linear replaces the norm and the linears together.
+on a real forward: its output goes only to those modules) counts with them as one fused type, and
+the norm's ops join the first consumer's site, since the fused kernels replace the norm and the
+consumers together:
+  - into a gated MLP (the router's kind, routes.is_gated_mlp_module): rmsnorm_mlp {M, D, F, act},
+    the MLP's own ops included, where the trace's activation is the one the router will read
+    (routes.mlp_activation); otherwise the pair stays rmsnorm + fused_mlp;
+  - into nn.Linear modules: rmsnorm_linear, each consumer linear a site {M, N, K} of its own.
+A norm two types could fold goes to the first in FOLD_SHAPES' order (the MLP whole before its linears).
 """
 
 from __future__ import annotations
@@ -64,8 +69,9 @@ _ROOT_MEAN_SQUARE_OPS = {"aten::rsqrt", "aten::sqrt", "aten::norm", "aten::linal
 _MEAN_SUBTRACTION_OPS = {"aten::sub", "aten::var", "aten::var_mean"}
 # Activation op -> fused_mlp "act" value; relu is taken as the squared-ReLU ("relu2") MLP.
 _ACTIVATIONS = {"aten::silu": "silu", "aten::gelu": "gelu", "aten::relu": "relu2"}
-FOLD_POLICY = ("an RMSNorm whose output only nn.Linear layers read counts with them as rmsnorm_linear, one "
-               "shape per linear, the norm's time with the first linear")
+FOLD_POLICY = ("an RMSNorm whose output only a gated MLP reads counts with it as rmsnorm_mlp; one whose output "
+               "only nn.Linear layers read counts with them as rmsnorm_linear, one shape per linear, the norm's "
+               "time with the first linear")
 MLP_POLICY = ("gated MLP modules (gate/up/down linears + activation) count as fused_mlp, not matmul; "
               "ungated MLP linears count as matmul and their activation as other")
 
@@ -115,7 +121,7 @@ def attribute(events, model: nn.Module, on_gpu: bool, folds: dict | None = None)
     folds: kernel type -> the FoldSearch of autokernel/norm_folding.py for it (profiler.find_folds)."""
     roots, measured_us = _collect_root_ops(events, on_gpu)
     fused = _fused_modules(model, roots)
-    groups, call_ids = _group_call_sites(roots, fused, _folded_paths(model, folds or {}))
+    groups, call_ids = _group_call_sites(roots, fused, _folded_paths(folds or {}, fused))
     sites = []
     for key, members in groups.items():
         kernel_type, path, source, detail = key
@@ -406,20 +412,30 @@ def _group_call_sites(roots: list[RootOp], fused: dict[str, _FusedModule],
 
 
 # --------------------------------------------------------------------------- folded norms
-# A fused type that folds a norm into its consumers -> its shape from the rows and the consumer module.
+# A fused type that folds a norm into its consumers -> its shape from the rows, the consumer module
+# and the activation the trace shows it running; in order of preference where two types fold one norm.
 FOLD_SHAPES = {
-    "rmsnorm_linear": lambda rows, linear: {"M": rows, "N": linear.out_features, "K": linear.in_features},
+    "rmsnorm_mlp": lambda rows, mlp, act: {"M": rows, "D": routes.mlp_linears(mlp)[0].in_features,
+                                           "F": routes.mlp_linears(mlp)[0].out_features, "act": act},
+    "rmsnorm_linear": lambda rows, linear, act: {"M": rows, "N": linear.out_features, "K": linear.in_features},
 }
 
 
-def _folded_paths(model: nn.Module, folds: dict) -> dict[str, tuple[str, str, nn.Module]]:
-    """Module path -> (fused type, the site's consumer path, the consumer), for every folded norm and consumer."""
-    paths = {}
-    for kernel_type, search in folds.items():
-        for fold in search.folds:
-            paths[fold.norm_path] = (kernel_type, fold.consumer_paths[0], fold.consumers[0])
-            for path, consumer in zip(fold.consumer_paths, fold.consumers):
-                paths[path] = (kernel_type, path, consumer)
+def _folded_paths(folds: dict, fused: dict[str, _FusedModule]) -> dict[str, tuple]:
+    """Module path -> (fused type, the site's consumer path, the consumer, its traced activation), for every
+    folded norm and consumer. An MLP fold counts only where the router will read the activation the trace
+    shows (routes.mlp_activation), so no job is planned that verify cannot route."""
+    paths: dict[str, tuple] = {}
+    for kernel_type in (t for t in FOLD_SHAPES if t in folds):
+        for fold in folds[kernel_type].folds:
+            if fold.norm_path in paths:
+                continue
+            traced = [fused[path].activation if path in fused else None for path in fold.consumer_paths]
+            if kernel_type == "rmsnorm_mlp" and traced != [routes.mlp_activation(c) for c in fold.consumers]:
+                continue
+            paths[fold.norm_path] = (kernel_type, fold.consumer_paths[0], fold.consumers[0], traced[0])
+            for path, consumer, act in zip(fold.consumer_paths, fold.consumers, traced):
+                paths[path] = (kernel_type, path, consumer, act)
     return paths
 
 
@@ -427,8 +443,8 @@ def _fold_site(root: RootOp, folded: dict) -> tuple[tuple, int | None] | None:
     """(group key, call id) of an op inside a folded norm or consumer; the norm's ops add no call."""
     for call in root.module_calls:
         if call.path in folded and call.input_shape:
-            kernel_type, site_path, consumer = folded[call.path]
-            shape = FOLD_SHAPES[kernel_type](math.prod(call.input_shape[:-1]), consumer)
+            kernel_type, site_path, consumer, act = folded[call.path]
+            shape = FOLD_SHAPES[kernel_type](math.prod(call.input_shape[:-1]), consumer, act)
             return (kernel_type, site_path, "op", json.dumps(shape)), (call.call_id if call.path == site_path else None)
     return None
 

@@ -412,23 +412,28 @@ def is_gated_mlp_module(module: nn.Module) -> bool:
     return mlp_linears(module) is not None
 
 
-# An activation module an MLP keeps as an attribute (HF: act_fn) -> the kernels' "act".
+# An activation module an MLP keeps as an attribute (HF: act_fn), and the classes (by name: HF's
+# own, or torch's) that compute each of the kernels' activations.
 _ACTIVATION_ATTRIBUTES = ("act_fn", "act", "activation", "activation_fn")
+_ACTIVATION_CLASSES = {
+    "SiLU": "silu", "SiLUActivation": "silu",
+    "GELUTanh": "gelu", "PytorchGELUTanh": "gelu", "NewGELUActivation": "gelu", "FastGELUActivation": "gelu",
+    "ReLUSquaredActivation": "relu2",
+}
 
 
 def mlp_activation(module: nn.Module) -> str:
     """The MLP's activation, from an activation module it holds; "silu" (the LLaMA family's) when it holds none.
 
     A guess: the router checks the folded result against the norm and the MLP's own forward on
-    the first call, and a wrong activation turns the fold off there."""
+    the first call, and a wrong activation turns the fold off there. An activation no kernel runs
+    gives its class name, which matches no verified shape."""
     for name in _ACTIVATION_ATTRIBUTES:
         act = getattr(module, name, None)
-        if isinstance(act, nn.SiLU):
-            return "silu"
-        if isinstance(act, nn.GELU) and act.approximate == "tanh":
-            return "gelu"
+        if isinstance(act, nn.GELU):
+            return "gelu" if act.approximate == "tanh" else "GELU"
         if isinstance(act, nn.Module):
-            return type(act).__name__      # one no kernel runs: the reading will not match a verified shape
+            return _ACTIVATION_CLASSES.get(type(act).__name__, type(act).__name__)
     return "silu"
 
 

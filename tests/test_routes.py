@@ -244,6 +244,9 @@ def test_an_mlps_activation_is_read_from_the_module_it_holds():
             super().__init__()
             self.act_fn = act
     assert routes.mlp_activation(HoldsActivation(nn.SiLU())) == "silu"
+    # Hugging Face's own activation classes, by name.
+    assert routes.mlp_activation(HoldsActivation(type("SiLUActivation", (nn.Module,), {})())) == "silu"
+    assert routes.mlp_activation(HoldsActivation(type("GELUTanh", (nn.Module,), {})())) == "gelu"
     assert routes.mlp_activation(HoldsActivation(nn.GELU(approximate="tanh"))) == "gelu"
     # The exact GELU is no kernel's: its name goes into the shape, which then matches no verified shape.
     assert routes.mlp_activation(HoldsActivation(nn.GELU())) == "GELU"
