@@ -211,6 +211,25 @@ def test_the_mlp_norm_folds_into_the_whole_mlp_with_the_starter_and_the_output_h
     assert plugin.router_of(model).folding.routes["layers.0.mlp_norm"].checked
 
 
+def test_the_profiler_plans_rmsnorm_mlp_where_the_router_folds_it(tmp_path):
+    # The tiny LLaMA of models/llama.py: the plan's rmsnorm_mlp shapes, verified by the starter,
+    # are exactly the calls the router runs folded, and the model's output holds.
+    from autokernel import hardware, profiler
+
+    model, inputs = tiny_llama()
+    with torch.no_grad():
+        report = profiler.profile_model(model, inputs, warmup=1, iters=1)
+    entry = next(e for e in profiler.build_plan(report, hardware.detect())["entries"]
+                 if e["kernel_type"] == "rmsnorm_mlp")
+    assert entry["shapes"] == MLP_FOLD_SHAPES and entry["calls"] == 1
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_mlp": entry["shapes"]})
+    with torch.no_grad():
+        expected = model(*inputs)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+        assert one_forward_stats(model, inputs) == {"rmsnorm_mlp": (entry["calls"], 0)}
+
+
 def test_the_mlp_kernel_gets_the_raw_residual_stream_and_the_norm_weight(tmp_path):
     model, inputs = tiny_llama()
     folder = write_optimized(tmp_path / "opt", {"rmsnorm_mlp": MLP_FOLD_SHAPES},
