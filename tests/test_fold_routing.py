@@ -137,11 +137,13 @@ def test_a_fold_runs_only_where_every_consumer_routes(tmp_path):
         assert kernel_stats(model)["rmsnorm_linear"]["fallback_reasons"] == {"shape M=4,N=8,K=16 not verified": 2}
 
 
-def test_a_folded_llama_compiles_into_one_graph_with_the_fused_op(tmp_path):
+def _compiled_llama_graph_ops(tmp_path, kernels: dict) -> tuple[list[str], object]:
+    """The ops of the one graph torch.compile makes of the tiny LLaMA routed through these kernels
+    (checked: one graph, no break, the output holds), and the routed model."""
     from torch._dynamo.utils import counters
 
     model, inputs = tiny_llama()
-    folder = write_optimized(tmp_path / "opt", {"rmsnorm_linear": FOLD_SHAPES})
+    folder = write_optimized(tmp_path / "opt", kernels)
     graph_ops = []
 
     def recording_backend(graph_module, example_inputs):
@@ -150,19 +152,26 @@ def test_a_folded_llama_compiles_into_one_graph_with_the_fused_op(tmp_path):
 
     torch._dynamo.reset()
     counters.clear()
-    with torch.no_grad():
-        expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
-        model(*inputs)
-        compiled = torch.compile(model, backend=recording_backend, fullgraph=True)
-        assert plugin.output_error(expected, compiled(*inputs)) <= plugin.tolerance(expected)
-    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    try:
+        with torch.no_grad():
+            expected = model(*inputs)
+            plugin.plug_in(model, folder, policy=plugin.ALL)
+            model(*inputs)
+            compiled = torch.compile(model, backend=recording_backend, fullgraph=True)
+            assert plugin.output_error(expected, compiled(*inputs)) <= plugin.tolerance(expected)
+        assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    finally:
+        torch._dynamo.reset()
+    return graph_ops, model
+
+
+def test_a_folded_llama_compiles_into_one_graph_with_the_fused_op(tmp_path):
+    graph_ops, model = _compiled_llama_graph_ops(tmp_path, {"rmsnorm_linear": FOLD_SHAPES})
     fused = [op for op in graph_ops if op.startswith("autokernel.rmsnorm_linear")]
     assert len(fused) == 6
     # The norms are gone from the graph: no rsqrt is left of the three.
     assert not any("rsqrt" in op for op in graph_ops)
     assert all(route.handed is None for route in plugin.router_of(model).folding.routes.values())
-    torch._dynamo.reset()
 
 
 def test_calls_needing_gradients_are_not_folded(tmp_path):
@@ -336,27 +345,9 @@ def test_an_mlp_holding_its_activation_folds_with_it(tmp_path):
 
 
 def test_an_mlp_folded_llama_compiles_into_one_graph_with_the_fused_op(tmp_path):
-    from torch._dynamo.utils import counters
-
-    model, inputs = tiny_llama()
-    folder = write_optimized(tmp_path / "opt", {"rmsnorm_mlp": MLP_FOLD_SHAPES})
-    graph_ops = []
-
-    def recording_backend(graph_module, example_inputs):
-        graph_ops.extend(str(node.target) for node in graph_module.graph.nodes if node.op == "call_function")
-        return torch._dynamo.lookup_backend("aot_eager")(graph_module, example_inputs)
-
-    torch._dynamo.reset()
-    counters.clear()
-    with torch.no_grad():
-        expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
-        model(*inputs)
-        compiled = torch.compile(model, backend=recording_backend, fullgraph=True)
-        assert plugin.output_error(expected, compiled(*inputs)) <= plugin.tolerance(expected)
-    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    graph_ops, model = _compiled_llama_graph_ops(tmp_path, {"rmsnorm_mlp": MLP_FOLD_SHAPES})
     assert len([op for op in graph_ops if op.startswith("autokernel.rmsnorm_mlp")]) == 1
     # Of the three norms, the MLP's is gone from the graph; its MLP's silu too.
     assert len([op for op in graph_ops if "rsqrt" in op]) == 2
     assert not any("silu" in op for op in graph_ops)
-    torch._dynamo.reset()
+    assert all(route.handed is None for route in plugin.router_of(model).folding.routes.values())
