@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+import math
+
 import torch
 from torch import nn
 
@@ -27,6 +29,34 @@ from autokernel import registry, routes
 from autokernel.decisions import Decision, Site, autocast_on, copy_call
 from autokernel.norm_folding import Fold, find_folds
 from autokernel.outputs import output_error, tolerance
+
+
+# --------------------------------------------------------------------------- the fold types
+def is_rmsnorm_module(module: nn.Module) -> bool:
+    """A module a norm fold may start from: named like RMSNorm, a 1-D weight its only parameter, a float eps.
+    What it computes is inferred, so the router checks the folded result against its forward."""
+    params = dict(module.named_parameters(recurse=False))
+    weight = params.get("weight")
+    return ("rmsnorm" in type(module).__name__.lower() and weight is not None and weight.dim() == 1
+            and set(params) == {"weight"} and not any(module.children()) and routes.module_eps(module) is not None)
+
+
+def is_plain_linear(module: nn.Module) -> bool:
+    return type(module) is nn.Linear      # a subclass may compute something else (quantized, LoRA...)
+
+
+def read_rmsnorm_linear(norm: nn.Module, linear: nn.Linear, x) -> routes.Reading | str:
+    """A linear's call on the raw input of the RMSNorm folded into it: rmsnorm_linear {M, N, K}."""
+    if x.dim() == 0 or x.shape[-1] != linear.in_features or norm.weight.shape != (linear.in_features,):
+        return "input size differs from the norm's or the linear's"
+    eps, k, n = routes.module_eps(norm), linear.in_features, linear.out_features
+
+    def launch(fn, x):
+        out = fn(x.reshape(-1, k).contiguous(), norm.weight.contiguous(), linear.weight.contiguous(), float(eps))
+        out = out.reshape(*x.shape[:-1], n)
+        return out if linear.bias is None else out + linear.bias
+    tensors = (x, norm.weight, linear.weight) + ((linear.bias,) if linear.bias is not None else ())
+    return routes.Reading({"M": math.prod(x.shape[:-1]), "N": n, "K": k}, tensors, launch)
 
 
 @dataclass(frozen=True)
@@ -39,8 +69,7 @@ class FoldType:
 
 
 FOLD_TYPES = {
-    "rmsnorm_linear": FoldType("rmsnorm_linear", routes.is_rmsnorm_module, routes.is_plain_linear,
-                               routes.read_rmsnorm_linear),
+    "rmsnorm_linear": FoldType("rmsnorm_linear", is_rmsnorm_module, is_plain_linear, read_rmsnorm_linear),
 }
 
 
