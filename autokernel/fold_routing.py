@@ -1,8 +1,9 @@
 """Routing a norm folded into its consumers: the norm hands its raw input on, each consumer runs the fused kernel.
 
-A fold (autokernel/norm_folding.py) is found on the model's first forward with each new input
-signature, before the router's resolution pass, by watching a forward PyTorch runs alone: the
-norm's output must go only to the consumer modules. Then, per norm input signature:
+A fold (autokernel/norm_folding.py) is found by watching the model's first forward with each new
+input signature (the router's resolution pass, run unfolded; no extra forward, so a model that
+updates a cache in its forward is run once): the norm's output must go only to the consumer
+modules. From the next call on, per norm input signature:
   - the first call reads every consumer as the fused type (FoldType.read) and takes the router's
     decision for each (verified shape and dtype, route table, policy); the fold runs only where
     every consumer would run fused, eagerly and under torch.compile separately;
@@ -27,7 +28,7 @@ from torch import nn
 
 from autokernel import registry, routes
 from autokernel.decisions import Decision, Site, autocast_on, copy_call
-from autokernel.norm_folding import Fold, find_folds
+from autokernel.norm_folding import Fold, FoldSearch, find_folds
 from autokernel.outputs import output_error, tolerance
 
 
@@ -105,6 +106,24 @@ def _key(x: torch.Tensor, compiling: bool) -> tuple:
             False if compiling else autocast_on())
 
 
+def search_folds(model: nn.Module, run_forward: Callable[[], object], fold_types: list[FoldType],
+                 may_replace: Callable[[nn.Module], bool]) -> tuple[FoldSearch, dict[str, FoldType]]:
+    """One watched forward for every fold type at once; each fold gets the first type all its consumers are of."""
+    norms = {path: module for path, module in model.named_modules() if any(t.is_norm(module) for t in fold_types)}
+    search = find_folds(model, run_forward, norms, lambda m: any(t.is_consumer(m) for t in fold_types), may_replace)
+    types, kept = {}, []
+    for fold in search.folds:
+        fold_type = next((t for t in fold_types if t.is_norm(fold.norm) and all(map(t.is_consumer, fold.consumers))),
+                         None)
+        if fold_type is None:
+            search.rejected[fold.norm_path] = "its consumers are of no single fused type"
+        else:
+            types[fold.norm_path] = fold_type
+            kept.append(fold)
+    search.folds = kept
+    return search, types
+
+
 class Folding:
     """The folds of one routed model (one per norm), found on its forwards and run through the router."""
 
@@ -113,28 +132,32 @@ class Folding:
         self.fold_types = fold_types
         self.routes: dict[str, FoldRoute] = {}         # norm path -> route
         self.searched: dict[str, str] = {}             # norm path -> why not folded, from the last search
+        self.watching = False                          # a watched pass runs: nothing is folded meanwhile
+        self.counted: set[tuple] = set()               # (norm, consumer, site key) counted in a site's calls
 
     # ------------------------------------------------------------------ finding folds
-    def discover(self, model: nn.Module, run_forward: Callable[[], object]) -> None:
-        """Watch one forward PyTorch runs alone and route the folds it shows (or turn off those it refutes)."""
+    def discover(self, model: nn.Module, run_forward: Callable[[], object]):
+        """Run the forward (the router's resolution pass) watched, unfolded; then route the folds it
+        shows and turn off for good those it refutes. Returns the forward's output."""
         routed = {route.path for route in self.router.module_routes}
         routed_ids = {id(module) for path, module in model.named_modules() if (path or "(model)") in routed}
-        for fold_type in self.fold_types:
-            norms = {path: module for path, module in model.named_modules() if fold_type.is_norm(module)}
-            with self.router.bypassed():
-                search = find_folds(model, run_forward, norms, fold_type.is_consumer,
-                                    lambda module: id(module) in routed_ids)
-            self.searched.update(search.rejected)
-            found = {fold.norm_path: fold for fold in search.folds}
-            for path, route in self.routes.items():
-                if route.fold_type is fold_type and not route.rejected and path in norms:
-                    other = found.get(path)
-                    if other is None or other.consumer_paths != route.fold.consumer_paths:
-                        self._reject(route, "not confirmed at a later input signature: "
-                                     + search.rejected.get(path, "other consumers"))
-            for path, fold in found.items():
-                if path not in self.routes:
-                    self._route(FoldRoute(fold_type, fold))
+        self.watching = True
+        try:
+            search, fold_types = search_folds(model, run_forward, self.fold_types, lambda m: id(m) in routed_ids)
+        finally:
+            self.watching = False
+        self.searched = dict(search.rejected)
+        found = {fold.norm_path: fold for fold in search.folds}
+        for path, route in self.routes.items():
+            fold = found.get(path)
+            if not route.rejected and (fold is None or fold.consumer_paths != route.fold.consumer_paths
+                                       or fold_types[path] is not route.fold_type):
+                self._reject(route, "not confirmed at a later input signature: "
+                             + search.rejected.get(path, "other consumers"))
+        for path, fold in found.items():
+            if path not in self.routes:
+                self._route(FoldRoute(fold_types[path], fold))
+        return search.output
 
     def _route(self, route: FoldRoute) -> None:
         self.routes[route.fold.norm_path] = route
@@ -159,7 +182,8 @@ class Folding:
 
     # ------------------------------------------------------------------ running
     def run_norm(self, route: FoldRoute, original: Callable, args: tuple, kwargs: dict):
-        if kwargs or len(args) != 1 or not isinstance(args[0], torch.Tensor) or self.router.bypass or route.rejected:
+        if (kwargs or len(args) != 1 or not isinstance(args[0], torch.Tensor) or self.router.bypass or route.rejected
+                or self.watching):
             return original(*args, **kwargs)
         x = args[0]
         compiling = torch.compiler.is_compiling()
@@ -241,6 +265,9 @@ class Folding:
         site = self.router.sites.get(key)
         if site is None:
             site = self.router.sites[key] = Site(kernel, dict(reading.shape), x.dtype, f"{route.label}: {path}")
+        if (route.fold.norm_path, path, key) not in self.counted:     # calls per forward, once per norm call site
+            self.counted.add((route.fold.norm_path, path, key))
+            site.calls += 1
         if self.router.keep_examples and site.run_ours is None:
             (raw,), _ = copy_call(((x,), {}))
             (normed_copy,), _ = copy_call(((normed,), {}))

@@ -21,6 +21,7 @@ What this cannot see: a norm output stored by Python code (an attribute, a cache
 later forward. The router checks the folded result against the unfolded one on its first call.
 
     search = find_folds(model, lambda: model(*inputs), norms, is_consumer, may_replace)
+    output = search.output
     for fold in search.folds: fold.norm_path, fold.consumer_paths
     search.rejected     # norm path -> why it is not folded
 """
@@ -55,6 +56,7 @@ class Fold:
 class FoldSearch:
     folds: list[Fold]
     rejected: dict[str, str] = field(default_factory=dict)     # norm path -> why it is not folded
+    output: object = None                                      # what the watched forward returned
 
     def consumer_of(self) -> dict[str, Fold]:
         """Consumer path -> its fold."""
@@ -68,6 +70,16 @@ def is_metadata_read(func) -> bool:
     return getattr(func, "__name__", "") == "__get__" and getattr(owner, "__name__", None) in _METADATA_ATTRIBUTES
 
 
+_ACTIVE: list["_Search"] = []      # the searches watching a forward now, innermost last
+
+
+def note_call(func, args: tuple, kwargs: dict) -> None:
+    """Check a torch call a mode above the watch handles itself (the router's function routing
+    sends a routed call to a kernel): it is a use of a norm output like any other."""
+    if _ACTIVE:
+        _ACTIVE[-1].call(func, args, kwargs)
+
+
 class _Watch(TorchFunctionMode):
     """Sees every torch call of the forward and checks each use of a noted norm output."""
 
@@ -77,10 +89,7 @@ class _Watch(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not is_metadata_read(func):
-            for leaf in tree_leaves((args, kwargs)):
-                if isinstance(leaf, torch.Tensor) and id(leaf) in self.search.outputs:
-                    self.search.use(id(leaf), func)
+        self.search.call(func, args, kwargs)
         return func(*args, **kwargs)
 
 
@@ -131,6 +140,12 @@ class _Search:
     def module_left(self) -> None:
         self.inside.pop()
 
+    def call(self, func, args: tuple, kwargs: dict) -> None:
+        if not is_metadata_read(func):
+            for leaf in tree_leaves((args, kwargs)):
+                if isinstance(leaf, torch.Tensor) and id(leaf) in self.outputs:
+                    self.use(id(leaf), func)
+
     def use(self, output_id: int, func) -> None:
         if any(tensor_id == output_id for _, tensor_id in self.inside):
             return
@@ -162,7 +177,10 @@ class _Search:
 def find_folds(model: nn.Module, run_forward: Callable[[], object], norms: dict[str, nn.Module],
                is_consumer: Callable[[nn.Module], bool],
                may_replace: Callable[[nn.Module], bool] = lambda module: False) -> FoldSearch:
-    """Run one forward (run_forward()) and find which of `norms` (path -> module) fold into their consumers."""
+    """Run one forward (run_forward(), the caller's real one: its output is kept in the result) and find
+    which of `norms` (path -> module) fold into their consumers. The watch sits below any
+    TorchFunctionMode run_forward pushes: such a mode must pass each call it handles on to PyTorch
+    or to a kernel launch whose own torch calls (a reshape of its inputs) the watch then sees."""
     search = _Search(model, norms, is_consumer, may_replace)
     handles = []
     norm_ids = {id(module) for module in norms.values()}
@@ -172,9 +190,13 @@ def find_folds(model: nn.Module, run_forward: Callable[[], object], norms: dict[
             handles.append(module.register_forward_hook(lambda *_: search.module_left(), always_call=True))
             if id(module) in norm_ids:
                 handles.append(module.register_forward_hook(search.norm_returned))
-        with torch.no_grad(), _Watch(search):
+        _ACTIVE.append(search)
+        with _Watch(search):
             returned = run_forward()
     finally:
+        _ACTIVE.remove(search)
         for handle in handles:
             handle.remove()
-    return search.result(returned)
+    result = search.result(returned)
+    result.output = returned
+    return result

@@ -39,6 +39,23 @@ def test_llama_norms_fold_into_their_linears_with_the_starter_and_the_output_hol
     assert not any("forward" in vars(module) for module in model.modules())
 
 
+def test_each_folded_linear_is_a_site_verify_can_time(tmp_path):
+    model, inputs = tiny_llama()
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_linear": FOLD_SHAPES})
+    with torch.no_grad():
+        plugin.plug_in(model, folder, policy=plugin.ALL, keep_examples=True)
+        for _ in range(3):
+            model(*inputs)
+        router = plugin.router_of(model)
+        sites = {site.shape["N"]: site for site in router.sites.values() if site.kernel.kernel_type == "rmsnorm_linear"}
+        # Calls per forward: q, k and v share a shape; gate and up another; the lm_head its own.
+        assert {n: site.calls for n, site in sites.items()} == {64: 3, 176: 2, 128: 1}
+        for site in sites.values():
+            with router.bypassed():
+                theirs = site.run_pytorch()
+            assert plugin.output_error(theirs, site.run_ours()) <= plugin.tolerance(theirs)
+
+
 def test_a_norm_feeding_a_module_another_kernel_replaces_is_not_folded(tmp_path):
     model, inputs = tiny_llama()
     folder = write_optimized(tmp_path / "opt", {"rmsnorm_linear": FOLD_SHAPES, "fused_mlp": LLAMA_SHAPES["fused_mlp"]},
@@ -130,10 +147,10 @@ def test_a_fold_runs_only_where_every_consumer_routes(tmp_path):
     with torch.no_grad():
         expected = model(x)
         plugin.plug_in(model, _block_folder(tmp_path))       # "measured", and nothing was measured
-        assert torch.equal(model(x), expected)
+        assert torch.equal(model(x), expected) and torch.equal(model(x), expected)
         assert kernel_stats(model)["rmsnorm_linear"]["fallback_reasons"] == {NOT_MEASURED: 2}
         plugin.plug_in(model, _block_folder(tmp_path, rows=(6,)), policy=plugin.ALL)   # 4 rows not verified
-        assert torch.equal(model(x), expected)
+        assert torch.equal(model(x), expected) and torch.equal(model(x), expected)
         assert kernel_stats(model)["rmsnorm_linear"]["fallback_reasons"] == {"shape M=4,N=8,K=16 not verified": 2}
 
 
@@ -153,7 +170,8 @@ def test_a_folded_llama_compiles_into_one_graph_with_the_fused_op(tmp_path):
     with torch.no_grad():
         expected = model(*inputs)
         plugin.plug_in(model, folder, policy=plugin.ALL)
-        model(*inputs)
+        model(*inputs)                    # the watched pass finds the folds,
+        model(*inputs)                    # the next call decides and checks them
         compiled = torch.compile(model, backend=recording_backend, fullgraph=True)
         assert plugin.output_error(expected, compiled(*inputs)) <= plugin.tolerance(expected)
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
@@ -170,8 +188,32 @@ def test_calls_needing_gradients_are_not_folded(tmp_path):
     model, x = Block(), torch.randn(4, 16)
     expected = model(x)
     plugin.plug_in(model, _block_folder(tmp_path), policy=plugin.ALL)
-    assert torch.equal(model(x), expected)
+    assert torch.equal(model(x), expected) and torch.equal(model(x), expected)
     assert "gradients" in next(iter(kernel_stats(model)["rmsnorm_linear"]["fallback_reasons"]))
+
+
+class Counting(Block):
+    """A forward with a side effect (as a model that appends to its key/value cache has)."""
+    calls = 0
+
+    def forward(self, x):
+        Counting.calls += 1
+        return super().forward(x)
+
+
+def test_the_search_watches_the_real_first_forward_and_folds_from_the_next(tmp_path):
+    torch.manual_seed(0)
+    model, x = Counting(), torch.randn(4, 16)
+    with torch.no_grad():
+        expected = model(x)
+        plugin.plug_in(model, _block_folder(tmp_path), policy=plugin.ALL)
+        Counting.calls = 0
+        recorded_calls(model, "rmsnorm_linear").clear()
+        assert torch.equal(model(x), expected)
+        assert Counting.calls == 1 and recorded_calls(model, "rmsnorm_linear") == []     # run once, unfolded
+        assert _folds(model) == {"norm": (["q", "k"], None)}
+        assert plugin.output_error(expected, model(x)) <= plugin.tolerance(expected)
+        assert Counting.calls == 2 and kernel_stats(model)["rmsnorm_linear"]["hits"] == 2
 
 
 def test_the_profilers_plan_and_the_router_agree_on_the_folds(tmp_path):
@@ -191,3 +233,26 @@ def test_the_profilers_plan_and_the_router_agree_on_the_folds(tmp_path):
         plugin.plug_in(model, folder, policy=plugin.ALL)
         assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
         assert one_forward_stats(model, inputs) == {"rmsnorm_linear": (entry["calls"], 0), "fused_mlp": (1, 0)}
+
+
+class SoftmaxToo(Block):
+    """The norm's output also goes to a softmax that the function routing sends to a kernel."""
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.q(h) * self.k(h) + torch.softmax(h, dim=-1)[:, :8]
+
+
+def test_a_use_the_function_routing_takes_to_a_kernel_still_refutes_the_fold(tmp_path):
+    torch.manual_seed(0)
+    model, x = SoftmaxToo(), torch.randn(4, 16)
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_linear": [{"M": 4, "N": 8, "K": 16}],
+                                                "softmax": [{"M": 4, "N": 16}]},
+                             sources=reference_sources("rmsnorm_linear", "softmax"))
+    with torch.no_grad():
+        expected = model(x)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        for _ in range(2):
+            assert plugin.output_error(expected, model(x)) <= plugin.tolerance(expected)
+    assert kernel_stats(model)["softmax"]["hits"] == 2
+    assert _folds(model) == {} and "softmax" in plugin.router_of(model).folding.searched["norm"]
