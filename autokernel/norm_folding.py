@@ -15,7 +15,9 @@ exist. So the pattern is found by watching one real forward, never by reading mo
     e.g. a gated MLP that fused_mlp routes) disqualifies the norm: the replacement would get the
     raw input;
   - every call of a consumer must take an output of its norm, and the same norm on every call;
-  - an output returned from the forward, or a norm with no consumer at all, is not folded.
+  - an output returned from the forward, or a norm with no consumer at all, is not folded;
+  - the norm's input must not change in place (its version counter) before a consumer reads the
+    output: folded, the consumer reads that input itself.
 
 What this cannot see: a norm output stored by Python code (an attribute, a cache) and read in a
 later forward. The router checks the folded result against the unfolded one on its first call.
@@ -101,6 +103,7 @@ class _Search:
         self.is_consumer, self.may_replace = is_consumer, may_replace
         self.outputs: dict[int, str] = {}           # id of a norm output -> the norm's path
         self.kept: list[torch.Tensor] = []          # the outputs, alive, so that no id is reused
+        self.inputs: dict[int, tuple] = {}          # id of a norm output -> (the norm's input, its version then)
         self.inside: list[tuple[int, int]] = []     # (consumer module id, output id) of the consumer calls running
         self.consumers: dict[str, list[str]] = {path: [] for path in norms}
         self.fed_by: dict[str, set[str]] = {}       # consumer path -> the norms that fed it ("": other inputs)
@@ -120,19 +123,28 @@ class _Search:
             return
         self.called.add(path)
         self.outputs[id(output)] = path
+        self.inputs[id(output)] = (x, x._version)
         self.kept.append(output)
 
     def module_entered(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         path = self.paths.get(id(module), "")
         first = args[0] if args else None
         feeding = self.outputs.get(id(first)) if isinstance(first, torch.Tensor) else None
-        consumer = self.is_consumer(module) and id(module) not in self.norms
+        # A consumer called by a consumer on the same output is part of the outer one's computation
+        # (a gated MLP's own linears): the outer one is what a fused kernel replaces.
+        nested = feeding is not None and any(tensor_id == id(first) for _, tensor_id in self.inside)
+        consumer = self.is_consumer(module) and id(module) not in self.norms and not nested
         if consumer:
             # "" stands for any input that is not one norm output alone.
             self.fed_by.setdefault(path, set()).add(feeding if feeding is not None and len(args) == 1
                                                     and not kwargs else "")
             if feeding is not None and path not in self.consumers[feeding]:
                 self.consumers[feeding].append(path)
+            if feeding is not None:
+                # Folded, the consumer reads the norm's input itself: it must be as the norm saw it.
+                x, version = self.inputs[id(first)]
+                if x._version != version:
+                    self.reject(feeding, f"its input changed in place before {path} read its output")
         elif feeding is not None and self.may_replace(module):
             self.reject(feeding, f"its output enters {path} ({type(module).__name__}), which another kernel may replace")
         self.inside.append((id(module), id(first) if consumer and feeding is not None else -1))
