@@ -23,9 +23,9 @@ Before all of these, a norm folded into its consumers (`folds`, found by autoker
 on a real forward: its output goes only to those modules) counts with them as one fused type, and
 the norm's ops join the first consumer's site, since the fused kernels replace the norm and the
 consumers together:
-  - into a gated MLP (the router's kind, routes.is_gated_mlp_module): rmsnorm_mlp {M, D, F, act},
+  - into a gated MLP (the router's kind, fold_routing.is_gated_mlp_module): rmsnorm_mlp {M, D, F, act},
     the MLP's own ops included, where the trace's activation is the one the router will read
-    (routes.mlp_activation); otherwise the pair stays rmsnorm + fused_mlp;
+    (fold_routing.mlp_activation); otherwise the pair stays rmsnorm + fused_mlp;
   - into nn.Linear modules: rmsnorm_linear, each consumer linear a site {M, N, K} of its own.
 A norm two types could fold goes to the first in FOLD_SHAPES' order (the MLP whole before its linears).
 """
@@ -43,7 +43,7 @@ import torch
 from torch import nn
 from torch.autograd import DeviceType
 
-from autokernel import routes
+from autokernel import fold_routing, routes
 
 OTHER = "other"
 RANGE_PREFIX = "autokernel::"
@@ -424,14 +424,14 @@ FOLD_SHAPES = {
 def _folded_paths(folds: dict, fused: dict[str, _FusedModule]) -> dict[str, tuple]:
     """Module path -> (fused type, the site's consumer path, the consumer, its traced activation), for every
     folded norm and consumer. An MLP fold counts only where the router will read the activation the trace
-    shows (routes.mlp_activation), so no job is planned that verify cannot route."""
+    shows (fold_routing.mlp_activation), so no job is planned that verify cannot route."""
     paths: dict[str, tuple] = {}
     for kernel_type in (t for t in FOLD_SHAPES if t in folds):
         for fold in folds[kernel_type].folds:
             if fold.norm_path in paths:
                 continue
             traced = [fused[path].activation if path in fused else None for path in fold.consumer_paths]
-            if kernel_type == "rmsnorm_mlp" and traced != [routes.mlp_activation(c) for c in fold.consumers]:
+            if kernel_type == "rmsnorm_mlp" and traced != [fold_routing.mlp_activation(c) for c in fold.consumers]:
                 continue
             paths[fold.norm_path] = (kernel_type, fold.consumer_paths[0], fold.consumers[0], traced[0])
             for path, consumer, act in zip(fold.consumer_paths, fold.consumers, traced):

@@ -1,8 +1,9 @@
 """Routing a norm folded into its consumers: the norm hands its raw input on, each consumer runs the fused kernel.
 
-A fold (autokernel/norm_folding.py) is found on the model's first forward with each new input
-signature, before the router's resolution pass, by watching a forward PyTorch runs alone: the
-norm's output must go only to the consumer modules. Then, per norm input signature:
+A fold (autokernel/norm_folding.py) is found by watching the model's first forward with each new
+input signature (the router's resolution pass, run unfolded; no extra forward, so a model that
+updates a cache in its forward is run once): the norm's output must go only to the consumer
+modules. From the next call on, per norm input signature:
   - the first call reads every consumer as the fused type (FoldType.read) and takes the router's
     decision for each (verified shape and dtype, route table, policy); the fold runs only where
     every consumer would run fused, eagerly and under torch.compile separately;
@@ -20,13 +21,88 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+import math
+
 import torch
 from torch import nn
 
 from autokernel import registry, routes
 from autokernel.decisions import Decision, Site, autocast_on, copy_call
-from autokernel.norm_folding import Fold, find_folds
+from autokernel.norm_folding import Fold, FoldSearch, find_folds
 from autokernel.outputs import output_error, tolerance
+
+
+# --------------------------------------------------------------------------- the fold types
+def is_rmsnorm_module(module: nn.Module) -> bool:
+    """A module a norm fold may start from: named like RMSNorm, a 1-D weight its only parameter, a float eps.
+    What it computes is inferred, so the router checks the folded result against its forward."""
+    params = dict(module.named_parameters(recurse=False))
+    weight = params.get("weight")
+    return ("rmsnorm" in type(module).__name__.lower() and weight is not None and weight.dim() == 1
+            and set(params) == {"weight"} and not any(module.children()) and routes.module_eps(module) is not None)
+
+
+def is_plain_linear(module: nn.Module) -> bool:
+    return type(module) is nn.Linear      # a subclass may compute something else (quantized, LoRA...)
+
+
+def read_rmsnorm_linear(norm: nn.Module, linear: nn.Linear, x) -> routes.Reading | str:
+    """A linear's call on the raw input of the RMSNorm folded into it: rmsnorm_linear {M, N, K}."""
+    if x.dim() == 0 or x.shape[-1] != linear.in_features or norm.weight.shape != (linear.in_features,):
+        return "input size differs from the norm's or the linear's"
+    eps, k, n = routes.module_eps(norm), linear.in_features, linear.out_features
+
+    def launch(fn, x):
+        out = fn(x.reshape(-1, k).contiguous(), norm.weight.contiguous(), linear.weight.contiguous(), float(eps))
+        out = out.reshape(*x.shape[:-1], n)
+        return out if linear.bias is None else out + linear.bias
+    tensors = (x, norm.weight, linear.weight) + ((linear.bias,) if linear.bias is not None else ())
+    return routes.Reading({"M": math.prod(x.shape[:-1]), "N": n, "K": k}, tensors, launch)
+
+
+def is_gated_mlp_module(module: nn.Module) -> bool:
+    return routes.mlp_linears(module) is not None
+
+
+# An activation module an MLP keeps as an attribute (HF: act_fn), and the classes (by name: HF's
+# own, or torch's) that compute each of the kernels' activations.
+_ACTIVATION_ATTRIBUTES = ("act_fn", "act", "activation", "activation_fn")
+_ACTIVATION_CLASSES = {
+    "SiLU": "silu", "SiLUActivation": "silu",
+    "GELUTanh": "gelu", "PytorchGELUTanh": "gelu", "NewGELUActivation": "gelu", "FastGELUActivation": "gelu",
+    "ReLUSquaredActivation": "relu2",
+}
+
+
+def mlp_activation(module: nn.Module) -> str:
+    """The MLP's activation, from an activation module it holds; "silu" (the LLaMA family's) when it holds none.
+
+    A guess: the router checks the folded result against the norm and the MLP's own forward on
+    the first call, and a wrong activation turns the fold off there. An activation no kernel runs
+    gives its class name, which matches no verified shape."""
+    for name in _ACTIVATION_ATTRIBUTES:
+        act = getattr(module, name, None)
+        if isinstance(act, nn.GELU):
+            return "gelu" if act.approximate == "tanh" else "GELU"
+        if isinstance(act, nn.Module):
+            return _ACTIVATION_CLASSES.get(type(act).__name__, type(act).__name__)
+    return "silu"
+
+
+def read_rmsnorm_mlp(norm: nn.Module, mlp: nn.Module, x) -> routes.Reading | str:
+    """A gated MLP's call on the raw input of the RMSNorm folded into it: rmsnorm_mlp {M, D, F, act}."""
+    gate, up, down = routes.mlp_linears(mlp)
+    hidden, dim = gate.weight.shape
+    if x.dim() == 0 or x.shape[-1] != dim or norm.weight.shape != (dim,):
+        return "input size differs from the norm's or the MLP's"
+    eps, act = routes.module_eps(norm), mlp_activation(mlp)
+
+    def launch(fn, x):
+        out = fn(x.reshape(-1, dim).contiguous(), norm.weight.contiguous(), gate.weight.contiguous(),
+                 up.weight.contiguous(), down.weight.contiguous(), float(eps), act)
+        return out.reshape(*x.shape[:-1], dim)
+    return routes.Reading({"M": math.prod(x.shape[:-1]), "D": dim, "F": hidden, "act": act},
+                          (x, norm.weight, gate.weight, up.weight, down.weight), launch)
 
 
 @dataclass(frozen=True)
@@ -41,10 +117,8 @@ class FoldType:
 # In order of preference where two types fold the same norm: a norm feeding a gated MLP folds into
 # the whole MLP (rmsnorm_mlp) before its gate and up linears (rmsnorm_linear).
 FOLD_TYPES = {
-    "rmsnorm_mlp": FoldType("rmsnorm_mlp", routes.is_rmsnorm_module, routes.is_gated_mlp_module,
-                            routes.read_rmsnorm_mlp),
-    "rmsnorm_linear": FoldType("rmsnorm_linear", routes.is_rmsnorm_module, routes.is_plain_linear,
-                               routes.read_rmsnorm_linear),
+    "rmsnorm_mlp": FoldType("rmsnorm_mlp", is_rmsnorm_module, is_gated_mlp_module, read_rmsnorm_mlp),
+    "rmsnorm_linear": FoldType("rmsnorm_linear", is_rmsnorm_module, is_plain_linear, read_rmsnorm_linear),
 }
 
 
@@ -80,6 +154,24 @@ def _key(x: torch.Tensor, compiling: bool) -> tuple:
             False if compiling else autocast_on())
 
 
+def search_folds(model: nn.Module, run_forward: Callable[[], object], fold_types: list[FoldType],
+                 may_replace: Callable[[nn.Module], bool]) -> tuple[FoldSearch, dict[str, FoldType]]:
+    """One watched forward for every fold type at once; each fold gets the first type all its consumers are of."""
+    norms = {path: module for path, module in model.named_modules() if any(t.is_norm(module) for t in fold_types)}
+    search = find_folds(model, run_forward, norms, lambda m: any(t.is_consumer(m) for t in fold_types), may_replace)
+    types, kept = {}, []
+    for fold in search.folds:
+        fold_type = next((t for t in fold_types if t.is_norm(fold.norm) and all(map(t.is_consumer, fold.consumers))),
+                         None)
+        if fold_type is None:
+            search.rejected[fold.norm_path] = "its consumers are of no single fused type"
+        else:
+            types[fold.norm_path] = fold_type
+            kept.append(fold)
+    search.folds = kept
+    return search, types
+
+
 class Folding:
     """The folds of one routed model (one per norm), found on its forwards and run through the router."""
 
@@ -88,28 +180,32 @@ class Folding:
         self.fold_types = fold_types
         self.routes: dict[str, FoldRoute] = {}         # norm path -> route
         self.searched: dict[str, str] = {}             # norm path -> why not folded, from the last search
+        self.watching = False                          # a watched pass runs: nothing is folded meanwhile
+        self.counted: set[tuple] = set()               # (norm, consumer, site key) counted in a site's calls
 
     # ------------------------------------------------------------------ finding folds
-    def discover(self, model: nn.Module, run_forward: Callable[[], object]) -> None:
-        """Watch one forward PyTorch runs alone and route the folds it shows (or turn off those it refutes)."""
+    def discover(self, model: nn.Module, run_forward: Callable[[], object]):
+        """Run the forward (the router's resolution pass) watched, unfolded; then route the folds it
+        shows and turn off for good those it refutes. Returns the forward's output."""
         routed = {route.path for route in self.router.module_routes}
         routed_ids = {id(module) for path, module in model.named_modules() if (path or "(model)") in routed}
-        for fold_type in self.fold_types:
-            norms = {path: module for path, module in model.named_modules() if fold_type.is_norm(module)}
-            with self.router.bypassed():
-                search = find_folds(model, run_forward, norms, fold_type.is_consumer,
-                                    lambda module: id(module) in routed_ids)
-            self.searched.update(search.rejected)
-            found = {fold.norm_path: fold for fold in search.folds}
-            for path, route in self.routes.items():
-                if route.fold_type is fold_type and not route.rejected and path in norms:
-                    other = found.get(path)
-                    if other is None or other.consumer_paths != route.fold.consumer_paths:
-                        self._reject(route, "not confirmed at a later input signature: "
-                                     + search.rejected.get(path, "other consumers"))
-            for path, fold in found.items():
-                if path not in self.routes:
-                    self._route(FoldRoute(fold_type, fold))
+        self.watching = True
+        try:
+            search, fold_types = search_folds(model, run_forward, self.fold_types, lambda m: id(m) in routed_ids)
+        finally:
+            self.watching = False
+        self.searched = dict(search.rejected)
+        found = {fold.norm_path: fold for fold in search.folds}
+        for path, route in self.routes.items():
+            fold = found.get(path)
+            if not route.rejected and (fold is None or fold.consumer_paths != route.fold.consumer_paths
+                                       or fold_types[path] is not route.fold_type):
+                self._reject(route, "not confirmed at a later input signature: "
+                             + search.rejected.get(path, "other consumers"))
+        for path, fold in found.items():
+            if path not in self.routes:
+                self._route(FoldRoute(fold_types[path], fold))
+        return search.output
 
     def _route(self, route: FoldRoute) -> None:
         self.routes[route.fold.norm_path] = route
@@ -134,7 +230,8 @@ class Folding:
 
     # ------------------------------------------------------------------ running
     def run_norm(self, route: FoldRoute, original: Callable, args: tuple, kwargs: dict):
-        if kwargs or len(args) != 1 or not isinstance(args[0], torch.Tensor) or self.router.bypass or route.rejected:
+        if (kwargs or len(args) != 1 or not isinstance(args[0], torch.Tensor) or self.router.bypass or route.rejected
+                or self.watching):
             return original(*args, **kwargs)
         x = args[0]
         compiling = torch.compiler.is_compiling()
@@ -216,6 +313,9 @@ class Folding:
         site = self.router.sites.get(key)
         if site is None:
             site = self.router.sites[key] = Site(kernel, dict(reading.shape), x.dtype, f"{route.label}: {path}")
+        if (route.fold.norm_path, path, key) not in self.counted:     # calls per forward, once per norm call site
+            self.counted.add((route.fold.norm_path, path, key))
+            site.calls += 1
         if self.router.keep_examples and site.run_ours is None:
             (raw,), _ = copy_call(((x,), {}))
             (normed_copy,), _ = copy_call(((normed,), {}))

@@ -15,12 +15,15 @@ exist. So the pattern is found by watching one real forward, never by reading mo
     e.g. a gated MLP that fused_mlp routes) disqualifies the norm: the replacement would get the
     raw input;
   - every call of a consumer must take an output of its norm, and the same norm on every call;
-  - an output returned from the forward, or a norm with no consumer at all, is not folded.
+  - an output returned from the forward, or a norm with no consumer at all, is not folded;
+  - the norm's input must not change in place (its version counter) before a consumer reads the
+    output: folded, the consumer reads that input itself.
 
 What this cannot see: a norm output stored by Python code (an attribute, a cache) and read in a
 later forward. The router checks the folded result against the unfolded one on its first call.
 
     search = find_folds(model, lambda: model(*inputs), norms, is_consumer, may_replace)
+    output = search.output
     for fold in search.folds: fold.norm_path, fold.consumer_paths
     search.rejected     # norm path -> why it is not folded
 """
@@ -55,6 +58,7 @@ class Fold:
 class FoldSearch:
     folds: list[Fold]
     rejected: dict[str, str] = field(default_factory=dict)     # norm path -> why it is not folded
+    output: object = None                                      # what the watched forward returned
 
     def consumer_of(self) -> dict[str, Fold]:
         """Consumer path -> its fold."""
@@ -68,6 +72,16 @@ def is_metadata_read(func) -> bool:
     return getattr(func, "__name__", "") == "__get__" and getattr(owner, "__name__", None) in _METADATA_ATTRIBUTES
 
 
+_ACTIVE: list["_Search"] = []      # the searches watching a forward now, innermost last
+
+
+def note_call(func, args: tuple, kwargs: dict) -> None:
+    """Check a torch call a mode above the watch handles itself (the router's function routing
+    sends a routed call to a kernel): it is a use of a norm output like any other."""
+    if _ACTIVE:
+        _ACTIVE[-1].call(func, args, kwargs)
+
+
 class _Watch(TorchFunctionMode):
     """Sees every torch call of the forward and checks each use of a noted norm output."""
 
@@ -77,10 +91,7 @@ class _Watch(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not is_metadata_read(func):
-            for leaf in tree_leaves((args, kwargs)):
-                if isinstance(leaf, torch.Tensor) and id(leaf) in self.search.outputs:
-                    self.search.use(id(leaf), func)
+        self.search.call(func, args, kwargs)
         return func(*args, **kwargs)
 
 
@@ -92,6 +103,7 @@ class _Search:
         self.is_consumer, self.may_replace = is_consumer, may_replace
         self.outputs: dict[int, str] = {}           # id of a norm output -> the norm's path
         self.kept: list[torch.Tensor] = []          # the outputs, alive, so that no id is reused
+        self.inputs: dict[int, tuple] = {}          # id of a norm output -> (the norm's input, its version then)
         self.inside: list[tuple[int, int]] = []     # (consumer module id, output id) of the consumer calls running
         self.consumers: dict[str, list[str]] = {path: [] for path in norms}
         self.fed_by: dict[str, set[str]] = {}       # consumer path -> the norms that fed it ("": other inputs)
@@ -111,20 +123,29 @@ class _Search:
             return
         self.called.add(path)
         self.outputs[id(output)] = path
+        self.inputs[id(output)] = (x, x._version)
         self.kept.append(output)
 
     def module_entered(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         path = self.paths.get(id(module), "")
         first = args[0] if args else None
         feeding = self.outputs.get(id(first)) if isinstance(first, torch.Tensor) else None
-        consumer = self.is_consumer(module) and id(module) not in self.norms
+        # A consumer called by a consumer on the same output is part of the outer one's computation
+        # (a gated MLP's own linears): the outer one is what a fused kernel replaces.
+        nested = feeding is not None and any(tensor_id == id(first) for _, tensor_id in self.inside)
+        consumer = self.is_consumer(module) and id(module) not in self.norms and not nested
         if consumer:
             # "" stands for any input that is not one norm output alone.
             self.fed_by.setdefault(path, set()).add(feeding if feeding is not None and len(args) == 1
                                                     and not kwargs else "")
             if feeding is not None and path not in self.consumers[feeding]:
                 self.consumers[feeding].append(path)
-        elif feeding is not None and self.may_replace(module) and not self._in_consumer_of(id(first)):
+            if feeding is not None:
+                # Folded, the consumer reads the norm's input itself: it must be as the norm saw it.
+                x, version = self.inputs[id(first)]
+                if x._version != version:
+                    self.reject(feeding, f"its input changed in place before {path} read its output")
+        elif feeding is not None and self.may_replace(module) and not nested:
             # Inside a consumer that took this output (an MLP's gate linear), the fused kernel
             # replaces the consumer whole, so what would replace its children never runs.
             self.reject(feeding, f"its output enters {path} ({type(module).__name__}), which another kernel may replace")
@@ -135,6 +156,12 @@ class _Search:
 
     def module_left(self) -> None:
         self.inside.pop()
+
+    def call(self, func, args: tuple, kwargs: dict) -> None:
+        if not is_metadata_read(func):
+            for leaf in tree_leaves((args, kwargs)):
+                if isinstance(leaf, torch.Tensor) and id(leaf) in self.outputs:
+                    self.use(id(leaf), func)
 
     def use(self, output_id: int, func) -> None:
         if self._in_consumer_of(output_id):
@@ -167,7 +194,10 @@ class _Search:
 def find_folds(model: nn.Module, run_forward: Callable[[], object], norms: dict[str, nn.Module],
                is_consumer: Callable[[nn.Module], bool],
                may_replace: Callable[[nn.Module], bool] = lambda module: False) -> FoldSearch:
-    """Run one forward (run_forward()) and find which of `norms` (path -> module) fold into their consumers."""
+    """Run one forward (run_forward(), the caller's real one: its output is kept in the result) and find
+    which of `norms` (path -> module) fold into their consumers. The watch sits below any
+    TorchFunctionMode run_forward pushes: such a mode must pass each call it handles on to PyTorch
+    or to a kernel launch whose own torch calls (a reshape of its inputs) the watch then sees."""
     search = _Search(model, norms, is_consumer, may_replace)
     handles = []
     norm_ids = {id(module) for module in norms.values()}
@@ -177,9 +207,13 @@ def find_folds(model: nn.Module, run_forward: Callable[[], object], norms: dict[
             handles.append(module.register_forward_hook(lambda *_: search.module_left(), always_call=True))
             if id(module) in norm_ids:
                 handles.append(module.register_forward_hook(search.norm_returned))
-        with torch.no_grad(), _Watch(search):
+        _ACTIVE.append(search)
+        with _Watch(search):
             returned = run_forward()
     finally:
+        _ACTIVE.remove(search)
         for handle in handles:
             handle.remove()
-    return search.result(returned)
+    result = search.result(returned)
+    result.output = returned
+    return result

@@ -29,8 +29,8 @@ from torch import nn
 
 from autokernel import classify, hardware, paths, registry
 from autokernel.classify import FOLD_POLICY, MLP_POLICY, OTHER, RANGE_PREFIX, RootOp, attribute
-from autokernel.fold_routing import FOLD_TYPES
-from autokernel.norm_folding import FoldSearch, find_folds
+from autokernel.fold_routing import FOLD_TYPES, search_folds
+from autokernel.norm_folding import FoldSearch
 from autokernel.timing import roofline
 
 COVERAGE_TARGET = 0.95
@@ -195,13 +195,9 @@ def find_profiled_folds(model: nn.Module, inputs: tuple) -> dict[str, FoldSearch
     def may_replace(module: nn.Module) -> bool:
         return classify.gated_mlp_dims(module) is not None or classify.is_rotary_name(type(module).__name__)
 
-    searches = {}
-    for kernel_type, fold_type in FOLD_TYPES.items():
-        norms = {path: module for path, module in model.named_modules() if fold_type.is_norm(module)}
-        if norms:
-            searches[kernel_type] = find_folds(model, lambda: model(*inputs), norms, fold_type.is_consumer,
-                                               may_replace)
-    return searches
+    search, types = search_folds(model, lambda: model(*inputs), list(FOLD_TYPES.values()), may_replace)
+    return {kernel_type: FoldSearch([f for f in search.folds if types[f.norm_path].kernel_type == kernel_type],
+                                    search.rejected) for kernel_type in FOLD_TYPES}
 
 
 def describe_inputs(inputs: tuple) -> list[dict]:

@@ -37,6 +37,7 @@ from autokernel.decisions import (Decision, KernelStats, ModuleRoute, Site, auto
 from autokernel.dtypes import dtype_name
 from autokernel.fold_routing import FOLD_TYPES, Folding
 from autokernel.kernel_ops import OptimizedKernel
+from autokernel.norm_folding import note_call
 from autokernel.outputs import output_error, tolerance
 
 MEASURED, ALL = "measured", "all"
@@ -263,6 +264,8 @@ class Router:
         """The kernel's result for one routed torch function call, or _NOT_ROUTED to let PyTorch run it."""
         if self.bypass:
             return _NOT_ROUTED
+        if self.recording and self.folding is not None:
+            note_call(func, args, kwargs)       # the fold search watches what this mode takes from it
         compiling = torch.compiler.is_compiling()
         try:     # inside a graph autocast is off: the decision made eagerly for this signature
             key = (func, call_signature(args, kwargs, autocast=False if compiling else None))
@@ -317,9 +320,10 @@ class Router:
             if known:
                 return self.run_scoped("", original, args, kwargs)
             if self.folding is not None:
-                # Which norms feed only their consumers, on a forward PyTorch runs alone, before the pass.
-                self.folding.discover(model, lambda: original(*args, **kwargs))
-            output = self._resolution_pass(model, original, args, kwargs)
+                # The pass is watched for norms that feed only their consumers (folded from the next call on).
+                output = self.folding.discover(model, lambda: self._resolution_pass(model, original, args, kwargs))
+            else:
+                output = self._resolution_pass(model, original, args, kwargs)
             if key is not None:
                 self.model_signatures.add(key)
             self._patch_new_scopes()

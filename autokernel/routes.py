@@ -312,7 +312,7 @@ def _linear_variants(module: nn.Module) -> list[ModuleVariant]:
     return [ModuleVariant("matmul", "matmul", read, needs_check=False)]
 
 
-def _module_eps(module: nn.Module):
+def module_eps(module: nn.Module):
     return next((value for value in (getattr(module, name, None) for name in ("eps", "variance_epsilon"))
                  if isinstance(value, float)), None)
 
@@ -324,7 +324,7 @@ def _norm_variants(module: nn.Module, loaded: set[str]) -> list[ModuleVariant]:
     params = dict(module.named_parameters(recurse=False))
     weight = params.get("weight")
     if (weight is None or weight.dim() == 0 or set(params) - {"weight", "bias"} or any(module.children())
-            or _module_eps(module) is None):
+            or module_eps(module) is None):
         return []
     # The class name decides the order; the first-call check decides (a T5LayerNorm is an RMSNorm).
     order = ("layernorm", "rmsnorm") if "layernorm" in class_name else ("rmsnorm", "layernorm")
@@ -333,38 +333,11 @@ def _norm_variants(module: nn.Module, loaded: set[str]) -> list[ModuleVariant]:
 
 
 def _read_norm_module(module: nn.Module, kernel_type: str, x) -> Reading | str:
-    eps = _module_eps(module)
+    eps = module_eps(module)
     if kernel_type == "layernorm":
         return _read_norm(kernel_type, x, module.weight, getattr(module, "bias", None),
                           lambda fn, x: _launch_layernorm(fn, x, module.weight, module.bias, eps))
     return _read_norm(kernel_type, x, module.weight, None, lambda fn, x: _launch_rmsnorm(fn, x, module.weight, eps))
-
-
-def is_rmsnorm_module(module: nn.Module) -> bool:
-    """A module a norm fold may start from: named like RMSNorm, a 1-D weight its only parameter, a float eps.
-    What it computes is inferred, so the router checks the folded result against its forward."""
-    params = dict(module.named_parameters(recurse=False))
-    weight = params.get("weight")
-    return ("rmsnorm" in type(module).__name__.lower() and weight is not None and weight.dim() == 1
-            and set(params) == {"weight"} and not any(module.children()) and _module_eps(module) is not None)
-
-
-def is_plain_linear(module: nn.Module) -> bool:
-    return type(module) is nn.Linear      # a subclass may compute something else (quantized, LoRA...)
-
-
-def read_rmsnorm_linear(norm: nn.Module, linear: nn.Linear, x) -> Reading | str:
-    """A linear's call on the raw input of the RMSNorm folded into it: rmsnorm_linear {M, N, K}."""
-    if x.dim() == 0 or x.shape[-1] != linear.in_features or norm.weight.shape != (linear.in_features,):
-        return "input size differs from the norm's or the linear's"
-    eps, k, n = _module_eps(norm), linear.in_features, linear.out_features
-
-    def launch(fn, x):
-        out = fn(x.reshape(-1, k).contiguous(), norm.weight.contiguous(), linear.weight.contiguous(), float(eps))
-        out = out.reshape(*x.shape[:-1], n)
-        return out if linear.bias is None else out + linear.bias
-    tensors = (x, norm.weight, linear.weight) + ((linear.bias,) if linear.bias is not None else ())
-    return Reading({"M": math.prod(x.shape[:-1]), "N": n, "K": k}, tensors, launch)
 
 
 _MLP_ROLES = {"gate": ("gate", "w1"), "up": ("up", "w3"), "down": ("down", "w2")}
@@ -406,51 +379,6 @@ def _read_mlp(x, gate: nn.Linear, up: nn.Linear, down: nn.Linear, act: str) -> R
         return out.reshape(*x.shape[:-1], dim)
     return Reading({"M": math.prod(x.shape[:-1]), "D": dim, "F": hidden, "act": act},
                    (x, gate.weight, up.weight, down.weight), launch)
-
-
-def is_gated_mlp_module(module: nn.Module) -> bool:
-    return mlp_linears(module) is not None
-
-
-# An activation module an MLP keeps as an attribute (HF: act_fn), and the classes (by name: HF's
-# own, or torch's) that compute each of the kernels' activations.
-_ACTIVATION_ATTRIBUTES = ("act_fn", "act", "activation", "activation_fn")
-_ACTIVATION_CLASSES = {
-    "SiLU": "silu", "SiLUActivation": "silu",
-    "GELUTanh": "gelu", "PytorchGELUTanh": "gelu", "NewGELUActivation": "gelu", "FastGELUActivation": "gelu",
-    "ReLUSquaredActivation": "relu2",
-}
-
-
-def mlp_activation(module: nn.Module) -> str:
-    """The MLP's activation, from an activation module it holds; "silu" (the LLaMA family's) when it holds none.
-
-    A guess: the router checks the folded result against the norm and the MLP's own forward on
-    the first call, and a wrong activation turns the fold off there. An activation no kernel runs
-    gives its class name, which matches no verified shape."""
-    for name in _ACTIVATION_ATTRIBUTES:
-        act = getattr(module, name, None)
-        if isinstance(act, nn.GELU):
-            return "gelu" if act.approximate == "tanh" else "GELU"
-        if isinstance(act, nn.Module):
-            return _ACTIVATION_CLASSES.get(type(act).__name__, type(act).__name__)
-    return "silu"
-
-
-def read_rmsnorm_mlp(norm: nn.Module, mlp: nn.Module, x) -> Reading | str:
-    """A gated MLP's call on the raw input of the RMSNorm folded into it: rmsnorm_mlp {M, D, F, act}."""
-    gate, up, down = mlp_linears(mlp)
-    hidden, dim = gate.weight.shape
-    if x.dim() == 0 or x.shape[-1] != dim or norm.weight.shape != (dim,):
-        return "input size differs from the norm's or the MLP's"
-    eps, act = _module_eps(norm), mlp_activation(mlp)
-
-    def launch(fn, x):
-        out = fn(x.reshape(-1, dim).contiguous(), norm.weight.contiguous(), gate.weight.contiguous(),
-                 up.weight.contiguous(), down.weight.contiguous(), float(eps), act)
-        return out.reshape(*x.shape[:-1], dim)
-    return Reading({"M": math.prod(x.shape[:-1]), "D": dim, "F": hidden, "act": act},
-                   (x, norm.weight, gate.weight, up.weight, down.weight), launch)
 
 
 def _rotary_variants(module: nn.Module) -> list[ModuleVariant]:

@@ -7,7 +7,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel import plugin  # noqa: E402
+from autokernel import fold_routing, plugin, registry  # noqa: E402
 from autokernel.router import NOT_MEASURED  # noqa: E402
 from tests.test_plugin import (LLAMA_SHAPES, SEQ, kernel_stats, one_forward_stats, recorded_calls,  # noqa: E402
                                reference_sources, tiny_llama, write_optimized)
@@ -37,6 +37,23 @@ def test_llama_norms_fold_into_their_linears_with_the_starter_and_the_output_hol
         "norm": (["lm_head"], None)}
     plugin.unplug(model)
     assert not any("forward" in vars(module) for module in model.modules())
+
+
+def test_each_folded_linear_is_a_site_verify_can_time(tmp_path):
+    model, inputs = tiny_llama()
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_linear": FOLD_SHAPES})
+    with torch.no_grad():
+        plugin.plug_in(model, folder, policy=plugin.ALL, keep_examples=True)
+        for _ in range(3):
+            model(*inputs)
+        router = plugin.router_of(model)
+        sites = {site.shape["N"]: site for site in router.sites.values() if site.kernel.kernel_type == "rmsnorm_linear"}
+        # Calls per forward: q, k and v share a shape; gate and up another; the lm_head its own.
+        assert {n: site.calls for n, site in sites.items()} == {64: 3, 176: 2, 128: 1}
+        for site in sites.values():
+            with router.bypassed():
+                theirs = site.run_pytorch()
+            assert plugin.output_error(theirs, site.run_ours()) <= plugin.tolerance(theirs)
 
 
 def test_a_norm_feeding_a_module_another_kernel_replaces_is_not_folded(tmp_path):
@@ -130,10 +147,10 @@ def test_a_fold_runs_only_where_every_consumer_routes(tmp_path):
     with torch.no_grad():
         expected = model(x)
         plugin.plug_in(model, _block_folder(tmp_path))       # "measured", and nothing was measured
-        assert torch.equal(model(x), expected)
+        assert torch.equal(model(x), expected) and torch.equal(model(x), expected)
         assert kernel_stats(model)["rmsnorm_linear"]["fallback_reasons"] == {NOT_MEASURED: 2}
         plugin.plug_in(model, _block_folder(tmp_path, rows=(6,)), policy=plugin.ALL)   # 4 rows not verified
-        assert torch.equal(model(x), expected)
+        assert torch.equal(model(x), expected) and torch.equal(model(x), expected)
         assert kernel_stats(model)["rmsnorm_linear"]["fallback_reasons"] == {"shape M=4,N=8,K=16 not verified": 2}
 
 
@@ -156,7 +173,8 @@ def _compiled_llama_graph_ops(tmp_path, kernels: dict) -> tuple[list[str], objec
         with torch.no_grad():
             expected = model(*inputs)
             plugin.plug_in(model, folder, policy=plugin.ALL)
-            model(*inputs)
+            model(*inputs)                    # the watched pass finds the folds,
+            model(*inputs)                    # the next call decides and checks them
             compiled = torch.compile(model, backend=recording_backend, fullgraph=True)
             assert plugin.output_error(expected, compiled(*inputs)) <= plugin.tolerance(expected)
         assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
@@ -179,8 +197,32 @@ def test_calls_needing_gradients_are_not_folded(tmp_path):
     model, x = Block(), torch.randn(4, 16)
     expected = model(x)
     plugin.plug_in(model, _block_folder(tmp_path), policy=plugin.ALL)
-    assert torch.equal(model(x), expected)
+    assert torch.equal(model(x), expected) and torch.equal(model(x), expected)
     assert "gradients" in next(iter(kernel_stats(model)["rmsnorm_linear"]["fallback_reasons"]))
+
+
+class Counting(Block):
+    """A forward with a side effect (as a model that appends to its key/value cache has)."""
+    calls = 0
+
+    def forward(self, x):
+        Counting.calls += 1
+        return super().forward(x)
+
+
+def test_the_search_watches_the_real_first_forward_and_folds_from_the_next(tmp_path):
+    torch.manual_seed(0)
+    model, x = Counting(), torch.randn(4, 16)
+    with torch.no_grad():
+        expected = model(x)
+        plugin.plug_in(model, _block_folder(tmp_path), policy=plugin.ALL)
+        Counting.calls = 0
+        recorded_calls(model, "rmsnorm_linear").clear()
+        assert torch.equal(model(x), expected)
+        assert Counting.calls == 1 and recorded_calls(model, "rmsnorm_linear") == []     # run once, unfolded
+        assert _folds(model) == {"norm": (["q", "k"], None)}
+        assert plugin.output_error(expected, model(x)) <= plugin.tolerance(expected)
+        assert Counting.calls == 2 and kernel_stats(model)["rmsnorm_linear"]["hits"] == 2
 
 
 def test_the_profilers_plan_and_the_router_agree_on_the_folds(tmp_path):
@@ -202,6 +244,29 @@ def test_the_profilers_plan_and_the_router_agree_on_the_folds(tmp_path):
         assert one_forward_stats(model, inputs) == {"rmsnorm_linear": (entry["calls"], 0), "fused_mlp": (1, 0)}
 
 
+class SoftmaxToo(Block):
+    """The norm's output also goes to a softmax that the function routing sends to a kernel."""
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.q(h) * self.k(h) + torch.softmax(h, dim=-1)[:, :8]
+
+
+def test_a_use_the_function_routing_takes_to_a_kernel_still_refutes_the_fold(tmp_path):
+    torch.manual_seed(0)
+    model, x = SoftmaxToo(), torch.randn(4, 16)
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_linear": [{"M": 4, "N": 8, "K": 16}],
+                                                "softmax": [{"M": 4, "N": 16}]},
+                             sources=reference_sources("rmsnorm_linear", "softmax"))
+    with torch.no_grad():
+        expected = model(x)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        for _ in range(2):
+            assert plugin.output_error(expected, model(x)) <= plugin.tolerance(expected)
+    assert kernel_stats(model)["softmax"]["hits"] == 2
+    assert _folds(model) == {} and "softmax" in plugin.router_of(model).folding.searched["norm"]
+
+
 # --------------------------------------------------------------------------- rmsnorm_mlp: a norm folded into the whole MLP
 MLP_FOLD_SHAPES = [{"M": SEQ, "D": 64, "F": 176, "act": "silu"}]
 
@@ -218,6 +283,35 @@ def test_the_mlp_norm_folds_into_the_whole_mlp_with_the_starter_and_the_output_h
     # Only the MLP's norm: the attention's feeds q / k / v, the last one the lm_head.
     assert _folds(model) == {"layers.0.mlp_norm": (["layers.0.mlp"], None)}
     assert plugin.router_of(model).folding.routes["layers.0.mlp_norm"].checked
+
+
+def test_a_gated_mlp_on_the_raw_input_of_its_norm_reads_as_rmsnorm_mlp():
+    model, _ = tiny_llama()
+    norm, mlp = model.layers[0].mlp_norm, model.layers[0].mlp
+    assert fold_routing.is_gated_mlp_module(mlp) and not fold_routing.is_gated_mlp_module(model.layers[0].attention)
+    torch.manual_seed(2)
+    x = torch.randn(1, SEQ, 64)
+    reading = fold_routing.read_rmsnorm_mlp(norm, mlp, x)
+    assert reading.shape == {"M": SEQ, "D": 64, "F": 176, "act": "silu"}
+    # The reference on the kernel's arguments is the norm, then the MLP.
+    with torch.no_grad():
+        torch.testing.assert_close(reading.launch(registry.get("rmsnorm_mlp").reference, x), mlp(norm(x)))
+    assert fold_routing.read_rmsnorm_mlp(norm, mlp, torch.randn(SEQ, 32)) == "input size differs from the norm's or the MLP's"
+
+
+def test_an_mlps_activation_is_read_from_the_module_it_holds():
+    class HoldsActivation(nn.Module):
+        def __init__(self, act):
+            super().__init__()
+            self.act_fn = act
+    assert fold_routing.mlp_activation(HoldsActivation(nn.SiLU())) == "silu"
+    # Hugging Face's own activation classes, by name.
+    assert fold_routing.mlp_activation(HoldsActivation(type("SiLUActivation", (nn.Module,), {})())) == "silu"
+    assert fold_routing.mlp_activation(HoldsActivation(type("GELUTanh", (nn.Module,), {})())) == "gelu"
+    assert fold_routing.mlp_activation(HoldsActivation(nn.GELU(approximate="tanh"))) == "gelu"
+    # The exact GELU is no kernel's: its name goes into the shape, which then matches no verified shape.
+    assert fold_routing.mlp_activation(HoldsActivation(nn.GELU())) == "GELU"
+    assert fold_routing.mlp_activation(nn.Module()) == "silu"
 
 
 def test_the_profiler_plans_rmsnorm_mlp_where_the_router_folds_it(tmp_path):
@@ -248,7 +342,8 @@ def test_the_mlp_kernel_gets_the_raw_residual_stream_and_the_norm_weight(tmp_pat
     with torch.no_grad():
         expected = model(*inputs)
         plugin.plug_in(model, folder, policy=plugin.ALL)
-        model(*inputs)
+        model(*inputs)                    # the watched pass finds the fold,
+        model(*inputs)                    # the next call decides and checks it
         recorded_calls(model, "rmsnorm_mlp").clear()
         assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
     (x, norm_weight, w_gate, w_up, w_down, eps, act), = recorded_calls(model, "rmsnorm_mlp")

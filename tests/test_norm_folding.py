@@ -78,6 +78,9 @@ class Block(nn.Module):
             out = out + self.other(h.view(-1, 8))
         elif self.extra == "shared linear":
             out = out + self.proj(x)
+        elif self.extra == "in place":
+            x.mul_(2)
+            out = out + self.other(h)
         elif self.extra == "returned":
             return out, h
         elif self.extra == "functional linear":
@@ -90,7 +93,8 @@ def test_any_other_use_of_the_output_keeps_the_norm_unfolded():
     assert [f.consumer_paths for f in _search(Block("none"), x).folds] == [("proj",)]
     for extra, why in [("residual", "used by add outside a consumer"), ("view", "used by view outside a consumer"),
                        ("shared linear", "also takes other inputs"), ("returned", "returned from the forward"),
-                       ("functional linear", "used by linear outside a consumer")]:
+                       ("functional linear", "used by linear outside a consumer"),
+                       ("in place", "its input changed in place before other read its output")]:
         search = _search(Block(extra), x)
         assert search.folds == [], extra
         assert why in search.rejected["norm"], (extra, search.rejected)
@@ -128,3 +132,12 @@ def test_metadata_reads_are_told_from_uses():
         x + 1
         x.view(3, 2)
     assert [is_metadata_read(f) for f in seen] == [True, True, True, True, False, False]
+
+
+def test_a_consumer_inside_a_consumer_is_part_of_it():
+    # With gated MLPs as consumers too (rmsnorm_mlp), the MLP's own gate and up linears are its inside.
+    model = llama.get_model("tiny", n_layers=1)
+    search = find_folds(model, lambda: model(llama.get_inputs("tiny", seq=8)[0]), _norms(model),
+                        lambda m: _is_linear(m) or isinstance(m, llama.SwiGLU))
+    assert search.consumer_of()["layers.0.mlp"].norm_path == "layers.0.mlp_norm"
+    assert {f.norm_path: f.consumer_paths for f in search.folds}["layers.0.mlp_norm"] == ("layers.0.mlp",)

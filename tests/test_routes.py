@@ -223,31 +223,3 @@ def test_a_norm_module_over_several_trailing_dims_is_one_norm_over_their_product
     with torch.no_grad():
         torch.testing.assert_close(reading.launch(registry.get("layernorm").reference, H), norm(H))
 
-
-def test_a_gated_mlp_on_the_raw_input_of_its_norm_reads_as_rmsnorm_mlp():
-    model, _ = tiny_llama()
-    norm, mlp = model.layers[0].mlp_norm, model.layers[0].mlp
-    assert routes.is_gated_mlp_module(mlp) and not routes.is_gated_mlp_module(model.layers[0].attention)
-    torch.manual_seed(2)
-    x = torch.randn(1, SEQ, 64)
-    reading = routes.read_rmsnorm_mlp(norm, mlp, x)
-    assert reading.shape == {"M": SEQ, "D": 64, "F": 176, "act": "silu"}
-    # The reference on the kernel's arguments is the norm, then the MLP.
-    with torch.no_grad():
-        torch.testing.assert_close(reading.launch(registry.get("rmsnorm_mlp").reference, x), mlp(norm(x)))
-    assert routes.read_rmsnorm_mlp(norm, mlp, torch.randn(SEQ, 32)) == "input size differs from the norm's or the MLP's"
-
-
-def test_an_mlps_activation_is_read_from_the_module_it_holds():
-    class HoldsActivation(nn.Module):
-        def __init__(self, act):
-            super().__init__()
-            self.act_fn = act
-    assert routes.mlp_activation(HoldsActivation(nn.SiLU())) == "silu"
-    # Hugging Face's own activation classes, by name.
-    assert routes.mlp_activation(HoldsActivation(type("SiLUActivation", (nn.Module,), {})())) == "silu"
-    assert routes.mlp_activation(HoldsActivation(type("GELUTanh", (nn.Module,), {})())) == "gelu"
-    assert routes.mlp_activation(HoldsActivation(nn.GELU(approximate="tanh"))) == "gelu"
-    # The exact GELU is no kernel's: its name goes into the shape, which then matches no verified shape.
-    assert routes.mlp_activation(HoldsActivation(nn.GELU())) == "GELU"
-    assert routes.mlp_activation(nn.Module()) == "silu"
