@@ -446,3 +446,24 @@ def test_an_mlp_folded_llama_compiles_into_one_graph_with_the_fused_op(tmp_path)
     assert len([op for op in graph_ops if "rsqrt" in op]) == 2
     assert not any("silu" in op for op in graph_ops)
     assert all(route.handed is None for route in plugin.router_of(model).folding.routes.values())
+
+
+def test_verify_gets_an_rmsnorm_mlp_site_to_time_against_the_norm_and_mlp(tmp_path):
+    # The route table (autokernel/route_table.py) times each site's run_ours against run_pytorch:
+    # for the fold, the fused kernel on a copy of the raw input against norm + MLP run by PyTorch.
+    from autokernel import route_table
+
+    model, inputs = tiny_llama()
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_mlp": MLP_FOLD_SHAPES})
+    with torch.no_grad():
+        plugin.plug_in(model, folder, policy=plugin.ALL, keep_examples=True)
+        model(*inputs)
+        model(*inputs)
+        router = plugin.router_of(model)
+        (site,) = [s for s in router.sites.values() if s.kernel.kernel_type == "rmsnorm_mlp"]
+        assert site.shape == MLP_FOLD_SHAPES[0]
+        ours, theirs = site.run_ours(), site.run_pytorch()
+        assert plugin.output_error(theirs, ours) <= plugin.tolerance(theirs)
+    records = route_table.measure(router, on_gpu=False)
+    (record,) = records["1_rmsnorm_mlp"]
+    assert record.why == route_table.NOT_TIMED_ON_CPU and not (record.route_eager or record.route_compiled)
