@@ -146,7 +146,8 @@ class _Search:
                 if x._version != version:
                     self.reject(feeding, f"its input changed in place before {path} read its output")
         elif feeding is not None and self.may_replace(module):
-            self.reject(feeding, f"its output enters {path} ({type(module).__name__}), which another kernel may replace")
+            self.reject(feeding, f"its output enters {path} ({type(module).__name__}), "
+                                 "which another kernel may replace")
         self.inside.append((id(module), id(first) if consumer and feeding is not None else -1))
 
     def module_left(self) -> None:
