@@ -18,10 +18,9 @@ A fold that a later input signature does not confirm (another consumer appeared)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
-
-import math
 
 import torch
 from torch import nn
@@ -302,7 +301,8 @@ class Folding:
                 return f"{path}: the kernel raised {type(exc).__name__}: {str(exc).strip()[:160]}"
             error, allowed = output_error(expected[path], ours), tolerance(expected[path])
             if not error <= allowed:
-                return f"{path}: the folded result differs from the norm and {path} by {error:.3g} (tolerance {allowed:g})"
+                return (f"{path}: the folded result differs from the norm and {path} by {error:.3g} "
+                        f"(tolerance {allowed:g})")
         return ""
 
     def _adopt(self, route: FoldRoute, path: str, consumer: nn.Module, decision: Decision, x: torch.Tensor,

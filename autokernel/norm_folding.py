@@ -148,7 +148,8 @@ class _Search:
         elif feeding is not None and self.may_replace(module) and not nested:
             # Inside a consumer that took this output (an MLP's gate linear), the fused kernel
             # replaces the consumer whole, so what would replace its children never runs.
-            self.reject(feeding, f"its output enters {path} ({type(module).__name__}), which another kernel may replace")
+            self.reject(feeding, f"its output enters {path} ({type(module).__name__}), "
+                                 "which another kernel may replace")
         self.inside.append((id(module), id(first) if consumer and feeding is not None else -1))
 
     def _in_consumer_of(self, output_id: int) -> bool:

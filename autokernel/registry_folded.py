@@ -19,7 +19,7 @@ def _normal(shape, gen, device):
 
 
 def rmsnorm_linear_inputs(s, dtype, gen, device, x: torch.Tensor | None = None, norm_mean: float = 1.0):
-    """x (M, K), norm weight (K,) near norm_mean, weight (N, K) of nn.Linear's initial scale; x may be given (float32)."""
+    """x (M, K), norm weight (K,) near norm_mean, weight (N, K) at nn.Linear's initial scale; x may be given."""
     m, n, k = s["M"], s["N"], s["K"]
     x = _normal((m, k), gen, device) if x is None else x
     norm_weight = norm_mean + 0.1 * _normal(k, gen, device)

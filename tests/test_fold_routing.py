@@ -4,6 +4,7 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
@@ -235,8 +236,8 @@ def test_the_profilers_plan_and_the_router_agree_on_the_folds(tmp_path):
     entry = next(e for e in profiler.build_plan(report, hardware.detect())["entries"]
                  if e["kernel_type"] == "rmsnorm_linear")
     assert entry["calls"] == 4      # q, k, v and the lm_head: the MLP's norm feeds a fused_mlp module
-    folder = write_optimized(tmp_path / "opt", {"rmsnorm_linear": entry["shapes"], "fused_mlp": LLAMA_SHAPES["fused_mlp"]},
-                             sources=reference_sources("fused_mlp"))
+    shapes = {"rmsnorm_linear": entry["shapes"], "fused_mlp": LLAMA_SHAPES["fused_mlp"]}
+    folder = write_optimized(tmp_path / "opt", shapes, sources=reference_sources("fused_mlp"))
     with torch.no_grad():
         expected = model(*inputs)
         plugin.plug_in(model, folder, policy=plugin.ALL)
@@ -265,6 +266,28 @@ def test_a_use_the_function_routing_takes_to_a_kernel_still_refutes_the_fold(tmp
             assert plugin.output_error(expected, model(x)) <= plugin.tolerance(expected)
     assert kernel_stats(model)["softmax"]["hits"] == 2
     assert _folds(model) == {} and "softmax" in plugin.router_of(model).folding.searched["norm"]
+
+
+def test_a_hugging_face_llamas_input_norms_fold_into_q_k_v(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is the optional [hf] extra")
+    from autokernel.models import load_model
+
+    loaded = load_model(hf="llama", device="cpu", input_shape=(1, 8), hf_overrides=dict(
+        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4))
+    model, inputs = loaded.model, loaded.inputs
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_linear": [{"M": 8, "N": 64, "K": 64}]})
+    with torch.no_grad():
+        expected = model(*inputs)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        for _ in range(2):
+            assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+    folds = _folds(model)
+    assert folds["model.layers.0.input_layernorm"] == (
+        [f"model.layers.0.self_attn.{name}_proj" for name in "qkv"], None)
+    # The MLP's norm feeds a gated MLP (not verified here: its linears are folded only if shapes were);
+    # the final norm's output is returned in the model's outputs and sliced: never folded.
+    assert "model.norm" not in folds
+    assert kernel_stats(model)["rmsnorm_linear"]["hits"] == 3
 
 
 # --------------------------------------------------------------------------- rmsnorm_mlp: a norm folded into the whole MLP
@@ -467,3 +490,21 @@ def test_verify_gets_an_rmsnorm_mlp_site_to_time_against_the_norm_and_mlp(tmp_pa
     records = route_table.measure(router, on_gpu=False)
     (record,) = records["1_rmsnorm_mlp"]
     assert record.why == route_table.NOT_TIMED_ON_CPU and not (record.route_eager or record.route_compiled)
+
+
+def test_a_hugging_face_llamas_mlp_norm_folds_into_its_mlp(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is the optional [hf] extra")
+    from autokernel.models import load_model
+
+    loaded = load_model(hf="llama", device="cpu", input_shape=(1, 8), hf_overrides=dict(
+        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4))
+    model, inputs = loaded.model, loaded.inputs
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_mlp": [{"M": 8, "D": 64, "F": 128, "act": "silu"}]})
+    with torch.no_grad():
+        expected = model(*inputs)
+        plugin.plug_in(model, folder, policy=plugin.ALL)
+        for _ in range(2):
+            assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+    # LlamaMLP holds its activation as act_fn (HF's SiLUActivation): read as silu, checked, folded.
+    assert _folds(model)["model.layers.0.post_attention_layernorm"] == (["model.layers.0.mlp"], None)
+    assert kernel_stats(model)["rmsnorm_mlp"]["hits"] == 1
