@@ -43,6 +43,16 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, dim: int =
     return (normed * weight.float().reshape(along_dim)).to(x.dtype)
 
 
+def rmsnorm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
+                   eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm folded into the following linear layer: rmsnorm(x, norm_weight, eps) @ weight.T.
+
+    x is (M, K), norm_weight (K,), weight (N, K) as nn.Linear stores it; the normalized activation
+    is rounded to x's dtype before the product, as the unfused model stores it.
+    """
+    return rmsnorm(x, norm_weight, eps) @ weight.T
+
+
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     sm_scale: float | None = None) -> torch.Tensor:
     """Scaled dot-product attention: q (B, H, S, D), k and v (B, KV, S_k, D); sm_scale defaults to 1/sqrt(D).
@@ -77,6 +87,16 @@ def fused_mlp(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down:
     activation is one of "silu", "gelu" (tanh approximation) or "relu2" (squared ReLU).
     """
     return (_ACTIVATIONS[activation](x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
+
+
+def rmsnorm_mlp(x: torch.Tensor, norm_weight: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+                w_down: torch.Tensor, eps: float = 1e-6, activation: str = "silu") -> torch.Tensor:
+    """RMSNorm followed by the gated MLP that is its only consumer: fused_mlp(rmsnorm(x, norm_weight, eps), ...).
+
+    x is (M, D), norm_weight (D,); the weights and activation are fused_mlp's. The normalized
+    activation is rounded to x's dtype in between, as the unfused pair of modules stores it.
+    """
+    return fused_mlp(rmsnorm(x, norm_weight, eps), w_gate, w_up, w_down, activation)
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,15 @@ belongs to:
      largest 4-D tensor it touched (the (B, H, S, D) layout that SDPA uses is assumed);
   3. else, the op's own name (aten::addmm -> matmul, aten::_softmax -> softmax, ...), shape from
      its recorded input shapes; anything else is "other".
+Before all of these, a norm folded into its consumers (`folds`, found by autokernel/norm_folding.py
+on a real forward: its output goes only to those modules) counts with them as one fused type, and
+the norm's ops join the first consumer's site, since the fused kernels replace the norm and the
+consumers together:
+  - into a gated MLP (the router's kind, fold_routing.is_gated_mlp_module): rmsnorm_mlp {M, D, F, act},
+    the MLP's own ops included, where the trace's activation is the one the router will read
+    (fold_routing.mlp_activation); otherwise the pair stays rmsnorm + fused_mlp;
+  - into nn.Linear modules: rmsnorm_linear, each consumer linear a site {M, N, K} of its own.
+A norm two types could fold goes to the first in FOLD_SHAPES' order (the MLP whole before its linears).
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ import torch
 from torch import nn
 from torch.autograd import DeviceType
 
-from autokernel import registry, routes
+from autokernel import fold_routing, registry, routes
 
 OTHER = "other"
 RANGE_PREFIX = "autokernel::"
@@ -66,6 +75,9 @@ _ROOT_MEAN_SQUARE_OPS = {"aten::rsqrt", "aten::sqrt", "aten::norm", "aten::linal
 _MEAN_SUBTRACTION_OPS = {"aten::sub", "aten::var", "aten::var_mean"}
 # Activation op -> fused_mlp "act" value; relu is taken as the squared-ReLU ("relu2") MLP.
 _ACTIVATIONS = {"aten::silu": "silu", "aten::gelu": "gelu", "aten::relu": "relu2"}
+FOLD_POLICY = ("an RMSNorm whose output only a gated MLP reads counts with it as rmsnorm_mlp; one whose output "
+               "only nn.Linear layers read counts with them as rmsnorm_linear, one shape per linear, the norm's "
+               "time with the first linear")
 MLP_POLICY = ("gated MLP modules (gate/up/down linears + activation) count as fused_mlp, not matmul; "
               "ungated MLP linears count as matmul and their activation as other")
 
@@ -109,11 +121,13 @@ class Attribution:
     measured_us: float               # all measured time in the trace
 
 
-def attribute(events, model: nn.Module, on_gpu: bool) -> Attribution:
-    """Classify the root ops of a trace of `model` (torch.profiler events) and group them by call site."""
+def attribute(events, model: nn.Module, on_gpu: bool, folds: dict | None = None) -> Attribution:
+    """Classify the root ops of a trace of `model` (torch.profiler events) and group them by call site.
+
+    folds: kernel type -> the FoldSearch of autokernel/norm_folding.py for it (profiler.find_folds)."""
     roots, measured_us = _collect_root_ops(events, on_gpu)
     fused = _fused_modules(model, roots)
-    groups, call_ids = _group_call_sites(roots, fused)
+    groups, call_ids = _group_call_sites(roots, fused, _folded_paths(folds or {}, fused))
     sites = []
     for key, members in groups.items():
         kernel_type, path, source, detail = key
@@ -242,7 +256,7 @@ def _fused_kind(module: nn.Module, ops: set[str]) -> _FusedModule | None:
     if norm is not None:
         return _FusedModule(norm, module)
     activation = next((act for op, act in _ACTIVATIONS.items() if op in ops), None)
-    if activation is not None and _gated_mlp_dims(module) is not None:
+    if activation is not None and gated_mlp_dims(module) is not None:
         return _FusedModule("fused_mlp", module, activation)
     if is_rotary_name(type(module).__name__) and not ops & _MATMUL_OPS:
         return _FusedModule("rotary_embedding", module)
@@ -280,7 +294,7 @@ def _inline_rmsnorm_kind(module: nn.Module, ops: set[str]) -> str | None:
     return None
 
 
-def _gated_mlp_dims(module: nn.Module) -> tuple[int, int] | None:
+def gated_mlp_dims(module: nn.Module) -> tuple[int, int] | None:
     """(D, F) when the module's direct Linear children are a gated MLP's gate, up and down."""
     linears = [child for child in module.children() if isinstance(child, nn.Linear)]
     for down in linears:
@@ -312,7 +326,7 @@ def _module_shape(fused: _FusedModule, input_shape: tuple[int, ...], roots: list
     if not input_shape:
         return None
     if fused.kernel_type == "fused_mlp":
-        dim, hidden = _gated_mlp_dims(fused.module)
+        dim, hidden = gated_mlp_dims(fused.module)
         return {"M": math.prod(input_shape[:-1]), "D": dim, "F": hidden, "act": fused.activation}
     return _norm_shape(fused, input_shape)
 
@@ -408,7 +422,8 @@ def _reduce_shape(event, x: list[int]) -> dict | None:
 
 
 # --------------------------------------------------------------------------- attribution
-def _group_call_sites(roots: list[RootOp], fused: dict[str, _FusedModule]) -> tuple[dict, dict]:
+def _group_call_sites(roots: list[RootOp], fused: dict[str, _FusedModule],
+                      folded: dict | None = None) -> tuple[dict, dict]:
     """Root ops grouped by call site, key (kernel type, module path, where the shape comes from, detail),
     and the distinct calls behind each group."""
     has_nll_loss = any(root.name.startswith("aten::nll_loss") for root in roots)
@@ -419,7 +434,10 @@ def _group_call_sites(roots: list[RootOp], fused: dict[str, _FusedModule]) -> tu
         innermost = root.module_calls[0] if root.module_calls else ModuleCall("", (), 0)
         owner = _fused_owner(root, fused)
         call_id = id(root.event)
-        if owner is not None:
+        fold = _fold_site(root, folded or {})
+        if fold is not None:
+            key, call_id = fold
+        elif owner is not None:
             key = (fused[owner.path].kernel_type, owner.path, "module", owner.input_shape)
             call_id = owner.call_id
         elif root.rotary_call_id is not None or _is_rope_arithmetic(root, rotated.get(innermost.call_id)):
@@ -433,6 +451,44 @@ def _group_call_sites(roots: list[RootOp], fused: dict[str, _FusedModule]) -> tu
         if call_id is not None:
             call_ids[key].add(call_id)
     return groups, call_ids
+
+
+# --------------------------------------------------------------------------- folded norms
+# A fused type that folds a norm into its consumers -> its shape from the rows, the consumer module
+# and the activation the trace shows it running; in order of preference where two types fold one norm.
+FOLD_SHAPES = {
+    "rmsnorm_mlp": lambda rows, mlp, act: {"M": rows, "D": routes.mlp_linears(mlp)[0].in_features,
+                                           "F": routes.mlp_linears(mlp)[0].out_features, "act": act},
+    "rmsnorm_linear": lambda rows, linear, act: {"M": rows, "N": linear.out_features, "K": linear.in_features},
+}
+
+
+def _folded_paths(folds: dict, fused: dict[str, _FusedModule]) -> dict[str, tuple]:
+    """Module path -> (fused type, the site's consumer path, the consumer, its traced activation), for every
+    folded norm and consumer. An MLP fold counts only where the router will read the activation the trace
+    shows (fold_routing.mlp_activation), so no job is planned that verify cannot route."""
+    paths: dict[str, tuple] = {}
+    for kernel_type in (t for t in FOLD_SHAPES if t in folds):
+        for fold in folds[kernel_type].folds:
+            if fold.norm_path in paths:
+                continue
+            traced = [fused[path].activation if path in fused else None for path in fold.consumer_paths]
+            if kernel_type == "rmsnorm_mlp" and traced != [fold_routing.mlp_activation(c) for c in fold.consumers]:
+                continue
+            paths[fold.norm_path] = (kernel_type, fold.consumer_paths[0], fold.consumers[0], traced[0])
+            for path, consumer, act in zip(fold.consumer_paths, fold.consumers, traced):
+                paths[path] = (kernel_type, path, consumer, act)
+    return paths
+
+
+def _fold_site(root: RootOp, folded: dict) -> tuple[tuple, int | None] | None:
+    """(group key, call id) of an op inside a folded norm or consumer; the norm's ops add no call."""
+    for call in root.module_calls:
+        if call.path in folded and call.input_shape:
+            kernel_type, site_path, consumer, act = folded[call.path]
+            shape = FOLD_SHAPES[kernel_type](math.prod(call.input_shape[:-1]), consumer, act)
+            return (kernel_type, site_path, "op", json.dumps(shape)), (call.call_id if call.path == site_path else None)
+    return None
 
 
 def _fused_owner(root: RootOp, fused: dict[str, _FusedModule]) -> ModuleCall | None:

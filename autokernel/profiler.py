@@ -28,7 +28,9 @@ from rich.table import Table
 from torch import nn
 
 from autokernel import classify, hardware, paths, registry
-from autokernel.classify import MLP_POLICY, OTHER, RANGE_PREFIX, RootOp, attribute
+from autokernel.classify import FOLD_POLICY, MLP_POLICY, OTHER, RANGE_PREFIX, RootOp, attribute
+from autokernel.fold_routing import FOLD_TYPES, search_folds
+from autokernel.norm_folding import FoldSearch
 from autokernel.timing import roofline
 
 COVERAGE_TARGET = 0.95
@@ -173,15 +175,29 @@ def profile_model(model: nn.Module, inputs, *, warmup: int = 3, iters: int = 10,
             model(*inputs)
         synchronize()
         wall_ms = (time.perf_counter() - start) * 1e3 / iters
+        folds = find_profiled_folds(model, inputs)
         with torch.profiler.profile(activities=activities, record_shapes=True, with_stack=WITH_STACK) as prof:
             with _ModuleRanges(model):
                 for _ in range(iters):
                     model(*inputs)
                 synchronize()
-    return _build_report(prof.events(), model, iters, on_gpu, wall_ms,
+    return _build_report(prof.events(), model, iters, on_gpu, wall_ms, folds=folds,
                          name=name or type(model).__name__, dtype=_model_dtype(model, inputs),
                          inputs=describe_inputs(inputs),
                          device_name=torch.cuda.get_device_name(device) if on_gpu else "cpu")
+
+
+def find_profiled_folds(model: nn.Module, inputs: tuple) -> dict[str, FoldSearch]:
+    """Fused type -> the norms whose output only its consumers read, on one watched forward.
+
+    A module the profiler sees as one kernel of its own (a gated MLP, a rotary module) may be
+    replaced by that kernel, so a norm feeding one is not folded (autokernel/norm_folding.py)."""
+    def may_replace(module: nn.Module) -> bool:
+        return classify.gated_mlp_dims(module) is not None or classify.is_rotary_name(type(module).__name__)
+
+    search, types = search_folds(model, lambda: model(*inputs), list(FOLD_TYPES.values()), may_replace)
+    return {kernel_type: FoldSearch([f for f in search.folds if types[f.norm_path].kernel_type == kernel_type],
+                                    search.rejected) for kernel_type in FOLD_TYPES}
 
 
 def describe_inputs(inputs: tuple) -> list[dict]:
@@ -206,8 +222,9 @@ def _model_dtype(model: nn.Module, inputs: tuple) -> torch.dtype:
 
 # --------------------------------------------------------------------------- the report
 def _build_report(events, model: nn.Module, iters: int, on_gpu: bool, wall_ms: float, *,
-                  name: str, dtype: torch.dtype, inputs: list[dict], device_name: str) -> ProfileReport:
-    attribution = attribute(events, model, on_gpu)
+                  name: str, dtype: torch.dtype, inputs: list[dict], device_name: str,
+                  folds: dict[str, FoldSearch] | None = None) -> ProfileReport:
+    attribution = attribute(events, model, on_gpu, folds)
     per_iteration_ms = 1e-3 / iters
     call_sites = [CallSite(site.kernel_type, site.module_path, site.shape, site.calls / iters,
                            sum(r.time_us for r in site.roots) * per_iteration_ms, sorted({r.name for r in site.roots}))
@@ -253,6 +270,7 @@ def build_plan(report: ProfileReport, gpu: hardware.GPUSpec) -> dict:
         "gpu": gpu.name, "dtype": report.dtype, "inputs": report.inputs, "timing": report.timing,
         "total_ms": report.total_ms, "wall_ms": report.wall_ms, "coverage": report.coverage,
         "coverage_target": COVERAGE_TARGET, "mlp_policy": MLP_POLICY,
+        "fold_policy": FOLD_POLICY,
         "other": {"time_ms": report.other_ms, "share": other_share}, "entries": entries,
     }
 

@@ -7,7 +7,7 @@ Adding a kernel type means one entry here, one function in reference.py and one 
 kernels/, and nothing else.
 
 A shape is a dict of named sizes, for example {"M": 4096, "N": 4096, "K": 4096}; some types also
-carry flags in it (attention's "causal", the MLP's "act", reduce's "op"). On the command
+carry flags in it (attention's "causal", the MLPs' "act", reduce's "op"). On the command
 line it is written "M=4096,N=4096,K=4096".
 """
 
@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 
 import reference
+from autokernel import registry_folded as folded
 from autokernel.dtypes import pytorch_fp32_matmul_uses_tf32  # noqa: F401 (the registry's API too)
 
 Shape = dict[str, int | float | str]
@@ -327,6 +328,28 @@ RMSNORM = KernelType(
 )
 
 
+RMSNORM_LINEAR = KernelType(
+    name="rmsnorm_linear",
+    description="RMSNorm folded into the linear layer after it: rmsnorm(x, norm_weight) @ W^T, x (M, K), W (N, K)",
+    reference=reference.rmsnorm_linear,
+    make_inputs=folded.rmsnorm_linear_inputs,
+    smoke_shape={"M": 32, "N": 64, "K": 64},
+    sweep=folded.RMSNORM_LINEAR_SHAPES["sweep"],
+    cpu_sweep=folded.RMSNORM_LINEAR_SHAPES["cpu_sweep"],
+    edge_shapes=folded.RMSNORM_LINEAR_SHAPES["edge"],
+    cpu_edge_shapes=folded.RMSNORM_LINEAR_SHAPES["cpu_edge"],
+    timing_shape={"M": 4096, "N": 2048, "K": 2048},
+    adversarial=[
+        Adversarial("huge rows", {"M": 16, "N": 96, "K": 512}, folded.huge_rows,
+                    "entries up to 6e4, norm weight near 1.5: squares and x * norm weight overflow float16"),
+        Adversarial("zero, constant and tiny rows", {"M": 16, "N": 96, "K": 512}, folded.degenerate_rows,
+                    "a zero row, constant rows, and row scales from 1e-3 to 1e3"),
+    ],
+    bytes_moved=folded.rmsnorm_linear_bytes,
+    flops=folded.rmsnorm_linear_flops,
+)
+
+
 # --------------------------------------------------------------------------- flash attention
 def _kv_heads(s) -> int:
     """Key/value heads: "KV" for grouped- or multi-query attention (dividing H), else H."""
@@ -424,6 +447,32 @@ FUSED_MLP = KernelType(
                              "x scaled by 30: gate pre-activations far into silu's tails")],
     bytes_moved=lambda s, e: (2.0 * s["M"] * s["D"] + 3.0 * s["D"] * s["F"]) * e,
     flops=lambda s: 6.0 * s["M"] * s["D"] * s["F"],
+)
+
+
+# RMSNorm folded into the gated MLP it feeds (helpers in autokernel/registry_folded.py).
+_NORM_MLP_CASE = {"M": 16, "D": 256, "F": 128, "act": "silu"}
+RMSNORM_MLP = KernelType(
+    name="rmsnorm_mlp",
+    description="RMSNorm over D, then the gated MLP: fused_mlp(rmsnorm(x, norm_weight, eps), W_gate, W_up, W_down)",
+    reference=reference.rmsnorm_mlp,
+    make_inputs=folded.rmsnorm_mlp_inputs,
+    smoke_shape={"M": 32, "D": 64, "F": 128, "act": "silu"},
+    sweep=folded.RMSNORM_MLP_SHAPES["sweep"],
+    cpu_sweep=folded.RMSNORM_MLP_SHAPES["cpu_sweep"],
+    edge_shapes=folded.RMSNORM_MLP_SHAPES["edge"],
+    cpu_edge_shapes=folded.RMSNORM_MLP_SHAPES["cpu_edge"],
+    timing_shape={"M": 4096, "D": 4096, "F": 11008, "act": "silu"},
+    adversarial=[
+        Adversarial("huge rows", _NORM_MLP_CASE, folded.rmsnorm_mlp_huge_rows,
+                    "entries up to 6e4, norm weight near 2: x^2 and x * norm weight overflow float16"),
+        Adversarial("zero and tiny rows", _NORM_MLP_CASE, folded.rmsnorm_mlp_zero_and_tiny_rows,
+                    "a row of zeros, and rows whose mean square (1e-8) is below eps"),
+        Adversarial("large norm weight", {**_NORM_MLP_CASE, "M": 64, "F": 512}, folded.rmsnorm_mlp_large_norm_weight,
+                    "norm weight near 30: gate pre-activations in silu's tails"),
+    ],
+    bytes_moved=folded.rmsnorm_mlp_bytes,
+    flops=folded.rmsnorm_mlp_flops,
 )
 
 
@@ -610,7 +659,8 @@ REDUCE = KernelType(
 
 
 REGISTRY: dict[str, KernelType] = {t.name: t for t in [
-    MATMUL, SOFTMAX, LAYERNORM, RMSNORM, FLASH_ATTENTION, FUSED_MLP, CROSS_ENTROPY, ROTARY_EMBEDDING, REDUCE]}
+    MATMUL, SOFTMAX, LAYERNORM, RMSNORM, RMSNORM_LINEAR, FLASH_ATTENTION, FUSED_MLP, RMSNORM_MLP, CROSS_ENTROPY,
+    ROTARY_EMBEDDING, REDUCE]}
 
 
 def get(name: str) -> KernelType:

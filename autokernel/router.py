@@ -35,7 +35,9 @@ from autokernel import registry, routes
 from autokernel.decisions import (Decision, KernelStats, ModuleRoute, Site, autocast_on,  # noqa: F401 (API)
                                   call_signature, copy_call)
 from autokernel.dtypes import dtype_name
+from autokernel.fold_routing import FOLD_TYPES, Folding
 from autokernel.kernel_ops import OptimizedKernel
+from autokernel.norm_folding import note_call
 from autokernel.outputs import output_error, tolerance
 
 MEASURED, ALL = "measured", "all"
@@ -73,6 +75,9 @@ class Router:
         self._pass_calls: Counter = Counter()
         self._scopes_patched: set[str] = set()
         self.patches: list[tuple[nn.Module, object]] = []    # (module, its instance forward before), in order
+        # Norms folded into their consumers (rmsnorm_mlp, rmsnorm_linear), found on each new model input signature.
+        fold_types = [fold_type for kernel_type, fold_type in FOLD_TYPES.items() if kernel_type in self.by_type]
+        self.folding = Folding(self, fold_types) if fold_types else None
         self.reset_stats()
 
     # ------------------------------------------------------------------ state
@@ -100,6 +105,8 @@ class Router:
             route.decisions.clear()
         self.function_decisions.clear()
         self.model_signatures.clear()
+        if self.folding is not None:
+            self.folding.forget()
 
     # ------------------------------------------------------------------ deciding
     def decide(self, kernel_type: str, reading: routes.Reading | str, site_label: str) -> Decision:
@@ -257,6 +264,8 @@ class Router:
         """The kernel's result for one routed torch function call, or _NOT_ROUTED to let PyTorch run it."""
         if self.bypass:
             return _NOT_ROUTED
+        if self.recording and self.folding is not None:
+            note_call(func, args, kwargs)       # the fold search watches what this mode takes from it
         compiling = torch.compiler.is_compiling()
         try:     # inside a graph autocast is off: the decision made eagerly for this signature
             key = (func, call_signature(args, kwargs, autocast=False if compiling else None))
@@ -300,20 +309,28 @@ class Router:
     # ------------------------------------------------------------------ the model's forward
     def run_model(self, model: nn.Module, original: Callable, args: tuple, kwargs: dict):
         """The model's forward: a resolution pass for a new input signature, else the forward with scoped routing."""
-        if torch.compiler.is_compiling():
-            return self.run_scoped("", original, args, kwargs)
         try:
-            key = call_signature(args, kwargs)
-            known = key in self.model_signatures
-        except TypeError:
-            key, known = None, False
-        if known:
-            return self.run_scoped("", original, args, kwargs)
-        output = self._resolution_pass(model, original, args, kwargs)
-        if key is not None:
-            self.model_signatures.add(key)
-        self._patch_new_scopes()
-        return output
+            if torch.compiler.is_compiling():
+                return self.run_scoped("", original, args, kwargs)
+            try:
+                key = call_signature(args, kwargs)
+                known = key in self.model_signatures
+            except TypeError:
+                key, known = None, False
+            if known:
+                return self.run_scoped("", original, args, kwargs)
+            if self.folding is not None:
+                # The pass is watched for norms that feed only their consumers (folded from the next call on).
+                output = self.folding.discover(model, lambda: self._resolution_pass(model, original, args, kwargs))
+            else:
+                output = self._resolution_pass(model, original, args, kwargs)
+            if key is not None:
+                self.model_signatures.add(key)
+            self._patch_new_scopes()
+            return output
+        finally:
+            if self.folding is not None:
+                self.folding.end_of_forward()
 
     def run_scoped(self, path: str, original: Callable, args: tuple, kwargs: dict):
         """A module's own forward, with the function routing on when its own code calls routed functions."""
@@ -389,6 +406,7 @@ class Router:
                                "candidates": [v.label for v in r.candidates], "rejections": r.rejections}
                               for r in self.module_routes],
             "scoped_modules": sorted(self.scoped_modules),
+            "folds": self.folding.summary() if self.folding is not None else [],
             "resolutions": dict(self.resolutions),
             "policy": self.policy,
         }

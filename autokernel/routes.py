@@ -321,7 +321,7 @@ def _linear_variants(module: nn.Module) -> list[ModuleVariant]:
     return [ModuleVariant("matmul", "matmul", read, needs_check=False)]
 
 
-def _module_eps(module: nn.Module):
+def module_eps(module: nn.Module):
     return next((value for value in (getattr(module, name, None) for name in ("eps", "variance_epsilon"))
                  if isinstance(value, float)), None)
 
@@ -333,7 +333,7 @@ def _norm_variants(module: nn.Module, loaded: set[str]) -> list[ModuleVariant]:
     params = dict(module.named_parameters(recurse=False))
     weight = params.get("weight")
     if (weight is None or weight.dim() == 0 or set(params) - {"weight", "bias"} or any(module.children())
-            or _module_eps(module) is None):
+            or module_eps(module) is None):
         return []
     # The class name decides the order; the first-call check decides (a T5LayerNorm is an RMSNorm).
     order = ("layernorm", "rmsnorm") if "layernorm" in class_name else ("rmsnorm", "layernorm")
@@ -342,7 +342,7 @@ def _norm_variants(module: nn.Module, loaded: set[str]) -> list[ModuleVariant]:
 
 
 def _read_norm_module(module: nn.Module, kernel_type: str, x) -> Reading | str:
-    eps = _module_eps(module)
+    eps = module_eps(module)
     if kernel_type == "layernorm":
         return _read_norm(kernel_type, x, module.weight, getattr(module, "bias", None),
                           lambda fn, x: _launch_layernorm(fn, x, module.weight, module.bias, eps))
@@ -408,17 +408,27 @@ def _read_weightless_last_dim_norm(module: nn.Module, x) -> Reading | str:
 _MLP_ROLES = {"gate": ("gate", "w1"), "up": ("up", "w3"), "down": ("down", "w2")}
 
 
-def _mlp_variants(module: nn.Module, acts: list[str]) -> list[ModuleVariant]:
+def mlp_linears(module: nn.Module) -> tuple[nn.Linear, nn.Linear, nn.Linear] | None:
+    """(gate, up, down) of a gated MLP: bias-free nn.Linear children named gate / up / down (or w1 / w3 / w2),
+    gate and up (F, D) and down (D, F); None for any other module."""
     linears = {}
     for role, hints in _MLP_ROLES.items():
         found = [child for name, child in module.named_children()
                  if isinstance(child, nn.Linear) and child.bias is None and (name == hints[1] or hints[0] in name)]
         if len(found) != 1:
-            return []
+            return None
         linears[role] = found[0]
     gate, up, down = linears["gate"], linears["up"], linears["down"]
     if not (gate.weight.shape == up.weight.shape == down.weight.t().shape):
+        return None
+    return gate, up, down
+
+
+def _mlp_variants(module: nn.Module, acts: list[str]) -> list[ModuleVariant]:
+    linears = mlp_linears(module)
+    if linears is None:
         return []
+    gate, up, down = linears
     return [ModuleVariant("fused_mlp", f"fused_mlp act={act}",
                           functools.partial(_read_mlp, gate=gate, up=up, down=down, act=act)) for act in acts]
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd import DeviceType
 
-from autokernel import classify, profiler
+from autokernel import classify, hardware, profiler
 
 BATCH, SEQ, DIM, HEADS, HIDDEN, VOCAB = 2, 8, 32, 4, 48, 50
 HEAD_DIM = DIM // HEADS
@@ -252,8 +252,11 @@ def test_a_real_hugging_face_llama_is_attributed_by_kernel_type(tmp_path):
     shapes = {entry["kernel_type"]: entry["shapes"][0] for entry in plan["entries"]}
     # HF's LlamaRMSNorm (pow/mean/rsqrt/mul) and apply_rotary_pos_emb (slices, neg, cat, muls) are one op each.
     assert shapes["rmsnorm"] == {"M": 32, "N": 64}
+    # input_layernorm feeds only q_proj, k_proj and v_proj; post_attention_layernorm only the MLP
+    # (whose act_fn is HF's SiLUActivation); the final norm's output leaves the model.
+    assert shapes["rmsnorm_linear"] == {"M": 32, "N": 64, "K": 64}
     assert shapes["rotary_embedding"] == {"B": 1, "H": 4, "S": 32, "D": 16}
-    assert shapes["fused_mlp"] == {"M": 32, "D": 64, "F": 128, "act": "silu"}
+    assert shapes["rmsnorm_mlp"] == {"M": 32, "D": 64, "F": 128, "act": "silu"} and "fused_mlp" not in shapes
     assert shapes["flash_attention"]["causal"] == 1
     assert plan["coverage"] >= 0.95
 
@@ -319,3 +322,133 @@ def test_a_reduction_is_planned_only_in_a_form_the_router_runs(dims, planned, at
     assert isinstance(reading, str) == (planned is None)
     if planned is not None:
         assert reading.shape == planned
+
+
+# --------------------------------------------------------------------------- folded norms
+def test_llama_norms_feeding_only_linears_count_as_rmsnorm_linear(one_thread):
+    from models import llama
+
+    torch.manual_seed(0)
+    model = llama.get_model("tiny", n_layers=2).eval()
+    report = profiler.profile_model(model, llama.get_inputs("tiny", seq=16), warmup=1, iters=2)
+    folded = _sites(report, "rmsnorm_linear")
+    projections = {f"layers.{i}.attention.{name}_proj" for i in (0, 1) for name in "qkv"}
+    assert set(folded) == projections | {"lm_head"}
+    assert folded["layers.0.attention.k_proj"].shape == {"M": 16, "N": 64, "K": 64}
+    assert folded["lm_head"].shape == {"M": 16, "N": 1000, "K": 64}
+    assert all(site.calls == 1 for site in folded.values())
+    # The norm's ops are charged once, to its first linear; the others hold their own product only.
+    assert "aten::rsqrt" in folded["layers.0.attention.q_proj"].ops
+    assert folded["layers.0.attention.k_proj"].ops == ["aten::linear"]
+    assert "layers.0.attention_norm" not in _sites(report, "rmsnorm")
+    # The MLP's norm feeds only the gated MLP: the pair is rmsnorm_mlp (below), neither rmsnorm nor fused_mlp.
+    assert _sites(report, "rmsnorm") == {} and _sites(report, "fused_mlp") == {}
+    assert set(_sites(report, "matmul")) == {"layers.0.attention.o_proj", "layers.1.attention.o_proj"}
+    plan = profiler.build_plan(report, hardware.detect())
+    entry = next(e for e in plan["entries"] if e["kernel_type"] == "rmsnorm_linear")
+    assert entry["calls"] == 7 and {"M": 16, "N": 64, "K": 64} in entry["shapes"]
+    assert "rmsnorm_linear" in plan["fold_policy"]
+
+
+class RMSNorm(PlainNorm):
+    """Named so: a norm the router could fold (PlainNorm, unnamed, is never folded: the router could not run it)."""
+    eps = 1e-6
+
+
+class RMSNormResidual(nn.Module):
+    """An RMSNorm whose output a linear reads and the residual adds: not foldable."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm, self.proj = RMSNorm(DIM), nn.Linear(DIM, DIM, bias=False)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.proj(h) + h
+
+
+def test_a_norm_whose_output_is_also_used_elsewhere_stays_rmsnorm_and_matmul(one_thread):
+    torch.manual_seed(0)
+    report = profiler.profile_model(RMSNormResidual().eval(), (torch.randn(ROWS, DIM),), warmup=1, iters=2)
+    assert _sites(report, "rmsnorm_linear") == {}
+    assert set(_sites(report, "rmsnorm")) == {"norm"} and set(_sites(report, "matmul")) == {"proj"}
+
+
+class RMSNormLinear(RMSNormResidual):
+    def forward(self, x):
+        return self.proj(self.norm(x))
+
+
+def test_the_same_norm_feeding_only_its_linear_is_folded(one_thread):
+    torch.manual_seed(0)
+    report = profiler.profile_model(RMSNormLinear().eval(), (torch.randn(ROWS, DIM),), warmup=1, iters=2)
+    assert {path: site.shape for path, site in _sites(report, "rmsnorm_linear").items()} == {
+        "proj": {"M": ROWS, "N": DIM, "K": DIM}}
+    assert _sites(report, "rmsnorm") == {} and _sites(report, "matmul") == {}
+
+
+def test_llama_mlp_norms_count_with_their_mlps_as_rmsnorm_mlp(one_thread):
+    from models import llama
+
+    torch.manual_seed(0)
+    model = llama.get_model("tiny", n_layers=2).eval()
+    report = profiler.profile_model(model, llama.get_inputs("tiny", seq=16), warmup=1, iters=2)
+    folded = _sites(report, "rmsnorm_mlp")
+    assert set(folded) == {"layers.0.mlp", "layers.1.mlp"}
+    for site in folded.values():
+        assert site.shape == {"M": 16, "D": 64, "F": 176, "act": "silu"} and site.calls == 1
+        # The norm's statistics and the MLP's products and activation, in one site.
+        assert {"aten::rsqrt", "aten::linear", "aten::silu"} <= set(site.ops)
+    # Amdahl sees the norm's time and the MLP's together, under the fused type.
+    norm_and_mlp_ms = sum(row.time_ms for row in report.ops if row.kernel_type == "rmsnorm_mlp")
+    plan = profiler.build_plan(report, hardware.detect())
+    entry = next(e for e in plan["entries"] if e["kernel_type"] == "rmsnorm_mlp")
+    assert entry["time_ms"] == pytest.approx(norm_and_mlp_ms) and entry["time_ms"] > 0
+    assert entry["calls"] == 2 and entry["shapes"] == [{"M": 16, "D": 64, "F": 176, "act": "silu"}]
+    assert not any(e["kernel_type"] in ("fused_mlp", "rmsnorm") for e in plan["entries"])
+    assert "rmsnorm_mlp" in plan["fold_policy"]
+
+
+class GatedMLP(nn.Module):
+    """down(act(gate(x)) * up(x)), the activation written in the forward."""
+
+    def __init__(self, act=F.silu):
+        super().__init__()
+        self.gate_proj, self.up_proj = nn.Linear(DIM, HIDDEN, bias=False), nn.Linear(DIM, HIDDEN, bias=False)
+        self.down_proj, self.act = nn.Linear(HIDDEN, DIM, bias=False), act
+
+    def forward(self, x):
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class NormMLP(nn.Module):
+    def __init__(self, act=F.silu, residual=False):
+        super().__init__()
+        self.norm, self.mlp, self.residual = RMSNorm(DIM), GatedMLP(act), residual
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.mlp(h) + (h if self.residual else 0)
+
+
+def _norm_mlp_sites(model):
+    torch.manual_seed(0)
+    report = profiler.profile_model(model.eval(), (torch.randn(ROWS, DIM),), warmup=1, iters=2)
+    return {(site.kernel_type, site.module_path): site.shape for site in report.call_sites}
+
+
+def test_a_norm_feeding_only_its_mlp_is_planned_as_rmsnorm_mlp(one_thread):
+    assert _norm_mlp_sites(NormMLP()) == {("rmsnorm_mlp", "mlp"): {"M": ROWS, "D": DIM, "F": HIDDEN, "act": "silu"}}
+
+
+def test_a_norm_whose_output_also_feeds_the_residual_stays_rmsnorm_and_fused_mlp(one_thread):
+    assert _norm_mlp_sites(NormMLP(residual=True)) == {
+        ("rmsnorm", "norm"): {"M": ROWS, "N": DIM}, ("fused_mlp", "mlp"): {"M": ROWS, "D": DIM, "F": HIDDEN, "act": "silu"}}
+
+
+def test_an_mlp_whose_activation_the_router_would_not_read_stays_fused_mlp(one_thread):
+    # tanh GELU written in the forward: the router, seeing no activation module, reads silu; planning
+    # rmsnorm_mlp at act=gelu would make a job verify can never route.
+    sites = _norm_mlp_sites(NormMLP(act=lambda t: F.gelu(t, approximate="tanh")))
+    assert sites == {("rmsnorm", "norm"): {"M": ROWS, "N": DIM},
+                     ("fused_mlp", "mlp"): {"M": ROWS, "D": DIM, "F": HIDDEN, "act": "gelu"}}

@@ -9,9 +9,9 @@ from autokernel.paths import starter_path
 TYPES = list(registry.REGISTRY)
 
 
-def test_nine_kernel_types():
-    assert set(TYPES) == {"matmul", "softmax", "layernorm", "rmsnorm", "flash_attention", "fused_mlp",
-                          "cross_entropy", "rotary_embedding", "reduce"}
+def test_the_kernel_types():
+    assert set(TYPES) == {"matmul", "softmax", "layernorm", "rmsnorm", "rmsnorm_linear", "flash_attention",
+                          "fused_mlp", "rmsnorm_mlp", "cross_entropy", "rotary_embedding", "reduce"}
 
 
 @pytest.mark.parametrize("name", TYPES)

@@ -233,3 +233,4 @@ def test_a_norm_module_over_several_trailing_dims_is_one_norm_over_their_product
     assert reading.shape == {"M": 2, "N": 120}
     with torch.no_grad():
         torch.testing.assert_close(reading.launch(registry.get("layernorm").reference, H), norm(H))
+
