@@ -28,7 +28,7 @@ from autokernel.hardware import GPUSpec, SMLimits
 
 # The kernel types whose FLOPs are matrix products, which run on tensor cores; every other type's
 # arithmetic runs on the float32 lanes.
-MATRIX_KERNEL_TYPES = frozenset({"matmul", "fused_mlp", "flash_attention"})
+MATRIX_KERNEL_TYPES = frozenset({"matmul", "fused_mlp", "flash_attention", "rmsnorm_linear", "rmsnorm_mlp"})
 THREADS_PER_WARP = 32
 NO_GPU_NOTE = ("no GPU figures: the kernel ran in Triton's CPU interpreter, which has no bandwidth, "
                "FLOP/s or occupancy to report")

@@ -321,7 +321,8 @@ def _linear_variants(module: nn.Module) -> list[ModuleVariant]:
     return [ModuleVariant("matmul", "matmul", read, needs_check=False)]
 
 
-def module_eps(module: nn.Module):
+def module_eps(module: nn.Module) -> float | None:
+    """The module's float eps (eps or variance_epsilon), or None: what a norm module must carry to be read as one."""
     return next((value for value in (getattr(module, name, None) for name in ("eps", "variance_epsilon"))
                  if isinstance(value, float)), None)
 
@@ -349,10 +350,6 @@ def _read_norm_module(module: nn.Module, kernel_type: str, x) -> Reading | str:
     return _read_norm(kernel_type, x, module.weight, None, lambda fn, x: _launch_rmsnorm(fn, x, module.weight, eps))
 
 
-def module_eps(module: nn.Module) -> float | None:
-    """The module's float eps (eps or variance_epsilon), or None: what a norm module must carry to be read as one."""
-    return _module_eps(module)
-
 
 def _channel_norm_variants(module: nn.Module, verified_shapes: dict[str, list[dict]]) -> list[ModuleVariant]:
     """Norms of a leaf module with a float eps and at most a 1-D weight and bias, as KernelBench
@@ -362,7 +359,7 @@ def _channel_norm_variants(module: nn.Module, verified_shapes: dict[str, list[di
     if any, is what the module computes is decided by the first-call check against its own forward."""
     params = dict(module.named_parameters(recurse=False))
     if (set(params) - {"weight", "bias"} or any(p.dim() != 1 for p in params.values()) or any(module.children())
-            or _module_eps(module) is None):
+            or module_eps(module) is None):
         return []
     kinds = ("layernorm", "rmsnorm") if "layernorm" in type(module).__name__.lower() else ("rmsnorm", "layernorm")
     variants = [ModuleVariant(kind, f"{kind} dim=1", functools.partial(_read_channel_norm, module, kind))
@@ -389,7 +386,7 @@ def _read_channel_norm(module: nn.Module, kernel_type: str, x) -> Reading | str:
     shape = {"M": x.shape[0], "N": x.shape[1], "I": math.prod(x.shape[2:])}
 
     def launch(fn, x):
-        n, eps = x.shape[1], float(_module_eps(module))
+        n, eps = x.shape[1], float(module_eps(module))
         x3d = x.reshape(x.shape[0], n, math.prod(x.shape[2:])).contiguous()
         weight = _norm_param(module, "weight", x, n, 1.0)
         if kernel_type == "layernorm":
@@ -402,7 +399,7 @@ def _read_weightless_last_dim_norm(module: nn.Module, x) -> Reading | str:
     if x.dim() == 0:
         return "a 0-d input"
     return Reading(_rows(x.shape), (x,), lambda fn, x: _launch_rmsnorm(
-        fn, x, _norm_param(module, "weight", x, x.shape[-1], 1.0), _module_eps(module)))
+        fn, x, _norm_param(module, "weight", x, x.shape[-1], 1.0), module_eps(module)))
 
 
 _MLP_ROLES = {"gate": ("gate", "w1"), "up": ("up", "w3"), "down": ("down", "w2")}
