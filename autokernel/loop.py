@@ -298,6 +298,11 @@ class OptimizationRun:
         quick = quick or self.quick_bench
         typical = self._expected_bench_s(progress, quick)
         limit = bench_limit(typical, self.settings.experiment_timeout_s)
+        # A candidate with new tile sizes compiles every shape from scratch, as only the job's first
+        # bench did (the later ones found Triton's cache warm): its limit is at least that first
+        # bench's time. On an H100 two correct rmsnorm_mlp candidates were killed at 48 s for want of it.
+        cold = (progress.bench_seconds if progress else self._baseline_seconds).get("cold")
+        limit = min(self.settings.experiment_timeout_s, max(limit, cold)) if cold else limit
         clipped = not typical and self.budget.left() < limit
         limit = min(limit, max(self.budget.left(), 1.0)) if clipped else limit
         snapshot = integrity.Snapshot.take(self.repo)
@@ -319,11 +324,13 @@ class OptimizationRun:
                                              kernel_type=job["kernel_type"])
         if result.get("correctness") == "TIMEOUT" and clipped:
             return None
+        store = progress.bench_seconds if progress else self._baseline_seconds
         if result.get("correctness") != "TIMEOUT" and not compare_compile:  # a hang says nothing of the cost
             kind = "quick" if quick else "full"
-            store = progress.bench_seconds if progress else self._baseline_seconds
             store[kind] = max(store.get(kind, 0.0), seconds)
             self._typical_s = max(self._typical_s or 0.0, seconds)
+        elif result.get("correctness") != "TIMEOUT":
+            store["cold"] = max(store.get("cold", 0.0), seconds)     # the job's first bench: a floor for limits
         return result
 
     def _on_bench_line(self, line: str) -> None:

@@ -114,7 +114,8 @@ class JobProgress:
     last_result: dict | None = None
     history: list[dict] = field(default_factory=list)
     kept: list[dict] = field(default_factory=list)    # {"commit", "result"} per kept version, baseline first
-    bench_seconds: dict[str, float] = field(default_factory=dict)   # "quick"/"full": the longest clean bench
+    bench_seconds: dict[str, float] = field(default_factory=dict)   # "quick"/"full": the longest clean bench;
+    #                                                                  "cold": the first, compiling every shape
     finishing: str | None = None      # set while the job's best is being saved: the reason it stopped
     compile_us: dict[str, float] = field(default_factory=dict)   # torch.compile's call time per shape (baseline)
 

@@ -282,3 +282,27 @@ def test_a_kernel_slower_than_torch_compile_is_no_gain_and_is_not_saved(project,
     lines = session.outcome_lines(state)
     assert "1_softmax: no gain: PyTorch's best is faster at every shape, nothing saved" in lines[1]
     assert "2_softmax: done" in lines[2] and "1.80x vs PyTorch's best" in lines[2]
+
+
+def test_a_candidate_gets_at_least_the_time_the_jobs_first_cold_bench_took(project, monkeypatch):
+    # The first bench compiles every shape (and torch.compile's reference); later ones find Triton's
+    # cache warm. A candidate with new tile sizes compiles everything again: on an H100 two correct
+    # candidates were killed at 3x the warm benches' 16 s.
+    monkeypatch.setattr(loop.torch.cuda, "is_available", lambda: True)
+    now, limits = [1000.0], []
+    monkeypatch.setattr(loop.time, "monotonic", lambda: now[0])
+    fake = fake_run_bench([])
+
+    def run_bench(kernel_path, **kwargs):
+        cold = "--compare-compile" in kwargs["extra_args"]
+        limits.append((cold, "--quick" in kwargs["extra_args"], kwargs["timeout_s"]))
+        now[0] += 150.0 if cold else 16.0
+        return fake(kernel_path, **kwargs)
+
+    monkeypatch.setattr(loop.runner, "run_bench", run_bench)
+    starter, candidate = source(result(100.0)), source(result(90.0), result(91.0))
+    _run(project, [make_job(project, 1, starter)], ScriptedAgent(proposal("tiles", candidate),
+                                                                 loop.SearchExhausted("done")), target_speedup=10)
+    first, *later = limits
+    assert first[0] and not any(cold for cold, _, _ in later)
+    assert all(limit >= 150.0 for _, _, limit in later), limits          # not 3 x 16 s
