@@ -26,9 +26,6 @@ import torch
 from autokernel import registry
 from autokernel.hardware import GPUSpec, SMLimits
 
-# The kernel types whose FLOPs are matrix products, which run on tensor cores; every other type's
-# arithmetic runs on the float32 lanes.
-MATRIX_KERNEL_TYPES = frozenset({"matmul", "fused_mlp", "flash_attention", "rmsnorm_linear", "rmsnorm_mlp"})
 THREADS_PER_WARP = 32
 NO_GPU_NOTE = ("no GPU figures: the kernel ran in Triton's CPU interpreter, which has no bandwidth, "
                "FLOP/s or occupancy to report")
@@ -110,7 +107,7 @@ def shape_limits(kt: registry.KernelType, shape: dict, dtype: torch.dtype, laten
     seconds = latency_us / 1e6
     gbs = moved / seconds / 1e9
     tflops = flops / seconds / 1e12
-    peak_name, peak = gpu.compute_peak(dtype, matrix=kt.name in MATRIX_KERNEL_TYPES, tf32=tf32)
+    peak_name, peak = gpu.compute_peak(dtype, matrix=kt.matrix, tf32=tf32)
     ridge = peak * 1e12 / (gpu.mem_bandwidth_gbs * 1e9) if peak else None
     intensity = flops / max(moved, 1.0)
     pct_bandwidth = 100 * gbs / gpu.mem_bandwidth_gbs

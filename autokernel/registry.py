@@ -53,6 +53,7 @@ class KernelType:
     flops: Callable[[Shape], float]
     description: str
     tolerance_scale: float = 1.0     # multiplies the per-dtype tolerances, for types that need slack
+    matrix: bool = False             # its FLOPs are matrix products (tensor cores), not float32-lane arithmetic
     # Extra absolute error each output element may carry beyond the dtype's tolerance, for a type
     # whose PyTorch result itself carries more under a global setting (matmul under TF32):
     # error_allowance(inputs, oracle, dtype) -> a tensor shaped like the output, or None for none.
@@ -153,6 +154,7 @@ def tf32_matmul_allowance(inputs: Inputs, oracle: torch.Tensor, dtype: torch.dty
 
 MATMUL = KernelType(
     name="matmul",
+    matrix=True,
     description="C = A @ B, A (M, K), B (K, N)",
     reference=reference.matmul,
     make_inputs=_matmul_inputs,
@@ -330,6 +332,7 @@ RMSNORM = KernelType(
 
 RMSNORM_LINEAR = KernelType(
     name="rmsnorm_linear",
+    matrix=True,
     description="RMSNorm folded into the linear layer after it: rmsnorm(x, norm_weight) @ W^T, x (M, K), W (N, K)",
     reference=reference.rmsnorm_linear,
     make_inputs=folded.rmsnorm_linear_inputs,
@@ -381,6 +384,7 @@ def _attention_shapes(rows) -> list[Shape]:
 
 FLASH_ATTENTION = KernelType(
     name="flash_attention",
+    matrix=True,
     description="softmax(Q K^T * sm_scale) V over (B, H, S, D) queries and (B, KV, S, D) keys and values "
                 "(KV dividing H: grouped- or multi-query), causal or not",
     reference=reference.flash_attention,
@@ -424,6 +428,7 @@ def _mlp_inputs(s, dtype, gen, device, x_scale=1.0):
 
 FUSED_MLP = KernelType(
     name="fused_mlp",
+    matrix=True,
     description="gated MLP: (act(x W_gate^T) * (x W_up^T)) W_down^T, act in silu / gelu / relu2",
     reference=reference.fused_mlp,
     make_inputs=_mlp_inputs,
@@ -454,6 +459,7 @@ FUSED_MLP = KernelType(
 _NORM_MLP_CASE = {"M": 16, "D": 256, "F": 128, "act": "silu"}
 RMSNORM_MLP = KernelType(
     name="rmsnorm_mlp",
+    matrix=True,
     description="RMSNorm over D, then the gated MLP: fused_mlp(rmsnorm(x, norm_weight, eps), W_gate, W_up, W_down)",
     reference=reference.rmsnorm_mlp,
     make_inputs=folded.rmsnorm_mlp_inputs,

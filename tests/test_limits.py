@@ -104,9 +104,9 @@ def test_a_gpu_without_per_sm_limits_gets_no_occupancy_and_says_why():
     assert summary.occupancy == [] and "no per-multiprocessor limits known" in summary.occupancy_note
 
 
-def test_every_matrix_kernel_type_is_in_the_registry():
-    for name in limits.MATRIX_KERNEL_TYPES:
-        assert registry.get(name).name == name
+def test_the_registry_says_which_types_run_on_tensor_cores():
+    matrix = {name for name, kt in registry.REGISTRY.items() if kt.matrix}
+    assert matrix == {"matmul", "fused_mlp", "flash_attention", "rmsnorm_linear", "rmsnorm_mlp"}
 
 
 def test_a_shape_timed_at_zero_has_no_rate_and_does_not_break_the_summary():
