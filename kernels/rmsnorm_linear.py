@@ -16,7 +16,10 @@ The normalized x is never written, and one launch disappears. Tiles come from th
 buckets by the number of rows: "decode" (a few tokens: narrow tiles, so the weight, the whole
 cost, is spread over many programs), "small" and "large"; GROUP_M swizzles tiles for L2 reuse.
 Float32 inputs use exact float32 products ("ieee"): the judge holds float32 to 1e-4.
+`plan()` names a call's bucket, so the built-in search tries the tunables the job's shapes use first.
 """
+
+from typing import NamedTuple
 
 import torch
 import triton
@@ -112,10 +115,25 @@ def _fit(block: int, size: int) -> int:
     return min(block, max(16, triton.next_power_of_2(size)))
 
 
+def bucket_of(M: int) -> str:
+    """Which bucket of TUNABLES a call with M rows takes."""
+    return "decode" if M <= TUNABLES["decode_max_m"] else "small" if M <= TUNABLES["small_max_m"] else "large"
+
+
+class Plan(NamedTuple):
+    bucket: str
+    config: dict
+
+
+def plan(M: int, N: int, K: int, dtype: torch.dtype = torch.float16, device=None) -> Plan:
+    """The bucket and tile of one call (the built-in search reads the bucket, to try its tunables first)."""
+    return Plan(bucket_of(M), tile_config(M, N, K, dtype))
+
+
 def tile_config(M: int, N: int, K: int, dtype: torch.dtype) -> dict:
     """The bucket's tile for this many rows, clamped to the output and to K."""
     t = TUNABLES
-    bucket = "decode" if M <= t["decode_max_m"] else "small" if M <= t["small_max_m"] else "large"
+    bucket = bucket_of(M)
     # BLOCK_K is in 16-bit elements: float32 halves it, keeping the bytes per pipeline stage.
     block_k = t[f"{bucket}_BLOCK_K"] // (2 if dtype == torch.float32 else 1)
     return {"BLOCK_M": _fit(t[f"{bucket}_BLOCK_M"], M), "BLOCK_N": _fit(t[f"{bucket}_BLOCK_N"], N),

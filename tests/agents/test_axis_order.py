@@ -67,3 +67,14 @@ def test_kernels_not_planned_by_bucket_have_no_bucket_preference(caplog):
     assert axis_order.buckets_used("matmul", {}, [], "float16") is None
     assert axis_order.buckets_used("matmul", {}, [{"M": 8, "N": 8, "K": 8}], "float16") is None   # TUNABLES missing
     assert "no shape-bucket preference for matmul: KeyError" in caplog.text
+
+
+def test_the_rmsnorm_linear_starters_plan_names_its_bucket_too():
+    # On an H100 the search walked the decode bucket's tunables for a job of 4096 rows: they never apply.
+    tunables = read_tunables((ROOT / "kernels" / "rmsnorm_linear.py").read_text())[0]
+    shapes = [{"M": 4096, "N": 2048, "K": 2048}, {"M": 4096, "N": 32000, "K": 2048}]
+    assert axis_order.buckets_used("rmsnorm_linear", tunables, shapes, "float16") == ["large"]
+    assert axis_order.buckets_used("rmsnorm_linear", tunables, [{"M": 1, "N": 2048, "K": 2048}], "float16") == ["decode"]
+    names = list(tunables)
+    assert axis_order.idle_bucket_axes(names, ["large"])[:1] and all(
+        name.startswith(("decode_", "small_")) for name in axis_order.idle_bucket_axes(names, ["large"]))
