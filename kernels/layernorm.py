@@ -216,15 +216,17 @@ def _layernorm_split_stats(x_ptr, stats_ptr, n_cols, x_row_stride, n_chunks, chu
 
 
 @triton.jit
-def _layernorm_split_apply(x_ptr, w_ptr, b_ptr, y_ptr, stats_ptr, n_cols, x_row_stride, y_row_stride, n_chunks,
-                           chunk, n_parts, eps, BLOCK_N: tl.constexpr, BLOCK_CHUNKS: tl.constexpr):
-    # Program (row, chunk) normalizes its chunk. It first merges all of its row's chunk statistics
-    # (a few KiB from L2, the same numbers in the same order in every program of the row), which
-    # saves a launch and a buffer over merging them in a kernel of their own. The k parts are merged
-    # exactly as Chan's formula merges two: the mean first, then each part's squared deviations plus
-    # count * (part mean - mean)^2.
-    part = tl.program_id(0).to(tl.int64)
-    row, begin = part // n_chunks, (part % n_chunks) * chunk
+def _layernorm_split_apply(x_ptr, w_ptr, b_ptr, y_ptr, stats_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+                           n_chunks, chunk, n_parts, eps, BLOCK_N: tl.constexpr, BLOCK_CHUNKS: tl.constexpr):
+    # Program (chunk, row) normalizes one chunk of one row. It first merges all of its row's chunk
+    # statistics (a few KiB from L2, the same numbers in the same order in every program of the
+    # row), which saves a launch and a buffer over merging them in a kernel of their own. The k
+    # parts are merged as Chan's formula merges two: the mean first, then each part's squared
+    # deviations plus count * (part mean - mean)^2.
+    # Chunk-major: the rows of one chunk run side by side, so the chunk's weight and bias come from
+    # memory once and then from L2 (row-major, a 4M-column row's 32 MB of them would be reread per row).
+    pid = tl.program_id(0).to(tl.int64)
+    row, begin = pid % n_rows, (pid // n_rows) * chunk
     end = tl.minimum(begin + chunk, n_cols)
     parts = tl.arange(0, BLOCK_CHUNKS)
     part_mask = parts < n_chunks
@@ -268,8 +270,8 @@ def _split_rows(x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, y: 
     num_warps = _num_warps(block_n)
     _layernorm_split_stats[(n_parts,)](x2d, stats, n_cols, x2d.stride(0), n_chunks, chunk, n_parts,
                                        BLOCK_N=block_n, num_warps=num_warps, num_stages=TUNABLES["num_stages"])
-    _layernorm_split_apply[(n_parts,)](x2d, weight, bias, y, stats, n_cols, x2d.stride(0), y.stride(0), n_chunks,
-                                       chunk, n_parts, eps, BLOCK_N=block_n,
+    _layernorm_split_apply[(n_parts,)](x2d, weight, bias, y, stats, n_rows, n_cols, x2d.stride(0), y.stride(0),
+                                       n_chunks, chunk, n_parts, eps, BLOCK_N=block_n,
                                        BLOCK_CHUNKS=triton.next_power_of_2(n_chunks), num_warps=num_warps,
                                        num_stages=TUNABLES["num_stages"])
     return True
