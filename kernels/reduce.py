@@ -206,9 +206,7 @@ def _rows(n_rows, n_cols, op, scale) -> _Launch | None:
 
 
 def _plan(shape: torch.Size, dim: int, op: str, dtype: torch.dtype) -> _Plan:
-    """Check the arguments and decide the launches; everything here depends only on the cache key."""
-    if op not in OPS:
-        raise ValueError(f"reduce: unknown op {op!r} (expected one of {', '.join(OPS)})")
+    """Check the rest of the arguments and decide the launches; everything here depends only on the cache key."""
     if not dtype.is_floating_point:
         raise TypeError(f"reduce: x must be a floating-point tensor, got {dtype}")
     sizes = list(shape) or [1]
@@ -262,6 +260,8 @@ _MAX_PLANS = 256
 def kernel_fn(x: torch.Tensor, dim: int = -1, op: str = "sum") -> torch.Tensor:
     if not isinstance(dim, int):
         raise TypeError(f"reduce: dim must be a single int, got {dim!r}")
+    if op not in OPS:
+        raise ValueError(f"reduce: unknown op {op!r} (expected one of {', '.join(OPS)})")
     key = (x.shape, dim, op, x.dtype, tuple(TUNABLES.values()))
     plan = _PLANS.get(key)
     if plan is None:
