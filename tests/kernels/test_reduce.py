@@ -176,6 +176,7 @@ def test_inputs_are_left_unchanged():
     ((torch.zeros(4, 0), -1, "max"), ValueError, "no identity"),
     ((torch.zeros(4, 5), 2, "sum"), IndexError, "out of range"),
     ((torch.zeros(4, 5), -1, "median"), ValueError, "unknown op"),
+    ((torch.zeros(4, 5), -1, ["sum"]), ValueError, "unknown op"),
     ((torch.zeros(4, 0), -1, "min"), ValueError, "no identity"),
     ((torch.zeros(4, 5), (0, 1), "sum"), TypeError, "single int"),
     ((torch.zeros(4, 5, dtype=torch.int32), -1, "sum"), TypeError, "floating-point")])
