@@ -56,23 +56,23 @@ def test_near_constant_channels_keep_float32_precision_over_dim_1(monkeypatch, m
     _assert_matches_reference(100 + 1e-4 * _randn(2, 300, 70), *_affine(300), dim=1)
 
 
-def _force_split(monkeypatch, chunk=256, max_block_n=16384):
-    """Few long rows at test sizes: split into chunks of `chunk` columns, read in blocks of at most max_block_n."""
+def _force_split(monkeypatch, chunk=256, tile_elems=4096):
+    """Few long rows at test sizes: split into chunks of `chunk` columns, read in blocks of at most tile_elems."""
     monkeypatch.setitem(layernorm.TUNABLES, "SPLIT_ROWS_BELOW", 10**6)
     monkeypatch.setitem(layernorm.TUNABLES, "SPLIT_MIN_ROW_BYTES", 0)
     monkeypatch.setitem(layernorm.TUNABLES, "SPLIT_CHUNK", chunk)
-    monkeypatch.setitem(layernorm.TUNABLES, "MAX_BLOCK_N", max_block_n)
+    monkeypatch.setitem(layernorm.TUNABLES, "TILE_ELEMS", tile_elems)
     monkeypatch.setattr(layernorm, "_layernorm_rows", None)        # the one-program-per-row kernel would fail
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("chunk,max_block_n", [(256, 16384), (256, 64), (100, 32)])   # chunks of one block or several
-def test_few_long_rows_split_into_chunks_agree(monkeypatch, dtype, chunk, max_block_n):
+@pytest.mark.parametrize("chunk,tile_elems", [(256, 4096), (256, 64), (100, 32)])   # chunks of one block or several
+def test_few_long_rows_split_into_chunks_agree(monkeypatch, dtype, chunk, tile_elems):
     # 1000 columns in chunks of 256 (the last one partial), or of 100 read in blocks of 32 (chunks
     # are rounded up to whole blocks: 128), with a row stride wider than the row.
     x = (_randn(3, 1100, dtype=dtype) * 3 + 2)[:, :1000]
     whole = _assert_matches_reference(x, *_affine(1000, dtype))
-    _force_split(monkeypatch, chunk, max_block_n)
+    _force_split(monkeypatch, chunk, tile_elems)
     split = _assert_matches_reference(x, *_affine(1000, dtype))
     torch.testing.assert_close(split, whole, atol=TOLERANCE[dtype], rtol=TOLERANCE[dtype])
 
@@ -82,7 +82,7 @@ def test_split_rows_keep_precision_for_near_constant_rows_far_from_zero(monkeypa
     # Mean 100, standard deviation 1e-4 (the judge's near-zero-variance case), and a row at 1e4
     # with spread 1: the chunks' statistics are shifted by the row's first element and merged
     # without ever forming a sum of squares of the raw values.
-    _force_split(monkeypatch, chunk=128, max_block_n=64)
+    _force_split(monkeypatch, chunk=128, tile_elems=64)
     x = torch.cat([100 + 1e-4 * _randn(2, 700), 1e4 + _randn(1, 700, seed=3)]).to(dtype)
     _assert_matches_reference(x, *_affine(700, dtype))
 
@@ -95,6 +95,16 @@ def test_the_split_path_is_two_launches_with_one_statistics_buffer(monkeypatch):
         monkeypatch.setattr(layernorm, name, _Recording(kernel, name, launched))
     _assert_matches_reference(_randn(2, 1000), *_affine(1000))
     assert launched == [("_layernorm_split_stats", 8), ("_layernorm_split_apply", 8)]   # 2 rows x 4 chunks
+
+
+def test_longer_rows_take_longer_chunks_to_bound_the_statistics_each_program_rereads(monkeypatch):
+    _force_split(monkeypatch)
+    monkeypatch.setattr(layernorm, "SPLIT_MAX_CHUNKS", 3)
+    launched = []
+    kernel = layernorm._layernorm_split_apply
+    monkeypatch.setattr(layernorm, "_layernorm_split_apply", _Recording(kernel, "apply", launched))
+    _assert_matches_reference(_randn(2, 1000) - 7, *_affine(1000))
+    assert launched == [("apply", 4)]     # chunks of 256 would be 4 a row; of 512 (whole blocks), 2
 
 
 def test_many_or_short_rows_are_not_split(monkeypatch):
