@@ -7,12 +7,18 @@ fits in one block is one load and one reduction, with no accumulator, so program
 registers and many fit on a multiprocessor (a read-only pass has to keep twice the bytes in
 flight of a copy's read side to match its bandwidth). Otherwise one strided kernel serves both
 layouts: a program reads a band of contiguous inner columns (or rows, when R is last) and walks
-down R. When that leaves too few programs to fill the GPU, R is split across programs that write
-float32 partial results, and a second launch of the same kernel reduces the partials in a fixed
-order (no atomics, so results are bitwise reproducible). Input streams through L2 marked
+down R. When that leaves too few programs to fill the GPU, the bands are first narrowed (one
+launch still); only if programs are still too few and each would stream a lot of memory, R is
+split across programs that write float32 partial results, and a second launch of the same kernel
+reduces the partials in a fixed order (no atomics, so results are bitwise reproducible). A small
+reduction is bound by host time (each launch and allocation costs tens of microseconds of
+Python), so it stays one launch, and its plan is cached per shape. Input streams through L2 marked
 evict-first. Like torch.amax and torch.amin, max and min propagate nan; min is the max of -x, and
 mean is the float32 sum scaled by 1 / R as it is stored.
 """
+
+import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -24,15 +30,22 @@ KERNEL_TYPE = "reduce"
 # MAX_BLOCK_R: widest contiguous reduced row read in one block (longer rows are read in chunks).
 # STRIDED_BLOCK_INNER: contiguous columns per program when the reduced dimension is not last.
 # TILE_ELEMS: target elements per program tile (rows per program, or R rows per loop step).
-# MIN_PROGRAMS: below this many programs, R is split across programs (and the row kernel is not used).
+# MIN_PROGRAMS: below this many programs, strided bands are narrowed, then R may be split (and the
+#   row kernel is not used).
+# MIN_STRIDED_BLOCK_INNER: the narrowest band of columns a strided program may take to reach MIN_PROGRAMS.
+# SPLIT_MIN_BYTES: R is split only if each program would otherwise stream at least this many bytes
+#   (below that, the second launch and the partials' allocation cost more than they save).
 # ELEMS_PER_THREAD and MAX_NUM_WARPS set num_warps from the tile size.
 TUNABLES = {"MAX_BLOCK_R": 8192, "STRIDED_BLOCK_INNER": 64, "TILE_ELEMS": 4096, "MIN_PROGRAMS": 264,
+            "MIN_STRIDED_BLOCK_INNER": 16, "SPLIT_MIN_BYTES": 1048576,
             "ELEMS_PER_THREAD": 32, "MAX_NUM_WARPS": 16, "num_stages": 2}
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {"MAX_BLOCK_R": [1024, 2048, 4096, 8192, 16384],
                    "STRIDED_BLOCK_INNER": [16, 32, 64, 128, 256],
                    "TILE_ELEMS": [1024, 2048, 4096, 8192, 16384],
                    "MIN_PROGRAMS": [1, 132, 264, 528, 1056],
+                   "MIN_STRIDED_BLOCK_INNER": [16, 32, 64, 128, 256],
+                   "SPLIT_MIN_BYTES": [0, 262144, 1048576, 4194304, 16777216],
                    "ELEMS_PER_THREAD": [4, 8, 16, 32], "MAX_NUM_WARPS": [4, 8, 16, 32],
                    "num_stages": [1, 2, 3, 4]}
 
@@ -126,14 +139,38 @@ def _num_warps(tile_elems: int) -> int:
     return min(warps, TUNABLES["MAX_NUM_WARPS"])
 
 
-def _tiles(n_reduce: int, n_inner: int, reduce_is_contiguous: bool) -> tuple[int, int]:
-    """(BLOCK_R, BLOCK_INNER): the tile is long along whichever axis is contiguous in memory."""
+class _Launch(NamedTuple):
+    """One kernel launch of a plan. The kernel is named, not held, so that it is looked up when launched."""
+    kernel: str
+    grid: tuple
+    reads_partials: bool       # reads the float32 partials (else x)
+    writes_partials: bool      # writes the partials (else the output)
+    args: tuple                # the scalar arguments after the two pointers
+    meta: dict                 # constexprs, num_warps, num_stages
+
+
+class _Plan(NamedTuple):
+    out_shape: tuple
+    partials_shape: tuple | None   # (outer, splits, inner) float32, only when R is split
+    launches: tuple
+
+
+def _tiles(n_outer: int, n_reduce: int, n_inner: int, reduce_is_contiguous: bool) -> tuple[int, int]:
+    """(BLOCK_R, BLOCK_INNER): the tile is long along whichever axis is contiguous in memory.
+
+    Strided: when bands of STRIDED_BLOCK_INNER columns make too few programs, the bands are
+    narrowed first (down to MIN_STRIDED_BLOCK_INNER columns, still whole 32-byte sectors for
+    4-byte values): that fills the GPU in the same single launch, where splitting R costs a second
+    launch and an allocation."""
     if reduce_is_contiguous:
         block_r = min(triton.next_power_of_2(n_reduce), TUNABLES["MAX_BLOCK_R"])
         block_inner = min(max(1, TUNABLES["TILE_ELEMS"] // block_r), triton.next_power_of_2(n_inner))
-    else:
-        block_inner = min(triton.next_power_of_2(n_inner), TUNABLES["STRIDED_BLOCK_INNER"])
-        block_r = min(max(1, TUNABLES["TILE_ELEMS"] // block_inner), triton.next_power_of_2(n_reduce))
+        return block_r, block_inner
+    block_inner = min(triton.next_power_of_2(n_inner), TUNABLES["STRIDED_BLOCK_INNER"])
+    while (block_inner > TUNABLES["MIN_STRIDED_BLOCK_INNER"]
+           and n_outer * triton.cdiv(n_inner, block_inner) < TUNABLES["MIN_PROGRAMS"]):
+        block_inner //= 2
+    block_r = min(max(1, TUNABLES["TILE_ELEMS"] // block_inner), triton.next_power_of_2(n_reduce))
     return block_r, block_inner
 
 
@@ -145,54 +182,48 @@ def _split(n_reduce: int, block_r: int, programs: int) -> tuple[int, int]:
     return reduce_per_split, triton.cdiv(n_reduce, reduce_per_split)
 
 
-def _launch(x, out, n_outer, n_reduce, n_inner, x_strides, out_strides, op, scale, block_r, block_inner,
-            reduce_per_split, splits):
+def _over_r(n_outer, n_reduce, n_inner, x_strides, out_strides, op, scale, block_r, block_inner, reduce_per_split,
+            splits, reads_partials, writes_partials) -> _Launch:
     inner_blocks = triton.cdiv(n_inner, block_inner)
-    _reduce_over_r[(n_outer * inner_blocks, splits)](
-        x, out, n_reduce, n_inner, inner_blocks, reduce_per_split, *x_strides, *out_strides, scale,
-        IS_MAX=op in ("max", "min"), NEGATE=op == "min", BLOCK_R=block_r, BLOCK_INNER=block_inner,
-        num_warps=_num_warps(block_r * block_inner), num_stages=TUNABLES["num_stages"])
+    return _Launch("_reduce_over_r", (n_outer * inner_blocks, splits), reads_partials, writes_partials,
+                   (n_reduce, n_inner, inner_blocks, reduce_per_split, *x_strides, *out_strides, scale),
+                   dict(IS_MAX=op in ("max", "min"), NEGATE=op == "min", BLOCK_R=block_r, BLOCK_INNER=block_inner,
+                        num_warps=_num_warps(block_r * block_inner), num_stages=TUNABLES["num_stages"]))
 
 
-def _launch_rows(x, out, n_rows, n_cols, op, scale) -> bool:
-    """Reduce contiguous rows with the row kernel if that makes programs enough; say whether it did."""
+def _rows(n_rows, n_cols, op, scale) -> _Launch | None:
+    """The row kernel over contiguous rows, if that makes programs enough."""
     block_n = triton.next_power_of_2(max(n_cols, 1))
     one_block = block_n <= TUNABLES["MAX_BLOCK_R"]
     block_n = min(block_n, TUNABLES["MAX_BLOCK_R"])
     rows = min(max(1, TUNABLES["TILE_ELEMS"] // block_n), triton.next_power_of_2(n_rows))
     programs = triton.cdiv(n_rows, rows)
     if programs < TUNABLES["MIN_PROGRAMS"]:
-        return False
-    _reduce_rows[(programs,)](x, out, n_rows, n_cols, n_cols, scale, IS_MAX=op in ("max", "min"),
-                              NEGATE=op == "min", ROWS=rows, BLOCK_N=block_n, ONE_BLOCK=one_block,
-                              num_warps=_num_warps(rows * block_n))
-    return True
+        return None
+    return _Launch("_reduce_rows", (programs,), False, False, (n_rows, n_cols, n_cols, scale),
+                   dict(IS_MAX=op in ("max", "min"), NEGATE=op == "min", ROWS=rows, BLOCK_N=block_n,
+                        ONE_BLOCK=one_block, num_warps=_num_warps(rows * block_n)))
 
 
-def kernel_fn(x: torch.Tensor, dim: int = -1, op: str = "sum") -> torch.Tensor:
-    if op not in OPS:
-        raise ValueError(f"reduce: unknown op {op!r} (expected one of {', '.join(OPS)})")
-    if not isinstance(dim, int):
-        raise TypeError(f"reduce: dim must be a single int, got {dim!r}")
-    if not x.is_floating_point():
-        raise TypeError(f"reduce: x must be a floating-point tensor, got {x.dtype}")
-    sizes = list(x.shape) or [1]
+def _plan(shape: torch.Size, dim: int, op: str, dtype: torch.dtype) -> _Plan:
+    """Check the rest of the arguments and decide the launches; everything here depends only on the cache key."""
+    if not dtype.is_floating_point:
+        raise TypeError(f"reduce: x must be a floating-point tensor, got {dtype}")
+    sizes = list(shape) or [1]
     if not -len(sizes) <= dim < len(sizes):
-        raise IndexError(f"reduce: dim {dim} is out of range for a tensor of shape {tuple(x.shape)}")
+        raise IndexError(f"reduce: dim {dim} is out of range for a tensor of shape {tuple(shape)}")
     dim %= len(sizes)
-    n_outer, n_reduce, n_inner = (torch.Size(sizes[:dim]).numel(), sizes[dim],
-                                  torch.Size(sizes[dim + 1:]).numel())
-    out_shape = x.shape[:dim] + x.shape[dim + 1:]
+    n_outer, n_reduce, n_inner = math.prod(sizes[:dim]), sizes[dim], math.prod(sizes[dim + 1:])
+    out_shape = tuple(shape[:dim] + shape[dim + 1:])
     if n_reduce == 0 and op in ("max", "min"):
         raise ValueError(f"reduce: {op} over dimension {dim} of size 0 has no identity")
-    out = torch.empty(out_shape, dtype=x.dtype, device=x.device)
-    if out.numel() == 0:
-        return out
-    x = x.contiguous()
+    if n_outer * n_inner == 0:
+        return _Plan(out_shape, None, ())
     # The mean's 1 / R is applied where the final result is stored (a mean over nothing is nan, as in PyTorch).
     scale = (1.0 / n_reduce if n_reduce else float("nan")) if op == "mean" else 1.0
-    if n_inner == 1 and _launch_rows(x, out, n_outer, n_reduce, op, scale):
-        return out
+    rows = _rows(n_outer, n_reduce, op, scale) if n_inner == 1 else None
+    if rows is not None:
+        return _Plan(out_shape, None, (rows,))
     # A reduction over the last dimension is the same problem with the rows as the inner axis:
     # then R is contiguous and one program can take several rows.
     if n_inner == 1:
@@ -200,18 +231,52 @@ def kernel_fn(x: torch.Tensor, dim: int = -1, op: str = "sum") -> torch.Tensor:
         x_strides = (0, 1, n_reduce)
     else:
         x_strides = (n_reduce * n_inner, n_inner, 1)
-    block_r, block_inner = _tiles(max(n_reduce, 1), n_inner, x_strides[1] == 1)
-    reduce_per_split, splits = _split(max(n_reduce, 1), block_r, n_outer * triton.cdiv(n_inner, block_inner))
+    n_reduce_blocks = max(n_reduce, 1)
+    block_r, block_inner = _tiles(n_outer, n_reduce_blocks, n_inner, x_strides[1] == 1)
+    programs = n_outer * triton.cdiv(n_inner, block_inner)
+    reduce_per_split, splits = _split(n_reduce_blocks, block_r, programs)
+    # Splitting costs a second launch and an allocation, tens of microseconds of host time: worth it
+    # only when each of the too few programs would otherwise stream SPLIT_MIN_BYTES or more.
+    bytes_per_program = n_outer * n_reduce * n_inner * dtype.itemsize // programs
     out_strides = (n_inner, 0, 1)
-    if splits == 1:
-        _launch(x, out, n_outer, n_reduce, n_inner, x_strides, out_strides, op, scale, block_r, block_inner,
-                reduce_per_split, 1)
-        return out
-    partials = torch.empty((n_outer, splits, n_inner), dtype=torch.float32, device=x.device)
+    if splits == 1 or bytes_per_program < TUNABLES["SPLIT_MIN_BYTES"]:
+        return _Plan(out_shape, None, (_over_r(n_outer, n_reduce, n_inner, x_strides, out_strides, op, scale,
+                                               block_r, block_inner, n_reduce_blocks, 1, False, False),))
     # Partial sums are not yet scaled; partial minima are stored as minima and negated again when read.
-    _launch(x, partials, n_outer, n_reduce, n_inner, x_strides, partials.stride(), op, 1.0, block_r, block_inner,
-            reduce_per_split, splits)
-    block_r, block_inner = _tiles(splits, n_inner, n_inner == 1)
-    _launch(partials, out, n_outer, splits, n_inner, partials.stride(), out_strides, op, scale, block_r, block_inner,
-            triton.cdiv(splits, block_r) * block_r, 1)
+    partials_strides = (splits * n_inner, n_inner, 1)
+    first = _over_r(n_outer, n_reduce, n_inner, x_strides, partials_strides, op, 1.0, block_r, block_inner,
+                    reduce_per_split, splits, False, True)
+    block_r, block_inner = _tiles(n_outer, splits, n_inner, n_inner == 1)
+    second = _over_r(n_outer, splits, n_inner, partials_strides, out_strides, op, scale, block_r, block_inner,
+                     triton.cdiv(splits, block_r) * block_r, 1, True, False)
+    return _Plan(out_shape, (n_outer, splits, n_inner), (first, second))
+
+
+# Launch plans by (shape, dim, op, dtype, tunables): a call of a known shape skips the planning.
+_PLANS: dict[tuple, _Plan] = {}
+_MAX_PLANS = 256
+
+
+def kernel_fn(x: torch.Tensor, dim: int = -1, op: str = "sum") -> torch.Tensor:
+    if not isinstance(dim, int):
+        raise TypeError(f"reduce: dim must be a single int, got {dim!r}")
+    if op not in OPS:
+        raise ValueError(f"reduce: unknown op {op!r} (expected one of {', '.join(OPS)})")
+    key = (x.shape, dim, op, x.dtype, tuple(TUNABLES.values()))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _plan(x.shape, dim, op, x.dtype)
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    out = torch.empty(plan.out_shape, dtype=x.dtype, device=x.device)
+    if not plan.launches:
+        return out
+    x = x.contiguous()
+    partials = (None if plan.partials_shape is None
+                else torch.empty(plan.partials_shape, dtype=torch.float32, device=x.device))
+    for launch in plan.launches:
+        source = partials if launch.reads_partials else x
+        target = partials if launch.writes_partials else out
+        globals()[launch.kernel][launch.grid](source, target, *launch.args, **launch.meta)
     return out

@@ -11,6 +11,7 @@ import reference
 from autokernel.correctness import TOLERANCES as TOLERANCE
 from autokernel.paths import starter_path
 from autokernel.worker import load_kernel
+from autokernel.worker_guards import LaunchCounter
 
 reduce, _ = load_kernel(starter_path("reduce"))
 
@@ -43,6 +44,7 @@ def test_splitting_the_reduced_dim_across_programs_agrees(monkeypatch, shape, di
     monkeypatch.setitem(reduce.TUNABLES, "TILE_ELEMS", 64)        # small tiles: many R blocks to split
     monkeypatch.setitem(reduce.TUNABLES, "MAX_BLOCK_R", 64)
     monkeypatch.setitem(reduce.TUNABLES, "MIN_PROGRAMS", 10**6)   # always split as far as the blocks allow
+    monkeypatch.setitem(reduce.TUNABLES, "SPLIT_MIN_BYTES", 0)     # however small the problem
     split = _assert_matches_reference(x, dim, op)
     torch.testing.assert_close(split, whole, atol=1e-2, rtol=1e-2)
     assert torch.equal(split, reduce.kernel_fn(x, dim, op))   # the two-launch result is reproducible
@@ -56,12 +58,67 @@ def test_many_contiguous_rows_take_the_row_kernel_and_agree(monkeypatch, op, max
     general = reduce.kernel_fn(x, -1, op)
     monkeypatch.setitem(reduce.TUNABLES, "MIN_PROGRAMS", 1)
     monkeypatch.setitem(reduce.TUNABLES, "MAX_BLOCK_R", max_block_r)
-    monkeypatch.setattr(reduce, "_launch", lambda *args: pytest.fail("the strided kernel ran, not the row kernel"))
+    monkeypatch.setattr(reduce, "_reduce_over_r", None)    # the strided kernel would fail to launch
     rows = reduce.kernel_fn(x, -1, op)
     assert rows.isnan().nonzero().flatten().tolist() == [5]
     torch.testing.assert_close(rows, general, atol=1e-2, rtol=1e-2, equal_nan=True)
     x[5, 123] = 0.0
     _assert_matches_reference(x, -1, op)
+
+
+class _Launches:
+    """Records the kernels kernel_fn launches and the tensors it allocates with torch.empty."""
+
+    def __init__(self, monkeypatch):
+        self.counter = LaunchCounter().install()
+        self.allocations = []
+        empty = torch.empty
+
+        def recording_empty(*args, **kwargs):
+            tensor = empty(*args, **kwargs)
+            self.allocations.append((tuple(tensor.shape), tensor.dtype))
+            return tensor
+        monkeypatch.setattr(torch, "empty", recording_empty)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.counter.uninstall()
+
+
+@pytest.mark.parametrize("op", ["sum", "min"])
+def test_a_small_middle_dim_reduction_is_one_launch_with_no_partials(monkeypatch, op):
+    # sum_middle's (16, 256, 256) over dim 1: 64 bands of 64 columns are too few programs, but the
+    # whole problem is 4 MiB, host-bound on a GPU: narrower bands, not a split with a second launch.
+    x = _randn(16, 256, 256)
+    reduce.kernel_fn(x, 1, op)                                      # planned once; counted below
+    with _Launches(monkeypatch) as launches:
+        _assert_matches_reference(x, 1, op)
+    assert launches.counter.count == 1
+    assert launches.allocations == [((16, 256), torch.float32)]   # the output, and no float32 partials
+
+
+def test_a_large_reduction_with_too_few_programs_still_splits(monkeypatch):
+    # The same shape made to look large: each of the few programs would stream more than
+    # SPLIT_MIN_BYTES, so R is split (two launches, float32 partials).
+    monkeypatch.setitem(reduce.TUNABLES, "SPLIT_MIN_BYTES", 1024)
+    x = _randn(4, 512, 40)
+    with _Launches(monkeypatch) as launches:
+        _assert_matches_reference(x, 1, "mean")
+    assert launches.counter.count == 2
+    assert any(shape[1] > 1 and dtype == torch.float32 for shape, dtype in launches.allocations[1:])
+
+
+def test_narrow_bands_agree_with_wide_ones(monkeypatch):
+    x = _randn(3, 70, 200, dtype=torch.bfloat16)
+    wide = _assert_matches_reference(x, 1, "sum")
+    monkeypatch.setitem(reduce.TUNABLES, "MIN_PROGRAMS", 10**6)    # narrow as far as allowed, never split
+    monkeypatch.setitem(reduce.TUNABLES, "SPLIT_MIN_BYTES", 10**12)
+    (launch,) = reduce._plan(x.shape, 1, "sum", x.dtype).launches
+    assert launch.meta["BLOCK_INNER"] == reduce.TUNABLES["MIN_STRIDED_BLOCK_INNER"] == 16
+    narrow = _assert_matches_reference(x, 1, "sum")
+    torch.testing.assert_close(narrow, wide, atol=TOLERANCE[x.dtype], rtol=TOLERANCE[x.dtype])
 
 
 def test_max_propagates_nan_like_amax():
@@ -119,6 +176,7 @@ def test_inputs_are_left_unchanged():
     ((torch.zeros(4, 0), -1, "max"), ValueError, "no identity"),
     ((torch.zeros(4, 5), 2, "sum"), IndexError, "out of range"),
     ((torch.zeros(4, 5), -1, "median"), ValueError, "unknown op"),
+    ((torch.zeros(4, 5), -1, ["sum"]), ValueError, "unknown op"),
     ((torch.zeros(4, 0), -1, "min"), ValueError, "no identity"),
     ((torch.zeros(4, 5), (0, 1), "sum"), TypeError, "single int"),
     ((torch.zeros(4, 5, dtype=torch.int32), -1, "sum"), TypeError, "floating-point")])
