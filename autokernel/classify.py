@@ -52,25 +52,13 @@ OTHER = "other"
 RANGE_PREFIX = "autokernel::"
 FUNCTION_RANGE_PREFIX = "autokernel.fn: "     # "<prefix><name>": its tail after ": " is the function's name
 
-_OP_KERNEL_TYPES = {
-    "aten::mm": "matmul", "aten::addmm": "matmul", "aten::bmm": "matmul", "aten::baddbmm": "matmul",
-    "aten::matmul": "matmul", "aten::linear": "matmul",
-    "aten::softmax": "softmax", "aten::_softmax": "softmax",
-    "aten::layer_norm": "layernorm", "aten::native_layer_norm": "layernorm",
-    "aten::rms_norm": "rmsnorm", "aten::_fused_rms_norm": "rmsnorm",
-    "aten::_flash_attention_forward": "flash_attention", "aten::_efficient_attention_forward": "flash_attention",
-    "aten::cross_entropy_loss": "cross_entropy", "aten::nll_loss": "cross_entropy",
-    "aten::nll_loss_nd": "cross_entropy", "aten::nll_loss_forward": "cross_entropy",
-    "aten::nll_loss2d": "cross_entropy",
-    # torch.max / torch.min(x, dim) (aten::max, aten::min) return indices too, which the reduce
-    # kernels do not compute, so the router leaves them to PyTorch and they are not planned either.
-    "aten::sum": "reduce", "aten::mean": "reduce", "aten::amax": "reduce", "aten::amin": "reduce",
-}
+# Which type an op's own name makes it: each registry entry lists its ops (KernelType.profiled_ops).
+_OP_KERNEL_TYPES = {op: kt.name for kt in registry.REGISTRY.values() for op in kt.profiled_ops}
 _REDUCE_OPS = {"aten::sum": "sum", "aten::mean": "mean", "aten::amax": "max", "aten::amin": "min"}
 _LOG_SOFTMAX_OPS = {"aten::log_softmax", "aten::_log_softmax"}
 _MATMUL_OPS = {op for op, kind in _OP_KERNEL_TYPES.items() if kind == "matmul"}
-_LAYERNORM_OPS = {"aten::layer_norm", "aten::native_layer_norm"}
-_RMSNORM_OPS = {"aten::rms_norm", "aten::_fused_rms_norm"}
+_LAYERNORM_OPS = registry.get("layernorm").profiled_ops
+_RMSNORM_OPS = registry.get("rmsnorm").profiled_ops
 _ROOT_MEAN_SQUARE_OPS = {"aten::rsqrt", "aten::sqrt", "aten::norm", "aten::linalg_vector_norm"}
 _MEAN_SUBTRACTION_OPS = {"aten::sub", "aten::var", "aten::var_mean"}
 # Activation op -> fused_mlp "act" value; relu is taken as the squared-ReLU ("relu2") MLP.

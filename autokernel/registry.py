@@ -2,7 +2,8 @@
 
 An entry says everything the tool needs to know about a kind of kernel: its PyTorch reference
 (in reference.py, the oracle), how to make inputs for a shape, which shapes to check and time,
-which adversarial inputs to try, and how many bytes and FLOPs one call must move and do.
+which adversarial inputs to try, how many bytes and FLOPs one call must move and do, whether
+those FLOPs run on tensor cores, and which aten ops the profiler counts as a call of it.
 Adding a kernel type means one entry here, one function in reference.py and one starter in
 kernels/, and nothing else.
 
@@ -54,6 +55,9 @@ class KernelType:
     description: str
     tolerance_scale: float = 1.0     # multiplies the per-dtype tolerances, for types that need slack
     matrix: bool = False             # its FLOPs are matrix products (tensor cores), not float32-lane arithmetic
+    # The aten ops the profiler counts as a call of this type when no module of a kernel type of its
+    # own encloses them (autokernel/classify.py); an op belongs to one type at most.
+    profiled_ops: frozenset[str] = frozenset()
     # Extra absolute error each output element may carry beyond the dtype's tolerance, for a type
     # whose PyTorch result itself carries more under a global setting (matmul under TF32):
     # error_allowance(inputs, oracle, dtype) -> a tensor shaped like the output, or None for none.
@@ -154,6 +158,7 @@ def tf32_matmul_allowance(inputs: Inputs, oracle: torch.Tensor, dtype: torch.dty
 
 MATMUL = KernelType(
     name="matmul",
+    profiled_ops=frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}),
     matrix=True,
     description="C = A @ B, A (M, K), B (K, N)",
     reference=reference.matmul,
@@ -207,6 +212,7 @@ def _softmax_masked(s, dtype, gen, device):
 
 SOFTMAX = KernelType(
     name="softmax",
+    profiled_ops=frozenset({"aten::softmax", "aten::_softmax"}),
     description="softmax over the last dimension of an (M, N) tensor",
     reference=reference.softmax,
     make_inputs=_rows_inputs,
@@ -282,6 +288,7 @@ NORM_CPU_EDGE = [{"M": m, "N": n} for m, n in [(3, 1023), (2, 4097), (5, 1537), 
 
 LAYERNORM = KernelType(
     name="layernorm",
+    profiled_ops=frozenset({"aten::layer_norm", "aten::native_layer_norm"}),
     description="LayerNorm with weight and bias over the last dimension of an (M, N) tensor, or, with I, over "
                 "dim 1 of an (M, N, I) tensor (the channels C of x (B, C, H, W): M = B, N = C, I = H * W)",
     reference=reference.layernorm,
@@ -305,6 +312,7 @@ LAYERNORM = KernelType(
 
 RMSNORM = KernelType(
     name="rmsnorm",
+    profiled_ops=frozenset({"aten::rms_norm", "aten::_fused_rms_norm"}),
     description="RMSNorm with a weight over the last dimension of an (M, N) tensor, or, with I, over dim 1 "
                 "of an (M, N, I) tensor (the channels C of x (B, C, H, W): M = B, N = C, I = H * W)",
     reference=reference.rmsnorm,
@@ -384,6 +392,7 @@ def _attention_shapes(rows) -> list[Shape]:
 
 FLASH_ATTENTION = KernelType(
     name="flash_attention",
+    profiled_ops=frozenset({"aten::_flash_attention_forward", "aten::_efficient_attention_forward"}),
     matrix=True,
     description="softmax(Q K^T * sm_scale) V over (B, H, S, D) queries and (B, KV, S, D) keys and values "
                 "(KV dividing H: grouped- or multi-query), causal or not",
@@ -499,6 +508,8 @@ def _ce_extreme(s, dtype, gen, device):
 
 CROSS_ENTROPY = KernelType(
     name="cross_entropy",
+    profiled_ops=frozenset({"aten::cross_entropy_loss", "aten::nll_loss", "aten::nll_loss_nd",
+                           "aten::nll_loss_forward", "aten::nll_loss2d"}),
     description="mean cross-entropy of (M, V) logits against M integer targets",
     reference=reference.cross_entropy,
     make_inputs=_ce_inputs,
@@ -617,6 +628,9 @@ def _reduce_shapes(rows) -> list[Shape]:
 
 REDUCE = KernelType(
     name="reduce",
+    # torch.max / torch.min(x, dim) (aten::max, aten::min) return indices too, which the reduce
+    # kernels do not compute, so the router leaves them to PyTorch and they are not planned either.
+    profiled_ops=frozenset({"aten::sum", "aten::mean", "aten::amax", "aten::amin"}),
     description="sum, mean, max or min of a tensor viewed as (O, R, I) over R (any one dimension, or a "
                 "run of adjacent ones); max and min are amax / amin (values only)",
     reference=reference.reduce,

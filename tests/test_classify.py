@@ -452,3 +452,14 @@ def test_an_mlp_whose_activation_the_router_would_not_read_stays_fused_mlp(one_t
     sites = _norm_mlp_sites(NormMLP(act=lambda t: F.gelu(t, approximate="tanh")))
     assert sites == {("rmsnorm", "norm"): {"M": ROWS, "N": DIM},
                      ("fused_mlp", "mlp"): {"M": ROWS, "D": DIM, "F": HIDDEN, "act": "gelu"}}
+
+
+def test_an_ops_kernel_type_comes_from_the_registry_and_is_one_type_at_most():
+    from autokernel import registry
+
+    claimed = [op for kt in registry.REGISTRY.values() for op in kt.profiled_ops]
+    assert len(claimed) == len(set(claimed)), "an op listed by two kernel types"
+    assert classify._OP_KERNEL_TYPES["aten::addmm"] == "matmul" and classify._OP_KERNEL_TYPES["aten::amin"] == "reduce"
+    # the reduce ops classify reads an op name from are exactly the ones the reduce entry claims
+    assert set(classify._REDUCE_OPS) == registry.get("reduce").profiled_ops
+    assert "aten::max" not in classify._OP_KERNEL_TYPES      # returns indices too: left to PyTorch
