@@ -21,16 +21,22 @@ def _folds(model) -> dict:
     return {fold["norm"]: (fold["consumers"], fold["rejected"]) for fold in plugin.router_of(model).summary()["folds"]}
 
 
+def _plugged_stats(model, inputs, folder) -> dict:
+    """Plug the folder into the model: its output holds before and after one counted forward; that forward's stats."""
+    expected = model(*inputs)
+    plugin.plug_in(model, folder, policy=plugin.ALL)
+    assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+    stats = one_forward_stats(model, inputs)
+    assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+    return stats
+
+
 def test_llama_norms_fold_into_their_linears_with_the_starter_and_the_output_holds(tmp_path):
     model, inputs = tiny_llama()
     folder = write_optimized(tmp_path / "opt", {"rmsnorm_linear": FOLD_SHAPES})
     with torch.no_grad():
-        expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
-        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
         # q, k, v; gate and up (no fused_mlp kernel replaces the MLP here); the lm_head.
-        assert one_forward_stats(model, inputs) == {"rmsnorm_linear": (6, 0)}
-        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+        assert _plugged_stats(model, inputs, folder) == {"rmsnorm_linear": (6, 0)}
     assert _folds(model) == {
         "layers.0.attention_norm": (["layers.0.attention.q_proj", "layers.0.attention.k_proj",
                                      "layers.0.attention.v_proj"], None),
@@ -239,10 +245,7 @@ def test_the_profilers_plan_and_the_router_agree_on_the_folds(tmp_path):
     shapes = {"rmsnorm_linear": entry["shapes"], "fused_mlp": LLAMA_SHAPES["fused_mlp"]}
     folder = write_optimized(tmp_path / "opt", shapes, sources=reference_sources("fused_mlp"))
     with torch.no_grad():
-        expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
-        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
-        assert one_forward_stats(model, inputs) == {"rmsnorm_linear": (entry["calls"], 0), "fused_mlp": (1, 0)}
+        assert _plugged_stats(model, inputs, folder) == {"rmsnorm_linear": (entry["calls"], 0), "fused_mlp": (1, 0)}
 
 
 class SoftmaxToo(Block):
@@ -298,11 +301,7 @@ def test_the_mlp_norm_folds_into_the_whole_mlp_with_the_starter_and_the_output_h
     model, inputs = tiny_llama()
     folder = write_optimized(tmp_path / "opt", {"rmsnorm_mlp": MLP_FOLD_SHAPES})
     with torch.no_grad():
-        expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
-        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
-        assert one_forward_stats(model, inputs) == {"rmsnorm_mlp": (1, 0)}
-        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+        assert _plugged_stats(model, inputs, folder) == {"rmsnorm_mlp": (1, 0)}
     # Only the MLP's norm: the attention's feeds q / k / v, the last one the lm_head.
     assert _folds(model) == {"layers.0.mlp_norm": (["layers.0.mlp"], None)}
     assert plugin.router_of(model).folding.routes["layers.0.mlp_norm"].checked
@@ -350,10 +349,7 @@ def test_the_profiler_plans_rmsnorm_mlp_where_the_router_folds_it(tmp_path):
     assert entry["shapes"] == MLP_FOLD_SHAPES and entry["calls"] == 1
     folder = write_optimized(tmp_path / "opt", {"rmsnorm_mlp": entry["shapes"]})
     with torch.no_grad():
-        expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
-        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
-        assert one_forward_stats(model, inputs) == {"rmsnorm_mlp": (entry["calls"], 0)}
+        assert _plugged_stats(model, inputs, folder) == {"rmsnorm_mlp": (entry["calls"], 0)}
 
 
 def test_the_mlp_kernel_gets_the_raw_residual_stream_and_the_norm_weight(tmp_path):
