@@ -1,7 +1,7 @@
 """The fixed judge: check a kernel in five correctness stages, then time it against PyTorch.
 
     python bench.py [--kernel kernel.py] [--shape M=4096,N=4096 ...] [--dtype float16]
-                    [--seed N] [--compare-compile] [--quick] [--json | --json-out FILE]
+                    [--seed N] [--compare-compile] [--quick | --screen] [--json | --json-out FILE]
 
 The agent never edits this file. The kernel file never runs in this process: a worker process
 (autokernel/worker.py) imports it and runs kernel_fn when asked, and sends back only outputs and
@@ -117,6 +117,10 @@ class Judge:
         shapes = self.kt.edge_shapes if ON_GPU else self.kt.cpu_edge_shapes
         return shapes[:2] + shapes[-1:] if self.args.quick else list(shapes)
 
+    def stage_dtypes(self) -> list[torch.dtype]:
+        """Every dtype; a --screen checks only the run's own, since each dtype compiles a candidate again."""
+        return [self.dtype] if self.args.screen else list(DTYPES.values())
+
     def timing_shapes(self) -> list[dict]:
         if self.args.shape:
             return self.args.shape
@@ -137,7 +141,7 @@ def stage_smoke(judge: Judge) -> int:
 
 def stage_shape_sweep(judge: Judge) -> int:
     cases = 0
-    for dtype in DTYPES.values():
+    for dtype in judge.stage_dtypes():
         for shape in judge.sweep_shapes():
             judge.check(shape, dtype)
             cases += 1
@@ -151,7 +155,7 @@ def stage_stability(judge: Judge) -> int:
     cases = 0
     for adversarial in judge.kt.adversarial:
         shape = {**judge.kt.smoke_shape, **adversarial.shape}
-        for dtype in DTYPES.values():
+        for dtype in judge.stage_dtypes():
             judge.check(shape, dtype, adversarial.name, label=f"[{adversarial.name}: {adversarial.why}]")
             cases += 1
     return cases
@@ -178,7 +182,7 @@ def stage_determinism(judge: Judge) -> int:
 
 def stage_edge_shapes(judge: Judge) -> int:
     cases = 0
-    for dtype in DTYPES.values():
+    for dtype in judge.stage_dtypes():
         for shape in judge.edge_shapes():
             judge.check(shape, dtype)
             cases += 1
@@ -475,14 +479,17 @@ def parse_args(argv=None):
     parser.add_argument("--dtype", default="float16", choices=list(DTYPES), help="dtype to time (default float16)")
     parser.add_argument("--seed", type=int, default=None, help="base seed for the random inputs (default: random)")
     parser.add_argument("--compare-compile", action="store_true", help="also time torch.compile of the reference")
-    parser.add_argument("--quick", action="store_true",
-                        help="fewer sweep and edge shapes and timed calls (the loop's screen)")
+    parser.add_argument("--quick", action="store_true", help="fewer sweep and edge shapes and timed calls")
+    parser.add_argument("--screen", action="store_true",
+                        help="the loop's first look at a candidate on a GPU: --quick, and the stages check --dtype "
+                             "only; a candidate that looks faster is judged again in full before it is kept")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
     parser.add_argument("--json-out", help="also write the result as JSON to this file")
     parser.add_argument("--time-limit-scale", type=float, default=1.0, help="multiply every stage's time limit")
     args = parser.parse_args(argv)
     if args.seed is None:
         args.seed = secrets.randbelow(2**31)
+    args.quick = args.quick or args.screen
     return args
 
 

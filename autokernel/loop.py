@@ -265,10 +265,11 @@ class OptimizationRun:
             self.checkpoint("experiment: kernel written")
             self.repo.commit_kernel(f"exp {number}: {description}", self.state.tag)
             self.checkpoint("experiment: committed")
-        # Screen with the quick judge; only a candidate that passes it and looks faster pays for the
-        # full judge, whose verdict and timing decide. Without a GPU every run is quick already.
+        # Screen with the quick judge in the job's dtype alone (each dtype compiles a candidate's new
+        # tiles again); only a candidate that passes it and looks faster pays for the full judge, in
+        # every dtype, whose verdict and timing decide. Without a GPU every run is quick already.
         self.view.phase(f"exp {number}: judging (quick screen)" if not self.quick_bench else f"exp {number}: judging")
-        result = self._judge(job, progress, quick=True)
+        result = self._judge(job, progress, quick=True, screen=not self.quick_bench)
         if result is not None and not self.quick_bench and is_improvement(result, progress.best, progress.noise):
             if self.budget.left() < self._expected_bench_s(progress, quick=False):
                 result = None
@@ -289,8 +290,8 @@ class OptimizationRun:
         self.view.log(message)
         return False
 
-    def _judge(self, job: dict, progress: JobProgress | None, *, quick: bool, compare_compile: bool = False
-               ) -> dict | None:
+    def _judge(self, job: dict, progress: JobProgress | None, *, quick: bool, screen: bool = False,
+               compare_compile: bool = False) -> dict | None:
         """bench.py on kernel.py in the sandbox, with the integrity checks around it; None when cut by the budget.
 
         compare_compile also times torch.compile of the reference; that run's duration (compilation
@@ -310,7 +311,8 @@ class OptimizationRun:
         with runner.watch_output(self._on_bench_line):
             result = runner.run_bench(paths.KERNEL_FILE, shapes=job["shapes"], dtype=job["dtype"], timeout_s=limit,
                                       seed=self.state.experiment + 1,
-                                      extra_args=["--quick"] * quick + ["--compare-compile"] * compare_compile)
+                                      extra_args=(["--screen"] if screen else ["--quick"] * quick)
+                                                 + ["--compare-compile"] * compare_compile)
         seconds = time.monotonic() - started
         changes = snapshot.restore(self.repo)
         changes += [f"changed {name} in the experiment's commit" for name in

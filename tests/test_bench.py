@@ -96,6 +96,18 @@ def test_judge_rejects_broken_kernel(name, tmp_path):
     assert f"RESULT kernel_type=softmax correctness={correctness}" in proc.stdout or stage == "load"
 
 
+def test_the_screen_checks_the_runs_dtype_only_and_the_full_judge_every_dtype(tmp_path):
+    # The loop screens candidates with --screen, which skips the other dtypes' compiles; a kernel
+    # wrong only in bfloat16 passes that screen, and the full judge (which decides a keep) fails it.
+    wrong_in_bf16 = broken("grid = (rows,)  # BUG-SITE: grid",
+                           "grid = (rows - (x.dtype == torch.bfloat16 and rows > 1),)")
+    screened, _ = run_bench(wrong_in_bf16, tmp_path, "--screen", "--dtype", "float16")
+    assert screened["correctness"] == "PASS", screened["message"]
+    assert all(s["cases"] <= 3 for s in screened["stages"] if s["stage"] in ("shape sweep", "edge shapes"))
+    full, proc = run_bench(wrong_in_bf16, tmp_path, "--dtype", "float16")
+    assert full["correctness"] == "FAIL" and "bfloat16" in full["message"], full["message"]
+
+
 def test_hang_is_reported_as_timeout(tmp_path):
     source = wrapped("import time\n\ndef kernel_fn(x):\n    time.sleep(3600)\n")
     # 0.1: the load stage (importing torch and Triton in the worker) keeps room on a loaded machine,

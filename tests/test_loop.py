@@ -130,7 +130,9 @@ def test_on_a_gpu_the_quick_judge_screens_and_the_full_judge_decides(project, mo
     fake = fake_run_bench(sources)
 
     def run_bench(kernel_path, **kwargs):
-        judged.append((Path(kernel_path).read_text(), "--quick" in kwargs["extra_args"]))
+        # On a GPU the screen is --screen (quick, the job's dtype only); the full judge has neither flag.
+        assert "--quick" not in kwargs["extra_args"]
+        judged.append((Path(kernel_path).read_text(), "--screen" in kwargs["extra_args"]))
         return fake(kernel_path, **kwargs)
 
     monkeypatch.setattr(loop.runner, "run_bench", run_bench)
@@ -295,7 +297,7 @@ def test_a_candidate_gets_at_least_the_time_the_jobs_first_cold_bench_took(proje
 
     def run_bench(kernel_path, **kwargs):
         cold = "--compare-compile" in kwargs["extra_args"]
-        limits.append((cold, "--quick" in kwargs["extra_args"], kwargs["timeout_s"]))
+        limits.append((cold, "--screen" in kwargs["extra_args"], kwargs["timeout_s"]))
         now[0] += 150.0 if cold else 16.0
         return fake(kernel_path, **kwargs)
 
