@@ -32,8 +32,10 @@ from autokernel.worker import load_kernel  # noqa: E402
 
 
 def parse_overrides(text: str) -> dict:
-    """'large_BLOCK_N=256,large_stages=4' -> {'large_BLOCK_N': 256, 'large_stages': 4}."""
-    return registry.parse_shape(text)
+    """'large_BLOCK_N=256,pad_unaligned=False' -> {'large_BLOCK_N': 256, 'pad_unaligned': False}."""
+    booleans = {"True": True, "False": False}
+    return {name: booleans.get(value, value) if isinstance(value, str) else value
+            for name, value in registry.parse_shape(text).items()}
 
 
 def time_us(fn) -> float:

@@ -74,6 +74,10 @@ INTERPRETER_SMS = 132
 TF32X3_MAX_TILE = 128 * 128
 # Output elements per program of the split-K sum.
 SUM_BLOCK = 1024
+# A CUDA-core (ieee) tile keeps at least this many outputs per thread, so a tile clamped to a
+# narrow output gets fewer warps: at M=32768, N=32, K=4096 the 128 x 32 tile ran at 0.88x cuBLAS
+# with 8 warps (16 outputs each) and 1.01x with 4 (H100, benchmarks/tunable_sweep.py).
+IEEE_MIN_OUTPUTS_PER_THREAD = 32
 # A padded copy of an operand is made only when each of its elements feeds at least this many
 # outputs (the other side of the product), so the copy is a small part of the work.
 PAD_MIN_REUSE = 256
@@ -256,7 +260,10 @@ def _bucket_plan(bucket: str, M: int, N: int, K: int, dtype: torch.dtype, precis
     tiles = _cdiv(M, block_m) * _cdiv(N, block_n)
     split = _split_k(M, N, K, tiles, block_k, dtype.itemsize, _sm_count(device))
     stages = _stages_that_fit(t[f"{bucket}_stages"], (block_m + block_n) * block_k * dtype.itemsize, device)
-    return GemmPlan(bucket, block_m, block_n, block_k, t[f"{bucket}_warps"], stages, split, precision)
+    warps = t[f"{bucket}_warps"]
+    if bucket == "ieee":
+        warps = min(warps, max(1, block_m * block_n // (32 * IEEE_MIN_OUTPUTS_PER_THREAD)))
+    return GemmPlan(bucket, block_m, block_n, block_k, warps, stages, split, precision)
 
 
 def _expected_rate(p: GemmPlan, M: int, N: int, sms: int) -> float:

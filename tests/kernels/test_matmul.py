@@ -118,6 +118,18 @@ def test_ieee_float32_takes_the_cuda_core_config(monkeypatch):
     assert (p.bucket, p.precision, p.block_m) == ("ieee", "ieee", matmul.TUNABLES["ieee_BLOCK_M"])
 
 
+def test_a_cuda_core_tile_clamped_to_a_narrow_output_takes_fewer_warps(monkeypatch):
+    monkeypatch.setitem(matmul.TUNABLES, "fp32_highest", "ieee")
+    square = matmul.plan(4096, 4096, 4096, torch.float32, CPU)
+    narrow = matmul.plan(32768, 32, 4096, torch.float32, CPU)
+    assert (square.block_n, square.warps) == (128, matmul.TUNABLES["ieee_warps"])
+    # 128 x 32 outputs at 32 per thread: 4 warps, not 8 (measured 1.16x faster on an H100)
+    assert (narrow.block_m, narrow.block_n, narrow.warps) == (128, 32, 4)
+    a, b = _randn(64, 40), _randn(40, 16, seed=1)
+    assert matmul.plan(64, 16, 40, torch.float32, CPU).warps == 1
+    _assert_matches_reference(a, b)
+
+
 # --------------------------------------------------------------------------- split-K
 def _forced_split(monkeypatch, min_k):
     monkeypatch.setitem(matmul.TUNABLES, "split_k_min_k", min_k)
