@@ -23,8 +23,9 @@ How a shape is planned (`plan`):
   about 21 bits per operand, below float32 accumulation's own error for K >= 64). On an H100 at
   4096^3, ieee reached 42.7 TFLOP/s and tf32x3 35.4, against cuBLAS's 51.6
   (benchmarks/notes/model_shapes.md), so ieee is the default.
-- Operands whose rows do not start on 16-byte boundaries (K = 2949) are copied to padded rows
-  first when each of their elements feeds enough output: the loads then move 16 bytes at a time.
+- Operands whose row step is not a multiple of 16 elements (K = 2949) are copied to padded rows
+  first when each of their elements feeds enough output: Triton then knows every row is aligned
+  and its loads move 16 bytes at a time.
 """
 
 import functools
@@ -122,7 +123,7 @@ def _dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, k_per_split,
+def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, N_LOAD, K, k_per_split,
                    stride_am, stride_ak, stride_bk, stride_bn, stride_cs, stride_cm, stride_cn,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
@@ -133,10 +134,13 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, k_per_split,
     k_start = split * k_per_split
     k_len = tl.minimum(K - k_start, k_per_split)
     # Rows and columns past the edge wrap around instead of being masked: the loads stay unmasked
-    # and the duplicated results are dropped by the masked store. Offsets and pointer steps are
-    # int64 because M * K, or BLOCK_K times a column-major stride, may pass 2^31.
+    # and the duplicated results are dropped by the masked store. Columns wrap at N_LOAD, B's
+    # padded width when B was copied to padded rows (else N): a wrap at a multiple of 16 keeps the
+    # columns provably contiguous, so B's loads stay vectorized (at N = 5921 they were not, 10x
+    # slower); the padding's values only reach output columns the store drops. Offsets and pointer
+    # steps are int64 because M * K, or BLOCK_K times a column-major stride, may pass 2^31.
     rows = ((tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M).to(tl.int64)
-    cols = ((tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N).to(tl.int64)
+    cols = ((tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N_LOAD).to(tl.int64)
     ks = tl.arange(0, BLOCK_K)
     first_k = (k_start + ks).to(tl.int64)
     a_ptrs = a_ptr + rows[:, None] * stride_am + first_k[None, :] * stride_ak
@@ -316,22 +320,42 @@ def _check_inputs(a: torch.Tensor, b: torch.Tensor) -> None:
         raise ValueError(f"matmul: a is on {a.device} but b is on {b.device}")
 
 
+# Triton vectorizes a load only when it can prove the address is aligned: it specializes a kernel
+# on pointers that are 16-byte aligned and on integer arguments (the row strides) that are
+# multiples of 16 elements. A row stride of 2952 floats (16-byte rows) does not qualify.
+STRIDE_MULTIPLE = 16
+
+
 def _rows_aligned(t: torch.Tensor) -> bool:
-    """Whether t's contiguous direction starts on a 16-byte boundary at every row (or column)."""
+    """Whether t starts 16-byte aligned and its row (or column) step is a multiple of 16 elements."""
     rows_step, cols_step = t.stride()
-    align = 16 // t.element_size()
     if t.data_ptr() % 16:
         return False
-    return (cols_step == 1 and rows_step % align == 0) or (rows_step == 1 and cols_step % align == 0)
+    return ((cols_step == 1 and rows_step % STRIDE_MULTIPLE == 0)
+            or (rows_step == 1 and cols_step % STRIDE_MULTIPLE == 0))
 
 
 def _padded(t: torch.Tensor) -> torch.Tensor:
-    """A copy of the 2-D t whose rows start on 16-byte boundaries (the padding is never read)."""
+    """A copy of the 2-D t whose row step is a multiple of 16 elements (the padding is never read)."""
     rows, cols = t.shape
-    step = 16 // t.element_size()
+    step = STRIDE_MULTIPLE
     out = torch.empty((rows, _cdiv(cols, step) * step), dtype=t.dtype, device=t.device)[:, :cols]
     out.copy_(t)
     return out
+
+
+def _aligned_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(a, b, the width at which B's columns wrap): unaligned operands that feed enough outputs are
+    copied to padded rows, and a padded B's columns wrap at its padded width."""
+    (M, _), N = a.shape, b.shape[1]
+    n_load = N
+    if TUNABLES["pad_unaligned"]:
+        if N >= PAD_MIN_REUSE and not _rows_aligned(a):
+            a = _padded(a)
+        if M >= PAD_MIN_REUSE and not _rows_aligned(b):
+            b = _padded(b)
+            n_load = b.stride(0)        # the padded rows' width: memory the loads may read
+    return a, b, n_load
 
 
 def run(a: torch.Tensor, b: torch.Tensor, p: GemmPlan) -> torch.Tensor:
@@ -344,18 +368,14 @@ def run(a: torch.Tensor, b: torch.Tensor, p: GemmPlan) -> torch.Tensor:
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     if M == 0 or N == 0:
         return c
-    if TUNABLES["pad_unaligned"]:
-        if N >= PAD_MIN_REUSE and not _rows_aligned(a):
-            a = _padded(a)
-        if M >= PAD_MIN_REUSE and not _rows_aligned(b):
-            b = _padded(b)
+    a, b, n_load = _aligned_operands(a, b)
     if p.split_k == 1:
         out, out_strides = c, (0, *c.stride())
     else:
         out = torch.empty((p.split_k, M, N), dtype=torch.float32, device=a.device)
         out_strides = out.stride()
     grid = (_cdiv(M, p.block_m) * _cdiv(N, p.block_n), p.split_k)
-    _matmul_kernel[grid](a, b, out, M, N, K, _k_per_split(K, p.block_k, p.split_k), *a.stride(), *b.stride(),
+    _matmul_kernel[grid](a, b, out, M, N, n_load, K, _k_per_split(K, p.block_k, p.split_k), *a.stride(), *b.stride(),
                          *out_strides, BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k,
                          GROUP_M=TUNABLES["GROUP_M"], EVEN_K=K % p.block_k == 0, PRECISION=p.precision,
                          UPCAST=not a.is_cuda, num_warps=p.warps, num_stages=p.stages)
