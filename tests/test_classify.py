@@ -310,15 +310,15 @@ def test_a_rotary_function_is_recognised_without_python_frames(one_thread, monke
 @pytest.mark.parametrize("aten_op, op", [("aten::sum", "sum"), ("aten::mean", "mean"), ("aten::amax", "max"),
                                          ("aten::amin", "min")])
 def test_a_reduction_is_planned_only_in_a_form_the_router_runs(dims, planned, aten_op, op):
-    from autokernel import routes
+    from autokernel.kernel_types import reduce
 
     planned = None if planned is None else {**planned, "op": op}
     # sum and mean carry a dtype argument, amax and amin do not.
     concrete = ["", dims, False, None] if aten_op in ("aten::sum", "aten::mean") else ["", dims, False]
     event = SimpleNamespace(name=aten_op, concrete_inputs=concrete)
-    assert classify._reduce_shape(event, [2, 3, 4]) == planned
+    assert reduce.op_shape(aten_op, event, [[2, 3, 4]]) == planned
     x = torch.zeros(2, 3, 4)
-    reading = routes._read_reduction(op, x, dims)
+    reading = reduce.read_reduction(op, x, dims)
     assert isinstance(reading, str) == (planned is None)
     if planned is not None:
         assert reading.shape == planned
@@ -456,10 +456,11 @@ def test_an_mlp_whose_activation_the_router_would_not_read_stays_fused_mlp(one_t
 
 def test_an_ops_kernel_type_comes_from_the_registry_and_is_one_type_at_most():
     from autokernel import registry
+    from autokernel.kernel_types import reduce
 
     claimed = [op for kt in registry.REGISTRY.values() for op in kt.profiled_ops]
     assert len(claimed) == len(set(claimed)), "an op listed by two kernel types"
     assert classify._OP_KERNEL_TYPES["aten::addmm"] == "matmul" and classify._OP_KERNEL_TYPES["aten::amin"] == "reduce"
     # the reduce ops classify reads an op name from are exactly the ones the reduce entry claims
-    assert set(classify._REDUCE_OPS) == registry.get("reduce").profiled_ops
+    assert set(reduce._OPS) == registry.get("reduce").profiled_ops
     assert "aten::max" not in classify._OP_KERNEL_TYPES      # returns indices too: left to PyTorch

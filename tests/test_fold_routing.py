@@ -8,7 +8,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel import fold_routing, plugin, registry  # noqa: E402
+from autokernel import plugin, registry  # noqa: E402
+from autokernel.kernel_types import fused_mlp, rmsnorm_mlp  # noqa: E402
 from autokernel.router import NOT_MEASURED  # noqa: E402
 from tests.test_plugin import (LLAMA_SHAPES, SEQ, kernel_stats, one_forward_stats, recorded_calls,  # noqa: E402
                                reference_sources, tiny_llama, write_optimized)
@@ -310,15 +311,15 @@ def test_the_mlp_norm_folds_into_the_whole_mlp_with_the_starter_and_the_output_h
 def test_a_gated_mlp_on_the_raw_input_of_its_norm_reads_as_rmsnorm_mlp():
     model, _ = tiny_llama()
     norm, mlp = model.layers[0].mlp_norm, model.layers[0].mlp
-    assert fold_routing.is_gated_mlp_module(mlp) and not fold_routing.is_gated_mlp_module(model.layers[0].attention)
+    assert fused_mlp.is_gated_mlp_module(mlp) and not fused_mlp.is_gated_mlp_module(model.layers[0].attention)
     torch.manual_seed(2)
     x = torch.randn(1, SEQ, 64)
-    reading = fold_routing.read_rmsnorm_mlp(norm, mlp, x)
+    reading = rmsnorm_mlp.read_rmsnorm_mlp(norm, mlp, x)
     assert reading.shape == {"M": SEQ, "D": 64, "F": 176, "act": "silu"}
     # The reference on the kernel's arguments is the norm, then the MLP.
     with torch.no_grad():
         torch.testing.assert_close(reading.launch(registry.get("rmsnorm_mlp").reference, x), mlp(norm(x)))
-    assert fold_routing.read_rmsnorm_mlp(norm, mlp, torch.randn(SEQ, 32)) == "input size differs from the norm's or the MLP's"
+    assert rmsnorm_mlp.read_rmsnorm_mlp(norm, mlp, torch.randn(SEQ, 32)) == "input size differs from the norm's or the MLP's"
 
 
 def test_an_mlps_activation_is_read_from_the_module_it_holds():
@@ -326,14 +327,14 @@ def test_an_mlps_activation_is_read_from_the_module_it_holds():
         def __init__(self, act):
             super().__init__()
             self.act_fn = act
-    assert fold_routing.mlp_activation(HoldsActivation(nn.SiLU())) == "silu"
+    assert fused_mlp.mlp_activation(HoldsActivation(nn.SiLU())) == "silu"
     # Hugging Face's own activation classes, by name.
-    assert fold_routing.mlp_activation(HoldsActivation(type("SiLUActivation", (nn.Module,), {})())) == "silu"
-    assert fold_routing.mlp_activation(HoldsActivation(type("GELUTanh", (nn.Module,), {})())) == "gelu"
-    assert fold_routing.mlp_activation(HoldsActivation(nn.GELU(approximate="tanh"))) == "gelu"
+    assert fused_mlp.mlp_activation(HoldsActivation(type("SiLUActivation", (nn.Module,), {})())) == "silu"
+    assert fused_mlp.mlp_activation(HoldsActivation(type("GELUTanh", (nn.Module,), {})())) == "gelu"
+    assert fused_mlp.mlp_activation(HoldsActivation(nn.GELU(approximate="tanh"))) == "gelu"
     # The exact GELU is no kernel's: its name goes into the shape, which then matches no verified shape.
-    assert fold_routing.mlp_activation(HoldsActivation(nn.GELU())) == "GELU"
-    assert fold_routing.mlp_activation(nn.Module()) == "silu"
+    assert fused_mlp.mlp_activation(HoldsActivation(nn.GELU())) == "GELU"
+    assert fused_mlp.mlp_activation(nn.Module()) == "silu"
 
 
 def test_the_profiler_plans_rmsnorm_mlp_where_the_router_folds_it(tmp_path):

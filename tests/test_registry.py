@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from autokernel import registry
+from autokernel.kernel_types import matmul
 from autokernel.paths import starter_path
 
 TYPES = list(registry.REGISTRY)
@@ -125,18 +126,18 @@ def _matmul_case(maker, m, n, k, seed):
     return inputs, oracle
 
 
-MATMUL_CASES = [(registry._matmul_inputs, 64, 48, 1), (registry._matmul_inputs, 64, 48, 16),
-                (registry._matmul_inputs, 64, 48, 4096), (registry._matmul_high_dynamic_range, 128, 96, 256),
-                (registry._matmul_high_dynamic_range, 32, 32, 8192)]
+MATMUL_CASES = [(matmul.matmul_inputs, 64, 48, 1), (matmul.matmul_inputs, 64, 48, 16),
+                (matmul.matmul_inputs, 64, 48, 4096), (matmul.matmul_high_dynamic_range, 128, 96, 256),
+                (matmul.matmul_high_dynamic_range, 32, 32, 8192)]
 
 
 def test_no_tf32_allowance_at_pytorchs_default_precision_or_for_16_bit(float32_matmul_precision):
     float32_matmul_precision("highest")
-    inputs, oracle = _matmul_case(registry._matmul_inputs, 8, 8, 8, seed=0)
-    assert registry.MATMUL.error_allowance(inputs, oracle, torch.float32) is None
+    inputs, oracle = _matmul_case(matmul.matmul_inputs, 8, 8, 8, seed=0)
+    assert registry.get("matmul").error_allowance(inputs, oracle, torch.float32) is None
     float32_matmul_precision("high")
-    assert registry.MATMUL.error_allowance(inputs, oracle, torch.float16) is None
-    assert registry.MATMUL.error_allowance(inputs, oracle, torch.float32).shape == oracle.shape
+    assert registry.get("matmul").error_allowance(inputs, oracle, torch.float16) is None
+    assert registry.get("matmul").error_allowance(inputs, oracle, torch.float32).shape == oracle.shape
 
 
 @pytest.mark.parametrize("precision", ["high", "medium"])
@@ -147,7 +148,7 @@ def test_a_tf32_product_stays_within_the_allowance(float32_matmul_precision, pre
     float32_matmul_precision(precision)
     inputs, oracle = _matmul_case(maker, m, n, k, seed=k)
     tf32 = _cut_to_tf32(inputs["a"], rounded).double() @ _cut_to_tf32(inputs["b"], rounded).double()
-    allowance = registry.MATMUL.error_allowance(inputs, oracle, torch.float32)
+    allowance = registry.get("matmul").error_allowance(inputs, oracle, torch.float32)
     assert ((tf32 - oracle).abs() <= allowance).all()
     # TF32's error is real at these sizes: without the allowance the dtype tolerance alone would fail it.
     if k >= 16:
@@ -161,7 +162,7 @@ def test_bfloat16_operands_are_not_excused(float32_matmul_precision, maker, m, n
     float32_matmul_precision("high")
     inputs, oracle = _matmul_case(maker, m, n, k, seed=k)
     bf16 = inputs["a"].bfloat16().double() @ inputs["b"].bfloat16().double()
-    allowance = registry.MATMUL.error_allowance(inputs, oracle, torch.float32)
+    allowance = registry.get("matmul").error_allowance(inputs, oracle, torch.float32)
     # 6-9% of the elements here, so any check of a few hundred elements fails a bfloat16 product.
     assert ((bf16 - oracle).abs() > allowance).float().mean() > 0.03
 
@@ -170,17 +171,17 @@ def test_the_tf32_allowance_grows_as_the_square_root_of_k(float32_matmul_precisi
     float32_matmul_precision("high")
     means = []
     for k in (1024, 4096):
-        inputs, oracle = _matmul_case(registry._matmul_inputs, 32, 32, k, seed=1)
-        means.append(float(registry.MATMUL.error_allowance(inputs, oracle, torch.float32).mean()))
+        inputs, oracle = _matmul_case(matmul.matmul_inputs, 32, 32, k, seed=1)
+        means.append(float(registry.get("matmul").error_allowance(inputs, oracle, torch.float32).mean()))
     assert 1.8 < means[1] / means[0] < 2.2
 
 
 def test_the_per_backend_precision_api_is_followed_too(float32_matmul_precision):
     # Torch 2.9+: once torch.backends.cuda.matmul.fp32_precision is set, the legacy getter raises.
     torch.backends.cuda.matmul.fp32_precision = "tf32"
-    assert registry.pytorch_fp32_matmul_uses_tf32()
+    assert matmul.pytorch_fp32_matmul_uses_tf32()
     torch.backends.cuda.matmul.fp32_precision = "ieee"
-    assert not registry.pytorch_fp32_matmul_uses_tf32()
+    assert not matmul.pytorch_fp32_matmul_uses_tf32()
 
 
 @pytest.mark.parametrize("old, new", [

@@ -3,7 +3,8 @@
 import torch
 
 import reference
-from autokernel import registry, registry_folded
+from autokernel import registry
+from autokernel.kernel_types import rmsnorm_mlp as registry_folded
 
 SHAPE = {"M": 16, "D": 256, "F": 128, "act": "silu"}
 
