@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from autokernel import registry
-from autokernel.decisions import Decision, Site, autocast_on, copy_call
+from autokernel.decisions import Decision, Site, autocast_on, capture_graph_op, copy_call
 from autokernel.kernel_types import TYPES
 from autokernel.kernel_types.base import FoldType
 from autokernel.norm_folding import Fold, FoldSearch, find_folds
@@ -241,10 +241,7 @@ class Folding:
             site.run_pytorch = ((lambda: consumer(norm_forward(raw))) if norm_forward is not None
                                 else (lambda: consumer(normed_copy)))
         if decision.compiled and kernel._graph_op is None:
-            captured = []
-            with torch._C.DisableTorchFunction():
-                reading.launch(lambda *kernel_args: captured.append(kernel_args) or kernel.kernel_fn(*kernel_args), x)
-            kernel.graph_op(captured[0] if captured else None)
+            capture_graph_op(kernel, reading.launch, (x,), {})
 
     def summary(self) -> list[dict]:
         return [{"norm": path, "consumers": list(route.fold.consumer_paths), "kernel_type": route.fold_type.kernel_type,

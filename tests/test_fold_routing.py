@@ -10,7 +10,7 @@ from torch import nn  # noqa: E402
 
 from autokernel import plugin, registry  # noqa: E402
 from autokernel.kernel_types import fused_mlp, rmsnorm_mlp  # noqa: E402
-from autokernel.router import NOT_MEASURED  # noqa: E402
+from autokernel.decisions import NOT_MEASURED  # noqa: E402
 from tests.test_plugin import (LLAMA_SHAPES, SEQ, kernel_stats, one_forward_stats, recorded_calls,  # noqa: E402
                                reference_sources, tiny_llama, write_optimized)
 
