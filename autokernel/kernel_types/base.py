@@ -168,6 +168,11 @@ def randn(shape, dtype, gen, device, scale=1.0):
     return (torch.randn(shape, generator=gen, device=device, dtype=torch.float32) * scale).to(dtype)
 
 
+def normal(shape, gen, device):
+    """Standard normal float32 values (for inputs built in float32 and cast at the end)."""
+    return torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
+
+
 def rand_uniform(shape, gen, device, low, high):
     return torch.rand(shape, generator=gen, device=device, dtype=torch.float32) * (high - low) + low
 

@@ -61,6 +61,15 @@ def module_eps(module: nn.Module) -> float | None:
                  if isinstance(value, float)), None)
 
 
+def is_rmsnorm_module(module: nn.Module) -> bool:
+    """A module a norm fold may start from: named like RMSNorm, a 1-D weight its only parameter, a float eps.
+    What it computes is inferred, so the router checks the folded result against its forward."""
+    params = dict(module.named_parameters(recurse=False))
+    weight = params.get("weight")
+    return (RMSNORM in type(module).__name__.lower() and weight is not None and weight.dim() == 1
+            and set(params) == {"weight"} and not any(module.children()) and module_eps(module) is not None)
+
+
 def norm_kind(module: nn.Module, ops: set[str]) -> str | None:
     """rmsnorm or layernorm for a leaf module whose only parameters are a 1-D weight (and bias): rmsnorm when it
     runs rsqrt / sqrt / rms_norm without subtracting a mean, layernorm when it subtracts the mean (class names

@@ -30,15 +30,6 @@ def recognise_module(module: nn.Module, ops: set[str], roots: list):
     return None
 
 
-def is_rmsnorm_module(module: nn.Module) -> bool:
-    """A module a norm fold may start from: named like RMSNorm, a 1-D weight its only parameter, a float eps.
-    What it computes is inferred, so the router checks the folded result against its forward."""
-    params = dict(module.named_parameters(recurse=False))
-    weight = params.get("weight")
-    return ("rmsnorm" in type(module).__name__.lower() and weight is not None and weight.dim() == 1
-            and set(params) == {"weight"} and not any(module.children()) and norms.module_eps(module) is not None)
-
-
 def read_rms_norm(input, normalized_shape, weight=None, eps=None):
     if not norms.normalized_weight_matches(normalized_shape, weight):
         return "no weight of the normalized size"

@@ -16,12 +16,7 @@ from torch import nn
 
 import reference
 from autokernel.kernel_types import norms
-from autokernel.kernel_types.base import Adversarial, FoldType, KernelType, Reading
-from autokernel.kernel_types.rmsnorm import is_rmsnorm_module
-
-
-def normal(shape, gen, device):
-    return torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
+from autokernel.kernel_types.base import Adversarial, FoldType, KernelType, Reading, normal
 
 
 def rmsnorm_linear_inputs(s, dtype, gen, device, x: torch.Tensor | None = None, norm_mean: float = 1.0):
@@ -86,7 +81,7 @@ def read_rmsnorm_linear(norm: nn.Module, linear: nn.Linear, x) -> Reading | str:
 
 
 FOLD = FoldType(
-    "rmsnorm_linear", is_rmsnorm_module, is_plain_linear, read_rmsnorm_linear,
+    "rmsnorm_linear", norms.is_rmsnorm_module, is_plain_linear, read_rmsnorm_linear,
     site_shape=lambda rows, linear, act: {"M": rows, "N": linear.out_features, "K": linear.in_features},
     preference=1,      # after rmsnorm_mlp: a norm feeding a gated MLP folds into the whole MLP, not its linears
     policy="one whose output only nn.Linear layers read counts with them as rmsnorm_linear, one shape per linear, "

@@ -18,10 +18,8 @@ from torch import nn
 
 import reference
 from autokernel.kernel_types import norms
-from autokernel.kernel_types.base import Adversarial, FoldType, KernelType, Reading
-from autokernel.kernel_types.fused_mlp import is_gated_mlp_module, mlp_activation, mlp_linears
-from autokernel.kernel_types.rmsnorm import is_rmsnorm_module
-from autokernel.kernel_types.rmsnorm_linear import normal
+from autokernel.kernel_types.base import Adversarial, FoldType, KernelType, Reading, normal
+from autokernel.kernel_types.mlps import is_gated_mlp_module, mlp_activation, mlp_linears
 
 
 def rmsnorm_mlp_inputs(s, dtype, gen, device, x: torch.Tensor | None = None, weight_scale: float = 1.0):
@@ -97,7 +95,7 @@ def _site_shape(rows: int, mlp: nn.Module, act: str | None) -> dict:
 
 
 FOLD = FoldType(
-    "rmsnorm_mlp", is_rmsnorm_module, is_gated_mlp_module, read_rmsnorm_mlp, site_shape=_site_shape,
+    "rmsnorm_mlp", norms.is_rmsnorm_module, is_gated_mlp_module, read_rmsnorm_mlp, site_shape=_site_shape,
     preference=0,      # a norm feeding a gated MLP folds into the whole MLP before its gate and up linears
     policy="an RMSNorm whose output only a gated MLP reads counts with it as rmsnorm_mlp",
     # Planned only where the router will read the activation the trace shows, so no job is planned
