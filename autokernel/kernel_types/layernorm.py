@@ -57,11 +57,7 @@ KERNEL_TYPE = KernelType(
                 "dim 1 of an (M, N, I) tensor (the channels C of x (B, C, H, W): M = B, N = C, I = H * W)",
     reference=reference.layernorm,
     make_inputs=layernorm_inputs,
-    smoke_shape={"M": 32, "N": 128},
-    sweep=norms.SWEEP,
-    cpu_sweep=norms.CPU_SWEEP,
-    edge_shapes=norms.EDGE,
-    cpu_edge_shapes=norms.CPU_EDGE,
+    **norms.SHAPES,
     timing_shape={"M": 8192, "N": 4096},
     adversarial=[
         Adversarial("near-zero variance", {"M": 16, "N": 1024}, _near_constant,

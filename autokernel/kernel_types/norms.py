@@ -52,6 +52,9 @@ EDGE = [{"M": m, "N": n} for m, n in [(1023, 1023), (17, 4097), (1537, 1537), (1
     {"M": m, "N": n, "I": i} for m, n, i in [(3, 1023, 17), (1, 1, 4097)]]
 CPU_EDGE = [{"M": m, "N": n} for m, n in [(3, 1023), (2, 4097), (5, 1537), (1, 1), (7, 1)]] + [
     {"M": m, "N": n, "I": i} for m, n, i in [(2, 1023, 5), (1, 1, 37), (5, 9, 1)]]
+# The shapes both norm types are checked at (KernelType keywords).
+SHAPES = {"smoke_shape": {"M": 32, "N": 128}, "sweep": SWEEP, "cpu_sweep": CPU_SWEEP, "edge_shapes": EDGE,
+          "cpu_edge_shapes": CPU_EDGE}
 
 
 # --------------------------------------------------------------------------- the profiler

@@ -64,11 +64,7 @@ KERNEL_TYPE = KernelType(
                 "of an (M, N, I) tensor (the channels C of x (B, C, H, W): M = B, N = C, I = H * W)",
     reference=reference.rmsnorm,
     make_inputs=rmsnorm_inputs,
-    smoke_shape={"M": 32, "N": 128},
-    sweep=norms.SWEEP,
-    cpu_sweep=norms.CPU_SWEEP,
-    edge_shapes=norms.EDGE,
-    cpu_edge_shapes=norms.CPU_EDGE,
+    **norms.SHAPES,
     timing_shape={"M": 8192, "N": 8192},
     adversarial=[
         Adversarial("near-zero values", {"M": 16, "N": 1024},
