@@ -86,7 +86,7 @@ class Attribution:
 def attribute(events, model: nn.Module, on_gpu: bool, folds: dict | None = None) -> Attribution:
     """Classify the root ops of a trace of `model` (torch.profiler events) and group them by call site.
 
-    folds: kernel type -> the FoldSearch of autokernel/norm_folding.py for it (profiler.find_folds)."""
+    folds: kernel type -> the FoldSearch of autokernel/norm_folding.py for it (profiler.find_profiled_folds)."""
     roots, measured_us = _collect_root_ops(events, on_gpu)
     fused = _fused_modules(model, roots)
     groups, call_ids = _group_call_sites(roots, fused, _folded_paths(folds or {}, fused))
