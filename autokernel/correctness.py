@@ -93,7 +93,7 @@ def _errors(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, 
     floor = LIBRARY_ERROR_FACTOR * library_error(expected, oracle)
     error = (got - want).abs()
     allowed = torch.clamp(atol + tol * want.abs(), min=floor)
-    if allowance is not None:       # the type's own extra error (a float32 matmul under TF32: registry.py)
+    if allowance is not None:       # the type's own extra error (a float32 matmul under TF32: kernel_types/matmul.py)
         extra = allowance.detach().flatten().to(device=allowed.device, dtype=torch.float64)
         allowed = allowed + (extra if positions is None else extra[positions.to(extra.device)])
     nonfinite_ok = (got == want) | (torch.isnan(got) & torch.isnan(want))

@@ -2,7 +2,9 @@
 
 A signature is everything a routing decision depends on, hashable, so that the decision is made
 once per signature (autokernel/router.py). A Site is one signature of one kernel in the model,
-with a copy of its first inputs, for verify to time our kernel against PyTorch there.
+with a copy of its first inputs, for verify to time our kernel against PyTorch there. `decide`
+makes a decision from a call's Reading, the kernels loaded and the routing policy; the checks a
+decision must pass on a real call before it is trusted are here too.
 """
 
 from __future__ import annotations
@@ -14,15 +16,22 @@ from typing import Callable
 import torch
 from torch import nn
 
-from autokernel import routes
+from autokernel import registry
+from autokernel.dtypes import dtype_name
 from autokernel.kernel_ops import OptimizedKernel
+from autokernel.kernel_types.base import ModuleVariant, Reading
+from autokernel.outputs import output_error, tolerance
+
+MEASURED, ALL = "measured", "all"
+POLICIES = (MEASURED, ALL)
+NOT_MEASURED = "not measured at this shape on this GPU (autokernel verify measures it)"
 
 
 @dataclass
 class Decision:
     """What calls with one signature do: the kernel and how to launch it, and whether to, eagerly and compiled."""
     kernel: OptimizedKernel | None          # the kernel verified for this call (counted against), or None
-    reading: routes.Reading | None
+    reading: Reading | None
     eager: bool = False
     compiled: bool = False
     why: str = ""                           # why the call is not routed (eagerly), for the fallback count
@@ -45,8 +54,8 @@ class Site:
 class ModuleRoute:
     path: str
     module_class: str
-    candidates: list[routes.ModuleVariant]
-    checked: routes.ModuleVariant | None = None     # the variant whose first call matched the module's own forward
+    candidates: list[ModuleVariant]
+    checked: ModuleVariant | None = None     # the variant whose first call matched the module's own forward
     rejections: list[str] = field(default_factory=list)
     decisions: dict = field(default_factory=dict)   # signature -> Decision
 
@@ -94,3 +103,73 @@ def _copy_value(value):
     if isinstance(value, (list, tuple)):
         return type(value)(_copy_value(item) for item in value)
     return value
+
+
+# --------------------------------------------------------------------------- deciding
+def decide(kernels: list[OptimizedKernel], policy: str, reading: Reading | str) -> Decision:
+    """The decision for one call of a kernel type, given the loaded kernels of the type (made once per signature).
+
+    Under the "measured" policy a call runs our kernel only where its route table says ours was
+    measured faster than PyTorch at that signature, eagerly and under torch.compile separately;
+    under "all" every verified call does."""
+    if isinstance(reading, str):
+        return Decision(kernels[0], None, why=reading)
+    first = reading.tensors[0]
+    dtype = first.dtype
+    if torch.is_grad_enabled() and any(t.requires_grad for t in reading.tensors):
+        return Decision(kernels[0], None, why="inputs need gradients (the kernels are inference only)")
+    if autocast_on():
+        return Decision(kernels[0], None, why="autocast is on")
+    if any(t.dtype != dtype for t in reading.tensors):
+        names = sorted({dtype_name(t.dtype) for t in reading.tensors})
+        return Decision(kernels[0], None, why=f"mixed dtypes {names}")
+    kernel = next((k for k in kernels if k.covers(reading.shape, dtype)), None)
+    if kernel is None:
+        if not any(dtype in k.dtypes for k in kernels):
+            return Decision(kernels[0], None, why=f"dtype {dtype_name(dtype)} not verified")
+        return Decision(kernels[0], None, why=f"shape {registry.format_shape(reading.shape)} not verified")
+    if policy == ALL:
+        eager = compiled = True
+        why = ""
+    else:
+        record = kernel.record(reading.shape, dtype)
+        eager, compiled = (record.route_eager, record.route_compiled) if record else (False, False)
+        why = "" if eager else (record.why or "slower than PyTorch here") if record else NOT_MEASURED
+    if reading.per_call_check is not None:
+        compiled = False     # a data-dependent check cannot run inside a compiled graph
+    return Decision(kernel, reading, eager, compiled, why)
+
+
+def raised(exc: Exception) -> str:
+    return f"the kernel raised {type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
+
+
+def survives_a_launch(decision: Decision, args: tuple, kwargs: dict) -> Decision:
+    """The decision, or a fallback saying why when its kernel raises on this call (a limit it has)."""
+    try:
+        with torch._C.DisableTorchFunction():
+            decision.reading.launch(decision.kernel.kernel_fn, *args, **kwargs)
+    except Exception as exc:
+        return Decision(decision.kernel, None, why=raised(exc))
+    return decision
+
+
+def first_call_mismatch(decision: Decision, x: torch.Tensor, own_forward: Callable[[], torch.Tensor]) -> str:
+    """Why the kernel's result on a module's first call differs from the module's own forward (run only
+    after the kernel ran), or "" when it matches."""
+    try:
+        with torch._C.DisableTorchFunction():
+            out = decision.reading.launch(decision.kernel.kernel_fn, x)
+    except Exception as exc:       # a kernel outside its limits (a head dim it does not take)
+        return raised(exc)
+    expected = own_forward()
+    error, allowed = output_error(expected, out), tolerance(expected)
+    return "" if error <= allowed else f"differs from the module's own forward by {error:.3g} (tolerance {allowed:g})"
+
+
+def capture_graph_op(kernel: OptimizedKernel, launch: Callable, args: tuple, kwargs: dict) -> None:
+    """Give the kernel its graph op (kernel_ops), made from the arguments a real launch passes it."""
+    captured = []
+    with torch._C.DisableTorchFunction():     # the kernel's own torch calls are never routed
+        launch(lambda *kernel_args: captured.append(kernel_args) or kernel.kernel_fn(*kernel_args), *args, **kwargs)
+    kernel.graph_op(captured[0] if captured else None)

@@ -18,107 +18,25 @@ A fold that a later input signature does not confirm (another consumer appeared)
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 from torch import nn
 
-from autokernel import registry, routes
-from autokernel.decisions import Decision, Site, autocast_on, copy_call
+from autokernel import registry
+from autokernel.decisions import Decision, Site, autocast_on, capture_graph_op, copy_call
+from autokernel.kernel_types import TYPES
+from autokernel.kernel_types.base import FoldType
 from autokernel.norm_folding import Fold, FoldSearch, find_folds
 from autokernel.outputs import output_error, tolerance
 
 
-# --------------------------------------------------------------------------- the fold types
-def is_rmsnorm_module(module: nn.Module) -> bool:
-    """A module a norm fold may start from: named like RMSNorm, a 1-D weight its only parameter, a float eps.
-    What it computes is inferred, so the router checks the folded result against its forward."""
-    params = dict(module.named_parameters(recurse=False))
-    weight = params.get("weight")
-    return ("rmsnorm" in type(module).__name__.lower() and weight is not None and weight.dim() == 1
-            and set(params) == {"weight"} and not any(module.children()) and routes.module_eps(module) is not None)
-
-
-def is_plain_linear(module: nn.Module) -> bool:
-    return type(module) is nn.Linear      # a subclass may compute something else (quantized, LoRA...)
-
-
-def read_rmsnorm_linear(norm: nn.Module, linear: nn.Linear, x) -> routes.Reading | str:
-    """A linear's call on the raw input of the RMSNorm folded into it: rmsnorm_linear {M, N, K}."""
-    if x.dim() == 0 or x.shape[-1] != linear.in_features or norm.weight.shape != (linear.in_features,):
-        return "input size differs from the norm's or the linear's"
-    eps, k, n = routes.module_eps(norm), linear.in_features, linear.out_features
-
-    def launch(fn, x):
-        out = fn(x.reshape(-1, k).contiguous(), norm.weight.contiguous(), linear.weight.contiguous(), float(eps))
-        out = out.reshape(*x.shape[:-1], n)
-        return out if linear.bias is None else out + linear.bias
-    tensors = (x, norm.weight, linear.weight) + ((linear.bias,) if linear.bias is not None else ())
-    return routes.Reading({"M": math.prod(x.shape[:-1]), "N": n, "K": k}, tensors, launch)
-
-
-def is_gated_mlp_module(module: nn.Module) -> bool:
-    return routes.mlp_linears(module) is not None
-
-
-# An activation module an MLP keeps as an attribute (HF: act_fn), and the classes (by name: HF's
-# own, or torch's) that compute each of the kernels' activations.
-_ACTIVATION_ATTRIBUTES = ("act_fn", "act", "activation", "activation_fn")
-_ACTIVATION_CLASSES = {
-    "SiLU": "silu", "SiLUActivation": "silu",
-    "GELUTanh": "gelu", "PytorchGELUTanh": "gelu", "NewGELUActivation": "gelu", "FastGELUActivation": "gelu",
-    "ReLUSquaredActivation": "relu2",
-}
-
-
-def mlp_activation(module: nn.Module) -> str:
-    """The MLP's activation, from an activation module it holds; "silu" (the LLaMA family's) when it holds none.
-
-    A guess: the router checks the folded result against the norm and the MLP's own forward on
-    the first call, and a wrong activation turns the fold off there. An activation no kernel runs
-    gives its class name, which matches no verified shape."""
-    for name in _ACTIVATION_ATTRIBUTES:
-        act = getattr(module, name, None)
-        if isinstance(act, nn.GELU):
-            return "gelu" if act.approximate == "tanh" else "GELU"
-        if isinstance(act, nn.Module):
-            return _ACTIVATION_CLASSES.get(type(act).__name__, type(act).__name__)
-    return "silu"
-
-
-def read_rmsnorm_mlp(norm: nn.Module, mlp: nn.Module, x) -> routes.Reading | str:
-    """A gated MLP's call on the raw input of the RMSNorm folded into it: rmsnorm_mlp {M, D, F, act}."""
-    gate, up, down = routes.mlp_linears(mlp)
-    hidden, dim = gate.weight.shape
-    if x.dim() == 0 or x.shape[-1] != dim or norm.weight.shape != (dim,):
-        return "input size differs from the norm's or the MLP's"
-    eps, act = routes.module_eps(norm), mlp_activation(mlp)
-
-    def launch(fn, x):
-        out = fn(x.reshape(-1, dim).contiguous(), norm.weight.contiguous(), gate.weight.contiguous(),
-                 up.weight.contiguous(), down.weight.contiguous(), float(eps), act)
-        return out.reshape(*x.shape[:-1], dim)
-    return routes.Reading({"M": math.prod(x.shape[:-1]), "D": dim, "F": hidden, "act": act},
-                          (x, norm.weight, gate.weight, up.weight, down.weight), launch)
-
-
-@dataclass(frozen=True)
-class FoldType:
-    """A fused type that takes a norm's raw input: which norms and consumers, and how a consumer's call reads."""
-    kernel_type: str
-    is_norm: Callable[[nn.Module], bool]
-    is_consumer: Callable[[nn.Module], bool]
-    read: Callable[[nn.Module, nn.Module, torch.Tensor], routes.Reading | str]    # (norm, consumer, raw x)
-
-
-# In order of preference where two types fold the same norm: a norm feeding a gated MLP folds into
-# the whole MLP (rmsnorm_mlp) before its gate and up linears (rmsnorm_linear).
-FOLD_TYPES = {
-    "rmsnorm_mlp": FoldType("rmsnorm_mlp", is_rmsnorm_module, is_gated_mlp_module, read_rmsnorm_mlp),
-    "rmsnorm_linear": FoldType("rmsnorm_linear", is_rmsnorm_module, is_plain_linear, read_rmsnorm_linear),
-}
+# Every type that folds a norm into its consumers (KernelType.fold), in order of preference where two
+# could fold the same norm (a norm feeding a gated MLP folds into the whole MLP before its linears).
+FOLD_TYPES: dict[str, FoldType] = {fold.kernel_type: fold for fold in sorted(
+    (kernel_type.fold for kernel_type in TYPES.values() if kernel_type.fold is not None),
+    key=lambda fold: fold.preference)}
 
 
 @dataclass
@@ -323,10 +241,7 @@ class Folding:
             site.run_pytorch = ((lambda: consumer(norm_forward(raw))) if norm_forward is not None
                                 else (lambda: consumer(normed_copy)))
         if decision.compiled and kernel._graph_op is None:
-            captured = []
-            with torch._C.DisableTorchFunction():
-                reading.launch(lambda *kernel_args: captured.append(kernel_args) or kernel.kernel_fn(*kernel_args), x)
-            kernel.graph_op(captured[0] if captured else None)
+            capture_graph_op(kernel, reading.launch, (x,), {})
 
     def summary(self) -> list[dict]:
         return [{"norm": path, "consumers": list(route.fold.consumer_paths), "kernel_type": route.fold_type.kernel_type,

@@ -28,8 +28,9 @@ from rich.table import Table
 from torch import nn
 
 from autokernel import classify, hardware, paths, registry
-from autokernel.classify import FOLD_POLICY, MLP_POLICY, OTHER, RANGE_PREFIX, RootOp, attribute
+from autokernel.classify import FOLD_POLICY, OTHER, RANGE_PREFIX, RootOp, attribute
 from autokernel.fold_routing import FOLD_TYPES, search_folds
+from autokernel.kernel_types.fused_mlp import MLP_POLICY
 from autokernel.norm_folding import FoldSearch
 from autokernel.timing import roofline
 
@@ -105,7 +106,7 @@ class _ModuleRanges:
         self.open_ranges: list = []
 
     def __enter__(self) -> "_ModuleRanges":
-        self._range_rotary_functions()
+        self._range_recognised_functions()
         for path, module in self.model.named_modules():
             self.handles.append(module.register_forward_pre_hook(
                 lambda mod, args, kwargs, path=path: self._enter(path, args, kwargs), with_kwargs=True))
@@ -129,8 +130,9 @@ class _ModuleRanges:
         for namespace, name, function in self.wrapped:
             setattr(namespace, name, function)
 
-    def _range_rotary_functions(self) -> None:
-        """A range around each call of a rotary-named function in the model's own Python modules.
+    def _range_recognised_functions(self) -> None:
+        """A range around each call of a function in the model's own Python modules that a kernel type
+        recognises by name (classify.recognised_function_type: rotate_half, apply_rotary_pos_emb).
 
         torch releases before 2.12 (the GPU image's 2.11) record no Python frames, so a rotary
         written as a function (Hugging Face's apply_rotary_pos_emb) would not be seen by name.
@@ -140,7 +142,7 @@ class _ModuleRanges:
         for namespace in namespaces:
             for name, function in list(vars(namespace).items()):
                 if (isinstance(function, types.FunctionType) and function.__module__ == namespace.__name__
-                        and classify.is_rotary_name(name)):
+                        and classify.recognised_function_type(name) is not None):
                     self.wrapped.append((namespace, name, function))
                     setattr(namespace, name, _in_range(f"{classify.FUNCTION_RANGE_PREFIX}{name}", function))
 
@@ -192,10 +194,7 @@ def find_profiled_folds(model: nn.Module, inputs: tuple) -> dict[str, FoldSearch
 
     A module the profiler sees as one kernel of its own (a gated MLP, a rotary module) may be
     replaced by that kernel, so a norm feeding one is not folded (autokernel/norm_folding.py)."""
-    def may_replace(module: nn.Module) -> bool:
-        return classify.gated_mlp_dims(module) is not None or classify.is_rotary_name(type(module).__name__)
-
-    search, types = search_folds(model, lambda: model(*inputs), list(FOLD_TYPES.values()), may_replace)
+    search, types = search_folds(model, lambda: model(*inputs), list(FOLD_TYPES.values()), classify.may_be_one_kernel)
     return {kernel_type: FoldSearch([f for f in search.folds if types[f.norm_path].kernel_type == kernel_type],
                                     search.rejected) for kernel_type in FOLD_TYPES}
 

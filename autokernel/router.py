@@ -32,19 +32,15 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from autokernel import registry, routes
-from autokernel.decisions import (Decision, KernelStats, ModuleRoute, Site, autocast_on,  # noqa: F401 (API)
-                                  call_signature, copy_call)
-from autokernel.dtypes import dtype_name
+from autokernel.decisions import (ALL, MEASURED, POLICIES, Decision, KernelStats, ModuleRoute,  # noqa: F401 (API)
+                                  Site, autocast_on, call_signature, capture_graph_op, copy_call, decide,
+                                  first_call_mismatch, survives_a_launch)
 from autokernel.fold_routing import FOLD_TYPES, Folding
 from autokernel.kernel_ops import OptimizedKernel
 from autokernel.norm_folding import note_call
-from autokernel.outputs import output_error, tolerance
 
-MEASURED, ALL = "measured", "all"
-POLICIES = (MEASURED, ALL)
 _NOT_ROUTED = object()
 _NOT_PATCHED = object()
-NOT_MEASURED = "not measured at this shape on this GPU (autokernel verify measures it)"
 
 
 class Router:
@@ -111,33 +107,7 @@ class Router:
     # ------------------------------------------------------------------ deciding
     def decide(self, kernel_type: str, reading: routes.Reading | str, site_label: str) -> Decision:
         """The decision for one call of a kernel type (made once per signature)."""
-        kernels = self.by_type[kernel_type]
-        if isinstance(reading, str):
-            return Decision(kernels[0], None, why=reading)
-        first = reading.tensors[0]
-        dtype = first.dtype
-        if torch.is_grad_enabled() and any(t.requires_grad for t in reading.tensors):
-            return Decision(kernels[0], None, why="inputs need gradients (the kernels are inference only)")
-        if autocast_on():
-            return Decision(kernels[0], None, why="autocast is on")
-        if any(t.dtype != dtype for t in reading.tensors):
-            names = sorted({dtype_name(t.dtype) for t in reading.tensors})
-            return Decision(kernels[0], None, why=f"mixed dtypes {names}")
-        kernel = next((k for k in kernels if k.covers(reading.shape, dtype)), None)
-        if kernel is None:
-            if not any(dtype in k.dtypes for k in kernels):
-                return Decision(kernels[0], None, why=f"dtype {dtype_name(dtype)} not verified")
-            return Decision(kernels[0], None, why=f"shape {registry.format_shape(reading.shape)} not verified")
-        if self.policy == ALL:
-            eager = compiled = True
-            why = ""
-        else:
-            record = kernel.record(reading.shape, dtype)
-            eager, compiled = (record.route_eager, record.route_compiled) if record else (False, False)
-            why = "" if eager else (record.why or "slower than PyTorch here") if record else NOT_MEASURED
-        if reading.per_call_check is not None:
-            compiled = False     # a data-dependent check cannot run inside a compiled graph
-        return Decision(kernel, reading, eager, compiled, why)
+        return decide(self.by_type[kernel_type], self.policy, reading)
 
     def _adopt(self, decision: Decision, site_label: str, example: tuple, original: Callable,
                through_router: Callable) -> None:
@@ -156,11 +126,7 @@ class Router:
             site.run_pytorch = lambda: original(*args, **kwargs)     # run it under bypassed()
             site.run_routed = lambda: through_router(args, kwargs)
         if decision.compiled and kernel._graph_op is None:
-            captured = []
-            with torch._C.DisableTorchFunction():     # the kernel's own torch calls are never routed
-                reading.launch(lambda *kernel_args: captured.append(kernel_args) or kernel.kernel_fn(*kernel_args),
-                               *example[0], **example[1])
-            kernel.graph_op(captured[0] if captured else None)
+            capture_graph_op(kernel, reading.launch, *example)
 
     # ------------------------------------------------------------------ counting
     def _count(self, decision: Decision, hit: bool, why: str = "") -> None:
@@ -218,46 +184,21 @@ class Router:
                 continue
             routed = decision.eager or decision.compiled
             if routed and variant.needs_check and route.checked is None:
-                if not self._first_call_matches(route, variant, decision, original, x):
+                with self.bypassed():
+                    mismatch = first_call_mismatch(decision, x, lambda: original(x))
+                if mismatch:      # a variant whose kernel does not compute what the module does is dropped
+                    route.candidates.remove(variant)
+                    route.rejections.append(f"{variant.label}: {mismatch}")
                     continue
                 route.checked = variant
             elif routed:
-                decision = self._survives_a_launch(decision, (x,), {})
+                decision = survives_a_launch(decision, (x,), {})
                 if decision.reading is None:
                     return decision
             self._adopt(decision, route.label, ((x,), {}), original,
                         lambda args, kwargs: self.run_module(route, original, args, kwargs))
             return decision
         return fallback or Decision(None, None)
-
-    def _first_call_matches(self, route: ModuleRoute, variant: routes.ModuleVariant, decision: Decision,
-                            original: Callable, x: torch.Tensor) -> bool:
-        """Whether the kernel matches the module's own forward on this call; a variant that does not is dropped."""
-        try:
-            with torch._C.DisableTorchFunction():
-                out = decision.reading.launch(decision.kernel.kernel_fn, x)
-        except Exception as exc:       # a kernel outside its limits (a head dim it does not take)
-            route.candidates.remove(variant)
-            route.rejections.append(f"{variant.label}: {_raised(exc)}")
-            return False
-        with self.bypassed():
-            expected = original(x)
-        error, allowed = output_error(expected, out), tolerance(expected)
-        if error <= allowed:
-            return True
-        route.candidates.remove(variant)
-        route.rejections.append(f"{variant.label}: differs from the module's own forward by {error:.3g} "
-                                f"(tolerance {allowed:g})")
-        return False
-
-    def _survives_a_launch(self, decision: Decision, args: tuple, kwargs: dict) -> Decision:
-        """The decision, or a fallback saying why when its kernel raises on this call (a limit it has)."""
-        try:
-            with torch._C.DisableTorchFunction():
-                decision.reading.launch(decision.kernel.kernel_fn, *args, **kwargs)
-        except Exception as exc:
-            return Decision(decision.kernel, None, why=_raised(exc))
-        return decision
 
     # ------------------------------------------------------------------ function calls
     def run_function(self, func: Callable, args: tuple, kwargs: dict):
@@ -300,7 +241,7 @@ class Router:
         kernel_type, reading = routes.read_function_call(func, args, kwargs)
         decision = self.decide(kernel_type, reading, label)
         if decision.eager or decision.compiled:
-            decision = self._survives_a_launch(decision, args, kwargs)
+            decision = survives_a_launch(decision, args, kwargs)
         if decision.reading is not None:
             self._adopt(decision, label, (args, kwargs), func,
                         lambda args, kwargs: self.run_function(func, args, kwargs))
@@ -410,10 +351,6 @@ class Router:
             "resolutions": dict(self.resolutions),
             "policy": self.policy,
         }
-
-
-def _raised(exc: Exception) -> str:
-    return f"the kernel raised {type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
 
 
 def _routing_mode_on_top() -> bool:

@@ -73,7 +73,7 @@ def test_plan_places_entries_on_the_gpu_roofline():
     assert all(entry["pct_peak"] is None for entry in plan["entries"])     # CPU times say nothing about a GPU
     on_gpu = profiler.build_plan(_handmade_report(device="cuda"), hardware.lookup("H100"))
     norm = next(entry for entry in on_gpu["entries"] if entry["kernel_type"] == "rmsnorm")
-    moved_gb = registry.RMSNORM.bytes_moved({"M": 8192, "N": 4096}, 2) / 1e9
+    moved_gb = registry.get("rmsnorm").bytes_moved({"M": 8192, "N": 4096}, 2) / 1e9
     assert norm["pct_peak"] == pytest.approx(100 * moved_gb / 2e-3 / 3350.0)
     no_gpu = profiler.build_plan(_handmade_report(), hardware.CPU_INTERPRETER)
     assert {entry["bound"] for entry in no_gpu["entries"]} == {None}

@@ -102,26 +102,6 @@ def test_ignored_targets_are_checked_on_every_call():
     assert reading.per_call_check(LOGITS, torch.full((10,), -100)) == "targets equal to ignore_index"
 
 
-def test_linear_weights_are_transposed_once_until_they_change():
-    layer = nn.Linear(8, 4, bias=False)
-    first = routes.transposed_weight(layer.weight, layer)
-    assert torch.equal(first, layer.weight.t()) and first.is_contiguous()
-    assert routes.transposed_weight(layer.weight, layer) is first
-    with torch.no_grad():
-        layer.weight.mul_(2)
-    second = routes.transposed_weight(layer.weight, layer)
-    assert second is not first and torch.equal(second, layer.weight.t())
-    routes.forget_kept_tensors(layer)
-    assert routes.transposed_weight(layer.weight, layer) is not second
-
-
-def test_rotary_tables_are_cut_and_cast_once_per_length_and_dtype():
-    model, _ = tiny_llama()
-    rotary = model.layers[0].attention.rotary
-    cos, sin = routes.rotary_tables(rotary, 5, torch.float16)
-    assert cos.dtype == torch.float16 and cos.shape == (5, 8) and torch.equal(cos, rotary.cos[:5].half())
-    assert routes.rotary_tables(rotary, 5, torch.float16)[0] is cos
-    assert routes.rotary_tables(rotary, 6, torch.float16)[0].shape == (6, 8)
 
 
 def test_module_variants_follow_the_modules_structure():
@@ -233,4 +213,3 @@ def test_a_norm_module_over_several_trailing_dims_is_one_norm_over_their_product
     assert reading.shape == {"M": 2, "N": 120}
     with torch.no_grad():
         torch.testing.assert_close(reading.launch(registry.get("layernorm").reference, H), norm(H))
-

@@ -17,7 +17,7 @@ GEMM (benchmarks/notes/model_shapes.md says why these shapes):
   other buckets.
 Every GEMM output is checked on up to 256 sampled rows against a float64 product: the error is
 given in units of the output's RMS, with the judge's verdict (float32: 1e-4 of max(1, RMS) plus
-1e-4 relative; under TF32 plus registry.tf32_matmul_allowance, which cuBLAS's TF32 must pass).
+1e-4 relative; under TF32 plus matmul.tf32_matmul_allowance, which cuBLAS's TF32 must pass).
 
 Attention (float16): F.scaled_dot_product_attention with the flash backend (any backend where
 flash refuses), against ours with its default blocks and a few alternatives (TUNABLES overrides),
@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 import reference  # noqa: E402
 from autokernel import registry  # noqa: E402
+from autokernel.kernel_types import matmul  # noqa: E402
 
 # KernelBench level 1 (float32): 1 square, 2 standard (M=2048, K=8192, N=4096), 6 large K,
 # 8 irregular (M=8205, K=2949, N=5921), 9 tall-skinny (A 32768 x 32 times B 32 x 32768, so K=32).
@@ -176,7 +177,7 @@ def sampled_error(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, tf32: boo
     allowed = tol * max(1.0, rms) + tol * oracle.abs()
     if tf32:
         with matmul_precision("high"):
-            allowed = allowed + registry.tf32_matmul_allowance({"a": a[rows], "b": b}, oracle, torch.float32)
+            allowed = allowed + matmul.tf32_matmul_allowance({"a": a[rows], "b": b}, oracle, torch.float32)
     error = (got - oracle).abs()
     return float(error.max()) / max(rms, 1e-30), "pass" if bool((error <= allowed).all()) else "FAIL"
 
@@ -295,7 +296,7 @@ def attention_record(table, label, shape, fn, expected, baseline, note=""):
     except Exception as exc:  # a variant that fails to compile or run is reported and skipped
         print(f"  {label:44s} failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
         return None
-    flops = registry.FLASH_ATTENTION.flops(shape)
+    flops = registry.get("flash_attention").flops(shape)
     table.add({"kind": "attention", "shape": shape, "dtype": "float16", "impl": label, "call_us": call, "gpu_us": gpu,
                "tflops": flops / (call * 1e-6) / 1e12, "error": error, "judge": "pass" if error < 1e-2 else "FAIL",
                "first_call_s": first_s, "note": note}, baseline)
@@ -303,7 +304,7 @@ def attention_record(table, label, shape, fn, expected, baseline, note=""):
 
 
 def sweep_attention(table: Table, fa, budget_s: float) -> None:
-    kt = registry.FLASH_ATTENTION
+    kt = registry.get("flash_attention")
     for name, shape in ATTENTION_SHAPES:
         if not table.start(f"attention float16 {name}", budget_s):
             continue

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import reference
-from autokernel import registry_folded
+from autokernel.kernel_types import rmsnorm_linear
 from autokernel.correctness import TOLERANCES as TOLERANCE
 from autokernel.paths import starter_path
 from autokernel.worker import load_kernel
@@ -18,7 +18,7 @@ from autokernel.worker import load_kernel
 fused, _ = load_kernel(starter_path("rmsnorm_linear"))
 
 
-def _inputs(m, n, k, dtype=torch.float32, seed=0, maker=registry_folded.rmsnorm_linear_inputs):
+def _inputs(m, n, k, dtype=torch.float32, seed=0, maker=rmsnorm_linear.rmsnorm_linear_inputs):
     gen = torch.Generator().manual_seed(seed)
     return maker({"M": m, "N": n, "K": k}, dtype, gen, "cpu")
 
@@ -52,7 +52,7 @@ def test_the_buckets_are_chosen_by_rows_and_clamped_to_the_output():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_rows_whose_squares_overflow_half_precision(dtype):
-    inputs = _inputs(16, 48, 96, dtype=dtype, maker=registry_folded.huge_rows)
+    inputs = _inputs(16, 48, 96, dtype=dtype, maker=rmsnorm_linear.huge_rows)
     x, g = inputs["x"].float(), inputs["norm_weight"].float()
     assert torch.isfinite(x).all() and not torch.isfinite((x * x).half()).all()
     # The case bites a kernel that would scale the activation tile by g in float16, not the weight's.
@@ -62,7 +62,7 @@ def test_rows_whose_squares_overflow_half_precision(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_zero_constant_and_wide_ranging_rows(dtype):
-    inputs = _inputs(16, 48, 96, dtype=dtype, maker=registry_folded.degenerate_rows)
+    inputs = _inputs(16, 48, 96, dtype=dtype, maker=rmsnorm_linear.degenerate_rows)
     out = fused.kernel_fn(**inputs)
     assert torch.equal(out[0], torch.zeros_like(out[0]))       # a zero row stays zero (rsqrt(eps) * 0)
     _assert_matches_reference(inputs)

@@ -1,0 +1,32 @@
+"""The kernel types, one module each: a module of this package that defines KERNEL_TYPE is a type.
+
+Adding a type means one module here (its registry entry, how the profiler recognises it and how
+verify routes it, autokernel/kernel_types/base.py), one function in reference.py and one starter
+in kernels/, and nothing else: the registry, the profiler's attribution and the router read
+every type from TYPES. Helper modules (base, norms) define no KERNEL_TYPE.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from autokernel.kernel_types.base import KernelType
+
+
+def _discover() -> dict[str, KernelType]:
+    types: dict[str, KernelType] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        kernel_type = getattr(module, "KERNEL_TYPE", None)
+        if kernel_type is None:
+            continue
+        if kernel_type.name != info.name:
+            raise ImportError(f"{module.__name__} defines the kernel type {kernel_type.name!r}: "
+                              f"a type's module is named after it")
+        types[kernel_type.name] = kernel_type
+    return types
+
+
+# Name -> type, in name order.
+TYPES: dict[str, KernelType] = _discover()

@@ -1,0 +1,89 @@
+"""cross_entropy: the mean cross-entropy of (M, V) logits against M integer targets. Inputs, shapes and extreme
+logits; the loss's aten ops (and log_softmax beside an nll_loss) in a trace; F.cross_entropy (mean, no
+weights) routed."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+import reference
+from autokernel.kernel_types.base import Adversarial, KernelType, Reading, Recognition, Routing, randn
+
+_LOG_SOFTMAX_OPS = {"aten::log_softmax", "aten::_log_softmax"}
+
+
+def ce_inputs(s, dtype, gen, device, logit_scale=1.0):
+    logits = randn((s["M"], s["V"]), dtype, gen, device, scale=logit_scale)
+    targets = torch.randint(0, s["V"], (s["M"],), generator=gen, device=device)
+    return {"logits": logits, "targets": targets}
+
+
+def _extreme(s, dtype, gen, device):
+    # Logits of +-1e4: the log-sum-exp must subtract the row max and accumulate in float32.
+    inputs = ce_inputs(s, dtype, gen, device)
+    signs = torch.randint(0, 2, (s["M"], s["V"]), generator=gen, device=device) * 2 - 1
+    inputs["logits"] = (signs * 1e4 + torch.randn((s["M"], s["V"]), generator=gen, device=device)).to(dtype)
+    return inputs
+
+
+# --------------------------------------------------------------------------- the profiler
+def claims_op(op: str, trace_ops: set[str]) -> bool:
+    """log_softmax is the loss's first half where the trace also runs an nll_loss; alone it is "other"."""
+    return op in _LOG_SOFTMAX_OPS and any(name.startswith("aten::nll_loss") for name in trace_ops)
+
+
+def op_shape(op: str, event, shapes: list[list[int]]) -> dict | None:
+    logits = shapes[0]
+    if not logits:
+        return None
+    # Classes are the last dimension of log_softmax's input and the second of the loss's logits.
+    classes = logits[-1] if op in _LOG_SOFTMAX_OPS or len(logits) < 2 else logits[1]
+    return {"M": math.prod(logits) // classes, "V": classes}
+
+
+# --------------------------------------------------------------------------- the router
+def read_cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                       reduction="mean", label_smoothing=0.0):
+    if weight is not None or size_average is not None or reduce is not None or reduction != "mean" or label_smoothing:
+        return "cross-entropy with class weights, label smoothing or a reduction other than mean"
+    if input.dim() != 2 or target.dim() != 1 or target.dtype != torch.int64:
+        return "cross-entropy not of (M, V) logits against (M,) class indices"
+    return Reading({"M": input.shape[0], "V": input.shape[1]}, (input,), _launch_cross_entropy,
+                   per_call_check=_no_ignored_targets)
+
+
+def _no_ignored_targets(input, target, weight=None, size_average=None, ignore_index=-100, **_):
+    # The kernels average over every target: a target equal to ignore_index must go to PyTorch.
+    # This reads the targets on every call (a device sync), and cannot be decided inside a compiled graph.
+    return None if not bool((target == ignore_index).any()) else "targets equal to ignore_index"
+
+
+def _launch_cross_entropy(fn, input, target, *args, **kwargs):
+    return fn(input.contiguous(), target.contiguous()).to(input.dtype)
+
+
+KERNEL_TYPE = KernelType(
+    name="cross_entropy",
+    profiled_ops=frozenset({"aten::cross_entropy_loss", "aten::nll_loss", "aten::nll_loss_nd",
+                           "aten::nll_loss_forward", "aten::nll_loss2d"}),
+    description="mean cross-entropy of (M, V) logits against M integer targets",
+    reference=reference.cross_entropy,
+    make_inputs=ce_inputs,
+    smoke_shape={"M": 16, "V": 256},
+    sweep=[{"M": m, "V": v} for m, v in [
+        (1, 1000), (128, 32000), (1024, 50257), (2048, 32768), (4096, 8192), (512, 128256),
+        (8192, 4096), (4096, 32000), (8192, 32768)]],
+    cpu_sweep=[{"M": m, "V": v} for m, v in [
+        (1, 64), (4, 128), (16, 256), (8, 512), (32, 32), (64, 64), (3, 1024), (2, 2048)]],
+    edge_shapes=[{"M": m, "V": v} for m, v in [(1023, 1023), (17, 4097), (1537, 1537), (1, 1), (4096, 1)]],
+    cpu_edge_shapes=[{"M": m, "V": v} for m, v in [(3, 1023), (2, 4097), (5, 1537), (1, 1), (7, 1)]],
+    timing_shape={"M": 8192, "V": 32768},
+    adversarial=[Adversarial("extreme logits", {"M": 16, "V": 1024}, _extreme, "logits of +-1e4")],
+    bytes_moved=lambda s, e: s["M"] * s["V"] * e + s["M"] * 8.0,
+    flops=lambda s: 4.0 * s["M"] * s["V"],
+    recognise=Recognition(op_shape=op_shape, claims_op=claims_op),
+    route=Routing(functions={F.cross_entropy: read_cross_entropy}),
+)

@@ -1,0 +1,196 @@
+"""reduce: sum, mean, max or min of a tensor viewed as (O, R, I), over R. Inputs, shapes and the cases a wrong
+identity or a half-precision accumulator fails; aten::sum / mean / amax / amin in a trace; torch.sum / mean /
+amax / amin and their Tensor methods routed, over any one dim or run of adjacent dims (not torch.max /
+torch.min(x, dim), which return indices too, which the reduce kernels do not compute)."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+import reference
+from autokernel.kernel_types.base import Adversarial, KernelType, Reading, Recognition, Routing, Shape, \
+    recorded_argument
+
+REDUCE_OPS = ("sum", "mean", "max", "min")
+_OPS = {"aten::sum": "sum", "aten::mean": "mean", "aten::amax": "max", "aten::amin": "min"}
+
+
+def reduce_layout(s: Shape) -> tuple[int, int, int]:
+    """(O, R, I) of a reduce shape: a tensor viewed as (outer, reduced, inner), reduced over R.
+
+    Shapes written before any dimension could be reduced, {M, N, dim} (an (M, N) tensor reduced
+    over dim -1 or 0), are still read: plans, job shapes and manifests of that time stay valid.
+    """
+    if "R" in s:
+        return int(s.get("O", 1)), int(s["R"]), int(s.get("I", 1))
+    return (int(s["M"]), int(s["N"]), 1) if int(s.get("dim", -1)) in (1, -1) else (1, int(s["M"]), int(s["N"]))
+
+
+def reduce_shape(outer: int, reduced: int, inner: int, op: str) -> Shape:
+    return {"O": outer, "R": reduced, "I": inner, "op": op}
+
+
+def reduce_call(outer: int, reduced: int, inner: int) -> tuple[tuple[int, ...], int]:
+    """The tensor shape and dim a reduce kernel is called with for a layout: (O, R) over dim -1 when I
+    is 1, (R, I) over dim 0 when O is 1 (the 2-D forms reduce kernels took before any dim could be
+    reduced, so their files keep working), else (O, R, I) over dim 1. The router calls kernels so too."""
+    if inner == 1:
+        return (outer, reduced), -1
+    if outer == 1:
+        return (reduced, inner), 0
+    return (outer, reduced, inner), 1
+
+
+def canonical_reduce_shape(s: Shape) -> Shape:
+    """A reduce shape in today's keys {O, R, I, op}, whichever keys it was written with."""
+    return reduce_shape(*reduce_layout(s), str(s.get("op", "sum")))
+
+
+def reduce_inputs(s, dtype, gen, device, x_scale=1.0, x_offset=0.0):
+    sizes, dim = reduce_call(*reduce_layout(s))
+    x = (torch.randn(sizes, generator=gen, device=device) * x_scale + x_offset).to(dtype)
+    return {"x": x, "dim": dim, "op": str(s.get("op", "sum"))}
+
+
+def _nonfinite(s, dtype, gen, device):
+    # max / min as torch.amax / amin: a nan anywhere in a reduced line makes it nan, an inf of
+    # the op's own sign wins, and a line of nothing but the other inf stays that inf.
+    inputs = reduce_inputs(s, dtype, gen, device)
+    outer, reduced, inner = reduce_layout(s)
+    x = inputs["x"].reshape(outer, reduced, inner)
+    x[0, reduced // 2, 0] = float("nan")
+    x[-1, :, -1] = float("-inf") if s.get("op") == "max" else float("inf")
+    x[0, 1, inner - 1] = float("inf")
+    x[0, 2, inner - 1] = float("-inf")
+    x[outer - 1, 0, 0] = float("nan")
+    x[outer - 1, 3, 0] = float("inf")
+    return inputs
+
+
+def _output_elems(s):
+    outer, _, inner = reduce_layout(s)
+    return outer * inner
+
+
+def _shapes(rows) -> list[Shape]:
+    return [reduce_shape(*row) for row in rows]
+
+
+# --------------------------------------------------------------------------- the layout both sides read
+def reduction_layout(shape, dim) -> tuple[int, int, int] | str:
+    """(outer, reduced, inner) of a reduction over `dim` of a tensor of this shape, the (O, R, I)
+    layout the reduce kernel is judged on, or why it is not one.
+
+    Any one dimension, or a run of adjacent ones (all of them when dim is None or ()), is one
+    reduced axis of the tensor viewed as (O, R, I); dims with a gap between them are not. The
+    profiler's plan asks this too (op_shape), so a reduction is planned as a job only in a form
+    the router can run.
+    """
+    dims = [] if dim is None else [dim] if isinstance(dim, int) else list(dim)
+    if len(shape) == 0 or not all(isinstance(d, int) for d in dims):
+        return "a reduction of a 0-d tensor, or over named dimensions"
+    ndim = len(shape)
+    if not all(-ndim <= d < ndim for d in dims):
+        return "a reduction over a dimension out of range"
+    reduced = sorted({d % ndim for d in dims}) or list(range(ndim))
+    first, last = reduced[0], reduced[-1]
+    if reduced != list(range(first, last + 1)):
+        return "a reduction over dimensions that are not adjacent"
+    return math.prod(shape[:first]), math.prod(shape[first:last + 1]), math.prod(shape[last + 1:])
+
+
+def op_shape(op: str, event, shapes: list[list[int]]) -> dict | None:
+    """The reduce job's shape, or None (left as "other") where the router could not run the call."""
+    if not shapes[0] or recorded_argument(event, "dtype") is not None:
+        return None         # sum(x, dtype=...): the router leaves a dtype argument to PyTorch
+    layout = reduction_layout(shapes[0], recorded_argument(event, "dim"))
+    if isinstance(layout, str):
+        return None
+    return reduce_shape(*layout, _OPS[op])
+
+
+# --------------------------------------------------------------------------- the router
+def _reduced_dims(input, dim) -> list[int]:
+    dims = [] if dim is None else [dim] if isinstance(dim, int) else list(dim)
+    return sorted({d % input.dim() for d in dims}) or list(range(input.dim()))
+
+
+def read_reduction(op: str, input, dim=None, keepdim=False, *, dtype=None, out=None) -> Reading | str:
+    # The signature of torch.sum / torch.mean and their Tensor methods; amax's and amin's have no
+    # dtype, and their dim=() also means all dims.
+    if dtype is not None or out is not None:
+        return "a reduction with a dtype or out argument"
+    layout = reduction_layout(tuple(input.shape), dim)
+    if isinstance(layout, str):
+        return layout
+    return Reading(reduce_shape(*layout, op), (input,), functools.partial(_launch_reduction, op))
+
+
+def _launch_reduction(op: str, fn, input, dim=None, keepdim=False, *, dtype=None, out=None):
+    sizes, kernel_dim = reduce_call(*reduction_layout(tuple(input.shape), dim))
+    reduced = _reduced_dims(input, dim)
+    out_shape = [1 if d in reduced else size for d, size in enumerate(input.shape) if keepdim or d not in reduced]
+    return fn(input.reshape(sizes).contiguous(), kernel_dim, op).reshape(out_shape)
+
+
+_SUM, _MEAN = functools.partial(read_reduction, "sum"), functools.partial(read_reduction, "mean")
+_MAX, _MIN = functools.partial(read_reduction, "max"), functools.partial(read_reduction, "min")
+
+KERNEL_TYPE = KernelType(
+    name="reduce",
+    # torch.max / torch.min(x, dim) (aten::max, aten::min) return indices too, which the reduce
+    # kernels do not compute, so the router leaves them to PyTorch and they are not planned either.
+    profiled_ops=frozenset(_OPS),
+    description="sum, mean, max or min of a tensor viewed as (O, R, I) over R (any one dimension, or a "
+                "run of adjacent ones); max and min are amax / amin (values only)",
+    reference=reference.reduce,
+    make_inputs=reduce_inputs,
+    smoke_shape=reduce_shape(4, 128, 8, "sum"),
+    # Reduced last (I = 1), first (O = 1) and in the middle (KernelBench's (16, 256, 256) over dim 1).
+    sweep=_shapes([
+        (1, 4096, 1, "sum"), (1024, 1024, 1, "max"), (4096, 4096, 1, "mean"), (1, 4096, 4096, "sum"),
+        (1, 8192, 1024, "max"), (16, 256, 256, "sum"), (16, 256, 256, "max"), (128, 1024, 128, "mean"),
+        (64, 4096, 64, "min"), (8192, 8192, 1, "sum")]),
+    cpu_sweep=_shapes([
+        (1, 64, 1, "sum"), (4, 128, 1, "max"), (1, 16, 256, "sum"), (4, 32, 16, "mean"), (3, 50, 7, "min"),
+        (2, 64, 64, "max"), (8, 33, 5, "sum"), (64, 64, 1, "min"), (3, 1024, 1, "mean")]),
+    edge_shapes=_shapes([
+        (1023, 1023, 1, "sum"), (17, 4097, 1, "max"), (1, 1537, 1537, "mean"), (1, 4097, 3, "min"),
+        (7, 1023, 33, "sum"), (3, 1, 4097, "max"), (1, 1, 1, "sum"), (4096, 1, 1, "min"), (1, 4096, 1, "mean")]),
+    cpu_edge_shapes=_shapes([
+        (3, 1023, 1, "sum"), (2, 4097, 1, "max"), (1, 1537, 3, "mean"), (1, 4097, 2, "min"), (3, 37, 5, "sum"),
+        (5, 1, 9, "max"), (1, 1, 1, "sum"), (7, 1, 1, "min"), (1, 7, 1, "mean")]),
+    timing_shape=reduce_shape(8192, 8192, 1, "sum"),
+    adversarial=[
+        Adversarial("all-negative values (max)", reduce_shape(16, 1024, 1, "max"),
+                    lambda s, d, g, dev: reduce_inputs(s, d, g, dev, x_offset=-50.0),
+                    "every value below zero: a max that starts from 0 is wrong"),
+        Adversarial("all-positive values (min)", reduce_shape(4, 256, 8, "min"),
+                    lambda s, d, g, dev: reduce_inputs(s, d, g, dev, x_offset=50.0),
+                    "every value above zero: a min that starts from 0 is wrong"),
+        Adversarial("nan and inf (max)", reduce_shape(4, 256, 8, "max"), _nonfinite,
+                    "nan propagates, +inf wins, a line of -inf stays -inf"),
+        Adversarial("nan and inf (min)", reduce_shape(4, 256, 8, "min"), _nonfinite,
+                    "nan propagates, -inf wins, a line of +inf stays +inf"),
+        Adversarial("large values (sum)", reduce_shape(16, 1024, 1, "sum"),
+                    lambda s, d, g, dev: reduce_inputs(s, d, g, dev, x_scale=1e2),
+                    "sums of +-100: a float16 accumulator loses the result"),
+        Adversarial("sums near float16's limit", reduce_shape(4, 1024, 8, "sum"),
+                    lambda s, d, g, dev: reduce_inputs(s, d, g, dev, x_offset=60.0),
+                    "1024 values near 60 sum to about 61440: a float16 accumulator, whose spacing there "
+                    "is 32, rounds away most of every addition"),
+        Adversarial("means near float16's limit", reduce_shape(4, 1024, 8, "mean"),
+                    lambda s, d, g, dev: reduce_inputs(s, d, g, dev, x_offset=60.0),
+                    "the mean of the same values: the sum must still be accumulated in float32"),
+    ],
+    bytes_moved=lambda s, e: (math.prod(reduce_layout(s)) + _output_elems(s)) * e,
+    flops=lambda s: float(math.prod(reduce_layout(s))),
+    canonical=canonical_reduce_shape,
+    recognise=Recognition(op_shape=op_shape),
+    route=Routing(functions={
+        torch.sum: _SUM, torch.Tensor.sum: _SUM, torch.mean: _MEAN, torch.Tensor.mean: _MEAN,
+        torch.amax: _MAX, torch.Tensor.amax: _MAX, torch.amin: _MIN, torch.Tensor.amin: _MIN}),
+)
