@@ -56,6 +56,12 @@ from autokernel.verify_report import print_report  # noqa: E402
 REPORT_FILE = "verify_report.json"
 STARTER_MANIFEST_DIR = "starter_kernels"     # under the workspace
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+# The model has no kernel type AutoKernel covers: nothing to check, and the user keeps PyTorch's path.
+EXIT_NOTHING_TO_PLUG_IN = 3
+
+
+class NothingToPlugIn(plugin.PlugInError):
+    """The plan has no kernel type AutoKernel has a kernel for."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                         log=lambda line: console.print(line, markup=False, highlight=False))
     except (models.ModelLoadError, plugin.PlugInError) as error:
         print(f"verify.py: {error}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_NOTHING_TO_PLUG_IN if isinstance(error, NothingToPlugIn) else EXIT_ERROR
     print_report(report, console)
     report_path = workspace / REPORT_FILE
     report_path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,8 +136,8 @@ def write_starter_manifest(plan: dict, folder: Path) -> Path:
     entries = {f"{entry['rank']}_{entry['kernel_type']}":
                plugin.manifest_entry(entry, paths.starter_path(entry["kernel_type"])) for entry in plan["entries"]}
     if not entries:
-        raise plugin.PlugInError(f"the plan of {plan['model']} has no kernel type AutoKernel has a kernel for, "
-                                 "so there is nothing to plug in")
+        raise NothingToPlugIn(f"the plan of {plan['model']} has no kernel type AutoKernel has a kernel for, "
+                              "so there is nothing to plug in")
     manifest_path = folder / paths.MANIFEST_NAME
     earlier = manifest.read_manifest(manifest_path) if manifest_path.is_file() else {}
     for name, entry in entries.items():

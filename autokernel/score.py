@@ -32,6 +32,7 @@ from typing import Callable
 from autokernel import paths
 
 THRESHOLDS = (1.0, 1.5, 2.0)
+NOTHING_TO_PLUG_IN = 3       # verify.py's exit code when no kernel type covers the model (EXIT_NOTHING_TO_PLUG_IN)
 PROBLEM_TIMEOUT_S = 900
 
 
@@ -42,7 +43,7 @@ class ProblemScore:
     speedup_vs_eager: float | None
     speedup_vs_compile: float | None
     verdict: str
-    timings_meaningful: bool
+    timings_meaningful: bool | None      # None: nothing was timed
     seconds: float
     error: str | None = None
 
@@ -78,6 +79,13 @@ def score_report(name: str, report: dict, seconds: float) -> ProblemScore:
         verdict=report["verdict"]["summary"], timings_meaningful=report["timings_meaningful"], seconds=seconds)
 
 
+def unplanned_score(name: str, seconds: float) -> ProblemScore:
+    """A problem no kernel type covers: the user keeps PyTorch's own path, correct and 1.0x, with nothing timed."""
+    return ProblemScore(problem=name, correct=True, speedup_vs_eager=1.0, speedup_vs_compile=1.0,
+                        verdict="not planned: no kernel type covers it; PyTorch's own path, unchanged",
+                        timings_meaningful=None, seconds=seconds)
+
+
 def fast_p(scores: list[ProblemScore], baseline: str, threshold: float) -> float:
     """The fraction of problems correct and faster than the baseline ("eager" or "compile") by more than threshold."""
     if not scores:
@@ -94,7 +102,8 @@ def geometric_mean(scores: list[ProblemScore], baseline: str) -> float | None:
 
 def summary(scores: list[ProblemScore]) -> dict:
     table = {"problems": len(scores), "correct": sum(s.correct for s in scores) / len(scores) if scores else 0.0,
-             "timings_meaningful": all(s.timings_meaningful for s in scores)}
+             # A problem with nothing timed (unplanned, or failed before timing) says nothing of the clock.
+             "timings_meaningful": all(s.timings_meaningful for s in scores if s.timings_meaningful is not None)}
     for baseline in ("eager", "compile"):
         table[baseline] = {**{f"fast_{t:g}": fast_p(scores, baseline, t) for t in THRESHOLDS},
                            "geomean_speedup": geometric_mean(scores, baseline)}
@@ -113,9 +122,11 @@ def score_folder(folder: Path, *, budget: str | None, top: int, extra_args: list
         try:
             optimized = _optimize(file, budget, top, extra_args, log) if budget else None
             report = _verify(file, workspace, optimized, extra_args, compile_enabled)
-            scores.append(score_report(file.stem, report, time.monotonic() - started))
+            seconds = time.monotonic() - started
+            scores.append(score_report(file.stem, report, seconds) if report is not None
+                          else unplanned_score(file.stem, seconds))
         except _ProblemFailed as failure:
-            scores.append(ProblemScore(file.stem, False, None, None, "not scored", False,
+            scores.append(ProblemScore(file.stem, False, None, None, "not scored", None,
                                        time.monotonic() - started, error=str(failure)))
         finally:
             if optimized is not None:
@@ -163,6 +174,8 @@ def _verify(file: Path, workspace: Path, optimized: Path | None, extra_args: lis
     cmd = [sys.executable, str(paths.ROOT / "verify.py"), str(file), *kernels, "--workspace", str(workspace),
            *extra_args, *([] if compile_enabled else ["--no-compile"])]
     proc = _run(cmd, "verify")
+    if proc.returncode == NOTHING_TO_PLUG_IN:
+        return None
     report_file = workspace / "verify_report.json"
     if proc.returncode not in (0, 1) or not report_file.is_file():
         raise _ProblemFailed(f"verify exited {proc.returncode}: {_tail(proc.stderr or proc.stdout)}")

@@ -24,6 +24,23 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
+UNPLANNED_PROBLEM = '''
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.max(x, dim=1)[0]       # values and indices: no kernel type covers it
+
+
+def get_inputs():
+    return [torch.randn(4, 8, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
 BROKEN_PROBLEM = '''
 from torch import nn
 
@@ -63,6 +80,14 @@ def test_speedups_are_against_eager_and_compile_and_nothing_routed_is_pytorchs_o
     assert not wrong.correct and wrong.speedup_vs_eager == 1.0     # a wrong variant is no speedup
 
 
+def test_only_timed_problems_say_whether_the_timings_mean_anything():
+    timed = score.ProblemScore("a", True, 2.0, 1.0, "", True, 1.0)
+    untimed = [score.unplanned_score("b", 1.0), score.ProblemScore("c", False, None, None, "not scored", None, 1.0)]
+    assert score.summary([timed, *untimed])["timings_meaningful"] is True      # a GPU run stays meaningful
+    assert score.summary([score.ProblemScore("d", True, 1.0, 1.0, "", False, 1.0), *untimed])[
+        "timings_meaningful"] is False
+
+
 def test_fast_p_counts_only_correct_problems_faster_than_the_threshold():
     scores = [score.ProblemScore("a", True, 2.5, 1.2, "", True, 1.0), score.ProblemScore("b", True, 1.0, 0.9, "", True, 1.0),
               score.ProblemScore("c", False, 3.0, 3.0, "", True, 1.0), score.ProblemScore("d", True, 1.6, 1.0, "", True, 1.0)]
@@ -79,16 +104,21 @@ def test_score_runs_every_problem_and_a_broken_one_costs_only_its_row(tmp_path, 
     folder.mkdir()
     (folder / "softmax_rows.py").write_text(textwrap.dedent(SOFTMAX_PROBLEM))
     (folder / "broken.py").write_text(textwrap.dedent(BROKEN_PROBLEM))
+    (folder / "max_middle.py").write_text(textwrap.dedent(UNPLANNED_PROBLEM))
     (folder / "helpers.py").write_text("X = 1\n")           # not a problem file: skipped
     out = tmp_path / "scores.json"
     code = cli.main(["score", str(folder), "--no-compile", "--json-out", str(out)])
     assert code == 0
     written = json.loads(out.read_text())
     rows = {row["problem"]: row for row in written["scores"]}
-    assert set(rows) == {"softmax_rows", "broken"}
+    assert set(rows) == {"softmax_rows", "broken", "max_middle"}
     assert rows["softmax_rows"]["correct"] and rows["softmax_rows"]["timings_meaningful"] is False
     assert not rows["broken"]["correct"] and "verify exited 2" in rows["broken"]["error"]
-    assert written["summary"]["problems"] == 2 and written["summary"]["correct"] == 0.5
+    # Nothing to plug in: the user keeps PyTorch's path, correct at 1.0x, and nothing was timed.
+    unplanned = rows["max_middle"]
+    assert unplanned["correct"] and unplanned["speedup_vs_eager"] == unplanned["speedup_vs_compile"] == 1.0
+    assert unplanned["timings_meaningful"] is None and unplanned["verdict"].startswith("not planned")
+    assert written["summary"]["problems"] == 3 and written["summary"]["correct"] == pytest.approx(2 / 3)
     printed = capsys.readouterr().out
     assert "| softmax_rows | yes |" in printed and "NOT MEANINGFUL" in printed
 

@@ -134,7 +134,7 @@ def test_starters_reuse_this_models_plan(tmp_path, capsys):
     assert [(k["name"], k["file"], k["share"]) for k in report["kernels"]] == [
         (f"{e['rank']}_{e['kernel_type']}", str(starter_path(e["kernel_type"])), e["share"]) for e in entries]
     assert all(k["hits"] > 0 and k["fallbacks"] == 0 for k in report["kernels"])
-    with pytest.raises(plugin.PlugInError, match="nothing to plug in"):
+    with pytest.raises(verify.NothingToPlugIn, match="nothing to plug in"):
         verify.write_starter_manifest({"model": "llama.py:Model", "entries": []}, tmp_path)
 
 
