@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from autokernel import route_table, selection, variants
+from autokernel import headroom, route_table, selection, variants
 from autokernel.outputs import detached_copy, output_error, tolerance
 from autokernel.router import ALL, MEASURED
 from autokernel.variants import HOW_TO_USE, INDUCTOR, NOISE_FLOOR, VARIANTS, VariantResult
@@ -93,6 +93,7 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
         for variant in (v for v in names if not VARIANTS[v][1]):
             log(f"timing {VARIANTS[variant][0]}")
             results[variant] = variants.run(variant, model, inputs, expected, on_gpu, backend)
+        found = _headroom(model, inputs, results, on_gpu, compile_backend, log)
         router = plug_in(policy=ALL, keep_examples=True)
         if router.folding is not None:
             # The first call with these inputs is watched for folded norms (run unfolded); the check
@@ -138,7 +139,20 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
             "verdict": verdict.to_json(), "tolerance": allowed,
             "checked": {"policy": ALL, "max_error": checked_error, "passed": checked_error <= allowed, **checked},
             "routing": routing, "route_table": _table_rows(records),
-            "selection": [trial.to_json() for trial in trials], "records": records, **extra}
+            "selection": [trial.to_json() for trial in trials], "records": records,
+            "headroom": found.to_json() if found else None, **extra}
+
+
+def _headroom(model, inputs: tuple, results: dict[str, VariantResult], on_gpu: bool, compile_backend: str | None,
+              log: Callable[[str], None]) -> headroom.Headroom | None:
+    """Where torch.compile's forward spends its GPU time (before any kernel is plugged in), on a GPU."""
+    best = [r.ms for r in results.values() if r.ms]
+    if not on_gpu or compile_backend != INDUCTOR or "compile" not in results or not best:
+        return None
+    log("profiling torch.compile's forward (where its GPU time goes)")
+    torch._dynamo.reset()
+    fn = variants.compiled(model, "default", INDUCTOR)
+    return headroom.measure(lambda: fn(*inputs), min(best))
 
 
 def _one_forward_counts(router, model, inputs) -> dict:

@@ -32,6 +32,7 @@ def print_report(report: dict, console: Console) -> None:
     verdict = report["verdict"]
     colour = "green" if verdict["faster"] else "yellow"
     console.print(f"[bold {colour}]verdict: {escape(verdict['summary'])}[/bold {colour}]")
+    _print_headroom(report, console)
     console.print(f"use: {escape(verdict['use_code'])}")
     check = report["correctness"]
     result = "[bold green]PASS[/bold green]" if check["passed"] else "[bold red]FAIL[/bold red]"
@@ -105,6 +106,12 @@ def _print_variants(report: dict, console: Console) -> None:
     if not report["timings_meaningful"]:
         console.print("[bold yellow]CPU run through Triton's interpreter: wall-clock timings, NOT MEANINGFUL"
                       "[/bold yellow]")
+
+
+def _print_headroom(report: dict, console: Console) -> None:
+    """Why a model can or cannot get much faster than torch.compile (autokernel/headroom.py)."""
+    if report.get("headroom"):
+        console.print(f"headroom: {escape(report['headroom']['summary'])}")
 
 
 def _print_overhead(overhead: dict | None, console: Console) -> None:

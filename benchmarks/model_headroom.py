@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,49 +30,13 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from autokernel import latency  # noqa: E402
+from autokernel.headroom import Headroom, group_times, kernel_group, profile_kernels  # noqa: E402
 from autokernel.model_args import add_model_arguments, load_model_keywords  # noqa: E402
 from autokernel.models import load_model  # noqa: E402
 
-# Lower-case substrings of GPU kernel names, checked in this order.
-GROUPS = (
-    ("attention", ("flash", "fmha", "attention", "attn", "cudnn")),
-    ("gemm", ("gemm", "nvjet", "xmma", "cutlass", "wgmma", "sm90_", "sm80_", "splitk", "ampere_")),
-)
-PROFILED_FORWARDS = 5
 
-
-def kernel_group(name: str) -> str:
-    """'gemm', 'attention' or 'other' for a GPU kernel's name."""
-    lowered = name.lower()
-    if lowered.startswith("triton"):        # Inductor's own kernels, whatever they fuse
-        return "other"
-    for group, needles in GROUPS:
-        if any(needle in lowered for needle in needles):
-            return group
-    return "other"
-
-
-def profile_groups(fn, forwards: int = PROFILED_FORWARDS) -> tuple[dict[str, float], list[tuple[str, float, int]]]:
-    """GPU microseconds per forward in each group, and the top kernels (name, us per forward, calls)."""
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(forwards):
-            fn()
-        torch.cuda.synchronize()
-    per_kernel: dict[str, list[float]] = defaultdict(list)
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA and event.device_time_total > 0:
-            per_kernel[event.name].append(event.device_time_total)
-    groups = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
-    top = []
-    for name, times in per_kernel.items():
-        us = sum(times) / forwards
-        groups[kernel_group(name)] += us
-        top.append((name, us, len(times) // forwards))
-    top.sort(key=lambda row: -row[1])
-    return groups, top
+def top_kernels(kernel_us: dict[str, float], count: int = 12) -> list[tuple[str, float]]:
+    return sorted(kernel_us.items(), key=lambda row: -row[1])[:count]
 
 
 def main() -> int:
@@ -95,26 +58,22 @@ def main() -> int:
         graphs = latency.graph_replay(compiled_fn)
         if graphs is not None:
             times["compile + CUDA graphs"] = graphs
-        groups, top = profile_groups(compiled_fn)
-    kernel_us = sum(groups.values())
-    compile_us = times["compile"].us
-    best_us = min(t.us for t in times.values())
-    ceilings = {
-        "everything but GEMMs free": best_us / groups["gemm"],
-        "everything but GEMMs and attention free": best_us / (groups["gemm"] + groups["attention"]),
-    }
+        kernel_us = profile_kernels(compiled_fn)
+    groups = group_times(kernel_us)
+    best_ms = min(t.median_ms for t in times.values())
+    headroom = Headroom(groups["gemm"], groups["attention"], groups["other"], best_ms)
     print(f"{loaded.name} {args.dtype} inputs {[tuple(t.shape) for t in inputs if hasattr(t, 'shape')]} "
           f"on {torch.cuda.get_device_name()}, torch {torch.__version__}")
     for mode, t in times.items():
         print(f"  {mode:24s} {t.median_ms:8.3f} ms  (range {t.low_ms:.3f}-{t.high_ms:.3f}, {t.repeats} repeats)")
-    print(f"  compiled forward's GPU kernel time {kernel_us / 1e3:.3f} ms of {compile_us / 1e3:.3f} ms whole call")
+    total_us = sum(groups.values())
+    print(f"  compiled forward's GPU kernel time {total_us / 1e3:.3f} ms of {times['compile'].median_ms:.3f} ms")
     for group, us in groups.items():
-        print(f"    {group:10s} {us / 1e3:8.3f} ms  {us / kernel_us:6.1%}")
-    for what, ceiling in ceilings.items():
-        print(f"  ceiling against PyTorch's best ({best_us / 1e3:.3f} ms) if {what}: {ceiling:.3f}x")
-    print("  top kernels (us per forward, calls):")
-    for name, us, calls in top[:12]:
-        print(f"    {us:9.1f} {calls:4d}  [{kernel_group(name)}] {name[:110]}")
+        print(f"    {group:10s} {us / 1e3:8.3f} ms  {us / total_us:6.1%}")
+    print(f"  {headroom.summary()}; keeping attention too: {headroom.ceiling(keep_attention=True):.3f}x")
+    print("  top kernels (us per forward):")
+    for name, us in top_kernels(kernel_us):
+        print(f"    {us:9.1f}  [{kernel_group(name)}] {name[:110]}")
     if args.out:
         out = Path(args.out) / "headroom.json"
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -122,8 +81,8 @@ def main() -> int:
             "model": loaded.name, "model_args": args.model_arg, "dtype": args.dtype,
             "device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "times_ms": {mode: t.to_json() for mode, t in times.items()},
-            "compiled_kernel_us": groups, "ceilings": ceilings,
-            "top_kernels": [{"name": n, "us": us, "calls": c} for n, us, c in top[:40]]}, indent=2) + "\n")
+            "headroom": headroom.to_json(),
+            "top_kernels": [{"name": n, "us": us} for n, us in top_kernels(kernel_us, 40)]}, indent=2) + "\n")
         print(f"wrote {out}")
     return 0
 
