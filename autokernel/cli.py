@@ -238,12 +238,12 @@ def _cmd_report(args, started: float) -> int:
 
 def _user_errors() -> tuple[type[Exception], ...]:
     """The exceptions whose message is meant for the user; imported late so `autokernel report` stays light."""
-    import extract
     from autokernel import gitops, lock, models, report, runner
     from autokernel.agents.base import AgentError
+    from autokernel.jobs import PlanError
     from autokernel.run_state import OptimizationError
 
-    return (OptimizationError, gitops.GitOpsError, models.ModelLoadError, AgentError, extract.PlanError,
+    return (OptimizationError, gitops.GitOpsError, models.ModelLoadError, AgentError, PlanError,
             results.ResultsFileError, report.ReportError, lock.RunLocked, runner.SandboxError)
 
 

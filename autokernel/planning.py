@@ -13,14 +13,14 @@ PROFILE_LOG = "profile.log"     # in the workspace: what torch's profiler printe
 
 def jobs_from_profile(model, inputs, *, name: str, top: int, log: Callable[[str], None]) -> list[dict]:
     """Profile an nn.Module into workspace/optimization_plan.json and extract its top kernels as jobs (Amdahl order)."""
-    import extract
+    from autokernel import jobs as kernel_jobs
     from autokernel import profiler
 
     log(f"profiling {name} (torch's own output goes to workspace/{PROFILE_LOG}) ...")
     with quiet_native_output(paths.WORKSPACE / PROFILE_LOG):
         profiler.profile_to_workspace(model, inputs, name=name, workspace=paths.WORKSPACE)
     plan_path = paths.WORKSPACE / profiler.PLAN_FILE
-    jobs = extract.extract_jobs(plan_path, top, paths.WORKSPACE)
+    jobs = kernel_jobs.extract_jobs(plan_path, top, paths.WORKSPACE)
     if not jobs:
         raise OptimizationError(f"the profile found no kernel that AutoKernel can optimize (plan: {plan_path})")
     for job in jobs:

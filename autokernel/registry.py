@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-import reference
+from autokernel import references as reference
 from autokernel import registry_folded as folded
 from autokernel.dtypes import pytorch_fp32_matmul_uses_tf32  # noqa: F401 (the registry's API too)
 

@@ -23,7 +23,8 @@ from typing import Callable
 import torch
 
 from autokernel import gitops, paths, policy, results, runner
-from autokernel.agents.base import AgentError, make_agent
+from autokernel.agents.base import AgentError
+from autokernel.agents.factory import make_agent
 from autokernel.budget import Budget
 from autokernel.live import ProgressView, format_duration, format_speedup
 from autokernel.lock import RunLock

@@ -42,7 +42,7 @@ import triton.runtime.interpreter
 import triton.runtime.jit
 import torch.utils._python_dispatch
 
-import reference
+from autokernel import references as reference
 from autokernel import correctness, registry, timing, wire, worker_guards as guards
 from autokernel.worker_guards import VIOLATIONS
 
