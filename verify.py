@@ -44,14 +44,10 @@ from typing import Callable
 import torch
 from rich.console import Console
 
-from autokernel import interpreter
-
-interpreter.choose()        # first, before anything imports triton: no GPU means Triton's interpreter
-
-from autokernel import handover, manifest, models, paths, plugin, profiler  # noqa: E402
-from autokernel.model_args import add_model_arguments, load_model_keywords  # noqa: E402
-from autokernel.outputs import ERROR_DEFINITION  # noqa: E402
-from autokernel.verify_report import print_report  # noqa: E402
+from autokernel import handover, interpreter, manifest, models, paths, plugin, profiler
+from autokernel.model_args import add_model_arguments, load_model_keywords
+from autokernel.outputs import ERROR_DEFINITION
+from autokernel.verify_report import print_report
 
 REPORT_FILE = "verify_report.json"
 STARTER_MANIFEST_DIR = "starter_kernels"     # under the workspace
@@ -83,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    interpreter.choose()        # first, before any kernel file is imported: no GPU means Triton's interpreter
     args = build_parser().parse_args(argv)
     console = Console()
     workspace = Path(args.workspace)

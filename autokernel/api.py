@@ -59,9 +59,11 @@ def optimize(model: nn.Module, sample_inputs, backend: str = "triton", budget_ho
     torch.compile of it; its `autokernel_choice` says which and why (autokernel.unplug restores
     the model). Without a GPU nothing is timed for real, so PyTorch's own path comes back.
     """
-    from autokernel import planning, session
+    from autokernel import interpreter, planning, session
     from autokernel.live import ProgressView
     from autokernel.run_state import RunSettings
+
+    interpreter.choose()        # first: no GPU means Triton's interpreter
 
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not supported: AutoKernel writes Triton kernels, "

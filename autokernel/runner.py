@@ -330,8 +330,8 @@ def _last_lines(text: str, count: int) -> str:
 
 def bench_command(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, json_out: str | Path,
                   seed: int | None = None, extra_args: Sequence[str] = (),
-                  bench_script: str | Path = paths.BENCH_SCRIPT) -> list[str]:
-    cmd = [sys.executable, str(bench_script), "--kernel", str(kernel_path)]
+                  bench_script: str | Path | None = None) -> list[str]:
+    cmd = [sys.executable, str(bench_script or paths.BENCH_SCRIPT), "--kernel", str(kernel_path)]
     for shape in shapes:
         cmd += ["--shape", format_shape(shape)]
     cmd += ["--dtype", dtype, "--json-out", str(json_out)]
@@ -365,7 +365,7 @@ def sandbox_gpu_problem(cwd: str | Path) -> str | None:
 
 def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, timeout_s: float,
               seed: int | None = None, extra_args: Sequence[str] = (),
-              bench_script: str | Path = paths.BENCH_SCRIPT) -> dict:
+              bench_script: str | Path | None = None) -> dict:
     """Judge one kernel file with bench.py in a child process and return bench's JSON result.
 
     A bench run that times out becomes correctness TIMEOUT; one that dies without writing its
@@ -373,13 +373,16 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
     with the end of its stderr in "message". So does a result file that lacks this run's nonce
     (the kernel wrote it, not the judge), or that says PASS while bench.py exited otherwise.
     """
-    bench_script = Path(bench_script)
+    # The judge runs from the project it judges (in a clone, the folder bench.py is in); a judge named
+    # here runs from its own folder.
+    cwd = Path(bench_script).parent if bench_script else paths.ROOT
+    bench_script = Path(bench_script or paths.BENCH_SCRIPT)
     nonce = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="autokernel-bench-") as tmp:
         json_out = Path(tmp) / "result.json"
         cmd = bench_command(kernel_path, shapes=shapes, dtype=dtype, json_out=json_out, seed=seed,
                             extra_args=extra_args, bench_script=bench_script)
-        child = run_child(cmd, timeout_s=timeout_s, cwd=bench_script.parent, writable=[tmp],
+        child = run_child(cmd, timeout_s=timeout_s, cwd=cwd, writable=[tmp],
                           env_extra={NONCE_VARIABLE: nonce})
         written = json_out.read_text() if json_out.exists() else ""
     common = dict(dtype=dtype, seed=seed, wall_seconds=round(child.wall_seconds, 3))

@@ -23,7 +23,7 @@ import inspect
 import logging
 import re
 
-from autokernel.paths import ROOT
+from autokernel.paths import starter_path
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def idle_bucket_axes(names: list[str], used_buckets: list[str]) -> list[str]:
 def buckets_used(kernel_type: str, tunables: dict, shapes: list[dict], dtype_name: str | None) -> list[str] | None:
     """The shape buckets the starter's plan picks for the job's shapes with these TUNABLES, or None where
     the starter does not plan by bucket (or the plan cannot be made: then there is no preference)."""
-    starter = ROOT / "kernels" / f"{kernel_type}.py"
+    starter = starter_path(kernel_type)
     if not shapes or not starter.is_file() or "def plan(" not in starter.read_text():
         return None
     import torch
