@@ -31,9 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"extract.py: {error.args[0]}", file=sys.stderr)
         return 2
     for job in jobs:
-        print(f"rank {job['rank']}: {job['kernel_type']} -> {job['path']} ({job['share']:.1%} of the time, "
-              f"{job['amdahl_2x']:.2f}x end to end if made 2x faster)")
-        print(f"    python bench.py --kernel {job['path']} {' '.join(job['bench_args'])}")
+        print(f"rank {job.rank}: {job.kernel_type} -> {job.path} ({job.share:.1%} of the time, "
+              f"{job.amdahl_2x:.2f}x end to end if made 2x faster)")
+        print(f"    python bench.py --kernel {job.path} {' '.join(job.bench_args)}")
     print(f"wrote {out / kernel_jobs.JOBS_FILE}")
     return 0
 

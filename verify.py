@@ -45,6 +45,7 @@ import torch
 from rich.console import Console
 
 from autokernel import handover, interpreter, manifest, models, paths, plugin, profiler
+from autokernel.contracts import PlanEntry
 from autokernel.model_args import add_model_arguments, load_model_keywords
 from autokernel.outputs import ERROR_DEFINITION
 from autokernel.verify_report import print_report
@@ -125,7 +126,8 @@ def write_starter_manifest(plan: dict, folder: Path) -> Path:
     sources); the folder is returned, to plug in as an optimized_kernels folder is.
     """
     entries = {f"{entry['rank']}_{entry['kernel_type']}":
-               plugin.manifest_entry(entry, paths.starter_path(entry["kernel_type"])) for entry in plan["entries"]}
+               plugin.manifest_entry(PlanEntry.from_json(entry), paths.starter_path(entry["kernel_type"]))
+               for entry in plan["entries"]}
     if not entries:
         raise plugin.PlugInError(f"the plan of {plan['model']} has no kernel type AutoKernel has a kernel for, "
                                  "so there is nothing to plug in")

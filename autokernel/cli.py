@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from autokernel import paths, results
+from autokernel import contracts, paths, results
 from autokernel.model_args import add_model_arguments, load_model_keywords
 
 EXIT_ERROR = 1
@@ -169,7 +169,7 @@ SETTING_FLAGS = {"budget": "budget_s", "experiment_timeout": "experiment_timeout
 
 def _cmd_optimize(args, started: float) -> int:
     from autokernel import interpreter, planning, session
-    from autokernel.run_state import RunSettings
+    from autokernel.contracts import RunSettings
 
     interpreter.choose()        # first: no GPU means Triton's interpreter (bench.py's worker chooses for itself)
 
@@ -209,8 +209,8 @@ def _resumable() -> bool:
 
 
 def _cmd_status(args, started: float) -> int:
-    from autokernel import session
-    from autokernel.run_state import RunState, state_file
+    from autokernel import run_state, session
+    from autokernel.run_state import state_file
 
     if not state_file().exists():
         if args.json:
@@ -218,9 +218,9 @@ def _cmd_status(args, started: float) -> int:
         else:
             print(f"no run yet ({state_file()} does not exist); start one with: autokernel optimize MODEL")
         return 0
-    state = RunState.load()
+    state = run_state.load()
     rows = [row for row in results.read_rows(paths.RESULTS_TSV) if row["tag"] == state.tag]
-    kept = sum(row["status"] == results.STATUS_KEEP for row in rows)
+    kept = sum(row["status"] == contracts.STATUS_KEEP for row in rows)
     if args.json:
         print(json.dumps({"state": state.to_json(), "results": {"rows": len(rows), "kept": kept},
                           "outcome": session.outcome_lines(state)}, indent=2))

@@ -47,16 +47,16 @@ def _job_literal(source: str) -> dict:
 
 def test_jobs_follow_rank_and_skip_other(plan_path, tmp_path):
     jobs = kernel_jobs.extract_jobs(plan_path, 5, tmp_path / "ws")
-    assert [(job["rank"], job["kernel_type"]) for job in jobs] == [(1, "matmul"), (2, "rmsnorm"), (4, "softmax")]
-    assert [job["path"] for job in jobs] == [str(tmp_path / "ws" / name) for name in
-                                             ("kernel_1_matmul.py", "kernel_2_rmsnorm.py", "kernel_4_softmax.py")]
+    assert [(job.rank, job.kernel_type) for job in jobs] == [(1, "matmul"), (2, "rmsnorm"), (4, "softmax")]
+    assert [job.path for job in jobs] == [str(tmp_path / "ws" / name) for name in
+                                          ("kernel_1_matmul.py", "kernel_2_rmsnorm.py", "kernel_4_softmax.py")]
     assert sorted(p.name for p in (tmp_path / "ws").iterdir()) == [
         "jobs.json", "kernel_1_matmul.py", "kernel_2_rmsnorm.py", "kernel_4_softmax.py"]
 
 
 def test_top_limits_the_jobs(plan_path, tmp_path):
     jobs = kernel_jobs.extract_jobs(plan_path, 1, tmp_path / "ws")
-    assert [job["kernel_type"] for job in jobs] == ["matmul"]
+    assert [job.kernel_type for job in jobs] == ["matmul"]
     assert not (tmp_path / "ws" / "kernel_2_rmsnorm.py").exists()
     with pytest.raises(ValueError, match="at least 1"):
         kernel_jobs.extract_jobs(plan_path, 0, tmp_path / "ws")
@@ -147,6 +147,6 @@ def test_profiled_plan_becomes_jobs_with_the_model_shapes(tmp_path):
     plan = profiler.build_plan(report, hardware.CPU_INTERPRETER)
     _, plan_file = profiler.write_outputs(report, plan, tmp_path)
     jobs = kernel_jobs.extract_jobs(plan_file, 5, tmp_path)
-    shapes = {job["kernel_type"]: job["shape_args"] for job in jobs}
+    shapes = {job.kernel_type: job.shape_args for job in jobs}
     assert shapes == {"matmul": ["M=15,N=24,K=16"], "softmax": ["M=15,N=24"]}
-    assert {job["model"] for job in jobs} == {"head"} and {job["dtype"] for job in jobs} == {"float32"}
+    assert {job.model for job in jobs} == {"head"} and {job.dtype for job in jobs} == {"float32"}

@@ -18,11 +18,12 @@ dtype with the current TUNABLES, on the CPU, where the starter plans as on an H1
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import logging
 import re
 
+from autokernel.contracts import PASS
+from autokernel.kernel_file import import_file
 from autokernel.paths import starter_path
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def kind_of(name: str) -> str:
 def bound_of(results: list[dict | None]) -> str | None:
     """The roofline bound in the judge's summary of the first passing result that has one."""
     for result in results:
-        if result and result.get("correctness") == "PASS":
+        if result and result.get("correctness") == PASS:
             bound = (result.get("limits") or {}).get("bound")
             if bound in KIND_ORDER:
                 return bound
@@ -93,9 +94,7 @@ def buckets_used(kernel_type: str, tunables: dict, shapes: list[dict], dtype_nam
     import torch
 
     try:
-        spec = importlib.util.spec_from_file_location(f"_autokernel_starter_{kernel_type}", starter)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = import_file(starter, f"_autokernel_starter_{kernel_type}")
         module.TUNABLES = dict(tunables)
         params = [p for p in inspect.signature(module.plan).parameters if p not in ("dtype", "device")]
         dtype = getattr(torch, dtype_name or "float16")
