@@ -23,6 +23,7 @@ import logging
 import re
 
 from autokernel.contracts import PASS
+from autokernel.dtypes import DTYPES
 from autokernel.kernel_file import import_file
 from autokernel.paths import starter_path
 
@@ -97,7 +98,7 @@ def buckets_used(kernel_type: str, tunables: dict, shapes: list[dict], dtype_nam
         module = import_file(starter, f"_autokernel_starter_{kernel_type}")
         module.TUNABLES = dict(tunables)
         params = [p for p in inspect.signature(module.plan).parameters if p not in ("dtype", "device")]
-        dtype = getattr(torch, dtype_name or "float16")
+        dtype = DTYPES[dtype_name or "float16"]
         return sorted({module.plan(*(shape[p] for p in params), dtype=dtype, device=torch.device("cpu")).bucket
                        for shape in shapes})
     except Exception as exc:    # a hint for the search order, never a reason to stop the run
