@@ -182,7 +182,7 @@ class OptimizationRun:
         """Run experiments until a stopping rule fires; returns the reason."""
         self._refresh_status(progress)
         while True:
-            reason = self._stop_reason(progress)
+            reason = self._run_stop() or policy.job_stop_reason(progress, self.settings)
             if reason:
                 return reason
             try:
@@ -191,9 +191,6 @@ class OptimizationRun:
                 return f"the agent has nothing left to try ({exc})"
             if reason:
                 return reason
-
-    def _stop_reason(self, progress: JobProgress) -> str | None:
-        return self._run_stop() or policy.job_stop_reason(progress, self.settings)
 
     def _experiment(self, job: Job, progress: JobProgress) -> str | None:
         """One experiment; returns a run-ending reason when the budget could not pay for it."""

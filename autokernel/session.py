@@ -26,7 +26,7 @@ from autokernel import gitops, paths, policy, results, run_state, runner
 from autokernel.agents.base import AgentError
 from autokernel.agents.factory import make_agent
 from autokernel.budget import Budget
-from autokernel.contracts import Job, RunSettings, RunState
+from autokernel.contracts import NO_GAIN, Job, RunSettings, RunState
 from autokernel.live import ProgressView, format_duration, format_speedup
 from autokernel.lock import RunLock
 from autokernel.loop import RUN_STOPS, OptimizationRun
@@ -217,7 +217,7 @@ def _return_user(repo: gitops.KernelRepo, state: RunState, position: str | None,
                 repo.checkout(position)
     except gitops.GitOpsError as exc:
         view.log(f"could not return to {position}: {exc}")
-    saved = [entry["file"] for entry in state.finished if entry.get("verdict") != "no gain"]
+    saved = [entry["file"] for entry in state.finished if entry.get("verdict") != NO_GAIN]
     if state.current is not None and state.stopped_because in RUN_STOPS and policy.is_winner(state.current.best):
         saved.append(f"{state.job().name}.py (best so far)")
     where = "on this branch" if repo.current_branch() == branch else f"on branch {branch}"
@@ -252,7 +252,7 @@ def outcome_lines(state: RunState) -> list[str]:
                             f", {format_speedup(entry['best_speedup_vs_pytorch'])} vs PyTorch eager"
                             if entry.get("best_speedup_vs_pytorch") is not None else "")
             ending = ("no gain: PyTorch's best is faster at every shape, nothing saved"
-                      if entry.get("verdict") == "no gain" else "done")
+                      if entry.get("verdict") == NO_GAIN else "done")
             if entry.get("timings_meaningful") is False:
                 vs_best_text += ", timed under the CPU interpreter: not meaningful"
             lines.append(f"  {name}: {ending}, {format_speedup(entry['speedup_over_baseline'])} over its baseline"
