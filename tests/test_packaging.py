@@ -40,8 +40,13 @@ def _source_copy(destination: Path) -> Path:
 def wheel(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("wheel")
     source = _source_copy(base / "source")
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-          "-w", str(base / "dist"), str(source)], base)
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(source)]
+    # With this environment's setuptools (offline); where it is too old to build wheels (before 70.1,
+    # without the wheel package), in pip's isolated build environment, as `pip install .` would.
+    offline = subprocess.run([*build, "--no-build-isolation", "--no-index"], cwd=base, capture_output=True, text=True,
+                             timeout=600)
+    if offline.returncode != 0:
+        _run(build, base)
     (built,) = (base / "dist").glob("autokernel-*.whl")
     return built
 

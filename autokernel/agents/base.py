@@ -46,7 +46,7 @@ class AgentContext:
                                                 # correctness, throughput, speedup_vs_pytorch, message
     best_versions: list[tuple[str, dict]]       # up to 3 best kept (source, bench result), best first
     program: str                                # program.md text
-    job: dict                                   # rank, kernel_type, shapes, dtype, gpu, baseline
+    job: dict                                   # contracts.Job.to_json(), and "baseline": its measured result
     deadline: float | None = None               # time.monotonic() by which a proposal must be back
 
 
