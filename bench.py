@@ -60,12 +60,13 @@ if not ON_GPU:
     torch.set_num_threads(1)
 
 from autokernel import hardware, limits, registry, timing, worker_process  # noqa: E402
+from autokernel.contracts import CRASH, FAIL, PASS, TIMEOUT, VERDICTS  # noqa: E402
 from autokernel.correctness import (DTYPES, CheckFailure, case_inputs, compare, dtype_name,  # noqa: E402
                                     reference_outputs, same_bits)
 from autokernel.dtypes import pytorch_fp32_matmul_uses_tf32  # noqa: E402
 from autokernel.judge_link import CandidateWorker, WorkerFailure  # noqa: E402
 
-EXIT_CODES = {"PASS": 0, "FAIL": 1, "CRASH": 2, "TIMEOUT": 3}
+EXIT_CODES = {verdict: code for code, verdict in enumerate(VERDICTS)}     # PASS 0, FAIL 1, CRASH 2, TIMEOUT 3
 # Seconds each stage may take before the run is reported as TIMEOUT; the first stage includes
 # compilation. The interpreter is two orders of magnitude slower, so it gets more room.
 STAGE_LIMITS_S = {"load": 60, "smoke": 60, "shape sweep": 180, "stability": 90, "determinism": 90,
@@ -371,9 +372,9 @@ class Watchdog:
             time.sleep(0.1)
             deadline = self.deadline
             if deadline is not None and time.monotonic() > deadline:
-                self.report("TIMEOUT", self.stage, f"stage '{self.stage}' exceeded its time limit",
+                self.report(TIMEOUT, self.stage, f"stage '{self.stage}' exceeded its time limit",
                             before_write=self.stop_worker)
-                os._exit(EXIT_CODES["TIMEOUT"])
+                os._exit(EXIT_CODES[TIMEOUT])
 
 
 class Report:
@@ -513,15 +514,15 @@ def judge_kernel(worker: CandidateWorker, args, report: Report, watchdog: Watchd
         with watchdog.limit(stage, STAGE_LIMITS_S[stage] * scale):
             timing_result = time_kernel(judge)
         report.result["timing_seconds"] = round(time.monotonic() - started, 3)
-        return "PASS", None, "", timing_result
+        return PASS, None, "", timing_result
     except CheckFailure as failure:
-        return "FAIL", stage, str(failure), None
+        return FAIL, stage, str(failure), None
     except WorkerFailure as failure:
         return failure.kind, stage, str(failure), None
     except KeyError as exc:           # an unknown KERNEL_TYPE
-        return "CRASH", stage, str(exc).strip("'\""), None
+        return CRASH, stage, str(exc).strip("'\""), None
     except Exception as exc:          # the judge's own error: never a PASS, and said as such
-        return "CRASH", stage, f"the judge failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", None
+        return CRASH, stage, f"the judge failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", None
 
 
 def main(argv=None) -> int:
@@ -529,8 +530,8 @@ def main(argv=None) -> int:
     report = Report(args, worker_process.seal_judge())
     kernel_path = Path(args.kernel)
     if not kernel_path.is_file():
-        report.finish("CRASH", "load", f"kernel file not found: {kernel_path}")
-        return EXIT_CODES["CRASH"]
+        report.finish(CRASH, "load", f"kernel file not found: {kernel_path}")
+        return EXIT_CODES[CRASH]
     worker = CandidateWorker(kernel_path)
     watchdog = Watchdog(report.finish, worker.kill)
     try:

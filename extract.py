@@ -2,115 +2,39 @@
 
     python extract.py [--top N] [--plan workspace/optimization_plan.json] [--out DIR]
 
-For each planned kernel type in rank order ("other" is not a kernel), the starter kernels/<type>.py
-is copied to workspace/kernel_<rank>_<type>.py with a `JOB = {...}` literal after its docstring:
-the rank, the model, its dtype and its real shapes (most time first), and the exact bench.py
-arguments that check and time the kernel at those shapes. workspace/jobs.json lists the jobs for
-the optimization loop.
+For each planned kernel type in rank order, the starter kernels/<type>.py is copied to
+workspace/kernel_<rank>_<type>.py with a `JOB = {...}` literal after its docstring (the model's
+shapes and the exact bench.py arguments), and workspace/jobs.json lists the jobs for the
+optimization loop. The work is done by autokernel/jobs.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import json
 import sys
 from pathlib import Path
 
-from autokernel import paths, registry
-
-JOBS_FILE = "jobs.json"
-
-
-class PlanError(Exception):
-    """The plan file is missing or not a plan; the message says what to do."""
-
-
-def read_plan(plan_path: str | Path) -> dict:
-    path = Path(plan_path)
-    if not path.is_file():
-        raise PlanError(f"no plan at {path}: run `python profile.py MODEL` first")
-    try:
-        plan = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise PlanError(f"{path} is not valid JSON ({error}); run profile.py again") from error
-    if not isinstance(plan, dict) or not isinstance(plan.get("entries"), list):
-        raise PlanError(f"{path} is not an optimization plan (no \"entries\" list); run profile.py again")
-    return plan
-
-
-def bench_args(shapes: list[dict], dtype: str) -> list[str]:
-    """The bench.py arguments that check and time a kernel at these shapes in this dtype."""
-    return [arg for shape in shapes for arg in ("--shape", registry.format_shape(shape))] + ["--dtype", dtype]
-
-
-def make_job(entry: dict, plan: dict, path: Path) -> dict:
-    shapes = entry["shapes"]
-    return {
-        "rank": entry["rank"], "kernel_type": entry["kernel_type"], "model": plan.get("model", "unknown"),
-        "dtype": entry["dtype"], "shapes": shapes, "shape_args": [registry.format_shape(s) for s in shapes],
-        "bench_args": bench_args(shapes, entry["dtype"]), "share": entry["share"],
-        "amdahl_2x": entry["amdahl_2x"], "path": str(path),
-    }
-
-
-def stamp_starter(source: str, job: dict) -> str:
-    """The starter's source with a header comment and the JOB literal inserted after its docstring."""
-    tree = ast.parse(source)
-    split_line = tree.body[0].end_lineno if ast.get_docstring(tree) is not None else 0
-    lines = source.splitlines(keepends=True)
-    fields = {key: job[key] for key in ("rank", "kernel_type", "model", "dtype", "shapes", "shape_args", "bench_args")}
-    header = (
-        f"\n# Kernel job {job['rank']} for {job['model']}: {job['kernel_type']}, {job['share']:.1%} of the "
-        f"measured time\n# (made 2x faster: {job['amdahl_2x']:.3f}x end to end). Written by extract.py from "
-        f"the optimization plan;\n# bench.py checks and times it at the model's shapes with:\n"
-        f"#   python bench.py --kernel {job['path']} {' '.join(job['bench_args'])}\n"
-        "JOB = {\n" + "".join(f"    {key!r}: {value!r},\n" for key, value in fields.items()) + "}\n"
-    )
-    return "".join(lines[:split_line]) + header + "".join(lines[split_line:])
-
-
-def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path) -> list[dict]:
-    """Write one kernel file per planned kernel type (the top `top` by rank) and jobs.json; return the jobs."""
-    if top < 1:
-        raise ValueError(f"top must be at least 1, got {top}")
-    plan = read_plan(plan_path)
-    entries = sorted((e for e in plan["entries"] if e.get("kernel_type") != "other"), key=lambda e: e["rank"])
-    folder = Path(workspace)
-    folder.mkdir(parents=True, exist_ok=True)
-    jobs = []
-    for entry in entries[:top]:
-        registry.get(entry["kernel_type"])
-        if not entry.get("shapes"):
-            raise PlanError(f"plan entry rank {entry['rank']} ({entry['kernel_type']}) has no shapes; "
-                            "run profile.py again")
-        starter = paths.starter_path(entry["kernel_type"])
-        if not starter.is_file():
-            raise PlanError(f"no starter kernel for {entry['kernel_type']}: expected {starter}")
-        target = folder / f"kernel_{entry['rank']}_{entry['kernel_type']}.py"
-        job = make_job(entry, plan, target)
-        target.write_text(stamp_starter(starter.read_text(), job))
-        jobs.append(job)
-    (folder / JOBS_FILE).write_text(json.dumps(jobs, indent=2) + "\n")
-    return jobs
+from autokernel import jobs as kernel_jobs, paths
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Turn the optimization plan's top entries into kernel jobs.")
     parser.add_argument("--top", type=int, default=5, help="how many kernel types to extract (default 5)")
-    parser.add_argument("--plan", default=str(paths.WORKSPACE / "optimization_plan.json"), help="the plan file")
-    parser.add_argument("--out", default=str(paths.WORKSPACE), help="workspace directory for the jobs")
+    parser.add_argument("--plan", default=None, help="the plan file (default workspace/optimization_plan.json)")
+    parser.add_argument("--out", default=None, help="workspace directory for the jobs (default workspace/)")
     args = parser.parse_args(argv)
+    out = Path(args.out) if args.out else paths.WORKSPACE
+    plan = Path(args.plan) if args.plan else paths.WORKSPACE / "optimization_plan.json"
     try:
-        jobs = extract_jobs(args.plan, args.top, args.out)
-    except (PlanError, ValueError, KeyError) as error:
+        jobs = kernel_jobs.extract_jobs(plan, args.top, out)
+    except (kernel_jobs.PlanError, ValueError, KeyError) as error:
         print(f"extract.py: {error.args[0]}", file=sys.stderr)
         return 2
     for job in jobs:
-        print(f"rank {job['rank']}: {job['kernel_type']} -> {job['path']} ({job['share']:.1%} of the time, "
-              f"{job['amdahl_2x']:.2f}x end to end if made 2x faster)")
-        print(f"    python bench.py --kernel {job['path']} {' '.join(job['bench_args'])}")
-    print(f"wrote {Path(args.out) / JOBS_FILE}")
+        print(f"rank {job.rank}: {job.kernel_type} -> {job.path} ({job.share:.1%} of the time, "
+              f"{job.amdahl_2x:.2f}x end to end if made 2x faster)")
+        print(f"    python bench.py --kernel {job.path} {' '.join(job.bench_args)}")
+    print(f"wrote {out / kernel_jobs.JOBS_FILE}")
     return 0
 
 

@@ -57,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Imported here, not at the top: torch is slow to import, and --help should not wait for it.
-    from autokernel import paths, profiler
+    from autokernel import interpreter, paths, profiler
+
+    interpreter.choose()        # first: no GPU means Triton's interpreter
     from autokernel.models import ModelLoadError, load_model
 
     try:

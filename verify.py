@@ -44,14 +44,11 @@ from typing import Callable
 import torch
 from rich.console import Console
 
-from autokernel import interpreter
-
-interpreter.choose()        # first, before anything imports triton: no GPU means Triton's interpreter
-
-from autokernel import handover, manifest, models, paths, plugin, profiler  # noqa: E402
-from autokernel.model_args import add_model_arguments, load_model_keywords  # noqa: E402
-from autokernel.outputs import ERROR_DEFINITION  # noqa: E402
-from autokernel.verify_report import print_report  # noqa: E402
+from autokernel import handover, interpreter, manifest, models, paths, plugin, profiler
+from autokernel.contracts import PlanEntry
+from autokernel.model_args import add_model_arguments, load_model_keywords
+from autokernel.outputs import ERROR_DEFINITION
+from autokernel.verify_report import print_report
 
 REPORT_FILE = "verify_report.json"
 STARTER_MANIFEST_DIR = "starter_kernels"     # under the workspace
@@ -89,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    interpreter.choose()        # first, before any kernel file is imported: no GPU means Triton's interpreter
     args = build_parser().parse_args(argv)
     console = Console()
     workspace = Path(args.workspace)
@@ -134,7 +132,8 @@ def write_starter_manifest(plan: dict, folder: Path) -> Path:
     sources); the folder is returned, to plug in as an optimized_kernels folder is.
     """
     entries = {f"{entry['rank']}_{entry['kernel_type']}":
-               plugin.manifest_entry(entry, paths.starter_path(entry["kernel_type"])) for entry in plan["entries"]}
+               plugin.manifest_entry(PlanEntry.from_json(entry), paths.starter_path(entry["kernel_type"]))
+               for entry in plan["entries"]}
     if not entries:
         raise NothingToPlugIn(f"the plan of {plan['model']} has no kernel type AutoKernel has a kernel for, "
                               "so there is nothing to plug in")

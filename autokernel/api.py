@@ -8,9 +8,10 @@ optimize() runs what `autokernel optimize` runs (autokernel/session.py), with th
 settings: it checks everything first (the repository, the agent and its endpoint) and writes
 nothing before those checks pass; then the profiler on the model object (writing
 workspace/optimization_plan.json), extract.py for the `top` hottest kernel types, and the
-keep-or-revert loop, which needs the AutoKernel checkout's git repository (it commits every
-experiment on a branch autokernel/<tag>, and leaves that branch checked out, since
-optimized_kernels/ is there) and writes optimized_kernels/. It logs how each kernel really ended
+keep-or-revert loop, which needs a git repository: the one the program runs in, or the folder
+AUTOKERNEL_WORKDIR names (autokernel/paths.py). It commits every experiment on a branch
+autokernel/<tag>, leaves that branch checked out, since optimized_kernels/ is there, and writes
+optimized_kernels/. It logs how each kernel really ended
 (done, cut short by the budget, skipped, not started) and warns when not all were finished.
 Then it does what `autokernel verify` does on sample_inputs (autokernel/handover.py): checks that
 the model's output with every kernel plugged in matches the original's within the dtype's
@@ -59,9 +60,11 @@ def optimize(model: nn.Module, sample_inputs, backend: str = "triton", budget_ho
     torch.compile of it; its `autokernel_choice` says which and why (autokernel.unplug restores
     the model). Without a GPU nothing is timed for real, so PyTorch's own path comes back.
     """
-    from autokernel import planning, session
+    from autokernel import interpreter, planning, session
     from autokernel.live import ProgressView
-    from autokernel.run_state import RunSettings
+    from autokernel.contracts import RunSettings
+
+    interpreter.choose()        # first: no GPU means Triton's interpreter
 
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not supported: AutoKernel writes Triton kernels, "

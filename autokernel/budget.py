@@ -42,3 +42,47 @@ def bench_limit(typical_s: float | None, ceiling_s: float) -> float:
     if not typical_s:
         return ceiling_s
     return min(ceiling_s, max(BENCH_LIMIT_FACTOR * typical_s, typical_s + BENCH_LIMIT_SLACK_S))
+
+
+class BenchTimes:
+    """How long benches took, by kind: what the next bench is expected to cost and the limit it gets.
+
+    A job's durations live in its progress (JobProgress.bench_seconds, saved for --resume): "quick"
+    and "full" are the longest clean bench of each kind, "cold" the first, which compiles every
+    shape. While a baseline is measured there is no progress yet, so they are kept here.
+    `typical_s` is the longest clean bench of this session, any job: the guess before a job has one.
+    """
+
+    def __init__(self):
+        self.typical_s: float | None = None
+        self.baseline: dict[str, float] = {}
+
+    def of(self, progress) -> dict[str, float]:
+        return progress.bench_seconds if progress else self.baseline
+
+    def expected(self, progress, quick: bool) -> float:
+        seconds = progress.bench_seconds if progress else {}
+        return seconds.get("quick" if quick else "full") or seconds.get("full") or self.typical_s or 0.0
+
+    def limit(self, progress, quick: bool, ceiling_s: float, left_s: float) -> tuple[float, bool]:
+        """The bench's time limit, and whether the budget left clipped it (then a TIMEOUT means "out of time")."""
+        typical = self.expected(progress, quick)
+        limit = bench_limit(typical, ceiling_s)
+        # A candidate with new tile sizes compiles every shape from scratch, as only the job's first
+        # bench did (the later ones found Triton's cache warm): its limit is at least that first
+        # bench's time. On an H100 two correct rmsnorm_mlp candidates were killed at 48 s for want of it.
+        cold = self.of(progress).get("cold")
+        limit = min(ceiling_s, max(limit, cold)) if cold else limit
+        clipped = not typical and left_s < limit
+        return (min(limit, max(left_s, 1.0)) if clipped else limit), clipped
+
+    def record(self, progress, seconds: float, *, quick: bool, compare_compile: bool) -> None:
+        """Count a bench that ran to a verdict (a hang says nothing of the cost). A run that also timed
+        torch.compile, the job's first, is not what later benches cost: it is the floor for limits."""
+        store = self.of(progress)
+        if compare_compile:
+            store["cold"] = max(store.get("cold", 0.0), seconds)
+            return
+        kind = "quick" if quick else "full"
+        store[kind] = max(store.get(kind, 0.0), seconds)
+        self.typical_s = max(self.typical_s or 0.0, seconds)

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from autokernel import paths, results
+from autokernel import contracts, paths, results
 from autokernel.model_args import add_model_arguments, load_model_keywords
 
 EXIT_ERROR = 1
@@ -25,8 +25,8 @@ DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([hms]?)")
 SECONDS_PER_UNIT = {"h": 3600, "m": 60, "s": 1, "": 1}
 # Subcommands that are the top-level scripts themselves, run as scripts with the arguments passed on
 # (profile.py must not be imported: its name is the standard library's).
-PASS_THROUGH_SCRIPTS = {"profile": paths.ROOT / "profile.py", "extract": paths.ROOT / "extract.py",
-                        "bench": paths.BENCH_SCRIPT, "verify": paths.ROOT / "verify.py"}
+PASS_THROUGH_SCRIPTS = {"profile": paths.script("profile.py"), "extract": paths.script("extract.py"),
+                        "bench": paths.script("bench.py"), "verify": paths.script("verify.py")}
 RESUME_HINT = "  continue with: autokernel optimize --resume"
 
 
@@ -58,8 +58,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _workdir_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--workdir", metavar="DIR",
+                        help="the folder for the run's files (kernel.py, workspace/, optimized_kernels/, results.tsv); "
+                             "default: the git repository you are in")
+    return parser
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="autokernel", description="Make a PyTorch model faster overnight.")
+    parser = argparse.ArgumentParser(prog="autokernel", description="Make a PyTorch model faster overnight.",
+                                     parents=[_workdir_parser()])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     optimize = commands.add_parser("optimize", help="profile, extract and run the keep-or-revert loop")
@@ -159,8 +168,10 @@ SETTING_FLAGS = {"budget": "budget_s", "experiment_timeout": "experiment_timeout
 
 
 def _cmd_optimize(args, started: float) -> int:
-    from autokernel import planning, session
-    from autokernel.run_state import RunSettings
+    from autokernel import interpreter, planning, session
+    from autokernel.contracts import RunSettings
+
+    interpreter.choose()        # first: no GPU means Triton's interpreter (bench.py's worker chooses for itself)
 
     given = {field: getattr(args, flag) for flag, field in SETTING_FLAGS.items() if getattr(args, flag) is not None}
     if args.resume:
@@ -198,8 +209,8 @@ def _resumable() -> bool:
 
 
 def _cmd_status(args, started: float) -> int:
-    from autokernel import session
-    from autokernel.run_state import RunState, state_file
+    from autokernel import run_state, session
+    from autokernel.run_state import state_file
 
     if not state_file().exists():
         if args.json:
@@ -207,9 +218,9 @@ def _cmd_status(args, started: float) -> int:
         else:
             print(f"no run yet ({state_file()} does not exist); start one with: autokernel optimize MODEL")
         return 0
-    state = RunState.load()
+    state = run_state.load()
     rows = [row for row in results.read_rows(paths.RESULTS_TSV) if row["tag"] == state.tag]
-    kept = sum(row["status"] == results.STATUS_KEEP for row in rows)
+    kept = sum(row["status"] == contracts.STATUS_KEEP for row in rows)
     if args.json:
         print(json.dumps({"state": state.to_json(), "results": {"rows": len(rows), "kept": kept},
                           "outcome": session.outcome_lines(state)}, indent=2))
@@ -238,17 +249,24 @@ def _cmd_report(args, started: float) -> int:
 
 def _user_errors() -> tuple[type[Exception], ...]:
     """The exceptions whose message is meant for the user; imported late so `autokernel report` stays light."""
-    import extract
     from autokernel import gitops, lock, models, report, runner
     from autokernel.agents.base import AgentError
+    from autokernel.jobs import PlanError
     from autokernel.run_state import OptimizationError
 
-    return (OptimizationError, gitops.GitOpsError, models.ModelLoadError, AgentError, extract.PlanError,
+    return (OptimizationError, gitops.GitOpsError, models.ModelLoadError, AgentError, PlanError,
             results.ResultsFileError, report.ReportError, lock.RunLocked, runner.SandboxError)
 
 
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()       # the run's budget counts from here
+    # --workdir first, anywhere on the line: every default below (results.tsv, workspace/) is in it.
+    where, argv = _workdir_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    if where.workdir is not None:
+        if not Path(where.workdir).is_dir():
+            _say(f"autokernel: error: --workdir {where.workdir} is not a folder")
+            return EXIT_ERROR
+        paths.use_workdir(where.workdir)
     parser = _build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command in PASS_THROUGH_SCRIPTS:

@@ -15,6 +15,14 @@ TOLERANCES = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 
 # The dtypes AutoKernel's kernels are verified in, by their short names.
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+# The other names a user may give them (--dtype fp16).
+DTYPE_ALIASES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32"}
+
+
+def dtype_named(name: str) -> torch.dtype | None:
+    """"fp16", "bfloat16", "FP32"... -> the torch dtype; None for a name that is not one of DTYPES'."""
+    name = name.lower()
+    return DTYPES.get(DTYPE_ALIASES.get(name, name))
 
 
 def dtype_name(dtype: torch.dtype) -> str:

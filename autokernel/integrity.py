@@ -19,8 +19,11 @@ import ast
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from autokernel import gitops, registry
+from autokernel.contracts import FAIL
+from autokernel.runner import synthesized_result
 
 # The loop's own files (relative to the repository root) a candidate must leave alone.
 LOOP_FILES = ("results.tsv",)
@@ -159,3 +162,20 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+def checked_bench(repo: gitops.KernelRepo, kept_commit: str, kernel_type: str, bench: Callable[[], dict]) -> dict:
+    """bench() (bench.py's result on the committed candidate) between a snapshot and its restore: a FAIL instead
+    when the candidate changed anything but kernel.py (all undone), or bench.py judged another kernel type."""
+    snapshot = Snapshot.take(repo)
+    result = bench()
+    changes = snapshot.restore(repo)
+    changes += [f"changed {name} in the experiment's commit" for name in repo.changed_files(kept_commit)
+                if name != gitops.KERNEL_FILE_NAME]
+    if changes:
+        return synthesized_result(FAIL, "sandbox: the candidate " + "; ".join(changes) + " (all undone)",
+                                  kernel_type=kernel_type)
+    if result.get("kernel_type") not in (None, kernel_type):
+        return synthesized_result(FAIL, f"contract: bench.py judged it as {result['kernel_type']!r}, not this job's "
+                                        f"{kernel_type!r}", kernel_type=kernel_type)
+    return result

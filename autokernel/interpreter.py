@@ -1,9 +1,10 @@
 """Without a CUDA GPU, Triton kernels run in Triton's interpreter on CPU tensors: the one switch for it.
 
 Triton reads TRITON_INTERPRET when a kernel is decorated, that is when a kernel file is imported,
-and torch._dynamo (torch.compile) imports triton early. So every entry point (bench.py,
-verify.py, profile.py, the CLI, the Python API) calls `choose()` first, before it imports
-anything that imports triton. Nothing switches it as a side effect of an import.
+and torch._dynamo (torch.compile) imports triton early. So every entry point calls `choose()`
+first, before it imports anything that imports triton: bench.py's worker (the judge itself runs no
+Triton), verify.py, profile.py, `autokernel optimize`, and the Python API's optimize() and
+plug_in(). Nothing switches it as a side effect of an import.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from autokernel import wire, worker_process
+from autokernel.contracts import CRASH, FAIL
 from autokernel.timing import TimedCall
 
 OUTPUT_PREFIX = "kernel| "
@@ -85,7 +86,7 @@ class CandidateWorker:
         self.pump.join(timeout=EXIT_GRACE_S)
         how = "is still running but closed its channel" if code is None else f"exited with code {code}"
         tail = "\n".join(OUTPUT_PREFIX + line for line in self.pump.tail)
-        return WorkerFailure("CRASH", f"the kernel's process {how} without answering the judge"
+        return WorkerFailure(CRASH, f"the kernel's process {how} without answering the judge"
                                       f"{':' + chr(10) + tail if tail else ''}")
 
     def receive(self, tensor_limit_bytes: int = 0) -> tuple[dict, list[torch.Tensor]]:
@@ -93,12 +94,12 @@ class CandidateWorker:
             header, tensors = wire.receive(self.sock, tensor_limit_bytes)
         except (wire.WireError, OSError) as exc:
             if isinstance(exc, wire.WireError) and "closed" not in str(exc):
-                raise WorkerFailure("FAIL", f"the kernel's process sent something that is not a reply: {exc}") from None
+                raise WorkerFailure(FAIL, f"the kernel's process sent something that is not a reply: {exc}") from None
             raise self._died() from None
         if "fail" in header:
-            raise WorkerFailure("FAIL", _one_line(header["fail"]))
+            raise WorkerFailure(FAIL, _one_line(header["fail"]))
         if "crash" in header:
-            raise WorkerFailure("CRASH", _one_line(header["crash"]))
+            raise WorkerFailure(CRASH, _one_line(header["crash"]))
         return header, tensors
 
     def request(self, header: dict, tensor_limit_bytes: int = 0) -> tuple[dict, list[torch.Tensor]]:
@@ -110,7 +111,7 @@ class CandidateWorker:
 
     def _expect(self, tensors: list, count: int) -> list[torch.Tensor]:
         if len(tensors) != count:
-            raise WorkerFailure("FAIL", f"the kernel's process sent {len(tensors)} outputs where {count} were asked")
+            raise WorkerFailure(FAIL, f"the kernel's process sent {len(tensors)} outputs where {count} were asked")
         return tensors
 
     # ------------------------------------------------------------------ requests
@@ -119,7 +120,7 @@ class CandidateWorker:
         header, _ = self.receive()
         kernel_type = header.get("kernel_type")
         if not isinstance(kernel_type, str):
-            raise WorkerFailure("FAIL", "the kernel's process did not say which kernel type it loaded")
+            raise WorkerFailure(FAIL, "the kernel's process did not say which kernel type it loaded")
         return kernel_type
 
     def call(self, case: dict, *, repeat: int = 1, poison: bool = True,
@@ -148,17 +149,17 @@ class CandidateWorker:
         record = header.get("record")
         if not isinstance(record, dict) or not all(
                 isinstance(record.get(k), (int, float)) for k in ("host_ms", "wall_ms", "kernel_ms")):
-            raise WorkerFailure("FAIL", "the kernel's process sent a malformed timing record")
+            raise WorkerFailure(FAIL, "the kernel's process sent a malformed timing record")
         launch_ms = record.get("launch_ms", 0.0)
         if not isinstance(launch_ms, (int, float)) or not 0.0 <= launch_ms <= record["wall_ms"]:
-            raise WorkerFailure("FAIL", f"the kernel's process reported a launch time of {launch_ms!r} ms "
+            raise WorkerFailure(FAIL, f"the kernel's process reported a launch time of {launch_ms!r} ms "
                                         f"for a call that took {record['wall_ms']} ms in all")
         return TimedCall({k: float(v) for k, v in record.items() if isinstance(v, (int, float))}, bracket_ms)
 
     def _expect_marker(self, name: str) -> None:
         header, _ = self.receive()
         if header.get(name) is not True:
-            raise WorkerFailure("FAIL", f"the kernel's process replied out of turn during timing (expected {name!r})")
+            raise WorkerFailure(FAIL, f"the kernel's process replied out of turn during timing (expected {name!r})")
 
     def compiled(self) -> list[dict]:
         """The compiled figures of the kernels kernel_fn launched (worker_guards.compiled_figures), named.

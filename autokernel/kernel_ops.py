@@ -16,7 +16,6 @@ the call goes through an op instead, so that Dynamo traces it without a graph br
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import sys
 import warnings
@@ -27,6 +26,8 @@ from typing import Callable
 import torch
 
 from autokernel import registry
+from autokernel.contracts import ManifestEntry
+from autokernel.kernel_file import import_file
 from autokernel.dtypes import DTYPES, dtype_name
 from autokernel.manifest import (PlugInError, RouteRecord, read_manifest, route_records, shape_key,
                                  source_digest)
@@ -89,8 +90,9 @@ def load_kernels(optimized_dir: str | Path, device_name: str) -> list[OptimizedK
 def _load_kernel(folder: Path, name: str, entry: dict, manifest_path: Path, device_name: str) -> OptimizedKernel:
     where = f"manifest entry {name!r} in {manifest_path}"
     try:
-        kernel_type, rank, file = entry["kernel_type"], int(entry["rank"]), folder / entry["file"]
-        shapes, dtype_names = [dict(shape) for shape in entry["shapes"]], list(entry["dtypes"])
+        record = ManifestEntry.from_json(entry)
+        kernel_type, rank, file = record.kernel_type, int(record.rank), folder / record.file
+        shapes, dtype_names = [dict(shape) for shape in record.shapes], list(record.dtypes)
     except (KeyError, TypeError, ValueError) as exc:
         raise PlugInError(f"{where} is malformed ({type(exc).__name__}: {exc}); each entry needs file, "
                           "kernel_type, rank, shapes and dtypes") from exc
@@ -123,10 +125,8 @@ def _import_kernel(file: Path, source: str, sha: str, *, traceable: bool = False
     module_name = f"autokernel_optimized_{file.stem}_{sha[:12]}{'_traceable' if traceable else ''}"
     if module_name in sys.modules:
         return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        module = import_file(file, module_name)
     except Exception as exc:
         raise PlugInError(f"importing {file} failed: {type(exc).__name__}: {exc}") from exc
     if traceable:

@@ -49,6 +49,12 @@ class LoopStatus:
     session_started: float = field(default_factory=time.monotonic)
     phase_started: float = field(default_factory=time.monotonic)
 
+    def show_job(self, experiments: int, progress, *, deadline: float) -> None:
+        """The numbers of the kernel being optimized (progress: its JobProgress)."""
+        self.experiments, self.kernel_experiments, self.deadline = experiments, progress.experiments, deadline
+        self.best_speedup = progress.gain()
+        self.best_vs_pytorch = progress.best.get("speedup_vs_best") or progress.best.get("speedup_vs_pytorch")
+
     def experiments_per_hour(self) -> float | None:
         """None until the session has run a minute: a rate from the first seconds means nothing."""
         hours = (time.monotonic() - self.session_started) / 3600

@@ -20,13 +20,14 @@ from typing import Callable
 
 import torch
 
-from autokernel import gitops, integrity, paths, plugin, policy, results, runner
+from autokernel import child_output, contracts, gitops, integrity, paths, plugin, policy, results, run_state, runner
 from autokernel.agents.base import AgentContext, MalformedReply, OutOfTime, SearchExhausted
-from autokernel.budget import Budget, bench_limit
-from autokernel.interrupts import InterruptGuard, Interrupted
+from autokernel.budget import BenchTimes, Budget
+from autokernel.contracts import FAIL, NO_GAIN, PASS, TIMEOUT, WINNER, Job, JobProgress, RunState
+from autokernel.interrupts import Interrupted, InterruptGuard
 from autokernel.live import LoopStatus, ProgressView, format_duration
-from autokernel.policy import is_improvement, job_name, measured_noise, one_line
-from autokernel.run_state import JobProgress, OptimizationError, RunState
+from autokernel.policy import is_improvement, measured_noise, one_line
+from autokernel.run_state import OptimizationError
 
 KERNEL_IN_REPO = gitops.KERNEL_FILE_NAME
 HISTORY_KEPT = 50        # experiments of the current kernel remembered for the agent
@@ -36,13 +37,6 @@ COST_REACHED = "the run's cost cap is reached"
 RUN_STOPS = (BUDGET_SPENT, COST_REACHED)      # end the run, not just the kernel; --resume goes on
 STAGE_PREFIX = "STAGE "                       # a line bench.py prints as it enters a stage
 MIN_WORTH_STARTING_S = 1.0                    # with less left than this, nothing new is started
-
-
-def settle_pending_row(state: RunState) -> None:
-    """Write the decided row a kill may have kept from results.tsv (never twice), then forget it."""
-    if state.pending_row is not None:
-        results.ensure_row(paths.RESULTS_TSV, state.pending_row)
-        state.pending_row = None
 
 
 class OptimizationRun:
@@ -63,8 +57,7 @@ class OptimizationRun:
         self.quick_bench = self.settings.quick_bench or not torch.cuda.is_available()
         self._status = LoopStatus(llm_tokens=state.llm_tokens, cost_usd=state.cost_usd)
         self._llm_s = 0.0                   # how long the last reply took: part of what an experiment costs
-        self._typical_s: float | None = None    # the longest clean bench of this session, any job
-        self._baseline_seconds: dict[str, float] = {}   # bench durations of a baseline being measured
+        self.bench_times = BenchTimes()     # what benches cost: their limits, and what the budget can pay for
         self.view.update(self._status)
 
     # ------------------------------------------------------------------ the run
@@ -81,7 +74,7 @@ class OptimizationRun:
                 # Whatever ended the session (done, budget, a signal, an AgentError), the tree is left at
                 # the last kept commit and the state says so.
                 with self.guard.critical():
-                    settle_pending_row(self.state)
+                    run_state.settle_pending_row(self.state)
                     self.repo.reset_hard(self.state.kept_commit)
                     self.state.in_flight = None
                     self._save()
@@ -93,10 +86,10 @@ class OptimizationRun:
             self._save_best(state.job(), state.current, state.current.finishing)   # a kill cut it short
         while state.job_index < len(state.jobs):
             job = state.job()
-            self._status.kernel = (f"rank {job['rank']} {job['kernel_type']} "
+            self._status.kernel = (f"rank {job.rank} {job.kernel_type} "
                                    f"(job {state.job_index + 1} of {len(state.jobs)})")
             if state.current is None:
-                stop = self._run_stop(needed_s=2 * (self._typical_s or 0.0))      # two baseline runs
+                stop = self._run_stop(needed_s=2 * (self.bench_times.typical_s or 0.0))      # two baseline runs
                 if stop or not self._start_job(job):
                     if stop:
                         return self._stop(stop)
@@ -116,7 +109,7 @@ class OptimizationRun:
 
     def _save(self) -> None:
         self.state.elapsed_s = self.budget.used()
-        self.state.save()
+        run_state.save(self.state)
 
     def _run_stop(self, needed_s: float = 0.0) -> str | None:
         """BUDGET_SPENT or COST_REACHED when the run cannot pay for needed_s more (or any more), else None."""
@@ -128,35 +121,35 @@ class OptimizationRun:
         return None
 
     # ------------------------------------------------------------------ one job
-    def _start_job(self, job: dict) -> bool:
+    def _start_job(self, job: Job) -> bool:
         """Commit the job's starter as the baseline and bench it twice; False (job skipped) when it does not pass."""
-        source = Path(job["path"])
+        source = Path(job.path)
         if not source.exists():
             raise OptimizationError(f"the job file {source} is gone; run `autokernel extract` again")
         number = self.state.experiment + 1
         started = time.monotonic()
-        self._baseline_seconds = {}
-        self.view.log(f"baseline for {self._status.kernel}: {job['path']}")
+        self.bench_times.baseline = {}
+        self.view.log(f"baseline for {self._status.kernel}: {job.path}")
         with self.guard.critical():
             self.state.in_flight = {"step": "baseline", "number": number}
             self._save()
             self.checkpoint("baseline: in flight")
             shutil.copyfile(source, paths.KERNEL_FILE)
-            baseline_commit = self.repo.commit_kernel(f"baseline {job_name(job)}: {source.name}", self.state.tag)
+            baseline_commit = self.repo.commit_kernel(f"baseline {job.name}: {source.name}", self.state.tag)
             self.checkpoint("baseline: committed")
         runs = []
         for attempt in (1, 2):
-            self.view.phase(f"baseline {job_name(job)} (run {attempt} of 2)")
+            self.view.phase(f"baseline {job.name} (run {attempt} of 2)")
             # The first run also times torch.compile of the reference: PyTorch's best is the bar.
             result = self._judge(job, None, quick=self.quick_bench,
                                  compare_compile=attempt == 1 and torch.cuda.is_available())
             if result is None:
-                return self._abandon(f"the budget ran out while {job_name(job)}'s baseline was being benched; "
+                return self._abandon(f"the budget ran out while {job.name}'s baseline was being benched; "
                                      f"--resume benches it again")
             runs.append(result)
-            if result.get("correctness") != "PASS":
+            if result.get("correctness") != PASS:
                 break
-        failure = next((run for run in runs if run.get("correctness") != "PASS"), None)
+        failure = next((run for run in runs if run.get("correctness") != PASS), None)
         noise = measured_noise(runs[0], runs[-1], self.settings.noise_floor)
         compile_us = policy.compile_times(runs[0])
         runs = [policy.against_pytorch_best(run, compile_us, noise) for run in runs]
@@ -166,7 +159,7 @@ class OptimizationRun:
         if failure is None:
             progress = JobProgress(baseline=baseline, best=baseline, noise=noise, compile_us=compile_us,
                                    kept=[{"commit": baseline_commit, "result": baseline}])
-            progress.bench_seconds = dict(self._baseline_seconds)
+            progress.bench_seconds = dict(self.bench_times.baseline)
         description = f"baseline (noise {noise:.1%})" if failure is None else "baseline fails its own bench"
         with self.guard.critical():
             if progress is not None:
@@ -174,22 +167,22 @@ class OptimizationRun:
                 self.state.current = progress
             else:
                 self.state.job_index += 1
-            self._record(job, progress, number, baseline, description, results.STATUS_BASELINE, started,
+            self._record(job, progress, number, baseline, description, contracts.STATUS_BASELINE, started,
                          tokens=0, cost=None, keep=failure is None)
         if failure is None:
             self.view.log(f"exp {number} BASELINE PASS {baseline.get('latency_us'):.1f} us, "
                           f"noise {noise:.1%}: a candidate must be more than that much faster to be kept")
             self._refresh_status(progress)
         else:
-            self.view.log(f"skipping {job_name(job)}: its starter fails bench.py "
+            self.view.log(f"skipping {job.name}: its starter fails bench.py "
                           f"({baseline.get('correctness')}): {one_line(baseline.get('message') or '', 300)}")
         return failure is None
 
-    def _optimize(self, job: dict, progress: JobProgress) -> str:
+    def _optimize(self, job: Job, progress: JobProgress) -> str:
         """Run experiments until a stopping rule fires; returns the reason."""
         self._refresh_status(progress)
         while True:
-            reason = self._stop_reason(progress)
+            reason = self._run_stop() or policy.job_stop_reason(progress, self.settings)
             if reason:
                 return reason
             try:
@@ -199,17 +192,10 @@ class OptimizationRun:
             if reason:
                 return reason
 
-    def _stop_reason(self, progress: JobProgress) -> str | None:
-        return self._run_stop() or policy.job_stop_reason(progress, self.settings)
-
-    def _expected_bench_s(self, progress: JobProgress | None, quick: bool) -> float:
-        seconds = progress.bench_seconds if progress else {}
-        return seconds.get("quick" if quick else "full") or seconds.get("full") or self._typical_s or 0.0
-
-    def _experiment(self, job: dict, progress: JobProgress) -> str | None:
+    def _experiment(self, job: Job, progress: JobProgress) -> str | None:
         """One experiment; returns a run-ending reason when the budget could not pay for it."""
         number = self.state.experiment + 1
-        bench_s = self._expected_bench_s(progress, quick=True)
+        bench_s = self.bench_times.expected(progress, quick=True)
         if self.budget.left() < max(self._llm_s + bench_s, MIN_WORTH_STARTING_S):
             return BUDGET_SPENT
         started = time.monotonic()
@@ -221,10 +207,10 @@ class OptimizationRun:
             return BUDGET_SPENT
         except MalformedReply as exc:
             # Nothing was written or committed; the row keeps the tokens the reply cost.
-            result = runner.synthesized_result("FAIL", f"malformed reply: {exc}", kernel_type=job["kernel_type"])
+            result = runner.synthesized_result(FAIL, f"malformed reply: {exc}", kernel_type=job.kernel_type)
             with self.guard.critical():
                 self._account(exc.tokens_in + exc.tokens_out, exc.cost_usd)
-                self._record(job, progress, number, result, "malformed reply", results.STATUS_REVERT, started,
+                self._record(job, progress, number, result, "malformed reply", contracts.STATUS_REVERT, started,
                              tokens=exc.tokens_in + exc.tokens_out, cost=exc.cost_usd, keep=False)
             return None
         self._llm_s = time.monotonic() - started
@@ -246,17 +232,17 @@ class OptimizationRun:
                 progress.best = result
                 progress.kept.append({"commit": self.state.kept_commit, "result": result})
             self._record(job, progress, number, result, description,
-                         results.STATUS_KEEP if keep else results.STATUS_REVERT, started, tokens=tokens, cost=cost,
+                         contracts.STATUS_KEEP if keep else contracts.STATUS_REVERT, started, tokens=tokens, cost=cost,
                          keep=keep)
         return None
 
-    def _judge_candidate(self, job: dict, progress: JobProgress, number: int, source: str,
+    def _judge_candidate(self, job: Job, progress: JobProgress, number: int, source: str,
                          description: str) -> dict | None:
         """Commit the candidate and judge it; None when the budget cut the judging short (nothing recorded)."""
         try:
-            integrity.check_contract(source, job["kernel_type"])
+            integrity.check_contract(source, job.kernel_type)
         except integrity.ContractError as exc:
-            return runner.synthesized_result("FAIL", f"contract: {exc}", kernel_type=job["kernel_type"])
+            return runner.synthesized_result(FAIL, f"contract: {exc}", kernel_type=job.kernel_type)
         with self.guard.critical():
             self.state.in_flight = {"step": "experiment", "number": number}
             self._save()
@@ -271,7 +257,7 @@ class OptimizationRun:
         self.view.phase(f"exp {number}: judging (quick screen)" if not self.quick_bench else f"exp {number}: judging")
         result = self._judge(job, progress, quick=True, screen=not self.quick_bench)
         if result is not None and not self.quick_bench and is_improvement(result, progress.best, progress.noise):
-            if self.budget.left() < self._expected_bench_s(progress, quick=False):
+            if self.budget.left() < self.bench_times.expected(progress, quick=False):
                 result = None
             else:
                 self.view.phase(f"exp {number}: judging (full)")
@@ -290,49 +276,31 @@ class OptimizationRun:
         self.view.log(message)
         return False
 
-    def _judge(self, job: dict, progress: JobProgress | None, *, quick: bool, screen: bool = False,
+    def _judge(self, job: Job, progress: JobProgress | None, *, quick: bool, screen: bool = False,
                compare_compile: bool = False) -> dict | None:
         """bench.py on kernel.py in the sandbox, with the integrity checks around it; None when cut by the budget.
 
         compare_compile also times torch.compile of the reference; that run's duration (compilation
         included) is not what later benches cost, so it is not counted in their expected time."""
         quick = quick or self.quick_bench
-        typical = self._expected_bench_s(progress, quick)
-        limit = bench_limit(typical, self.settings.experiment_timeout_s)
-        # A candidate with new tile sizes compiles every shape from scratch, as only the job's first
-        # bench did (the later ones found Triton's cache warm): its limit is at least that first
-        # bench's time. On an H100 two correct rmsnorm_mlp candidates were killed at 48 s for want of it.
-        cold = (progress.bench_seconds if progress else self._baseline_seconds).get("cold")
-        limit = min(self.settings.experiment_timeout_s, max(limit, cold)) if cold else limit
-        clipped = not typical and self.budget.left() < limit
-        limit = min(limit, max(self.budget.left(), 1.0)) if clipped else limit
-        snapshot = integrity.Snapshot.take(self.repo)
-        started = time.monotonic()
-        with runner.watch_output(self._on_bench_line):
-            result = runner.run_bench(paths.KERNEL_FILE, shapes=job["shapes"], dtype=job["dtype"], timeout_s=limit,
-                                      seed=self.state.experiment + 1,
-                                      extra_args=(["--screen"] if screen else ["--quick"] * quick)
-                                                 + ["--compare-compile"] * compare_compile)
-        seconds = time.monotonic() - started
-        changes = snapshot.restore(self.repo)
-        changes += [f"changed {name} in the experiment's commit" for name in
-                    self.repo.changed_files(self.state.kept_commit) if name != KERNEL_IN_REPO]
-        if changes:
-            return runner.synthesized_result(
-                "FAIL", "sandbox: the candidate " + "; ".join(changes) + " (all undone)", kernel_type=job["kernel_type"])
-        if result.get("kernel_type") not in (None, job["kernel_type"]):
-            return runner.synthesized_result("FAIL", f"contract: bench.py judged it as {result['kernel_type']!r}, "
-                                                     f"not this job's {job['kernel_type']!r}",
-                                             kernel_type=job["kernel_type"])
-        if result.get("correctness") == "TIMEOUT" and clipped:
+        limit, clipped = self.bench_times.limit(progress, quick, self.settings.experiment_timeout_s, self.budget.left())
+        timed = {}
+
+        def bench() -> dict:
+            started = time.monotonic()
+            with child_output.watch_output(self._on_bench_line):
+                result = runner.run_bench(paths.KERNEL_FILE, shapes=job.shapes, dtype=job.dtype, timeout_s=limit,
+                                          seed=self.state.experiment + 1,
+                                          extra_args=(["--screen"] if screen else ["--quick"] * quick)
+                                                     + ["--compare-compile"] * compare_compile)
+            timed.update(seconds=time.monotonic() - started, result=result)
+            return result
+
+        result = integrity.checked_bench(self.repo, self.state.kept_commit, job.kernel_type, bench)
+        if result.get("correctness") == TIMEOUT and clipped:
             return None
-        store = progress.bench_seconds if progress else self._baseline_seconds
-        if result.get("correctness") != "TIMEOUT" and not compare_compile:  # a hang says nothing of the cost
-            kind = "quick" if quick else "full"
-            store[kind] = max(store.get(kind, 0.0), seconds)
-            self._typical_s = max(self._typical_s or 0.0, seconds)
-        elif result.get("correctness") != "TIMEOUT":
-            store["cold"] = max(store.get("cold", 0.0), seconds)     # the job's first bench: a floor for limits
+        if result.get("correctness") != TIMEOUT and result is timed.get("result"):     # bench's own verdict
+            self.bench_times.record(progress, timed["seconds"], quick=quick, compare_compile=compare_compile)
         return result
 
     def _on_bench_line(self, line: str) -> None:
@@ -340,40 +308,36 @@ class OptimizationRun:
             base = self.view.status.phase.split(" [", 1)[0]
             self.view.phase(f"{base} [{line[len(STAGE_PREFIX):].strip()}]")
 
-    def _agent_context(self, job: dict, progress: JobProgress, *, deadline: float) -> AgentContext:
+    def _agent_context(self, job: Job, progress: JobProgress, *, deadline: float) -> AgentContext:
         best_first = sorted(progress.kept, key=lambda k: k["result"].get("latency_us") or float("inf"))
         best_versions = [(self.repo.file_at(k["commit"], KERNEL_IN_REPO), k["result"])
                          for k in best_first[:BEST_VERSIONS_SHOWN]]
-        return AgentContext(kernel_type=job["kernel_type"], kernel_source=paths.KERNEL_FILE.read_text(),
+        return AgentContext(kernel_type=job.kernel_type, kernel_source=paths.KERNEL_FILE.read_text(),
                             last_result=progress.last_result, history=list(progress.history),
                             best_versions=best_versions, program=self.program,
-                            job={**job, "baseline": progress.baseline}, deadline=deadline)
+                            job={**job.to_json(), "baseline": progress.baseline}, deadline=deadline)
 
     # ------------------------------------------------------------------ bookkeeping
     def _account(self, tokens: int, cost: float | None) -> None:
-        self.state.llm_tokens += tokens
-        self.state.cost_usd += cost or 0.0
-        self.state.cost_unknown_calls += int(cost is None and tokens > 0)
+        self.state.account(tokens, cost)
         self._status.llm_tokens, self._status.cost_usd = self.state.llm_tokens, self.state.cost_usd
         self._status.cost_complete = not self.state.cost_unknown_calls
 
-    def _record(self, job: dict, progress: JobProgress | None, number: int, result: dict, description: str,
+    def _record(self, job: Job, progress: JobProgress | None, number: int, result: dict, description: str,
                 status: str, started: float, *, tokens: int, cost: float | None, keep: bool) -> None:
         """The verdict's writes, in their order (inside a critical section): state, reset, row, state."""
         state = self.state
-        row = results.make_row(experiment=number, tag=state.tag, kernel_type=job["kernel_type"], result=result,
+        row = results.make_row(experiment=number, tag=state.tag, kernel_type=job.kernel_type, result=result,
                                description=description, status=status,
                                wall_seconds=round(time.monotonic() - started, 2), llm_tokens=tokens, cost_usd=cost)
         state.pending_row, state.experiment, state.in_flight = row, number, None
-        if progress is not None and status != results.STATUS_BASELINE:
+        if progress is not None and status != contracts.STATUS_BASELINE:
             progress.experiments += 1
             progress.elapsed_s += time.monotonic() - started
             progress.consecutive_reverts = 0 if keep else progress.consecutive_reverts + 1
             progress.last_result = result
-            progress.history = (progress.history + [{
-                "experiment": number, "description": description, "status": status,
-                **{key: result.get(key) for key in ("correctness", "throughput", "latency_us", "speedup_vs_pytorch",
-                                                    "message")}}])[-HISTORY_KEPT:]
+            progress.history = (progress.history + [policy.history_entry(number, description, status, result)]
+                                )[-HISTORY_KEPT:]
         if hasattr(self.agent, "state_dict"):
             state.agent_state = self.agent.state_dict()
         self._save()
@@ -386,22 +350,17 @@ class OptimizationRun:
         state.pending_row = None
         self._save()
         self.checkpoint("row settled")
-        if status != results.STATUS_BASELINE:
+        if status != contracts.STATUS_BASELINE:
             self._status.session_experiments += 1
             self._status.last_result = policy.describe_verdict(number, status, result, description, progress)
             self.view.log(self._status.last_result)
             self._refresh_status(progress)
 
     def _refresh_status(self, progress: JobProgress) -> None:
-        status = self._status
-        status.experiments = self.state.experiment
-        status.kernel_experiments = progress.experiments
-        status.best_speedup = progress.gain()
-        status.best_vs_pytorch = progress.best.get("speedup_vs_best") or progress.best.get("speedup_vs_pytorch")
-        status.deadline = self.budget.deadline()
-        self.view.update(status)
+        self._status.show_job(self.state.experiment, progress, deadline=self.budget.deadline())
+        self.view.update(self._status)
 
-    def _save_best(self, job: dict, progress: JobProgress, reason: str) -> None:
+    def _save_best(self, job: Job, progress: JobProgress, reason: str) -> None:
         """Save the kept version (HEAD) as optimized_kernels/<rank>_<type>.py and commit it, if it is a
         winner: faster than PyTorch's best at one of the job's shapes (policy.is_winner). Otherwise the
         job ends as "no gain", with nothing saved for verify to route.
@@ -409,7 +368,7 @@ class OptimizationRun:
         A run-ending reason (budget, cost) saves the best so far and keeps the job open for --resume;
         any other ends the job.
         """
-        name = job_name(job)
+        name = job.name
         gain = progress.gain() or 1.0
         final = reason not in RUN_STOPS
         winner = policy.is_winner(progress.best)
@@ -420,7 +379,7 @@ class OptimizationRun:
             self.checkpoint("finish: in flight")
             entry = {**plugin.manifest_entry(job, f"{name}.py"),
                      **policy.outcome(progress, reason, source_commit=self.state.kept_commit, tag=self.state.tag),
-                     "verdict": "winner" if winner else "no gain"}
+                     "verdict": WINNER if winner else NO_GAIN}
             if winner:
                 paths.OPTIMIZED_DIR.mkdir(exist_ok=True)
                 shutil.copyfile(paths.KERNEL_FILE, paths.OPTIMIZED_DIR / f"{name}.py")

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from autokernel import paths
+from autokernel.contracts import Job, ManifestEntry, PlanEntry
 
 ROUTE_TABLE = "route_table"
 
@@ -71,14 +72,13 @@ def source_digest(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
-def manifest_entry(job: dict, file: str | Path) -> dict:
-    """The manifest entry load_kernels reads for one kernel, from its job (or plan entry: the same fields).
+def manifest_entry(job: Job | PlanEntry, file: str | Path) -> dict:
+    """The manifest entry load_kernels reads for one kernel, from its job (or a plan entry, for its starter).
 
     `file` is relative to the manifest's folder, or absolute; the shapes and the dtype are those
     bench.py verified the kernel at.
     """
-    return {"file": str(file), "kernel_type": job["kernel_type"], "rank": job["rank"], "shapes": job["shapes"],
-            "dtypes": [job["dtype"]]}
+    return ManifestEntry.for_job(job, str(file)).to_json()
 
 
 def read_manifest(manifest_path: Path) -> dict[str, dict]:

@@ -28,18 +28,14 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 
+from autokernel.dtypes import dtype_named
+
 # The same seed for every load, so profile and verify see the same weights and inputs.
 LOAD_SEED = 0
 HF_DEFAULT_INPUT_SHAPE = (1, 512)
 
 NO_GPU_HINT = ("load it on the CPU instead (device 'cpu'): the CPU path (Triton interpreter) still works for small "
                "models, but profiling then measures CPU op time and kernel timings won't be meaningful")
-
-_DTYPES = {
-    "fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
-    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-    "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
-}
 
 _module_counter = itertools.count()
 
@@ -82,8 +78,8 @@ def parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     """"fp16" / "bfloat16" / torch.float32 -> the torch dtype; None stays None."""
     if dtype is None or (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         return dtype
-    if isinstance(dtype, str) and dtype.lower() in _DTYPES:
-        return _DTYPES[dtype.lower()]
+    if isinstance(dtype, str) and dtype_named(dtype) is not None:
+        return dtype_named(dtype)
     raise ModelLoadError(f"Unknown dtype {dtype!r}: use one of fp16, bf16 or fp32.")
 
 

@@ -1,18 +1,78 @@
-"""Where AutoKernel keeps things: the project checkout, the workspace and the optimized kernels."""
+"""Where AutoKernel finds things: its own files (the judge, the starters, the playbook) and the run's files.
 
+Two places, found apart:
+  - the tool's files: bench.py, profile.py, extract.py, verify.py, program.md and kernels/. In a clone
+    they are beside the package (the fixed layout); an installed wheel carries copies of them inside
+    the package, in autokernel/_layout/ (setup.py puts them there when it builds the wheel).
+  - the run's files: kernel.py, workspace/, optimized_kernels/ and results.tsv, in the work
+    directory: the folder named by --workdir (or AUTOKERNEL_WORKDIR), else the git repository the
+    command runs in, else (from a clone, outside any repository) the clone, as before.
+The constants below are read at call time (`paths.WORKSPACE`), so use_workdir() moves them all.
+"""
+
+from __future__ import annotations
+
+import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-KERNEL_FILE = ROOT / "kernel.py"
-BENCH_SCRIPT = ROOT / "bench.py"
-STARTERS_DIR = ROOT / "kernels"
-WORKSPACE = ROOT / "workspace"
-OPTIMIZED_DIR = ROOT / "optimized_kernels"
+WORKDIR_VARIABLE = "AUTOKERNEL_WORKDIR"
+PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGED_LAYOUT = PACKAGE_DIR / "_layout"
 MANIFEST_NAME = "manifest.json"
-MANIFEST_FILE = OPTIMIZED_DIR / MANIFEST_NAME
-RESULTS_TSV = ROOT / "results.tsv"
-PROGRAM_MD = ROOT / "program.md"
+
+
+def _tool_dir() -> Path:
+    clone = PACKAGE_DIR.parent
+    if (clone / "bench.py").is_file() and (clone / "kernels").is_dir() and (clone / "pyproject.toml").is_file():
+        return clone
+    return PACKAGED_LAYOUT
+
+
+def _enclosing_repository(folder: Path) -> Path | None:
+    for candidate in (folder, *folder.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return None
+
+
+def find_workdir() -> Path:
+    """The folder that holds the run's files (see the module's docstring for the order)."""
+    named = os.environ.get(WORKDIR_VARIABLE)
+    if named:
+        return Path(named).expanduser().resolve()
+    here = Path.cwd().resolve()
+    return _enclosing_repository(here) or (TOOL_DIR if TOOL_DIR != PACKAGED_LAYOUT else here)
+
+
+TOOL_DIR = _tool_dir()
+IN_CLONE = TOOL_DIR != PACKAGED_LAYOUT
+BENCH_SCRIPT = TOOL_DIR / "bench.py"
+STARTERS_DIR = TOOL_DIR / "kernels"
+PROGRAM_MD = TOOL_DIR / "program.md"
+
+
+def script(name: str) -> Path:
+    """One of the tool's front-door scripts (bench.py, profile.py, extract.py, verify.py)."""
+    return TOOL_DIR / name
 
 
 def starter_path(kernel_type: str) -> Path:
     return STARTERS_DIR / f"{kernel_type}.py"
+
+
+def use_workdir(folder: str | Path | None = None) -> Path:
+    """Point every run file at `folder` (or at find_workdir()); children started later inherit the choice."""
+    global ROOT, KERNEL_FILE, WORKSPACE, OPTIMIZED_DIR, MANIFEST_FILE, RESULTS_TSV
+    if folder is not None:
+        os.environ[WORKDIR_VARIABLE] = str(Path(folder).expanduser().resolve())
+    ROOT = find_workdir()
+    KERNEL_FILE = ROOT / "kernel.py"
+    WORKSPACE = ROOT / "workspace"
+    OPTIMIZED_DIR = ROOT / "optimized_kernels"
+    MANIFEST_FILE = OPTIMIZED_DIR / MANIFEST_NAME
+    RESULTS_TSV = ROOT / "results.tsv"
+    return ROOT
+
+
+ROOT = KERNEL_FILE = WORKSPACE = OPTIMIZED_DIR = MANIFEST_FILE = RESULTS_TSV = Path()
+use_workdir()

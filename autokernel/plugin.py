@@ -36,15 +36,16 @@ def device_name() -> str:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
 
-def load_kernels(optimized_dir: str | Path = paths.OPTIMIZED_DIR) -> list[OptimizedKernel]:
-    """The kernels optimized_dir/manifest.json lists, imported, by rank, with their route tables for this GPU."""
+def load_kernels(optimized_dir: str | Path | None = None) -> list[OptimizedKernel]:
+    """The kernels optimized_dir/manifest.json lists (default: the run's optimized_kernels/), imported, by rank,
+    with their route tables for this GPU."""
     interpreter.choose()
     if interpreter.problem():
         raise PlugInError(interpreter.problem())
-    return _load_kernels(optimized_dir, device_name())
+    return _load_kernels(optimized_dir or paths.OPTIMIZED_DIR, device_name())
 
 
-def plug_in(model: nn.Module, optimized_dir: str | Path = paths.OPTIMIZED_DIR, *, policy: str = MEASURED,
+def plug_in(model: nn.Module, optimized_dir: str | Path | None = None, *, policy: str = MEASURED,
             keep_examples: bool = False) -> nn.Module:
     """Route the model's calls to the kernels in optimized_dir, in place; returns the model.
 

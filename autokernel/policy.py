@@ -9,8 +9,8 @@ of the hardware peak (the run's budget and cost cap are checked by the loop itse
 
 from __future__ import annotations
 
+from autokernel.contracts import PASS, JobProgress, RunSettings
 from autokernel.live import format_duration
-from autokernel.run_state import JobProgress, RunSettings
 
 DESCRIPTION_CHARS = 200
 
@@ -18,7 +18,7 @@ DESCRIPTION_CHARS = 200
 def is_improvement(result: dict, best: dict, noise: float) -> bool:
     """The keep rule: a PASS whose latency beats the best by more than the noise."""
     latency, best_latency = result.get("latency_us"), best.get("latency_us")
-    if result.get("correctness") != "PASS" or not latency or not best_latency:
+    if result.get("correctness") != PASS or not latency or not best_latency:
         return False
     return best_latency / latency > 1 + noise
 
@@ -34,7 +34,7 @@ def against_pytorch_best(result: dict, compile_us: dict[str, float], noise: floa
     best by more than the noise: the only shapes a kernel is a winner at.
     """
     rows = result.get("timings") or []
-    if result.get("correctness") != "PASS" or not rows:
+    if result.get("correctness") != PASS or not rows:
         return result
     filled = []
     for row in rows:
@@ -76,8 +76,11 @@ def measured_noise(first: dict, second: dict, floor: float) -> float:
     return max(floor, abs(a - b) / min(a, b))
 
 
-def job_name(job: dict) -> str:
-    return f"{job['rank']}_{job['kernel_type']}"
+def history_entry(number: int, description: str, status: str, result: dict) -> dict:
+    """What the agent is shown of one experiment of its kernel."""
+    return {"experiment": number, "description": description, "status": status,
+            **{key: result.get(key) for key in ("correctness", "throughput", "latency_us", "speedup_vs_pytorch",
+                                                "message")}}
 
 
 def one_line(text: str, limit: int = DESCRIPTION_CHARS) -> str:
@@ -128,7 +131,7 @@ def describe_ending(name: str, progress: JobProgress, reason: str, *, final: boo
 def describe_verdict(number: int, status: str, result: dict, description: str, progress: JobProgress) -> str:
     """One log line: "exp 7 KEEP PASS 41.3 us (1.21x baseline): BLOCK 64 -> 128", or the failure's message."""
     latency = result.get("latency_us")
-    passed = result.get("correctness") == "PASS"
+    passed = result.get("correctness") == PASS
     timing = (f"{latency:.1f} us ({progress.baseline['latency_us'] / latency:.2f}x baseline)"
               if passed and latency and progress.baseline.get("latency_us") else "-")
     line = f"exp {number} {status.upper()} {result.get('correctness')} {timing}: {description}"

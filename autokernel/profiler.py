@@ -29,6 +29,7 @@ from torch import nn
 
 from autokernel import classify, hardware, paths, registry
 from autokernel.classify import FOLD_POLICY, OTHER, RANGE_PREFIX, RootOp, attribute
+from autokernel.contracts import PlanEntry
 from autokernel.fold_routing import FOLD_TYPES, search_folds
 from autokernel.kernel_types.fused_mlp import MLP_POLICY
 from autokernel.norm_folding import FoldSearch
@@ -260,9 +261,9 @@ def build_plan(report: ProfileReport, gpu: hardware.GPUSpec) -> dict:
     for site in report.call_sites:
         by_type[site.kernel_type].append(site)
     entries = [_plan_entry(kernel_type, sites, report, dtype, gpu) for kernel_type, sites in by_type.items()]
-    entries.sort(key=lambda entry: -entry["time_ms"])
+    entries.sort(key=lambda entry: -entry.time_ms)
     for rank, entry in enumerate(entries, start=1):
-        entry["rank"] = rank
+        entry.rank = rank
     other_share = report.other_ms / report.total_ms if report.total_ms > 0 else 0.0
     return {
         "model": report.model_name, "device": report.device, "device_name": report.device_name,
@@ -270,12 +271,12 @@ def build_plan(report: ProfileReport, gpu: hardware.GPUSpec) -> dict:
         "total_ms": report.total_ms, "wall_ms": report.wall_ms, "coverage": report.coverage,
         "coverage_target": COVERAGE_TARGET, "mlp_policy": MLP_POLICY,
         "fold_policy": FOLD_POLICY,
-        "other": {"time_ms": report.other_ms, "share": other_share}, "entries": entries,
+        "other": {"time_ms": report.other_ms, "share": other_share}, "entries": [entry.to_json() for entry in entries],
     }
 
 
 def _plan_entry(kernel_type: str, sites: list[CallSite], report: ProfileReport, dtype: torch.dtype,
-                gpu: hardware.GPUSpec) -> dict:
+                gpu: hardware.GPUSpec) -> PlanEntry:
     shape_times: dict[str, float] = defaultdict(float)
     shape_calls: dict[str, float] = defaultdict(float)
     for site in sites:
@@ -285,21 +286,18 @@ def _plan_entry(kernel_type: str, sites: list[CallSite], report: ProfileReport, 
     shapes = [registry.parse_shape(text) for text in ordered]
     time_ms = sum(shape_times.values())
     share = time_ms / report.total_ms if report.total_ms > 0 else 0.0
-    entry = {
-        "rank": 0, "kernel_type": kernel_type, "dtype": report.dtype, "time_ms": time_ms, "share": share,
-        "amdahl_2x": amdahl_speedup(share), "calls": sum(shape_calls.values()),
-        "shapes": shapes, "shape_times_ms": [shape_times[text] for text in ordered],
-        "bound": None, "throughput": None, "pct_peak": None,
-        "module_paths": sorted({site.module_path for site in sites}),
-    }
+    entry = PlanEntry(rank=0, kernel_type=kernel_type, dtype=report.dtype, time_ms=time_ms, share=share,
+                      amdahl_2x=amdahl_speedup(share), calls=sum(shape_calls.values()), shapes=shapes,
+                      shape_times_ms=[shape_times[text] for text in ordered],
+                      module_paths=sorted({site.module_path for site in sites}))
     if gpu.ridge_point(dtype) is not None:
         # Every call of every shape: the work's place on this GPU's roofline, and, when the times
         # are GPU times, how fast the op runs now.
         calls = [shape for text, shape in zip(ordered, shapes) for _ in range(max(1, round(shape_calls[text])))]
         placed = roofline(registry.get(kernel_type), calls, dtype, time_ms, gpu)
-        entry["bound"] = placed.bound
+        entry.bound = placed.bound
         if report.device == "cuda":
-            entry.update(throughput=f"{placed.throughput:.1f} {placed.unit}", pct_peak=placed.pct_peak)
+            entry.throughput, entry.pct_peak = f"{placed.throughput:.1f} {placed.unit}", placed.pct_peak
     return entry
 
 

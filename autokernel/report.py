@@ -21,7 +21,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from autokernel import results
+from autokernel import contracts, results
 from autokernel.live import format_speedup
 
 MARKDOWN_FILE = "report.md"
@@ -65,7 +65,7 @@ def write_report(results_tsv: str | Path, out_dir: str | Path, *,
 
 
 def _failures(group: list[dict]) -> str:
-    kinds = Counter(row["correctness"] or "no result" for row in group if row["correctness"] != results.PASS)
+    kinds = Counter(row["correctness"] or "no result" for row in group if row["correctness"] != contracts.PASS)
     return ", ".join(f"{kind} {count}" for kind, count in kinds.most_common()) or "none"
 
 
@@ -96,7 +96,7 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
               "| best throughput | failures |",
               "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
     for group in groups:
-        kept = sum(row["status"] == results.STATUS_KEEP for row in group)
+        kept = sum(row["status"] == contracts.STATUS_KEEP for row in group)
         best = results.best_version(group) or {}
         speedup, vs_best, throughput = best.get("speedup_vs_pytorch"), results.speedup_vs_best(best), best.get("throughput")
         outcome = "-" if vs_best is None or _meaningless(group) else "faster" if vs_best > 1 else "no gain"
@@ -114,19 +114,19 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
 
 
 def _kernel_summary(group: list[dict]) -> dict:
-    baseline = next((row for row in group if row["status"] == results.STATUS_BASELINE), None)
+    baseline = next((row for row in group if row["status"] == contracts.STATUS_BASELINE), None)
     best = results.best_version(group)
     base_latency = baseline["latency_us"] if baseline else None
     best_latency = best["latency_us"] if best else None
     return {"kernel_type": group[0]["kernel_type"], "tag": group[0]["tag"],
             "experiments": [group[0]["experiment"], group[-1]["experiment"]], "count": len(group),
-            "kept": sum(row["status"] == results.STATUS_KEEP for row in group),
+            "kept": sum(row["status"] == contracts.STATUS_KEEP for row in group),
             "baseline_latency_us": base_latency, "best_latency_us": best_latency,
             "speedup_over_baseline": base_latency / best_latency if base_latency and best_latency else None,
             "best_speedup_vs_pytorch": best["speedup_vs_pytorch"] if best else None,
             "best_speedup_vs_pytorch_best": results.speedup_vs_best(best) if best else None,
             "failures": dict(Counter(row["correctness"] or "no result" for row in group
-                                     if row["correctness"] != results.PASS)),
+                                     if row["correctness"] != contracts.PASS)),
             "timings_meaningful": not _meaningless(group)}
 
 
@@ -138,12 +138,12 @@ def summary_json(rows: list[dict], verdict: dict | None = None) -> dict:
 
 # ---------------------------------------------------------------------- the plot
 def _series(group: list[dict]):
-    baseline = next((row for row in group if row["status"] == results.STATUS_BASELINE), None)
+    baseline = next((row for row in group if row["status"] == contracts.STATUS_BASELINE), None)
     base_latency = baseline["latency_us"] if baseline else None
     for row in group:
-        timed = row["correctness"] == results.PASS and row["latency_us"]
+        timed = row["correctness"] == contracts.PASS and row["latency_us"]
         over_baseline = base_latency / row["latency_us"] if timed and base_latency else None
-        kind = ("failed" if not timed else "kept" if row["status"] != results.STATUS_REVERT else "reverted")
+        kind = ("failed" if not timed else "kept" if row["status"] != contracts.STATUS_REVERT else "reverted")
         yield row, kind, over_baseline, results.speedup_vs_best(row) if timed else None
 
 

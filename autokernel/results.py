@@ -15,6 +15,8 @@ import csv
 import os
 from pathlib import Path
 
+from autokernel.contracts import PASS, STATUS_BASELINE, STATUS_KEEP
+
 COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
            "speedup_vs_compile", "correctness", "timings_meaningful", "peak_vram_mb", "description", "status",
            "wall_seconds", "llm_tokens", "cost_usd")
@@ -28,10 +30,6 @@ BOOL_COLUMNS = {"timings_meaningful"}
 RESULT_COLUMNS = ("throughput", "latency_us", "pct_peak", "speedup_vs_pytorch", "speedup_vs_compile", "correctness",
                   "timings_meaningful", "peak_vram_mb")
 
-PASS = "PASS"      # bench.py's correctness verdict of a kernel that passed every stage
-STATUS_BASELINE = "baseline"
-STATUS_KEEP = "keep"
-STATUS_REVERT = "revert"
 
 
 class ResultsFileError(Exception):

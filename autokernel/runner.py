@@ -17,7 +17,6 @@ TIMEOUT or CRASH result when bench.py could not write one.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import ctypes
 import fnmatch
 import json
@@ -32,10 +31,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from autokernel import paths, sandbox
+from autokernel.child_output import TailReader, current_watcher
+from autokernel.contracts import CRASH, TIMEOUT, BenchResult, ContractError
 from autokernel.registry import Shape, format_shape
+
 # run_bench puts a fresh secret in bench.py's environment there; bench.py takes it out before it starts the
 # candidate's worker and writes it into its JSON result. A result file without it was not written by the judge.
 from autokernel.worker_process import NONCE_VARIABLE
@@ -52,8 +54,6 @@ SECRET_PATTERNS = ("ANTHROPIC_*", "OPENAI_*", "*_API_KEY", "*_TOKEN", "*SECRET*"
 # Setting this to 0 turns the Landlock file-system confinement off (sandbox.py), for a machine where it gets in the way.
 CONFINE_ENV = "AUTOKERNEL_SANDBOX_FS"
 GPU_PROBE_TIMEOUT_S = 120
-# Kept per stream; a kernel printing in a loop must not fill the loop's memory. The tail is what matters.
-OUTPUT_LIMIT_BYTES = 256 * 1024
 # How long a timed-out child gets between SIGTERM and SIGKILL.
 KILL_GRACE_S = 3.0
 STDERR_LINES_IN_MESSAGE = 20
@@ -61,11 +61,6 @@ STDERR_LINES_IN_MESSAGE = 20
 MEMORY_SHARE = 0.5
 _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
 
-# The fields of bench.py's JSON result (docs/architecture.md); a synthesized result has them all.
-BENCH_FIELDS = ("kernel_type", "correctness", "failed_stage", "message", "throughput", "throughput_unit",
-                "latency_us", "call_latency_us", "pct_peak", "bound", "speedup_vs_pytorch", "speedup_vs_compile",
-                "pytorch_latency_us", "compile_latency_us", "peak_vram_mb", "seed", "device", "dtype",
-                "timing_shapes", "timings_meaningful", "wall_seconds")
 
 
 class SandboxError(Exception):
@@ -129,52 +124,6 @@ def filesystem_confined() -> bool:
 
 def default_memory_limit_mb() -> int:
     return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * MEMORY_SHARE / 2**20)
-
-
-# Lines the child prints, passed as they come to whoever watches (the live view shows the judge's stage).
-_line_watcher: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("line_watcher",
-                                                                                           default=None)
-
-
-@contextlib.contextmanager
-def watch_output(callback: Callable[[str], None]):
-    """Within this block, every line a child prints (stdout or stderr) is also passed to callback."""
-    token = _line_watcher.set(callback)
-    try:
-        yield
-    finally:
-        _line_watcher.reset(token)
-
-
-class _TailReader(threading.Thread):
-    """Drains one pipe so the child never blocks on a full pipe, keeping only the last bytes."""
-
-    def __init__(self, stream, on_line: Callable[[str], None] | None = None):
-        super().__init__(daemon=True)
-        self.stream = stream
-        self.kept = bytearray()
-        self.dropped = 0
-        self.on_line = on_line
-        self._partial = b""
-
-    def run(self) -> None:
-        while chunk := self.stream.read1(65536):
-            self.kept += chunk
-            if len(self.kept) > OUTPUT_LIMIT_BYTES:
-                excess = len(self.kept) - OUTPUT_LIMIT_BYTES
-                del self.kept[:excess]
-                self.dropped += excess
-            if self.on_line is not None:
-                *lines, self._partial = (self._partial + chunk).split(b"\n")
-                self._partial = self._partial[-4096:]
-                for line in lines:
-                    with contextlib.suppress(Exception):      # a watcher's bug must not stop the draining
-                        self.on_line(line.decode("utf-8", errors="replace"))
-        self.stream.close()
-
-    def text(self) -> str:
-        body = self.kept.decode("utf-8", errors="replace")
-        return f"[... {self.dropped} bytes of output dropped ...]\n{body}" if self.dropped else body
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -283,8 +232,8 @@ def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
             finally:
                 os.close(status_write)
             status.start()
-            watcher = _line_watcher.get()
-            readers = [_TailReader(launcher.stdout, watcher), _TailReader(launcher.stderr, watcher)]
+            watcher = current_watcher()
+            readers = [TailReader(launcher.stdout, watcher), TailReader(launcher.stderr, watcher)]
             for reader in readers:
                 reader.start()
             timed_out = False
@@ -317,11 +266,9 @@ def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
 def synthesized_result(correctness: str, message: str, *, kernel_type: str | None = None,
                        dtype: str | None = None, seed: int | None = None,
                        wall_seconds: float | None = None) -> dict:
-    """A bench-shaped result for a run that produced none (TIMEOUT or CRASH)."""
-    result = dict.fromkeys(BENCH_FIELDS)
-    result.update(kernel_type=kernel_type, correctness=correctness, message=message, dtype=dtype,
-                  seed=seed, wall_seconds=wall_seconds, timings_meaningful=False)
-    return result
+    """A bench-shaped result (BenchResult's JSON) for a run that produced none (TIMEOUT or CRASH)."""
+    return BenchResult(kernel_type=kernel_type, correctness=correctness, message=message, dtype=dtype, seed=seed,
+                       wall_seconds=wall_seconds, timings_meaningful=False).to_json()
 
 
 def _last_lines(text: str, count: int) -> str:
@@ -330,8 +277,8 @@ def _last_lines(text: str, count: int) -> str:
 
 def bench_command(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, json_out: str | Path,
                   seed: int | None = None, extra_args: Sequence[str] = (),
-                  bench_script: str | Path = paths.BENCH_SCRIPT) -> list[str]:
-    cmd = [sys.executable, str(bench_script), "--kernel", str(kernel_path)]
+                  bench_script: str | Path | None = None) -> list[str]:
+    cmd = [sys.executable, str(bench_script or paths.BENCH_SCRIPT), "--kernel", str(kernel_path)]
     for shape in shapes:
         cmd += ["--shape", format_shape(shape)]
     cmd += ["--dtype", dtype, "--json-out", str(json_out)]
@@ -365,7 +312,7 @@ def sandbox_gpu_problem(cwd: str | Path) -> str | None:
 
 def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, timeout_s: float,
               seed: int | None = None, extra_args: Sequence[str] = (),
-              bench_script: str | Path = paths.BENCH_SCRIPT) -> dict:
+              bench_script: str | Path | None = None) -> dict:
     """Judge one kernel file with bench.py in a child process and return bench's JSON result.
 
     A bench run that times out becomes correctness TIMEOUT; one that dies without writing its
@@ -373,18 +320,21 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
     with the end of its stderr in "message". So does a result file that lacks this run's nonce
     (the kernel wrote it, not the judge), or that says PASS while bench.py exited otherwise.
     """
-    bench_script = Path(bench_script)
+    # The judge runs from the project it judges (in a clone, the folder bench.py is in); a judge named
+    # here runs from its own folder.
+    cwd = Path(bench_script).parent if bench_script else paths.ROOT
+    bench_script = Path(bench_script or paths.BENCH_SCRIPT)
     nonce = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="autokernel-bench-") as tmp:
         json_out = Path(tmp) / "result.json"
         cmd = bench_command(kernel_path, shapes=shapes, dtype=dtype, json_out=json_out, seed=seed,
                             extra_args=extra_args, bench_script=bench_script)
-        child = run_child(cmd, timeout_s=timeout_s, cwd=bench_script.parent, writable=[tmp],
+        child = run_child(cmd, timeout_s=timeout_s, cwd=cwd, writable=[tmp],
                           env_extra={NONCE_VARIABLE: nonce})
         written = json_out.read_text() if json_out.exists() else ""
     common = dict(dtype=dtype, seed=seed, wall_seconds=round(child.wall_seconds, 3))
     if child.timed_out:
-        return synthesized_result("TIMEOUT", f"bench.py ran past its {timeout_s:g} s limit and was killed",
+        return synthesized_result(TIMEOUT, f"bench.py ran past its {timeout_s:g} s limit and was killed",
                                   **common)
     try:
         result = json.loads(written)
@@ -392,13 +342,18 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
         result = None
     if not isinstance(result, dict):
         tail = _last_lines(child.stderr, STDERR_LINES_IN_MESSAGE) or _last_lines(child.stdout, STDERR_LINES_IN_MESSAGE)
-        return synthesized_result("CRASH", f"bench.py {child.exit_description()} without a result:\n{tail}",
+        return synthesized_result(CRASH, f"bench.py {child.exit_description()} without a result:\n{tail}",
                                   **common)
     if result.pop("nonce", None) != nonce:
-        return synthesized_result("CRASH", "the result file was not written by the judge (it lacks this run's "
+        return synthesized_result(CRASH, "the result file was not written by the judge (it lacks this run's "
                                            f"nonce); bench.py exited with code {child.returncode}", **common)
-    if result.get("correctness") == "PASS" and child.returncode != 0:
-        return synthesized_result("CRASH", f"the result says PASS but bench.py exited with code {child.returncode}",
+    try:
+        judged = BenchResult.from_json(result)
+    except ContractError as exc:
+        return synthesized_result(CRASH, f"bench.py wrote a result that is not one ({exc})", **common)
+    if judged.passed and child.returncode != 0:
+        return synthesized_result(CRASH, f"the result says PASS but bench.py exited with code {child.returncode}",
                                   **common)
-    result.setdefault("wall_seconds", common["wall_seconds"])
-    return result
+    if judged.wall_seconds is None:
+        judged.wall_seconds = common["wall_seconds"]
+    return judged.to_json()

@@ -150,7 +150,7 @@ def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
 def _optimize(file: Path, budget: str, top: int, extra_args: list[str], log) -> Path:
     """Run the loop on the problem; the worktree of its branch, where optimized_kernels/ is."""
     tag = f"score-{file.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    proc = _run([sys.executable, str(paths.ROOT / "orchestrate.py"), str(file), "--budget", budget, "--top", str(top),
+    proc = _run([sys.executable, str(paths.script("orchestrate.py")), str(file), "--budget", budget, "--top", str(top),
                  "--agent", "builtin", "--tag", tag, *extra_args], "the optimization")
     if proc.returncode != 0:
         raise _ProblemFailed(f"autokernel optimize exited {proc.returncode}: {_tail(proc.stderr or proc.stdout)}")
@@ -171,7 +171,7 @@ def _drop_worktree(optimized_dir: Path) -> None:
 def _verify(file: Path, workspace: Path, optimized: Path | None, extra_args: list[str],
             compile_enabled: bool) -> dict:
     kernels = ["--optimized-dir", str(optimized)] if optimized else ["--starters"]
-    cmd = [sys.executable, str(paths.ROOT / "verify.py"), str(file), *kernels, "--workspace", str(workspace),
+    cmd = [sys.executable, str(paths.script("verify.py")), str(file), *kernels, "--workspace", str(workspace),
            *extra_args, *([] if compile_enabled else ["--no-compile"])]
     proc = _run(cmd, "verify")
     if proc.returncode == NOTHING_TO_PLUG_IN:

@@ -22,13 +22,15 @@ from typing import Callable
 
 import torch
 
-from autokernel import gitops, paths, policy, results, runner
-from autokernel.agents.base import AgentError, make_agent
+from autokernel import gitops, paths, policy, results, run_state, runner
+from autokernel.agents.base import AgentError
+from autokernel.agents.factory import make_agent
 from autokernel.budget import Budget
+from autokernel.contracts import NO_GAIN, Job, RunSettings, RunState
 from autokernel.live import ProgressView, format_duration, format_speedup
 from autokernel.lock import RunLock
-from autokernel.loop import RUN_STOPS, OptimizationRun, job_name, settle_pending_row
-from autokernel.run_state import OptimizationError, RunSettings, RunState, resumable, state_file
+from autokernel.loop import RUN_STOPS, OptimizationRun
+from autokernel.run_state import OptimizationError, resumable, state_file
 
 TAG_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 CPU_NOTE = ("no CUDA GPU: bench.py runs the kernels on CPU through the Triton interpreter (with --quick), so "
@@ -44,7 +46,7 @@ def default_tag(name: str | None) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "-", f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def run_optimization(*, plan: Callable[[Callable[[str], None]], list[dict]] | None = None,
+def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | None = None,
                      settings: RunSettings | None = None, overrides: dict | None = None, tag: str | None = None,
                      resume: bool = False, view: ProgressView | None = None, stay_on_run_branch: bool = False,
                      checkpoint: Callable[[str], None] | None = None, started: float | None = None) -> RunState:
@@ -106,7 +108,7 @@ def _prepare_new(repo: gitops.KernelRepo, plan, settings: RunSettings, tag: str 
     repo.start_branch(tag)
     state = RunState(tag=tag, jobs=jobs, kept_commit=repo.head(), settings=settings, return_to=position,
                      experiment=results.last_experiment(paths.RESULTS_TSV))
-    state.save()
+    run_state.save(state)
     view.log(f"run {tag} on branch {gitops.branch_name(tag)}: {settings.describe()}")
     return state, agent, position
 
@@ -137,7 +139,7 @@ def _make_agent(settings: RunSettings, view: ProgressView):
 # ---------------------------------------------------------------------- resuming
 def _prepare_resume(repo: gitops.KernelRepo, tag: str | None, overrides: dict,
                     view: ProgressView) -> tuple[RunState, object, str]:
-    state = RunState.load()
+    state = run_state.load()
     if tag and tag != state.tag:
         raise OptimizationError(f"{state_file()} holds run {state.tag!r}, not {tag!r}")
     if state.done:
@@ -161,7 +163,7 @@ def _prepare_resume(repo: gitops.KernelRepo, tag: str | None, overrides: dict,
     _recover(repo, state)
     # A kill leaves the user on the run's branch: then home is where the run started from.
     state.return_to = state.return_to if on_run_branch else position
-    state.save()
+    run_state.save(state)
     view.log(f"resuming run {state.tag} at experiment {state.experiment + 1}, job {state.job_index + 1} of "
              f"{len(state.jobs)}, {format_duration(state.elapsed_s)} of {settings.show('budget_s')} used")
     view.log(f"settings: {settings.describe()}")
@@ -195,7 +197,7 @@ def _recover(repo: gitops.KernelRepo, state: RunState) -> None:
                                 f"last kept one that AutoKernel did not make ({listing}); resuming would drop them. "
                                 f"Move them to a branch of your own (git branch mine {gitops.branch_name(state.tag)}; "
                                 f"git reset --hard {kept[:12]} on the run's branch), then --resume")
-    settle_pending_row(state)
+    run_state.settle_pending_row(state)
     state.experiment = max(state.experiment, results.last_experiment(paths.RESULTS_TSV))
     repo.reset_hard(kept)
     for name in repo.untracked_files(gitops.OPTIMIZED_DIR_NAME):    # a finish step's file, never committed
@@ -215,9 +217,9 @@ def _return_user(repo: gitops.KernelRepo, state: RunState, position: str | None,
                 repo.checkout(position)
     except gitops.GitOpsError as exc:
         view.log(f"could not return to {position}: {exc}")
-    saved = [entry["file"] for entry in state.finished if entry.get("verdict") != "no gain"]
+    saved = [entry["file"] for entry in state.finished if entry.get("verdict") != NO_GAIN]
     if state.current is not None and state.stopped_because in RUN_STOPS and policy.is_winner(state.current.best):
-        saved.append(f"{job_name(state.job())}.py (best so far)")
+        saved.append(f"{state.job().name}.py (best so far)")
     where = "on this branch" if repo.current_branch() == branch else f"on branch {branch}"
     view.log(f"results: every experiment in {paths.RESULTS_TSV.name}, the kept ones as commits {where} "
              f"(git log {branch}), the optimized kernels in {gitops.OPTIMIZED_DIR_NAME}/ {where}"
@@ -242,7 +244,7 @@ def outcome_lines(state: RunState) -> list[str]:
              f"{state.llm_tokens} LLM tokens ({cost})"]
     finished = {entry["file"]: entry for entry in state.finished}
     for index, job in enumerate(state.jobs):
-        name = job_name(job)
+        name = job.name
         entry = finished.get(f"{name}.py")
         if entry is not None:
             vs_best = entry.get("best_speedup_vs_pytorch_best")
@@ -250,7 +252,7 @@ def outcome_lines(state: RunState) -> list[str]:
                             f", {format_speedup(entry['best_speedup_vs_pytorch'])} vs PyTorch eager"
                             if entry.get("best_speedup_vs_pytorch") is not None else "")
             ending = ("no gain: PyTorch's best is faster at every shape, nothing saved"
-                      if entry.get("verdict") == "no gain" else "done")
+                      if entry.get("verdict") == NO_GAIN else "done")
             if entry.get("timings_meaningful") is False:
                 vs_best_text += ", timed under the CPU interpreter: not meaningful"
             lines.append(f"  {name}: {ending}, {format_speedup(entry['speedup_over_baseline'])} over its baseline"

@@ -25,7 +25,6 @@ import argparse
 import builtins
 import contextlib
 import ctypes
-import importlib.util
 import json
 import os
 import signal
@@ -42,8 +41,9 @@ import triton.runtime.interpreter
 import triton.runtime.jit
 import torch.utils._python_dispatch
 
-import reference
-from autokernel import correctness, registry, timing, wire, worker_guards as guards
+from autokernel import references as reference
+from autokernel import correctness, registry, timing, wire, worker_guards as guards, worker_tampering as tampering
+from autokernel.kernel_file import import_file
 from autokernel.worker_guards import VIOLATIONS
 
 
@@ -53,9 +53,7 @@ class Rejected(Exception):
 
 def load_kernel(path: Path):
     """Import a kernel file; returns (module, its registry entry). Only the worker does this for the judge."""
-    spec = importlib.util.spec_from_file_location(f"autokernel_candidate_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = import_file(path, f"autokernel_candidate_{path.stem}")
     kernel_type = getattr(module, "KERNEL_TYPE", None)
     if kernel_type is None:
         raise ValueError(f"{path} defines no KERNEL_TYPE (one of: {', '.join(registry.REGISTRY)})")
@@ -102,17 +100,17 @@ class Worker:
         self.kernel_fn = None
         self.previous_output = None
         self.timed_case = self.timed_inputs = self.last_output = self.witness = None
-        self.state = guards.global_state()
-        self.fingerprint = guards.Fingerprint()     # exists before the snapshot, which includes it
+        self.state = tampering.global_state()
+        self.fingerprint = tampering.Fingerprint()     # exists before the snapshot, which includes it
         self.fingerprint.take(self._watched())
-        sys.addaudithook(guards.refuse_introspection)
+        sys.addaudithook(tampering.refuse_introspection)
 
     def _watched(self) -> dict:
         """Everything the worker's measurements and replies rely on, as the kernel file must leave it."""
         from triton.runtime.interpreter import InterpretedFunction
         from triton.runtime.jit import JITFunction
 
-        modules = [sys.modules[__name__], guards, timing, wire, correctness, registry, reference]
+        modules = [sys.modules[__name__], guards, tampering, timing, wire, correctness, registry, reference]
         watched = {m.__name__: m for m in modules}
         for module in modules:
             watched.update(_classes_of(module))
@@ -146,7 +144,7 @@ class Worker:
         if changes:
             return (f"the kernel {', '.join(changes[:5])}: a kernel may not replace what the judge's worker "
                     "relies on (its timer, checks or channel)")
-        changed = guards.state_changes(self.state, guards.global_state())
+        changed = tampering.state_changes(self.state, tampering.global_state())
         threads = [c for c in changed if c.startswith("threads ")]
         if threads:
             return f"the kernel left a thread running ({threads[0]}): everything must finish before kernel_fn returns"

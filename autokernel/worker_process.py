@@ -20,10 +20,11 @@ from pathlib import Path
 # runner.run_bench puts a fresh secret here; the judge takes it out before it starts the worker and writes it
 # into its JSON result, so a result file that a kernel wrote (it can find the path) is told apart.
 NONCE_VARIABLE = "AUTOKERNEL_RESULT_NONCE"
-# The worker decides itself whether Triton runs interpreted: it may start before the judge knows.
-WORKER_CODE = ("import os, sys, torch\n"
-               "if not torch.cuda.is_available():\n"
-               "    os.environ['TRITON_INTERPRET'] = '1'\n"
+# The worker decides itself whether Triton runs interpreted (the one switch, first): it may start
+# before the judge knows.
+WORKER_CODE = ("import sys, torch\n"
+               "from autokernel import interpreter\n"
+               "if interpreter.choose():\n"
                "    torch.set_num_threads(1)\n"
                "from autokernel.worker import main\n"
                "sys.exit(main())\n")

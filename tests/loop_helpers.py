@@ -14,6 +14,7 @@ import pytest
 
 from autokernel import loop, paths
 from autokernel.agents.base import Proposal
+from autokernel.contracts import Job
 
 GITIGNORE = "results.tsv\nworkspace/\n__pycache__/\n"
 
@@ -99,11 +100,11 @@ def make_project(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def make_job(root: Path, rank: int, starter: str) -> dict:
+def make_job(root: Path, rank: int, starter: str) -> Job:
     path = root.parent / f"kernel_{rank}_softmax.py"
     path.write_text(starter)
-    return {"rank": rank, "kernel_type": "softmax", "path": str(path), "shapes": [{"M": 4, "N": 64}],
-            "dtype": "float32", "share": 0.5, "amdahl_2x": 1.33}
+    return Job(rank=rank, kernel_type="softmax", path=str(path), shapes=[{"M": 4, "N": 64}], dtype="float32",
+               share=0.5, amdahl_2x=1.33)
 
 
 def proposal(description: str, text: str, **tokens) -> Proposal:

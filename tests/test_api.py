@@ -11,7 +11,7 @@ from torch import nn  # noqa: E402
 import autokernel  # noqa: E402
 from autokernel import api, paths, plugin, session  # noqa: E402
 from autokernel.agents.base import AgentError  # noqa: E402
-from autokernel.run_state import RunState  # noqa: E402
+from autokernel.contracts import RunState  # noqa: E402
 from tests.loop_helpers import git, make_project  # noqa: E402
 from tests.test_plugin import reference_kernel, write_optimized  # noqa: E402
 
@@ -40,9 +40,8 @@ def project(tmp_path, monkeypatch):
         jobs = kwargs["plan"](lambda line: None)
         runs.append({**kwargs, "jobs": jobs})
         for job in jobs:
-            write_optimized(paths.OPTIMIZED_DIR, {job["kernel_type"]: job["shapes"]}, dtypes=(job["dtype"],),
-                            sources={job["kernel_type"]: sources.get(job["kernel_type"],
-                                                                    reference_kernel(job["kernel_type"]))})
+            write_optimized(paths.OPTIMIZED_DIR, {job.kernel_type: job.shapes}, dtypes=(job.dtype,),
+                            sources={job.kernel_type: sources.get(job.kernel_type, reference_kernel(job.kernel_type))})
         return RunState(tag=kwargs["tag"], jobs=jobs, kept_commit="abc", settings=kwargs["settings"],
                         job_index=len(jobs), done=sources.get("done", True),
                         stopped_because=None if sources.get("done", True) else "the run's time budget is spent")
@@ -61,7 +60,7 @@ def test_optimize_profiles_extracts_runs_the_loop_checks_and_hands_over_the_fast
     returned = autokernel.optimize(model, x, budget_hours=0.5, top=1, llm_model="m", base_url="http://h/v1")
 
     (run,) = runs
-    assert [(job["kernel_type"], job["shapes"]) for job in run["jobs"]] in (
+    assert [(job.kernel_type, job.shapes) for job in run["jobs"]] in (
         [("matmul", [{"M": 4, "N": 32, "K": 16}])], [("softmax", [{"M": 4, "N": 32}])])
     assert run["tag"].startswith("TinyClassifier-") and run["settings"].agent == "auto"
     assert run["settings"].budget_s == 1800 and run["settings"].quick_bench is True

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from autokernel import cli, paths, results, run_state
-from autokernel.run_state import JobProgress, RunSettings, RunState
+from autokernel.contracts import Job, JobProgress, RunSettings, RunState
 from tests.test_orchestrate import TINY_MODEL, copy_project
 
 
@@ -75,11 +75,11 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
     progress = JobProgress(baseline={"latency_us": 30.0}, best={"latency_us": 20.0}, noise=0.02, experiments=3)
     finished = {"file": "1_matmul.py", "speedup_over_baseline": 1.8, "best_speedup_vs_pytorch": 1.1,
                 "experiments": 9, "stopped_because": "5 reverts in a row"}
-    jobs = [{"rank": 1, "kernel_type": "matmul"}, {"rank": 2, "kernel_type": "softmax"},
-            {"rank": 3, "kernel_type": "rmsnorm"}]
-    RunState(tag="night", jobs=jobs, kept_commit="abc", settings=RunSettings(budget_s=7200), job_index=1,
+    jobs = [Job(rank=rank, kernel_type=kernel_type, dtype="float16", shapes=[], path=f"kernel_{rank}.py")
+            for rank, kernel_type in ((1, "matmul"), (2, "softmax"), (3, "rmsnorm"))]
+    run_state.save(RunState(tag="night", jobs=jobs, kept_commit="abc", settings=RunSettings(budget_s=7200), job_index=1,
              experiment=14, elapsed_s=3600, current=progress, finished=[finished], llm_tokens=1200, cost_usd=0.5,
-             stopped_because="the run's time budget is spent").save()
+             stopped_because="the run's time budget is spent"))
     results.append_row(paths.RESULTS_TSV, results.make_row(
         experiment=14, tag="night", kernel_type="softmax", result={"correctness": "PASS"}, description="d",
         status="keep", wall_seconds=1.0, llm_tokens=0))
@@ -88,9 +88,9 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
     assert ("run night (branch autokernel/night): stopped: the run's time budget is spent; 14 experiments numbered, "
             "1h00m of 2h00m used, 1200 LLM tokens ($0.50)") in out
     assert "1_matmul: done, 1.80x over its baseline, 1.10x vs PyTorch eager (9 experiments; 5 reverts in a row)" in out
-    state = RunState.load()
+    state = run_state.load()
     state.finished[0]["timings_meaningful"] = False
-    state.save()
+    run_state.save(state)
     assert cli.main(["status"]) == 0
     assert ("1_matmul: done, 1.80x over its baseline, 1.10x vs PyTorch eager, timed under the CPU interpreter: not "
             "meaningful (9 experiments") in capsys.readouterr().out
@@ -101,7 +101,7 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
     assert cli.main(["status", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["state"]["settings"]["budget_s"] == 7200 and report["results"] == {"rows": 1, "kept": 1}
-    assert RunState.from_json(report["state"]) == run_state.RunState.load()
+    assert RunState.from_json(report["state"]) == run_state.load()
 
 
 @pytest.fixture(scope="module")

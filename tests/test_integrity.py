@@ -17,7 +17,7 @@ import pytest
 from autokernel import gitops, integrity, landlock, loop, results, runner
 from autokernel.budget import Budget
 from autokernel.live import ProgressView
-from autokernel.run_state import RunSettings, RunState
+from autokernel.contracts import RunSettings, RunState
 from tests.loop_helpers import ScriptedAgent, git, make_job, make_project, proposal
 
 STAND_IN_BENCH = '''

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import gitops, loop, results
+from autokernel import gitops, loop, results, run_state
 from autokernel.agents.base import AgentError, MalformedReply, RetryPolicy
 from autokernel.agents.openai_agent import OpenAIAgent
 from autokernel.budget import Budget
 from autokernel.live import ProgressView
-from autokernel.run_state import RunSettings, RunState
+from autokernel.contracts import RunSettings, RunState
 from tests.fake_llm_server import FakeLLMServer
 from tests.loop_helpers import (ScriptedAgent, fake_run_bench, git, make_job, make_project, proposal, result, source,
                                 subjects)
@@ -66,7 +66,7 @@ def test_noise_decides_and_target_speedup_moves_on_to_the_next_kernel(project):
     third = agent.contexts[2]
     assert third.kernel_source == beyond_noise
     assert [h["status"] for h in third.history] == ["revert", "keep"]
-    assert [text for text, _ in third.best_versions] == [beyond_noise, Path(jobs[0]["path"]).read_text()]
+    assert [text for text, _ in third.best_versions] == [beyond_noise, Path(jobs[0].path).read_text()]
     assert third.job["baseline"]["latency_us"] == 100.0 and third.last_result["latency_us"] == 80.0
 
 
@@ -116,7 +116,7 @@ def test_agent_error_stops_the_run_with_the_state_saved(project):
                           AgentError("the API rejected the key"))
     with pytest.raises(AgentError, match="rejected the key"):
         _run(project, [make_job(project, 1, source(result(100.0)))], agent, target_speedup=10)
-    saved = RunState.load()
+    saved = run_state.load()
     assert saved.experiment == 3 and saved.current.experiments == 2 and not saved.done
     assert saved.stopped_because == "AgentError: the API rejected the key"
     assert saved.kept_commit == git(project, "rev-parse", "HEAD").strip()
@@ -241,7 +241,7 @@ def test_llm_trouble_ends_the_run_within_its_budget(project, trouble):
     assert elapsed < budget_s + 1.5, f"{trouble}: {elapsed:.1f} s on a {budget_s} s budget"
     assert state.stopped_because == loop.BUDGET_SPENT and not state.done and state.current is not None
     assert _statuses(project) == [(1, "baseline", "PASS")], "no bogus row for an experiment never judged"
-    assert RunState.load().stopped_because == loop.BUDGET_SPENT
+    assert run_state.load().stopped_because == loop.BUDGET_SPENT
 
 
 # ---------------------------------------------------------------------- the bar is PyTorch's best

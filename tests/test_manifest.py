@@ -10,13 +10,14 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from autokernel import manifest, plugin  # noqa: E402
+from autokernel.contracts import Job  # noqa: E402
 from autokernel.manifest import RouteRecord  # noqa: E402
 from autokernel.paths import MANIFEST_NAME, starter_path  # noqa: E402
 from tests.test_plugin import reference_kernel, reference_sources, write_optimized  # noqa: E402
 
 
 def test_manifest_entry_from_a_job_loads_the_file_it_names(tmp_path):
-    job = {"rank": 3, "kernel_type": "softmax", "shapes": [{"M": 4, "N": 64}], "dtype": "float16", "share": 0.2}
+    job = Job(rank=3, kernel_type="softmax", shapes=[{"M": 4, "N": 64}], dtype="float16", share=0.2, path="k.py")
     manifest.write_manifest(tmp_path / "opt" / MANIFEST_NAME,
                             {"3_softmax": manifest.manifest_entry(job, starter_path("softmax"))})
     assert manifest.read_manifest(tmp_path / "opt" / MANIFEST_NAME) == {"3_softmax": {

@@ -3,7 +3,7 @@
 import pytest
 
 from autokernel import policy
-from autokernel.run_state import JobProgress, RunSettings
+from autokernel.contracts import JobProgress, RunSettings
 
 
 def test_keep_rule_needs_a_pass_faster_by_more_than_the_noise():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from autokernel import results
+from autokernel import contracts, results
 
 PASS_RESULT = {"correctness": "PASS", "throughput": 812.25, "latency_us": 41.3, "pct_peak": 24.6,
                "speedup_vs_pytorch": 1.37, "speedup_vs_compile": 0.9, "timings_meaningful": True,
@@ -23,8 +23,8 @@ def test_columns_are_exactly_the_documented_ones():
 
 def test_header_written_once_and_rows_read_back_typed(tmp_path):
     path = tmp_path / "results.tsv"
-    results.append_row(path, _row(1, results.STATUS_BASELINE, 50.0))
-    results.append_row(path, _row(2, results.STATUS_KEEP, 41.3))
+    results.append_row(path, _row(1, contracts.STATUS_BASELINE, 50.0))
+    results.append_row(path, _row(2, contracts.STATUS_KEEP, 41.3))
     lines = path.read_text().splitlines()
     assert lines[0] == "\t".join(results.COLUMNS)
     assert len(lines) == 3
@@ -40,7 +40,7 @@ def test_header_written_once_and_rows_read_back_typed(tmp_path):
 def test_missing_numbers_are_empty_cells_and_none(tmp_path):
     path = tmp_path / "results.tsv"
     crash = results.make_row(experiment=3, tag="t1", kernel_type="softmax", result={"correctness": "CRASH"},
-                             description="bad", status=results.STATUS_REVERT, wall_seconds=0.5, llm_tokens=0)
+                             description="bad", status=contracts.STATUS_REVERT, wall_seconds=0.5, llm_tokens=0)
     results.append_row(path, crash)
     row = results.read_rows(path)[0]
     assert row["latency_us"] is None and row["throughput"] is None
@@ -50,14 +50,14 @@ def test_missing_numbers_are_empty_cells_and_none(tmp_path):
 
 def test_tabs_and_newlines_in_descriptions_are_sanitized(tmp_path):
     path = tmp_path / "results.tsv"
-    results.append_row(path, _row(1, results.STATUS_REVERT, 60.0, description='fuse\tloads\nand "store"\r\n'))
+    results.append_row(path, _row(1, contracts.STATUS_REVERT, 60.0, description='fuse\tloads\nand "store"\r\n'))
     assert len(path.read_text().splitlines()) == 2
     assert results.read_rows(path)[0]["description"] == 'fuse loads and "store"'
 
 
 def test_rows_are_on_disk_without_closing_anything(tmp_path):
     path = tmp_path / "results.tsv"
-    results.append_row(path, _row(1, results.STATUS_BASELINE, 50.0))
+    results.append_row(path, _row(1, contracts.STATUS_BASELINE, 50.0))
     with open(path) as independent_reader:
         assert len(independent_reader.read().splitlines()) == 2
 

@@ -7,11 +7,13 @@ import json
 import sys
 import textwrap
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from autokernel import runner
+from autokernel import child_output, runner
+from autokernel.contracts import BenchResult
 from tests.processes import gone_within
 
 
@@ -84,7 +86,7 @@ def test_output_is_bounded_to_its_tail(tmp_path):
         sys.stdout.write("LAST LINE\\n")
     """
     result = runner.run_child(_python(code), timeout_s=60, cwd=tmp_path)
-    assert len(result.stdout) < runner.OUTPUT_LIMIT_BYTES + 200
+    assert len(result.stdout) < child_output.OUTPUT_LIMIT_BYTES + 200
     assert result.stdout.startswith("[... ")
     assert result.stdout.rstrip().endswith("LAST LINE")
 
@@ -152,7 +154,7 @@ def test_run_bench_without_json_is_a_crash_with_stderr_tail(tmp_path):
     assert "exited with code 2" in result["message"]
     assert "SyntaxError: invalid syntax in kernel.py" in result["message"]
     assert "noise 0\n" not in result["message"]
-    assert set(runner.BENCH_FIELDS) <= set(result)
+    assert {f.name for f in fields(BenchResult)} - {"extra"} <= set(result)
     assert result["latency_us"] is None
 
 
@@ -223,7 +225,7 @@ def test_a_watcher_sees_each_line_as_the_child_prints_it(tmp_path):
             time.sleep(0.2)
         print("to stderr", file=sys.stderr, flush=True)
     """
-    with runner.watch_output(lambda line: seen.append((time.monotonic(), line))):
+    with child_output.watch_output(lambda line: seen.append((time.monotonic(), line))):
         result = runner.run_child(_python(code), timeout_s=30, cwd=tmp_path)
     finished = time.monotonic()
     assert [line for _, line in seen] == ["STAGE smoke", "STAGE shape sweep", "to stderr"]

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import gitops, loop, results, session
+from autokernel import gitops, loop, results, run_state, session
 from autokernel.agents.base import MalformedReply
 from autokernel.live import ProgressView
 from autokernel.lock import RunLocked
-from autokernel.run_state import OptimizationError, RunSettings, RunState
+from autokernel.contracts import RunSettings, RunState
+from autokernel.run_state import OptimizationError
 from tests.loop_helpers import TableAgent, fake_run_bench, git, make_job, make_project, proposal, result, source
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -100,7 +101,7 @@ def test_a_kill_at_any_write_step_loses_nothing_and_numbers_nothing_twice(tmp_pa
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
-        state = _start(project, monkeypatch, resume=True) if RunState.load().done is False else RunState.load()
+        state = _start(project, monkeypatch, resume=True) if run_state.load().done is False else run_state.load()
         label = f"killed after '{step}' (write {index + 1} of {len(steps)})"
         assert state.done, label
         assert _rows(project) == expected_rows, label
@@ -184,7 +185,7 @@ def test_resume_restores_every_setting_and_a_flag_overrides_out_loud(project, mo
     table = [proposal("faster", source(result(60.0)), tokens_in=10, cost_usd=0.01), loop.OutOfTime("stop here")]
     state = _start(project, monkeypatch, with_agent=TableAgent(table), **settings)
     assert state.stopped_because == loop.BUDGET_SPENT
-    saved = RunState.load().settings
+    saved = run_state.load().settings
     assert (saved.budget_s, saved.max_consecutive_reverts, saved.target_speedup, saved.base_url, saved.max_cost_usd,
             saved.llm_model) == (180.0, 100, 1000.0, "http://127.0.0.1:9/v1", 5.0, "fake-model")
 
@@ -243,7 +244,7 @@ def test_an_interrupt_returns_the_user_and_resume_goes_on(project, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         _start(project, monkeypatch, with_agent=Interrupting(_table()))
     assert git(project, "branch", "--show-current").strip() == "main"
-    assert RunState.load().stopped_because == "interrupted (SIGINT)"
+    assert run_state.load().stopped_because == "interrupted (SIGINT)"
     state = _start(project, monkeypatch, resume=True)
     assert state.done and [r[0] for r in _rows(project)] == list(range(1, 7))
 

@@ -119,7 +119,8 @@ def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_p
 def test_starters_reuse_this_models_plan(tmp_path, capsys):
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    entries = [{"rank": rank, "kernel_type": kernel_type, "dtype": "float32", "shapes": shapes, "share": 0.1 * rank}
+    entries = [{"rank": rank, "kernel_type": kernel_type, "dtype": "float32", "shapes": shapes, "share": 0.1 * rank,
+                "amdahl_2x": 1 / (1 - 0.05 * rank)}
                for rank, (kernel_type, shapes) in enumerate(LLAMA_SHAPES.items(), start=1)]
     plan_text = json.dumps({"model": "llama.py:Model", "device": "cpu", "dtype": "float32", "timing": "CPU op time",
                             "device_name": "cpu", "entries": entries})

@@ -1,10 +1,7 @@
-"""The checks that run in the candidate's process: no library compute, launch counting, poisoning,
-tamper and global-state detection, the audit hook, and what counts as a fresh plain output."""
+"""The checks that run in the candidate's process: no library compute, launch counting, poisoning, and what
+counts as a fresh plain output (tamper and global-state detection: tests/test_worker_tampering.py)."""
 
 import os
-import subprocess
-import sys
-import textwrap
 import time
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -14,10 +11,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from autokernel.worker_guards import (VIOLATIONS, Fingerprint, LaunchCounter, LibraryCompute,  # noqa: E402
-                                      compiled_figures,
-                                      NoLibraryCompute, global_state, guard_cost_ms, output_problem,
-                                      poisoned_allocations, state_changes)
+from autokernel.worker_guards import (VIOLATIONS, LaunchCounter, LibraryCompute, NoLibraryCompute,  # noqa: E402
+                                      compiled_figures, guard_cost_ms, output_problem, poisoned_allocations)
 
 
 @pytest.fixture(autouse=True)
@@ -115,55 +110,6 @@ def test_launch_counter_notes_launches_on_another_stream():
     assert "launched a Triton kernel on a side stream" in VIOLATIONS.first()
 
 
-def _timer():
-    return 1.0
-
-
-class _Timer:
-    def read(self):
-        return 1.0
-
-
-def test_fingerprint_sees_replaced_rewritten_and_added_attributes():
-    import types
-    module = types.ModuleType("judge_part")
-    module.timer = _timer
-    fingerprint = Fingerprint({"judge_part": module, "_Timer": _Timer, "time": (time, ("perf_counter",))})
-    assert fingerprint.changes() == []
-    module.timer = lambda: 0.0
-    original_read = _Timer.read
-    _Timer.read = lambda self: 0.0
-    module.len = lambda x: 0                 # shadows a builtin inside the module
-    try:
-        assert sorted(fingerprint.changes()) == ["added judge_part.len", "replaced _Timer.read",
-                                                 "replaced judge_part.timer"]
-    finally:
-        _Timer.read = original_read
-
-
-def test_fingerprint_sees_a_functions_defaults_changed_in_place():
-    # (Swapping its __code__ is refused outright by the audit hook: see the last test.)
-    def measure(scale=1.0):
-        return scale
-    holder = type("Holder", (), {"measure": staticmethod(measure)})
-    fingerprint = Fingerprint({"holder": holder})
-    measure.__defaults__ = (0.0,)
-    assert fingerprint.changes() == ["replaced holder.measure"]
-
-
-def test_global_state_changes_are_named():
-    before = global_state()
-    precision = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("medium")
-    try:
-        changes = state_changes(before, global_state())
-    finally:
-        torch.set_float32_matmul_precision(precision)
-    assert f"torch.get_float32_matmul_precision() {precision!r} -> 'medium'" in changes
-    assert "torch.backends.cuda.matmul.allow_tf32 False -> True" in changes     # the same setting, seen twice
-    assert state_changes(before, global_state()) == []
-
-
 def test_plain_fresh_outputs_pass_and_others_are_named():
     x = torch.randn(4, 4)
     device = torch.device("cpu")
@@ -176,28 +122,6 @@ def test_plain_fresh_outputs_pass_and_others_are_named():
     assert "same output buffer" in output_problem(previous.view(16), {"x": x}, previous, device)
     assert "lazy tensor" in output_problem(torch.randn(4)._neg_view(), {"x": x}, None, device)
     assert "on meta" in output_problem(torch.empty(4, device="meta"), {"x": x}, None, device)
-
-
-def test_audit_hook_refuses_reaching_into_the_process():
-    # An audit hook cannot be removed, so this runs in a process of its own.
-    code = textwrap.dedent("""
-        import gc, sys
-        from autokernel import worker_guards as guards
-        sys.addaudithook(guards.refuse_introspection)
-        for attempt in (gc.get_objects, lambda: gc.get_referrers(sys), lambda: sys.settrace(None),
-                        lambda: setattr(guards.global_state, "__code__", (lambda: {}).__code__)):
-            try:
-                attempt()
-                print("ALLOWED")
-            except PermissionError as exc:
-                print("REFUSED", exc)
-        print("NOTED", len(guards.VIOLATIONS.notes))
-    """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    lines = proc.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["REFUSED"] * 4 + ["NOTED"], proc.stderr
-    assert "the kernel called gc.get_objects" in lines[0]
-    assert lines[-1] == "NOTED 4"
 
 
 def test_the_guards_own_host_cost_is_measured_per_call_and_per_op():

@@ -18,12 +18,14 @@ dtype with the current TUNABLES, on the CPU, where the starter plans as on an H1
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import logging
 import re
 
-from autokernel.paths import ROOT
+from autokernel.contracts import PASS
+from autokernel.dtypes import DTYPES
+from autokernel.kernel_file import import_file
+from autokernel.paths import starter_path
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ def kind_of(name: str) -> str:
 def bound_of(results: list[dict | None]) -> str | None:
     """The roofline bound in the judge's summary of the first passing result that has one."""
     for result in results:
-        if result and result.get("correctness") == "PASS":
+        if result and result.get("correctness") == PASS:
             bound = (result.get("limits") or {}).get("bound")
             if bound in KIND_ORDER:
                 return bound
@@ -87,18 +89,16 @@ def idle_bucket_axes(names: list[str], used_buckets: list[str]) -> list[str]:
 def buckets_used(kernel_type: str, tunables: dict, shapes: list[dict], dtype_name: str | None) -> list[str] | None:
     """The shape buckets the starter's plan picks for the job's shapes with these TUNABLES, or None where
     the starter does not plan by bucket (or the plan cannot be made: then there is no preference)."""
-    starter = ROOT / "kernels" / f"{kernel_type}.py"
+    starter = starter_path(kernel_type)
     if not shapes or not starter.is_file() or "def plan(" not in starter.read_text():
         return None
     import torch
 
     try:
-        spec = importlib.util.spec_from_file_location(f"_autokernel_starter_{kernel_type}", starter)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = import_file(starter, f"_autokernel_starter_{kernel_type}")
         module.TUNABLES = dict(tunables)
         params = [p for p in inspect.signature(module.plan).parameters if p not in ("dtype", "device")]
-        dtype = getattr(torch, dtype_name or "float16")
+        dtype = DTYPES[dtype_name or "float16"]
         return sorted({module.plan(*(shape[p] for p in params), dtype=dtype, device=torch.device("cpu")).bucket
                        for shape in shapes})
     except Exception as exc:    # a hint for the search order, never a reason to stop the run

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import email.utils
 import logging
-import os
 import random
 import re
 import time
@@ -47,7 +46,7 @@ class AgentContext:
                                                 # correctness, throughput, speedup_vs_pytorch, message
     best_versions: list[tuple[str, dict]]       # up to 3 best kept (source, bench result), best first
     program: str                                # program.md text
-    job: dict                                   # rank, kernel_type, shapes, dtype, gpu, baseline
+    job: dict                                   # contracts.Job.to_json(), and "baseline": its measured result
     deadline: float | None = None               # time.monotonic() by which a proposal must be back
 
 
@@ -92,38 +91,6 @@ class Agent(Protocol):
 
     def check_endpoint(self) -> str | None:
         """Fail (AgentError) when the agent cannot work at all; a warning to show, or None."""
-
-
-def make_agent(kind: str | None, *, model: str | None = None, base_url: str | None = None) -> Agent:
-    """The agent of `kind` ("auto" or None picks by which API key is set; "builtin" needs none)."""
-    # Imported here: the agent modules import this one, and the SDKs may be missing on a GPU machine.
-    from autokernel.agents.anthropic_agent import AnthropicAgent
-    from autokernel.agents.builtin import BuiltinAgent
-    from autokernel.agents.openai_agent import OpenAIAgent
-
-    chosen = _resolve_kind(kind, base_url)
-    if chosen == "anthropic":
-        return AnthropicAgent(model, base_url=base_url)
-    if chosen == "openai":
-        return OpenAIAgent(model, base_url=base_url)
-    if model or base_url:
-        raise AgentError("a model or base URL was given, but the built-in search agent uses neither: set "
-                         "ANTHROPIC_API_KEY or OPENAI_API_KEY, or choose the anthropic or openai agent")
-    return BuiltinAgent()
-
-
-def _resolve_kind(kind: str | None, base_url: str | None) -> str:
-    kind = (kind or "auto").lower()
-    if kind not in AGENT_KINDS:
-        raise AgentError(f"unknown agent {kind!r}; choose one of: {', '.join(AGENT_KINDS)}")
-    if kind != "auto":
-        return kind
-    if os.environ.get("ANTHROPIC_API_KEY"):
-        return "anthropic"
-    # A base URL without any key means a local OpenAI-compatible server (vLLM, Ollama).
-    if os.environ.get("OPENAI_API_KEY") or base_url or os.environ.get("OPENAI_BASE_URL"):
-        return "openai"
-    return "builtin"
 
 
 @dataclass

@@ -22,11 +22,12 @@ from dataclasses import asdict, dataclass, field
 from autokernel.agents import axis_order
 from autokernel.agents.base import AgentContext, Proposal, SearchExhausted
 from autokernel.agents.tunables import format_literal, read_tunables, rewrite_tunables
+from autokernel.contracts import PASS
 
 
 def score(result: dict | None) -> float | None:
     """Higher is better: a PASS's throughput, else its negated latency; None for a failure or no timing."""
-    if not result or result.get("correctness") != "PASS":
+    if not result or result.get("correctness") != PASS:
         return None
     if result.get("throughput") is not None:
         return float(result["throughput"])

@@ -12,6 +12,7 @@ import re
 from typing import TYPE_CHECKING
 
 from autokernel import hardware, limits, registry
+from autokernel.contracts import PASS
 
 if TYPE_CHECKING:
     from autokernel.agents.base import AgentContext
@@ -56,7 +57,7 @@ def describe_result(result: dict | None) -> str:
     if result is None:
         return "None yet: this is the first experiment on this kernel."
     correctness = result.get("correctness", "?")
-    if correctness != "PASS":
+    if correctness != PASS:
         stage = result.get("failed_stage") or "unknown stage"
         message = _shorten(str(result.get("message") or "(no message)"), MAX_MESSAGE_CHARS)
         return f"correctness={correctness} at {stage}:\n{message}"
@@ -138,7 +139,7 @@ def _gpu_line(gpu: hardware.GPUSpec) -> str:
 def _latest_pass(ctx: AgentContext) -> dict | None:
     """The last passing result with timings (the best kept one when the last failed)."""
     for result in [ctx.last_result, *(result for _, result in ctx.best_versions), ctx.job.get("baseline")]:
-        if result and result.get("correctness") == "PASS" and result.get("timings"):
+        if result and result.get("correctness") == PASS and result.get("timings"):
             return result
     return None
 

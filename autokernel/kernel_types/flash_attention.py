@@ -8,7 +8,7 @@ import math
 
 import torch.nn.functional as F
 
-import reference
+from autokernel import references as reference
 from autokernel.kernel_types.base import (Adversarial, KernelType, Reading, Recognition, Routing, Shape, bhsd,
                                           randn, recorded_argument)
 

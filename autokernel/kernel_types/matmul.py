@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import reference
+from autokernel import references as reference
 from autokernel.dtypes import pytorch_fp32_matmul_uses_tf32
 from autokernel.kernel_types.base import (Adversarial, Inputs, KernelType, ModuleVariant, Reading, Recognition,
                                           Routing, rand_uniform, randn)

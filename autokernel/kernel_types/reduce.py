@@ -10,7 +10,7 @@ import math
 
 import torch
 
-import reference
+from autokernel import references as reference
 from autokernel.kernel_types.base import Adversarial, KernelType, Reading, Recognition, Routing, Shape, \
     recorded_argument
 

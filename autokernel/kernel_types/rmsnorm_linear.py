@@ -14,7 +14,7 @@ import math
 import torch
 from torch import nn
 
-import reference
+from autokernel import references as reference
 from autokernel.kernel_types import norms
 from autokernel.kernel_types.base import Adversarial, FoldType, KernelType, Reading, normal
 

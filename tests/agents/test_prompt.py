@@ -111,7 +111,7 @@ def extracted_job(tmp_path_factory) -> dict:
     import os
 
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    import extract
+    from autokernel import jobs as kernel_jobs
     from autokernel import models, profiler
     from autokernel.paths import ROOT
 
@@ -120,7 +120,8 @@ def extracted_job(tmp_path_factory) -> dict:
                                model_kwargs={"config": "tiny", "n_layers": 1, "vocab_size": 128})
     profiler.profile_to_workspace(loaded.model, loaded.inputs, name=loaded.name, workspace=workspace,
                                   warmup=0, iters=1)
-    return extract.extract_jobs(workspace / profiler.PLAN_FILE, 1, workspace)[0]
+    # As the loop hands it to the agent: the Job's JSON (plus the baseline, once it is measured).
+    return kernel_jobs.extract_jobs(workspace / profiler.PLAN_FILE, 1, workspace)[0].to_json()
 
 
 def test_prompt_from_an_extracted_job_carries_the_gpu_its_peaks_and_the_per_shape_speedups(extracted_job,

@@ -1,4 +1,5 @@
-"""Tests for extract.py: kernel job files stamped with the model's shapes, jobs.json, and bad plans."""
+"""Tests for autokernel/jobs.py (and its front door extract.py): kernel job files stamped with the model's shapes,
+jobs.json, and bad plans."""
 
 import ast
 import json
@@ -8,7 +9,7 @@ import torch
 from torch import nn
 
 import extract
-from autokernel import hardware, paths, profiler, registry
+from autokernel import hardware, jobs as kernel_jobs, paths, profiler, registry
 
 NORM_SHAPES = [{"M": 512, "N": 2048}, {"M": 1, "N": 2048}]
 MATMUL_SHAPES = [{"M": 512, "N": 5632, "K": 2048}]
@@ -45,24 +46,24 @@ def _job_literal(source: str) -> dict:
 
 
 def test_jobs_follow_rank_and_skip_other(plan_path, tmp_path):
-    jobs = extract.extract_jobs(plan_path, 5, tmp_path / "ws")
-    assert [(job["rank"], job["kernel_type"]) for job in jobs] == [(1, "matmul"), (2, "rmsnorm"), (4, "softmax")]
-    assert [job["path"] for job in jobs] == [str(tmp_path / "ws" / name) for name in
-                                             ("kernel_1_matmul.py", "kernel_2_rmsnorm.py", "kernel_4_softmax.py")]
+    jobs = kernel_jobs.extract_jobs(plan_path, 5, tmp_path / "ws")
+    assert [(job.rank, job.kernel_type) for job in jobs] == [(1, "matmul"), (2, "rmsnorm"), (4, "softmax")]
+    assert [job.path for job in jobs] == [str(tmp_path / "ws" / name) for name in
+                                          ("kernel_1_matmul.py", "kernel_2_rmsnorm.py", "kernel_4_softmax.py")]
     assert sorted(p.name for p in (tmp_path / "ws").iterdir()) == [
         "jobs.json", "kernel_1_matmul.py", "kernel_2_rmsnorm.py", "kernel_4_softmax.py"]
 
 
 def test_top_limits_the_jobs(plan_path, tmp_path):
-    jobs = extract.extract_jobs(plan_path, 1, tmp_path / "ws")
-    assert [job["kernel_type"] for job in jobs] == ["matmul"]
+    jobs = kernel_jobs.extract_jobs(plan_path, 1, tmp_path / "ws")
+    assert [job.kernel_type for job in jobs] == ["matmul"]
     assert not (tmp_path / "ws" / "kernel_2_rmsnorm.py").exists()
     with pytest.raises(ValueError, match="at least 1"):
-        extract.extract_jobs(plan_path, 0, tmp_path / "ws")
+        kernel_jobs.extract_jobs(plan_path, 0, tmp_path / "ws")
 
 
 def test_job_file_is_the_starter_with_the_job_after_its_docstring(plan_path, tmp_path):
-    extract.extract_jobs(plan_path, 2, tmp_path / "ws")
+    kernel_jobs.extract_jobs(plan_path, 2, tmp_path / "ws")
     starter = paths.starter_path("rmsnorm").read_text()
     job_file = (tmp_path / "ws" / "kernel_2_rmsnorm.py").read_text()
     assert ast.get_docstring(ast.parse(job_file)) == ast.get_docstring(ast.parse(starter))
@@ -81,7 +82,7 @@ def test_job_file_is_the_starter_with_the_job_after_its_docstring(plan_path, tmp
 
 
 def test_job_file_still_names_its_kernel_type(plan_path, tmp_path):
-    extract.extract_jobs(plan_path, 5, tmp_path / "ws")
+    kernel_jobs.extract_jobs(plan_path, 5, tmp_path / "ws")
     for kernel_type, rank in (("matmul", 1), ("rmsnorm", 2), ("softmax", 4)):
         tree = ast.parse((tmp_path / "ws" / f"kernel_{rank}_{kernel_type}.py").read_text())
         assigned = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign) for t in node.targets}
@@ -89,7 +90,7 @@ def test_job_file_still_names_its_kernel_type(plan_path, tmp_path):
 
 
 def test_jobs_json_lists_the_exact_bench_strings(plan_path, tmp_path):
-    extract.extract_jobs(plan_path, 5, tmp_path / "ws")
+    kernel_jobs.extract_jobs(plan_path, 5, tmp_path / "ws")
     jobs = json.loads((tmp_path / "ws" / "jobs.json").read_text())
     norm = jobs[1]
     assert {key: norm[key] for key in ("rank", "kernel_type", "dtype", "shapes", "share")} == {
@@ -101,22 +102,22 @@ def test_jobs_json_lists_the_exact_bench_strings(plan_path, tmp_path):
 
 
 def test_bad_plans_give_clear_errors(tmp_path, monkeypatch):
-    with pytest.raises(extract.PlanError, match="run `python profile.py MODEL` first"):
-        extract.extract_jobs(tmp_path / "missing.json", 3, tmp_path / "ws")
+    with pytest.raises(kernel_jobs.PlanError, match="run `python profile.py MODEL` first"):
+        kernel_jobs.extract_jobs(tmp_path / "missing.json", 3, tmp_path / "ws")
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
-    with pytest.raises(extract.PlanError, match="not valid JSON"):
-        extract.extract_jobs(broken, 3, tmp_path / "ws")
+    with pytest.raises(kernel_jobs.PlanError, match="not valid JSON"):
+        kernel_jobs.extract_jobs(broken, 3, tmp_path / "ws")
     broken.write_text(json.dumps({"model": "x"}))
-    with pytest.raises(extract.PlanError, match="no \"entries\" list"):
-        extract.extract_jobs(broken, 3, tmp_path / "ws")
+    with pytest.raises(kernel_jobs.PlanError, match="no \"entries\" list"):
+        kernel_jobs.extract_jobs(broken, 3, tmp_path / "ws")
     broken.write_text(json.dumps(_plan([_entry(1, "conv2d", [{"M": 1}], 0.5)])))
     with pytest.raises(KeyError, match="unknown kernel type 'conv2d'"):
-        extract.extract_jobs(broken, 3, tmp_path / "ws")
+        kernel_jobs.extract_jobs(broken, 3, tmp_path / "ws")
     broken.write_text(json.dumps(_plan([_entry(1, "softmax", SOFTMAX_SHAPES, 0.5)])))
     monkeypatch.setattr(paths, "STARTERS_DIR", tmp_path / "no_starters")
-    with pytest.raises(extract.PlanError, match="no starter kernel for softmax"):
-        extract.extract_jobs(broken, 3, tmp_path / "ws")
+    with pytest.raises(kernel_jobs.PlanError, match="no starter kernel for softmax"):
+        kernel_jobs.extract_jobs(broken, 3, tmp_path / "ws")
 
 
 def test_command_line(plan_path, tmp_path, capsys):
@@ -145,7 +146,7 @@ def test_profiled_plan_becomes_jobs_with_the_model_shapes(tmp_path):
         torch.set_num_threads(threads)
     plan = profiler.build_plan(report, hardware.CPU_INTERPRETER)
     _, plan_file = profiler.write_outputs(report, plan, tmp_path)
-    jobs = extract.extract_jobs(plan_file, 5, tmp_path)
-    shapes = {job["kernel_type"]: job["shape_args"] for job in jobs}
+    jobs = kernel_jobs.extract_jobs(plan_file, 5, tmp_path)
+    shapes = {job.kernel_type: job.shape_args for job in jobs}
     assert shapes == {"matmul": ["M=15,N=24,K=16"], "softmax": ["M=15,N=24"]}
-    assert {job["model"] for job in jobs} == {"head"} and {job["dtype"] for job in jobs} == {"float32"}
+    assert {job.model for job in jobs} == {"head"} and {job.dtype for job in jobs} == {"float32"}

@@ -1,0 +1,107 @@
+"""The installed tool, not the clone: build the wheel, install it into a fresh venv, and run `autokernel profile`
+and a short `autokernel optimize` on CPU inside a new git repository outside the clone (pyproject.toml, setup.py,
+autokernel/paths.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.test_orchestrate import TINY_MODEL
+
+PROJECT = Path(__file__).resolve().parents[1]
+IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def _run(cmd: list[str], cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{cmd} exited {done.returncode}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return done
+
+
+def _source_copy(destination: Path) -> Path:
+    """The clone's files as git knows them (tracked, and new ones not ignored): what a fresh checkout builds."""
+    listed = _run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], PROJECT).stdout
+    for name in filter(None, listed.split("\0")):
+        source = PROJECT / name
+        if source.is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            (destination / name).write_bytes(source.read_bytes())
+    return destination
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("wheel")
+    source = _source_copy(base / "source")
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(source)]
+    # With this environment's setuptools (offline); where it is too old to build wheels (before 70.1,
+    # without the wheel package), in pip's isolated build environment, as `pip install .` would.
+    offline = subprocess.run([*build, "--no-build-isolation", "--no-index"], cwd=base, capture_output=True, text=True,
+                             timeout=600)
+    if offline.returncode != 0:
+        _run(build, base)
+    (built,) = (base / "dist").glob("autokernel-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel, tmp_path_factory) -> Path:
+    """A fresh venv that sees the system's torch and triton, with the wheel installed and nothing else of ours."""
+    folder = tmp_path_factory.mktemp("venv") / "env"
+    _run([sys.executable, "-m", "venv", "--system-site-packages", str(folder)], folder.parent)
+    _run([str(folder / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+         folder.parent)
+    return folder
+
+
+def _user_env(venv: Path, home: Path) -> dict:
+    kept = {name: os.environ[name] for name in ("LANG", "LC_ALL", "TMPDIR") if name in os.environ}
+    return {**kept, **IDENTITY, "PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(home)}
+
+
+def test_the_wheel_holds_the_package_alone_with_the_tool_files_inside_it(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    top_level = {name.split("/")[0] for name in names}
+    assert top_level == {"autokernel", "autokernel-0.1.0.dist-info"}, top_level
+    for needed in ("autokernel/_layout/bench.py", "autokernel/_layout/program.md",
+                   "autokernel/_layout/kernels/softmax.py", "autokernel/references.py", "autokernel/jobs.py"):
+        assert needed in names
+
+
+def test_installed_profile_and_optimize_work_in_a_new_repository_outside_the_clone(venv, tmp_path):
+    repo = tmp_path / "user_project"
+    repo.mkdir()
+    (repo / "model.py").write_text(TINY_MODEL)
+    (repo / ".gitignore").write_text("workspace/\nresults.tsv\n__pycache__/\n")
+    env = _user_env(venv, tmp_path)
+    _run(["git", "init", "-q", "-b", "main"], repo, env)
+    _run(["git", "add", "-A"], repo, env)
+    _run(["git", "commit", "-q", "-m", "my model"], repo, env)
+
+    where = _run([str(venv / "bin" / "python"), "-c", "import autokernel, sys; print(autokernel.__file__)"],
+                 repo, env).stdout
+    assert str(venv) in where and str(PROJECT) not in where
+
+    profiled = _run([str(venv / "bin" / "autokernel"), "profile", "model.py", "--warmup", "1", "--iters", "1"],
+                    repo, env, timeout=300)
+    plan = json.loads((repo / "workspace" / "optimization_plan.json").read_text())
+    assert [entry["kernel_type"] for entry in plan["entries"]][:1] == ["softmax"], profiled.stdout
+
+    optimized = _run([str(venv / "bin" / "autokernel"), "optimize", "model.py", "--agent", "builtin", "--top", "1",
+                      "--budget", "2m", "--max-reverts", "1", "--tag", "installed"], repo, env, timeout=400)
+    assert "1_softmax" in optimized.stdout, optimized.stdout
+    branch_files = _run(["git", "ls-tree", "-r", "--name-only", "autokernel/installed"], repo, env).stdout.split()
+    assert {"kernel.py", "optimized_kernels/1_softmax.py", "optimized_kernels/manifest.json"} <= set(branch_files)
+    rows = (repo / "results.tsv").read_text().splitlines()
+    assert len(rows) >= 2 and rows[0].startswith("experiment")
+    assert _run(["git", "branch", "--show-current"], repo, env).stdout.strip() == "main"
+    installed = Path(where.strip()).parent
+    assert not any((installed.parent / name).exists() for name in ("workspace", "results.tsv", "kernel.py")), \
+        "the run wrote beside the installed package"
