@@ -56,8 +56,10 @@ def venv(wheel, tmp_path_factory) -> Path:
     """A fresh venv that sees the system's torch and triton, with the wheel installed and nothing else of ours."""
     folder = tmp_path_factory.mktemp("venv") / "env"
     _run([sys.executable, "-m", "venv", "--system-site-packages", str(folder)], folder.parent)
-    _run([str(folder / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-         folder.parent)
+    # --ignore-installed: an autokernel the environment already sees (the clone's editable install,
+    # or its egg-info on PYTHONPATH) must not count as this wheel being installed.
+    _run([str(folder / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed",
+          "-q", str(wheel)], folder.parent)
     return folder
 
 
