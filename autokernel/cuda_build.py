@@ -135,15 +135,19 @@ def _import_built(name: str, build_dir: Path):
 
 
 def load_cuda(source: str, functions: list[str], tunables: dict | None = None,
-              extra_cuda_cflags: list[str] | None = None):
+              extra_cuda_cflags: list[str] | None = None, extra_ldflags: list[str] | None = None):
     """The compiled extension for `source` (its `functions` bound to Python), built once and cached."""
     import torch
     from torch.utils import cpp_extension
 
+    if not torch.cuda.is_available():
+        raise RuntimeError("a CUDA kernel file needs an NVIDIA GPU, nvcc and a CUDA build of torch: torch sees no "
+                           "GPU here")
     flags = [*DEFAULT_CUDA_FLAGS, *(extra_cuda_cflags or [])]
+    ldflags = list(extra_ldflags or [])
     cuda_source = full_source(source, tunables)
     cpp_source = host_declarations(source, functions)
-    key = build_key(cuda_source + "\0" + cpp_source, list(functions), flags, torch.__version__,
+    key = build_key(cuda_source + "\0" + cpp_source, list(functions), flags + ["--ld"] + ldflags, torch.__version__,
                     f"{device_capability()} cuda {torch.version.cuda}")
     name = f"autokernel_cuda_{key}"
     build_dir = cache_root() / name
@@ -152,7 +156,7 @@ def load_cuda(source: str, functions: list[str], tunables: dict | None = None,
     build_dir.mkdir(parents=True, exist_ok=True)
     try:
         module = cpp_extension.load_inline(name=name, cpp_sources=cpp_source, cuda_sources=cuda_source,
-                                           functions=list(functions), extra_cuda_cflags=flags,
+                                           functions=list(functions), extra_cuda_cflags=flags, extra_ldflags=ldflags,
                                            build_directory=str(build_dir), verbose=False, with_cuda=True)
     except RuntimeError as exc:
         if "Error building extension" in str(exc):

@@ -23,10 +23,13 @@ OWN_EVENT = "void (anonymous namespace)::rows_kernel<c10::Half, 32>(c10::Half co
 FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
         "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)")
 NVJET = "nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NNT"
-XMMA = "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
-CUTLASS = "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_16x4_nn_align4>(cutlass_80_tensorop_s1688gemm_128x128_16x4_nn_align4::Params)"
+XMMA = ("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_"
+        "kernel__5x_cublas")
+CUTLASS = ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_16x4_nn_align4>("
+           "cutlass_80_tensorop_s1688gemm_128x128_16x4_nn_align4::Params)")
 # A library kernel whose name (without arguments) is one the file also uses for its own decoy.
-SAME_NAME_FROM_CUBLAS = "void plain_kernel<float, 128, 0, cublasDotParams<float const, float> >(cublasDotParams<float const, float>)"
+SAME_NAME_FROM_CUBLAS = ("void plain_kernel<float, 128, 0, cublasDotParams<float const, float> >("
+                         "cublasDotParams<float const, float>)")
 TRITON = "triton_poi_fused_softmax_0"
 
 
@@ -95,3 +98,19 @@ def test_qualified_names():
     assert cl.qualified_name(OWN_EVENT) == "rows_kernel"
     assert cl.qualified_name(FILL) == "at::native::vectorized_elementwise_kernel"
     assert cl.qualified_name(NVJET) == NVJET
+
+
+def test_the_judges_marker_kernel_carries_the_marker_name():
+    assert cl._autokernel_stream_marker.__name__ == cl.MARKER_KERNEL
+
+
+def test_watch_for_only_cuda_files_on_a_gpu(tmp_path):
+    import torch
+
+    triton_file = tmp_path / "kernel.py"
+    triton_file.write_text('KERNEL_TYPE = "softmax"\nBACKEND = "triton"\n')
+    assert cl.watch_for(triton_file, torch.device("cuda", 0)) is None
+    assert cl.watch_for(tmp_path / "missing.py", torch.device("cuda", 0)) is None
+    from autokernel.paths import STARTERS_DIR
+
+    assert cl.watch_for(STARTERS_DIR / "cuda" / "softmax.py", torch.device("cpu")) is None

@@ -30,7 +30,7 @@ def import_with(name: str, extension, monkeypatch):
     """The starter module, its load_cuda answering `extension` (checked: the entry points it asks for)."""
     asked = {}
 
-    def fake_load_cuda(source, functions, tunables=None, extra_cuda_cflags=None):
+    def fake_load_cuda(source, functions, tunables=None, extra_cuda_cflags=None, extra_ldflags=None):
         asked.update(functions=list(functions), tunables=dict(tunables or {}))
         cuda_build.host_declarations(source, functions)      # every entry point is defined in the source
         return extension
@@ -77,3 +77,16 @@ def judge_passes(name: str, tmp_path: Path) -> None:
     assert out.exists(), proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["correctness"] == "PASS", f"{result['failed_stage']}: {result['message']}"
+
+
+def judge_crashes_without_a_gpu(name: str, tmp_path: Path) -> None:
+    """On a machine without a GPU the judge reports a CRASH at load that says why, from the worker's exception."""
+    import json
+
+    out = tmp_path / "result.json"
+    subprocess.run([sys.executable, str(ROOT / "bench.py"), "--kernel", str(starter_path(name)), "--json-out",
+                    str(out), "--quick"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = json.loads(out.read_text())
+    assert (result["correctness"], result["failed_stage"]) == ("CRASH", "load")
+    assert result["message"].startswith("RuntimeError: a CUDA kernel file needs an NVIDIA GPU"), result["message"]
+    assert f"(at {name}.py:" in result["message"]

@@ -9,7 +9,8 @@ import torch
 import reference
 from autokernel import registry
 from autokernel.kernel_types import norms
-from cuda_starter_checks import import_with, judge_passes, needs_gpu, needs_nvcc, nvcc_compiles
+from cuda_starter_checks import (import_with, judge_crashes_without_a_gpu, judge_passes, needs_gpu, needs_nvcc,
+                                 nvcc_compiles)
 
 
 def rmsnorm_rows(x, weight, eps):
@@ -60,3 +61,8 @@ def test_cuda_source_compiles_for_sm90a(tmp_path):
 @needs_gpu
 def test_the_starter_passes_the_judge(tmp_path):
     judge_passes("rmsnorm", tmp_path)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the judge's answer on a machine without a GPU")
+def test_without_a_gpu_the_judge_says_why(tmp_path):
+    judge_crashes_without_a_gpu("rmsnorm", tmp_path)

@@ -8,7 +8,8 @@ import torch
 
 import reference
 from autokernel import registry
-from cuda_starter_checks import import_with, judge_passes, needs_gpu, needs_nvcc, nvcc_compiles
+from cuda_starter_checks import (import_with, judge_crashes_without_a_gpu, judge_passes, needs_gpu, needs_nvcc,
+                                 nvcc_compiles)
 
 
 def softmax_rows(x):
@@ -27,7 +28,8 @@ def test_the_file_declares_the_cuda_backend(starter):
     assert set(starter.TUNABLE_CHOICES) == set(starter.TUNABLES)
 
 
-@pytest.mark.parametrize("shape", [s for s in registry.get("softmax").cpu_sweep + registry.get("softmax").cpu_edge_shapes])
+@pytest.mark.parametrize("shape", registry.get("softmax").cpu_sweep + registry.get("softmax").cpu_edge_shapes,
+                         ids=registry.format_shape)
 def test_rows_of_any_shape_reach_the_entry_point_as_2d_rows(starter, shape):
     x = torch.randn(shape["M"], shape["N"])
     torch.testing.assert_close(starter.kernel_fn(x), reference.softmax(x))
@@ -49,3 +51,8 @@ def test_cuda_source_compiles_for_sm90a(tmp_path):
 @needs_gpu
 def test_the_starter_passes_the_judge(tmp_path):
     judge_passes("softmax", tmp_path)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the judge's answer on a machine without a GPU")
+def test_without_a_gpu_the_judge_says_why(tmp_path):
+    judge_crashes_without_a_gpu("softmax", tmp_path)
