@@ -88,7 +88,15 @@ def fake_compiler(monkeypatch, tmp_path):
     fake_compiler.calls = calls
     monkeypatch.setattr(cpp_extension, "load_inline", load_inline)
     monkeypatch.setattr(cuda_build, "_import_built", lambda name, build_dir: f"cached {name}")
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)        # as on the GPU machine
+    monkeypatch.setattr(cuda_build, "device_capability", lambda: "sm_90")
     return fake_compiler
+
+
+def test_without_a_gpu_the_error_says_so(monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="needs an NVIDIA GPU"):
+        cuda_build.load_cuda(SOURCE, ["scale"], {"SCALE": 2})
 
 
 def test_a_second_load_of_the_same_build_does_not_compile(fake_compiler):
