@@ -44,9 +44,9 @@ def bench_args(shapes: list[dict], dtype: str) -> list[str]:
     return [arg for shape in shapes for arg in ("--shape", registry.format_shape(shape))] + ["--dtype", dtype]
 
 
-def make_job(entry: dict, plan: dict, path: Path) -> dict:
+def make_job(entry: dict, plan: dict, path: Path, backend: str = "triton") -> dict:
     shapes = entry["shapes"]
-    return {
+    return {"backend": backend,
         "rank": entry["rank"], "kernel_type": entry["kernel_type"], "model": plan.get("model", "unknown"),
         "dtype": entry["dtype"], "shapes": shapes, "shape_args": [registry.format_shape(s) for s in shapes],
         "bench_args": bench_args(shapes, entry["dtype"]), "share": entry["share"],
@@ -70,10 +70,15 @@ def stamp_starter(source: str, job: dict) -> str:
     return "".join(lines[:split_line]) + header + "".join(lines[split_line:])
 
 
-def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path) -> list[dict]:
-    """Write one kernel file per planned kernel type (the top `top` by rank) and jobs.json; return the jobs."""
+def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path, backend: str = "triton") -> list[dict]:
+    """Write one kernel file per planned kernel type (the top `top` by rank) and jobs.json; return the jobs.
+
+    Each job starts from its type's starter in `backend`'s language (paths.starter_path).
+    """
     if top < 1:
         raise ValueError(f"top must be at least 1, got {top}")
+    if backend not in paths.BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(paths.BACKENDS)}, got {backend!r}")
     plan = read_plan(plan_path)
     entries = sorted((e for e in plan["entries"] if e.get("kernel_type") != "other"), key=lambda e: e["rank"])
     folder = Path(workspace)
@@ -84,11 +89,15 @@ def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path) -> list
         if not entry.get("shapes"):
             raise PlanError(f"plan entry rank {entry['rank']} ({entry['kernel_type']}) has no shapes; "
                             "run profile.py again")
-        starter = paths.starter_path(entry["kernel_type"])
+        starter = paths.starter_path(entry["kernel_type"], backend)
+        if not starter.is_file() and backend == "cuda":
+            have = sorted(p.stem for p in starter.parent.glob("*.py") if not p.name.startswith("_"))
+            raise PlanError(f"no cuda starter kernel for {entry['kernel_type']}: expected {starter} (the cuda "
+                            f"starters: {', '.join(have)}); use --backend triton or any, or a smaller --top")
         if not starter.is_file():
             raise PlanError(f"no starter kernel for {entry['kernel_type']}: expected {starter}")
         target = folder / f"kernel_{entry['rank']}_{entry['kernel_type']}.py"
-        job = make_job(entry, plan, target)
+        job = make_job(entry, plan, target, backend)
         target.write_text(stamp_starter(starter.read_text(), job))
         jobs.append(job)
     (folder / JOBS_FILE).write_text(json.dumps(jobs, indent=2) + "\n")
@@ -100,9 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=5, help="how many kernel types to extract (default 5)")
     parser.add_argument("--plan", default=str(paths.WORKSPACE / "optimization_plan.json"), help="the plan file")
     parser.add_argument("--out", default=str(paths.WORKSPACE), help="workspace directory for the jobs")
+    parser.add_argument("--backend", choices=paths.BACKENDS, default="triton",
+                        help="the starters' language: triton (default), cuda (CUDA C++), or any (Triton, may switch)")
     args = parser.parse_args(argv)
     try:
-        jobs = extract_jobs(args.plan, args.top, args.out)
+        jobs = extract_jobs(args.plan, args.top, args.out, args.backend)
     except (PlanError, ValueError, KeyError) as error:
         print(f"extract.py: {error.args[0]}", file=sys.stderr)
         return 2

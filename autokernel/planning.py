@@ -11,7 +11,8 @@ from autokernel.run_state import OptimizationError
 PROFILE_LOG = "profile.log"     # in the workspace: what torch's profiler printed, kept out of the live view
 
 
-def jobs_from_profile(model, inputs, *, name: str, top: int, log: Callable[[str], None]) -> list[dict]:
+def jobs_from_profile(model, inputs, *, name: str, top: int, log: Callable[[str], None],
+                      backend: str = "triton") -> list[dict]:
     """Profile an nn.Module into workspace/optimization_plan.json and extract its top kernels as jobs (Amdahl order)."""
     import extract
     from autokernel import profiler
@@ -20,7 +21,7 @@ def jobs_from_profile(model, inputs, *, name: str, top: int, log: Callable[[str]
     with quiet_native_output(paths.WORKSPACE / PROFILE_LOG):
         profiler.profile_to_workspace(model, inputs, name=name, workspace=paths.WORKSPACE)
     plan_path = paths.WORKSPACE / profiler.PLAN_FILE
-    jobs = extract.extract_jobs(plan_path, top, paths.WORKSPACE)
+    jobs = extract.extract_jobs(plan_path, top, paths.WORKSPACE, backend)
     if not jobs:
         raise OptimizationError(f"the profile found no kernel that AutoKernel can optimize (plan: {plan_path})")
     for job in jobs:
@@ -31,12 +32,13 @@ def jobs_from_profile(model, inputs, *, name: str, top: int, log: Callable[[str]
 
 def model_file_planner(model: str | None, *, class_name: str | None = None,
                        input_shape: tuple[int, ...] | None = None, dtype: str | None = None, hf: str | None = None,
-                       model_kwargs: dict | None = None, top: int = 5) -> Callable[[Callable[[str], None]], list[dict]]:
+                       model_kwargs: dict | None = None, top: int = 5,
+                       backend: str = "triton") -> Callable[[Callable[[str], None]], list[dict]]:
     """A plan for session.run_optimization: load the model file (or --hf architecture), profile, extract."""
     def plan(log: Callable[[str], None]) -> list[dict]:
         from autokernel import models
 
         loaded = models.load_model(model, class_name=class_name, input_shape=input_shape, dtype=dtype, hf=hf,
                                    model_kwargs=model_kwargs)
-        return jobs_from_profile(loaded.model, loaded.inputs, name=loaded.name, top=top, log=log)
+        return jobs_from_profile(loaded.model, loaded.inputs, name=loaded.name, top=top, log=log, backend=backend)
     return plan
