@@ -25,9 +25,6 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-import triton
-import triton.language as tl
-
 MARKER_KERNEL = "_autokernel_stream_marker"
 # Substrings (lower case) of a demangled kernel name that mark a library's kernel.
 LIBRARY_MARKERS = ("cublas", "cudnn", "cutlass", "cute::", "nvjet", "xmma", "cusparse", "cufft", "curand", "cusolver",
@@ -194,6 +191,8 @@ class LaunchWatch:
         self.source_problem = source_problem
         # Bound now, before the kernel file is imported: later replacements do not reach this watch.
         self._profile, self._activities, self._sync = profile, [ProfilerActivity.CUDA], torch.cuda.synchronize
+        from autokernel.stream_marker import _autokernel_stream_marker
+
         self._marker = _autokernel_stream_marker
         self.marker_target = torch.zeros(1, device=device)
         self.verdict: LaunchVerdict | None = None
@@ -241,10 +240,3 @@ def watch_for(kernel_path, device) -> LaunchWatch | None:
     if not isinstance(cuda_source, str):
         return LaunchWatch(set(), device, "CUDA_SOURCE must be assigned once, as a string literal")
     return LaunchWatch(global_function_names(cuda_source), device, cuda_source_problem(cuda_source))
-
-
-@triton.jit
-def _autokernel_stream_marker(target):
-    """The judge's marker kernel, at module level so Triton resolves its names (no kernel file may use the name:
-    cuda_source_problem)."""
-    tl.store(target, 1.0)

@@ -101,7 +101,9 @@ def test_qualified_names():
 
 
 def test_the_judges_marker_kernel_carries_the_marker_name():
-    assert cl._autokernel_stream_marker.__name__ == cl.MARKER_KERNEL
+    from autokernel import stream_marker
+
+    assert stream_marker._autokernel_stream_marker.__name__ == cl.MARKER_KERNEL
 
 
 def test_watch_for_only_cuda_files_on_a_gpu(tmp_path):
