@@ -71,6 +71,8 @@ __global__ void rmsnorm_rows_kernel(const T* __restrict__ x, const T* __restrict
   constexpr int V = 16 / sizeof(T);
   float sum_sq = 0.f;
   if (vectorized) {
+    // Unrolled so each thread has several 16-byte loads in flight: what keeps HBM busy.
+#pragma unroll 4
     for (int64_t c = (int64_t)t * V; c < n_cols; c += (int64_t)GROUP * V) {
       const Pack<T> p = *reinterpret_cast<const Pack<T>*>(xr + c);
 #pragma unroll
@@ -81,6 +83,7 @@ __global__ void rmsnorm_rows_kernel(const T* __restrict__ x, const T* __restrict
   }
   const float inv_rms = rsqrtf(group_sum<GROUP>(sum_sq, scratch) / (float)n_cols + eps);
   if (vectorized) {
+#pragma unroll 4
     for (int64_t c = (int64_t)t * V; c < n_cols; c += (int64_t)GROUP * V) {
       const Pack<T> p = *reinterpret_cast<const Pack<T>*>(xr + c);
       const Pack<T> q = *reinterpret_cast<const Pack<T>*>(w + c);

@@ -90,6 +90,8 @@ __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, 
   constexpr int V = 16 / sizeof(T);
   MaxSum stats = {-INFINITY, 0.f};
   if (vectorized) {
+    // Unrolled so each thread has several 16-byte loads in flight: what keeps HBM busy.
+#pragma unroll 4
     for (int64_t c = (int64_t)t * V; c < n_cols; c += (int64_t)GROUP * V) {
       const Pack<T> p = *reinterpret_cast<const Pack<T>*>(xr + c);
 #pragma unroll
@@ -101,6 +103,7 @@ __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, 
   stats = group_merge<GROUP>(stats, scratch);
   const float max = stats.max, inv_sum = 1.f / stats.sum;   // one reciprocal per row: multiplies are cheaper
   if (vectorized) {
+#pragma unroll 4
     for (int64_t c = (int64_t)t * V; c < n_cols; c += (int64_t)GROUP * V) {
       const Pack<T> p = *reinterpret_cast<const Pack<T>*>(xr + c);
       Pack<T> out;
