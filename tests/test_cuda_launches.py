@@ -67,6 +67,11 @@ def test_calls_the_judge_refuses(events, expected):
     assert verdict.problem is not None and expected in verdict.problem
 
 
+def test_a_suffixed_marker_name_is_still_the_marker():
+    suffixed = KernelEvent("_autokernel_stream_marker_0d", 7)
+    assert cl.judge_launches([suffixed, KernelEvent(OWN_EVENT, 7)], OWN).problem is None
+
+
 def test_without_exactly_one_marker_the_events_are_not_trusted():
     assert "0 stream markers" in cl.judge_launches([KernelEvent(OWN_EVENT, 7)], OWN).problem
     assert "2 stream markers" in cl.judge_launches([MARKER, MARKER, KernelEvent(OWN_EVENT, 7)], OWN).problem
@@ -96,6 +101,13 @@ def test_the_starters_sources_are_accepted():
 
 def test_qualified_names():
     assert cl.qualified_name(OWN_EVENT) == "rows_kernel"
+    # Undemangled, as a profiler without a demangler reports them.
+    assert cl.qualified_name("_ZN12_GLOBAL__N_111rows_kernelIN3c104HalfELi32EEEvPKT_PS3_") == "rows_kernel"
+    assert cl.qualified_name("_ZN4mine12inner_kernelEv") == "mine::inner_kernel"
+    assert cl.qualified_name("_Z12plain_kernelPf") == "plain_kernel"
+    assert cl.kind_of("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_10FillFunctorIfEEEEviT0_", OWN) == \
+        "pytorch"
+    assert cl.kind_of("_Z12plain_kernelIfLi128ELi0E15cublasDotParamsIKffEEvT2_", OWN) == "library"
     assert cl.qualified_name(FILL) == "at::native::vectorized_elementwise_kernel"
     assert cl.qualified_name(NVJET) == NVJET
 
