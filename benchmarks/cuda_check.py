@@ -10,7 +10,9 @@
 3. Times each starter against the Triton starter, PyTorch eager (the reference) and a device copy
    of the same bytes, alone on the GPU: triton.testing.do_bench (median, L2 flushed between calls).
    "of copy" is the starter's bytes moved per second (the kernel type's bytes_moved) over the copy's.
-Needs: an NVIDIA GPU, nvcc (CUDA_HOME or on PATH) and ninja. Exit code 1 when anything is not as expected.
+Needs: an NVIDIA GPU, nvcc of the CUDA major version torch was built with (CUDA_HOME, or on PATH) and ninja;
+the builds go to $AUTOKERNEL_CUDA_CACHE (default ~/.cache/autokernel/cuda). Exit code 1 when anything is
+not as expected.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import runpy
 import subprocess
 import sys
@@ -43,6 +46,16 @@ BUILD_TIMEOUT_S = 600
 BENCH_TIMEOUT_S = 900
 
 
+def nvcc_version(nvcc: Path) -> str | None:
+    """The CUDA release nvcc reports ("13.0"), or None."""
+    try:
+        text = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"release (\d+\.\d+)", text)
+    return found.group(1) if found else None
+
+
 def preflight() -> dict:
     from torch.utils import cpp_extension
 
@@ -53,13 +66,20 @@ def preflight() -> dict:
         problems.append("ninja is not installed (pip install ninja): load_inline builds with it")
     if cpp_extension.CUDA_HOME is None:
         problems.append("nvcc not found: set CUDA_HOME (e.g. /usr/local/cuda)")
+    else:
+        nvcc_cuda = nvcc_version(Path(cpp_extension.CUDA_HOME) / "bin" / "nvcc")
+        # load_inline refuses an nvcc whose major version differs from the CUDA torch was built with.
+        if nvcc_cuda and torch.version.cuda and nvcc_cuda.split(".")[0] != torch.version.cuda.split(".")[0]:
+            problems.append(f"nvcc is CUDA {nvcc_cuda} but torch was built with CUDA {torch.version.cuda}: "
+                            "point CUDA_HOME at a toolkit of the same major version")
     if problems:
         sys.exit("cuda_check: " + "; ".join(problems))
     import triton
 
     return {"device": torch.cuda.get_device_name(),
             "capability": ".".join(map(str, torch.cuda.get_device_capability())), "torch": torch.__version__,
-            "torch_cuda": torch.version.cuda, "triton": triton.__version__, "cuda_home": cpp_extension.CUDA_HOME}
+            "torch_cuda": torch.version.cuda, "triton": triton.__version__, "cuda_home": cpp_extension.CUDA_HOME,
+            "nvcc": nvcc_version(Path(cpp_extension.CUDA_HOME) / "bin" / "nvcc")}
 
 
 def cuda_files(with_attacks: bool) -> list[Path]:
