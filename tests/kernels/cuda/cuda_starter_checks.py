@@ -90,3 +90,20 @@ def judge_crashes_without_a_gpu(name: str, tmp_path: Path) -> None:
     assert (result["correctness"], result["failed_stage"]) == ("CRASH", "load")
     assert result["message"].startswith("RuntimeError: a CUDA kernel file needs an NVIDIA GPU"), result["message"]
     assert f"(at {name}.py:" in result["message"]
+
+
+def search_can_tune(name: str) -> None:
+    """The built-in agent reads TUNABLE_CHOICES and rewrites TUNABLES; every choice keeps the file's contract,
+    and only the #defines (so the build hash) change."""
+    from autokernel import integrity
+    from autokernel.agents.tunables import read_tunables, rewrite_tunables
+
+    source = starter_path(name).read_text()
+    tunables, choices = read_tunables(source)
+    for tunable, values in choices.items():
+        for value in values:
+            changed = rewrite_tunables(source, {**tunables, tunable: value})
+            integrity.check_contract(changed, name)
+            literals = cuda_launches.file_literals(changed)
+            assert literals["CUDA_SOURCE"] == cuda_launches.file_literals(source)["CUDA_SOURCE"]
+            assert f"#define {tunable} {value}" in cuda_build.defines(literals["TUNABLES"]).splitlines()

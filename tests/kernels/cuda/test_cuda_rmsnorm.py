@@ -10,7 +10,7 @@ import reference
 from autokernel import registry
 from autokernel.kernel_types import norms
 from cuda_starter_checks import (import_with, judge_crashes_without_a_gpu, judge_passes, needs_gpu, needs_nvcc,
-                                 nvcc_compiles)
+                                 nvcc_compiles, search_can_tune)
 
 
 def rmsnorm_rows(x, weight, eps):
@@ -66,3 +66,7 @@ def test_the_starter_passes_the_judge(tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the judge's answer on a machine without a GPU")
 def test_without_a_gpu_the_judge_says_why(tmp_path):
     judge_crashes_without_a_gpu("rmsnorm", tmp_path)
+
+
+def test_the_builtin_search_can_tune_every_choice():
+    search_can_tune("rmsnorm")

@@ -9,7 +9,7 @@ import torch
 import reference
 from autokernel import registry
 from cuda_starter_checks import (import_with, judge_crashes_without_a_gpu, judge_passes, needs_gpu, needs_nvcc,
-                                 nvcc_compiles)
+                                 nvcc_compiles, search_can_tune)
 
 
 def softmax_rows(x):
@@ -56,3 +56,7 @@ def test_the_starter_passes_the_judge(tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the judge's answer on a machine without a GPU")
 def test_without_a_gpu_the_judge_says_why(tmp_path):
     judge_crashes_without_a_gpu("softmax", tmp_path)
+
+
+def test_the_builtin_search_can_tune_every_choice():
+    search_can_tune("softmax")
