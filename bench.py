@@ -59,7 +59,7 @@ if not ON_GPU:
     # cost more than they give. (The worker runs Triton's interpreter; this process runs no Triton.)
     torch.set_num_threads(1)
 
-from autokernel import hardware, limits, registry, timing, worker_process  # noqa: E402
+from autokernel import cuda_launches, hardware, limits, registry, timing, worker_process  # noqa: E402
 from autokernel.contracts import CRASH, FAIL, PASS, TIMEOUT, VERDICTS  # noqa: E402
 from autokernel.correctness import (DTYPES, CheckFailure, case_inputs, compare, dtype_name,  # noqa: E402
                                     reference_outputs, same_bits)
@@ -72,6 +72,9 @@ EXIT_CODES = {verdict: code for code, verdict in enumerate(VERDICTS)}     # PASS
 STAGE_LIMITS_S = {"load": 60, "smoke": 60, "shape sweep": 180, "stability": 90, "determinism": 90,
                   "edge shapes": 180, "timing": 240}
 INTERPRETER_SLACK = 1 if ON_GPU else 3
+# A CUDA C++ kernel file (autokernel/cuda_build.py) compiles while it loads: nvcc and the host compiler
+# take about a minute for a new source (none for a cached build), so its load stage gets this much more.
+CUDA_BUILD_S = 240
 # Timed calls per shape: (fewest, most), full and --quick; the count aims at TIMING_BUDGET_MS of calls.
 TIMED_CALLS = {"gpu": {False: (20, 200), True: (10, 60)}, "cpu": {False: (5, 5), True: (3, 3)}}
 TIMING_BUDGET_MS = {False: 100.0, True: 40.0}
@@ -494,12 +497,20 @@ def parse_args(argv=None):
     return args
 
 
+def _text_or_empty(path) -> str:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 def judge_kernel(worker: CandidateWorker, args, report: Report, watchdog: Watchdog) -> tuple:
     """Run the stages and the timing; returns (correctness, failed_stage, message, timing)."""
     scale = args.time_limit_scale * INTERPRETER_SLACK
     stage, started = "load", time.monotonic()
     try:
-        with watchdog.limit(stage, STAGE_LIMITS_S[stage] * scale):
+        building = CUDA_BUILD_S if cuda_launches.is_cuda_file(_text_or_empty(args.kernel)) else 0
+        with watchdog.limit(stage, STAGE_LIMITS_S[stage] * scale + building):
             kt = registry.get(worker.hello())       # only a registry name reaches the report
             report.result["kernel_type"] = kt.name
         report.result["load_seconds"] = round(time.monotonic() - started, 3)

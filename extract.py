@@ -1,6 +1,6 @@
 """Turns the optimization plan's top entries into kernel jobs: starter kernels stamped with the model's shapes.
 
-    python extract.py [--top N] [--plan workspace/optimization_plan.json] [--out DIR]
+    python extract.py [--top N] [--plan workspace/optimization_plan.json] [--out DIR] [--backend triton|cuda|any]
 
 For each planned kernel type in rank order, the starter kernels/<type>.py is copied to
 workspace/kernel_<rank>_<type>.py with a `JOB = {...}` literal after its docstring (the model's
@@ -22,11 +22,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=5, help="how many kernel types to extract (default 5)")
     parser.add_argument("--plan", default=None, help="the plan file (default workspace/optimization_plan.json)")
     parser.add_argument("--out", default=None, help="workspace directory for the jobs (default workspace/)")
+    parser.add_argument("--backend", choices=paths.BACKENDS, default="triton",
+                        help="the starters' language: triton (default), cuda (CUDA C++), or any (Triton, may switch)")
     args = parser.parse_args(argv)
     out = Path(args.out) if args.out else paths.WORKSPACE
     plan = Path(args.plan) if args.plan else paths.WORKSPACE / "optimization_plan.json"
     try:
-        jobs = kernel_jobs.extract_jobs(plan, args.top, out)
+        jobs = kernel_jobs.extract_jobs(plan, args.top, out, args.backend)
     except (kernel_jobs.PlanError, ValueError, KeyError) as error:
         print(f"extract.py: {error.args[0]}", file=sys.stderr)
         return 2

@@ -33,7 +33,7 @@ from autokernel import handover, paths
 from autokernel.plugin import PlugInError, plug_in, unplug
 
 __all__ = ["optimize", "plug_in", "unplug"]
-BACKENDS = ("triton",)
+BACKENDS = paths.BACKENDS
 DEFAULT_BUDGET_HOURS = 8
 
 
@@ -50,6 +50,8 @@ def optimize(model: nn.Module, sample_inputs, backend: str = "triton", budget_ho
     """Profile the model, optimize its `top` hottest kernel types within `budget_hours`, and hand back the fastest path.
 
     sample_inputs: one tensor or a tuple/list of forward() arguments, on the model's device.
+    backend: "triton", "cuda" (start from the CUDA C++ starters in kernels/cuda/) or "any" (Triton starters; the
+    LLM agent may switch to CUDA C++), as --backend.
     agent: "anthropic", "openai" or "builtin"; None picks by which API key is set.
     llm_model, base_url, max_cost_usd: as --llm-model, --base-url and --max-cost.
     tag: the run's name (its branch is autokernel/<tag>); None makes one from the class name and time.
@@ -67,8 +69,7 @@ def optimize(model: nn.Module, sample_inputs, backend: str = "triton", budget_ho
     interpreter.choose()        # first: no GPU means Triton's interpreter
 
     if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r} is not supported: AutoKernel writes Triton kernels, "
-                         f"so the backend must be one of {BACKENDS}")
+        raise ValueError(f"backend {backend!r} is not supported: the backend must be one of {BACKENDS}")
     if budget_hours is not None and not budget_hours > 0:
         raise ValueError(f"budget_hours must be more than 0, got {budget_hours}")
     if top < 1:
@@ -92,7 +93,7 @@ def optimize(model: nn.Module, sample_inputs, backend: str = "triton", budget_ho
     view = ProgressView()
     name = type(model).__name__
     state = session.run_optimization(
-        plan=lambda log: planning.jobs_from_profile(model, inputs, name=name, top=top, log=log),
+        plan=lambda log: planning.jobs_from_profile(model, inputs, name=name, top=top, log=log, backend=backend),
         settings=new_settings, overrides=given, tag=tag if resume else tag or session.default_tag(name),
         resume=resume, view=view, stay_on_run_branch=True)
     for line in session.outcome_lines(state):

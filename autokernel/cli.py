@@ -82,6 +82,9 @@ def _build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--max-cost", type=_positive_float, metavar="DOLLARS",
                           help="stop cleanly once the estimated LLM cost reaches this (default: no cap)")
     optimize.add_argument("--top", type=_positive_int, default=5, help="how many kernels to optimize (default 5)")
+    optimize.add_argument("--backend", choices=paths.BACKENDS, default="triton",
+                          help="the kernels' language: triton (default), cuda (CUDA C++ starters, kernels/cuda/), "
+                               "or any (Triton starters; the agent may switch to CUDA C++)")
     optimize.add_argument("--tag", help="run name; the branch is autokernel/<tag> (default: model name and time)")
     optimize.add_argument("--resume", action="store_true",
                           help="continue the run saved in workspace/state.json, with its settings (flags given "
@@ -182,7 +185,7 @@ def _cmd_optimize(args, started: float) -> int:
     else:
         spec = _model_spec(args)
         name = spec["model"] or (f"hf-{spec['hf']}" if spec.get("hf") else None)
-        state = session.run_optimization(plan=planning.model_file_planner(**spec, top=args.top),
+        state = session.run_optimization(plan=planning.model_file_planner(**spec, top=args.top, backend=args.backend),
                                          settings=RunSettings(**given), tag=args.tag or session.default_tag(name),
                                          started=started)
     print("\n".join(session.outcome_lines(state)))

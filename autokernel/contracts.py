@@ -90,6 +90,7 @@ class Job:
     bench_args: list[str] = field(default_factory=list)
     share: float = 0.0
     amdahl_2x: float = 1.0
+    backend: str = "triton"      # the starter's language: "triton", "cuda" or "any" (paths.BACKENDS)
 
     @property
     def name(self) -> str:

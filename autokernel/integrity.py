@@ -59,6 +59,48 @@ def check_contract(source: str, kernel_type: str) -> None:
     if actual != expected:
         raise ContractError(f"kernel_fn must take the reference's parameters {_describe(expected)}; "
                             f"it takes {_describe(actual)}")
+    _check_backend(tree)
+
+
+def _assigned(tree: ast.Module, name: str) -> list[ast.expr]:
+    return [node.value for node in tree.body if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)]
+
+
+def _literal(tree: ast.Module, name: str, kind: type, what: str):
+    """The one literal assigned to `name`, of type `kind`; ContractError otherwise."""
+    values = _assigned(tree, name)
+    try:
+        value = ast.literal_eval(values[0]) if len(values) == 1 else None
+    except ValueError:
+        value = None
+    if not isinstance(value, kind):
+        raise ContractError(f"a CUDA kernel file assigns {name} once, as {what}")
+    return value
+
+
+def _check_backend(tree: ast.Module) -> None:
+    """BACKEND, where given, is "triton" or "cuda"; a CUDA file's CUDA_SOURCE and tunables are literals
+    the judge can read without running the file (autokernel/cuda_launches.py, cuda_build.py)."""
+    from autokernel import cuda_build, cuda_launches
+
+    if not _assigned(tree, "BACKEND"):
+        return
+    backends = [getattr(v, "value", None) for v in _assigned(tree, "BACKEND")]
+    if backends not in (["triton"], ["cuda"]):
+        raise ContractError('BACKEND must be assigned once, as the literal "triton" or "cuda"')
+    if backends != ["cuda"]:
+        return
+    cuda_source = _literal(tree, "CUDA_SOURCE", str, "a string literal (the CUDA C++ source)")
+    problem = cuda_launches.cuda_source_problem(cuda_source)
+    if problem:
+        raise ContractError(problem)
+    tunables = _literal(tree, "TUNABLES", dict, "a dict literal (each tunable becomes a #define)")
+    _literal(tree, "TUNABLE_CHOICES", dict, "a dict literal (the values the search may try)")
+    try:
+        cuda_build.defines(tunables)
+    except ValueError as exc:
+        raise ContractError(str(exc)) from None
 
 
 def _reference_parameters(kernel_type: str) -> list[tuple[str, bool]]:

@@ -41,11 +41,11 @@ def bench_args(shapes: list[dict], dtype: str) -> list[str]:
     return [arg for shape in shapes for arg in ("--shape", registry.format_shape(shape))] + ["--dtype", dtype]
 
 
-def make_job(entry: PlanEntry, model: str, path: Path) -> Job:
+def make_job(entry: PlanEntry, model: str, path: Path, backend: str = "triton") -> Job:
     shapes = entry.shapes
     return Job(rank=entry.rank, kernel_type=entry.kernel_type, model=model, dtype=entry.dtype, shapes=shapes,
                shape_args=[registry.format_shape(s) for s in shapes], bench_args=bench_args(shapes, entry.dtype),
-               share=entry.share, amdahl_2x=entry.amdahl_2x, path=str(path))
+               share=entry.share, amdahl_2x=entry.amdahl_2x, path=str(path), backend=backend)
 
 
 def stamp_starter(source: str, job: Job) -> str:
@@ -75,10 +75,15 @@ def plan_entries(plan: dict) -> list[PlanEntry]:
     return sorted(entries, key=lambda entry: entry.rank)
 
 
-def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path) -> list[Job]:
-    """Write one kernel file per planned kernel type (the top `top` by rank) and jobs.json; return the jobs."""
+def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path, backend: str = "triton") -> list[Job]:
+    """Write one kernel file per planned kernel type (the top `top` by rank) and jobs.json; return the jobs.
+
+    Each job starts from its type's starter in `backend`'s language (paths.starter_path).
+    """
     if top < 1:
         raise ValueError(f"top must be at least 1, got {top}")
+    if backend not in paths.BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(paths.BACKENDS)}, got {backend!r}")
     plan = read_plan(plan_path)
     folder = Path(workspace)
     folder.mkdir(parents=True, exist_ok=True)
@@ -87,11 +92,15 @@ def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path) -> list
         registry.get(entry.kernel_type)
         if not entry.shapes:
             raise PlanError(f"plan entry rank {entry.rank} ({entry.kernel_type}) has no shapes; run profile.py again")
-        starter = paths.starter_path(entry.kernel_type)
+        starter = paths.starter_path(entry.kernel_type, backend)
+        if not starter.is_file() and backend == "cuda":
+            have = sorted(p.stem for p in starter.parent.glob("*.py") if not p.name.startswith("_"))
+            raise PlanError(f"no cuda starter kernel for {entry.kernel_type}: expected {starter} (the cuda "
+                            f"starters: {', '.join(have)}); use --backend triton or any, or a smaller --top")
         if not starter.is_file():
             raise PlanError(f"no starter kernel for {entry.kernel_type}: expected {starter}")
         target = folder / f"kernel_{entry.rank}_{entry.kernel_type}.py"
-        job = make_job(entry, plan.get("model", "unknown"), target)
+        job = make_job(entry, plan.get("model", "unknown"), target, backend)
         target.write_text(stamp_starter(starter.read_text(), job))
         jobs.append(job)
     (folder / JOBS_FILE).write_text(json.dumps([job.to_json() for job in jobs], indent=2) + "\n")

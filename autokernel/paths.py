@@ -56,8 +56,13 @@ def script(name: str) -> Path:
     return TOOL_DIR / name
 
 
-def starter_path(kernel_type: str) -> Path:
-    return STARTERS_DIR / f"{kernel_type}.py"
+# The kernel languages a job may start from: Triton (kernels/<type>.py) or CUDA C++ (kernels/cuda/<type>.py);
+# "any" starts from Triton and lets the agent switch (program.md, "CUDA C++ kernels").
+BACKENDS = ("triton", "cuda", "any")
+
+
+def starter_path(kernel_type: str, backend: str = "triton") -> Path:
+    return STARTERS_DIR / "cuda" / f"{kernel_type}.py" if backend == "cuda" else STARTERS_DIR / f"{kernel_type}.py"
 
 
 def use_workdir(folder: str | Path | None = None) -> Path:

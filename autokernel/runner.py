@@ -108,7 +108,9 @@ def cache_environment() -> dict[str, str]:
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "autokernel"
     caches = {"TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR") or str(root / "triton"),
               "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(root / "inductor"),
-              "CUDA_CACHE_PATH": os.environ.get("CUDA_CACHE_PATH") or str(root / "nv")}
+              "CUDA_CACHE_PATH": os.environ.get("CUDA_CACHE_PATH") or str(root / "nv"),
+              # CUDA C++ kernel files' builds (autokernel/cuda_build.py), compiled inside the sandbox.
+              "AUTOKERNEL_CUDA_CACHE": os.environ.get("AUTOKERNEL_CUDA_CACHE") or str(root / "cuda")}
     for folder in caches.values():
         with contextlib.suppress(OSError):
             Path(folder).mkdir(parents=True, exist_ok=True)

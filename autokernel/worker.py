@@ -42,7 +42,8 @@ import triton.runtime.jit
 import torch.utils._python_dispatch
 
 from autokernel import references as reference
-from autokernel import correctness, registry, timing, wire, worker_guards as guards, worker_tampering as tampering
+from autokernel import (correctness, cuda_launches, registry, timing, wire, worker_guards as guards,
+                        worker_tampering as tampering)
 from autokernel.kernel_file import import_file
 from autokernel.worker_guards import VIOLATIONS
 
@@ -96,6 +97,8 @@ class Worker:
         self.guard_per_call_ms, self.guard_per_op_ms = guards.guard_cost_ms(self.no_library_compute, device,
                                                                             self.clock.perf)
         self.counter = guards.LaunchCounter(stream_of, timing_stream).install()
+        # A CUDA kernel file's launches are read from the GPU's kernel events (autokernel/cuda_launches.py).
+        self.cuda_watch = cuda_launches.watch_for(kernel_path, device)
         self.kt: registry.KernelType | None = None
         self.kernel_fn = None
         self.previous_output = None
@@ -110,7 +113,8 @@ class Worker:
         from triton.runtime.interpreter import InterpretedFunction
         from triton.runtime.jit import JITFunction
 
-        modules = [sys.modules[__name__], guards, tampering, timing, wire, correctness, registry, reference]
+        modules = [sys.modules[__name__], guards, tampering, timing, wire, correctness, registry, reference,
+                   cuda_launches]
         watched = {m.__name__: m for m in modules}
         for module in modules:
             watched.update(_classes_of(module))
@@ -133,6 +137,10 @@ class Worker:
             "JITFunction": (JITFunction, ("run", "__call__", "__getitem__", "warmup")),
             "InterpretedFunction": (InterpretedFunction, ("run", "__call__", "__getitem__", "warmup"))})
         watched.update({f"registry entry {name}": kt for name, kt in registry.REGISTRY.items()})
+        if self.cuda_watch is not None:
+            watched.update({"torch.profiler.profile": torch.profiler.profile,
+                            "_KinetoEvent": (torch._C._autograd._KinetoEvent,
+                                             ("name", "activity_type", "device_resource_id", "start_ns"))})
         return watched
 
     # ------------------------------------------------------------------ checks around every call
@@ -161,9 +169,13 @@ class Worker:
         with self.no_library_compute:
             return self.kernel_fn(**inputs)
 
+    def _watching(self):
+        return self.cuda_watch.watch() if self.cuda_watch is not None else contextlib.nullcontext()
+
     def _after_call(self, output, inputs: dict, launches_before: int, timed: bool = False) -> None:
-        problem = VIOLATIONS.first() or guards.output_problem(output, inputs, self.previous_output, self.device)
-        if problem is None and self.counter.count == launches_before:
+        problem = (VIOLATIONS.first() or (self.cuda_watch.problem() if self.cuda_watch is not None else None)
+                   or guards.output_problem(output, inputs, self.previous_output, self.device))
+        if problem is None and self.cuda_watch is None and self.counter.count == launches_before:
             problem = ("kernel_fn launched no Triton kernel of its own: it must compute the result with its own "
                        "kernels, not return PyTorch's")
         problem = problem or self._tampering(fingerprint=not timed)
@@ -175,7 +187,7 @@ class Worker:
         before = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
         VIOLATIONS.clear()
         launches = self.counter.count
-        with guards.poisoned_allocations() if poison else contextlib.nullcontext():
+        with guards.poisoned_allocations() if poison else contextlib.nullcontext(), self._watching():
             output = self._run_kernel(**inputs)
         self.clock.sync()
         self._after_call(output, inputs, launches)
@@ -212,7 +224,9 @@ class Worker:
 
     def iterate(self, request: dict) -> tuple[dict, list]:
         if request.get("empty"):
-            _, record = timing.timed_call(self.clock, _empty_call, {}, self._started, self._idle)
+            # Watched like the kernel's calls, so the bracket's measured overhead includes the profiler's.
+            with self._watching():
+                _, record = timing.timed_call(self.clock, _empty_call, {}, self._started, self._idle)
             return {"record": record}, []
         fresh = correctness.case_inputs(self.kt, {**self.timed_case, "seed": request["seed"]}, self.device.type)
         for name, tensor in self.timed_inputs.items():
@@ -224,8 +238,9 @@ class Worker:
         pad_cycles = request.get("pad_cycles", 0)
         if not isinstance(pad_cycles, int) or pad_cycles < 0:
             raise RuntimeError(f"bad pad_cycles {pad_cycles!r}")
-        output, record = timing.timed_call(self.clock, self._run_kernel, self.timed_inputs, self._started, self._idle,
-                                           pad_cycles=pad_cycles)
+        with self._watching():      # around the judge's flush and pad too: PyTorch kernels, which it allows
+            output, record = timing.timed_call(self.clock, self._run_kernel, self.timed_inputs, self._started,
+                                               self._idle, pad_cycles=pad_cycles)
         # The host time of the call as a model pays it: without the judge's own guard (guard_cost_ms).
         guard_ms = self.guard_per_call_ms + self.guard_per_op_ms * (self.no_library_compute.ops - ops)
         record["launch_ms"], record["guard_ms"] = max(0.0, record["launch_ms"] - guard_ms), guard_ms

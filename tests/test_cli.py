@@ -161,3 +161,24 @@ def test_a_foreign_results_file_is_one_line_and_creates_nothing(project):
     assert "move it aside" in line
     assert "autokernel/" not in subprocess.run(["git", "branch"], cwd=project, capture_output=True, text=True).stdout
     assert not (project / "workspace" / "state.json").exists()
+
+
+def test_backend_reaches_the_planner_and_bad_ones_are_refused(monkeypatch, capsys):
+    from autokernel import planning, session
+
+    seen = {}
+
+    def planner(**kwargs):
+        seen.update(kwargs)
+        return "the plan"
+
+    monkeypatch.setattr(planning, "model_file_planner", planner)
+    monkeypatch.setattr(session, "run_optimization", lambda **kwargs: "the state")
+    monkeypatch.setattr(session, "outcome_lines", lambda state: [])
+    assert cli.main(["optimize", "model.py", "--backend", "cuda", "--agent", "builtin"]) == 0
+    assert seen["backend"] == "cuda" and seen["model"] == "model.py"
+    assert cli.main(["optimize", "model.py", "--agent", "builtin"]) == 0
+    assert seen["backend"] == "triton"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["optimize", "model.py", "--backend", "cpp"])
+    assert exit_info.value.code == 2 and "invalid choice: 'cpp'" in capsys.readouterr().err

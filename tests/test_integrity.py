@@ -146,3 +146,48 @@ def test_a_snapshot_restores_the_git_config_before_any_git_command_runs(project,
     assert changes == ["changed .git/config"]
     assert not marker.exists()
     assert json.dumps(snapshot.restore(repo)) == "[]"
+
+
+# --------------------------------------------------------------------------- CUDA kernel files
+CUDA_KERNEL = '''
+KERNEL_TYPE = "softmax"
+BACKEND = "cuda"
+TUNABLES = {"BLOCK_THREADS": 256}
+TUNABLE_CHOICES = {"BLOCK_THREADS": [128, 256]}
+CUDA_SOURCE = r"""
+__global__ void softmax_kernel(const float* x, float* y) {}
+torch::Tensor softmax_rows(torch::Tensor x) { return x; }
+"""
+def kernel_fn(x):
+    return x
+'''
+
+
+def test_a_cuda_kernel_file_keeps_the_contract():
+    integrity.check_contract(CUDA_KERNEL, "softmax")
+    from autokernel.paths import ROOT
+
+    for name in ("rmsnorm", "softmax"):
+        integrity.check_contract((ROOT / "kernels" / "cuda" / f"{name}.py").read_text(), name)
+
+
+@pytest.mark.parametrize("change, expected", [
+    (('BACKEND = "cuda"', 'BACKEND = "cpp"'), 'BACKEND must be assigned once, as the literal "triton" or "cuda"'),
+    (('BACKEND = "cuda"', 'BACKEND = "cuda"\nBACKEND = "triton"'), "BACKEND must be assigned once"),
+    (('CUDA_SOURCE = r"""', 'CUDA_SOURCE = "" + r"""'), "assigns CUDA_SOURCE once, as a string literal"),
+    (("softmax_kernel", "nvjet_hsh_decoy"), "like a library's"),
+    (("__global__ void softmax_kernel", "void softmax_kernel"), "defines no __global__ function"),
+    (('TUNABLES = {"BLOCK_THREADS": 256}', 'TUNABLES = dict(BLOCK_THREADS=256)'), "TUNABLES once, as a dict literal"),
+    (('TUNABLES = {"BLOCK_THREADS": 256}', 'TUNABLES = {"BLOCK_THREADS": "256; }"}'), "number or a boolean"),
+    (('TUNABLE_CHOICES = {"BLOCK_THREADS": [128, 256]}', ''), "TUNABLE_CHOICES once, as a dict literal"),
+])
+def test_cuda_kernel_files_that_break_the_contract(change, expected):
+    with pytest.raises(integrity.ContractError) as raised:
+        integrity.check_contract(CUDA_KERNEL.replace(*change), "softmax")
+    assert expected in str(raised.value)
+
+
+def test_a_triton_file_may_say_so_and_need_not():
+    triton_file = CUDA_KERNEL.replace('BACKEND = "cuda"', 'BACKEND = "triton"').replace("TUNABLES = ", "X = ")
+    integrity.check_contract(triton_file, "softmax")
+    integrity.check_contract(triton_file.replace('BACKEND = "triton"', ""), "softmax")

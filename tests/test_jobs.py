@@ -150,3 +150,23 @@ def test_profiled_plan_becomes_jobs_with_the_model_shapes(tmp_path):
     shapes = {job.kernel_type: job.shape_args for job in jobs}
     assert shapes == {"matmul": ["M=15,N=24,K=16"], "softmax": ["M=15,N=24"]}
     assert {job.model for job in jobs} == {"head"} and {job.dtype for job in jobs} == {"float32"}
+
+
+def test_the_cuda_backend_starts_from_the_cuda_starters(tmp_path):
+    path = tmp_path / "optimization_plan.json"
+    path.write_text(json.dumps(_plan([_entry(1, "rmsnorm", NORM_SHAPES, 0.3),
+                                      _entry(2, "softmax", SOFTMAX_SHAPES, 0.05)])))
+    jobs = kernel_jobs.extract_jobs(path, 5, tmp_path / "ws", backend="cuda")
+    assert [job.backend for job in jobs] == ["cuda", "cuda"]
+    source = (tmp_path / "ws" / "kernel_1_rmsnorm.py").read_text()
+    assert 'BACKEND = "cuda"' in source and "CUDA_SOURCE" in source
+    assert kernel_jobs.extract_jobs(path, 5, tmp_path / "ws2", backend="any")[0].backend == "any"
+    assert "CUDA_SOURCE" not in (tmp_path / "ws2" / "kernel_1_rmsnorm.py").read_text()     # any: Triton starters
+
+
+def test_a_type_without_a_cuda_starter_is_a_clear_error(plan_path, tmp_path):
+    with pytest.raises(kernel_jobs.PlanError, match=r"no cuda starter kernel for matmul: .*\(the cuda starters: rmsnorm, "
+                                                r"softmax\); use --backend triton or any"):
+        kernel_jobs.extract_jobs(plan_path, 5, tmp_path / "ws", backend="cuda")
+    with pytest.raises(ValueError, match="backend must be one of triton, cuda, any"):
+        kernel_jobs.extract_jobs(plan_path, 5, tmp_path / "ws", backend="cpp")

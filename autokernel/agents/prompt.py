@@ -106,6 +106,17 @@ def parse_reply(text: str, *, truncated: bool = False) -> tuple[str, str]:
     return description[:MAX_DESCRIPTION_CHARS], source
 
 
+# What the job's --backend lets the agent write (extract.py picked the starter to match).
+BACKEND_LINES = {
+    "triton": "Backend: Triton (keep kernel.py a Triton kernel file).",
+    "cuda": 'Backend: CUDA C++. kernel.py keeps BACKEND = "cuda": the kernels live in the CUDA_SOURCE string, '
+            'compiled by autokernel.cuda_build.load_cuda; program.md\'s "CUDA C++ kernels" says what the judge '
+            "requires.",
+    "any": 'Backend: any. Keep Triton, or turn kernel.py into a CUDA C++ kernel file (BACKEND = "cuda", see '
+           'program.md\'s "CUDA C++ kernels") where CUDA C++ can do what Triton cannot.',
+}
+
+
 def _job_section(ctx: AgentContext) -> str:
     job = ctx.job
     kernel_type = registry.get(ctx.kernel_type)
@@ -115,6 +126,7 @@ def _job_section(ctx: AgentContext) -> str:
         f"Kernel type `{ctx.kernel_type}` (job rank {job.get('rank', '?')}): {kernel_type.description}.",
         f"Model: {job.get('model', 'unknown')}, dtype {job.get('dtype') or 'unknown'}.",
         _gpu_line(hardware.detect()),
+        BACKEND_LINES[job.get("backend", "triton")],
         "kernel_fn must compute exactly what this PyTorch reference computes (reference.py):",
         _fenced(inspect.getsource(kernel_type.reference)),
         _shape_table(shapes, _latest_timings(ctx)),

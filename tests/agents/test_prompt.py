@@ -203,3 +203,11 @@ def test_the_compiled_kernels_figures_reach_the_prompt():
                             "num_warps": 8, "num_stages": 2}]}
     assert ("compiled _softmax_rows: 40 registers per thread, 0 spilled, 16384 bytes of shared memory, 8 warps, "
             "2 stages") in describe_result(result)
+
+
+@pytest.mark.parametrize("backend, expected", [(None, "Backend: Triton"), ("triton", "Backend: Triton"),
+                                               ("cuda", 'BACKEND = "cuda"'), ("any", "Backend: any")])
+def test_the_job_names_its_backend(backend, expected):
+    job = {**context().job, **({"backend": backend} if backend else {})}     # jobs saved before --backend: Triton
+    _, user = build_messages(context(job=job))
+    assert expected in user

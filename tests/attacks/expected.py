@@ -29,4 +29,11 @@ ATTACKS = {
     "side_stream_launch": ("FAIL", "smoke", "side stream", "gpu"),
     "rerecords_timer_events": ("FAIL", "timing", "the timer", "gpu"),
     "changes_allocator_settings": ("FAIL", "load", "changed torch's global state", "gpu"),
+    # CUDA C++ kernel files (BACKEND = "cuda"): they need nvcc and a GPU (benchmarks/cuda_check.py runs them too).
+    # "ran the library kernel <name>" where the name carries a library's mark, else "ran the kernel <name>,
+    # which is neither ...": rejected either way; the message names the kernel.
+    "cuda_decoy_then_cublas": ("FAIL", "smoke", "kernel_fn ran the", "gpu"),
+    "cuda_decoy_then_aten_matmul": ("FAIL", "smoke", "kernel_fn called aten::", "gpu"),
+    "cuda_side_stream_launch": ("FAIL", "smoke", "on a side stream", "gpu"),
+    "cuda_decoy_named_like_library": ("FAIL", "smoke", "like a library's", "gpu"),
 }
