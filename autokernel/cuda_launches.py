@@ -193,6 +193,20 @@ def judge_launches(events: list[KernelEvent], own: set[str]) -> LaunchVerdict:
     return verdict
 
 
+def is_kernel_event(event) -> bool:
+    """Whether a profiler (kineto) event is a GPU kernel: a device-side event that is not a copy or a fill.
+
+    torch 2.11's _KinetoEvent has no activity_type(); its device events are kernels, "Memcpy ..." and
+    "Memset ..." (the GPU image's profiler, H100), told apart here by device type and name.
+    """
+    import torch
+
+    if hasattr(event, "activity_type"):
+        return event.activity_type() == "kernel"
+    return (event.device_type() == torch.autograd.DeviceType.CUDA
+            and not event.name().startswith(("Memcpy", "Memset")))
+
+
 # --------------------------------------------------------------------------- in the worker (needs a GPU)
 class LaunchWatch:
     """Records the GPU kernel events of one call of kernel_fn (torch profiler, CUPTI) and judges them.
@@ -229,7 +243,7 @@ class LaunchWatch:
                 self._marker[(1,)](self.marker_target)
                 yield
                 self._sync(self.device)                 # the whole device: side streams too
-            events = [e for e in prof.profiler.kineto_results.events() if e.activity_type() == "kernel"]
+            events = [e for e in prof.profiler.kineto_results.events() if is_kernel_event(e)]
             events.sort(key=lambda e: e.start_ns())
             self.verdict = (LaunchVerdict(problem=self.source_problem) if self.source_problem else
                             judge_launches([KernelEvent(e.name(), e.device_resource_id()) for e in events], self.own))

@@ -4,6 +4,7 @@ names), and a call passes only with an own kernel, no library or foreign one, al
 The profiling itself needs a GPU: benchmarks/cuda_check.py and the GPU-only attack tests run it."""
 
 import pytest
+import torch
 
 from autokernel import cuda_launches as cl
 from autokernel.cuda_launches import KernelEvent
@@ -128,3 +129,35 @@ def test_watch_for_only_cuda_files_on_a_gpu(tmp_path):
     from autokernel.paths import STARTERS_DIR
 
     assert cl.watch_for(STARTERS_DIR / "cuda" / "softmax.py", torch.device("cpu")) is None
+
+
+class _Event211:
+    """A kineto event as torch 2.11 (the GPU image) gives it: no activity_type()."""
+
+    def __init__(self, name, device_type):
+        self._name, self._device_type = name, device_type
+
+    def name(self):
+        return self._name
+
+    def device_type(self):
+        return self._device_type
+
+
+class _EventWithActivity(_Event211):
+    def __init__(self, name, device_type, activity):
+        super().__init__(name, device_type)
+        self._activity = activity
+
+    def activity_type(self):
+        return self._activity
+
+
+def test_kernel_events_are_told_apart_with_or_without_activity_type():
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    assert cl.is_kernel_event(_Event211("void rms_norm_kernel<128>(...)", cuda))
+    assert not cl.is_kernel_event(_Event211("Memcpy DtoD (Device -> Device)", cuda))
+    assert not cl.is_kernel_event(_Event211("Memset (Device)", cuda))
+    assert not cl.is_kernel_event(_Event211("aten::empty", cpu))
+    assert cl.is_kernel_event(_EventWithActivity("k", cuda, "kernel"))
+    assert not cl.is_kernel_event(_EventWithActivity("Memcpy HtoD", cuda, "gpu_memcpy"))
