@@ -143,8 +143,15 @@ def test_the_script_check_sees_a_lazy_import_of_a_script(tmp_path):
     assert {"extract", "bench"} <= {name.split(".")[0] for name in names}
 
 
-@pytest.mark.parametrize("folder", ["autokernel", "autokernel/agents", "."])
+# Every folder of the project that holds Python: the package, the starters, the benchmarks, the tests.
+PROJECT_FOLDERS = [".", "autokernel", "autokernel/agents", "autokernel/kernel_types", "kernels", "kernels/cuda",
+                   "benchmarks", "benchmarks/notes", "benchmarks/problems", "models", "tests", "tests/agents",
+                   "tests/attacks", "tests/judge_fixtures", "tests/kernel_types", "tests/kernels", "tests/kernels/cuda"]
+
+
+@pytest.mark.parametrize("folder", PROJECT_FOLDERS)
 def test_no_file_is_over_the_length_bar(folder):
+    assert (ROOT / folder).is_dir(), f"{folder} is gone: update PROJECT_FOLDERS"
     too_long = {}
     for path in sorted((ROOT / folder).glob("*.py")):
         relative = str(path.relative_to(ROOT))

@@ -1,0 +1,40 @@
+"""Helpers the plug-in tests share (tests/test_plugin.py, tests/test_plugin_coverage.py): an optimized_kernels
+folder written from starters or stand-in sources, and the router's hit and fallback counts."""
+
+import shutil
+from pathlib import Path
+
+import torch
+
+from autokernel import plugin
+from autokernel.paths import MANIFEST_NAME, starter_path
+
+
+def write_optimized(folder: Path, kernels: dict, dtypes=("float32",), sources: dict | None = None) -> Path:
+    """An optimized_kernels folder: kernel type -> verified shapes; the starter, or a source from `sources`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    entries = {}
+    for rank, (kernel_type, shapes) in enumerate(kernels.items(), start=1):
+        name = f"{rank}_{kernel_type}"
+        source = (sources or {}).get(kernel_type)
+        if source is None:
+            shutil.copyfile(starter_path(kernel_type), folder / f"{name}.py")
+        else:
+            (folder / f"{name}.py").write_text(source)
+        entries[name] = {"file": f"{name}.py", "kernel_type": kernel_type, "rank": rank, "shapes": shapes,
+                         "dtypes": list(dtypes), "best_speedup_vs_pytorch": 1.0}
+    plugin.write_manifest(folder / MANIFEST_NAME, entries)
+    return folder
+
+
+def kernel_stats(model) -> dict:
+    return {k["kernel_type"]: k for k in plugin.router_of(model).summary()["kernels"]}
+
+
+def one_forward_stats(model, inputs) -> dict:
+    """(hits, fallbacks) per kernel type of one forward pass, after the routes were resolved by another."""
+    with torch.no_grad():
+        model(*inputs)
+        plugin.router_of(model).reset_stats()
+        model(*inputs)
+    return {t: (s["hits"], s["fallbacks"]) for t, s in kernel_stats(model).items()}
