@@ -12,7 +12,7 @@ from autokernel import manifest, plugin  # noqa: E402
 from autokernel.manifest import RouteRecord  # noqa: E402
 from autokernel.models import load_model  # noqa: E402
 from autokernel.paths import MANIFEST_NAME, ROOT  # noqa: E402
-from plugin_helpers import kernel_stats, one_forward_stats, write_optimized  # noqa: E402
+from tests.plugin_helpers import kernel_stats, one_forward_stats, write_optimized  # noqa: E402
 
 SEQ = 8
 LLAMA_KWARGS = {"config": "tiny", "n_layers": 1, "vocab_size": 128}

@@ -12,7 +12,7 @@ from torch import nn  # noqa: E402
 
 from autokernel import plugin  # noqa: E402
 from autokernel.paths import ROOT  # noqa: E402
-from plugin_helpers import one_forward_stats, write_optimized  # noqa: E402
+from tests.plugin_helpers import one_forward_stats, write_optimized  # noqa: E402
 
 
 # --------------------------------------------------------------------------- KernelBench problem files (issue 11.4)
