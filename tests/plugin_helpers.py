@@ -38,3 +38,17 @@ def one_forward_stats(model, inputs) -> dict:
         plugin.router_of(model).reset_stats()
         model(*inputs)
     return {t: (s["hits"], s["fallbacks"]) for t, s in kernel_stats(model).items()}
+
+
+def recording_backend() -> tuple[object, list[str]]:
+    """A torch.compile backend that records the ops of every graph it gets, and the list it fills.
+
+    It compiles with aot_eager: that traces through the ops' fake implementations, as inductor does,
+    without inductor's C++ compile, which takes minutes on a CPU."""
+    graph_ops: list[str] = []
+
+    def backend(graph_module, example_inputs):
+        graph_ops.extend(str(node.target) for node in graph_module.graph.nodes if node.op == "call_function")
+        return torch._dynamo.lookup_backend("aot_eager")(graph_module, example_inputs)
+
+    return backend, graph_ops

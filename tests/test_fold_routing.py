@@ -12,6 +12,7 @@ from autokernel import plugin  # noqa: E402
 from autokernel.decisions import NOT_MEASURED  # noqa: E402
 from tests.test_plugin import (LLAMA_SHAPES, SEQ, kernel_stats, one_forward_stats, recorded_calls,  # noqa: E402
                                reference_sources, tiny_llama, write_optimized)
+from tests.plugin_helpers import recording_backend  # noqa: E402
 
 # The tiny LLaMA's linears that can follow a norm: q / k / v (64 -> 64), gate / up (64 -> 176), lm_head (64 -> 128).
 FOLD_SHAPES = [{"M": SEQ, "N": n, "K": 64} for n in (64, 176, 128)]
@@ -168,11 +169,7 @@ def _compiled_llama_graph_ops(tmp_path, kernels: dict) -> tuple[list[str], objec
 
     model, inputs = tiny_llama()
     folder = write_optimized(tmp_path / "opt", kernels)
-    graph_ops = []
-
-    def recording_backend(graph_module, example_inputs):
-        graph_ops.extend(str(node.target) for node in graph_module.graph.nodes if node.op == "call_function")
-        return torch._dynamo.lookup_backend("aot_eager")(graph_module, example_inputs)
+    recording, graph_ops = recording_backend()
 
     torch._dynamo.reset()
     counters.clear()
@@ -182,7 +179,7 @@ def _compiled_llama_graph_ops(tmp_path, kernels: dict) -> tuple[list[str], objec
             plugin.plug_in(model, folder, policy=plugin.ALL)
             model(*inputs)                    # the watched pass finds the folds,
             model(*inputs)                    # the next call decides and checks them
-            compiled = torch.compile(model, backend=recording_backend, fullgraph=True)
+            compiled = torch.compile(model, backend=recording, fullgraph=True)
             assert plugin.output_error(expected, compiled(*inputs)) <= plugin.tolerance(expected)
         assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
     finally:

@@ -12,7 +12,8 @@ from autokernel import manifest, plugin  # noqa: E402
 from autokernel.manifest import RouteRecord  # noqa: E402
 from autokernel.models import load_model  # noqa: E402
 from autokernel.paths import MANIFEST_NAME, ROOT  # noqa: E402
-from tests.plugin_helpers import kernel_stats, one_forward_stats, write_optimized  # noqa: E402
+from tests.plugin_helpers import (kernel_stats, one_forward_stats, recording_backend,  # noqa: E402
+                                  write_optimized)
 
 SEQ = 8
 LLAMA_KWARGS = {"config": "tiny", "n_layers": 1, "vocab_size": 128}
@@ -213,17 +214,12 @@ def test_module_route_is_dropped_when_its_first_call_differs(tmp_path):
 
 # --------------------------------------------------------------------------- torch.compile
 def test_a_routed_llama_compiles_into_one_graph_with_the_kernels_ops_in_it(tmp_path):
-    # aot_eager traces the graph through the ops' fake implementations, as inductor does, without
-    # inductor's C++ compile, which takes minutes on this CPU. fullgraph=True fails on any graph break.
+    # The recording backend traces through the ops' fake implementations; fullgraph=True fails on any graph break.
     from torch._dynamo.utils import counters
 
     model, inputs = tiny_llama()
     folder = write_optimized(tmp_path / "opt", LLAMA_SHAPES)
-    graph_ops = []
-
-    def recording_backend(graph_module, example_inputs):
-        graph_ops.extend(str(node.target) for node in graph_module.graph.nodes if node.op == "call_function")
-        return torch._dynamo.lookup_backend("aot_eager")(graph_module, example_inputs)
+    recording, graph_ops = recording_backend()
 
     torch._dynamo.reset()
     counters.clear()
@@ -231,7 +227,7 @@ def test_a_routed_llama_compiles_into_one_graph_with_the_kernels_ops_in_it(tmp_p
         expected = model(*inputs)
         plugin.plug_in(model, folder, policy=plugin.ALL)
         model(*inputs)                    # the eager call resolves the routes and checks the module routes
-        compiled = torch.compile(model, backend=recording_backend, fullgraph=True)
+        compiled = torch.compile(model, backend=recording, fullgraph=True)
         assert plugin.output_error(expected, compiled(*inputs)) <= plugin.tolerance(expected)
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
     ours = sorted({op.split(".")[1].split("_", 1)[0] for op in graph_ops if op.startswith("autokernel.")})
@@ -251,17 +247,12 @@ def test_compiled_decisions_are_separate_from_eager_ones(tmp_path):
                          route_eager=False, route_compiled=True, why="slower eagerly, faster compiled")
     manifest.write_route_tables(folder / MANIFEST_NAME, {kernel.name: (kernel.source_sha256, plugin.device_name(),
                                                                        [record])})
-    graph_ops = []
-
-    def recording_backend(graph_module, example_inputs):
-        graph_ops.extend(str(node.target) for node in graph_module.graph.nodes if node.op == "call_function")
-        return graph_module.forward
-
+    recording, graph_ops = recording_backend()
     torch._dynamo.reset()
     with torch.no_grad():
         plugin.plug_in(model, folder)
         model(x)
         assert kernel_stats(model)["matmul"]["hits"] == 0
-        torch.compile(model, backend=recording_backend, fullgraph=True)(x)
+        torch.compile(model, backend=recording, fullgraph=True)(x)
     assert any(op.startswith("autokernel.matmul") for op in graph_ops)
     torch._dynamo.reset()

@@ -12,7 +12,7 @@ from torch import nn  # noqa: E402
 
 from autokernel import plugin  # noqa: E402
 from autokernel.paths import ROOT  # noqa: E402
-from tests.plugin_helpers import one_forward_stats, write_optimized  # noqa: E402
+from tests.plugin_helpers import one_forward_stats, recording_backend, write_optimized  # noqa: E402
 
 
 # --------------------------------------------------------------------------- KernelBench problem files (issue 11.4)
@@ -177,11 +177,7 @@ def test_a_routed_problem_compiles_into_one_graph_with_the_kernels_op(tmp_path, 
     problem = load_problem(name)
     model, x = problem.Model(*problem.get_init_inputs()).eval(), torch.randn(2, 8, 5, 6)
     shape = planned_sites(model, (x,))[kernel_type][0][1]
-    graph_ops = []
-
-    def recording_backend(graph_module, example_inputs):
-        graph_ops.extend(str(node.target) for node in graph_module.graph.nodes if node.op == "call_function")
-        return torch._dynamo.lookup_backend("aot_eager")(graph_module, example_inputs)
+    recording, graph_ops = recording_backend()
 
     torch._dynamo.reset()
     counters.clear()
@@ -189,7 +185,7 @@ def test_a_routed_problem_compiles_into_one_graph_with_the_kernels_op(tmp_path, 
         expected = model(x)
         plugin.plug_in(model, write_optimized(tmp_path / "opt", {kernel_type: [shape]}), policy=plugin.ALL)
         model(x)
-        compiled = torch.compile(model, backend=recording_backend, fullgraph=True)
+        compiled = torch.compile(model, backend=recording, fullgraph=True)
         torch.testing.assert_close(compiled(x), expected, atol=1e-4, rtol=1e-4)
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
     assert any(op.startswith(f"autokernel.{kernel_type}") for op in graph_ops)
