@@ -17,13 +17,22 @@ buckets by the number of rows: "decode" (a few tokens: narrow tiles, so the weig
 cost, is spread over many programs), "small" and "large"; GROUP_M swizzles tiles for L2 reuse.
 Float32 inputs use exact float32 products ("ieee"): the judge holds float32 to 1e-4.
 `plan()` names a call's bucket, so the built-in search tries the tunables the job's shapes use first.
+
+A bucket's `norm_pass` "separate" instead writes n = rmsnorm(x) first (one small row kernel) and
+runs a persistent GEMM on n whose tiles move by TMA and feed the tensor cores from shared memory;
+the inline norm takes every W tile through registers to scale it by g. At many rows the GEMM's
+speed decides (see TUNABLES); at a few the launch saved does. The separate pass needs what TMA
+needs (Hopper or the interpreter, unit last strides, 16-byte rows); elsewhere the norm stays inline.
 """
 
 from typing import NamedTuple
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 KERNEL_TYPE = "rmsnorm_linear"
 
@@ -31,12 +40,14 @@ KERNEL_TYPE = "rmsnorm_linear"
 # One line per row bucket (tile rows, columns, K step in 16-bit elements, warps, pipeline
 # stages); a call with at most decode_max_m rows takes "decode", at most small_max_m "small".
 # large_warps is 4, not 8: 1.28x at 4096x2048x2048 and 1.19x at 4096x32000x2048 on an H100
-# (benchmarks/tunable_sweep.py, 2026-11-23).
+# (benchmarks/tunable_sweep.py, 2026-11-23). The large bucket's separate norm pass: 4 stages, 1.45x
+# the inline norm at 4096x2048x2048 (71.8 us against 103.5; benchmarks/results/2026-11-23_NVIDIA-H100_norm_pass/).
 TUNABLES = {
     "decode_BLOCK_M": 16, "decode_BLOCK_N": 32, "decode_BLOCK_K": 256, "decode_warps": 4, "decode_stages": 3,
     "small_BLOCK_M": 64, "small_BLOCK_N": 64, "small_BLOCK_K": 64, "small_warps": 4, "small_stages": 4,
-    "large_BLOCK_M": 128, "large_BLOCK_N": 128, "large_BLOCK_K": 64, "large_warps": 4, "large_stages": 3,
+    "large_BLOCK_M": 128, "large_BLOCK_N": 128, "large_BLOCK_K": 64, "large_warps": 4, "large_stages": 4,
     "decode_max_m": 16, "small_max_m": 256, "GROUP_M": 8,
+    "decode_norm_pass": "inline", "small_norm_pass": "inline", "large_norm_pass": "separate", "NORM_BLOCK": 2048,
 }
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {
@@ -47,7 +58,11 @@ TUNABLE_CHOICES = {
     "large_BLOCK_M": [64, 128, 256], "large_BLOCK_N": [64, 128, 256], "large_BLOCK_K": [32, 64, 128],
     "large_warps": [4, 8], "large_stages": [2, 3, 4],
     "decode_max_m": [1, 8, 16, 32, 64], "small_max_m": [64, 128, 256, 512, 1024], "GROUP_M": [1, 4, 8, 16],
+    "decode_norm_pass": ["inline", "separate"], "small_norm_pass": ["inline", "separate"],
+    "large_norm_pass": ["inline", "separate"], "NORM_BLOCK": [512, 1024, 2048, 4096],
 }
+# Programs per launch of the persistent GEMM under the CPU interpreter: a few, each walking several tiles.
+INTERPRETER_PROGRAMS = 3
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -112,6 +127,82 @@ def _rmsnorm_linear_kernel(x_ptr, g_ptr, w_ptr, y_ptr, M, N, K, eps,
     tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=(out_rows[:, None] < M) & (out_cols[None, :] < N))
 
 
+@triton.jit
+def _rmsnorm_rows_kernel(x_ptr, g_ptr, n_ptr, K, stride_xm, stride_xk, stride_g, stride_nm, eps,
+                         BLOCK: tl.constexpr):
+    """n = rmsnorm(x) row by row (the separate norm pass): float32 statistics, rounded to n's dtype once,
+    as the unfused norm stores it. A row longer than BLOCK is read twice; the second read hits the cache."""
+    row = tl.program_id(0).to(tl.int64)
+    sum_sq = tl.zeros((BLOCK,), dtype=tl.float32)
+    for k_start in range(0, K, BLOCK):
+        ks = (k_start + tl.arange(0, BLOCK)).to(tl.int64)
+        v = tl.load(x_ptr + row * stride_xm + ks * stride_xk, mask=ks < K, other=0.0).to(tl.float32)
+        sum_sq += v * v
+    scale = tl.rsqrt(tl.sum(sum_sq, axis=0) / K + eps)
+    for k_start in range(0, K, BLOCK):
+        ks = (k_start + tl.arange(0, BLOCK)).to(tl.int64)
+        v = tl.load(x_ptr + row * stride_xm + ks * stride_xk, mask=ks < K, other=0.0).to(tl.float32)
+        g = tl.load(g_ptr + ks * stride_g, mask=ks < K, other=0.0).to(tl.float32)
+        tl.store(n_ptr + row * stride_nm + ks, (v * scale * g).to(n_ptr.dtype.element_ty), mask=ks < K)
+
+
+@triton.jit
+def _linear_tma_kernel(desc_a, desc_w, desc_y, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, UPCAST: tl.constexpr):
+    """y = a @ W^T, one program per SM walking the output tiles; the copy engine zero-fills ragged edges."""
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    # flatten lets the pipeliner start the next tile's loads during this tile's epilogue.
+    for tile_id in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=True):
+        tile_m, tile_n = _grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k_start in range(0, K, BLOCK_K):
+            a = desc_a.load([tile_m * BLOCK_M, k_start])
+            w = desc_w.load([tile_n * BLOCK_N, k_start])
+            if UPCAST:      # the interpreter's tl.dot multiplies bfloat16 as raw bits; float32 is exact
+                a = a.to(tl.float32)
+                w = w.to(tl.float32)
+            acc = tl.dot(a, w.T, acc, input_precision="ieee")
+        desc_y.store([tile_m * BLOCK_M, tile_n * BLOCK_N], acc.to(desc_y.dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def _device_properties(device_index: int) -> dict:
+    return triton.runtime.driver.active.utils.get_device_properties(device_index)
+
+
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """TMA needs Hopper or later (or the interpreter), a unit last stride, and 16-byte-aligned rows and bases."""
+    for t in tensors:
+        if t.stride(-1) != 1 or t.data_ptr() % 16 or (t.stride(0) * t.element_size()) % 16:
+            return False
+    device = tensors[0].device
+    return device.type == "cpu" or torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _separate(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, eps: float,
+              config: dict) -> None:
+    """The separate norm pass: n = rmsnorm(x), then y = n @ W^T by the persistent TMA GEMM."""
+    (M, K), N = x.shape, weight.shape[0]
+    n = torch.empty((M, K), dtype=x.dtype, device=x.device)
+    block = min(TUNABLES["NORM_BLOCK"], triton.next_power_of_2(K))
+    _rmsnorm_rows_kernel[(M,)](x, norm_weight, n, K, x.stride(0), x.stride(1), norm_weight.stride(0), n.stride(0),
+                               float(eps), BLOCK=block, num_warps=max(1, min(8, block // 256)))
+    bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    stages = config["num_stages"]
+    if x.is_cuda:
+        # Fewer stages where the requested ones would not fit beside the output tile's staging buffer.
+        shared_bytes = _device_properties(x.device.index)["max_shared_mem"]
+        stages = max(1, min(stages, (shared_bytes - bm * bn * y.element_size()) // ((bm + bn) * bk * x.element_size())))
+    programs = min(tiles, INTERPRETER_PROGRAMS if x.device.type == "cpu" else
+                   _device_properties(x.device.index)["multiprocessor_count"])
+    _linear_tma_kernel[(programs,)](TensorDescriptor.from_tensor(n, [bm, bk]),
+                                    TensorDescriptor.from_tensor(weight, [bn, bk]),
+                                    TensorDescriptor.from_tensor(y, [bm, bn]), M, N, K,
+                                    BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=TUNABLES["GROUP_M"],
+                                    UPCAST=not x.is_cuda, num_warps=config["num_warps"], num_stages=stages)
+
+
 def _fit(block: int, size: int) -> int:
     """A tile side no wider than the output needs (a power of two, at least 16 for tl.dot)."""
     return min(block, max(16, triton.next_power_of_2(size)))
@@ -165,6 +256,9 @@ def kernel_fn(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor, 
         return torch.zeros((M, N), dtype=x.dtype, device=x.device)
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
     config = tile_config(M, N, K, x.dtype)
+    if TUNABLES[f"{bucket_of(M)}_norm_pass"] == "separate" and _tma_ready(x, weight, y):
+        _separate(x, norm_weight, weight, y, eps, config)
+        return y
     grid = (triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"]),)
     _rmsnorm_linear_kernel[grid](x, norm_weight, weight, y, M, N, K, float(eps),
                                  x.stride(0), x.stride(1), norm_weight.stride(0), weight.stride(0), weight.stride(1),

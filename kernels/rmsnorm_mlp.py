@@ -27,6 +27,12 @@ SM walking the tiles). Weights keep nn.Linear's (out, in) layout and are read th
 On Hopper, when every operand has a unit last stride and 16-byte-aligned rows, tiles move by TMA
 (tensor descriptors; the copy engine also zero-fills ragged edges); otherwise by pointer loads.
 The GEMM machinery is kernels/fused_mlp.py's, copied so that this file stands alone.
+
+`norm_pass` "separate" (per tile config) instead writes n = rmsnorm(x) first, with one small row
+kernel, and runs the three GEMMs on n without the norm: four launches and one extra write and read
+of x's size, but the GEMMs then feed the tensor cores from shared memory as TMA loaded them, where
+the inline norm takes every x tile through registers first. At many rows the GEMMs' speed decides
+(see the measurement at TUNABLES); at a few rows the launch saved does.
 """
 
 import functools
@@ -43,11 +49,16 @@ KERNEL_TYPE = "rmsnorm_mlp"
 # launch with the gate epilogue holds a G tile next to its accumulator, so it has its own width
 # and depth (EPILOGUE_BLOCK_N, epilogue_num_stages) to stay within registers and shared memory.
 # The first two launches also carry the norm (x tiles through registers, one float32 per row).
+# norm_pass / small_norm_pass: "inline" (the norm inside the first two GEMMs) or "separate" (a row
+# kernel writes the normalized x first) for calls that take the big-tile or the small-tile config.
+# Measured on an H100 at M=4096, D=2048, F=5632 (benchmarks/results/2026-11-23_NVIDIA-H100_norm_pass/):
+# the separate pass 505 us against the inline norm's 741, and 486 us with 4 stages; at M=256 the
+# inline norm stays ahead (274 us against 334).
 TUNABLES = {
-    "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
+    "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 4,
     "EPILOGUE_BLOCK_N": 128, "epilogue_num_stages": 4,
     "SMALL_BLOCK_M": 64, "SMALL_BLOCK_N": 64, "SMALL_BLOCK_K": 32, "small_num_warps": 4, "small_num_stages": 3,
-    "large_min_tiles": 64,
+    "large_min_tiles": 64, "norm_pass": "separate", "small_norm_pass": "inline", "NORM_BLOCK": 2048,
 }
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {
@@ -56,7 +67,8 @@ TUNABLE_CHOICES = {
     "EPILOGUE_BLOCK_N": [64, 128, 256], "epilogue_num_stages": [2, 3, 4, 5],
     "SMALL_BLOCK_M": [16, 32, 64], "SMALL_BLOCK_N": [32, 64, 128], "SMALL_BLOCK_K": [16, 32, 64],
     "small_num_warps": [2, 4], "small_num_stages": [2, 3, 4],
-    "large_min_tiles": [16, 32, 64, 128, 256],
+    "large_min_tiles": [16, 32, 64, 128, 256], "norm_pass": ["inline", "separate"],
+    "small_norm_pass": ["inline", "separate"], "NORM_BLOCK": [512, 1024, 2048, 4096],
 }
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -232,6 +244,41 @@ def _gemm_pointer_kernel(a_ptr, w_ptr, c_ptr, g_ptr, norm_ptr, M, N, K, stride_a
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(out_rows[:, None] < M) & (out_cols[None, :] < N))
 
 
+@triton.jit
+def _rmsnorm_rows_kernel(x_ptr, norm_ptr, n_ptr, K, stride_xm, stride_xk, stride_norm, stride_nm, eps,
+                         BLOCK: tl.constexpr):
+    """n = rmsnorm(x) row by row (the separate norm pass): float32 statistics, rounded to n's dtype once,
+    as the unfused norm stores it. A row longer than BLOCK is read twice; the second read hits the cache."""
+    row = tl.program_id(0).to(tl.int64)
+    sum_sq = tl.zeros((BLOCK,), dtype=tl.float32)
+    for k_start in range(0, K, BLOCK):
+        ks = (k_start + tl.arange(0, BLOCK)).to(tl.int64)
+        v = tl.load(x_ptr + row * stride_xm + ks * stride_xk, mask=ks < K, other=0.0).to(tl.float32)
+        sum_sq += v * v
+    scale = tl.rsqrt(tl.sum(sum_sq, axis=0) / K + eps)
+    for k_start in range(0, K, BLOCK):
+        ks = (k_start + tl.arange(0, BLOCK)).to(tl.int64)
+        v = tl.load(x_ptr + row * stride_xm + ks * stride_xk, mask=ks < K, other=0.0).to(tl.float32)
+        weight = tl.load(norm_ptr + ks * stride_norm, mask=ks < K, other=0.0).to(tl.float32)
+        tl.store(n_ptr + row * stride_nm + ks, (v * scale * weight).to(n_ptr.dtype.element_ty), mask=ks < K)
+
+
+def _rmsnorm_rows(x: torch.Tensor, norm_weight: torch.Tensor, eps: float) -> torch.Tensor:
+    M, K = x.shape
+    n = torch.empty((M, K), dtype=x.dtype, device=x.device)
+    block = min(TUNABLES["NORM_BLOCK"], triton.next_power_of_2(K))
+    _rmsnorm_rows_kernel[(M,)](x, norm_weight, n, K, x.stride(0), x.stride(1), norm_weight.stride(0), n.stride(0),
+                               float(eps), BLOCK=block, num_warps=max(1, min(8, block // 256)))
+    return n
+
+
+def _norm_pass(M: int, N: int) -> str:
+    """"inline" or "separate": the norm_pass of the tile config the first GEMM of M rows takes."""
+    t = TUNABLES
+    large = triton.cdiv(M, t["BLOCK_M"]) * triton.cdiv(N, t["BLOCK_N"]) >= t["large_min_tiles"]
+    return t["norm_pass"] if large else t["small_norm_pass"]
+
+
 @functools.lru_cache(maxsize=None)
 def _device_limits(device_index: int) -> tuple[int, int, bool]:
     """(shared memory bytes per program, SM count, TMA available) of a GPU."""
@@ -331,6 +378,8 @@ def kernel_fn(x: torch.Tensor, norm_weight: torch.Tensor, w_gate: torch.Tensor, 
     # G is stored in the input dtype, as PyTorch stores the gate projection, except under the CPU
     # interpreter: it rounds bfloat16 by truncation, which doubles the rounding error of G.
     gate_dtype = torch.float32 if x.device.type == "cpu" else x.dtype
+    if _norm_pass(x.shape[0], w_gate.shape[0]) == "separate":
+        x, norm_weight = _rmsnorm_rows(x, norm_weight, eps), None
     gate = _gemm(x, w_gate, out_dtype=gate_dtype, norm_weight=norm_weight, eps=eps)
     hidden = _gemm(x, w_up, gate=gate, activation=activation, norm_weight=norm_weight, eps=eps)
     return _gemm(hidden, w_down)

@@ -40,6 +40,31 @@ def test_each_dtype_and_bucket_matches_the_reference(monkeypatch, dtype, m):
     _assert_matches_reference(_inputs(m, 40, 72, dtype=dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_separate_norm_pass_normalizes_first_then_runs_the_tma_gemm(monkeypatch, dtype):
+    monkeypatch.setitem(fused.TUNABLES, "small_norm_pass", "separate")
+    monkeypatch.setitem(fused.TUNABLES, "NORM_BLOCK", 16)          # rows of 72 take five blocks: a tail too
+    calls = []
+    real = fused._separate
+    monkeypatch.setattr(fused, "_separate", lambda *a: calls.append(a[0].shape) or real(*a))
+    inputs = _inputs(70, 72, 136, dtype=dtype)          # 3 programs walk 2 x 2 ragged tiles of 64
+    inputs["x"] = inputs["x"] * torch.linspace(0.1, 10, 70, dtype=dtype)[:, None]
+    _assert_matches_reference(inputs)
+    assert calls == [inputs["x"].shape]
+
+
+def test_the_separate_pass_falls_back_to_the_inline_norm_where_tma_cannot_load(monkeypatch):
+    monkeypatch.setitem(fused.TUNABLES, "small_norm_pass", "separate")
+    monkeypatch.setattr(fused, "_separate", lambda *a: pytest.fail("TMA cannot describe 70-byte rows"))
+    _assert_matches_reference(_inputs(20, 35, 48, dtype=torch.float16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_huge_rows_through_the_separate_pass(monkeypatch, dtype):
+    monkeypatch.setitem(fused.TUNABLES, "small_norm_pass", "separate")
+    _assert_matches_reference(_inputs(16, 48, 96, dtype=dtype, maker=rmsnorm_linear.huge_rows))
+
+
 def test_the_buckets_are_chosen_by_rows_and_clamped_to_the_output():
     t = fused.TUNABLES
     assert fused.tile_config(1, 4096, 4096, torch.float16)["BLOCK_M"] == t["decode_BLOCK_M"]

@@ -102,6 +102,27 @@ def test_the_norm_runs_in_the_two_input_launches_and_not_in_the_down_projection(
     assert launches == [True, True, False]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_separate_norm_pass_normalizes_first_and_keeps_the_norm_out_of_the_gemms(monkeypatch, dtype):
+    monkeypatch.setitem(norm_mlp.TUNABLES, "small_norm_pass", "separate")
+    monkeypatch.setitem(norm_mlp.TUNABLES, "NORM_BLOCK", 16)     # rows of 70 take five blocks: a tail too
+    launches, rows = [], []
+    real_gemm, real_rows = norm_mlp._gemm, norm_mlp._rmsnorm_rows
+    monkeypatch.setattr(norm_mlp, "_gemm", lambda a, weight, **kw: launches.append(
+        kw.get("norm_weight") is not None) or real_gemm(a, weight, **kw))
+    monkeypatch.setattr(norm_mlp, "_rmsnorm_rows", lambda *a: rows.append(a[0].shape) or real_rows(*a))
+    x, *weights = _inputs(19, 70, 40, dtype=dtype, x_scale=3.0)
+    x = x * torch.linspace(0.1, 10, 19, dtype=dtype)[:, None]      # rows of very different scales
+    _assert_matches_reference(x, *weights)
+    assert rows == [(19, 70)] and launches == [False, False, False]
+
+
+def test_large_rows_do_not_overflow_in_float16_through_the_separate_pass(monkeypatch):
+    monkeypatch.setitem(norm_mlp.TUNABLES, "small_norm_pass", "separate")
+    # Squares of 3e3 sum past float16's largest value within one row: the sum must be float32.
+    _assert_matches_reference(*_inputs(9, 64, 32, dtype=torch.float16, x_scale=3e3))
+
+
 def test_tma_is_used_only_where_the_copy_engine_can_describe_the_operand():
     aligned = torch.empty(8, 40, dtype=torch.float16)          # 80-byte rows
     assert norm_mlp._tma_ready(aligned)
