@@ -4,7 +4,7 @@ Each tunable is classified by its name, by the first pattern of AXIS_KINDS its w
 (case-insensitively); a name no pattern matches is "other". When the judge's summary of the
 latest passing result (bench.py's `limits`, autokernel/limits.py) says the kernel is memory-bound
 at the shape where most of its time goes, the kinds that change how memory is moved come first;
-when it is compute-bound, the kinds that change the tiles and their pipelining come first. Within
+when it is compute-bound, the pipeline depth and the warps come first, then the tiles (see KIND_ORDER). Within
 a kind, and without a bound (no passing result yet, or the CPU interpreter, which has none), the
 order is the kernel's declaration order.
 
@@ -40,9 +40,14 @@ AXIS_KINDS: list[tuple[str, str]] = [
     ("swizzle", r"\w*GROUP_M"),                                             # the order tiles run in (L2 reuse)
 ]
 # Which kinds come first for each roofline bound; "other" (thresholds, precision switches) comes last.
+# Compute-bound: the pipeline depth and the warps first, the tile sides after them. Measured on an
+# H100 at the LLaMA 4x1024's shapes (benchmarks/results/2026-11-23_NVIDIA-H100_norm_pass/ and
+# _screen_and_headroom/): the wins were 4 stages (2.09x, 1.04x) and 4 warps (1.28x), while every
+# one-sided tile move fell off a cliff (0.13-0.94x: spills, shared memory), so five of them in a
+# row ended the job before the stages were ever tried.
 KIND_ORDER = {
     "memory": ["contiguous block", "warps", "vectorisation", "tile", "stages", "split-K", "swizzle", "other"],
-    "compute": ["tile", "stages", "split-K", "warps", "swizzle", "contiguous block", "vectorisation", "other"],
+    "compute": ["stages", "warps", "swizzle", "tile", "split-K", "contiguous block", "vectorisation", "other"],
 }
 
 
@@ -51,6 +56,20 @@ def kind_of(name: str) -> str:
         if re.fullmatch(pattern, name, flags=re.IGNORECASE):
             return kind
     return "other"
+
+
+def paired_warps(name: str, names: list[str]) -> str | None:
+    """The warps tunable of a tile side's bucket (large_BLOCK_N -> large_warps, BLOCK_N -> num_warps,
+    SMALL_BLOCK_N -> small_num_warps), or None. A wider tile holds more accumulators per thread, so
+    it often spills unless more warps share it: the search tries the two together too."""
+    if kind_of(name) != "tile":
+        return None
+    prefix = name[:name.upper().index("BLOCK_")].lower()
+    warps = [other for other in names if kind_of(other) == "warps" and other.lower().startswith(prefix)
+             and kind_of(other[len(prefix):]) == "warps" and "max" not in other.lower()]
+    # With no bucket prefix, only a warps tunable that has none either (num_warps, not small_num_warps).
+    warps = [other for other in warps if prefix or other.lower() in ("num_warps", "warps")]
+    return warps[0] if len(warps) == 1 else None
 
 
 def bound_of(results: list[dict | None]) -> str | None:

@@ -1,7 +1,8 @@
 """The built-in agent: offline coordinate descent over the TUNABLES a kernel declares, no API key needed.
 
 Starting from the kernel's current TUNABLES, it tries the neighbouring values (in TUNABLE_CHOICES
-order) of one tunable at a time, walking the tunables in the order autokernel/agents/axis_order.py
+order) of one tunable at a time (and a tile side that grows together with its bucket's warps, one
+step up: alone, a wider tile often spills), walking the tunables in the order autokernel/agents/axis_order.py
 gives: those that act on what limits the kernel first (memory or compute, by the roofline of the
 judge's summary of the baseline), and, for a kernel planned by shape bucket, the buckets the job's
 shapes use first. The order is fixed when a job's search starts and kept in its state, so a
@@ -76,13 +77,29 @@ class CoordinateSearch:
         axes = self.order or list(self.choices)
         while self.stale_axes < len(axes):
             name = axes[self.axis]
-            for value in neighbours(self.choices[name], self.best[name]):
-                candidate = {**self.best, name: value}
+            for candidate in self._moves_along(name):
                 if config_key(candidate) not in self.scores:
                     return candidate
             self.axis = (self.axis + 1) % len(axes)
             self.stale_axes += 1
         return None
+
+    def _moves_along(self, name: str) -> list[dict]:
+        """One step each way along `name`; a tile side that grows is also tried with its bucket's next warps up."""
+        moves = []
+        warps = axis_order.paired_warps(name, list(self.choices))
+        for value in neighbours(self.choices[name], self.best[name]):
+            moves.append({**self.best, name: value})
+            grows = self._rank(name, value) > self._rank(name, self.best[name])
+            more_warps = [w for w in neighbours(self.choices[warps], self.best[warps])
+                          if self._rank(warps, w) > self._rank(warps, self.best[warps])] if warps else []
+            if grows and more_warps:
+                moves.append({**self.best, name: value, warps: more_warps[-1]})
+        return moves
+
+    def _rank(self, name: str, value) -> int:
+        choices = self.choices[name]
+        return choices.index(value) if value in choices else -1
 
     def mark_pending(self, config: dict, description: str) -> None:
         self.scores[config_key(config)] = None

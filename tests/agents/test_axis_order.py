@@ -28,6 +28,18 @@ def test_every_kind_has_a_place_in_both_orders():
     assert all(set(order) == kinds for order in axis_order.KIND_ORDER.values())
 
 
+@pytest.mark.parametrize("tile, names, warps", [
+    ("large_BLOCK_N", ["large_BLOCK_N", "large_warps", "small_warps", "num_warps"], "large_warps"),
+    ("BLOCK_N", ["BLOCK_N", "num_warps", "small_num_warps"], "num_warps"),
+    ("SMALL_BLOCK_M", ["SMALL_BLOCK_M", "num_warps", "small_num_warps"], "small_num_warps"),
+    ("BLOCK_M", ["BLOCK_M", "MAX_NUM_WARPS"], None),           # a cap on warps, not the tile's warps
+    ("EPILOGUE_BLOCK_N", ["EPILOGUE_BLOCK_N", "num_warps"], None),   # a contiguous block, not a tile side
+    ("large_BLOCK_N", ["large_BLOCK_N", "num_warps"], None),   # no warps of its own bucket
+])
+def test_a_tile_side_is_paired_with_its_own_buckets_warps(tile, names, warps):
+    assert axis_order.paired_warps(tile, names) == warps
+
+
 def test_the_bound_comes_from_the_first_passing_result_with_a_summary():
     failed = {"correctness": "FAIL", "limits": {"bound": "compute"}}
     on_cpu = {"correctness": "PASS", "limits": {"gpu": None, "bound": None}}

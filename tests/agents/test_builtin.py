@@ -211,8 +211,9 @@ def axes_walked(bound: str | None, source: str = ROW_KERNEL, job: dict | None = 
             proposal = agent.propose(ctx)
         except SearchExhausted:
             return walked
-        [changed] = [name for name, value in read_tunables(proposal.kernel_source)[0].items() if kept[name] != value]
-        walked += [changed] if changed not in walked else []
+        changed = [name for name, value in read_tunables(proposal.kernel_source)[0].items() if kept[name] != value]
+        if len(changed) == 1:       # a wider tile tried with more warps walks no new axis
+            walked += changed if changed[0] not in walked else []
         ctx.last_result = bound_result(bound, 50.0)
 
 
@@ -220,8 +221,23 @@ def test_a_memory_bound_kernel_walks_the_axes_that_move_memory_first():
     assert axes_walked("memory") == ["MAX_BLOCK_N", "num_warps", "ELEMS_PER_THREAD", "BLOCK_M", "num_stages"]
 
 
-def test_a_compute_bound_kernel_walks_tiles_and_stages_first():
-    assert axes_walked("compute") == ["BLOCK_M", "num_stages", "num_warps", "MAX_BLOCK_N", "ELEMS_PER_THREAD"]
+def test_a_compute_bound_kernel_walks_stages_and_warps_before_the_tiles():
+    assert axes_walked("compute") == ["num_stages", "num_warps", "BLOCK_M", "MAX_BLOCK_N", "ELEMS_PER_THREAD"]
+
+
+def test_a_tile_that_grows_is_tried_with_more_warps_too():
+    # BLOCK_M 128 alone spills (slower); with 8 warps it is the peak. A one-tunable walk never gets there.
+    def bench(config):
+        if config["BLOCK_M"] == 128:
+            return passing(2000.0 if config["num_warps"] == 8 else 10.0)
+        return passing(100.0)
+    proposals, kept, _ = run_loop(bench, source=ROW_KERNEL)
+    assert read_tunables(kept)[0]["BLOCK_M"] == 128 and read_tunables(kept)[0]["num_warps"] == 8
+    joint = [c for c in configs(proposals) if c["BLOCK_M"] == 128 and c["num_warps"] == 8]
+    assert joint and "BLOCK_M 64 -> 128, num_warps 4 -> 8" in [p.description for p in proposals]
+    # A tile that shrinks is not paired, and the pair is tried after the tile alone.
+    assert not [c for c in configs(proposals)[:configs(proposals).index(joint[0])]
+                if c["BLOCK_M"] == 32 and c["num_warps"] != 4]
 
 
 def test_without_a_bound_the_axes_are_walked_in_declaration_order():
@@ -236,10 +252,11 @@ def test_a_matmul_job_walks_the_bucket_its_shapes_use_first_and_the_other_bucket
     proposal = agent.propose(AgentContext("matmul", source, None, [], [], "", {**job, "baseline": bound_result("compute")}))
     [search] = agent._searches.values()
     assert search.buckets == ["mid"] and search.bound == "compute"
-    assert search.order[:5] == ["mid_BLOCK_M", "mid_BLOCK_N", "mid_BLOCK_K", "mid_stages", "split_k_min_k"]
+    assert search.order[:7] == ["mid_stages", "mid_warps", "GROUP_M", "mid_BLOCK_M", "mid_BLOCK_N", "mid_BLOCK_K",
+                                "split_k_min_k"]
     assert {name.split("_")[0] for name in search.order[-15:]} == {"large", "small", "ieee"}
     before, after = read_tunables(source)[0], read_tunables(proposal.kernel_source)[0]
-    assert [name for name in before if before[name] != after[name]] == ["mid_BLOCK_M"]
+    assert [name for name in before if before[name] != after[name]] == ["mid_stages"]
 
 
 def test_a_resumed_search_keeps_its_order_even_when_the_results_it_sees_change():
