@@ -10,7 +10,9 @@ the call goes through an op instead, so that Dynamo traces it without a graph br
     torch.library.wrap_triton, which is what a Triton op requires.
   - otherwise an opaque custom op (torch.library.custom_op) whose fake implementation is the
     type's reference: older torch releases, the CPU interpreter (its kernels cannot be traced), and
-    kernel_fns that read data pointers or values (which fake tensors do not have).
+    kernel_fns that read data pointers or values (which fake tensors do not have), and CUDA C++ kernel
+    files (BACKEND = "cuda"), whose compiled kernels Inductor cannot see into: they go straight to
+    the custom op, without importing a second, traceable copy of the file.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Callable
 import torch
 
 from autokernel import registry
+from autokernel.cuda_launches import is_cuda_file
 from autokernel.contracts import ManifestEntry
 from autokernel.kernel_file import import_file
 from autokernel.dtypes import DTYPES, dtype_name
@@ -49,6 +52,7 @@ class OptimizedKernel:
     records: dict[tuple[str, str], RouteRecord] = field(default_factory=dict)
     _graph_op: Callable | None = None
     op_kind: str = ""               # "triton_op", or "custom_op (why not a Triton op)", once chosen
+    backend: str = "triton"         # the file's BACKEND: "cuda" for a CUDA C++ kernel file
 
     def covers(self, shape: dict, dtype: torch.dtype) -> bool:
         return dtype in self.dtypes and shape in self.shapes
@@ -67,7 +71,12 @@ class OptimizedKernel:
         tensors like them before torch.compile ever meets it.
         """
         if self._graph_op is None:
-            op, why_not = _triton_op(self, example_args) if HAS_TRITON_OP else (None, "torch has no triton_op")
+            if self.backend == "cuda":
+                op, why_not = None, "a CUDA C++ kernel: Inductor cannot trace into it"
+            elif HAS_TRITON_OP:
+                op, why_not = _triton_op(self, example_args)
+            else:
+                op, why_not = None, "torch has no triton_op"
             self._graph_op = op or _custom_op(self.op_name, self.kernel_type, self.kernel_fn)
             self.op_kind = "triton_op" if op else f"custom_op ({why_not})"
         return self._graph_op
@@ -117,7 +126,7 @@ def _load_kernel(folder: Path, name: str, entry: dict, manifest_path: Path, devi
                for record in route_records(entry, sha, device_name)}
     return OptimizedKernel(name=name, kernel_type=kernel_type, rank=rank, file=file, shapes=shapes,
                            dtypes=frozenset(DTYPES[d] for d in dtype_names), kernel_fn=kernel_fn,
-                           source_sha256=sha, records=records)
+                           source_sha256=sha, records=records, backend="cuda" if is_cuda_file(source) else "triton")
 
 
 def _import_kernel(file: Path, source: str, sha: str, *, traceable: bool = False):

@@ -10,6 +10,9 @@
 3. Times each starter against the Triton starter, PyTorch eager (the reference) and a device copy
    of the same bytes, alone on the GPU: triton.testing.do_bench (median, L2 flushed between calls).
    "of copy" is the starter's bytes moved per second (the kernel type's bytes_moved) over the copy's.
+4. Times the GEMM starter (kernels/cuda/matmul.py) and the Triton one against cuBLAS (torch.matmul) in
+   float16, bfloat16 and float32 at GEMM_SHAPES, the same way; "of cuBLAS" is cuBLAS's time over ours.
+   Float32 follows torch.get_float32_matmul_precision() (recorded per row): cuBLAS uses TF32 when it allows.
 Needs: an NVIDIA GPU, nvcc of the CUDA major version torch was built with (CUDA_HOME, or on PATH) and ninja;
 the builds go to $AUTOKERNEL_CUDA_CACHE (default ~/.cache/autokernel/cuda). Exit code 1 when anything is
 not as expected.
@@ -35,13 +38,17 @@ import torch  # noqa: E402
 
 from autokernel import registry  # noqa: E402
 
-STARTERS = ["rmsnorm", "softmax"]
+STARTERS = ["rmsnorm", "softmax", "matmul"]
+MEMORY_BOUND = ["rmsnorm", "softmax"]
 ATTACKS = runpy.run_path(str(ROOT / "tests" / "attacks" / "expected.py"))["ATTACKS"]
 CUDA_ATTACKS = [name for name in ATTACKS if name.startswith("cuda_")]
 # Shapes timed per starter: the type's timing shape first (also in bfloat16 and float32), then others in float16.
 TIMED_SHAPES = {"rmsnorm": [{"M": 8192, "N": 8192}, {"M": 4096, "N": 2048}, {"M": 1024, "N": 16384},
                             {"M": 16, "N": 64, "I": 65536}],
                 "softmax": [{"M": 8192, "N": 8192}, {"M": 4096, "N": 2048}, {"M": 256, "N": 32768}]}
+# GEMM shapes (M, N, K) timed against cuBLAS (torch.matmul) and the Triton starter, in every dtype:
+# squares, an LLM projection (4096 tokens, 4096 -> 1024) and KernelBench's irregular one.
+GEMM_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 1024, 4096), (8205, 2949, 5921)]
 BUILD_TIMEOUT_S = 600
 BENCH_TIMEOUT_S = 900
 
@@ -154,9 +161,36 @@ def median_us(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
 
 
+def time_gemm() -> list[dict]:
+    """The CUDA GEMM starter and the Triton one against cuBLAS (torch.matmul), TFLOP/s and ratios."""
+    rows = []
+    cuda_fn = load(ROOT / "kernels" / "cuda" / "matmul.py", "cuda_matmul").kernel_fn
+    triton_fn = load(ROOT / "kernels" / "matmul.py", "triton_matmul").kernel_fn
+    for M, N, K in GEMM_SHAPES:
+        for dtype in (torch.float16, torch.bfloat16, torch.float32):
+            gen = torch.Generator("cuda").manual_seed(0)
+            a = torch.randn((M, K), generator=gen, device="cuda").to(dtype)
+            b = torch.randn((K, N), generator=gen, device="cuda").to(dtype)
+            expected = (a.double() @ b.double()) if M * N * K <= 4096 ** 3 else (a.float() @ b.float()).double()
+            error = ((cuda_fn(a, b).double() - expected).abs().max() / expected.abs().max()).item()
+            times = {"cuda": median_us(lambda: cuda_fn(a, b)), "triton": median_us(lambda: triton_fn(a, b)),
+                     "cublas": median_us(lambda: torch.matmul(a, b))}
+            row = {"shape": f"M={M},N={N},K={K}", "dtype": str(dtype).split(".")[-1],
+                   "fp32_precision": torch.get_float32_matmul_precision(),
+                   **{f"{k}_us": round(v, 1) for k, v in times.items()},
+                   **{f"{k}_tflops": round(2 * M * N * K / v / 1e6, 1) for k, v in times.items()},
+                   "cuda_of_cublas": round(times["cublas"] / times["cuda"], 3),
+                   "triton_of_cublas": round(times["cublas"] / times["triton"], 3), "max_rel_error": error}
+            rows.append(row)
+            print(f"gemm   {row['shape']:<24} {row['dtype']:<9} cuda {row['cuda_tflops']:6.1f} TFLOP/s  triton "
+                  f"{row['triton_tflops']:6.1f}  cuBLAS {row['cublas_tflops']:6.1f}  cuda {row['cuda_of_cublas']:.2f} "
+                  f"of cuBLAS (triton {row['triton_of_cublas']:.2f})  rel err {error:.1e}", flush=True)
+    return rows
+
+
 def time_all() -> list[dict]:
     rows = []
-    for name in STARTERS:
+    for name in MEMORY_BOUND:
         kt = registry.get(name)
         cuda_fn = load(ROOT / "kernels" / "cuda" / f"{name}.py", f"cuda_{name}").kernel_fn
         triton_fn = load(ROOT / "kernels" / f"{name}.py", f"triton_{name}").kernel_fn
@@ -193,6 +227,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="where to write the JSON results")
     parser.add_argument("--skip-attacks", action="store_true", help="only the starters")
     parser.add_argument("--skip-timing", action="store_true", help="no speed comparison")
+    parser.add_argument("--skip-gemm-timing", action="store_true", help="no GEMM timing against cuBLAS")
     args = parser.parse_args(argv)
     began = time.monotonic()
     environment = preflight()
@@ -202,6 +237,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="cuda_check-") as folder:
         report["judge"] = judge_all(not args.skip_attacks, Path(folder))
     report["timings"] = [] if args.skip_timing else time_all()
+    report["gemm_timings"] = [] if args.skip_timing or args.skip_gemm_timing else time_gemm()
     report["seconds"] = round(time.monotonic() - began, 1)
     report["ok"] = all(b["built"] or "attacks" in b["file"] for b in report["builds"]) and all(
         j["ok"] for j in report["judge"])

@@ -167,7 +167,7 @@ def test_a_cuda_kernel_file_keeps_the_contract():
     integrity.check_contract(CUDA_KERNEL, "softmax")
     from autokernel.paths import ROOT
 
-    for name in ("rmsnorm", "softmax"):
+    for name in ("rmsnorm", "softmax", "matmul"):
         integrity.check_contract((ROOT / "kernels" / "cuda" / f"{name}.py").read_text(), name)
 
 

@@ -8,7 +8,8 @@ import torch  # noqa: E402
 
 from autokernel import kernel_ops, plugin  # noqa: E402
 from autokernel.paths import starter_path  # noqa: E402
-from tests.test_plugin import reference_sources, write_optimized  # noqa: E402
+from tests.plugin_helpers import write_optimized  # noqa: E402
+from tests.test_plugin import reference_sources  # noqa: E402
 
 
 def test_launched_kernels_are_the_ones_called_with_a_grid_from_python():
@@ -48,3 +49,64 @@ def test_without_a_gpu_the_graph_op_is_the_opaque_custom_op_with_the_reference_s
     assert kernel.graph_op() is op       # chosen once
     kernel.use_opaque_op("its Triton op failed")
     assert kernel.op_kind == "custom_op (its Triton op failed)"
+
+
+CUDA_SOFTMAX = '''
+import torch
+from autokernel.cuda_build import load_cuda
+
+KERNEL_TYPE = "softmax"
+BACKEND = "cuda"
+TUNABLES = {"BLOCK": 256}
+TUNABLE_CHOICES = {"BLOCK": [128, 256]}
+CUDA_SOURCE = r"""
+__global__ void rows_kernel(const float* x, float* y) {}
+torch::Tensor softmax_rows(torch::Tensor x) { return x; }
+"""
+_ext = load_cuda(CUDA_SOURCE, ["softmax_rows"], TUNABLES)
+CALLS = []
+
+
+def kernel_fn(x: torch.Tensor) -> torch.Tensor:
+    CALLS.append(tuple(x.shape))
+    return _ext.softmax_rows(x)
+'''
+
+
+def test_a_cuda_kernel_file_is_an_opaque_custom_op_with_a_fake_and_routes_like_a_triton_one(tmp_path, monkeypatch):
+    """A CUDA C++ kernel file (its build faked: CI has no nvcc) loads from optimized_kernels/ like a Triton
+    one, becomes a custom op with the reference's schema and fake, never a Triton op (even where torch has
+    a GPU), traces on fake tensors, and the router sends the model's calls at its verified shapes to it."""
+    from types import SimpleNamespace
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autokernel import cuda_build
+
+    monkeypatch.setattr(cuda_build, "load_cuda", lambda source, functions, tunables=None, **kw: SimpleNamespace(
+        softmax_rows=lambda x: torch.softmax(x, dim=-1)))
+    monkeypatch.setattr(kernel_ops, "_triton_op", lambda *a: (_ for _ in ()).throw(AssertionError("tried triton_op")))
+    folder = write_optimized(tmp_path / "opt", {"softmax": [{"M": 4, "N": 8}]}, sources={"softmax": CUDA_SOFTMAX})
+    (kernel,) = plugin.load_kernels(folder)
+    assert kernel.backend == "cuda"
+    x = torch.randn(4, 8)
+    op = kernel.graph_op((x,))
+    assert kernel.op_kind == "custom_op (a CUDA C++ kernel: Inductor cannot trace into it)"
+    assert str(op._opoverload._schema) == f"autokernel::{kernel.op_name}(Tensor x) -> Tensor"
+    traced = make_fx(lambda t: op(t), tracing_mode="fake")(x)      # the fake (the reference) gives the shape
+    assert any(str(node.target).startswith(f"autokernel.{kernel.op_name}") for node in traced.graph.nodes)
+    torch.testing.assert_close(op(x), torch.softmax(x, dim=-1))
+    calls = kernel.kernel_fn.__globals__["CALLS"]
+    calls.clear()
+
+    class Model(torch.nn.Module):
+        def forward(self, t):
+            return torch.softmax(t, dim=-1)
+
+    model = Model()
+    plugin.plug_in(model, folder, policy="all")
+    torch.testing.assert_close(model(x), torch.softmax(x, dim=-1))
+    assert calls and set(calls) == {(4, 8)}      # the verified shape went to the CUDA kernel (checked first) ...
+    seen = len(calls)
+    model(torch.randn(3, 5))
+    assert len(calls) == seen                     # ... another shape stayed with PyTorch

@@ -2,12 +2,15 @@
 
 Over the last dimension, a group of threads normalizes one row: a warp per row for rows up to
 WARP_ROW_MAX_N elements (ROWS_PER_BLOCK rows to a block, so short rows still fill the machine),
-else the whole block of BLOCK_THREADS threads. The row is read twice, once for the sum of squares
-and once for the write; the second read hits the cache. Where the row, its stride and every
-pointer allow, loads and stores move 16 bytes at a time; otherwise one element at a time.
+else the whole block of BLOCK_THREADS threads. Where the row fits in the group's registers (up to
+MAX_PACKS 16-byte pieces per thread) and its stride and every pointer are 16-byte aligned, it is
+read from memory once and kept as floats for the write (the first version read it twice; the
+second read, from the cache, held float32 to 0.70 of copy bandwidth). Otherwise the row is read
+twice, 16 bytes at a time where aligned, else one element at a time.
 
 Over dim 1 of x (B, C, ...), x is viewed as (B, C, I): one thread per position (b, i) walks its C
-channels, which lie I elements apart, so adjacent threads read adjacent memory.
+channels, which lie I elements apart, so adjacent threads read adjacent memory. Up to CHANNEL_REGS
+channels stay in registers between the sum of squares and the write (x is read once).
 """
 
 import torch
@@ -22,10 +25,14 @@ BACKEND = "cuda"
 # BLOCK_THREADS: threads per row for rows longer than WARP_ROW_MAX_N.
 # ROWS_PER_BLOCK: rows (one warp each) per block for short rows.
 # CHANNEL_THREADS: threads per block over dim 1.
-TUNABLES = {"BLOCK_THREADS": 256, "WARP_ROW_MAX_N": 1024, "ROWS_PER_BLOCK": 8, "CHANNEL_THREADS": 256}
+# MAX_PACKS: 16-byte pieces of a row a thread holds in registers; CHANNEL_REGS: the most channels
+# (dim 1) a thread holds in registers. Past them, x is read twice.
+TUNABLES = {"BLOCK_THREADS": 256, "WARP_ROW_MAX_N": 1024, "ROWS_PER_BLOCK": 8, "CHANNEL_THREADS": 256,
+            "MAX_PACKS": 8, "CHANNEL_REGS": 64}
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {"BLOCK_THREADS": [128, 256, 512, 1024], "WARP_ROW_MAX_N": [0, 256, 512, 1024, 2048],
-                   "ROWS_PER_BLOCK": [1, 2, 4, 8, 16], "CHANNEL_THREADS": [64, 128, 256, 512]}
+                   "ROWS_PER_BLOCK": [1, 2, 4, 8, 16], "CHANNEL_THREADS": [64, 128, 256, 512],
+                   "MAX_PACKS": [2, 4, 8, 16], "CHANNEL_REGS": [0, 16, 32, 64]}
 
 CUDA_SOURCE = r"""
 #include <torch/types.h>
@@ -58,8 +65,52 @@ __device__ __forceinline__ float group_sum(float v, float* scratch) {
   return v;
 }
 
+// Threads per block of a kernel whose groups are GROUP threads: a warp per row packs ROWS_PER_BLOCK rows.
+template <int GROUP> constexpr int block_threads() { return GROUP == WARP ? WARP * ROWS_PER_BLOCK : GROUP; }
+
+// The row in registers: PACKS 16-byte pieces per thread, read once. Needs 16-byte aligned rows.
+template <typename T, int GROUP, int PACKS>
+__global__ void __launch_bounds__(GROUP == WARP ? WARP * ROWS_PER_BLOCK : GROUP) rmsnorm_regs_kernel(
+    const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int64_t n_rows, int64_t n_cols,
+    int64_t x_stride, float eps) {
+  __shared__ float scratch[WARP];
+  const int64_t row = (int64_t)blockIdx.x * (blockDim.x / GROUP) + threadIdx.x / GROUP;
+  if (row >= n_rows) return;            // a whole group leaves together
+  const int t = threadIdx.x % GROUP;
+  const T* xr = x + row * x_stride;
+  T* yr = y + row * n_cols;
+  constexpr int V = 16 / sizeof(T);
+  float v[PACKS][V];
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const int64_t c = ((int64_t)p * GROUP + t) * V;
+    if (c < n_cols) {
+      const Pack<T> in = *reinterpret_cast<const Pack<T>*>(xr + c);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        v[p][k] = static_cast<float>(in.v[k]);
+        sum_sq += v[p][k] * v[p][k];
+      }
+    }
+  }
+  const float inv_rms = rsqrtf(group_sum<GROUP>(sum_sq, scratch) / (float)n_cols + eps);
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const int64_t c = ((int64_t)p * GROUP + t) * V;
+    if (c < n_cols) {
+      const Pack<T> q = *reinterpret_cast<const Pack<T>*>(w + c);
+      Pack<T> out;
+#pragma unroll
+      for (int k = 0; k < V; ++k) out.v[k] = static_cast<T>(v[p][k] * inv_rms * static_cast<float>(q.v[k]));
+      *reinterpret_cast<Pack<T>*>(yr + c) = out;
+    }
+  }
+}
+
+// Rows too long for the registers, or not 16-byte aligned: the row is read twice.
 template <typename T, int GROUP>
-__global__ void rmsnorm_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+__global__ void __launch_bounds__(GROUP == WARP ? WARP * ROWS_PER_BLOCK : GROUP) rmsnorm_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                                     int64_t n_rows, int64_t n_cols, int64_t x_stride, float eps, bool vectorized) {
   __shared__ float scratch[WARP];
   const int64_t row = (int64_t)blockIdx.x * (blockDim.x / GROUP) + threadIdx.x / GROUP;
@@ -99,7 +150,30 @@ __global__ void rmsnorm_rows_kernel(const T* __restrict__ x, const T* __restrict
   }
 }
 
-// x and y contiguous (outer, C, I): one thread per position normalizes its C channels.
+// x and y contiguous (outer, C, I): one thread per position normalizes its C <= CHANNELS channels, held in
+// registers between the sum of squares and the write.
+template <typename T, int CHANNELS>
+__global__ void rmsnorm_channels_regs_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                                             int64_t n_positions, int64_t n_channels, int64_t n_inner, float eps) {
+  const int64_t pos = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (pos >= n_positions) return;
+  const int64_t base = (pos / n_inner) * n_channels * n_inner + pos % n_inner;
+  float v[CHANNELS];
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int c = 0; c < CHANNELS; ++c) {
+    if (c < n_channels) {
+      v[c] = static_cast<float>(x[base + c * n_inner]);
+      sum_sq += v[c] * v[c];
+    }
+  }
+  const float inv_rms = rsqrtf(sum_sq / (float)n_channels + eps);
+#pragma unroll
+  for (int c = 0; c < CHANNELS; ++c)
+    if (c < n_channels) y[base + c * n_inner] = static_cast<T>(v[c] * inv_rms * static_cast<float>(w[c]));
+}
+
+// The same for any C: x is read twice.
 template <typename T>
 __global__ void rmsnorm_channels_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                                         int64_t n_positions, int64_t n_channels, int64_t n_inner, float eps) {
@@ -115,6 +189,32 @@ __global__ void rmsnorm_channels_kernel(const T* __restrict__ x, const T* __rest
   for (int64_t c = 0; c < n_channels; ++c)
     y[base + c * n_inner] = static_cast<T>(static_cast<float>(x[base + c * n_inner]) * inv_rms *
                                            static_cast<float>(w[c]));
+}
+
+// The register kernel with the fewest pieces per thread (a power of two up to MAX_PACKS) that hold the row.
+template <typename T, int GROUP, int PACKS>
+void launch_regs(int64_t packs_needed, unsigned blocks, cudaStream_t stream, const T* x, const T* w, T* y,
+                 int64_t n_rows, int64_t n_cols, int64_t x_stride, float eps) {
+  if constexpr (PACKS < MAX_PACKS) {
+    if (packs_needed > PACKS)
+      return launch_regs<T, GROUP, PACKS * 2>(packs_needed, blocks, stream, x, w, y, n_rows, n_cols, x_stride, eps);
+  }
+  rmsnorm_regs_kernel<T, GROUP, PACKS><<<blocks, block_threads<GROUP>(), 0, stream>>>(x, w, y, n_rows, n_cols,
+                                                                                     x_stride, eps);
+}
+
+template <typename T, int GROUP>
+void launch_rows(bool vectorized, cudaStream_t stream, const T* x, const T* w, T* y, int64_t n_rows, int64_t n_cols,
+                 int64_t x_stride, float eps) {
+  constexpr int V = 16 / sizeof(T), ROWS = block_threads<GROUP>() / GROUP;
+  const int64_t blocks = (n_rows + ROWS - 1) / ROWS;
+  TORCH_CHECK(blocks < (1LL << 31), "rmsnorm_rows: too many rows");
+  const int64_t packs_needed = (n_cols + (int64_t)GROUP * V - 1) / ((int64_t)GROUP * V);
+  if (vectorized && packs_needed <= MAX_PACKS)
+    launch_regs<T, GROUP, 1>(packs_needed, (unsigned)blocks, stream, x, w, y, n_rows, n_cols, x_stride, eps);
+  else
+    rmsnorm_rows_kernel<T, GROUP><<<(unsigned)blocks, block_threads<GROUP>(), 0, stream>>>(
+        x, w, y, n_rows, n_cols, x_stride, eps, vectorized);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -138,16 +238,10 @@ torch::Tensor rmsnorm_rows(torch::Tensor x, torch::Tensor weight, double eps) {
     const auto* xp = x.data_ptr<scalar_t>();
     const auto* wp = weight.data_ptr<scalar_t>();
     auto* yp = y.data_ptr<scalar_t>();
-    if (n_cols <= WARP_ROW_MAX_N) {
-      const int64_t blocks = (n_rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
-      TORCH_CHECK(blocks < (1LL << 31), "rmsnorm_rows: too many rows");
-      rmsnorm_rows_kernel<scalar_t, WARP><<<(unsigned)blocks, WARP * ROWS_PER_BLOCK, 0, stream>>>(
-          xp, wp, yp, n_rows, n_cols, x.stride(0), (float)eps, vectorized);
-    } else {
-      TORCH_CHECK(n_rows < (1LL << 31), "rmsnorm_rows: too many rows");
-      rmsnorm_rows_kernel<scalar_t, BLOCK_THREADS><<<(unsigned)n_rows, BLOCK_THREADS, 0, stream>>>(
-          xp, wp, yp, n_rows, n_cols, x.stride(0), (float)eps, vectorized);
-    }
+    if (n_cols <= WARP_ROW_MAX_N)
+      launch_rows<scalar_t, WARP>(vectorized, stream, xp, wp, yp, n_rows, n_cols, x.stride(0), (float)eps);
+    else
+      launch_rows<scalar_t, BLOCK_THREADS>(vectorized, stream, xp, wp, yp, n_rows, n_cols, x.stride(0), (float)eps);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return y;
@@ -166,9 +260,15 @@ torch::Tensor rmsnorm_channels(torch::Tensor x, torch::Tensor weight, double eps
   const auto stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(),
                                   "rmsnorm_channels", [&] {
-    rmsnorm_channels_kernel<scalar_t><<<(unsigned)blocks, CHANNEL_THREADS, 0, stream>>>(
-        x.data_ptr<scalar_t>(), weight.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), n_positions, x.size(1),
-        x.size(2), (float)eps);
+    const auto* xp = x.data_ptr<scalar_t>();
+    const auto* wp = weight.data_ptr<scalar_t>();
+    auto* yp = y.data_ptr<scalar_t>();
+    if (CHANNEL_REGS > 0 && x.size(1) <= CHANNEL_REGS)
+      rmsnorm_channels_regs_kernel<scalar_t, (CHANNEL_REGS > 0 ? CHANNEL_REGS : 1)>
+          <<<(unsigned)blocks, CHANNEL_THREADS, 0, stream>>>(xp, wp, yp, n_positions, x.size(1), x.size(2), (float)eps);
+    else
+      rmsnorm_channels_kernel<scalar_t><<<(unsigned)blocks, CHANNEL_THREADS, 0, stream>>>(
+          xp, wp, yp, n_positions, x.size(1), x.size(2), (float)eps);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return y;

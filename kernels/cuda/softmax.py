@@ -2,11 +2,15 @@
 
 A group of threads takes one row: a warp per row for rows up to WARP_ROW_MAX_N elements
 (ROWS_PER_BLOCK rows to a block, so short rows still fill the machine), else the whole block of
-BLOCK_THREADS threads. The first pass keeps an online (running max, running sum) per thread, so
-the row is read once for its statistics; the groups' pairs are then merged. The second pass
-reads the row again (from the cache) and writes exp(x - max) / sum. Where the row, its stride and
-the pointers allow, loads and stores move 16 bytes at a time; otherwise one element at a time.
-A row of -inf entries (an attention mask) adds nothing to the sum, as in PyTorch.
+BLOCK_THREADS threads. Where the row fits in the group's registers (up to MAX_PACKS 16-byte
+pieces per thread) it is read from memory once: each thread keeps its elements as floats, the
+group takes the row's max, then each element becomes exp(x - max) in place (one exponential per
+element: the exponentials, not the memory, bounded the first version, which took a running
+max and sum with an exponential per element and another per output), then the sum, then the
+write. Longer rows take three passes over memory (max, sum, write; the later ones mostly from
+the cache). Loads and stores move 16 bytes at a time where the row, its stride and the pointers
+allow, otherwise one element at a time (the looping kernel). Rows of -inf entries (an attention
+mask) give NaN as in PyTorch; a -inf entry in a row with a finite max gives 0.
 """
 
 import torch
@@ -20,10 +24,11 @@ BACKEND = "cuda"
 # #define in CUDA_SOURCE, so a change is a new build.
 # BLOCK_THREADS: threads per row for rows longer than WARP_ROW_MAX_N.
 # ROWS_PER_BLOCK: rows (one warp each) per block for short rows.
-TUNABLES = {"BLOCK_THREADS": 512, "WARP_ROW_MAX_N": 1024, "ROWS_PER_BLOCK": 8}
+# MAX_PACKS: 16-byte pieces of the row a thread holds in registers (longer rows loop over memory).
+TUNABLES = {"BLOCK_THREADS": 512, "WARP_ROW_MAX_N": 2048, "ROWS_PER_BLOCK": 8, "MAX_PACKS": 8}
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {"BLOCK_THREADS": [128, 256, 512, 1024], "WARP_ROW_MAX_N": [0, 256, 512, 1024, 2048],
-                   "ROWS_PER_BLOCK": [1, 2, 4, 8, 16]}
+                   "ROWS_PER_BLOCK": [1, 2, 4, 8, 16], "MAX_PACKS": [2, 4, 8, 16]}
 
 CUDA_SOURCE = r"""
 #include <torch/types.h>
@@ -34,53 +39,56 @@ CUDA_SOURCE = r"""
 namespace {
 
 constexpr int WARP = 32;
+constexpr float LOG2E = 1.4426950408889634f;
 
 // 16 bytes of elements, loaded or stored as one vector.
 template <typename T> struct alignas(16) Pack { T v[16 / sizeof(T)]; };
 
-// A running (max, sum of exp(x - max)) over part of a row.
-struct MaxSum { float max, sum; };
+// Threads per block of a kernel whose groups are GROUP threads: a warp per row packs ROWS_PER_BLOCK rows.
+template <int GROUP> constexpr int block_threads() { return GROUP == WARP ? WARP * ROWS_PER_BLOCK : GROUP; }
 
-__device__ __forceinline__ void add(MaxSum& a, float x) {
-  if (x > a.max) {                      // a new max rescales the sum (exp(-inf) = 0 while the sum is empty)
-    a.sum = a.sum * expf(a.max - x) + 1.f;
-    a.max = x;
-  } else if (x != -INFINITY) {          // -inf adds nothing; also keeps exp(-inf - -inf) = nan out
-    a.sum += expf(x - a.max);
-  }
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = WARP / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
 }
-
-__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
-  const float max = fmaxf(a.max, b.max);
-  if (max == -INFINITY) return {max, 0.f};
-  return {max, a.sum * expf(a.max - max) + b.sum * expf(b.max - max)};
-}
-
-__device__ __forceinline__ MaxSum warp_merge(MaxSum v) {
-  for (int offset = WARP / 2; offset > 0; offset /= 2) {
-    const MaxSum other = {__shfl_xor_sync(0xffffffffu, v.max, offset), __shfl_xor_sync(0xffffffffu, v.sum, offset)};
-    v = merge(v, other);
-  }
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = WARP / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 
-// The merged pair over a group of GROUP threads (a warp, or the whole block); every thread gets it.
+// The max (or sum) over a group of GROUP threads (a warp, or the whole block); every thread gets it.
+// Each reduction has its own scratch, so the second never overwrites what a slow warp still reads.
 template <int GROUP>
-__device__ __forceinline__ MaxSum group_merge(MaxSum v, MaxSum* scratch) {
-  v = warp_merge(v);
+__device__ __forceinline__ float group_max(float v, float* scratch) {
+  v = warp_max(v);
   if constexpr (GROUP > WARP) {
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (lane == 0) scratch[warp] = v;
     __syncthreads();
-    v = warp_merge(lane < GROUP / WARP ? scratch[lane] : MaxSum{-INFINITY, 0.f});
+    v = warp_max(lane < GROUP / WARP ? scratch[lane] : -INFINITY);
+  }
+  return v;
+}
+template <int GROUP>
+__device__ __forceinline__ float group_sum(float v, float* scratch) {
+  v = warp_sum(v);
+  if constexpr (GROUP > WARP) {
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = warp_sum(lane < GROUP / WARP ? scratch[lane] : 0.f);
   }
   return v;
 }
 
-template <typename T, int GROUP>
-__global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n_rows, int64_t n_cols,
-                                    int64_t x_stride, bool vectorized) {
-  __shared__ MaxSum scratch[WARP];
+// exp(x - max) as one exp2 (max == -inf, a fully masked row, gives NaN as in PyTorch).
+__device__ __forceinline__ float exp_shifted(float x, float max) { return exp2f((x - max) * LOG2E); }
+
+// The row in registers: PACKS 16-byte pieces per thread, read once. Needs 16-byte aligned rows.
+template <typename T, int GROUP, int PACKS>
+__global__ void __launch_bounds__(GROUP == WARP ? WARP * ROWS_PER_BLOCK : GROUP) softmax_regs_kernel(
+    const T* __restrict__ x, T* __restrict__ y, int64_t n_rows, int64_t n_cols, int64_t x_stride) {
+  __shared__ float max_scratch[WARP], sum_scratch[WARP];
   const int64_t row = (int64_t)blockIdx.x * (blockDim.x / GROUP) + threadIdx.x / GROUP;
   // A whole group leaves together: with GROUP == blockDim.x every row exists, so no __syncthreads is skipped.
   if (row >= n_rows) return;
@@ -88,32 +96,114 @@ __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, 
   const T* xr = x + row * x_stride;
   T* yr = y + row * n_cols;
   constexpr int V = 16 / sizeof(T);
-  MaxSum stats = {-INFINITY, 0.f};
-  if (vectorized) {
-    // Unrolled so each thread has several 16-byte loads in flight: what keeps HBM busy.
-#pragma unroll 4
-    for (int64_t c = (int64_t)t * V; c < n_cols; c += (int64_t)GROUP * V) {
-      const Pack<T> p = *reinterpret_cast<const Pack<T>*>(xr + c);
+  float v[PACKS][V];
+  float max = -INFINITY;
 #pragma unroll
-      for (int k = 0; k < V; ++k) add(stats, static_cast<float>(p.v[k]));
+  for (int p = 0; p < PACKS; ++p) {
+    const int64_t c = ((int64_t)p * GROUP + t) * V;
+    if (c < n_cols) {
+      const Pack<T> in = *reinterpret_cast<const Pack<T>*>(xr + c);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        v[p][k] = static_cast<float>(in.v[k]);
+        max = fmaxf(max, v[p][k]);
+      }
     }
-  } else {
-    for (int64_t c = t; c < n_cols; c += GROUP) add(stats, static_cast<float>(xr[c]));
   }
-  stats = group_merge<GROUP>(stats, scratch);
-  const float max = stats.max, inv_sum = 1.f / stats.sum;   // one reciprocal per row: multiplies are cheaper
-  if (vectorized) {
-#pragma unroll 4
-    for (int64_t c = (int64_t)t * V; c < n_cols; c += (int64_t)GROUP * V) {
-      const Pack<T> p = *reinterpret_cast<const Pack<T>*>(xr + c);
+  max = group_max<GROUP>(max, max_scratch);
+  float sum = 0.f;
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    if (((int64_t)p * GROUP + t) * V < n_cols) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        v[p][k] = exp_shifted(v[p][k], max);
+        sum += v[p][k];
+      }
+    }
+  }
+  const float inv_sum = 1.f / group_sum<GROUP>(sum, sum_scratch);
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const int64_t c = ((int64_t)p * GROUP + t) * V;
+    if (c < n_cols) {
       Pack<T> out;
 #pragma unroll
-      for (int k = 0; k < V; ++k) out.v[k] = static_cast<T>(expf(static_cast<float>(p.v[k]) - max) * inv_sum);
+      for (int k = 0; k < V; ++k) out.v[k] = static_cast<T>(v[p][k] * inv_sum);
       *reinterpret_cast<Pack<T>*>(yr + c) = out;
     }
-  } else {
-    for (int64_t c = t; c < n_cols; c += GROUP) yr[c] = static_cast<T>(expf(static_cast<float>(xr[c]) - max) * inv_sum);
   }
+}
+
+// Rows too long for the registers, or not 16-byte aligned: max, sum and write, each a pass over the row.
+template <typename T, int GROUP>
+__global__ void __launch_bounds__(GROUP == WARP ? WARP * ROWS_PER_BLOCK : GROUP) softmax_loop_kernel(
+    const T* __restrict__ x, T* __restrict__ y, int64_t n_rows, int64_t n_cols, int64_t x_stride, bool vectorized) {
+  __shared__ float max_scratch[WARP], sum_scratch[WARP];
+  const int64_t row = (int64_t)blockIdx.x * (blockDim.x / GROUP) + threadIdx.x / GROUP;
+  if (row >= n_rows) return;
+  const int t = threadIdx.x % GROUP;
+  const T* xr = x + row * x_stride;
+  T* yr = y + row * n_cols;
+  constexpr int V = 16 / sizeof(T);
+  const int64_t step = vectorized ? (int64_t)GROUP * V : GROUP, first = vectorized ? (int64_t)t * V : t;
+  float max = -INFINITY;
+#pragma unroll 4
+  for (int64_t c = first; c < n_cols; c += step) {
+    if (vectorized) {
+      const Pack<T> in = *reinterpret_cast<const Pack<T>*>(xr + c);
+      for (int k = 0; k < V; ++k) max = fmaxf(max, static_cast<float>(in.v[k]));
+    } else {
+      max = fmaxf(max, static_cast<float>(xr[c]));
+    }
+  }
+  max = group_max<GROUP>(max, max_scratch);
+  float sum = 0.f;
+#pragma unroll 4
+  for (int64_t c = first; c < n_cols; c += step) {
+    if (vectorized) {
+      const Pack<T> in = *reinterpret_cast<const Pack<T>*>(xr + c);
+      for (int k = 0; k < V; ++k) sum += exp_shifted(static_cast<float>(in.v[k]), max);
+    } else {
+      sum += exp_shifted(static_cast<float>(xr[c]), max);
+    }
+  }
+  const float inv_sum = 1.f / group_sum<GROUP>(sum, sum_scratch);
+  for (int64_t c = first; c < n_cols; c += step) {
+    if (vectorized) {
+      const Pack<T> in = *reinterpret_cast<const Pack<T>*>(xr + c);
+      Pack<T> out;
+      for (int k = 0; k < V; ++k) out.v[k] = static_cast<T>(exp_shifted(static_cast<float>(in.v[k]), max) * inv_sum);
+      *reinterpret_cast<Pack<T>*>(yr + c) = out;
+    } else {
+      yr[c] = static_cast<T>(exp_shifted(static_cast<float>(xr[c]), max) * inv_sum);
+    }
+  }
+}
+
+// The register kernel with the fewest pieces per thread (a power of two up to MAX_PACKS) that hold the row.
+template <typename T, int GROUP, int PACKS>
+void launch_regs(int64_t packs_needed, unsigned blocks, cudaStream_t stream, const T* x, T* y, int64_t n_rows,
+                 int64_t n_cols, int64_t x_stride) {
+  if constexpr (PACKS < MAX_PACKS) {
+    if (packs_needed > PACKS)
+      return launch_regs<T, GROUP, PACKS * 2>(packs_needed, blocks, stream, x, y, n_rows, n_cols, x_stride);
+  }
+  softmax_regs_kernel<T, GROUP, PACKS><<<blocks, block_threads<GROUP>(), 0, stream>>>(x, y, n_rows, n_cols, x_stride);
+}
+
+template <typename T, int GROUP>
+void launch_rows(bool vectorized, cudaStream_t stream, const T* x, T* y, int64_t n_rows, int64_t n_cols,
+                 int64_t x_stride) {
+  constexpr int V = 16 / sizeof(T), ROWS = block_threads<GROUP>() / GROUP;
+  const int64_t blocks = (n_rows + ROWS - 1) / ROWS;
+  TORCH_CHECK(blocks < (1LL << 31), "softmax_rows: too many rows");
+  const int64_t packs_needed = (n_cols + (int64_t)GROUP * V - 1) / ((int64_t)GROUP * V);
+  if (vectorized && packs_needed <= MAX_PACKS)
+    launch_regs<T, GROUP, 1>(packs_needed, (unsigned)blocks, stream, x, y, n_rows, n_cols, x_stride);
+  else
+    softmax_loop_kernel<T, GROUP><<<(unsigned)blocks, block_threads<GROUP>(), 0, stream>>>(x, y, n_rows, n_cols,
+                                                                                         x_stride, vectorized);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -134,16 +224,12 @@ torch::Tensor softmax_rows(torch::Tensor x) {
                             aligned16(y.data_ptr());
     const auto* xp = x.data_ptr<scalar_t>();
     auto* yp = y.data_ptr<scalar_t>();
-    if (n_cols <= WARP_ROW_MAX_N) {
-      const int64_t blocks = (n_rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
-      TORCH_CHECK(blocks < (1LL << 31), "softmax_rows: too many rows");
-      softmax_rows_kernel<scalar_t, WARP><<<(unsigned)blocks, WARP * ROWS_PER_BLOCK, 0, stream>>>(
-          xp, yp, n_rows, n_cols, x.stride(0), vectorized);
-    } else {
-      TORCH_CHECK(n_rows < (1LL << 31), "softmax_rows: too many rows");
-      softmax_rows_kernel<scalar_t, BLOCK_THREADS><<<(unsigned)n_rows, BLOCK_THREADS, 0, stream>>>(
-          xp, yp, n_rows, n_cols, x.stride(0), vectorized);
-    }
+    // A warp per row while the row fits a warp's registers (or cannot be vectorized anyway).
+    const bool warp_fits = !vectorized || n_cols <= (int64_t)WARP * V * MAX_PACKS;
+    if (n_cols <= WARP_ROW_MAX_N && warp_fits)
+      launch_rows<scalar_t, WARP>(vectorized, stream, xp, yp, n_rows, n_cols, x.stride(0));
+    else
+      launch_rows<scalar_t, BLOCK_THREADS>(vectorized, stream, xp, yp, n_rows, n_cols, x.stride(0));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return y;
