@@ -5,8 +5,10 @@
 1. Builds every CUDA kernel file below (the starters in kernels/cuda/, the CUDA attack kernels in
    tests/attacks/) in parallel, through autokernel/cuda_build.py, so the judge's runs find them cached;
    each build's seconds (or its compile error) are reported.
-2. Judges them with the real bench.py, in parallel: each starter must PASS the full verdict, each
-   attack must be rejected at its stage with its message (tests/attacks/expected.py).
+2. Judges them with the real bench.py: each starter must PASS the full verdict, each attack must be
+   rejected at its stage with its message (tests/attacks/expected.py). The starters run one at a
+   time, alone on the GPU (their timing checks would see another process's kernels as work left
+   running: a parallel run failed softmax so once); the attacks then run side by side.
 3. Times each starter against the Triton starter, PyTorch eager (the reference) and a device copy
    of the same bytes, alone on the GPU: triton.testing.do_bench (median, L2 flushed between calls).
    "of copy" is the starter's bytes moved per second (the kernel type's bytes_moved) over the copy's.
@@ -122,30 +124,39 @@ def judge_all(with_attacks: bool, folder: Path) -> list[dict]:
             correctness, stages, message, _ = ATTACKS[name]
             jobs.append((f"tests/attacks/{name}.py", (correctness, stages if isinstance(stages, tuple) else (stages,),
                                                       message), ["--quick"]))
-    running = []
-    for kernel, expected, extra in jobs:
+
+    def start(kernel: str, extra: list[str]):
         out = folder / (kernel.replace("/", "_") + ".json")
-        proc = subprocess.Popen([sys.executable, str(ROOT / "bench.py"), "--kernel", str(ROOT / kernel),
-                                 "--seed", "1234", "--json-out", str(out), *extra], cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        running.append((kernel, expected, out, proc))
-    rows = []
-    for kernel, (correctness, stages, message), out, proc in running:
-        try:
-            _, stderr = proc.communicate(timeout=BENCH_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stderr = "cuda_check: bench.py timed out"
-        result = json.loads(out.read_text()) if out.exists() else {"correctness": "NO RESULT", "failed_stage": None,
-                                                                   "message": stderr[-500:]}
-        ok = (result["correctness"] == correctness and result.get("failed_stage") in stages
-              and message in str(result.get("message")))
-        rows.append({"kernel": kernel, "expected": f"{correctness} {'/'.join(map(str, stages))} {message!r}",
-                     "correctness": result["correctness"], "failed_stage": result.get("failed_stage"),
-                     "message": str(result.get("message"))[:400], "load_seconds": result.get("load_seconds"), "ok": ok})
-        print(f"judge  {kernel:<48} {result['correctness']:<6} {str(result.get('failed_stage')):<10} "
-              f"{'ok' if ok else 'NOT AS EXPECTED'}  {rows[-1]['message'][:100]}", flush=True)
-    return rows
+        return out, subprocess.Popen([sys.executable, str(ROOT / "bench.py"), "--kernel", str(ROOT / kernel),
+                                      "--seed", "1234", "--json-out", str(out), *extra], cwd=ROOT,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    # Each starter's full verdict includes the timing checks (no work left running past the timer's
+    # events), which another process's kernels on the same GPU would confound: the starters run one
+    # at a time, alone. The attacks are rejected before any timing, so they then run side by side.
+    rows = [_judged(kernel, expected, *start(kernel, extra)) for kernel, expected, extra in jobs if not extra]
+    attacks = [(kernel, expected, *start(kernel, extra)) for kernel, expected, extra in jobs if extra]
+    return rows + [_judged(*attack) for attack in attacks]
+
+
+def _judged(kernel: str, expected: tuple, out: Path, proc: subprocess.Popen) -> dict:
+    """One bench.py run's verdict against the expected one, printed as a line."""
+    correctness, stages, message = expected
+    try:
+        _, stderr = proc.communicate(timeout=BENCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stderr = "cuda_check: bench.py timed out"
+    result = json.loads(out.read_text()) if out.exists() else {"correctness": "NO RESULT", "failed_stage": None,
+                                                               "message": stderr[-500:]}
+    ok = (result["correctness"] == correctness and result.get("failed_stage") in stages
+          and message in str(result.get("message")))
+    row = {"kernel": kernel, "expected": f"{correctness} {'/'.join(map(str, stages))} {message!r}",
+           "correctness": result["correctness"], "failed_stage": result.get("failed_stage"),
+           "message": str(result.get("message"))[:400], "load_seconds": result.get("load_seconds"), "ok": ok}
+    print(f"judge  {kernel:<48} {result['correctness']:<6} {str(result.get('failed_stage')):<10} "
+          f"{'ok' if ok else 'NOT AS EXPECTED'}  {row['message'][:100]}", flush=True)
+    return row
 
 
 def load(path: Path, name: str):
