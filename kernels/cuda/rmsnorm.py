@@ -9,8 +9,9 @@ second read, from the cache, held float32 to 0.70 of copy bandwidth). Otherwise 
 twice, 16 bytes at a time where aligned, else one element at a time.
 
 Over dim 1 of x (B, C, ...), x is viewed as (B, C, I): one thread per position (b, i) walks its C
-channels, which lie I elements apart, so adjacent threads read adjacent memory. Up to CHANNEL_REGS
-channels stay in registers between the sum of squares and the write (x is read once).
+channels, which lie I elements apart, so adjacent threads read adjacent memory. With CHANNEL_REGS
+set, up to that many channels stay in registers between the sum of squares and the write (x is read
+once; off by default, see TUNABLES).
 """
 
 import torch
@@ -26,9 +27,11 @@ BACKEND = "cuda"
 # ROWS_PER_BLOCK: rows (one warp each) per block for short rows.
 # CHANNEL_THREADS: threads per block over dim 1.
 # MAX_PACKS: 16-byte pieces of a row a thread holds in registers; CHANNEL_REGS: the most channels
-# (dim 1) a thread holds in registers. Past them, x is read twice.
+# (dim 1) a thread holds in registers. Past them, x is read twice. CHANNEL_REGS is 0 (off): on an
+# H100 at 16 x 64 x 65536 fp16 the register-held channels ran at 0.45 of copy bandwidth, the
+# read-twice kernel at 0.62 (benchmarks/results/2026-11-23_NVIDIA-H100_cuda_gemm/).
 TUNABLES = {"BLOCK_THREADS": 256, "WARP_ROW_MAX_N": 1024, "ROWS_PER_BLOCK": 8, "CHANNEL_THREADS": 256,
-            "MAX_PACKS": 8, "CHANNEL_REGS": 64}
+            "MAX_PACKS": 8, "CHANNEL_REGS": 0}
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {"BLOCK_THREADS": [128, 256, 512, 1024], "WARP_ROW_MAX_N": [0, 256, 512, 1024, 2048],
                    "ROWS_PER_BLOCK": [1, 2, 4, 8, 16], "CHANNEL_THREADS": [64, 128, 256, 512],
