@@ -165,8 +165,10 @@ def test_the_cuda_backend_starts_from_the_cuda_starters(tmp_path):
 
 
 def test_a_type_without_a_cuda_starter_is_a_clear_error(plan_path, tmp_path):
-    with pytest.raises(kernel_jobs.PlanError, match=r"no cuda starter kernel for matmul: .*\(the cuda starters: rmsnorm, "
-                                                r"softmax\); use --backend triton or any"):
-        kernel_jobs.extract_jobs(plan_path, 5, tmp_path / "ws", backend="cuda")
+    path = tmp_path / "layernorm_plan.json"
+    path.write_text(json.dumps(_plan([_entry(1, "layernorm", NORM_SHAPES, 0.3)])))
+    with pytest.raises(kernel_jobs.PlanError, match=r"no cuda starter kernel for layernorm: .*\(the cuda starters: "
+                                                r"matmul, rmsnorm, softmax\); use --backend triton or any"):
+        kernel_jobs.extract_jobs(path, 5, tmp_path / "ws", backend="cuda")
     with pytest.raises(ValueError, match="backend must be one of triton, cuda, any"):
         kernel_jobs.extract_jobs(plan_path, 5, tmp_path / "ws", backend="cpp")
