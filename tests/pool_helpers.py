@@ -74,7 +74,6 @@ def kept_rows(root: Path) -> list[dict]:
     return [row for row in results.read_rows(root / "results.tsv") if row["status"] == "keep"]
 
 
-if __name__ == "__main__":
-    state = run(Path(sys.argv[1]), resume=sys.argv[2:] == ["resume"], sleep=float(sys.argv[3]) if len(sys.argv) > 3
-                else 0.0)
+if __name__ == "__main__":        # python -m tests.pool_helpers ROOT new|resume SLEEP
+    state = run(Path(sys.argv[1]), resume=sys.argv[2] == "resume", sleep=float(sys.argv[3]))
     print(json.dumps({"done": state.done, "experiment": state.experiment}))
