@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -133,6 +135,9 @@ class LocalPool(WorkerPool):
 
     def __init__(self, devices: list[int], throughput: Throughput | None = None):
         self.devices = list(devices)
+        # The workers' temporary folders (each candidate's private one): removed with the pool, so a
+        # worker killed in mid-experiment leaves nothing behind once the run ends.
+        self.scratch = tempfile.mkdtemp(prefix="autokernel-workers-")
         self.processes: dict[int, subprocess.Popen] = {}
         self._answers: queue.Queue = queue.Queue()
         self._stderr: dict[int, list[str]] = {}
@@ -140,7 +145,7 @@ class LocalPool(WorkerPool):
 
     def _start(self, slot: int) -> None:
         env = {**runner.child_environment(), "CUDA_VISIBLE_DEVICES": _device_name(self.devices[slot]),
-               paths.WORKDIR_VARIABLE: str(paths.ROOT), "PYTHONUNBUFFERED": "1"}
+               paths.WORKDIR_VARIABLE: str(paths.ROOT), "PYTHONUNBUFFERED": "1", "TMPDIR": self.scratch}
         process = subprocess.Popen([sys.executable, "-m", "autokernel.judge_worker", self.labels[slot]],
                                    cwd=str(paths.ROOT), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -200,6 +205,7 @@ class LocalPool(WorkerPool):
                 except (OSError, ValueError):
                     pass
         self.processes = {}
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def _device_name(index: int) -> str:
