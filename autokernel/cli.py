@@ -246,14 +246,27 @@ def _cmd_report(args, started: float) -> int:
         raise results.ResultsFileError(f"no results file at {args.results}: run `autokernel optimize` first, "
                                        f"or name the file with --results")
     rows = results.read_rows(args.results)
+    throughput = _run_throughput(rows)
     if args.json:
-        print(json.dumps(report.summary_json(rows, report.read_verdict(args.verify_report)), indent=2))
+        print(json.dumps(report.summary_json(rows, report.read_verdict(args.verify_report), throughput), indent=2))
     elif args.out:
-        markdown_path, plot_path = report.write_report(args.results, args.out, verify_report=args.verify_report)
+        markdown_path, plot_path = report.write_report(args.results, args.out, verify_report=args.verify_report,
+                                                       throughput=throughput)
         print(f"report written to {markdown_path} and {plot_path}")
     else:
         print(results.markdown_summary(rows))
     return 0
+
+
+def _run_throughput(rows: list[dict]):
+    """The saved run's pace (state.json), when that run is the one these rows are from; else None."""
+    from autokernel import run_state
+
+    try:
+        state = run_state.load()
+    except run_state.StateError:
+        return None
+    return state.throughput if any(row["tag"] == state.tag for row in rows) else None
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
