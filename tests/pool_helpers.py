@@ -8,15 +8,14 @@ does it in a process of its own, which a test can SIGKILL.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 from autokernel import paths, results
 from autokernel.contracts import Job, JudgeTask, RunSettings
+from tests.loop_helpers import git, make_repo  # noqa: F401 (the tests' shared repository)
 
 FAKE_JUDGE = Path(__file__).resolve().parent / "fake_judge.py"
-GITIGNORE = "results.tsv\nworkspace/\n__pycache__/\n"
 
 
 def kernel(a: int = 1, b: int = 4, *, sleep: float = 0.0, verdict: str | None = None, extra: str = "") -> str:
@@ -30,20 +29,6 @@ def kernel(a: int = 1, b: int = 4, *, sleep: float = 0.0, verdict: str | None = 
 def task(source: str, timeout_s: float = 60.0, seed: int = 1) -> JudgeTask:
     return JudgeTask(kernel_source=source, kernel_type="softmax", shapes=[{"M": 4, "N": 64}], dtype="float32",
                      timeout_s=timeout_s, seed=seed, extra_args=["--quick"], bench_script=str(FAKE_JUDGE))
-
-
-def git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout
-
-
-def make_repo(root: Path) -> Path:
-    root.mkdir(parents=True)
-    (root / "kernel.py").write_text("placeholder\n")
-    (root / ".gitignore").write_text(GITIGNORE)
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "-A")
-    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
-    return root
 
 
 def jobs(root: Path, count: int = 2, sleep: float = 0.0) -> list[Job]:
