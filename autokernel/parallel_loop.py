@@ -81,8 +81,12 @@ class ParallelRun(OptimizationRun):
         flights: dict[int, Flight] = {}
         reason = None
         while True:
-            reason = reason or self._run_stop() or policy.job_stop_reason(progress, self.settings)
-            while reason is None and self.pool.free():
+            while self.pool.free():
+                # The rules are read before every proposal: a malformed reply or a broken contract is recorded
+                # at once, and counts as a revert, as with one GPU.
+                reason = reason or self._run_stop() or policy.job_stop_reason(progress, self.settings)
+                if reason:
+                    break
                 try:
                     reason = self._dispatch(job, progress, flights)
                 except WaitForResults:
@@ -98,6 +102,7 @@ class ParallelRun(OptimizationRun):
             finished = self.pool.next_finished(POLL_S)
             if finished is not None:
                 self._settle(job, progress, flights.pop(finished.slot), finished.outcome)
+                reason = reason or self._run_stop() or policy.job_stop_reason(progress, self.settings)
             self._refresh_status(progress)
 
     def _dispatch(self, job: Job, progress: JobProgress, flights: dict[int, Flight]) -> str | None:

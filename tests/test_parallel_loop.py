@@ -118,3 +118,33 @@ def test_the_orchestrator_killed_with_sigkill_resumes_without_losing_a_kept_expe
     _check_one_run(root)
     kept_after = [(row["experiment"], row["description"]) for row in kept_rows(root)]
     assert kept_after[:len(kept_before)] == kept_before, "a kept experiment was lost"
+
+
+def test_malformed_replies_and_broken_contracts_are_recorded_at_once_and_count_as_reverts(tmp_path, monkeypatch):
+    from autokernel import gitops, paths
+    from autokernel.agents.base import MalformedReply
+    from autokernel.budget import Budget
+    from autokernel.contracts import RunSettings, RunState
+    from autokernel.live import ProgressView
+    from autokernel.parallel_loop import ParallelRun
+    from autokernel.pool import LocalPool
+    from tests.loop_helpers import ScriptedAgent, make_project, proposal
+    from tests.pool_helpers import FAKE_JUDGE, jobs
+
+    root = make_project(tmp_path / "project", monkeypatch)
+    monkeypatch.setattr(paths, "BENCH_SCRIPT", FAKE_JUDGE)
+    repo = gitops.KernelRepo(root)
+    repo.start_branch("par")
+    agent = ScriptedAgent(MalformedReply("no code block", tokens_in=5), proposal("wrong type", "KERNEL_TYPE = 'x'\n"),
+                          MalformedReply("still no code"))
+    state = RunState(tag="par", jobs=jobs(root, 1), kept_commit=repo.head(),
+                     settings=RunSettings(max_consecutive_reverts=3, gpus=2))
+    with LocalPool([0, 1]) as pool:
+        state = ParallelRun(state, pool=pool, repo=repo, agent=agent, view=ProgressView(interactive=False),
+                            budget=Budget(600)).run()
+
+    assert state.done and "3 reverts in a row" in state.finished[0]["stopped_because"]
+    rows = results.read_rows(root / "results.tsv")
+    assert [(r["status"], r["correctness"], r["gpu"]) for r in rows] == [
+        ("baseline", "PASS", "gpu0"), ("revert", "FAIL", None), ("revert", "FAIL", None), ("revert", "FAIL", None)]
+    assert not agent.script, "every scripted step was asked for, and nothing more"
