@@ -43,16 +43,28 @@ def jobs(root: Path, count: int = 2, sleep: float = 0.0) -> list[Job]:
 
 def run(root: Path, *, resume: bool = False, gpus: int = 2, ray: str | None = None, sleep: float = 0.0,
         budget_s: float = 600, checkpoint=None):
-    """A whole run on root with the fake judge (paths pointed at root, bench.py replaced)."""
+    """A whole run on root with the fake judge (paths pointed at root, bench.py replaced, both put back after)."""
+    import os
+
     from autokernel import session
     from autokernel.live import ProgressView
 
+    saved_paths, saved_env = dict(vars(paths)), os.environ.get(paths.WORKDIR_VARIABLE)
     paths.use_workdir(root)
     paths.BENCH_SCRIPT = FAKE_JUDGE
     settings = RunSettings(budget_s=budget_s, agent="builtin", gpus=gpus, ray=ray, max_consecutive_reverts=3)
     plan = None if resume else (lambda log: jobs(root, 2, sleep))
-    return session.run_optimization(plan=plan, settings=settings, tag="par", resume=resume,
-                                    view=ProgressView(interactive=False), checkpoint=checkpoint)
+    try:
+        return session.run_optimization(plan=plan, settings=settings, tag="par", resume=resume,
+                                        view=ProgressView(interactive=False), checkpoint=checkpoint)
+    finally:
+        for name in ("ROOT", "KERNEL_FILE", "WORKSPACE", "OPTIMIZED_DIR", "MANIFEST_FILE", "RESULTS_TSV",
+                     "BENCH_SCRIPT"):
+            setattr(paths, name, saved_paths[name])
+        if saved_env is None:
+            os.environ.pop(paths.WORKDIR_VARIABLE, None)
+        else:
+            os.environ[paths.WORKDIR_VARIABLE] = saved_env
 
 
 def kept_rows(root: Path) -> list[dict]:
