@@ -117,6 +117,13 @@ def _check_reachable(address: str) -> None:
                                 f"the cluster is up (ray status on its head node)") from None
 
 
+def check(address: str) -> None:
+    """Before a run creates anything: Ray is installed, and a named cluster answers."""
+    _import_ray()
+    if address != "auto":
+        _check_reachable(address)
+
+
 def connect(address: str, gpus: int | None) -> RayPool:
     """Join the cluster at address ("auto": the one this machine belongs to) and start one actor per GPU."""
     ray = _import_ray()

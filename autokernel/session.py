@@ -71,6 +71,7 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
         if resume:
             state, agent, position = _prepare_resume(repo, tag, overrides or {}, view)
         else:
+            workers.check(settings or RunSettings())        # the workers asked for can be had, before anything is made
             state, agent, position = _prepare_new(repo, plan, settings or RunSettings(), tag, view, started)
         if not torch.cuda.is_available():
             view.log(CPU_NOTE)

@@ -27,24 +27,39 @@ UNCONFINED = ("--gpus {count} judges several candidates at once, which needs the
               "(Landlock), and it is off here ({why}); run with --gpus 1")
 
 
-@contextlib.contextmanager
-def open_pool(settings: RunSettings, view: ProgressView) -> Iterator[pools.WorkerPool | None]:
-    """The run's workers for its settings, stopped at the end; None for the one-GPU loop."""
+def check(settings: RunSettings) -> int:
+    """How many workers the settings ask for (0: as many as the Ray cluster has GPUs), or OptimizationError
+    saying why they cannot be had: called before a run creates anything, so a refusal strands nothing."""
     if settings.ray:
         from autokernel import ray_pool
 
-        _require_confinement(settings.gpus or 2)
-        view.phase(f"connecting to the Ray cluster at {settings.ray}")
-        pool = ray_pool.connect(settings.ray, settings.gpus)
+        ray_pool.check(settings.ray)
+        count = settings.gpus or 0
     else:
         devices = pools.visible_devices()
         count = settings.gpus or max(1, len(devices))
         if devices and count > len(devices):
             raise OptimizationError(f"--gpus {count}: this machine has {len(devices)} visible GPU(s)")
-        if count == 1:
-            yield None
-            return
-        _require_confinement(count)
+    if count != 1 and not runner.filesystem_confined():
+        why = f"{runner.CONFINE_ENV}=0" if os.environ.get(runner.CONFINE_ENV) == "0" else "no Landlock in this kernel"
+        raise OptimizationError(UNCONFINED.format(count=count or "N", why=why))
+    return count
+
+
+@contextlib.contextmanager
+def open_pool(settings: RunSettings, view: ProgressView) -> Iterator[pools.WorkerPool | None]:
+    """The run's workers for its settings, stopped at the end; None for the one-GPU loop."""
+    count = check(settings)
+    if settings.ray:
+        from autokernel import ray_pool
+
+        view.phase(f"connecting to the Ray cluster at {settings.ray}")
+        pool = ray_pool.connect(settings.ray, settings.gpus)
+    elif count == 1:
+        yield None
+        return
+    else:
+        devices = pools.visible_devices()
         pool = pools.LocalPool(devices[:count] if devices else list(range(count)))
     view.log(f"{pool.size} judge workers ({pool.kind}): {', '.join(pool.labels)}"
              + ("" if pools.visible_devices() or settings.ray else " (logical GPUs: no CUDA here)"))
@@ -52,10 +67,3 @@ def open_pool(settings: RunSettings, view: ProgressView) -> Iterator[pools.Worke
         yield pool
     finally:
         pool.close()
-
-
-def _require_confinement(count: int) -> None:
-    if not runner.filesystem_confined():
-        why = (f"{runner.CONFINE_ENV}=0" if os.environ.get(runner.CONFINE_ENV) == "0"
-               else "no Landlock in this kernel")
-        raise OptimizationError(UNCONFINED.format(count=count, why=why))

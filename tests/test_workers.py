@@ -28,3 +28,14 @@ def test_more_gpus_than_the_machine_has_and_no_confinement_are_refused(monkeypat
     with pytest.raises(OptimizationError, match="needs the sandbox's file-system confinement.*AUTOKERNEL_SANDBOX_FS=0"):
         with workers.open_pool(RunSettings(gpus=2), ProgressView(interactive=False)):
             pass
+
+
+def test_a_new_run_that_cannot_have_its_workers_is_refused_before_it_creates_anything(tmp_path, monkeypatch):
+    from tests.pool_helpers import git, make_repo, run
+
+    root = make_repo(tmp_path / "project")
+    monkeypatch.setenv(runner.CONFINE_ENV, "0")
+    with pytest.raises(OptimizationError, match="--gpus 2 judges several candidates at once"):
+        run(root, gpus=2)
+    assert "autokernel/par" not in git(root, "branch", "--list"), "no branch was made"
+    assert not (root / "workspace" / "state.json").exists() and not (root / "results.tsv").exists()
