@@ -65,7 +65,7 @@ def test_two_gpus_give_one_run_with_a_gpu_column_and_throughput(tmp_path):
     for group, entry in zip(results.group_by_kernel(rows), (manifest["1_softmax"], manifest["2_softmax"])):
         # The job's best is its fastest kept version, and it beats the starter (140 us in the fake judge).
         assert entry["best_latency_us"] == results.best_version(group)["latency_us"] < 140.0
-    throughput = run_state.load().throughput
+    throughput = run_state.load(root / "workspace" / "state.json").throughput     # saved, for the report
     judged = sum(row["status"] != "baseline" for row in rows)
     assert sum(use.experiments for use in throughput.gpus.values()) == judged
     assert throughput.wall_s > 0 and all(use.busy_s > 0 for use in throughput.gpus.values())
