@@ -103,6 +103,12 @@ def _build_parser() -> argparse.ArgumentParser:
                           help="smallest relative gain that counts as faster (default 0.02)")
     optimize.add_argument("--quick", action="store_true", default=None,
                           help="bench.py --quick (always on without a GPU)")
+    optimize.add_argument("--gpus", type=_positive_int,
+                          help="judge workers, one per GPU, each judging one candidate at a time (default: every "
+                               "visible GPU; without a GPU, N logical GPUs in Triton's interpreter)")
+    optimize.add_argument("--ray", metavar="auto|ADDRESS",
+                          help="run the judge workers on a Ray cluster, one per GPU (needs pip install "
+                               "'autokernel[ray]')")
 
     for command, job in [("profile", "where a model's time goes, into workspace/"),
                          ("extract", "the plan's top kernels as jobs in workspace/"),
@@ -167,7 +173,7 @@ SETTING_FLAGS = {"budget": "budget_s", "experiment_timeout": "experiment_timeout
                  "max_reverts": "max_consecutive_reverts", "peak_target": "peak_fraction_target",
                  "kernel_budget": "kernel_time_s", "target_speedup": "target_speedup", "noise_floor": "noise_floor",
                  "quick": "quick_bench", "max_cost": "max_cost_usd", "agent": "agent", "llm_model": "llm_model",
-                 "base_url": "base_url"}
+                 "base_url": "base_url", "gpus": "gpus", "ray": "ray"}
 
 
 def _cmd_optimize(args, started: float) -> int:
@@ -240,14 +246,27 @@ def _cmd_report(args, started: float) -> int:
         raise results.ResultsFileError(f"no results file at {args.results}: run `autokernel optimize` first, "
                                        f"or name the file with --results")
     rows = results.read_rows(args.results)
+    throughput = _run_throughput(rows)
     if args.json:
-        print(json.dumps(report.summary_json(rows, report.read_verdict(args.verify_report)), indent=2))
+        print(json.dumps(report.summary_json(rows, report.read_verdict(args.verify_report), throughput), indent=2))
     elif args.out:
-        markdown_path, plot_path = report.write_report(args.results, args.out, verify_report=args.verify_report)
+        markdown_path, plot_path = report.write_report(args.results, args.out, verify_report=args.verify_report,
+                                                       throughput=throughput)
         print(f"report written to {markdown_path} and {plot_path}")
     else:
         print(results.markdown_summary(rows))
     return 0
+
+
+def _run_throughput(rows: list[dict]):
+    """The saved run's pace (state.json), when that run is the one these rows are from; else None."""
+    from autokernel import run_state
+
+    try:
+        state = run_state.load()
+    except run_state.StateError:
+        return None
+    return state.throughput if any(row["tag"] == state.tag for row in rows) else None
 
 
 def _user_errors() -> tuple[type[Exception], ...]:

@@ -5,7 +5,8 @@
     bench.py -> its JSON result          BenchResult (verdict: PASS, FAIL, CRASH or TIMEOUT)
     loop     -> results.tsv              status: baseline, keep or revert (autokernel/results.py writes rows)
     loop     -> manifest.json            ManifestEntry per kept kernel (verify adds its route table)
-    loop     -> state.json               RunState (RunSettings, JobProgress, the jobs)
+    loop     -> state.json               RunState (RunSettings, JobProgress, the jobs, Throughput)
+    loop     -> a judge worker           JudgeTask, and back JudgeOutcome (autokernel/judge_worker.py)
 Each has to_json and from_json. from_json checks what the record needs and says what is wrong
 (ContractError, a ValueError); PlanEntry, BenchResult and ManifestEntry keep any other keys they
 were read with in `extra` and write them back, so a newer writer's additions survive a round trip.
@@ -189,18 +190,21 @@ class RunSettings:
     agent: str = "auto"                         # after the agent is made: "anthropic", "openai" or "builtin"
     llm_model: str | None = None
     base_url: str | None = None
+    gpus: int | None = None                     # judge workers, one per GPU (None: every visible GPU)
+    ray: str | None = None                      # "auto" or a Ray cluster's address: the workers run there
 
     FLAGS = {"budget_s": "--budget", "experiment_timeout_s": "--experiment-timeout", "max_consecutive_reverts":
              "--max-reverts", "peak_fraction_target": "--peak-target", "kernel_time_s": "--kernel-budget",
              "target_speedup": "--target-speedup", "noise_floor": "--noise-floor", "quick_bench": "--quick",
-             "max_cost_usd": "--max-cost", "agent": "--agent", "llm_model": "--llm-model", "base_url": "--base-url"}
+             "max_cost_usd": "--max-cost", "agent": "--agent", "llm_model": "--llm-model", "base_url": "--base-url",
+             "gpus": "--gpus", "ray": "--ray"}
 
     def show(self, name: str) -> str:
         from autokernel.live import format_duration
 
         value = getattr(self, name)
         if value is None:
-            return "none"
+            return "every visible GPU" if name == "gpus" else "none"
         if name in ("budget_s", "experiment_timeout_s", "kernel_time_s"):
             return format_duration(value)
         if name == "max_cost_usd":
@@ -214,6 +218,7 @@ class RunSettings:
         parts += [f"{self.FLAGS[name]} {self.show(name)}" for name in
                   ("experiment_timeout_s", "max_consecutive_reverts", "kernel_time_s", "target_speedup",
                    "peak_fraction_target", "noise_floor", "max_cost_usd")]
+        parts += [f"--gpus {self.show('gpus')}"] + ([f"--ray {self.ray}"] if self.ray else [])
         return ", ".join(parts) + (", --quick" if self.quick_bench else "")
 
     def overridden(self, changes: dict) -> tuple[RunSettings, list[str]]:
@@ -231,6 +236,81 @@ class RunSettings:
 
     @classmethod
     def from_json(cls, data: dict) -> RunSettings:
+        return cls(**data)
+
+
+@dataclass
+class GpuUse:
+    """What one judge worker (one GPU) did in a run: experiments judged, and seconds spent judging."""
+    experiments: int = 0
+    busy_s: float = 0.0
+
+
+@dataclass
+class Throughput:
+    """The run's pace, kept across resumes: wall time with the workers up, and each GPU's use (by its label).
+    A GPU's idle time is the wall time less its busy time (waiting for the loop, or for other candidates)."""
+    wall_s: float = 0.0
+    gpus: dict[str, GpuUse] = field(default_factory=dict)
+
+    def gpu(self, label: str) -> GpuUse:
+        return self.gpus.setdefault(label, GpuUse())
+
+    def experiments_per_hour(self, label: str | None = None) -> float | None:
+        """One GPU's rate (label), or the whole run's; None before a minute has passed."""
+        if self.wall_s < 60:
+            return None
+        count = (self.gpus[label].experiments if label in self.gpus else 0) if label else \
+            sum(use.experiments for use in self.gpus.values())
+        return count * 3600 / self.wall_s
+
+    def idle_s(self, label: str) -> float:
+        return max(0.0, self.wall_s - self.gpus[label].busy_s) if label in self.gpus else self.wall_s
+
+    to_json = asdict
+
+    @classmethod
+    def from_json(cls, data: dict) -> Throughput:
+        return cls(wall_s=data.get("wall_s", 0.0),
+                   gpus={label: GpuUse(**use) for label, use in (data.get("gpus") or {}).items()})
+
+
+@dataclass
+class JudgeTask:
+    """One candidate for a judge worker: the whole kernel file and bench.py's arguments. It carries no
+    secret and no path of the orchestrator's but the judge's (bench_script, used where it exists)."""
+    kernel_source: str
+    kernel_type: str
+    shapes: list[dict]
+    dtype: str
+    timeout_s: float
+    seed: int
+    extra_args: list[str] = field(default_factory=list)
+    full_timeout_s: float | None = None         # after a screen: the full judge, if the screen beat full_below_us
+    full_below_us: float | None = None
+    bench_script: str | None = None
+
+    to_json = asdict
+
+    @classmethod
+    def from_json(cls, data: dict) -> JudgeTask:
+        _check_keys(cls, data)
+        return cls(**data)
+
+
+@dataclass
+class JudgeOutcome:
+    """A worker's answer: bench.py's result (BenchResult's JSON), the GPU it ran on, how long each bench took."""
+    result: dict
+    gpu: str
+    seconds: float                               # the worker's time on it, every bench included
+    bench_seconds: dict[str, float] = field(default_factory=dict)   # "quick", "full": each bench that ran
+    to_json = asdict
+
+    @classmethod
+    def from_json(cls, data: dict) -> JudgeOutcome:
+        _check_keys(cls, data)
+        BenchResult.from_json(data["result"])
         return cls(**data)
 
 
@@ -288,12 +368,13 @@ class RunState:
     in_flight: dict | None = None    # {"step": "baseline"|"experiment"|"finish", "number": N}
     pending_row: dict | None = None  # a decided results.tsv row that may not be written yet
     agent_state: dict | None = None  # the built-in agent's search, so a resumed run never repeats a configuration
+    throughput: Throughput = field(default_factory=Throughput)
     version: int = STATE_VERSION
 
     def to_json(self) -> dict:
         data = asdict(self)
         data.update(jobs=[job.to_json() for job in self.jobs], settings=self.settings.to_json(),
-                    current=self.current.to_json() if self.current else None)
+                    current=self.current.to_json() if self.current else None, throughput=self.throughput.to_json())
         return data
 
     @classmethod
@@ -304,7 +385,9 @@ class RunState:
         settings = RunSettings.from_json(data.pop("settings"))
         current = data.pop("current")
         jobs = [Job.from_json(job) for job in data.pop("jobs")]
-        return cls(**data, jobs=jobs, settings=settings, current=JobProgress.from_json(current) if current else None)
+        throughput = Throughput.from_json(data.pop("throughput", None) or {})   # absent in older states
+        return cls(**data, jobs=jobs, settings=settings, current=JobProgress.from_json(current) if current else None,
+                   throughput=throughput)
 
     def job(self) -> Job:
         return self.jobs[self.job_index]

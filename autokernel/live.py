@@ -44,6 +44,7 @@ class LoopStatus:
     cost_usd: float = 0.0
     cost_complete: bool = True            # False when some calls went to a model without a price
     deadline: float | None = None         # time.monotonic() at which the run's budget is spent
+    gpus: str = "-"                       # each GPU's pace and idle time (throughput_line)
     # For the rate: experiments this process ran, since it started (a resumed run starts over).
     session_experiments: int = 0
     session_started: float = field(default_factory=time.monotonic)
@@ -62,6 +63,18 @@ class LoopStatus:
 
     def time_left_s(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
+
+
+def throughput_line(throughput, unsaved_wall_s: float = 0.0) -> str:
+    """Experiments per hour per GPU and overall, and the time each GPU sat idle (a contracts.Throughput)."""
+    wall = throughput.wall_s + unsaved_wall_s
+    if not throughput.gpus or wall <= 0:
+        return "-"
+    hours = wall / 3600
+    parts = [f"{label} {use.experiments / hours:.0f}/h idle {format_duration(max(0.0, wall - use.busy_s))}"
+             for label, use in sorted(throughput.gpus.items())]
+    total = sum(use.experiments for use in throughput.gpus.values())
+    return f"{total / hours:.0f} experiments/hour overall" + (f"; {', '.join(parts)}" if parts else "")
 
 
 def format_duration(seconds: float | None) -> str:
@@ -100,6 +113,7 @@ def _panel(status: LoopStatus) -> Panel:
     table.add_row("last", Text(status.last_result))
     table.add_row("LLM", _cost(status))
     table.add_row("rate", "-" if rate is None else f"{rate:.1f} experiments/hour")
+    table.add_row("GPUs", Text(status.gpus))
     table.add_row("time left", "-" if left is None else
                   f"{format_duration(left)} (ends by {time.strftime('%H:%M', time.localtime(time.time() + left))})")
     return Panel(table, title="autokernel optimize", border_style="cyan")

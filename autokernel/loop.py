@@ -20,26 +20,23 @@ from typing import Callable
 
 import torch
 
-from autokernel import child_output, contracts, gitops, integrity, paths, plugin, policy, results, run_state, runner
+from autokernel import child_output, contracts, gitops, integrity, paths, policy, run_state, runner
 from autokernel.agents.base import AgentContext, MalformedReply, OutOfTime, SearchExhausted
 from autokernel.budget import BenchTimes, Budget
-from autokernel.contracts import FAIL, NO_GAIN, PASS, TIMEOUT, WINNER, Job, JobProgress, RunState
+from autokernel.contracts import FAIL, PASS, TIMEOUT, Job, JobProgress, RunState
 from autokernel.interrupts import Interrupted, InterruptGuard
 from autokernel.live import LoopStatus, ProgressView, format_duration
+from autokernel.loop_records import BUDGET_SPENT, COST_REACHED, RUN_STOPS, LoopRecords  # noqa: F401 (re-exported)
 from autokernel.policy import is_improvement, measured_noise, one_line
 from autokernel.run_state import OptimizationError
 
 KERNEL_IN_REPO = gitops.KERNEL_FILE_NAME
-HISTORY_KEPT = 50        # experiments of the current kernel remembered for the agent
 BEST_VERSIONS_SHOWN = 3
-BUDGET_SPENT = "the run's time budget is spent"
-COST_REACHED = "the run's cost cap is reached"
-RUN_STOPS = (BUDGET_SPENT, COST_REACHED)      # end the run, not just the kernel; --resume goes on
 STAGE_PREFIX = "STAGE "                       # a line bench.py prints as it enters a stage
 MIN_WORTH_STARTING_S = 1.0                    # with less left than this, nothing new is started
 
 
-class OptimizationRun:
+class OptimizationRun(LoopRecords):
     """One session of `autokernel optimize` over the run's kernel jobs."""
 
     def __init__(self, state: RunState, *, repo: gitops.KernelRepo, agent, view: ProgressView, budget: Budget,
@@ -58,6 +55,8 @@ class OptimizationRun:
         self._status = LoopStatus(llm_tokens=state.llm_tokens, cost_usd=state.cost_usd)
         self._llm_s = 0.0                   # how long the last reply took: part of what an experiment costs
         self.bench_times = BenchTimes()     # what benches cost: their limits, and what the budget can pay for
+        self._wall_mark = time.monotonic()  # the run's wall time counts on from here (Throughput)
+        self.gpu = "gpu0" if torch.cuda.is_available() else "cpu"   # where this process's benches run
         self.view.update(self._status)
 
     # ------------------------------------------------------------------ the run
@@ -107,10 +106,6 @@ class OptimizationRun:
         self.view.log(f"{reason}: {left} of {len(self.state.jobs)} kernels not finished; to go on, run "
                       f"`autokernel optimize --resume` with a larger {'--budget' if reason == BUDGET_SPENT else '--max-cost'}")
 
-    def _save(self) -> None:
-        self.state.elapsed_s = self.budget.used()
-        run_state.save(self.state)
-
     def _run_stop(self, needed_s: float = 0.0) -> str | None:
         """BUDGET_SPENT or COST_REACHED when the run cannot pay for needed_s more (or any more), else None."""
         cap = self.settings.max_cost_usd
@@ -137,18 +132,11 @@ class OptimizationRun:
             shutil.copyfile(source, paths.KERNEL_FILE)
             baseline_commit = self.repo.commit_kernel(f"baseline {job.name}: {source.name}", self.state.tag)
             self.checkpoint("baseline: committed")
-        runs = []
-        for attempt in (1, 2):
-            self.view.phase(f"baseline {job.name} (run {attempt} of 2)")
-            # The first run also times torch.compile of the reference: PyTorch's best is the bar.
-            result = self._judge(job, None, quick=self.quick_bench,
-                                 compare_compile=attempt == 1 and torch.cuda.is_available())
-            if result is None:
-                return self._abandon(f"the budget ran out while {job.name}'s baseline was being benched; "
-                                     f"--resume benches it again")
-            runs.append(result)
-            if result.get("correctness") != PASS:
-                break
+        self._baseline_gpu = self.gpu
+        runs = self._baseline_runs(job)
+        if runs is None:
+            return self._abandon(f"the budget ran out while {job.name}'s baseline was being benched; "
+                                 f"--resume benches it again")
         failure = next((run for run in runs if run.get("correctness") != PASS), None)
         noise = measured_noise(runs[0], runs[-1], self.settings.noise_floor)
         compile_us = policy.compile_times(runs[0])
@@ -168,7 +156,7 @@ class OptimizationRun:
             else:
                 self.state.job_index += 1
             self._record(job, progress, number, baseline, description, contracts.STATUS_BASELINE, started,
-                         tokens=0, cost=None, keep=failure is None)
+                         tokens=0, cost=None, keep=failure is None, gpu=self._baseline_gpu)
         if failure is None:
             self.view.log(f"exp {number} BASELINE PASS {baseline.get('latency_us'):.1f} us, "
                           f"noise {noise:.1%}: a candidate must be more than that much faster to be kept")
@@ -177,6 +165,21 @@ class OptimizationRun:
             self.view.log(f"skipping {job.name}: its starter fails bench.py "
                           f"({baseline.get('correctness')}): {one_line(baseline.get('message') or '', 300)}")
         return failure is None
+
+    def _baseline_runs(self, job: Job) -> list[dict] | None:
+        """The starter benched twice (the second only after a PASS); None when the budget cut one short."""
+        runs = []
+        for attempt in (1, 2):
+            self.view.phase(f"baseline {job.name} (run {attempt} of 2)")
+            # The first run also times torch.compile of the reference: PyTorch's best is the bar.
+            result = self._judge(job, None, quick=self.quick_bench,
+                                 compare_compile=attempt == 1 and torch.cuda.is_available())
+            if result is None:
+                return None
+            runs.append(result)
+            if result.get("correctness") != PASS:
+                break
+        return runs
 
     def _optimize(self, job: Job, progress: JobProgress) -> str:
         """Run experiments until a stopping rule fires; returns the reason."""
@@ -211,7 +214,7 @@ class OptimizationRun:
             with self.guard.critical():
                 self._account(exc.tokens_in + exc.tokens_out, exc.cost_usd)
                 self._record(job, progress, number, result, "malformed reply", contracts.STATUS_REVERT, started,
-                             tokens=exc.tokens_in + exc.tokens_out, cost=exc.cost_usd, keep=False)
+                             tokens=exc.tokens_in + exc.tokens_out, cost=exc.cost_usd, keep=False, gpu="")
             return None
         self._llm_s = time.monotonic() - started
         tokens, cost = proposal.tokens_in + proposal.tokens_out, proposal.cost_usd
@@ -222,7 +225,12 @@ class OptimizationRun:
                           f"{format_duration(bench_s)} bench")
             return BUDGET_SPENT
         description = one_line(proposal.description)
-        result = self._judge_candidate(job, progress, number, proposal.kernel_source, description)
+        try:
+            integrity.check_contract(proposal.kernel_source, job.kernel_type)
+        except integrity.ContractError as exc:         # not judged: no GPU's experiment
+            result, gpu = runner.synthesized_result(FAIL, f"contract: {exc}", kernel_type=job.kernel_type), ""
+        else:
+            result, gpu = self._judge_candidate(job, progress, number, proposal.kernel_source, description), self.gpu
         if result is None:
             return BUDGET_SPENT
         keep = is_improvement(result, progress.best, progress.noise)
@@ -233,16 +241,12 @@ class OptimizationRun:
                 progress.kept.append({"commit": self.state.kept_commit, "result": result})
             self._record(job, progress, number, result, description,
                          contracts.STATUS_KEEP if keep else contracts.STATUS_REVERT, started, tokens=tokens, cost=cost,
-                         keep=keep)
+                         keep=keep, gpu=gpu)
         return None
 
     def _judge_candidate(self, job: Job, progress: JobProgress, number: int, source: str,
                          description: str) -> dict | None:
-        """Commit the candidate and judge it; None when the budget cut the judging short (nothing recorded)."""
-        try:
-            integrity.check_contract(source, job.kernel_type)
-        except integrity.ContractError as exc:
-            return runner.synthesized_result(FAIL, f"contract: {exc}", kernel_type=job.kernel_type)
+        """Commit the candidate (its contract checked) and judge it; None when the budget cut the judging short."""
         with self.guard.critical():
             self.state.in_flight = {"step": "experiment", "number": number}
             self._save()
@@ -294,6 +298,7 @@ class OptimizationRun:
                                           extra_args=(["--screen"] if screen else ["--quick"] * quick)
                                                      + ["--compare-compile"] * compare_compile)
             timed.update(seconds=time.monotonic() - started, result=result)
+            self._count_gpu(self.gpu, busy_s=timed["seconds"])
             return result
 
         result = integrity.checked_bench(self.repo, self.state.kept_commit, job.kernel_type, bench)
@@ -316,84 +321,3 @@ class OptimizationRun:
                             last_result=progress.last_result, history=list(progress.history),
                             best_versions=best_versions, program=self.program,
                             job={**job.to_json(), "baseline": progress.baseline}, deadline=deadline)
-
-    # ------------------------------------------------------------------ bookkeeping
-    def _account(self, tokens: int, cost: float | None) -> None:
-        self.state.account(tokens, cost)
-        self._status.llm_tokens, self._status.cost_usd = self.state.llm_tokens, self.state.cost_usd
-        self._status.cost_complete = not self.state.cost_unknown_calls
-
-    def _record(self, job: Job, progress: JobProgress | None, number: int, result: dict, description: str,
-                status: str, started: float, *, tokens: int, cost: float | None, keep: bool) -> None:
-        """The verdict's writes, in their order (inside a critical section): state, reset, row, state."""
-        state = self.state
-        row = results.make_row(experiment=number, tag=state.tag, kernel_type=job.kernel_type, result=result,
-                               description=description, status=status,
-                               wall_seconds=round(time.monotonic() - started, 2), llm_tokens=tokens, cost_usd=cost)
-        state.pending_row, state.experiment, state.in_flight = row, number, None
-        if progress is not None and status != contracts.STATUS_BASELINE:
-            progress.experiments += 1
-            progress.elapsed_s += time.monotonic() - started
-            progress.consecutive_reverts = 0 if keep else progress.consecutive_reverts + 1
-            progress.last_result = result
-            progress.history = (progress.history + [policy.history_entry(number, description, status, result)]
-                                )[-HISTORY_KEPT:]
-        if hasattr(self.agent, "state_dict"):
-            state.agent_state = self.agent.state_dict()
-        self._save()
-        self.checkpoint("verdict saved")
-        if not keep:
-            self.repo.reset_hard(state.kept_commit)
-            self.checkpoint("reverted")
-        results.append_row(paths.RESULTS_TSV, row)
-        self.checkpoint("row written")
-        state.pending_row = None
-        self._save()
-        self.checkpoint("row settled")
-        if status != contracts.STATUS_BASELINE:
-            self._status.session_experiments += 1
-            self._status.last_result = policy.describe_verdict(number, status, result, description, progress)
-            self.view.log(self._status.last_result)
-            self._refresh_status(progress)
-
-    def _refresh_status(self, progress: JobProgress) -> None:
-        self._status.show_job(self.state.experiment, progress, deadline=self.budget.deadline())
-        self.view.update(self._status)
-
-    def _save_best(self, job: Job, progress: JobProgress, reason: str) -> None:
-        """Save the kept version (HEAD) as optimized_kernels/<rank>_<type>.py and commit it, if it is a
-        winner: faster than PyTorch's best at one of the job's shapes (policy.is_winner). Otherwise the
-        job ends as "no gain", with nothing saved for verify to route.
-
-        A run-ending reason (budget, cost) saves the best so far and keeps the job open for --resume;
-        any other ends the job.
-        """
-        name = job.name
-        gain = progress.gain() or 1.0
-        final = reason not in RUN_STOPS
-        winner = policy.is_winner(progress.best)
-        self.view.phase(f"saving {name}" if winner else f"ending {name}: no gain")
-        with self.guard.critical():
-            progress.finishing = reason
-            self._save()
-            self.checkpoint("finish: in flight")
-            entry = {**plugin.manifest_entry(job, f"{name}.py"),
-                     **policy.outcome(progress, reason, source_commit=self.state.kept_commit, tag=self.state.tag),
-                     "verdict": WINNER if winner else NO_GAIN}
-            if winner:
-                paths.OPTIMIZED_DIR.mkdir(exist_ok=True)
-                shutil.copyfile(paths.KERNEL_FILE, paths.OPTIMIZED_DIR / f"{name}.py")
-                kernels = plugin.read_manifest(paths.MANIFEST_FILE) if paths.MANIFEST_FILE.exists() else {}
-                plugin.write_manifest(paths.MANIFEST_FILE, {**kernels, name: entry})
-                self.checkpoint("finish: files written")
-                self.state.kept_commit = self.repo.commit_optimized(
-                    f"optimized {name}: {gain:.2f}x over its baseline" + ("" if final else " (so far)"), self.state.tag)
-                self.checkpoint("finish: committed")
-            progress.finishing = None
-            if final:
-                self.state.finished.append(entry)
-                self.state.current = None
-                self.state.job_index += 1
-            self._save()
-            self.checkpoint("finish: saved")
-        self.view.log(policy.describe_ending(name, progress, reason, final=final, winner=winner))

@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from autokernel import contracts, results
-from autokernel.live import format_speedup
+from autokernel.live import format_duration, format_speedup
 
 MARKDOWN_FILE = "report.md"
 PLOT_FILE = "progress.png"
@@ -48,8 +48,8 @@ def read_verdict(path: str | Path | None) -> dict | None:
                                               "timings_meaningful")}
 
 
-def write_report(results_tsv: str | Path, out_dir: str | Path, *,
-                 verify_report: str | Path | None = None) -> tuple[Path, Path]:
+def write_report(results_tsv: str | Path, out_dir: str | Path, *, verify_report: str | Path | None = None,
+                 throughput: contracts.Throughput | None = None) -> tuple[Path, Path]:
     """Write out_dir/report.md and out_dir/progress.png from results.tsv; return their paths."""
     rows = results.read_rows(results_tsv)
     if not rows:
@@ -60,7 +60,7 @@ def write_report(results_tsv: str | Path, out_dir: str | Path, *,
     png_path = folder / PLOT_FILE
     draw_progress(groups, png_path)
     markdown_path = folder / MARKDOWN_FILE
-    markdown_path.write_text(markdown_report(rows, groups, results_tsv, read_verdict(verify_report)) + "\n")
+    markdown_path.write_text(markdown_report(rows, groups, results_tsv, read_verdict(verify_report), throughput) + "\n")
     return markdown_path, png_path
 
 
@@ -85,7 +85,24 @@ def _verdict_lines(verdict: dict) -> list[str]:
     return lines
 
 
-def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Path, verdict: dict | None = None) -> str:
+def throughput_lines(throughput: contracts.Throughput | None) -> list[str]:
+    """The run's pace: experiments per hour per GPU and overall, and each GPU's idle time (state.json's Throughput)."""
+    if throughput is None or not throughput.gpus:
+        return []
+    overall = throughput.experiments_per_hour()
+    lines = ["## Throughput", "", f"{format_duration(throughput.wall_s)} of loop time; "
+             + ("under a minute: no rate yet" if overall is None else f"{overall:.1f} experiments/hour overall"), "",
+             "| GPU | experiments | experiments/hour | busy | idle |", "| --- | ---: | ---: | ---: | ---: |"]
+    for label, use in sorted(throughput.gpus.items()):
+        rate = throughput.experiments_per_hour(label)
+        lines.append(f"| {label} | {use.experiments} | {'-' if rate is None else f'{rate:.1f}'} | "
+                     f"{format_duration(use.busy_s)} | {format_duration(throughput.idle_s(label))} |")
+    return lines + ["", "Busy: judging a candidate (or a baseline). Idle: waiting for the loop (the agent, commits) "
+                        "or for other GPUs' candidates at a job's end.", ""]
+
+
+def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Path, verdict: dict | None = None,
+                    pace: contracts.Throughput | None = None) -> str:
     lines = ["# AutoKernel report", ""]
     if verdict:
         lines += _verdict_lines(verdict)
@@ -108,6 +125,7 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
                   "baseline). \"no gain\": the best is not faster than PyTorch's best, and the loop saved nothing "
                   "for the model. Throughput is in bench.py's unit for the kernel: GB/s when memory-bound, "
                   "TFLOP/s when compute-bound. Failures count experiments by their correctness verdict.", "",
+              *throughput_lines(pace),
               f"![speedup per experiment]({PLOT_FILE})", "", "## Experiments", "",
               results.markdown_summary(rows)]
     return "\n".join(lines)
@@ -130,9 +148,9 @@ def _kernel_summary(group: list[dict]) -> dict:
             "timings_meaningful": not _meaningless(group)}
 
 
-def summary_json(rows: list[dict], verdict: dict | None = None) -> dict:
-    """What report.md says, as data: the verdict and one record per kernel run."""
-    return {"verdict": verdict, "experiments": len(rows),
+def summary_json(rows: list[dict], verdict: dict | None = None, throughput: contracts.Throughput | None = None) -> dict:
+    """What report.md says, as data: the verdict, the run's pace (state.json's Throughput) and one record per kernel run."""
+    return {"verdict": verdict, "experiments": len(rows), "throughput": throughput.to_json() if throughput else None,
             "kernels": [_kernel_summary(group) for group in results.group_by_kernel(rows)]}
 
 

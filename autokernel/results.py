@@ -4,9 +4,11 @@ results.tsv is the lab notebook of a run: every experiment, kept or not, with th
 Rows are appended and fsynced one at a time so a crash or a kill loses nothing already decided.
 It is never committed (.gitignore lists it); the git history holds only the kept kernels.
 
-Files written by the previous version (LEGACY_COLUMNS: without speedup_vs_compile,
+Files written by an older version (LEGACY_COLUMNS: without speedup_vs_compile,
 timings_meaningful and cost_usd) are still read, with those cells empty; a run refuses to append
-to one, before it creates anything (`check_writable`).
+to one, before it creates anything (`check_writable`). A file of the previous version
+(PREVIOUS_COLUMNS, without `gpu`) is read too, and the first row appended to it (a run resumed
+after an upgrade) rewrites it once, atomically, with the new header and empty gpu cells.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from pathlib import Path
 
 from autokernel.contracts import PASS, STATUS_BASELINE, STATUS_KEEP
 
-COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
-           "speedup_vs_compile", "correctness", "timings_meaningful", "peak_vram_mb", "description", "status",
-           "wall_seconds", "llm_tokens", "cost_usd")
+PREVIOUS_COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
+                    "speedup_vs_compile", "correctness", "timings_meaningful", "peak_vram_mb", "description", "status",
+                    "wall_seconds", "llm_tokens", "cost_usd")
+COLUMNS = PREVIOUS_COLUMNS + ("gpu",)       # gpu: the worker's GPU that judged it (empty: not judged)
 LEGACY_COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
                   "correctness", "peak_vram_mb", "description", "status", "wall_seconds", "llm_tokens")
 INT_COLUMNS = {"experiment", "llm_tokens"}
@@ -37,10 +40,10 @@ class ResultsFileError(Exception):
 
 
 def make_row(*, experiment: int, tag: str, kernel_type: str, result: dict, description: str, status: str,
-             wall_seconds: float, llm_tokens: int, cost_usd: float | None = None) -> dict:
+             wall_seconds: float, llm_tokens: int, cost_usd: float | None = None, gpu: str | None = None) -> dict:
     row = {column: result.get(column) for column in RESULT_COLUMNS}
     row.update(experiment=experiment, tag=tag, kernel_type=kernel_type, description=description, status=status,
-               wall_seconds=wall_seconds, llm_tokens=llm_tokens, cost_usd=cost_usd)
+               wall_seconds=wall_seconds, llm_tokens=llm_tokens, cost_usd=cost_usd, gpu=gpu or None)
     return row
 
 
@@ -63,7 +66,7 @@ def _header(path: Path) -> tuple[str, ...]:
 def check_writable(path: str | Path) -> None:
     """Raise ResultsFileError unless rows can be appended to path (absent, empty, or this version's header)."""
     path = Path(path)
-    if path.exists() and path.stat().st_size and _header(path) != COLUMNS:
+    if path.exists() and path.stat().st_size and _header(path) not in (COLUMNS, PREVIOUS_COLUMNS):
         found = _header(path)
         which = "an older AutoKernel" if found == LEGACY_COLUMNS else "something else"
         raise ResultsFileError(f"{path} was written by {which} (columns {list(found)}, expected {list(COLUMNS)}); "
@@ -78,12 +81,26 @@ def append_row(path: str | Path, row: dict) -> None:
         raise ValueError(f"results row has unknown columns {sorted(unknown)}")
     is_new = not path.exists() or path.stat().st_size == 0
     check_writable(path)
+    if not is_new and _header(path) == PREVIOUS_COLUMNS:
+        _upgrade(path)
     lines = [] if not is_new else ["\t".join(COLUMNS)]
     lines.append("\t".join(_cell(row.get(column)) for column in COLUMNS))
     with path.open("a", newline="") as handle:
         handle.write("\n".join(lines) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def _upgrade(path: Path) -> None:
+    """Rewrite a previous version's file with this version's header (empty gpu cells): a new file, renamed over."""
+    rows = read_rows(path)
+    scratch = path.with_suffix(path.suffix + ".upgrade")
+    with scratch.open("w", newline="") as handle:
+        handle.write("\n".join(["\t".join(COLUMNS)] + ["\t".join(_cell(row.get(c)) for c in COLUMNS) for row in rows])
+                     + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(scratch, path)
 
 
 def _parse(column: str, text: str):
@@ -106,7 +123,7 @@ def read_rows(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.exists() or path.stat().st_size == 0:
         return []
-    if _header(path) not in (COLUMNS, LEGACY_COLUMNS):
+    if _header(path) not in (COLUMNS, PREVIOUS_COLUMNS, LEGACY_COLUMNS):
         raise ResultsFileError(f"{path} has columns {list(_header(path))}, expected {list(COLUMNS)}")
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)

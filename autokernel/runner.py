@@ -202,11 +202,11 @@ def _remove_tree(folder: str) -> None:
 
 def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
               env_extra: Mapping[str, str] | None = None, writable: Iterable[str | Path] = (),
-              memory_limit_mb: int | None = None) -> ChildResult:
+              readable: Iterable[str | Path] = (), memory_limit_mb: int | None = None) -> ChildResult:
     """Run cmd in the sandbox (autokernel/sandbox.py) with a time limit; see the module docstring.
 
     `writable` names folders the child may write besides its private temporary folder and the
-    compiler caches. The child and all it started are killed on timeout, when the caller is
+    compiler caches; `readable`, folders it may read even where the sandbox hides (a home folder). The child and all it started are killed on timeout, when the caller is
     interrupted (Ctrl-C lands here while we wait), and after it exits.
     """
     scratch = tempfile.mkdtemp(prefix="autokernel-child-")
@@ -218,7 +218,7 @@ def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
     config = sandbox.SandboxConfig(
         command=list(cmd), parent_pid=os.getpid(), status_fd=status_write,
         memory_limit_mb=memory_limit_mb or default_memory_limit_mb(),
-        writable=[scratch, *caches.values(), *map(str, writable)],
+        writable=[scratch, *caches.values(), *map(str, writable)], readable=list(map(str, readable)),
         confine_filesystem=filesystem_confined())
     started = time.monotonic()
     status = _StatusReader(status_read)
@@ -314,7 +314,7 @@ def sandbox_gpu_problem(cwd: str | Path) -> str | None:
 
 def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, timeout_s: float,
               seed: int | None = None, extra_args: Sequence[str] = (),
-              bench_script: str | Path | None = None) -> dict:
+              bench_script: str | Path | None = None, readable: Iterable[str | Path] = ()) -> dict:
     """Judge one kernel file with bench.py in a child process and return bench's JSON result.
 
     A bench run that times out becomes correctness TIMEOUT; one that dies without writing its
@@ -331,7 +331,7 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
         json_out = Path(tmp) / "result.json"
         cmd = bench_command(kernel_path, shapes=shapes, dtype=dtype, json_out=json_out, seed=seed,
                             extra_args=extra_args, bench_script=bench_script)
-        child = run_child(cmd, timeout_s=timeout_s, cwd=cwd, writable=[tmp],
+        child = run_child(cmd, timeout_s=timeout_s, cwd=cwd, writable=[tmp], readable=readable,
                           env_extra={NONCE_VARIABLE: nonce})
         written = json_out.read_text() if json_out.exists() else ""
     common = dict(dtype=dtype, seed=seed, wall_seconds=round(child.wall_seconds, 3))

@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from autokernel import gitops, paths, policy, results, run_state, runner
+from autokernel import gitops, paths, policy, results, run_state, runner, workers
 from autokernel.agents.base import AgentError
 from autokernel.agents.factory import make_agent
 from autokernel.budget import Budget
@@ -30,6 +30,7 @@ from autokernel.contracts import NO_GAIN, Job, RunSettings, RunState
 from autokernel.live import ProgressView, format_duration, format_speedup
 from autokernel.lock import RunLock
 from autokernel.loop import RUN_STOPS, OptimizationRun
+from autokernel.parallel_loop import ParallelRun
 from autokernel.run_state import OptimizationError, resumable, state_file
 
 TAG_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -70,6 +71,7 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
         if resume:
             state, agent, position = _prepare_resume(repo, tag, overrides or {}, view)
         else:
+            workers.check(settings or RunSettings())        # the workers asked for can be had, before anything is made
             state, agent, position = _prepare_new(repo, plan, settings or RunSettings(), tag, view, started)
         if not torch.cuda.is_available():
             view.log(CPU_NOTE)
@@ -77,8 +79,11 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
             view.log(UNCONFINED_NOTE)
         budget = Budget(state.settings.budget_s, used_before_s=state.elapsed_s, started=started)
         try:
-            state = OptimizationRun(state, repo=repo, agent=agent, view=view, budget=budget,
-                                    checkpoint=checkpoint).run()
+            with workers.open_pool(state.settings, view) as pool:
+                loop = (OptimizationRun(state, repo=repo, agent=agent, view=view, budget=budget, checkpoint=checkpoint)
+                        if pool is None else ParallelRun(state, pool=pool, repo=repo, agent=agent, view=view,
+                                                         budget=budget, checkpoint=checkpoint))
+                state = loop.run()
         except BaseException:
             _return_user(repo, state, position, view)
             raise

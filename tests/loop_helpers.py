@@ -84,14 +84,20 @@ class TableAgent(ScriptedAgent):
         return step
 
 
-def make_project(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A small git repository that paths.* point into (state, manifest and results files included)."""
+def make_repo(root: Path) -> Path:
+    """A small git repository with a placeholder kernel.py, its run files ignored, one commit."""
     root.mkdir(parents=True)
     (root / "kernel.py").write_text("placeholder\n")
     (root / ".gitignore").write_text(GITIGNORE)
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")
     git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
+    return root
+
+
+def make_project(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A small git repository that paths.* point into (state, manifest and results files included)."""
+    make_repo(root)
     for name, value in {"ROOT": root, "KERNEL_FILE": root / "kernel.py", "WORKSPACE": root / "workspace",
                         "OPTIMIZED_DIR": root / "optimized_kernels",
                         "MANIFEST_FILE": root / "optimized_kernels" / "manifest.json",

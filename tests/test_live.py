@@ -48,3 +48,14 @@ def test_native_output_goes_to_the_log_file_not_the_terminal(tmp_path, capfd):
     assert "a loop event" in out
     assert "ActivityProfilerController" not in out + err and "python print inside" not in out
     assert "Completed Stage" in log.read_text() and "a C++ warning" in log.read_text()
+
+
+def test_the_gpus_line_gives_each_gpus_pace_and_idle_time():
+    from autokernel.contracts import GpuUse, Throughput
+    from autokernel.live import throughput_line
+
+    throughput = Throughput(wall_s=3000.0, gpus={"gpu1": GpuUse(experiments=40, busy_s=3000.0),
+                                                 "gpu0": GpuUse(experiments=50, busy_s=2400.0)})
+    assert throughput_line(throughput, 600.0) == ("90 experiments/hour overall; gpu0 50/h idle 20m00s, "
+                                                  "gpu1 40/h idle 10m00s")
+    assert throughput_line(Throughput()) == "-"

@@ -127,3 +127,15 @@ def test_errors_say_what_is_missing(tmp_path, results_tsv, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(report.ReportError, match="pip install matplotlib"):
         report.write_report(results_tsv, tmp_path / "out")
+
+
+def test_the_report_gives_each_gpus_pace_and_idle_time():
+    from autokernel.contracts import GpuUse, Throughput
+
+    throughput = Throughput(wall_s=1800.0, gpus={"gpu0": GpuUse(experiments=50, busy_s=1700.0),
+                                                 "gpu1": GpuUse(experiments=40, busy_s=1200.0)})
+    text = "\n".join(report.throughput_lines(throughput))
+    assert "180.0 experiments/hour overall" in text
+    assert "| gpu0 | 50 | 100.0 | 28m20s | 1m40s |" in text and "| gpu1 | 40 | 80.0 | 20m00s | 10m00s |" in text
+    assert report.throughput_lines(None) == [] and report.throughput_lines(Throughput()) == []
+    assert report.summary_json([], None, throughput)["throughput"]["gpus"]["gpu1"]["experiments"] == 40

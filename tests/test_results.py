@@ -18,7 +18,8 @@ def _row(experiment, status, latency, kernel_type="softmax", description="try", 
 def test_columns_are_exactly_the_documented_ones():
     assert results.COLUMNS == ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak",
                                "speedup_vs_pytorch", "speedup_vs_compile", "correctness", "timings_meaningful",
-                               "peak_vram_mb", "description", "status", "wall_seconds", "llm_tokens", "cost_usd")
+                               "peak_vram_mb", "description", "status", "wall_seconds", "llm_tokens", "cost_usd",
+                               "gpu")
 
 
 def test_header_written_once_and_rows_read_back_typed(tmp_path):
@@ -33,7 +34,7 @@ def test_header_written_once_and_rows_read_back_typed(tmp_path):
     assert rows[1] == {"experiment": 2, "tag": "t1", "kernel_type": "softmax", "throughput": 812.25,
                        "latency_us": 41.3, "pct_peak": 24.6, "speedup_vs_pytorch": 1.37, "speedup_vs_compile": 0.9,
                        "correctness": "PASS", "timings_meaningful": True, "peak_vram_mb": 64.0, "description": "try",
-                       "status": "keep", "wall_seconds": 3.5, "llm_tokens": 120, "cost_usd": None}
+                       "status": "keep", "wall_seconds": 3.5, "llm_tokens": 120, "cost_usd": None, "gpu": None}
     assert results.speedup_vs_best(rows[1]) == 0.9, "PyTorch's best is the faster of eager and compile"
 
 
@@ -85,6 +86,21 @@ def test_a_file_of_the_previous_version_is_read_but_not_appended_to(tmp_path):
     with pytest.raises(results.ResultsFileError, match="written by an older AutoKernel.*move it aside"):
         results.check_writable(path)
     results.check_writable(tmp_path / "absent.tsv")
+
+
+def test_a_file_without_the_gpu_column_is_resumed_and_upgraded_in_place(tmp_path):
+    """A run started before --gpus existed and resumed after the upgrade: its rows stay, the header gains gpu."""
+    path = tmp_path / "results.tsv"
+    old_row = "\t".join(results._cell(_row(1, "baseline", 50.0).get(c)) for c in results.PREVIOUS_COLUMNS)
+    path.write_text("\t".join(results.PREVIOUS_COLUMNS) + "\n" + old_row + "\n")
+    assert results.read_rows(path)[0]["latency_us"] == 50.0 and results.read_rows(path)[0]["gpu"] is None
+    results.check_writable(path)
+    results.append_row(path, dict(_row(2, "keep", 40.0), gpu="gpu1"))
+    lines = path.read_text().splitlines()
+    assert lines[0] == "\t".join(results.COLUMNS) and len(lines) == 3
+    assert [(r["experiment"], r["latency_us"], r["gpu"]) for r in results.read_rows(path)] == [(1, 50.0, None),
+                                                                                              (2, 40.0, "gpu1")]
+    assert not list(tmp_path.glob("*.upgrade")), "the rewrite leaves no scratch file behind"
 
 
 def test_ensure_row_writes_a_decided_row_once(tmp_path):

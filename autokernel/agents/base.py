@@ -5,7 +5,9 @@ kernel.py and a one-line description). An agent signals trouble with four except
 could not parse (MalformedReply: the loop logs it and asks again), an unrecoverable setup problem
 (AgentError: the loop stops), nothing left to try on this kernel (SearchExhausted: the loop moves
 on to the next kernel), or no reply before the context's deadline (OutOfTime: the run's budget is
-spent; the loop ends cleanly).
+spent; the loop ends cleanly). With several GPUs the loop asks while other candidates are being
+judged (ctx.in_flight names them), tells an agent that has `judged(job, source, result)` each
+verdict, and waits when the agent raises WaitForResults.
 
 The budget binds the LLM agents: every call's timeout is the time left to the deadline, and a retry
 or a Retry-After wait that would end past it is not made. Before a run, `check_endpoint()` makes one
@@ -48,6 +50,7 @@ class AgentContext:
     program: str                                # program.md text
     job: dict                                   # contracts.Job.to_json(), and "baseline": its measured result
     deadline: float | None = None               # time.monotonic() by which a proposal must be back
+    in_flight: list[str] | None = None          # with several GPUs: the candidates being judged now (descriptions)
 
 
 @dataclass
@@ -75,6 +78,10 @@ class AgentError(Exception):
 
 class SearchExhausted(Exception):
     """The agent has nothing left to try on this kernel."""
+
+
+class WaitForResults(Exception):
+    """With several GPUs: nothing new worth proposing until a candidate being judged comes back."""
 
 
 class OutOfTime(Exception):

@@ -13,7 +13,10 @@ rewrites the TUNABLES literal and nothing else. The score of an experiment is th
 PASS (or its negated latency when there is no throughput); anything else is a dead end. It never
 proposes a configuration twice, and the same results always lead to the same proposals. Its
 searches (every configuration tried, with its score) go into the run's state (`state_dict`), so a
-resumed run does not try them again.
+resumed run does not try them again. With several GPUs it proposes while other configurations are
+being judged: the next untried neighbour, else the next tunable's (several directions at once);
+it learns each verdict through `judged`, and waits (WaitForResults) when only their results can
+say what comes next.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from autokernel.agents import axis_order
-from autokernel.agents.base import AgentContext, Proposal, SearchExhausted
+from autokernel.agents.base import AgentContext, Proposal, SearchExhausted, WaitForResults
 from autokernel.agents.tunables import format_literal, read_tunables, rewrite_tunables
 from autokernel.contracts import PASS
 
@@ -63,14 +66,25 @@ class CoordinateSearch:
     order: list[str] = field(default_factory=list)  # the tunables in walking order (empty: declaration order)
     bound: str | None = None                    # the roofline bound the order was chosen for
     buckets: list[str] | None = None            # the shape buckets the job's shapes use, where planned by bucket
+    waiting: list[dict] = field(default_factory=list)   # with several GPUs: configurations being judged now
 
-    def record(self, result: dict | None) -> None:
-        """Learns the outcome of the pending proposal."""
+    def record(self, result: dict | None, config: dict | None = None) -> None:
+        """Learns the outcome of the pending proposal (or of `config`, one of those being judged)."""
+        config = self.pending if config is None else config
         outcome = score(result)
-        self.scores[config_key(self.pending)] = outcome
+        self.scores[config_key(config)] = outcome
         if outcome is not None and (self.best_score is None or outcome > self.best_score):
-            self.best, self.best_score, self.stale_axes = self.pending, outcome, 0
-        self.pending = None
+            self.best, self.best_score, self.stale_axes = config, outcome, 0
+        if config is self.pending:
+            self.pending = None
+        self.waiting = [entry for entry in self.waiting if config_key(entry) != config_key(config)]
+
+    def forget_waiting(self) -> None:
+        """A resumed run: the candidates that were being judged never came back, so they may be tried again."""
+        for config in self.waiting:
+            if self.scores.get(config_key(config), 0) is None:
+                del self.scores[config_key(config)]
+        self.waiting = []
 
     def next_config(self) -> dict | None:
         """The next untried configuration, or None once a full round over the tunables improved nothing."""
@@ -128,6 +142,17 @@ class BuiltinAgent:
             entry = dict(entry)
             key = (entry.pop("kernel_type"), entry.pop("rank"))
             self._searches[key] = CoordinateSearch(**entry)
+            self._searches[key].forget_waiting()
+
+    def judged(self, job: dict, source: str, result: dict | None) -> None:
+        """With several GPUs: the verdict on one of the candidates proposed while others were being judged."""
+        search = self._searches.get((job.get("kernel_type"), job.get("rank")))
+        try:
+            config, _ = read_tunables(source)
+        except ValueError:
+            return
+        if search is not None and any(config_key(entry) == config_key(config) for entry in search.waiting):
+            search.record(result, config)
 
     def propose(self, ctx: AgentContext) -> Proposal:
         job_key = (ctx.kernel_type, ctx.job.get("rank"))
@@ -137,6 +162,8 @@ class BuiltinAgent:
         elif search.pending is not None:
             search.record(_outcome_of_pending(ctx, search.pending_description))
         candidate = search.next_config()
+        if candidate is None and search.waiting:
+            raise WaitForResults(f"{len(search.waiting)} configurations are being judged; their results decide the next")
         if candidate is None:
             raise SearchExhausted(
                 f"{ctx.kernel_type}: coordinate descent over {', '.join(search.choices)} converged after "
@@ -144,7 +171,11 @@ class BuiltinAgent:
         current, _ = _read(ctx.kernel_source)
         description = ", ".join(f"{name} {format_literal(current.get(name))} -> {format_literal(value)}"
                                 for name, value in candidate.items() if current.get(name) != value)
-        search.mark_pending(candidate, description)
+        if ctx.in_flight is None:
+            search.mark_pending(candidate, description)
+        else:       # several at once: each from another direction (next_config skips those being judged)
+            search.scores[config_key(candidate)] = None
+            search.waiting.append(candidate)
         return Proposal(description, rewrite_tunables(ctx.kernel_source, candidate))
 
 

@@ -46,10 +46,21 @@ def build_user_message(ctx: AgentContext) -> str:
         _limits_section(ctx),
         _history_section(ctx.history),
         _best_versions_section(ctx),
+        _in_flight_section(ctx.in_flight),
         "## Current kernel.py (the last kept version)\n\n" + _fenced(ctx.kernel_source),
         _reply_instructions(),
     ]
     return "\n\n".join(section for section in sections if section)
+
+
+def _in_flight_section(in_flight: list[str] | None) -> str:
+    """With several GPUs: the candidates other GPUs are judging now, so this one tries another direction."""
+    if not in_flight:
+        return ""
+    listed = "\n".join(f"- {_shorten(description, 200)}" for description in in_flight)
+    return ("## Being judged right now on other GPUs\n\nThese candidates, proposed from this same kernel.py, are "
+            "being judged now; their results are not known yet. Propose a different idea, not one of these:\n"
+            + listed)
 
 
 def describe_result(result: dict | None) -> str:

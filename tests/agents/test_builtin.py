@@ -289,3 +289,42 @@ def test_a_search_saved_before_orders_existed_resumes_in_declaration_order():
     proposal = old.propose(AgentContext("softmax", ROW_KERNEL, None, [], [], "", job))
     before, after = read_tunables(ROW_KERNEL)[0], read_tunables(proposal.kernel_source)[0]
     assert [name for name in before if before[name] != after[name]] == ["num_stages"]
+
+
+# ---------------------------------------------------------------------- several GPUs: proposals while others are judged
+def test_with_candidates_in_flight_it_proposes_other_directions_then_waits_then_learns():
+    from autokernel.agents.base import WaitForResults
+
+    agent, bench = BuiltinAgent(), peak_at(block=256, warps=1)
+    job = {"rank": 1, "kernel_type": "softmax", "shapes": [], "dtype": "float16", "baseline": bench(read_tunables(KERNEL)[0])}
+
+    def ask(in_flight):
+        return agent.propose(AgentContext("softmax", KERNEL, None, [], [(KERNEL, job["baseline"])], "", job,
+                                          in_flight=in_flight))
+
+    flying = []
+    while True:
+        try:
+            flying.append(ask([p.description for p in flying]))
+        except WaitForResults:
+            break
+    proposed = configs(flying)
+    assert len(proposed) >= 2 and len({config_key(c) for c in proposed}) == len(proposed), "never the same twice"
+    assert len({name for c in proposed for name, v in c.items() if read_tunables(KERNEL)[0][name] != v}) == 2, \
+        "the candidates in flight move different tunables"
+    for proposal in flying:             # verdicts come back: the search learns each one and goes on
+        agent.judged(job, proposal.kernel_source, bench(read_tunables(proposal.kernel_source)[0]))
+    best = max(proposed, key=lambda config: score(bench(config)))
+    assert score(bench(best)) > score(job["baseline"])
+    assert agent._searches[("softmax", 1)].best == best and not agent._searches[("softmax", 1)].waiting
+    assert read_tunables(ask([]).kernel_source)[0] != best, "and it walks on from the best verdict"
+
+
+def test_a_resumed_run_proposes_again_what_was_in_flight_when_it_was_killed():
+    agent = BuiltinAgent()
+    job = {"rank": 1, "kernel_type": "softmax", "shapes": [], "dtype": "float16", "baseline": passing(100.0)}
+    ctx = AgentContext("softmax", KERNEL, None, [], [(KERNEL, passing(100.0))], "", job, in_flight=[])
+    lost = agent.propose(ctx)
+    resumed = BuiltinAgent()
+    resumed.load_state(json.loads(json.dumps(agent.state_dict())))
+    assert resumed.propose(ctx).kernel_source == lost.kernel_source, "never judged, so it is tried again"

@@ -211,3 +211,11 @@ def test_the_job_names_its_backend(backend, expected):
     job = {**context().job, **({"backend": backend} if backend else {})}     # jobs saved before --backend: Triton
     _, user = build_messages(context(job=job))
     assert expected in user
+
+
+def test_with_several_gpus_the_prompt_names_the_candidates_being_judged():
+    _, user = build_messages(context(in_flight=["BLOCK 64 -> 128", "num_warps 4 -> 8"]))
+    assert "Being judged right now on other GPUs" in user
+    assert "- BLOCK 64 -> 128\n- num_warps 4 -> 8" in user and "Propose a different idea" in user
+    for alone in (None, []):
+        assert "Being judged right now" not in build_messages(context(in_flight=alone))[1]

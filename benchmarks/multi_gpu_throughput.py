@@ -1,0 +1,137 @@
+"""Experiments per hour with one GPU and with several: the same run of the built-in agent, --gpus 1 then --gpus N.
+
+    python benchmarks/multi_gpu_throughput.py [--gpus 2] [--budget 180] [--runs 1,2] [--out DIR]
+
+Each run is `autokernel optimize models/llama.py --model-arg batch=4 --model-arg seq=1024 --dtype
+float16 --top 3 --agent builtin --budget B` in a fresh git repository of its own (--workdir), with
+Triton's and Inductor's caches of its own, so the second run compiles nothing the first one
+compiled. The pace is measured over the loop alone (profiling and extraction excluded): the run's
+Throughput in workspace/state.json gives the wall time with the workers up, and each GPU's
+experiments and busy time. Written to OUT: summary.json, summary.md, and each run's log,
+results.tsv and state.json. The bar (issue 14): N=2 gives at least 1.8x the experiments per hour
+of one GPU; every kept result is judged alone on its GPU either way. Two runs of 180 s and their
+start (profiling, the sandbox's GPU check) fit in about 8 minutes. For longer runs, one per call:
+`--runs 1 --budget 480 --out DIR`, then `--runs 2 --budget 480 --out DIR`; each run is saved as
+DIR/run_<gpus>gpu.json, and the summary is made from those there whenever both exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL_ARGS = ["--model-arg", "batch=4", "--model-arg", "seq=1024", "--dtype", "float16", "--top", "3"]
+GIT = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+
+
+def one_run(gpus: int, budget_s: int, out: Path) -> dict:
+    """One optimize run in a fresh repository; its pace and outcome."""
+    work = Path(tempfile.mkdtemp(prefix=f"autokernel-{gpus}gpu-"))
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=work, check=True)
+    (work / ".gitignore").write_text("results.tsv\nworkspace/\n__pycache__/\n")
+    subprocess.run(GIT + ["add", "-A"], cwd=work, check=True)
+    subprocess.run(GIT + ["commit", "-q", "-m", "init"], cwd=work, check=True)
+    caches = work.parent / f"{work.name}-caches"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "TRITON_CACHE_DIR": str(caches / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor")}
+    command = [sys.executable, "-c", "import sys; from autokernel.cli import main; sys.exit(main())",
+               "--workdir", str(work), "optimize", str(ROOT / "models" / "llama.py"), *MODEL_ARGS,
+               "--agent", "builtin", "--budget", f"{budget_s}s", "--gpus", str(gpus), "--tag", f"bench{gpus}"]
+    started = time.monotonic()
+    with open(out / f"{gpus}gpu.log", "w") as log:
+        completed = subprocess.run(command, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   timeout=budget_s + 120)
+    wall = time.monotonic() - started
+    for name in ("results.tsv", "workspace/state.json"):
+        if (work / name).exists():
+            shutil.copyfile(work / name, out / f"{gpus}gpu_{Path(name).name}")
+    state = json.loads((work / "workspace" / "state.json").read_text())
+    sys.path.insert(0, str(ROOT))
+    from autokernel import results
+
+    rows = [row for row in results.read_rows(work / "results.tsv")]
+    throughput = state["throughput"]
+    loop_s = throughput["wall_s"]
+    per_gpu = {label: {"experiments": use["experiments"], "busy_s": round(use["busy_s"], 1),
+                       "idle_s": round(max(0.0, loop_s - use["busy_s"]), 1),
+                       "experiments_per_hour": round(use["experiments"] * 3600 / loop_s, 1) if loop_s else None}
+               for label, use in sorted(throughput["gpus"].items())}
+    experiments = sum(use["experiments"] for use in per_gpu.values())
+    shutil.rmtree(caches, ignore_errors=True)
+    return {"gpus": gpus, "exit_code": completed.returncode, "command_wall_s": round(wall, 1),
+            "loop_wall_s": round(loop_s, 1), "experiments": experiments,
+            "experiments_per_hour": round(experiments * 3600 / loop_s, 1) if loop_s else None,
+            "per_gpu": per_gpu, "gpu_idle_s": round(sum(u["idle_s"] for u in per_gpu.values()), 1),
+            "rows": len(rows), "kept": sum(row["status"] == "keep" for row in rows),
+            "crashes": sum(row["correctness"] == "CRASH" for row in rows),
+            "jobs": [job["kernel_type"] for job in state["jobs"]], "stopped_because": state.get("stopped_because"),
+            "best_per_job": [entry.get("speedup_over_baseline") for entry in state.get("finished", [])],
+            "workdir": str(work)}
+
+
+def markdown(summary: dict) -> str:
+    lines = [f"# Experiments per hour, 1 GPU against {summary['gpus']} ({summary['device']}, {summary['date']})", "",
+             f"torch {summary['torch']}, Triton {summary['triton']}; `{' '.join(MODEL_ARGS)}`, built-in agent, "
+             f"budget {summary['budget_s']} s per run (profiling included; the pace is over the loop alone).", "",
+             "| run | loop wall (s) | experiments | experiments/hour | per GPU (exp/h, idle s) | kept | crashes | jobs |",
+             "| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |"]
+    for run in summary["runs"]:
+        gpus = "; ".join(f"{label}: {use['experiments_per_hour']}/h, idle {use['idle_s']}"
+                         for label, use in run["per_gpu"].items())
+        lines.append(f"| --gpus {run['gpus']} | {run['loop_wall_s']} | {run['experiments']} | "
+                     f"{run['experiments_per_hour']} | {gpus} | {run['kept']} | {run['crashes']} | "
+                     f"{', '.join(run['jobs'])} |")
+    lines += ["", f"**Speedup in experiments per hour: {summary['speedup']}x** (bar: 1.8x). "
+              f"Same jobs in both runs: {summary['same_jobs']}."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpus", type=int, default=2)
+    parser.add_argument("--budget", type=int, default=180, help="seconds per run, profiling included (default 180)")
+    parser.add_argument("--runs", help="which runs to make now, as GPU counts (default: 1 and --gpus)")
+    parser.add_argument("--out", default=None, help="output folder (default benchmarks/results/<date>_multi_gpu)")
+    args = parser.parse_args()
+    import torch
+    import triton
+
+    if not torch.cuda.is_available() or torch.cuda.device_count() < args.gpus:
+        print(f"needs {args.gpus} CUDA GPUs, this machine has {torch.cuda.device_count()}", file=sys.stderr)
+        return 2
+    device = torch.cuda.get_device_name(0)
+    date = datetime.date.today().isoformat()
+    out = Path(args.out or ROOT / "benchmarks" / "results" / f"{date}_{device.replace(' ', '-')}_multi_gpu")
+    out.mkdir(parents=True, exist_ok=True)
+    for gpus in [int(n) for n in args.runs.split(",")] if args.runs else (1, args.gpus):
+        print(f"--gpus {gpus}: {args.budget} s ...", flush=True)
+        run = one_run(gpus, args.budget, out)
+        (out / f"run_{gpus}gpu.json").write_text(json.dumps(run, indent=2) + "\n")
+        print(json.dumps(run, indent=1), flush=True)
+    saved = {path.name: json.loads(path.read_text()) for path in out.glob("run_*gpu.json")}
+    single, multi = saved.get("run_1gpu.json"), saved.get(f"run_{args.gpus}gpu.json")
+    if single is None or multi is None:
+        print(f"one of the two runs is not in {out} yet: no summary", flush=True)
+        return 0
+    speedup = (round(multi["experiments_per_hour"] / single["experiments_per_hour"], 2)
+               if single["experiments_per_hour"] and multi["experiments_per_hour"] else None)
+    summary = {"device": device, "date": date, "torch": torch.__version__, "triton": triton.__version__,
+               "gpus": args.gpus, "budget_s": args.budget, "runs": [single, multi], "speedup": speedup,
+               "same_jobs": single["jobs"] == multi["jobs"]}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "summary.md").write_text(markdown(summary))
+    print(markdown(summary))
+    return 0 if speedup is not None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""A stand-in for bench.py, for the pool and parallel-loop tests: the runner's protocol, none of the judging.
+
+It is started exactly as bench.py is (autokernel/runner.py: the sandbox, the allow-listed environment,
+the nonce) and answers from the candidate file itself: its TUNABLES give the latency
+(100 / A + 10 * B microseconds, so the built-in search has somewhere to go), `# fake-sleep: S` how long
+the judging takes, `# fake-verdict: V` a verdict other than PASS. The message says whether the
+judge's environment held anything that looks like an API key, and which GPU it was pinned to.
+Standard library only: it starts in milliseconds.
+"""
+
+import argparse
+import ast
+import json
+import os
+import re
+import sys
+import time
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kernel", required=True)
+    parser.add_argument("--json-out", required=True)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--dtype")
+    args, _ = parser.parse_known_args()
+    source = open(args.kernel).read()
+    tunables = next(ast.literal_eval(node.value) for node in ast.parse(source).body if isinstance(node, ast.Assign)
+                    and getattr(node.targets[0], "id", "") == "TUNABLES")
+    sleep = re.search(r"# fake-sleep: ([\d.]+)", source)
+    verdict = re.search(r"# fake-verdict: (\w+)", source)
+    print("STAGE smoke", flush=True)
+    time.sleep(float(sleep.group(1)) if sleep else 0.0)
+    latency = 100.0 / tunables["A"] + 10.0 * tunables["B"]
+    keys = sorted(name for name in os.environ if "API_KEY" in name or "TOKEN" in name)
+    correctness = verdict.group(1) if verdict else "PASS"
+    result = {"correctness": correctness, "kernel_type": "softmax", "latency_us": latency,
+              "throughput": 1e4 / latency, "timings_meaningful": False, "seed": args.seed, "dtype": args.dtype,
+              "message": f"keys seen: {keys or 'none'}; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}",
+              "nonce": os.environ.get("AUTOKERNEL_RESULT_NONCE")}
+    with open(args.json_out, "w") as handle:
+        json.dump(result, handle)
+    return 0 if correctness == "PASS" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
