@@ -23,6 +23,8 @@ runs a persistent GEMM on n whose tiles move by TMA and feed the tensor cores fr
 the inline norm takes every W tile through registers to scale it by g. At many rows the GEMM's
 speed decides (see TUNABLES); at a few the launch saved does. The separate pass needs what TMA
 needs (Hopper or the interpreter, unit last strides, 16-byte rows); elsewhere the norm stays inline.
+The row kernel and the TMA check are kernels/rmsnorm_mlp.py's, copied so that this file stands alone
+(an agent edits one kernel file and nothing else).
 """
 
 from typing import NamedTuple
