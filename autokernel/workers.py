@@ -14,6 +14,7 @@ the checks after a bench (autokernel/integrity.py) cannot tell whose change it w
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from typing import Iterator
 
@@ -22,6 +23,8 @@ from autokernel import runner
 from autokernel.contracts import RunSettings
 from autokernel.live import ProgressView
 from autokernel.run_state import OptimizationError
+
+log = logging.getLogger(__name__)
 
 UNCONFINED = ("--gpus {count} judges several candidates at once, which needs the sandbox's file-system confinement "
               "(Landlock), and it is off here ({why}); run with --gpus 1")
@@ -42,6 +45,12 @@ def check(settings: RunSettings) -> int:
             raise OptimizationError(f"--gpus {count}: this machine has {len(devices)} visible GPU(s)")
     if count != 1 and not runner.filesystem_confined():
         why = f"{runner.CONFINE_ENV}=0" if os.environ.get(runner.CONFINE_ENV) == "0" else "no Landlock in this kernel"
+        if settings.gpus is None and not settings.ray:
+            # Every visible GPU is only the default: without confinement the run keeps to one, as it
+            # always could, rather than refusing what the user did not ask for.
+            log.warning("using 1 of %d GPUs: judging several candidates at once needs the sandbox's file-system "
+                        "confinement (Landlock), which is off here (%s)", count, why)
+            return 1
         raise OptimizationError(UNCONFINED.format(count=count or "N", why=why))
     return count
 

@@ -30,6 +30,18 @@ def test_more_gpus_than_the_machine_has_and_no_confinement_are_refused(monkeypat
             pass
 
 
+def test_every_visible_gpu_is_only_the_default_without_confinement_the_run_keeps_to_one(monkeypatch, caplog):
+    monkeypatch.setattr(workers.pools, "visible_devices", lambda: [0, 1])
+    monkeypatch.setenv(runner.CONFINE_ENV, "0")
+    assert workers.check(RunSettings()) == 1
+    assert "using 1 of 2 GPUs" in caplog.text and "AUTOKERNEL_SANDBOX_FS=0" in caplog.text
+    with pytest.raises(OptimizationError, match="--gpus 2 judges several candidates at once"):
+        workers.check(RunSettings(gpus=2))          # asked for by name: refused, not quietly reduced
+    monkeypatch.delenv(runner.CONFINE_ENV)
+    if runner.filesystem_confined():
+        assert workers.check(RunSettings()) == 2
+
+
 def test_a_new_run_that_cannot_have_its_workers_is_refused_before_it_creates_anything(tmp_path, monkeypatch):
     from tests.pool_helpers import git, make_repo, run
 
