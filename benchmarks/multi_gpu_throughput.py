@@ -66,11 +66,19 @@ def one_run(gpus: int, budget_s: int, out: Path) -> dict:
                        "experiments_per_hour": round(use["experiments"] * 3600 / loop_s, 1) if loop_s else None}
                for label, use in sorted(throughput["gpus"].items())}
     experiments = sum(use["experiments"] for use in per_gpu.values())
+    # The candidates' own pace: the job baselines run one at a time whatever the GPU count (a job's
+    # candidates need its baseline's verdict), so the loop's wall less the baselines' is the time the
+    # GPUs could share, and candidates over it is what a second GPU can multiply.
+    baselines = [row for row in rows if row["status"] == "baseline"]
+    candidates = len(rows) - len(baselines)
+    candidate_s = loop_s - sum(float(row["wall_seconds"] or 0) for row in baselines)
     shutil.rmtree(caches, ignore_errors=True)
     return {"gpus": gpus, "exit_code": completed.returncode, "command_wall_s": round(wall, 1),
             "loop_wall_s": round(loop_s, 1), "experiments": experiments,
             "experiments_per_hour": round(experiments * 3600 / loop_s, 1) if loop_s else None,
             "per_gpu": per_gpu, "gpu_idle_s": round(sum(u["idle_s"] for u in per_gpu.values()), 1),
+            "baselines": len(baselines), "candidates": candidates, "candidate_wall_s": round(candidate_s, 1),
+            "candidates_per_hour": round(candidates * 3600 / candidate_s, 1) if candidate_s > 0 else None,
             "rows": len(rows), "kept": sum(row["status"] == "keep" for row in rows),
             "crashes": sum(row["correctness"] == "CRASH" for row in rows),
             "jobs": [job["kernel_type"] for job in state["jobs"]], "stopped_because": state.get("stopped_because"),
@@ -82,13 +90,15 @@ def markdown(summary: dict) -> str:
     lines = [f"# Experiments per hour, 1 GPU against {summary['gpus']} ({summary['device']}, {summary['date']})", "",
              f"torch {summary['torch']}, Triton {summary['triton']}; `{' '.join(MODEL_ARGS)}`, built-in agent, "
              f"budget {summary['budget_s']} s per run (profiling included; the pace is over the loop alone).", "",
-             "| run | loop wall (s) | experiments | experiments/hour | per GPU (exp/h, idle s) | kept | crashes | jobs |",
-             "| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |"]
+             "| run | loop wall (s) | experiments | experiments/hour | candidates/hour outside the baselines "
+             "| per GPU (exp/h, idle s) | kept | crashes | jobs |",
+             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |"]
     for run in summary["runs"]:
         gpus = "; ".join(f"{label}: {use['experiments_per_hour']}/h, idle {use['idle_s']}"
                          for label, use in run["per_gpu"].items())
         lines.append(f"| --gpus {run['gpus']} | {run['loop_wall_s']} | {run['experiments']} | "
-                     f"{run['experiments_per_hour']} | {gpus} | {run['kept']} | {run['crashes']} | "
+                     f"{run['experiments_per_hour']} | {run.get('candidates_per_hour')} ({run.get('candidates')} in "
+                     f"{run.get('candidate_wall_s')} s) | {gpus} | {run['kept']} | {run['crashes']} | "
                      f"{', '.join(run['jobs'])} |")
     lines += ["", f"**Speedup in experiments per hour: {summary['speedup']}x** (bar: 1.8x). "
               f"Same jobs in both runs: {summary['same_jobs']}."]
