@@ -106,6 +106,8 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
 
     def run_ours(variant: str, paired: bool = False) -> VariantResult:
         log(f"timing {VARIANTS[variant][0]}")
+        if VARIANTS[variant][2] is not None:
+            resolve_routes(router, model, inputs)
         return variants.run_routed(variant, model, inputs, expected, on_gpu, backend, router.kernels, log,
                                    paired_with=router.bypassed if paired else None)
 
@@ -141,6 +143,16 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
             "routing": routing, "route_table": _table_rows(records),
             "selection": [trial.to_json() for trial in trials], "records": records,
             "headroom": found.to_json() if found else None, **extra}
+
+
+def resolve_routes(router, model, inputs: tuple) -> None:
+    """Make the router's decisions for these inputs on eager calls. A compiled graph only reads the
+    decisions (they are constants in it), so after the selection dropped them (forget_decisions) a
+    compiled variant traced first routed nothing, and timed PyTorch's own path as ours. With norm
+    folding the first call only watches, so it takes two."""
+    with torch.no_grad():
+        for _ in range(2 if router.folding is not None else 1):
+            model(*inputs)
 
 
 def _headroom(model, inputs: tuple, results: dict[str, VariantResult], on_gpu: bool, compile_backend: str | None,

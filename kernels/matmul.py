@@ -18,11 +18,17 @@ How a shape is planned (`plan`):
   against the operands' and each slice keeps at least `split_k_min_k` of K.
 - Float32 follows PyTorch's own float32 matmul setting: TF32 tensor cores when
   torch.get_float32_matmul_precision() is "high" or "medium" (the error PyTorch's result carries
-  too), otherwise `fp32_highest`: "ieee" (CUDA-core FMAs, exact float32 products) or "tf32x3"
-  (each operand split into a TF32 high part and a TF32 remainder, three tensor-core products:
-  about 21 bits per operand, below float32 accumulation's own error for K >= 64). On an H100 at
-  4096^3, ieee reached 42.7 TFLOP/s and tf32x3 35.4, against cuBLAS's 51.6
-  (benchmarks/notes/model_shapes.md), so ieee is the default.
+  too), otherwise `fp32_highest`: "tf32x3" (each operand split into a TF32 high part and a TF32
+  remainder, three tensor-core products: about 21 bits per operand, below float32 accumulation's
+  own error for K >= 64; measured on an H100 at 0.17-0.23x the error of cuBLAS's IEEE SGEMM against
+  a float64 product) or "ieee" (CUDA-core FMAs, exact float32 products).
+- Float32 on the tensor cores (the "tc32" bucket) needs B K-major: Hopper's wgmma reads 32-bit
+  operands from shared memory only along K, and with B (K, N) row-major Triton fell back to the
+  Ampere path (TF32 at 87 TFLOP/s, tf32x3 at 0.69x cuBLAS's SGEMM). So B is first transposed to
+  (N, K) rows by a copy kernel (skipped when B already is the transpose of such rows, as an
+  nn.Linear weight is), and both operands stream in by TMA. H100, 2048 x 8192 x 4096: tf32x3 at
+  1.56x cuBLAS's SGEMM, transpose included (benchmarks/notes/fp32_probe.py). Where TMA is missing
+  (before Hopper), "tf32x3" falls back to "ieee", which was the faster of the two there.
 - Operands whose row step is not a multiple of 16 elements (K = 2949) are copied to padded rows
   first when each of their elements feeds enough output: Triton then knows every row is aligned
   and its loads move 16 bytes at a time.
@@ -34,21 +40,24 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 KERNEL_TYPE = "matmul"
 
 # Tunable parameters: the built-in search agent edits this dict and nothing else.
 # One line per shape bucket (tile rows, columns, K step, warps, pipeline stages; BLOCK_K is in
 # 16-bit elements and halves for float32 on the tensor cores, keeping the bytes per stage),
-# then the float32 CUDA-core config, then split-K and the float32 precision.
+# then the float32 CUDA-core config and the float32 tensor-core one (BLOCK_K in float32 elements),
+# then split-K and the float32 precision.
 TUNABLES = {
     "large_BLOCK_M": 128, "large_BLOCK_N": 256, "large_BLOCK_K": 64, "large_warps": 8, "large_stages": 3,
     "mid_BLOCK_M": 128, "mid_BLOCK_N": 128, "mid_BLOCK_K": 64, "mid_warps": 8, "mid_stages": 4,
     "small_BLOCK_M": 64, "small_BLOCK_N": 128, "small_BLOCK_K": 64, "small_warps": 4, "small_stages": 4,
     "ieee_BLOCK_M": 128, "ieee_BLOCK_N": 128, "ieee_BLOCK_K": 32, "ieee_warps": 8, "ieee_stages": 3,
+    "tc32_BLOCK_M": 128, "tc32_BLOCK_N": 128, "tc32_BLOCK_K": 64, "tc32_warps": 8, "tc32_stages": 3,
     "GROUP_M": 8,
     "split_k_min_k": 1024, "split_k_max": 64, "split_k_max_extra_traffic": 0.25,
-    "fp32_highest": "ieee", "pad_unaligned": True,
+    "fp32_highest": "tf32x3", "pad_unaligned": True,
 }
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {
@@ -60,6 +69,8 @@ TUNABLE_CHOICES = {
     "small_warps": [2, 4, 8], "small_stages": [2, 3, 4, 5],
     "ieee_BLOCK_M": [32, 64, 128], "ieee_BLOCK_N": [32, 64, 128], "ieee_BLOCK_K": [16, 32, 64],
     "ieee_warps": [4, 8], "ieee_stages": [2, 3, 4],
+    "tc32_BLOCK_M": [64, 128], "tc32_BLOCK_N": [64, 128, 256], "tc32_BLOCK_K": [32, 64],
+    "tc32_warps": [4, 8], "tc32_stages": [2, 3, 4],
     "GROUP_M": [1, 4, 8, 16],
     "split_k_min_k": [256, 512, 1024, 2048, 4096, 8192], "split_k_max": [1, 8, 16, 32, 64, 128],
     "split_k_max_extra_traffic": [0.05, 0.1, 0.25, 0.5, 1.0],
@@ -167,6 +178,40 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, N_LOAD, K, k_per_split,
 
 
 @triton.jit
+def _matmul_tma_kernel(a_desc, bt_desc, c_ptr, M, N, K, k_per_split, stride_cs, stride_cm, stride_cn,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
+    """The float32 tensor-core tile: A (M, K) and B^T (N, K) tiles come in by TMA, K-major both,
+    so wgmma takes them from shared memory; TMA zero-fills what lies past M, N or K."""
+    tile_m, tile_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    split = tl.program_id(1)
+    k_start = split * k_per_split
+    k_end = tl.minimum(K, k_start + k_per_split)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_start, k_end, BLOCK_K):
+        a = a_desc.load([tile_m * BLOCK_M, k])
+        b = bt_desc.load([tile_n * BLOCK_N, k])
+        acc = tl.dot(a, b.T, acc, input_precision=PRECISION)
+    out_rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    out_cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = (c_ptr + split.to(tl.int64) * stride_cs + out_rows.to(tl.int64)[:, None] * stride_cm
+              + out_cols.to(tl.int64)[None, :] * stride_cn)
+    tl.store(c_ptrs, acc, mask=(out_rows[:, None] < M) & (out_cols[None, :] < N))
+
+
+@triton.jit
+def _transpose_kernel(src_ptr, dst_ptr, R, C, stride_r, stride_c, dst_stride, BLOCK: tl.constexpr):
+    """dst[c, r] = src[r, c] for a BLOCK x BLOCK tile: reads along src's rows, writes along dst's."""
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    inside = (rows[:, None] < R) & (cols[None, :] < C)
+    tile = tl.load(src_ptr + rows.to(tl.int64)[:, None] * stride_r + cols.to(tl.int64)[None, :] * stride_c,
+                   mask=inside)
+    tl.store(dst_ptr + cols.to(tl.int64)[:, None] * dst_stride + rows.to(tl.int64)[None, :], tl.trans(tile),
+             mask=tl.trans(inside))
+
+
+@triton.jit
 def _sum_splits_kernel(partials_ptr, c_ptr, elements, splits, BLOCK: tl.constexpr):
     """C = the sum of the (splits, M, N) float32 partials, slice 0 first: a fixed order, so the
     same inputs always give the same bits."""
@@ -195,10 +240,25 @@ def pytorch_uses_tf32() -> bool:
         return (torch.backends.fp32_precision if setting == "none" else setting) == "tf32"
 
 
-def _dot_precision(dtype: torch.dtype) -> str:
+def _dot_precision(dtype: torch.dtype, device: torch.device) -> str:
     if dtype != torch.float32:
         return "ieee"       # ignored for 16-bit tiles
-    return "tf32" if pytorch_uses_tf32() else TUNABLES["fp32_highest"]
+    if pytorch_uses_tf32():
+        return "tf32"
+    if TUNABLES["fp32_highest"] == "tf32x3" and not _has_tma(device):
+        return "ieee"       # without wgmma's K-major path tf32x3 was the slower (0.69x against 0.83x)
+    return TUNABLES["fp32_highest"]
+
+
+def _has_tma(device: torch.device) -> bool:
+    """Whether the float32 tensor-core path can run: TMA and wgmma (Hopper or later); the
+    interpreter plans as an H100 does, so CPU tests run the same path."""
+    return device.type != "cuda" or _device_capability(device.index)[0] >= 9
+
+
+@functools.lru_cache(maxsize=None)
+def _device_capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
 
 
 @functools.lru_cache(maxsize=None)
@@ -255,7 +315,7 @@ def _bucket_plan(bucket: str, M: int, N: int, K: int, dtype: torch.dtype, precis
                  device: torch.device) -> GemmPlan:
     t = TUNABLES
     block_k = t[f"{bucket}_BLOCK_K"]
-    if dtype == torch.float32 and bucket != "ieee":
+    if dtype == torch.float32 and bucket not in ("ieee", "tc32"):
         block_k //= 2       # the same bytes per stage as 16-bit tiles
     block_m, block_n = _fit(t[f"{bucket}_BLOCK_M"], M), _fit(t[f"{bucket}_BLOCK_N"], N)
     if precision == "tf32x3" and block_m * block_n > TF32X3_MAX_TILE:
@@ -285,7 +345,7 @@ def plan(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device) -> Ge
     Plans are remembered per shape, precision and device while TUNABLES stay as they were when
     the plan was made (comparing the dict is cheaper than planning or hashing it every call).
     """
-    precision = _dot_precision(dtype)
+    precision = _dot_precision(dtype, device)
     key = (M, N, K, dtype, precision, device)
     known = _PLANS.get(key)
     if known is not None and known[0] == TUNABLES:
@@ -303,6 +363,8 @@ _PLANS: dict = {}
 def _make_plan(M: int, N: int, K: int, dtype: torch.dtype, precision: str, device: torch.device) -> GemmPlan:
     if precision == "ieee" and dtype == torch.float32:
         return _bucket_plan("ieee", M, N, K, dtype, precision, device)
+    if dtype == torch.float32 and K > 0 and _has_tma(device):
+        return _bucket_plan("tc32", M, N, K, dtype, precision, device)
     plans = [_bucket_plan(bucket, M, N, K, dtype, precision, device) for bucket in TENSOR_CORE_BUCKETS]
     sms = _sm_count(device)
     return max(plans, key=lambda p: _expected_rate(p, M, N, sms))   # the first (largest) on ties
@@ -358,6 +420,41 @@ def _aligned_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, t
     return a, b, n_load
 
 
+# TMA reads rows that start on 16-byte boundaries: 4 float32 elements.
+TMA_ROW_MULTIPLE = 4
+TRANSPOSE_BLOCK = 64
+
+
+def _tma_rows(t: torch.Tensor) -> torch.Tensor:
+    """t itself when TMA can read its rows (contiguous, 16-byte aligned starts), else a padded copy."""
+    if t.stride(1) == 1 and t.stride(0) % TMA_ROW_MULTIPLE == 0 and t.data_ptr() % 16 == 0:
+        return t
+    return _padded(t)
+
+
+def _k_major(b: torch.Tensor) -> torch.Tensor:
+    """B^T as (N, K) rows TMA can read: b's own memory when b is the transpose of such rows (an
+    nn.Linear weight is), else a transposed copy made by _transpose_kernel."""
+    bt = b.t()
+    if bt.stride(1) == 1 and bt.stride(0) % TMA_ROW_MULTIPLE == 0 and bt.data_ptr() % 16 == 0:
+        return bt
+    K, N = b.shape
+    out = torch.empty((N, _cdiv(K, STRIDE_MULTIPLE) * STRIDE_MULTIPLE), dtype=b.dtype, device=b.device)[:, :K]
+    grid = (_cdiv(K, TRANSPOSE_BLOCK), _cdiv(N, TRANSPOSE_BLOCK))
+    _transpose_kernel[grid](b, out, K, N, b.stride(0), b.stride(1), out.stride(0), BLOCK=TRANSPOSE_BLOCK, num_warps=4)
+    return out
+
+
+def _run_tma(a: torch.Tensor, b: torch.Tensor, p: GemmPlan, out: torch.Tensor, out_strides) -> None:
+    (M, K), N = a.shape, b.shape[1]
+    a_desc = TensorDescriptor.from_tensor(_tma_rows(a), [p.block_m, p.block_k])
+    bt_desc = TensorDescriptor.from_tensor(_k_major(b), [p.block_n, p.block_k])
+    grid = (_cdiv(M, p.block_m) * _cdiv(N, p.block_n), p.split_k)
+    _matmul_tma_kernel[grid](a_desc, bt_desc, out, M, N, K, _k_per_split(K, p.block_k, p.split_k), *out_strides,
+                             BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, GROUP_M=TUNABLES["GROUP_M"],
+                             PRECISION=p.precision, num_warps=p.warps, num_stages=p.stages)
+
+
 def run(a: torch.Tensor, b: torch.Tensor, p: GemmPlan) -> torch.Tensor:
     """C = a @ b with the given plan (kernel_fn's work; benchmarks call it with other plans).
 
@@ -368,20 +465,29 @@ def run(a: torch.Tensor, b: torch.Tensor, p: GemmPlan) -> torch.Tensor:
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     if M == 0 or N == 0:
         return c
-    a, b, n_load = _aligned_operands(a, b)
     if p.split_k == 1:
         out, out_strides = c, (0, *c.stride())
     else:
         out = torch.empty((p.split_k, M, N), dtype=torch.float32, device=a.device)
         out_strides = out.stride()
+    if p.bucket == "tc32":
+        _run_tma(a, b, p, out, out_strides)
+    else:
+        _launch_rows(a, b, p, out, out_strides)
+    if p.split_k > 1:
+        _sum_splits_kernel[(_cdiv(M * N, SUM_BLOCK),)](out, c, M * N, p.split_k, BLOCK=SUM_BLOCK, num_warps=4)
+    return c
+
+
+def _launch_rows(a: torch.Tensor, b: torch.Tensor, p: GemmPlan, out: torch.Tensor, out_strides) -> None:
+    """The pointer-loaded tile: 16-bit types, IEEE float32, and float32 where TMA is missing."""
+    (M, K), N = a.shape, b.shape[1]
+    a, b, n_load = _aligned_operands(a, b)
     grid = (_cdiv(M, p.block_m) * _cdiv(N, p.block_n), p.split_k)
     _matmul_kernel[grid](a, b, out, M, N, n_load, K, _k_per_split(K, p.block_k, p.split_k), *a.stride(), *b.stride(),
                          *out_strides, BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k,
                          GROUP_M=TUNABLES["GROUP_M"], EVEN_K=K % p.block_k == 0, PRECISION=p.precision,
                          UPCAST=not a.is_cuda, num_warps=p.warps, num_stages=p.stages)
-    if p.split_k > 1:
-        _sum_splits_kernel[(_cdiv(M * N, SUM_BLOCK),)](out, c, M * N, p.split_k, BLOCK=SUM_BLOCK, num_warps=4)
-    return c
 
 
 def kernel_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -111,3 +111,32 @@ def test_kernels_that_make_the_model_faster_are_routed_and_handed_over(tmp_path,
     assert report["verdict"]["faster"] and report["verdict"]["use"] == "ours"
     assert report["verdict"]["use_code"] == "autokernel.plug_in(model)"
     assert sum(kernel["hits"] for kernel in report["routing"]["kernels"]) == 12
+
+
+def test_a_compiled_variant_routes_after_the_selection_dropped_the_decisions(tmp_path):
+    # The selection drops the router's decisions between trials; a compiled graph only reads them.
+    # Compiled first, the graph held none of our ops and "ours + torch.compile" timed PyTorch's path.
+    model, inputs = tiny_llama()
+    folder = write_optimized(tmp_path / "opt", LLAMA_SHAPES, sources=reference_sources(*LLAMA_SHAPES))
+    router = plugin.router_of(plugin.plug_in(model, folder, policy="all"))
+    ops_in_graphs = []
+
+    def recording_backend(gm, example_inputs):
+        ops_in_graphs.append(sum("autokernel" in str(node.target) for node in gm.graph.nodes))
+        return gm.forward
+
+    def compiled_ops() -> int:
+        torch._dynamo.reset()
+        ops_in_graphs.clear()
+        with torch.no_grad():
+            torch.compile(model, backend=recording_backend)(*inputs)
+        torch._dynamo.reset()
+        return sum(ops_in_graphs)
+
+    with torch.no_grad():
+        model(*inputs)
+    router.forget_decisions()
+    assert compiled_ops() == 0
+    router.forget_decisions()
+    endtoend.resolve_routes(router, model, inputs)
+    assert compiled_ops() >= len(LLAMA_SHAPES)

@@ -130,6 +130,43 @@ def test_a_cuda_core_tile_clamped_to_a_narrow_output_takes_fewer_warps(monkeypat
     _assert_matches_reference(a, b)
 
 
+# --------------------------------------------------------------------------- float32 on the tensor cores
+def test_float32_at_highest_takes_the_k_major_tma_path_where_tma_exists(monkeypatch):
+    p = matmul.plan(4096, 4096, 4096, torch.float32, CPU)     # the interpreter plans as an H100
+    assert (p.bucket, p.precision, p.block_k) == ("tc32", "tf32x3", matmul.TUNABLES["tc32_BLOCK_K"])
+    # Before Hopper there is no K-major wgmma path, and tf32x3 was slower than IEEE FMAs there.
+    monkeypatch.setattr(matmul, "_has_tma", lambda device: False)
+    matmul._PLANS.clear()
+    assert matmul.plan(4096, 4096, 4096, torch.float32, CPU).bucket == "ieee"
+    monkeypatch.undo()
+    matmul._PLANS.clear()
+
+
+def test_b_is_read_in_place_when_it_already_is_k_major_and_transposed_otherwise():
+    weight = _randn(48, 64)                      # an nn.Linear weight (N, K): x @ weight.T
+    assert matmul._k_major(weight.T).data_ptr() == weight.data_ptr()
+    b = _randn(37, 45)                           # (K, N) row-major: a transposed copy, rows padded
+    bt = matmul._k_major(b)
+    assert bt.shape == (45, 37) and bt.stride(1) == 1 and bt.stride(0) % matmul.TMA_ROW_MULTIPLE == 0
+    assert torch.equal(bt, b.T)
+
+
+@pytest.mark.parametrize("shape", [(37, 45, 70), (130, 67, 37), (5, 300, 129), (64, 1, 33)])
+def test_k_major_path_matches_a_float64_product_at_ragged_and_unaligned_shapes(shape):
+    M, N, K = shape          # K = 37, 33: rows that TMA cannot read in place, so A is padded
+    a, b = _randn(M, K), _randn(K, N, seed=1)
+    assert matmul.plan(M, N, K, torch.float32, CPU).bucket == "tc32"
+    _assert_matches_reference(a, b)
+    _assert_matches_reference(_randn(K, M).T, _randn(N, K, seed=2).T)     # column-major A, K-major B
+
+
+def test_k_major_path_with_split_k(monkeypatch):
+    _forced_split(monkeypatch, 256)
+    p = matmul.plan(16, 24, 1000, torch.float32, CPU)
+    assert p.bucket == "tc32" and p.split_k > 1
+    _assert_matches_reference(_randn(16, 1000), _randn(1000, 24, seed=1))
+
+
 # --------------------------------------------------------------------------- split-K
 def _forced_split(monkeypatch, min_k):
     monkeypatch.setitem(matmul.TUNABLES, "split_k_min_k", min_k)
@@ -220,10 +257,10 @@ def _combinations():
 def test_tunable_choices_stay_correct_in_every_bucket(monkeypatch, combination):
     for key, value in combination.items():
         monkeypatch.setitem(matmul.TUNABLES, key, value)
-    for dtype, buckets in ((torch.bfloat16, matmul.TENSOR_CORE_BUCKETS), (torch.float32, ("ieee",))):
+    for dtype, buckets in ((torch.bfloat16, matmul.TENSOR_CORE_BUCKETS), (torch.float32, ("ieee", "tc32"))):
         a, b = _randn(67, 90, dtype=dtype), _randn(90, 41, dtype=dtype, seed=1)
         for bucket in buckets:
-            p = matmul._bucket_plan(bucket, 67, 41, 90, dtype, "ieee", CPU)
+            p = matmul._bucket_plan(bucket, 67, 41, 90, dtype, "tf32x3" if bucket == "tc32" else "ieee", CPU)
             _assert_matches_reference(a, b, matmul.run(a, b, p))
     _assert_matches_reference(a, b)
 
