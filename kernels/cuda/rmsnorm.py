@@ -8,10 +8,13 @@ read from memory once and kept as floats for the write (the first version read i
 second read, from the cache, held float32 to 0.70 of copy bandwidth). Otherwise the row is read
 twice, 16 bytes at a time where aligned, else one element at a time.
 
-Over dim 1 of x (B, C, ...), x is viewed as (B, C, I): one thread per position (b, i) walks its C
-channels, which lie I elements apart, so adjacent threads read adjacent memory. With CHANNEL_REGS
-set, up to that many channels stay in registers between the sum of squares and the write (x is read
-once; off by default, see TUNABLES).
+Over dim 1 of x (B, C, ...), x is viewed as (B, C, I). Where I is a multiple of 16 bytes' worth of
+elements, a thread owns a 16-byte vector of adjacent positions and CHANNEL_REGS of their channels,
+the threads of a warp that share a vector split its C channels among them and add their sums of
+squares with shuffles, and every pack stays in registers until the write: x is read once, 16 bytes
+at a time (the first version, one thread per position walking all C channels one element at a
+time, reached 0.45-0.62 of copy bandwidth on an H100). Otherwise, or past 32 * CHANNEL_REGS
+channels, one thread per position walks its channels and reads x twice.
 """
 
 import torch
@@ -26,16 +29,14 @@ BACKEND = "cuda"
 # BLOCK_THREADS: threads per row for rows longer than WARP_ROW_MAX_N.
 # ROWS_PER_BLOCK: rows (one warp each) per block for short rows.
 # CHANNEL_THREADS: threads per block over dim 1.
-# MAX_PACKS: 16-byte pieces of a row a thread holds in registers; CHANNEL_REGS: the most channels
-# (dim 1) a thread holds in registers. Past them, x is read twice. CHANNEL_REGS is 0 (off): on an
-# H100 at 16 x 64 x 65536 fp16 the register-held channels ran at 0.45 of copy bandwidth, the
-# read-twice kernel at 0.62 (benchmarks/results/2026-11-23_NVIDIA-H100_cuda_gemm/).
+# MAX_PACKS: 16-byte pieces of a row a thread holds in registers; CHANNEL_REGS: the channels (dim 1)
+# of its position vector a thread holds in registers (0: always the read-twice kernel).
 TUNABLES = {"BLOCK_THREADS": 256, "WARP_ROW_MAX_N": 1024, "ROWS_PER_BLOCK": 8, "CHANNEL_THREADS": 256,
-            "MAX_PACKS": 8, "CHANNEL_REGS": 0}
+            "MAX_PACKS": 8, "CHANNEL_REGS": 8}
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {"BLOCK_THREADS": [128, 256, 512, 1024], "WARP_ROW_MAX_N": [0, 256, 512, 1024, 2048],
                    "ROWS_PER_BLOCK": [1, 2, 4, 8, 16], "CHANNEL_THREADS": [64, 128, 256, 512],
-                   "MAX_PACKS": [2, 4, 8, 16], "CHANNEL_REGS": [0, 16, 32, 64]}
+                   "MAX_PACKS": [2, 4, 8, 16], "CHANNEL_REGS": [0, 4, 8, 16]}
 
 CUDA_SOURCE = r"""
 #include <torch/types.h>
@@ -153,27 +154,71 @@ __global__ void __launch_bounds__(GROUP == WARP ? WARP * ROWS_PER_BLOCK : GROUP)
   }
 }
 
-// x and y contiguous (outer, C, I): one thread per position normalizes its C <= CHANNELS channels, held in
-// registers between the sum of squares and the write.
-template <typename T, int CHANNELS>
-__global__ void rmsnorm_channels_regs_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                                             int64_t n_positions, int64_t n_channels, int64_t n_inner, float eps) {
-  const int64_t pos = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (pos >= n_positions) return;
+// x and y contiguous (outer, C, I) with I a multiple of V = 16 / sizeof(T): a thread owns V adjacent positions
+// (one 16-byte pack per channel) and CPT of their channels, G = 32 / PV threads of a warp split the C channels, so
+// every channel's pack stays in registers between the sum of squares and the write (x is read once). The G
+// threads of a position vector are lanes PV apart and add their sums of squares with shuffles; the PV position
+// vectors of a warp are adjacent in memory, so each load instruction reads PV * 16 contiguous bytes per channel.
+template <typename T, int CPT, int PV>
+__global__ void __launch_bounds__(CHANNEL_THREADS) rmsnorm_channels_vec_kernel(
+    const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int64_t n_vectors, int64_t n_channels,
+    int64_t n_inner, float eps) {
+  constexpr int V = 16 / sizeof(T), G = WARP / PV;
+  const int lane = threadIdx.x % WARP, g = lane / PV;
+  const int64_t vec = ((int64_t)blockIdx.x * (CHANNEL_THREADS / WARP) + threadIdx.x / WARP) * PV + lane % PV;
+  const bool live = vec < n_vectors;      // dead lanes still shuffle, so the whole warp stays in step
+  const int64_t pos = live ? vec * V : 0;
   const int64_t base = (pos / n_inner) * n_channels * n_inner + pos % n_inner;
-  float v[CHANNELS];
-  float sum_sq = 0.f;
+  Pack<T> packs[CPT];
+  float sum_sq[V];
 #pragma unroll
-  for (int c = 0; c < CHANNELS; ++c) {
-    if (c < n_channels) {
-      v[c] = static_cast<float>(x[base + c * n_inner]);
-      sum_sq += v[c] * v[c];
+  for (int j = 0; j < V; ++j) sum_sq[j] = 0.f;
+#pragma unroll
+  for (int k = 0; k < CPT; ++k) {
+    const int64_t c = (int64_t)g * CPT + k;
+    if (live && c < n_channels) {
+      packs[k] = *reinterpret_cast<const Pack<T>*>(x + base + c * n_inner);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float f = static_cast<float>(packs[k].v[j]);
+        sum_sq[j] += f * f;
+      }
     }
   }
-  const float inv_rms = rsqrtf(sum_sq / (float)n_channels + eps);
 #pragma unroll
-  for (int c = 0; c < CHANNELS; ++c)
-    if (c < n_channels) y[base + c * n_inner] = static_cast<T>(v[c] * inv_rms * static_cast<float>(w[c]));
+  for (int j = 0; j < V; ++j) {
+    for (int offset = PV; offset < WARP; offset *= 2) sum_sq[j] += __shfl_xor_sync(0xffffffffu, sum_sq[j], offset);
+    sum_sq[j] = rsqrtf(sum_sq[j] / (float)n_channels + eps);
+  }
+  if (!live) return;
+#pragma unroll
+  for (int k = 0; k < CPT; ++k) {
+    const int64_t c = (int64_t)g * CPT + k;
+    if (c < n_channels) {
+      const float wc = static_cast<float>(w[c]);
+      Pack<T> out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) out.v[j] = static_cast<T>(static_cast<float>(packs[k].v[j]) * sum_sq[j] * wc);
+      *reinterpret_cast<Pack<T>*>(y + base + c * n_inner) = out;
+    }
+  }
+  (void)G;
+}
+
+// The vectorized channel kernel with the most position vectors per warp whose G = 32 / PV threads hold all C channels.
+template <typename T, int PV>
+void launch_channels_vec(cudaStream_t stream, const T* x, const T* w, T* y, int64_t n_vectors, int64_t n_channels,
+                         int64_t n_inner, float eps) {
+  constexpr int CPT = CHANNEL_REGS > 0 ? CHANNEL_REGS : 1;
+  if constexpr (PV > 1) {
+    if ((int64_t)(WARP / PV) * CPT < n_channels)
+      return launch_channels_vec<T, PV / 2>(stream, x, w, y, n_vectors, n_channels, n_inner, eps);
+  }
+  const int64_t per_block = (int64_t)(CHANNEL_THREADS / WARP) * PV;
+  const int64_t blocks = (n_vectors + per_block - 1) / per_block;
+  TORCH_CHECK(blocks < (1LL << 31), "rmsnorm_channels: too many positions");
+  rmsnorm_channels_vec_kernel<T, CPT, PV><<<(unsigned)blocks, CHANNEL_THREADS, 0, stream>>>(
+      x, w, y, n_vectors, n_channels, n_inner, eps);
 }
 
 // The same for any C: x is read twice.
@@ -266,9 +311,10 @@ torch::Tensor rmsnorm_channels(torch::Tensor x, torch::Tensor weight, double eps
     const auto* xp = x.data_ptr<scalar_t>();
     const auto* wp = weight.data_ptr<scalar_t>();
     auto* yp = y.data_ptr<scalar_t>();
-    if (CHANNEL_REGS > 0 && x.size(1) <= CHANNEL_REGS)
-      rmsnorm_channels_regs_kernel<scalar_t, (CHANNEL_REGS > 0 ? CHANNEL_REGS : 1)>
-          <<<(unsigned)blocks, CHANNEL_THREADS, 0, stream>>>(xp, wp, yp, n_positions, x.size(1), x.size(2), (float)eps);
+    constexpr int V = 16 / sizeof(scalar_t);
+    const bool vectorized = x.size(2) % V == 0 && aligned16(xp) && aligned16(yp);
+    if (CHANNEL_REGS > 0 && vectorized && x.size(1) <= (int64_t)WARP * CHANNEL_REGS)
+      launch_channels_vec<scalar_t, WARP>(stream, xp, wp, yp, n_positions / V, x.size(1), x.size(2), (float)eps);
     else
       rmsnorm_channels_kernel<scalar_t><<<(unsigned)blocks, CHANNEL_THREADS, 0, stream>>>(
           xp, wp, yp, n_positions, x.size(1), x.size(2), (float)eps);
