@@ -31,6 +31,11 @@ CACHE_ENV = "AUTOKERNEL_CUDA_CACHE"
 SOURCE_LABEL = "CUDA_SOURCE"
 BUILT_MARKER = "autokernel-built"
 DEFAULT_CUDA_FLAGS = ("-O3", "-lineinfo")   # no fast math: the judge compares with float32 references
+# Hopper's wgmma, TMA (cp.async.bulk.tensor) and setmaxnreg exist only in sm_90a, the arch-specific
+# target, not in the plain sm_90 that torch builds for an H100. A kernel that uses them passes these
+# flags (sm90a_flags) and keeps that code under AUTOKERNEL_SM90A, defined for nvcc's host and device
+# passes alike. Given a -gencode, torch adds no arch flags of its own, so sm_90a is the only target.
+SM90A_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a", "-DAUTOKERNEL_SM90A=1")
 # Tunable names become preprocessor macros: they must be identifiers, their values plain numbers or booleans.
 _MACRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # nvcc: "path(12): error: ..." (also "error #20: ..."); gcc/clang style: "path:12:5: error: ...".
@@ -75,6 +80,18 @@ def device_capability() -> str:
         return "no-gpu"
     major, minor = torch.cuda.get_device_capability()
     return f"sm_{major}{minor}"
+
+
+def sm90a_flags() -> list[str]:
+    """SM90A_FLAGS on an sm_90 GPU (H100, H200) with a torch built for CUDA 12 or later (whose nvcc
+    knows sm_90a), else none: there the source builds for the GPU's own target, without that code."""
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        return []
+    if int((torch.version.cuda or "0").split(".")[0]) < 12:
+        return []
+    return list(SM90A_FLAGS)
 
 
 def build_key(source: str, functions: list[str], flags: list[str], torch_version: str, capability: str) -> str:

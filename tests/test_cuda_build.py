@@ -140,6 +140,33 @@ def test_the_judge_reports_a_compile_error_as_a_crash_with_that_line(fake_compil
                               '"undefined_name" is undefined (at kernel.py:3: _ext = load_cuda(')
 
 
+@pytest.mark.parametrize(("capability", "cuda", "flagged"), [((9, 0), "13.0", True), ((9, 0), "12.4", True),
+                                                            ((8, 0), "13.0", False), ((10, 0), "13.0", False),
+                                                            ((9, 0), "11.8", False)])
+def test_sm90a_is_asked_for_on_an_sm90_gpu_only(monkeypatch, capability, cuda, flagged):
+    import torch
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.get_device_capability", lambda *device: capability)
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    assert cuda_build.sm90a_flags() == (list(cuda_build.SM90A_FLAGS) if flagged else [])
+    # The -gencode replaces torch's own arch flags (its cpp_extension adds none once one is given).
+    from torch.utils import cpp_extension
+    assert cpp_extension._get_cuda_arch_flags(list(cuda_build.SM90A_FLAGS)) == []
+
+
+def test_without_a_gpu_no_sm90a_flags(monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert cuda_build.sm90a_flags() == []
+
+
+def test_the_sm90a_flags_make_another_build(fake_compiler):
+    cuda_build.load_cuda(SOURCE, ["scale"], {"SCALE": 2})
+    cuda_build.load_cuda(SOURCE, ["scale"], {"SCALE": 2}, extra_cuda_cflags=list(cuda_build.SM90A_FLAGS))
+    assert len(fake_compiler.calls) == 2
+    assert fake_compiler.calls[1]["extra_cuda_cflags"][-2:] == list(cuda_build.SM90A_FLAGS)
+
+
 def test_errors_outside_cuda_source_and_logs_without_one():
     text, line = cuda_build.first_error("main.cpp:3:10: error: 'scale' was not declared\n")
     assert (text, line) == ("'scale' was not declared", None)

@@ -1,51 +1,67 @@
 """Matmul starter in CUDA C++: C = A @ B, float32 accumulation, for float16, bfloat16 and float32.
 
-float16 and bfloat16 run on the tensor cores: each block owns a TC_BLOCK_M x TC_BLOCK_N tile of C,
-split among TC_WARPS_M x TC_WARPS_N warps. A and B tiles of TC_BLOCK_K columns (rows) stream into
-TC_STAGES shared buffers with cp.async, so later K steps load while the warps multiply this one;
-ldmatrix moves 16 x 16 pieces into registers for mma.sync m16n8k16. Shared rows are padded by 16
-bytes, so the eight rows one ldmatrix phase reads fall in different banks (no XOR swizzle needed).
+float16 and bfloat16 on Hopper (an sm_90 GPU, built for sm_90a: cuda_build.sm90a_flags) use its
+asynchronous tensor-core pipeline. Each block is persistent: one per SM, it walks the C tiles
+blockIdx.x, blockIdx.x + gridDim.x, ... (numbered in GROUP_M groups for L2). Its first warpgroup
+(128 threads) is the producer: one thread issues TMA copies (cp.async.bulk.tensor) of A's
+WG_BLOCK_M x 64 tile and B's 64 x WG_BLOCK_N tile into one of WG_STAGES shared buffers, and the
+copies signal the buffer's "full" mbarrier with their byte count. The WG_CONSUMERS other
+warpgroups wait on it; each multiplies its WG_BLOCK_M / WG_CONSUMERS rows by the whole B tile with
+wgmma.mma_async m64nNk16 (N = WG_BLOCK_N), from shared memory into float32 registers, then
+arrives on the buffer's "empty" mbarrier for the producer to refill it. The producer runs up to
+WG_STAGES K steps ahead, across tiles too, so the next tile's loads land while the consumers
+store this one's C from registers. setmaxnreg moves registers from the producer to the
+consumers' accumulators. TMA writes the tiles in the 128-byte swizzle that wgmma's descriptors
+name (a 64-value row is 128 bytes: no bank conflicts); B keeps its (K, N) row-major layout, which
+wgmma reads as "N-major" (its transpose bit). TMA reads zeros outside A and B; C's stores are
+predicated.
+
+Elsewhere (and for K = 0) they use mma.sync m16n8k16: a TC_BLOCK_M x TC_BLOCK_N tile of C per
+block, split among TC_WARPS_M x TC_WARPS_N warps; TC_BLOCK_K-wide tiles of A and B stream into
+TC_STAGES shared buffers through cp.async (whose src-size zero-fills what lies past M, N, K), and
+ldmatrix moves 16 x 16 pieces to registers. Shared rows are padded by 16 bytes: ldmatrix's eight
+rows fall in different banks.
 
 float32 runs on the CUDA cores in IEEE float32 (PyTorch's default "highest" precision; correct,
 though slower than cuBLAS's TF32, when TF32 is allowed): a 128 x 128 tile per 256 threads, 8 x 8
 outputs per thread, A transposed in shared memory so each thread reads its rows as float4, two
 shared buffers: the next K step loads into registers while this one is multiplied.
 
-Edges: every 16-byte load is predicated. A piece that straddles M, N or K copies only its bytes
-inside the matrix (cp.async's src-size; the rest is zero-filled), so any M, N, K is exact. That
-needs rows that start 16-byte aligned: an operand whose row step is not a multiple of 16 bytes, or
-whose rows are not contiguous (a transposed view), is first copied into padded rows (the padding
-is never read). Blocks are numbered in groups of GROUP_M tile rows so that blocks running together
-share A's rows and B's columns in L2.
+TMA and cp.async need rows that start 16-byte aligned: an operand whose row step is not a multiple
+of 16 bytes, or whose rows are not contiguous (a transposed view), is first copied into padded
+rows (the padding is never read).
 """
 
 import torch
 
-from autokernel.cuda_build import load_cuda
+from autokernel.cuda_build import load_cuda, sm90a_flags
 
 KERNEL_TYPE = "matmul"
 BACKEND = "cuda"
 
 # Tunable parameters (the built-in search agent edits this dict and nothing else); each becomes a
-# #define in CUDA_SOURCE, so a change is a new build. TC_*: the float16/bfloat16 tensor-core
+# #define in CUDA_SOURCE, so a change is a new build. WG_*: the Hopper kernel's block tile, consumer
+# warpgroups and shared buffers (its K step is 64: one 128-byte swizzle row); TC_*: the mma.sync
 # kernel's block tile, warps along M and N, K step and pipeline depth; SIMT_BLOCK_K: the float32
 # kernel's K step; GROUP_M: tile rows per L2 group.
-TUNABLES = {"TC_BLOCK_M": 128, "TC_BLOCK_N": 128, "TC_BLOCK_K": 32, "TC_WARPS_M": 2, "TC_WARPS_N": 4,
+TUNABLES = {"WG_BLOCK_M": 128, "WG_BLOCK_N": 256, "WG_CONSUMERS": 2, "WG_STAGES": 4,
+            "TC_BLOCK_M": 128, "TC_BLOCK_N": 128, "TC_BLOCK_K": 32, "TC_WARPS_M": 2, "TC_WARPS_N": 4,
             "TC_STAGES": 4, "SIMT_BLOCK_K": 8, "GROUP_M": 8}
-# The values the search agent may try for each tunable.
-TUNABLE_CHOICES = {"TC_BLOCK_M": [64, 128, 256], "TC_BLOCK_N": [64, 128, 256], "TC_BLOCK_K": [32, 64],
+# The values the search agent may try for each tunable (CUDA_SOURCE's static_asserts reject the
+# combinations that do not fit: more than 128 accumulators per thread, or 227 KB of shared memory).
+TUNABLE_CHOICES = {"WG_BLOCK_M": [128, 256], "WG_BLOCK_N": [128, 256], "WG_CONSUMERS": [1, 2],
+                   "WG_STAGES": [2, 3, 4, 5, 6],
+                   "TC_BLOCK_M": [64, 128, 256], "TC_BLOCK_N": [64, 128, 256], "TC_BLOCK_K": [32, 64],
                    "TC_WARPS_M": [1, 2, 4], "TC_WARPS_N": [1, 2, 4], "TC_STAGES": [2, 3, 4, 5],
                    "SIMT_BLOCK_K": [8, 16], "GROUP_M": [1, 4, 8, 16]}
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 CUDA_SOURCE = r"""
-#include <torch/types.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/cuda/CUDAException.h>
+// The device code comes first and compiles on its own (no torch headers: NVRTC compiles it for
+// benchmarks/cuda_compile_check.py); the torch entry point follows, for nvcc only.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
-#include <type_traits>
 
 namespace {
 
@@ -69,37 +85,41 @@ constexpr int SIMT_BM = 128, SIMT_BN = 128, SIMT_THREADS = 256;
 constexpr int SIMT_LD = SIMT_BM + 4;                    // padded rows: float4-aligned, fewer bank conflicts
 static_assert(SIMT_BLOCK_K % 4 == 0, "SIMT_BLOCK_K must be a multiple of 4");
 
-// (tile row, tile column) of a block: GROUP_M consecutive blocks go down one tile column.
-__device__ __forceinline__ void grouped_tile(int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
-  const int id = blockIdx.x, per_group = GROUP_M * tiles_n;
-  const int first_row = (id / per_group) * GROUP_M;
+template <typename T> constexpr bool is_bf16 = false;
+template <> constexpr bool is_bf16<__nv_bfloat16> = true;
+
+// (tile row, tile column) of tile `id`: GROUP_M consecutive tiles go down one tile column, so tiles
+// computed at the same time share A's rows and B's columns in L2.
+__device__ __forceinline__ void grouped_tile(int id, int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
+  const int per_group = GROUP_M * tiles_n, first_row = (id / per_group) * GROUP_M;
   const int rows = min(tiles_m - first_row, GROUP_M);
   tile_m = first_row + (id % per_group) % rows;
   tile_n = (id % per_group) / rows;
 }
 
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
 // Copies `bytes` (0..16) from global to shared memory and zero-fills the rest of the 16.
 __device__ __forceinline__ void cp_async16(void* smem, const void* global, int bytes) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(global), "r"(bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_address(smem)), "l"(global), "r"(bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
 
 // How many of a 16-byte piece's bytes lie inside the matrix, `remaining` elements from its edge.
-__device__ __forceinline__ int bytes_inside(int64_t remaining, int element_size) {
+__device__ __forceinline__ int bytes_inside(long long remaining, int element_size) {
   return remaining <= 0 ? 0 : remaining * element_size >= 16 ? 16 : (int)remaining * element_size;
 }
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(smem)));
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(smem)));
 }
 
 // d += a (16 x 16, row-major fragment) * b (16 x 8, column-major fragment), float32 accumulators.
@@ -110,7 +130,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
 template <typename T>
 __device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  if constexpr (std::is_same_v<T, __half>) MMA16816("f16"); else MMA16816("bf16");
+  if constexpr (is_bf16<T>) MMA16816("bf16"); else MMA16816("f16");
 }
 
 // (torch's build defines __CUDA_NO_HALF_CONVERSIONS__: conversions are spelled out)
@@ -120,16 +140,30 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 
 template <typename T> struct alignas(2 * sizeof(T)) Pair { T v[2]; };
 
+// Stores C[gm][gn] and C[gm][gn + 1] (those inside M x N); `pairs`: both in one 4-byte store when inside.
+template <typename T>
+__device__ __forceinline__ void store_pair(T* C, long long ldc, int M, int N, int gm, int gn, float x, float y,
+                                           bool pairs) {
+  if (gm >= M || gn >= N) return;
+  T* out = C + gm * ldc + gn;
+  if (pairs && gn + 1 < N) {
+    *reinterpret_cast<Pair<T>*>(out) = Pair<T>{{from_float<T>(x), from_float<T>(y)}};
+  } else {
+    out[0] = from_float<T>(x);
+    if (gn + 1 < N) out[1] = from_float<T>(y);
+  }
+}
+
 // C (M x N, row step ldc) = A (M x K, row step lda) @ B (K x N, row step ldb); rows 16-byte aligned.
 template <typename T>
 __global__ void __launch_bounds__(TC_THREADS) gemm_tensor_core_kernel(
     const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K,
-    int64_t lda, int64_t ldb, int64_t ldc) {
+    long long lda, long long ldb, long long ldc) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   T* As = reinterpret_cast<T*>(smem_bytes);
   T* Bs = As + TC_STAGES * A_STAGE;
   int tile_m, tile_n;
-  grouped_tile((M + TC_BLOCK_M - 1) / TC_BLOCK_M, (N + TC_BLOCK_N - 1) / TC_BLOCK_N, tile_m, tile_n);
+  grouped_tile(blockIdx.x, (M + TC_BLOCK_M - 1) / TC_BLOCK_M, (N + TC_BLOCK_N - 1) / TC_BLOCK_N, tile_m, tile_n);
   const int m0 = tile_m * TC_BLOCK_M, n0 = tile_n * TC_BLOCK_N;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_m = (warp / TC_WARPS_N) * TC_WARP_M, warp_n = (warp % TC_WARPS_N) * TC_WARP_N;
@@ -190,70 +224,52 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tensor_core_kernel(
   cp_async_wait<0>();
 
   // Accumulator piece (i, j): lane holds rows lane / 4 and lane / 4 + 8, columns 2 * (lane % 4) + {0, 1}.
-  const bool pairs = ldc % 2 == 0 && reinterpret_cast<uintptr_t>(C) % 4 == 0;   // 4-byte aligned pairs
+  const bool pairs = ldc % 2 == 0 && reinterpret_cast<unsigned long long>(C) % 4 == 0;   // 4-byte aligned pairs
 #pragma unroll
   for (int i = 0; i < TC_MI; ++i)
 #pragma unroll
     for (int j = 0; j < TC_NI; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int gm = m0 + warp_m + i * 16 + lane / 4 + h * 8;
-        const int gn = n0 + warp_n + j * 8 + (lane % 4) * 2;
-        if (gm >= M) continue;
-        T* out = C + gm * ldc + gn;
-        const float x = acc[i][j][h * 2], y = acc[i][j][h * 2 + 1];
-        if (pairs && gn + 1 < N) {
-          *reinterpret_cast<Pair<T>*>(out) = Pair<T>{{from_float<T>(x), from_float<T>(y)}};
-        } else if (gn < N) {
-          out[0] = from_float<T>(x);
-          if (gn + 1 < N) out[1] = from_float<T>(y);
-        }
-      }
+      for (int h = 0; h < 2; ++h)
+        store_pair(C, ldc, M, N, m0 + warp_m + i * 16 + lane / 4 + h * 8, n0 + warp_n + j * 8 + (lane % 4) * 2,
+                   acc[i][j][h * 2], acc[i][j][h * 2 + 1], pairs);
 }
 
 // IEEE float32 on the CUDA cores; thread (ty, tx) of a 16 x 16 grid owns rows ty*4 + {0..3} and 64 + ty*4 + {0..3},
 // columns likewise with tx: its float4 reads of shared memory never conflict.
 __global__ void __launch_bounds__(SIMT_THREADS) sgemm_kernel(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int M, int N, int K,
-    int64_t lda, int64_t ldb, int64_t ldc) {
+    long long lda, long long ldb, long long ldc) {
   constexpr int BK = SIMT_BLOCK_K;
   constexpr int A_LOADS = SIMT_BM * BK / 4 / SIMT_THREADS, B_LOADS = BK * SIMT_BN / 4 / SIMT_THREADS;
   __shared__ __align__(16) float As[2][BK][SIMT_LD];     // A transposed: As[k][m]
   __shared__ __align__(16) float Bs[2][BK][SIMT_LD];
   int tile_m, tile_n;
-  grouped_tile((M + SIMT_BM - 1) / SIMT_BM, (N + SIMT_BN - 1) / SIMT_BN, tile_m, tile_n);
+  grouped_tile(blockIdx.x, (M + SIMT_BM - 1) / SIMT_BM, (N + SIMT_BN - 1) / SIMT_BN, tile_m, tile_n);
   const int m0 = tile_m * SIMT_BM, n0 = tile_n * SIMT_BN;
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int k_tiles = (K + BK - 1) / BK;
   float4 a_next[A_LOADS], b_next[B_LOADS];
 
+  // Four floats of row `row` from column `col` on (zeros past the matrix), one float4 load where they all lie inside.
+  auto load4 = [](const float* rows, long long ld, int row, int rows_in, int col, int cols_in) {
+    const float* p = rows + row * ld + col;
+    if (row < rows_in && col + 3 < cols_in) return *reinterpret_cast<const float4*>(p);
+    const bool in = row < rows_in;
+    return make_float4(in && col < cols_in ? p[0] : 0.f, in && col + 1 < cols_in ? p[1] : 0.f,
+                       in && col + 2 < cols_in ? p[2] : 0.f, in && col + 3 < cols_in ? p[3] : 0.f);
+  };
   auto load_global = [&](int k_tile) {
     const int k0 = k_tile * BK;
 #pragma unroll
     for (int l = 0; l < A_LOADS; ++l) {
-      const int c = tid + l * SIMT_THREADS, row = c / (BK / 4), col = (c % (BK / 4)) * 4;
-      const int gm = m0 + row, gk = k0 + col;
-      const float* p = A + gm * lda + gk;
-      if (gm < M && gk + 3 < K) {
-        a_next[l] = *reinterpret_cast<const float4*>(p);
-      } else {
-        const bool in = gm < M;
-        a_next[l] = make_float4(in && gk < K ? p[0] : 0.f, in && gk + 1 < K ? p[1] : 0.f,
-                                in && gk + 2 < K ? p[2] : 0.f, in && gk + 3 < K ? p[3] : 0.f);
-      }
+      const int c = tid + l * SIMT_THREADS;
+      a_next[l] = load4(A, lda, m0 + c / (BK / 4), M, k0 + (c % (BK / 4)) * 4, K);
     }
 #pragma unroll
     for (int l = 0; l < B_LOADS; ++l) {
-      const int c = tid + l * SIMT_THREADS, row = c / (SIMT_BN / 4), col = (c % (SIMT_BN / 4)) * 4;
-      const int gk = k0 + row, gn = n0 + col;
-      const float* p = B + gk * ldb + gn;
-      if (gk < K && gn + 3 < N) {
-        b_next[l] = *reinterpret_cast<const float4*>(p);
-      } else {
-        const bool in = gk < K;
-        b_next[l] = make_float4(in && gn < N ? p[0] : 0.f, in && gn + 1 < N ? p[1] : 0.f,
-                                in && gn + 2 < N ? p[2] : 0.f, in && gn + 3 < N ? p[3] : 0.f);
-      }
+      const int c = tid + l * SIMT_THREADS;
+      b_next[l] = load4(B, ldb, k0 + c / (SIMT_BN / 4), K, n0 + (c % (SIMT_BN / 4)) * 4, N);
     }
   };
   auto store_shared = [&](int buffer) {
@@ -297,7 +313,7 @@ __global__ void __launch_bounds__(SIMT_THREADS) sgemm_kernel(
     if (kt + 1 < k_tiles) store_shared(1 - buffer);
     __syncthreads();
   }
-  const bool vectors = ldc % 4 == 0 && reinterpret_cast<uintptr_t>(C) % 16 == 0;
+  const bool vectors = ldc % 4 == 0 && reinterpret_cast<unsigned long long>(C) % 16 == 0;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const int gm = m0 + (i / 4) * 64 + ty * 4 + i % 4;
@@ -313,23 +329,295 @@ __global__ void __launch_bounds__(SIMT_THREADS) sgemm_kernel(
   }
 }
 
+#ifdef AUTOKERNEL_SM90A
+// ---- Hopper: TMA, mbarriers and wgmma (sm_90a only) ----
+constexpr int WG_BLOCK_K = 64;                          // 64 16-bit values: one 128-byte swizzle row
+constexpr int WG_THREADS = 128 * (1 + WG_CONSUMERS);    // the producer warpgroup, then the consumers
+constexpr int WG_ROWS = WG_BLOCK_M / WG_CONSUMERS;      // tile rows per consumer warpgroup
+constexpr int WG_MMAS_M = WG_ROWS / 64;                 // its m64 pieces
+constexpr int WG_A_BYTES = WG_BLOCK_M * 128, WG_B_BYTES = WG_BLOCK_N * 128;   // one stage: 128 bytes per row
+constexpr int WG_B_BOX_BYTES = WG_BLOCK_K * 128;        // B arrives in boxes of 64 rows x 64 columns
+constexpr int WG_STAGE_BYTES = WG_A_BYTES + WG_B_BYTES;
+constexpr int WG_SMEM_BYTES = WG_STAGES * WG_STAGE_BYTES + 1024;    // + room to start at a 1024-byte boundary
+static_assert(WG_CONSUMERS == 1 || WG_CONSUMERS == 2, "WG_CONSUMERS must be 1 or 2 (the register split assumes it)");
+static_assert(WG_BLOCK_N == 128 || WG_BLOCK_N == 256, "WG_BLOCK_N must be 128 or 256 (wgmma's N)");
+static_assert(WG_ROWS % 64 == 0 && WG_BLOCK_M <= 256,
+              "each consumer warpgroup takes whole m64 pieces: WG_BLOCK_M / WG_CONSUMERS a multiple of 64, WG_BLOCK_M <= 256");
+static_assert(WG_MMAS_M * WG_BLOCK_N / 2 <= 128,
+              "over 128 float32 accumulators per thread: (WG_BLOCK_M / WG_CONSUMERS / 64) * WG_BLOCK_N / 2 must be <= 128");
+static_assert(WG_STAGES >= 2 && WG_SMEM_BYTES <= 227 * 1024,
+              "WG_STAGES must be at least 2 and its buffers fit in 227 KB: WG_STAGES * (WG_BLOCK_M + WG_BLOCK_N) * 128 + 1024");
+
+// A CUtensorMap (cuda.h) as the kernel receives it: 128 opaque bytes, 64-byte aligned.
+struct alignas(64) TmaMap { unsigned long long opaque[16]; };
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count));
+}
+// One arrival that also tells the barrier to wait for `bytes` more (what the TMA copies will deliver).
+__device__ __forceinline__ void mbar_arrive_expect(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+// Waits until the barrier's phase of this parity has completed (a fresh barrier counts as having completed parity 1).
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+}
+
+// The next shared buffer; the parity of the phase to wait for flips each time the buffers wrap around.
+__device__ __forceinline__ void next_stage(int& stage, unsigned& phase) {
+  if (++stage == WG_STAGES) stage = 0, phase ^= 1;
+}
+
+// The box of `map` at (x: column, y: row) into shared memory at `dst`; the copy completes its bytes on `bar`.
+__device__ __forceinline__ void tma_load(unsigned dst, const TmaMap& map, int x, int y, unsigned bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+               :: "r"(dst), "l"(&map), "r"(x), "r"(y), "r"(bar) : "memory");
+}
+
+// A wgmma shared-memory descriptor with the 128-byte swizzle: start address, leading- and stride-dimension
+// byte offsets, each in 16-byte units. A (K-major, 64 values = 128 bytes per row): the stride is 8 rows
+// (1024 bytes, one swizzle atom); the leading offset is unused (1 by convention). B (N-major: 64 columns =
+// 128 bytes per row of one 64 x 64 box): the stride is again 8 K rows (1024 bytes) and the leading offset
+// steps from one 64-column box to the next (WG_B_BOX_BYTES).
+__device__ __forceinline__ unsigned long long wgmma_desc(unsigned address, unsigned leading, unsigned stride) {
+  return ((address & 0x3FFFF) >> 4) | (unsigned long long)(leading >> 4) << 16 |
+         (unsigned long long)(stride >> 4) << 32 | 1ull << 62;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+// Tells the compiler the accumulators change here, so it reads them only after the wgmma_wait before it.
+template <int N> __device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+
+#define WG_REGS_64 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "  \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, "      \
+  "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WG_REGS_128 WG_REGS_64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "  \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, "    \
+  "%102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, " \
+  "%121, %122, %123, %124, %125, %126, %127"
+#define WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+  "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WG_D64 WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24), WG_D8(32), WG_D8(40), WG_D8(48), WG_D8(56)
+#define WG_D128 WG_D64, WG_D8(64), WG_D8(72), WG_D8(80), WG_D8(88), WG_D8(96), WG_D8(104), WG_D8(112), WG_D8(120)
+// d (64 x N) = a (64 x 16) * b (16 x N) + (scale_d ? d : 0). The last four immediates: a and b unscaled, a not
+// transposed (K-major), b transposed (N-major: B's rows in shared memory are its K rows).
+#define WGMMA(N, TYPE, REGS, A, B, SCALE, D)                                                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N "k16.f32." \
+               TYPE "." TYPE " {" REGS "}, " A ", " B ", p, 1, 1, 0, 1;\n}\n"                                      \
+               : D : "l"(a_desc), "l"(b_desc), "r"(scale_d))
+template <typename T, int N>
+__device__ __forceinline__ void wgmma(float (&d)[N / 2], unsigned long long a_desc, unsigned long long b_desc,
+                                      int scale_d) {
+  if constexpr (N == 128 && is_bf16<T>) WGMMA(128, "bf16", WG_REGS_64, "%64", "%65", "%66", WG_D64);
+  if constexpr (N == 128 && !is_bf16<T>) WGMMA(128, "f16", WG_REGS_64, "%64", "%65", "%66", WG_D64);
+  if constexpr (N == 256 && is_bf16<T>) WGMMA(256, "bf16", WG_REGS_128, "%128", "%129", "%130", WG_D128);
+  if constexpr (N == 256 && !is_bf16<T>) WGMMA(256, "f16", WG_REGS_128, "%128", "%129", "%130", WG_D128);
+}
+
+// C (M x N, row step ldc) = A @ B through the TMA maps of A (M x K) and B (K x N); K > 0.
+template <typename T>
+__global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_kernel(
+    const __grid_constant__ TmaMap a_map, const __grid_constant__ TmaMap b_map, T* __restrict__ C, int M, int N,
+    int K, long long ldc) {
+  extern __shared__ unsigned char wg_smem[];
+  __shared__ __align__(8) unsigned long long full[WG_STAGES], empty[WG_STAGES];
+  const unsigned stages_at = (smem_address(wg_smem) + 1023) & ~1023u;   // the swizzle pattern repeats every 1024 bytes
+  const int tiles_m = (M + WG_BLOCK_M - 1) / WG_BLOCK_M, tiles_n = (N + WG_BLOCK_N - 1) / WG_BLOCK_N;
+  const int tiles = tiles_m * tiles_n, k_tiles = (K + WG_BLOCK_K - 1) / WG_BLOCK_K;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < WG_STAGES; ++s) {
+      mbar_init(smem_address(&full[s]), 1);                     // the producer's arrival (+ the TMA bytes)
+      mbar_init(smem_address(&empty[s]), 4 * WG_CONSUMERS);     // one per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");   // visible to the TMA unit too
+  }
+  __syncthreads();
+  // Producer: thread 0 keeps every stage loaded, up to WG_STAGES K steps ahead of the consumers.
+  if (threadIdx.x < 128) {
+    if constexpr (WG_CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
+      asm volatile("prefetch.tensormap [%0];\nprefetch.tensormap [%1];\n" :: "l"(&a_map), "l"(&b_map) : "memory");
+      int stage = 0;
+      unsigned phase = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int tile_m, tile_n;
+        grouped_tile(tile, tiles_m, tiles_n, tile_m, tile_n);
+        for (int kt = 0; kt < k_tiles; ++kt) {
+          mbar_wait(smem_address(&empty[stage]), phase ^ 1);      // the consumers are done with this buffer
+          const unsigned bar = smem_address(&full[stage]), a_at = stages_at + stage * WG_STAGE_BYTES;
+          // A box that straddles an edge still delivers all its bytes (zeros outside); B's boxes wholly past N are
+          // not loaded: they would only feed columns of C that are never stored.
+          const int b_boxes = min(WG_BLOCK_N / 64, (N - tile_n * WG_BLOCK_N + 63) / 64);
+          mbar_arrive_expect(bar, WG_A_BYTES + b_boxes * WG_B_BOX_BYTES);
+          tma_load(a_at, a_map, kt * WG_BLOCK_K, tile_m * WG_BLOCK_M, bar);
+#pragma unroll
+          for (int box = 0; box < WG_BLOCK_N / 64; ++box)
+            if (box < b_boxes)
+              tma_load(a_at + WG_A_BYTES + box * WG_B_BOX_BYTES, b_map, tile_n * WG_BLOCK_N + box * 64, kt * WG_BLOCK_K,
+                       bar);
+          next_stage(stage, phase);
+        }
+      }
+    }
+    return;
+  }
+  // Consumers: warpgroup c multiplies tile rows [c * WG_ROWS, (c + 1) * WG_ROWS) by the whole B tile.
+  if constexpr (WG_CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int consumer = threadIdx.x / 128 - 1, t = threadIdx.x % 128, lane = t % 32;
+  const bool pairs = ldc % 2 == 0 && reinterpret_cast<unsigned long long>(C) % 4 == 0;   // 4-byte aligned pairs
+  float acc[WG_MMAS_M][WG_BLOCK_N / 2] = {};
+  int stage = 0, previous = 0;
+  unsigned phase = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int tile_m, tile_n;
+    grouped_tile(tile, tiles_m, tiles_n, tile_m, tile_n);
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      mbar_wait(smem_address(&full[stage]), phase);
+      const unsigned a_at = stages_at + stage * WG_STAGE_BYTES + consumer * WG_ROWS * 128;
+      const unsigned b_at = stages_at + stage * WG_STAGE_BYTES + WG_A_BYTES;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < WG_BLOCK_K / 16; ++kk)       // K-major A: 16 values = 32 bytes on; B: 16 rows on
+#pragma unroll
+        for (int i = 0; i < WG_MMAS_M; ++i)
+          wgmma<T, WG_BLOCK_N>(acc[i], wgmma_desc(a_at + i * 64 * 128 + kk * 32, 16, 1024),
+                               wgmma_desc(b_at + kk * 16 * 128, WG_B_BOX_BYTES, 1024), kt > 0 || kk > 0);
+      wgmma_commit();
+      wgmma_wait<1>();                                   // K step kt - 1's multiplies are done: free its buffer
+      if (kt > 0 && lane == 0) mbar_arrive(smem_address(&empty[previous]));
+      previous = stage;
+      next_stage(stage, phase);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < WG_MMAS_M; ++i) fence_accumulators(acc[i]);
+    if (lane == 0) mbar_arrive(smem_address(&empty[previous]));
+    // Accumulators of m64 piece i: warp w holds its rows 16 w + lane / 4 (+ 8), n8 piece j in acc[i][4 j ..  4 j + 3].
+    const int row = tile_m * WG_BLOCK_M + consumer * WG_ROWS + (t / 32) * 16 + lane / 4;
+    const int col = tile_n * WG_BLOCK_N + (lane % 4) * 2;
+#pragma unroll
+    for (int i = 0; i < WG_MMAS_M; ++i)
+#pragma unroll
+      for (int j = 0; j < WG_BLOCK_N / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          store_pair(C, ldc, M, N, row + i * 64 + h * 8, col + j * 8, acc[i][4 * j + 2 * h], acc[i][4 * j + 2 * h + 1],
+                     pairs);
+  }
+}
+#endif  // AUTOKERNEL_SM90A
+
+}  // namespace
+
+#ifndef __CUDACC_RTC__
+#include <torch/types.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAException.h>
+#ifdef AUTOKERNEL_SM90A
+#include <cuda.h>               // CUtensorMap and its encoder's type; the encoder itself comes through the runtime
+#include <cstring>
+#endif
+
+namespace {
+
+// The opt-in to more than 48 KB of shared memory, once per kernel (`done` is the kernel's own) and device.
+void allow_shared_memory(const void* kernel, int bytes, int device, bool (&done)[64]) {
+  TORCH_CHECK(device < 64, "gemm: device index past 63");
+  if (!done[device]) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    done[device] = true;
+  }
+}
+
+unsigned blocks_for(int64_t tiles) {
+  TORCH_CHECK(tiles < (1LL << 31), "gemm: too many tiles");
+  return (unsigned)tiles;
+}
+
 template <typename T>
 void launch_tensor_core(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& c, cudaStream_t stream) {
-  // The opt-in to more than 48 KB of shared memory, once per instantiation and device.
   static bool configured[64] = {};
-  const int device = a.get_device();
-  TORCH_CHECK(device < 64, "gemm: device index past 63");
-  if (!configured[device]) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(gemm_tensor_core_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        TC_SMEM_BYTES));
-    configured[device] = true;
-  }
+  allow_shared_memory((const void*)gemm_tensor_core_kernel<T>, TC_SMEM_BYTES, a.get_device(), configured);
   const int M = a.size(0), K = a.size(1), N = b.size(1);
-  const int64_t tiles = (int64_t)((M + TC_BLOCK_M - 1) / TC_BLOCK_M) * ((N + TC_BLOCK_N - 1) / TC_BLOCK_N);
-  TORCH_CHECK(tiles < (1LL << 31), "gemm: too many tiles");
-  gemm_tensor_core_kernel<T><<<(unsigned)tiles, TC_THREADS, TC_SMEM_BYTES, stream>>>(
+  const unsigned blocks = blocks_for((int64_t)((M + TC_BLOCK_M - 1) / TC_BLOCK_M) * ((N + TC_BLOCK_N - 1) / TC_BLOCK_N));
+  gemm_tensor_core_kernel<T><<<blocks, TC_THREADS, TC_SMEM_BYTES, stream>>>(
       reinterpret_cast<const T*>(a.data_ptr()), reinterpret_cast<const T*>(b.data_ptr()),
       reinterpret_cast<T*>(c.data_ptr()), M, N, K, a.stride(0), b.stride(0), c.stride(0));
+}
+
+#ifdef AUTOKERNEL_SM90A
+// cuTensorMapEncodeTiled is a driver function: asked of the runtime, so the extension needs no -lcuda.
+using EncodeTiled = decltype(&cuTensorMapEncodeTiled);
+EncodeTiled tensor_map_encoder() {
+  static const EncodeTiled encode = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found;
+#if CUDART_VERSION >= 12050
+    C10_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault,
+                                                    &found));
+#else
+    C10_CUDA_CHECK(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &function, cudaEnableDefault, &found));
+#endif
+    TORCH_CHECK(found == cudaDriverEntryPointSuccess && function, "gemm: the CUDA driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<EncodeTiled>(function);
+  }();
+  return encode;
+}
+
+// t (rows x cols, 16-bit, rows 16-byte aligned) as TMA boxes of box_rows x 64 columns (128 bytes) in the
+// 128-byte swizzle; what a box finds past the matrix's edges reads as zeros.
+TmaMap tensor_map(const torch::Tensor& t, int box_rows) {
+  const cuuint64_t size[2] = {(cuuint64_t)t.size(1), (cuuint64_t)t.size(0)};    // innermost first
+  const cuuint64_t row_step[1] = {(cuuint64_t)t.stride(0) * 2};                   // in bytes
+  const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, unit_steps[2] = {1, 1};
+  CUtensorMap map;
+  const CUresult status = tensor_map_encoder()(
+      &map, t.scalar_type() == at::ScalarType::Half ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+      2, t.data_ptr(), size, row_step, box, unit_steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TORCH_CHECK(status == CUDA_SUCCESS, "gemm: cuTensorMapEncodeTiled failed with CUresult ", (int)status);
+  static_assert(sizeof(TmaMap) == sizeof(CUtensorMap), "TmaMap must hold a CUtensorMap");
+  TmaMap out;
+  std::memcpy(&out, &map, sizeof(map));
+  return out;
+}
+
+template <typename T>
+void launch_wgmma(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& c, cudaStream_t stream) {
+  static bool configured[64] = {};
+  static int sm_count[64] = {};
+  const int device = a.get_device();
+  allow_shared_memory((const void*)gemm_wgmma_kernel<T>, WG_SMEM_BYTES, device, configured);
+  if (!sm_count[device]) C10_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count[device], cudaDevAttrMultiProcessorCount, device));
+  const int M = a.size(0), K = a.size(1), N = b.size(1);
+  const int64_t tiles = (int64_t)((M + WG_BLOCK_M - 1) / WG_BLOCK_M) * ((N + WG_BLOCK_N - 1) / WG_BLOCK_N);
+  const unsigned blocks = blocks_for(std::min<int64_t>(tiles, sm_count[device]));   // persistent: one per SM
+  gemm_wgmma_kernel<T><<<blocks, WG_THREADS, WG_SMEM_BYTES, stream>>>(
+      tensor_map(a, WG_BLOCK_M), tensor_map(b, WG_BLOCK_K), reinterpret_cast<T*>(c.data_ptr()), M, N, K, c.stride(0));
+}
+#endif
+
+template <typename T>
+void launch_16bit(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& c, cudaStream_t stream) {
+#ifdef AUTOKERNEL_SM90A
+  // A tensor map needs rows that do not overlap (a broadcast view's row step of 0 does not encode); with K = 0,
+  // mma.sync's kernel writes the zeros.
+  if (a.size(1) > 0 && a.stride(0) >= a.size(1) && b.stride(0) >= b.size(1)) return launch_wgmma<T>(a, b, c, stream);
+#endif
+  launch_tensor_core<T>(a, b, c, stream);
 }
 
 bool rows_aligned(const torch::Tensor& t) {
@@ -350,24 +638,24 @@ torch::Tensor gemm(torch::Tensor a, torch::Tensor b) {
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const int M = a.size(0), K = a.size(1), N = b.size(1);
   switch (a.scalar_type()) {
-    case at::ScalarType::Half: launch_tensor_core<__half>(a, b, c, stream); break;
-    case at::ScalarType::BFloat16: launch_tensor_core<__nv_bfloat16>(a, b, c, stream); break;
-    case at::ScalarType::Float: {
-      const int64_t tiles = (int64_t)((M + SIMT_BM - 1) / SIMT_BM) * ((N + SIMT_BN - 1) / SIMT_BN);
-      TORCH_CHECK(tiles < (1LL << 31), "gemm: too many tiles");
-      sgemm_kernel<<<(unsigned)tiles, SIMT_THREADS, 0, stream>>>(a.data_ptr<float>(), b.data_ptr<float>(),
-                                                                 c.data_ptr<float>(), M, N, K, a.stride(0),
-                                                                 b.stride(0), c.stride(0));
+    case at::ScalarType::Half: launch_16bit<__half>(a, b, c, stream); break;
+    case at::ScalarType::BFloat16: launch_16bit<__nv_bfloat16>(a, b, c, stream); break;
+    case at::ScalarType::Float:
+      sgemm_kernel<<<blocks_for((int64_t)((M + SIMT_BM - 1) / SIMT_BM) * ((N + SIMT_BN - 1) / SIMT_BN)), SIMT_THREADS,
+                     0, stream>>>(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), M, N, K, a.stride(0),
+                                  b.stride(0), c.stride(0));
       break;
-    }
     default: TORCH_CHECK(false, "gemm: float16, bfloat16 or float32 only");
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return c;
 }
+#endif  // __CUDACC_RTC__
 """
 
-_ext = load_cuda(CUDA_SOURCE, ["gemm"], TUNABLES)
+# Hopper's wgmma and TMA exist only in sm_90a: on an sm_90 GPU the build targets it and defines
+# AUTOKERNEL_SM90A (cuda_build.sm90a_flags); elsewhere it is the GPU's own target, without that code.
+_ext = load_cuda(CUDA_SOURCE, ["gemm"], TUNABLES, extra_cuda_cflags=sm90a_flags())
 
 
 def _check_inputs(a: torch.Tensor, b: torch.Tensor) -> None:
@@ -382,8 +670,8 @@ def _check_inputs(a: torch.Tensor, b: torch.Tensor) -> None:
 
 
 def aligned_rows(t: torch.Tensor) -> torch.Tensor:
-    """t itself when its rows are contiguous and start 16-byte aligned (what cp.async and float4 loads
-    need), else a copy in rows padded to a multiple of 16 bytes; the kernels never read the padding."""
+    """t itself when its rows are contiguous and start 16-byte aligned (what TMA, cp.async and float4
+    loads need), else a copy in rows padded to a multiple of 16 bytes; the kernels never read the padding."""
     per16 = 16 // t.element_size()
     if t.stride(1) == 1 and t.stride(0) % per16 == 0 and t.data_ptr() % 16 == 0:
         return t

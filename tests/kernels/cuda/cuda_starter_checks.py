@@ -26,12 +26,13 @@ def starter_path(name: str) -> Path:
     return ROOT / "kernels" / "cuda" / f"{name}.py"
 
 
-def import_with(name: str, extension, monkeypatch):
-    """The starter module, its load_cuda answering `extension` (checked: the entry points it asks for)."""
-    asked = {}
+def import_with(name: str, extension, monkeypatch, asked: dict | None = None):
+    """The starter module, its load_cuda answering `extension` (checked: the entry points it asks for);
+    `asked`, where given, receives what the starter asked load_cuda for."""
+    asked = {} if asked is None else asked
 
     def fake_load_cuda(source, functions, tunables=None, extra_cuda_cflags=None, extra_ldflags=None):
-        asked.update(functions=list(functions), tunables=dict(tunables or {}))
+        asked.update(functions=list(functions), tunables=dict(tunables or {}), flags=list(extra_cuda_cflags or []))
         cuda_build.host_declarations(source, functions)      # every entry point is defined in the source
         return extension
 
@@ -44,7 +45,8 @@ def import_with(name: str, extension, monkeypatch):
 
 
 def nvcc_compiles(name: str, tmp_path: Path) -> None:
-    """CUDA_SOURCE, as load_inline writes it, compiles with torch's headers and nvcc flags for sm_90a."""
+    """CUDA_SOURCE, as load_inline writes it, compiles with torch's headers and nvcc flags for sm_90a (as on an
+    H100: cuda_build.SM90A_FLAGS, so the code kept for sm_90a compiles too)."""
     import sysconfig
 
     from torch.utils import cpp_extension
@@ -60,7 +62,7 @@ def nvcc_compiles(name: str, tmp_path: Path) -> None:
         stub.mkdir(parents=True)
         (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
         includes.insert(0, str(tmp_path / "stub"))
-    flags = [*cpp_extension.COMMON_NVCC_FLAGS, *cuda_build.DEFAULT_CUDA_FLAGS, "-std=c++20", "-arch=sm_90a"]
+    flags = [*cpp_extension.COMMON_NVCC_FLAGS, *cuda_build.DEFAULT_CUDA_FLAGS, "-std=c++20", *cuda_build.SM90A_FLAGS]
     proc = subprocess.run([NVCC, *flags, *(f"-I{p}" for p in includes), "-DTORCH_EXTENSION_NAME=check",
                            "-c", str(tmp_path / "cuda.cu"), "-o", str(tmp_path / "cuda.o")],
                           capture_output=True, text=True, timeout=900)

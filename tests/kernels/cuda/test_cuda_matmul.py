@@ -33,6 +33,18 @@ def starter(monkeypatch):
     return import_with("matmul", SimpleNamespace(gemm=gemm), monkeypatch)
 
 
+def test_on_an_sm90_gpu_the_build_targets_sm90a(monkeypatch):
+    from autokernel import cuda_build
+
+    monkeypatch.setattr(cuda_build, "sm90a_flags", lambda: list(cuda_build.SM90A_FLAGS))
+    asked = {}
+    import_with("matmul", SimpleNamespace(gemm=gemm), monkeypatch, asked)
+    assert asked["flags"] == list(cuda_build.SM90A_FLAGS)
+    monkeypatch.setattr(cuda_build, "sm90a_flags", lambda: [])
+    import_with("matmul", SimpleNamespace(gemm=gemm), monkeypatch, asked)
+    assert asked["flags"] == []
+
+
 def test_the_file_declares_the_cuda_backend(starter):
     assert starter.BACKEND == "cuda" and starter.KERNEL_TYPE == "matmul"
     assert set(starter.TUNABLE_CHOICES) == set(starter.TUNABLES)
