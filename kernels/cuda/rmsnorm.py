@@ -35,7 +35,7 @@ BACKEND = "cuda"
 # MAX_PACKS: 16-byte pieces of a row a thread holds in registers; CHANNEL_REGS: the channels (dim 1)
 # of its position vector a thread holds in registers (0: always the read-twice kernel).
 TUNABLES = {"MAX_BLOCK_THREADS": 1024, "ROW_PACKS": 4, "WARP_ROW_MAX_N": 1024, "ROWS_PER_BLOCK": 8,
-            "CHANNEL_THREADS": 256, "MAX_PACKS": 8, "CHANNEL_REGS": 4}
+            "CHANNEL_THREADS": 128, "MAX_PACKS": 8, "CHANNEL_REGS": 4}
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {"MAX_BLOCK_THREADS": [256, 512, 1024], "ROW_PACKS": [1, 2, 4, 8],
                    "WARP_ROW_MAX_N": [0, 256, 512, 1024, 2048],
