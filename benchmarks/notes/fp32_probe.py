@@ -23,18 +23,21 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 
 @triton.jit
+def _tile(M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
+    """(tile row, tile column) of this program, GROUP_M tile rows per L2 group."""
+    pid = tl.program_id(0)
+    grid_n = tl.cdiv(N, BN)
+    first_m = pid // (GROUP_M * grid_n) * GROUP_M
+    size_m = min(tl.cdiv(M, BM) - first_m, GROUP_M)
+    return first_m + (pid % (GROUP_M * grid_n)) % size_m, (pid % (GROUP_M * grid_n)) // size_m
+
+
+@triton.jit
 def _gemm_ptr(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, k_per_split,
               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
               PRECISION: tl.constexpr):
-    pid = tl.program_id(0)
+    pid_m, pid_n = _tile(M, N, BM, BN, GROUP_M)
     split = tl.program_id(1)
-    grid_m = tl.cdiv(M, BM)
-    grid_n = tl.cdiv(N, BN)
-    group = pid // (GROUP_M * grid_n)
-    first_m = group * GROUP_M
-    size_m = min(grid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % (GROUP_M * grid_n)) % size_m
-    pid_n = (pid % (GROUP_M * grid_n)) // size_m
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     k0 = split * k_per_split
@@ -52,15 +55,8 @@ def _gemm_ptr(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, k_per_
 def _gemm_tma(a_desc, bt_desc, c_ptr, M, N, K, k_per_split,
               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
               PRECISION: tl.constexpr):
-    pid = tl.program_id(0)
+    pid_m, pid_n = _tile(M, N, BM, BN, GROUP_M)
     split = tl.program_id(1)
-    grid_m = tl.cdiv(M, BM)
-    grid_n = tl.cdiv(N, BN)
-    group = pid // (GROUP_M * grid_n)
-    first_m = group * GROUP_M
-    size_m = min(grid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % (GROUP_M * grid_n)) % size_m
-    pid_n = (pid % (GROUP_M * grid_n)) // size_m
     k0 = split * k_per_split
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k in range(k0, min(k0 + k_per_split, K), BK):
