@@ -23,9 +23,14 @@ optimized_kernels/<rank>_<type>.py and recorded in optimized_kernels/manifest.js
 (time, and with --max-cost the estimated LLM cost) ends the run cleanly after saving the current
 kernel's best so far; `--resume` goes on from there.
 
+With --gpus N (N > 1) each GPU gets a judge worker, several candidates of a job are judged at once,
+and the jobs run side by side, at most one per GPU, each with its own best and rules; their commits
+interleave on the one branch, each naming its job ("exp N (1_softmax): ...").
+
 Where the pieces live: autokernel/session.py (checks, start, resume, return to the user's branch),
-autokernel/loop.py (the loop and the order of its writes), autokernel/run_state.py (state.json),
-autokernel/budget.py (the clock and bench limits), autokernel/planning.py (profile and extract).
+autokernel/loop.py (the loop and the order of its writes), autokernel/parallel_loop.py (several
+GPUs), autokernel/run_state.py (state.json), autokernel/budget.py (the clock and bench limits),
+autokernel/planning.py (profile and extract).
 """
 
 import sys

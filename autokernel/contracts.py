@@ -5,7 +5,7 @@
     bench.py -> its JSON result          BenchResult (verdict: PASS, FAIL, CRASH or TIMEOUT)
     loop     -> results.tsv              status: baseline, keep or revert (autokernel/results.py writes rows)
     loop     -> manifest.json            ManifestEntry per kept kernel (verify adds its route table)
-    loop     -> state.json               RunState (RunSettings, JobProgress, the jobs, Throughput)
+    loop     -> state.json               RunState (RunSettings, JobProgress, the jobs, Throughput: throughput.py)
     loop     -> a judge worker           JudgeTask, and back JudgeOutcome (autokernel/judge_worker.py)
 Each has to_json and from_json. from_json checks what the record needs and says what is wrong
 (ContractError, a ValueError); PlanEntry, BenchResult and ManifestEntry keep any other keys they
@@ -15,6 +15,8 @@ were read with in `extra` and write them back, so a newer writer's additions sur
 from __future__ import annotations
 
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+
+from autokernel.throughput import GpuUse, JobSpan, Throughput  # noqa: F401 (records of the state, defined apart)
 
 # bench.py's verdicts (its exit codes, in this order: 0, 1, 2, 3).
 PASS, FAIL, CRASH, TIMEOUT = "PASS", "FAIL", "CRASH", "TIMEOUT"
@@ -240,42 +242,6 @@ class RunSettings:
 
 
 @dataclass
-class GpuUse:
-    """What one judge worker (one GPU) did in a run: experiments judged, and seconds spent judging."""
-    experiments: int = 0
-    busy_s: float = 0.0
-
-
-@dataclass
-class Throughput:
-    """The run's pace, kept across resumes: wall time with the workers up, and each GPU's use (by its label).
-    A GPU's idle time is the wall time less its busy time (waiting for the loop, or for other candidates)."""
-    wall_s: float = 0.0
-    gpus: dict[str, GpuUse] = field(default_factory=dict)
-
-    def gpu(self, label: str) -> GpuUse:
-        return self.gpus.setdefault(label, GpuUse())
-
-    def experiments_per_hour(self, label: str | None = None) -> float | None:
-        """One GPU's rate (label), or the whole run's; None before a minute has passed."""
-        if self.wall_s < 60:
-            return None
-        count = (self.gpus[label].experiments if label in self.gpus else 0) if label else \
-            sum(use.experiments for use in self.gpus.values())
-        return count * 3600 / self.wall_s
-
-    def idle_s(self, label: str) -> float:
-        return max(0.0, self.wall_s - self.gpus[label].busy_s) if label in self.gpus else self.wall_s
-
-    to_json = asdict
-
-    @classmethod
-    def from_json(cls, data: dict) -> Throughput:
-        return cls(wall_s=data.get("wall_s", 0.0),
-                   gpus={label: GpuUse(**use) for label, use in (data.get("gpus") or {}).items()})
-
-
-@dataclass
 class JudgeTask:
     """One candidate for a judge worker: the whole kernel file and bench.py's arguments. It carries no
     secret and no path of the orchestrator's but the judge's (bench_script, used where it exists)."""
@@ -322,7 +288,7 @@ class JobProgress:
     noise: float
     experiments: int = 0
     consecutive_reverts: int = 0
-    elapsed_s: float = 0.0
+    elapsed_s: float = 0.0            # its own wall time: its experiments' spans, overlapping ones counted once
     last_result: dict | None = None
     history: list[dict] = field(default_factory=list)
     kept: list[dict] = field(default_factory=list)    # {"commit", "result"} per kept version, baseline first
@@ -369,12 +335,16 @@ class RunState:
     pending_row: dict | None = None  # a decided results.tsv row that may not be written yet
     agent_state: dict | None = None  # the built-in agent's search, so a resumed run never repeats a configuration
     throughput: Throughput = field(default_factory=Throughput)
+    # With several GPUs, jobs after job_index run side by side with it (autokernel/run_state.py reads these):
+    ahead: dict[str, JobProgress] = field(default_factory=dict)    # started ones, by job name
+    ended_ahead: list[str] = field(default_factory=list)           # finished or skipped ones
     version: int = STATE_VERSION
 
     def to_json(self) -> dict:
         data = asdict(self)
         data.update(jobs=[job.to_json() for job in self.jobs], settings=self.settings.to_json(),
-                    current=self.current.to_json() if self.current else None, throughput=self.throughput.to_json())
+                    current=self.current.to_json() if self.current else None, throughput=self.throughput.to_json(),
+                    ahead={name: progress.to_json() for name, progress in self.ahead.items()})
         return data
 
     @classmethod
@@ -386,8 +356,9 @@ class RunState:
         current = data.pop("current")
         jobs = [Job.from_json(job) for job in data.pop("jobs")]
         throughput = Throughput.from_json(data.pop("throughput", None) or {})   # absent in older states
+        ahead = {name: JobProgress.from_json(progress) for name, progress in (data.pop("ahead", None) or {}).items()}
         return cls(**data, jobs=jobs, settings=settings, current=JobProgress.from_json(current) if current else None,
-                   throughput=throughput)
+                   throughput=throughput, ahead=ahead)
 
     def job(self) -> Job:
         return self.jobs[self.job_index]

@@ -45,6 +45,7 @@ class LoopStatus:
     cost_complete: bool = True            # False when some calls went to a model without a price
     deadline: float | None = None         # time.monotonic() at which the run's budget is spent
     gpus: str = "-"                       # each GPU's pace and idle time (throughput_line)
+    jobs: str = "-"                       # with several GPUs, the jobs in flight and their GPUs (lanes_line)
     # For the rate: experiments this process ran, since it started (a resumed run starts over).
     session_experiments: int = 0
     session_started: float = field(default_factory=time.monotonic)
@@ -107,6 +108,8 @@ def _panel(status: LoopStatus) -> Panel:
     # Text, not markup: a phase like "judging [shape sweep]" or a verdict's [message] is not a style tag.
     table.add_row("now", Text(f"{status.phase} ({format_duration(time.monotonic() - status.phase_started)})"))
     table.add_row("kernel", Text(status.kernel))
+    if status.jobs != "-":
+        table.add_row("in flight", Text(status.jobs))
     table.add_row("experiments", f"{status.experiments} in all, {status.kernel_experiments} on this kernel")
     table.add_row("best", f"{format_speedup(status.best_speedup)} over the baseline, "
                           f"{format_speedup(status.best_vs_pytorch)} vs PyTorch's best")

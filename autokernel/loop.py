@@ -27,7 +27,7 @@ from autokernel.contracts import FAIL, PASS, TIMEOUT, Job, JobProgress, RunState
 from autokernel.interrupts import Interrupted, InterruptGuard
 from autokernel.live import LoopStatus, ProgressView, format_duration
 from autokernel.loop_records import BUDGET_SPENT, COST_REACHED, RUN_STOPS, LoopRecords  # noqa: F401 (re-exported)
-from autokernel.policy import is_improvement, measured_noise, one_line
+from autokernel.policy import is_improvement, one_line
 from autokernel.run_state import OptimizationError
 
 KERNEL_IN_REPO = gitops.KERNEL_FILE_NAME
@@ -56,6 +56,7 @@ class OptimizationRun(LoopRecords):
         self._llm_s = 0.0                   # how long the last reply took: part of what an experiment costs
         self.bench_times = BenchTimes()     # what benches cost: their limits, and what the budget can pay for
         self._wall_mark = time.monotonic()  # the run's wall time counts on from here (Throughput)
+        self._counted_until: dict[str, float] = {}   # per job: the end of the time its verdicts counted
         self.gpu = "gpu0" if torch.cuda.is_available() else "cpu"   # where this process's benches run
         self.view.update(self._status)
 
@@ -81,9 +82,10 @@ class OptimizationRun(LoopRecords):
 
     def _run_jobs(self) -> None:
         state = self.state
-        if state.current is not None and state.current.finishing:
-            self._save_best(state.job(), state.current, state.current.finishing)   # a kill cut it short
         while state.job_index < len(state.jobs):
+            if state.current is not None and state.current.finishing:
+                self._save_best(state.job(), state.current, state.current.finishing)   # a kill cut it short
+                continue
             job = state.job()
             self._status.kernel = (f"rank {job.rank} {job.kernel_type} "
                                    f"(job {state.job_index + 1} of {len(state.jobs)})")
@@ -102,7 +104,7 @@ class OptimizationRun(LoopRecords):
 
     def _stop(self, reason: str) -> None:
         self.state.stopped_because = reason
-        left = len(self.state.jobs) - self.state.job_index
+        left = run_state.unfinished(self.state)
         self.view.log(f"{reason}: {left} of {len(self.state.jobs)} kernels not finished; to go on, run "
                       f"`autokernel optimize --resume` with a larger {'--budget' if reason == BUDGET_SPENT else '--max-cost'}")
 
@@ -132,39 +134,40 @@ class OptimizationRun(LoopRecords):
             shutil.copyfile(source, paths.KERNEL_FILE)
             baseline_commit = self.repo.commit_kernel(f"baseline {job.name}: {source.name}", self.state.tag)
             self.checkpoint("baseline: committed")
-        self._baseline_gpu = self.gpu
         runs = self._baseline_runs(job)
         if runs is None:
             return self._abandon(f"the budget ran out while {job.name}'s baseline was being benched; "
                                  f"--resume benches it again")
-        failure = next((run for run in runs if run.get("correctness") != PASS), None)
-        noise = measured_noise(runs[0], runs[-1], self.settings.noise_floor)
-        compile_us = policy.compile_times(runs[0])
-        runs = [policy.against_pytorch_best(run, compile_us, noise) for run in runs]
-        # The faster run is the baseline: candidates must beat what the starter can do, not its bad luck.
-        baseline = failure or min(runs, key=lambda run: run.get("latency_us") or float("inf"))
+        return self._settle_baseline(job, runs, number, baseline_commit, started, gpu=self.gpu,
+                                     bench_seconds=dict(self.bench_times.baseline))
+
+    def _settle_baseline(self, job: Job, runs: list[dict], number: int, commit: str, started: float, *, gpu: str,
+                         bench_seconds: dict[str, float]) -> bool:
+        """Record the committed baseline's verdict: the job starts from it, or is skipped (False) when it fails."""
+        baseline, passed, noise, compile_us = policy.baseline_verdict(runs, self.settings.noise_floor)
         progress = None
-        if failure is None:
+        if passed:
             progress = JobProgress(baseline=baseline, best=baseline, noise=noise, compile_us=compile_us,
-                                   kept=[{"commit": baseline_commit, "result": baseline}])
-            progress.bench_seconds = dict(self.bench_times.baseline)
-        description = f"baseline (noise {noise:.1%})" if failure is None else "baseline fails its own bench"
+                                   kept=[{"commit": commit, "result": baseline}], bench_seconds=bench_seconds)
+        description = f"baseline (noise {noise:.1%})" if passed else "baseline fails its own bench"
         with self.guard.critical():
+            index = run_state.index_of(self.state, job)
             if progress is not None:
-                self.state.kept_commit = baseline_commit
-                self.state.current = progress
+                self.state.kept_commit = commit
+                run_state.set_progress(self.state, index, progress)
             else:
-                self.state.job_index += 1
+                run_state.end_job(self.state, index)
             self._record(job, progress, number, baseline, description, contracts.STATUS_BASELINE, started,
-                         tokens=0, cost=None, keep=failure is None, gpu=self._baseline_gpu)
-        if failure is None:
+                         tokens=0, cost=None, keep=passed, gpu=gpu)
+        if passed:
             self.view.log(f"exp {number} BASELINE PASS {baseline.get('latency_us'):.1f} us, "
-                          f"noise {noise:.1%}: a candidate must be more than that much faster to be kept")
+                          f"noise {noise:.1%}: a candidate must be more than that much faster to be kept"
+                          + self._verdict_note(job, gpu))
             self._refresh_status(progress)
         else:
             self.view.log(f"skipping {job.name}: its starter fails bench.py "
                           f"({baseline.get('correctness')}): {one_line(baseline.get('message') or '', 300)}")
-        return failure is None
+        return passed
 
     def _baseline_runs(self, job: Job) -> list[dict] | None:
         """The starter benched twice (the second only after a PASS); None when the budget cut one short."""
@@ -317,7 +320,7 @@ class OptimizationRun(LoopRecords):
         best_first = sorted(progress.kept, key=lambda k: k["result"].get("latency_us") or float("inf"))
         best_versions = [(self.repo.file_at(k["commit"], KERNEL_IN_REPO), k["result"])
                          for k in best_first[:BEST_VERSIONS_SHOWN]]
-        return AgentContext(kernel_type=job.kernel_type, kernel_source=paths.KERNEL_FILE.read_text(),
+        return AgentContext(kernel_type=job.kernel_type, kernel_source=self._kept_source(progress),
                             last_result=progress.last_result, history=list(progress.history),
                             best_versions=best_versions, program=self.program,
                             job={**job.to_json(), "baseline": progress.baseline}, deadline=deadline)

@@ -9,10 +9,9 @@ experiments judged there and the seconds it spent judging; `_save` the wall time
 
 from __future__ import annotations
 
-import shutil
 import time
 
-from autokernel import contracts, paths, plugin, policy, results, run_state
+from autokernel import contracts, gitops, paths, plugin, policy, results, run_state
 from autokernel.contracts import NO_GAIN, WINNER, Job, JobProgress
 from autokernel.live import throughput_line
 
@@ -58,7 +57,7 @@ class LoopRecords:
             self._count_gpu(gpu, experiments=1)
         if progress is not None and status != contracts.STATUS_BASELINE:
             progress.experiments += 1
-            progress.elapsed_s += time.monotonic() - started
+            progress.elapsed_s += self._job_time(job, started)
             progress.consecutive_reverts = 0 if keep else progress.consecutive_reverts + 1
             progress.last_result = result
             progress.history = (progress.history + [policy.history_entry(number, description, status, result)]
@@ -77,9 +76,27 @@ class LoopRecords:
         self.checkpoint("row settled")
         if status != contracts.STATUS_BASELINE:
             self._status.session_experiments += 1
-            self._status.last_result = policy.describe_verdict(number, status, result, description, progress)
+            self._status.last_result = (policy.describe_verdict(number, status, result, description, progress)
+                                        + self._verdict_note(job, gpu))
             self.view.log(self._status.last_result)
             self._refresh_status(progress)
+
+    def _job_time(self, job: Job, started: float) -> float:
+        """The wall time a verdict adds to its job's: since it was asked for, less what the job's verdicts
+        already counted (with several GPUs its experiments overlap; a job's time is its own wall time)."""
+        now = time.monotonic()
+        counted_until = self._counted_until.get(job.name, started)
+        self._counted_until[job.name] = now
+        return max(0.0, now - max(started, counted_until))
+
+    def _verdict_note(self, job: Job, gpu: str) -> str:
+        """What the log adds to a verdict's line (with jobs side by side: whose it is, and where it was judged)."""
+        return ""
+
+    def _kept_source(self, progress: JobProgress) -> str:
+        """The job's working copy: its last kept commit's kernel file, read from git. (With jobs side by side
+        the tree holds whichever job's verdict came last; with one GPU it holds this same file.)"""
+        return self.repo.file_at(progress.kept[-1]["commit"], gitops.KERNEL_FILE_NAME)
 
     def _refresh_status(self, progress: JobProgress) -> None:
         self._status.gpus = throughput_line(self.state.throughput, time.monotonic() - self._wall_mark)
@@ -104,11 +121,11 @@ class LoopRecords:
             self._save()
             self.checkpoint("finish: in flight")
             entry = {**plugin.manifest_entry(job, f"{name}.py"),
-                     **policy.outcome(progress, reason, source_commit=self.state.kept_commit, tag=self.state.tag),
+                     **policy.outcome(progress, reason, source_commit=progress.kept[-1]["commit"], tag=self.state.tag),
                      "verdict": WINNER if winner else NO_GAIN}
             if winner:
                 paths.OPTIMIZED_DIR.mkdir(exist_ok=True)
-                shutil.copyfile(paths.KERNEL_FILE, paths.OPTIMIZED_DIR / f"{name}.py")
+                (paths.OPTIMIZED_DIR / f"{name}.py").write_bytes(self._kept_source(progress).encode())
                 kernels = plugin.read_manifest(paths.MANIFEST_FILE) if paths.MANIFEST_FILE.exists() else {}
                 plugin.write_manifest(paths.MANIFEST_FILE, {**kernels, name: entry})
                 self.checkpoint("finish: files written")
@@ -118,8 +135,7 @@ class LoopRecords:
             progress.finishing = None
             if final:
                 self.state.finished.append(entry)
-                self.state.current = None
-                self.state.job_index += 1
+                run_state.end_job(self.state, run_state.index_of(self.state, job))
             self._save()
             self.checkpoint("finish: saved")
         self.view.log(policy.describe_ending(name, progress, reason, final=final, winner=winner))

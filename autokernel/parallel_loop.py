@@ -1,52 +1,62 @@
-"""The keep-or-revert loop with several GPUs: one orchestrator, one judge worker per GPU (autokernel/pool.py).
+"""The keep-or-revert loop with several GPUs: one orchestrator, one judge worker per GPU (autokernel/pool.py),
+and the plan's jobs side by side on them.
 
 The orchestrator is this one process. It keeps the run's branch, asks the agent, decides keep or
-revert, commits, and writes results.tsv and the state, exactly as the one-GPU loop does
-(autokernel/loop.py; the writes are LoopRecords'); only the judging is handed out. Per job:
-  - the baseline's two runs are judged side by side on two workers (the noise then includes the
-    difference between GPUs, which the candidates, judged on either, also meet);
-  - while a worker is free and the job goes on, the agent is asked for another candidate, told
-    which ones are being judged (ctx.in_flight), so it proposes from another direction; each
-    candidate goes to a free worker as a whole kernel file, which the worker judges in a private
-    folder of its own (autokernel/judge_worker.py), so parallel candidates never clobber a file
-    and never share a GPU;
-  - each verdict, as it comes back, is committed on the run's branch as "exp N" (numbered in the
-    order verdicts arrive) and kept or reverted against the job's best at that moment, with the
-    one-GPU loop's writes in the one-GPU loop's order, so the history reads as one run, and a kill
-    at any point leaves what `--resume` already finishes. Candidates still being judged when the
-    orchestrator dies were never recorded: they leave nothing to undo and are proposed again.
-When a stopping rule fires, no new candidate is started; those in flight are judged and recorded.
-A worker that dies takes only its own candidate with it: a CRASH row, and the pool starts another.
+revert, commits, and writes results.tsv and the state, as the one-GPU loop does (autokernel/loop.py;
+the writes are LoopRecords'); only the judging is handed out. A free worker gets work at once, from
+the jobs in flight (autokernel/lanes.py) before any other, and among them in plan order:
+  - a job's baseline: its starter benched twice, the second run once the first passed (a failing
+    starter is not benched again, and the second run finds the compiled kernels cached), and on
+    another GPU than the first where one is free, so the noise includes the difference between
+    GPUs, which the candidates, judged on either, also meet; a second run goes before candidates;
+  - a job's candidate: the agent is asked for one more, told which of the job's are being judged
+    (ctx.in_flight), so it proposes from another direction; it goes to the worker as a whole kernel
+    file, judged in a private folder of the worker's (autokernel/judge_worker.py);
+  - when no job in flight can use the worker (its baseline is being judged, its agent waits for
+    results, it is ending), the plan's next job opens on it, so no GPU idles while another judges a
+    baseline. At most one job per GPU is in flight, and never two of one kernel type (results.tsv
+    names a row's job by its kernel type, which the plan gives one job each).
+Each verdict, as it comes back, is committed on the run's one branch, numbered in arrival order and
+naming its job ("exp N (1_softmax): ..."), with the one-GPU loop's writes in their order, and kept or
+reverted against its own job's best. A baseline, too, is committed only once its verdict is in, so
+between two verdicts the branch's tip is the last kept commit, of whichever job: a revert resets to
+it and drops its own commit alone, never another job's keep. Each job's working copy is its last
+kept commit's kernel.py, read from git (the tree holds whichever job's verdict came last).
+A job whose stopping rule fires starts nothing new; once its candidates in flight are recorded its
+best is saved and its workers go to the others. Rules, per job, as with one GPU: reverts in a row,
+its own time (--kernel-budget: its wall time with something judged, overlaps counted once), target
+speedup, peak. The run's budget is one clock the jobs in flight draw on together, none starting
+what it cannot pay for; a job opens only while the budget left can pay for its baseline. With
+--top K the same K jobs open in plan order, and a later one may end first.
+A task still being judged when the orchestrator dies was never recorded: it leaves nothing to undo,
+and `--resume` reopens every started job where its state says (autokernel/run_state.py). A worker
+that dies takes only its own task with it: a CRASH, and the pool starts another.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from autokernel import contracts, integrity, paths, policy, runner
-from autokernel.agents.base import MalformedReply, OutOfTime, Proposal, SearchExhausted, WaitForResults
-from autokernel.contracts import FAIL, TIMEOUT, Job, JobProgress, JudgeOutcome, JudgeTask
-from autokernel.loop import BUDGET_SPENT, MIN_WORTH_STARTING_S, OptimizationRun
+from autokernel import contracts, integrity, paths, policy, run_state, runner
+from autokernel.agents.base import MalformedReply, OutOfTime, SearchExhausted, WaitForResults
+from autokernel.contracts import FAIL, PASS, TIMEOUT, Job, JobProgress, JudgeOutcome, JudgeTask
+from autokernel.lanes import Flight, Lane, lanes_line
+from autokernel.live import throughput_line
+from autokernel.loop import BUDGET_SPENT, MIN_WORTH_STARTING_S, RUN_STOPS, OptimizationRun
 from autokernel.policy import is_improvement, one_line
-from autokernel.pool import WorkerPool
+from autokernel.pool import Finished, WorkerPool
+from autokernel.run_state import OptimizationError
+from autokernel.throughput import JobSpan
 
 POLL_S = 0.5            # how often the orchestrator looks up from waiting, to redraw the view
-
-
-@dataclass
-class Flight:
-    """A candidate being judged: what it is, when it was asked for, what it cost, and its limits' origin."""
-    proposal: Proposal
-    description: str
-    started: float
-    clipped: bool           # its limit was cut to the budget left: a TIMEOUT then means "out of time"
+WAITS_FOR_NOTHING = "the agent has nothing left to try (it waits for results, and none are coming)"
 
 
 class ParallelRun(OptimizationRun):
-    """OptimizationRun with the judging spread over a pool of workers, one per GPU."""
+    """OptimizationRun with the judging spread over a pool of workers, one per GPU, and jobs side by side."""
 
     def __init__(self, state, *, pool: WorkerPool, **kwargs):
         super().__init__(state, **kwargs)
@@ -54,70 +64,199 @@ class ParallelRun(OptimizationRun):
         pool.throughput = state.throughput       # the pool counts each GPU's busy time into the run's state
         self.gpu = pool.labels[0]
         self._seed = state.experiment            # each task's seed: fresh inputs for every bench
+        self.lanes: list[Lane] = []              # the jobs in flight, in plan order
+        self._no_new_jobs: str | None = None     # a run-ending reason once no job may open any more
+        self._first_run_s = 0.0                  # the longest first baseline run (it compiles) this session
 
-    # ------------------------------------------------------------------ a job's baseline
-    def _baseline_runs(self, job: Job) -> list[dict] | None:
-        source = paths.KERNEL_FILE.read_text()
-        self.view.phase(f"baseline {job.name} (2 runs side by side)" if self.pool.size > 1 else f"baseline {job.name}")
-        cuda = torch.cuda.is_available()
-        tasks = [self._task(job, None, source, quick=self.quick_bench, compare_compile=attempt == 0 and cuda)
-                 for attempt in range(2)]
-        outcomes = self.pool.judge_all([task for task, _ in tasks])
-        runs = []
-        for attempt, ((_, clipped), outcome) in enumerate(zip(tasks, outcomes)):
-            result = self._checked(job, outcome)
-            if result.get("correctness") == TIMEOUT and clipped:
-                return None
-            if result.get("correctness") != TIMEOUT:
-                for seconds in outcome.bench_seconds.values():      # none when its worker died
-                    self.bench_times.record(None, seconds, quick=True, compare_compile=attempt == 0 and cuda)
-            runs.append(result)
-        self._baseline_gpu = outcomes[0].gpu
-        return runs
-
-    # ------------------------------------------------------------------ a job's experiments
-    def _optimize(self, job: Job, progress: JobProgress) -> str:
-        self._refresh_status(progress)
-        flights: dict[int, Flight] = {}
-        reason = None
+    # ------------------------------------------------------------------ the schedule
+    def _run_jobs(self) -> None:
+        state = self.state
+        for index, progress in run_state.open_jobs(state):
+            if progress.finishing:                                   # a kill cut its save short
+                self._save_best(state.jobs[index], progress, progress.finishing)
+        self.lanes = [Lane(index, state.jobs[index], progress=progress) for index, progress in run_state.open_jobs(state)]
+        for lane in self.lanes:                                      # resumed: in flight again from now, if not before
+            state.throughput.jobs.setdefault(lane.job.name, JobSpan(started_s=self._loop_clock(lane.started)))
         while True:
-            while self.pool.free():
-                # The rules are read before every proposal: a malformed reply or a broken contract is recorded
-                # at once, and counts as a revert, as with one GPU.
-                reason = reason or self._run_stop() or policy.job_stop_reason(progress, self.settings)
-                if reason:
-                    break
-                try:
-                    reason = self._dispatch(job, progress, flights)
-                except WaitForResults:
-                    if not flights:
-                        reason = "the agent has nothing left to try (it waits for results, and none are coming)"
-                    break
-                except SearchExhausted as exc:
-                    reason = f"the agent has nothing left to try ({exc})"
+            while self.pool.free() and self._serve_one():
+                pass
+            if self._end_stopped_lanes():            # their workers, and their kernel types, are free for others
+                continue
             if not self.pool.busy:
-                return reason
-            shown = f"judging {len(flights)} candidates on {self.pool.size} GPUs"
-            self.view.phase(shown + (f"; then {reason}" if reason else ""))
+                break
+            self.view.phase(f"judging on {len(self.pool.busy)} of {self.pool.size} GPUs")
             finished = self.pool.next_finished(POLL_S)
             if finished is not None:
-                self._settle(job, progress, flights.pop(finished.slot), finished.outcome)
-                reason = reason or self._run_stop() or policy.job_stop_reason(progress, self.settings)
-            self._refresh_status(progress)
+                self._task_back(finished)
+            self._refresh_status(None)
+        if run_state.unfinished(state):
+            return self._stop(self._no_new_jobs or BUDGET_SPENT)
+        state.done = True
+        state.stopped_because = "every kernel is done"
 
-    def _dispatch(self, job: Job, progress: JobProgress, flights: dict[int, Flight]) -> str | None:
-        """Ask the agent for one more candidate and hand it to a free worker; a run-ending reason, or None."""
+    def _serve_one(self) -> bool:
+        """Give one free worker work: a baseline's second run, a job's candidate (in plan order), else the
+        plan's next job; a second run waits for another GPU than its first's while others can use this one."""
+        for strict in (True, False):
+            for lane in sorted(self.lanes, key=lambda lane: (lane.progress is not None, lane.index)):
+                if self._serve(lane, strict):
+                    return True
+            lane = self._open_next() if strict else None
+            if lane is not None and self._serve(lane, strict=False):
+                return True
+        return False
+
+    def _serve(self, lane: Lane, strict: bool) -> bool:
+        """Hand a free worker the lane's next task; False when it has none now (lane.stop says when it never will)."""
+        if lane.stop or lane.waiting or lane.baseline_slot is not None:
+            return False
+        if lane.progress is None:
+            return self._serve_baseline(lane, strict)
+        while not (lane.stop or lane.waiting):
+            # The rules are read before every proposal: a malformed reply or a broken contract is recorded
+            # at once, and counts as a revert, as with one GPU.
+            lane.stop = self._run_stop() or policy.job_stop_reason(lane.progress, self.settings)
+            if lane.stop:
+                break
+            try:
+                if self._dispatch(lane):
+                    return True
+            except WaitForResults:
+                lane.waiting = bool(lane.flights)
+                lane.stop = None if lane.flights else WAITS_FOR_NOTHING
+            except SearchExhausted as exc:
+                lane.stop = f"the agent has nothing left to try ({exc})"
+        return False
+
+    def _open_next(self) -> Lane | None:
+        """The plan's next job, opened, if one may open now (see the module's docstring); else None."""
+        if self._no_new_jobs or len(self.lanes) >= self.pool.size:
+            return None
+        opened = {lane.index for lane in self.lanes}
+        index = next((index for index in range(self.state.job_index, len(self.state.jobs))
+                      if index not in opened and not run_state.job_ended(self.state, index)
+                      and run_state.progress_of(self.state, index) is None), None)
+        if index is None or any(lane.job.kernel_type == self.state.jobs[index].kernel_type for lane in self.lanes):
+            return None
+        self._no_new_jobs = self._run_stop(needed_s=2 * (self.bench_times.typical_s or 0.0))   # two baseline runs
+        if self._no_new_jobs:
+            return None
+        job = self.state.jobs[index]
+        source = Path(job.path)
+        if not source.exists():
+            raise OptimizationError(f"the job file {source} is gone; run `autokernel extract` again")
+        lane = Lane(index, job, source=source.read_text())
+        self.lanes = sorted(self.lanes + [lane], key=lambda lane: lane.index)
+        self.state.throughput.jobs.setdefault(job.name, JobSpan(started_s=self._loop_clock(lane.started)))
+        self.view.log(f"baseline for rank {job.rank} {job.kernel_type} (job {index + 1} of {len(self.state.jobs)}): "
+                      f"{job.path}")
+        return lane
+
+    def _end_stopped_lanes(self) -> bool:
+        """Save the best of every job that stopped and has nothing in flight (a run-ending reason keeps it
+        open for --resume); True when one ended."""
+        ended = [lane for lane in self.lanes if lane.stop and not lane.busy]
+        for lane in ended:
+            self.lanes.remove(lane)
+            if lane.stop in RUN_STOPS:
+                self._no_new_jobs = self._no_new_jobs or lane.stop
+            self._save_best(lane.job, lane.progress, lane.stop)
+            if lane.stop not in RUN_STOPS:
+                self._end_span(lane.job)
+        return bool(ended)
+
+    def _task_back(self, finished: Finished) -> None:
+        lane: Lane = finished.token
+        span = self.state.throughput.jobs.get(lane.job.name)
+        if span is not None:
+            span.benches[finished.outcome.gpu] = span.benches.get(finished.outcome.gpu, 0) + 1
+        self._status.kernel = f"rank {lane.job.rank} {lane.job.kernel_type} (job {lane.index + 1} of {len(self.state.jobs)})"
+        if finished.slot == lane.baseline_slot:
+            self._baseline_back(lane, finished)
+            return
+        flight = lane.flights.pop(finished.slot)
+        lane.waiting = False
+        self._settle(lane.job, lane.progress, flight, finished.outcome)
+        lane.stop = lane.stop or policy.job_stop_reason(lane.progress, self.settings)
+
+    # ------------------------------------------------------------------ a job's baseline
+    def _serve_baseline(self, lane: Lane, strict: bool) -> bool:
+        free = self.pool.free()
+        if lane.runs:                       # the second run: on another GPU than the first's, where one is free
+            others = [slot for slot in free if slot != lane.first_slot]
+            if strict and not others and self.pool.size > 1:
+                return False
+            free = others or free
+            if self._run_stop():
+                self._drop(lane, f"the budget ran out before {lane.job.name}'s baseline was benched twice; "
+                                 f"--resume benches it again")
+                return False
+        first = not lane.runs
+        task, lane.baseline_clipped = self._task(lane.job, None, lane.source, quick=self.quick_bench,
+                                                 compare_compile=first and torch.cuda.is_available(), timing=lane)
+        lane.baseline_slot = self.pool.submit(task, lane, slot=free[0])
+        self.view.log(f"{self.pool.labels[lane.baseline_slot]}: baseline run {len(lane.runs) + 1} of 2 "
+                      f"for {lane.job.name}")
+        return True
+
+    def _baseline_back(self, lane: Lane, finished: Finished) -> None:
+        lane.baseline_slot = None
+        result = self._checked(lane.job, finished.outcome)
+        if result.get("correctness") == TIMEOUT and lane.baseline_clipped:
+            self._drop(lane, f"the budget ran out while {lane.job.name}'s baseline was being benched; "
+                             f"--resume benches it again")
+            return
+        first = not lane.runs
+        if result.get("correctness") != TIMEOUT:
+            for seconds in finished.outcome.bench_seconds.values():      # none when its worker died
+                self.bench_times.record(lane, seconds, quick=self.quick_bench,
+                                        compare_compile=first and torch.cuda.is_available())
+                self._first_run_s = max(self._first_run_s, seconds if first else 0.0)
+        if first:
+            lane.first_slot, lane.first_gpu = finished.slot, finished.outcome.gpu
+        lane.runs.append(result)
+        if result.get("correctness") == PASS and len(lane.runs) < 2:
+            return                          # the second run goes to the next free worker
+        job, number = lane.job, self.state.experiment + 1
+        with self.guard.critical():         # the one-GPU loop's baseline writes, the commit made now
+            self.state.in_flight = {"step": "baseline", "number": number}
+            self._save()
+            self.checkpoint("baseline: in flight")
+            paths.KERNEL_FILE.write_text(lane.source)
+            commit = self.repo.commit_kernel(f"baseline {job.name}: {Path(job.path).name}", self.state.tag)
+            self.checkpoint("baseline: committed")
+            passed = self._settle_baseline(job, lane.runs, number, commit, lane.started, gpu=lane.first_gpu,
+                                           bench_seconds=dict(lane.bench_seconds))
+        if passed:
+            lane.progress = run_state.progress_of(self.state, lane.index)
+        else:
+            self.lanes.remove(lane)
+            self._end_span(job)
+
+    def _drop(self, lane: Lane, message: str) -> None:
+        """Give up a baseline the budget cut short: nothing was committed or recorded, and no job opens any more."""
+        self.lanes.remove(lane)
+        self._no_new_jobs = self._no_new_jobs or BUDGET_SPENT
+        self.view.log(message)
+
+    # ------------------------------------------------------------------ a job's candidates
+    def _dispatch(self, lane: Lane) -> bool:
+        """Ask the agent for one more candidate of the lane's job and hand it to a free worker (True); False when
+        it was recorded without judging (a malformed reply, a broken contract) or the budget cannot pay for it."""
+        job, progress = lane.job, lane.progress
         bench_s = self.bench_times.expected(progress, quick=True)
         if self.budget.left() < max(self._llm_s + bench_s, MIN_WORTH_STARTING_S):
-            return BUDGET_SPENT
+            lane.stop = BUDGET_SPENT
+            return False
         started = time.monotonic()
         context = self._agent_context(job, progress, deadline=self.budget.deadline() - bench_s)
-        context.in_flight = [flight.description for flight in flights.values()]
+        context.in_flight = [flight.description for flight in lane.flights.values()]
         try:
             proposal = self.agent.propose(context)
         except OutOfTime as exc:
-            self.view.log(f"no more candidates: {exc}")
-            return BUDGET_SPENT
+            self.view.log(f"no more candidates for {job.name}: {exc}")
+            lane.stop = BUDGET_SPENT
+            return False
         except MalformedReply as exc:
             result = runner.synthesized_result(FAIL, f"malformed reply: {exc}", kernel_type=job.kernel_type)
             self._account(exc.tokens_in + exc.tokens_out, exc.cost_usd)
@@ -125,7 +264,7 @@ class ParallelRun(OptimizationRun):
                 self._record(job, progress, self.state.experiment + 1, result, "malformed reply",
                              contracts.STATUS_REVERT, started, tokens=exc.tokens_in + exc.tokens_out,
                              cost=exc.cost_usd, keep=False, gpu="")
-            return None
+            return False
         self._llm_s = time.monotonic() - started
         self._account(proposal.tokens_in + proposal.tokens_out, proposal.cost_usd)
         description = one_line(proposal.description)
@@ -135,19 +274,24 @@ class ParallelRun(OptimizationRun):
             flight = Flight(proposal, description, started, clipped=False)
             result = runner.synthesized_result(FAIL, f"contract: {exc}", kernel_type=job.kernel_type)
             self._commit_verdict(job, progress, flight, result, gpu="")
-            return None
+            return False
         task, clipped = self._task(job, progress, proposal.kernel_source, quick=True)
-        slot = self.pool.submit(task)
-        flights[slot] = Flight(proposal, description, started, clipped)
-        self.view.log(f"{self.pool.labels[slot]}: judging {description}")
-        return None
+        slot = self.pool.submit(task, lane)
+        lane.flights[slot] = Flight(proposal, description, started, clipped)
+        self.view.log(f"{self.pool.labels[slot]}: judging {description} [{job.name}]")
+        return True
 
     def _task(self, job: Job, progress: JobProgress | None, source: str, *, quick: bool,
-              compare_compile: bool = False) -> tuple[JudgeTask, bool]:
-        """A worker's task for source, with the one-GPU loop's limits; and whether the budget clipped them."""
+              compare_compile: bool = False, timing: Lane | None = None) -> tuple[JudgeTask, bool]:
+        """A worker's task for source, with the one-GPU loop's limits (from timing's benches, for a baseline,
+        else the job's); and whether the budget clipped them."""
         quick = quick or self.quick_bench
         ceiling, left = self.settings.experiment_timeout_s, self.budget.left()
-        limit, clipped = self.bench_times.limit(progress, quick, ceiling, left)
+        limit, clipped = self.bench_times.limit(timing or progress, quick, ceiling, left)
+        if compare_compile and not clipped:
+            # A job's first run compiles every shape and times torch.compile: the other jobs' quick benches
+            # say little of it, their first runs more (a TIMEOUT there would skip the job).
+            limit = min(ceiling, max(limit, self._first_run_s))
         full_limit = full_below = None
         if progress is not None and not self.quick_bench and progress.best.get("latency_us"):
             # The screen decides whether the full judge runs, on the same GPU, right after it.
@@ -190,7 +334,7 @@ class ParallelRun(OptimizationRun):
             self.checkpoint("experiment: in flight")
             paths.KERNEL_FILE.write_text(proposal.kernel_source)
             self.checkpoint("experiment: kernel written")
-            self.repo.commit_kernel(f"exp {number}: {flight.description}", self.state.tag)
+            self.repo.commit_kernel(f"exp {number} ({job.name}): {flight.description}", self.state.tag)
             self.checkpoint("experiment: committed")
             if keep:
                 self.state.kept_commit = self.repo.head()
@@ -201,3 +345,25 @@ class ParallelRun(OptimizationRun):
                          tokens=proposal.tokens_in + proposal.tokens_out, cost=proposal.cost_usd, keep=keep, gpu=gpu)
         if hasattr(self.agent, "judged"):
             self.agent.judged(job.to_json(), proposal.kernel_source, result)
+
+    # ------------------------------------------------------------------ each job's own
+    def _verdict_note(self, job: Job, gpu: str) -> str:
+        return f" [{job.name}" + (f" on {gpu}]" if gpu else "]")
+
+    def _loop_clock(self, at: float | None = None) -> float:
+        """The loop's wall time at time.monotonic() `at` (default: now): Throughput.wall_s and what is not saved yet."""
+        return self.state.throughput.wall_s + (time.monotonic() if at is None else at) - self._wall_mark
+
+    def _end_span(self, job: Job) -> None:
+        span = self.state.throughput.jobs.get(job.name)
+        if span is not None:
+            span.ended_s = self._loop_clock()
+
+    def _refresh_status(self, progress: JobProgress | None) -> None:
+        """The live view: the jobs in flight and their GPUs, and the numbers of the job whose verdict came last."""
+        self._status.jobs = lanes_line(self.lanes, self.pool.labels)
+        if progress is not None:
+            super()._refresh_status(progress)
+            return
+        self._status.gpus = throughput_line(self.state.throughput, time.monotonic() - self._wall_mark)
+        self.view.update(self._status)

@@ -76,6 +76,18 @@ def measured_noise(first: dict, second: dict, floor: float) -> float:
     return max(floor, abs(a - b) / min(a, b))
 
 
+def baseline_verdict(runs: list[dict], noise_floor: float) -> tuple[dict, bool, float, dict[str, float]]:
+    """A job's baseline from its starter's bench runs (the second made only after a PASS): the faster run
+    (candidates must beat what the starter can do, not its bad luck) or the failing one; whether it
+    passed; the noise between the runs; torch.compile's call times, which the first run measured."""
+    failure = next((run for run in runs if run.get("correctness") != PASS), None)
+    noise = measured_noise(runs[0], runs[-1], noise_floor)
+    compile_us = compile_times(runs[0])
+    runs = [against_pytorch_best(run, compile_us, noise) for run in runs]
+    baseline = failure or min(runs, key=lambda run: run.get("latency_us") or float("inf"))
+    return baseline, failure is None, noise, compile_us
+
+
 def history_entry(number: int, description: str, status: str, result: dict) -> dict:
     """What the agent is shown of one experiment of its kernel."""
     return {"experiment": number, "description": description, "status": status,

@@ -63,9 +63,11 @@ class WorkerPool:
     def free(self) -> list[int]:
         return [slot for slot in range(self.size) if slot not in self.busy]
 
-    def submit(self, task: JudgeTask, token: object = None) -> int:
-        """Hand task to a free worker; returns its slot."""
-        slot = self.free()[0]
+    def submit(self, task: JudgeTask, token: object = None, slot: int | None = None) -> int:
+        """Hand task to a free worker (slot, where given: that one); returns its slot."""
+        slot = self.free()[0] if slot is None else slot
+        if slot in self.busy:
+            raise ValueError(f"worker {self.labels[slot]} is busy")
         self.busy[slot] = (task, token, time.monotonic())
         self._send(slot, task)
         return slot

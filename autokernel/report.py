@@ -97,8 +97,25 @@ def throughput_lines(throughput: contracts.Throughput | None) -> list[str]:
         rate = throughput.experiments_per_hour(label)
         lines.append(f"| {label} | {use.experiments} | {'-' if rate is None else f'{rate:.1f}'} | "
                      f"{format_duration(use.busy_s)} | {format_duration(throughput.idle_s(label))} |")
-    return lines + ["", "Busy: judging a candidate (or a baseline). Idle: waiting for the loop (the agent, commits) "
-                        "or for other GPUs' candidates at a job's end.", ""]
+    lines += ["", "Busy: judging a candidate (or a baseline). Idle: waiting for the loop (the agent, commits) "
+                  "or for other GPUs' candidates at a job's end.", ""]
+    return lines + job_span_lines(throughput)
+
+
+def job_span_lines(throughput: contracts.Throughput) -> list[str]:
+    """With several GPUs: when each job was in flight (on the loop's clock) and which GPUs judged its benches."""
+    if not throughput.jobs:
+        return []
+    spans = sorted(throughput.jobs.items(), key=lambda item: item[1].started_s)
+    ends = [(span.started_s, span.ended_s if span.ended_s is not None else throughput.wall_s) for _, span in spans]
+    most = max(sum(start <= moment < end for start, end in ends) for moment, _ in ends)
+    lines = ["### Jobs in flight", "", "| job | started | ended | benches judged, by GPU |", "| --- | ---: | ---: | --- |"]
+    for name, span in spans:
+        benches = ", ".join(f"{label} {count}" for label, count in sorted(span.benches.items())) or "-"
+        ended = "open (--resume goes on)" if span.ended_s is None else format_duration(span.ended_s)
+        lines.append(f"| {name} | {format_duration(span.started_s)} | {ended} | {benches} |")
+    return lines + ["", f"Times on the loop's clock; up to {most} jobs were in flight at once, side by side on the "
+                        f"GPUs. Benches include each job's two baseline runs.", ""]
 
 
 def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Path, verdict: dict | None = None,

@@ -180,7 +180,8 @@ def _prepare_resume(repo: gitops.KernelRepo, tag: str | None, overrides: dict,
 def _check_tree(repo: gitops.KernelRepo, state: RunState, on_run_branch: bool) -> None:
     """Uncommitted changes are the user's unless a kill left the loop's own, mid-step, on the run's branch."""
     changed = repo.uncommitted_tracked_files()
-    mid_step = on_run_branch and (state.in_flight or state.pending_row or (state.current and state.current.finishing))
+    mid_step = on_run_branch and (state.in_flight or state.pending_row
+                                  or any(progress.finishing for _, progress in run_state.open_jobs(state)))
     theirs = [name for name in changed if not (mid_step and name.split("/")[0] in LOOP_WRITES)]
     if theirs:
         raise gitops.GitOpsError(f"tracked files have uncommitted changes ({', '.join(theirs[:10])}); commit or "
@@ -223,8 +224,9 @@ def _return_user(repo: gitops.KernelRepo, state: RunState, position: str | None,
     except gitops.GitOpsError as exc:
         view.log(f"could not return to {position}: {exc}")
     saved = [entry["file"] for entry in state.finished if entry.get("verdict") != NO_GAIN]
-    if state.current is not None and state.stopped_because in RUN_STOPS and policy.is_winner(state.current.best):
-        saved.append(f"{state.job().name}.py (best so far)")
+    if state.stopped_because in RUN_STOPS:
+        saved += [f"{state.jobs[index].name}.py (best so far)" for index, progress in run_state.open_jobs(state)
+                  if policy.is_winner(progress.best)]
     where = "on this branch" if repo.current_branch() == branch else f"on branch {branch}"
     view.log(f"results: every experiment in {paths.RESULTS_TSV.name}, the kept ones as commits {where} "
              f"(git log {branch}), the optimized kernels in {gitops.OPTIMIZED_DIR_NAME}/ {where}"
@@ -262,14 +264,14 @@ def outcome_lines(state: RunState) -> list[str]:
                 vs_best_text += ", timed under the CPU interpreter: not meaningful"
             lines.append(f"  {name}: {ending}, {format_speedup(entry['speedup_over_baseline'])} over its baseline"
                          + vs_best_text + f" ({entry['experiments']} experiments; {entry['stopped_because']})")
-        elif index < state.job_index:
+        elif run_state.job_ended(state, index):
             lines.append(f"  {name}: skipped (its starter fails bench.py)")
-        elif index == state.job_index and state.current is not None:
-            gain = state.current.gain()
+        elif (progress := run_state.progress_of(state, index)) is not None:
+            gain = progress.gain()
             saved = ("" if state.stopped_because not in RUN_STOPS else ", best so far saved"
-                     if policy.is_winner(state.current.best) else ", no gain over PyTorch's best so far")
+                     if policy.is_winner(progress.best) else ", no gain over PyTorch's best so far")
             lines.append(f"  {name}: {'cut short' if state.stopped_because else 'in progress'} after "
-                         f"{state.current.experiments} experiments"
+                         f"{progress.experiments} experiments"
                          + (f", best {gain:.2f}x over its baseline" if gain else "") + saved)
         else:
             lines.append(f"  {name}: not started")

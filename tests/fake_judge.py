@@ -3,7 +3,7 @@
 It is started exactly as bench.py is (autokernel/runner.py: the sandbox, the allow-listed environment,
 the nonce) and answers from the candidate file itself: its TUNABLES give the latency
 (100 / A + 10 * B microseconds, so the built-in search has somewhere to go), `# fake-sleep: S` how long
-the judging takes, `# fake-verdict: V` a verdict other than PASS. The message says whether the
+the judging takes, `# fake-verdict: V` a verdict other than PASS; it judges it as its KERNEL_TYPE. The message says whether the
 judge's environment held anything that looks like an API key, and which GPU it was pinned to.
 Standard library only: it starts in milliseconds.
 """
@@ -25,8 +25,9 @@ def main() -> int:
     parser.add_argument("--dtype")
     args, _ = parser.parse_known_args()
     source = open(args.kernel).read()
-    tunables = next(ast.literal_eval(node.value) for node in ast.parse(source).body if isinstance(node, ast.Assign)
-                    and getattr(node.targets[0], "id", "") == "TUNABLES")
+    literals = {node.targets[0].id: ast.literal_eval(node.value) for node in ast.parse(source).body
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") in ("TUNABLES", "KERNEL_TYPE")}
+    tunables = literals["TUNABLES"]
     sleep = re.search(r"# fake-sleep: ([\d.]+)", source)
     verdict = re.search(r"# fake-verdict: (\w+)", source)
     print("STAGE smoke", flush=True)
@@ -34,7 +35,7 @@ def main() -> int:
     latency = 100.0 / tunables["A"] + 10.0 * tunables["B"]
     keys = sorted(name for name in os.environ if "API_KEY" in name or "TOKEN" in name)
     correctness = verdict.group(1) if verdict else "PASS"
-    result = {"correctness": correctness, "kernel_type": "softmax", "latency_us": latency,
+    result = {"correctness": correctness, "kernel_type": literals.get("KERNEL_TYPE", "softmax"), "latency_us": latency,
               "throughput": 1e4 / latency, "timings_meaningful": False, "seed": args.seed, "dtype": args.dtype,
               "message": f"keys seen: {keys or 'none'}; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}",
               "nonce": os.environ.get("AUTOKERNEL_RESULT_NONCE")}

@@ -1,7 +1,7 @@
 """What the pool, parallel-loop and Ray tests share: candidates for tests/fake_judge.py, and a whole run.
 
-`run(root, ...)` starts (or resumes) a run of the built-in agent over softmax jobs whose starters
-carry TUNABLES the fake judge turns into latencies; `python -m tests.pool_helpers ROOT [resume]`
+`run(root, ...)` starts (or resumes) a run of the built-in agent over a softmax and a reduce job whose
+starters carry TUNABLES the fake judge turns into latencies; `python -m tests.pool_helpers ROOT [resume]`
 does it in a process of its own, which a test can SIGKILL.
 """
 
@@ -18,11 +18,15 @@ from tests.loop_helpers import git, make_repo  # noqa: F401 (the tests' shared r
 FAKE_JUDGE = Path(__file__).resolve().parent / "fake_judge.py"
 
 
-def kernel(a: int = 1, b: int = 4, *, sleep: float = 0.0, verdict: str | None = None, extra: str = "") -> str:
-    """A softmax candidate the fake judge times at 100/a + 10*b us; the built-in search can walk A and B."""
-    lines = ["KERNEL_TYPE = 'softmax'", f"# fake-sleep: {sleep}"] + ([f"# fake-verdict: {verdict}"] if verdict else [])
+PARAMETERS = {"softmax": "x", "reduce": "x, dim=-1, op='sum'"}    # kernel_fn's, as each type's reference has them
+
+
+def kernel(a: int = 1, b: int = 4, *, sleep: float = 0.0, verdict: str | None = None, extra: str = "",
+           kernel_type: str = "softmax") -> str:
+    """A candidate the fake judge times at 100/a + 10*b us; the built-in search can walk A and B."""
+    lines = [f"KERNEL_TYPE = {kernel_type!r}", f"# fake-sleep: {sleep}"] + ([f"# fake-verdict: {verdict}"] if verdict else [])
     lines += [f"TUNABLES = {{'A': {a}, 'B': {b}}}", "TUNABLE_CHOICES = {'A': [1, 2, 4, 8], 'B': [1, 2, 3, 4]}",
-              extra, "", "def kernel_fn(x):", "    return x", ""]
+              extra, "", f"def kernel_fn({PARAMETERS[kernel_type]}):", "    return x", ""]
     return "\n".join(lines)
 
 
@@ -31,12 +35,14 @@ def task(source: str, timeout_s: float = 60.0, seed: int = 1) -> JudgeTask:
                      timeout_s=timeout_s, seed=seed, extra_args=["--quick"], bench_script=str(FAKE_JUDGE))
 
 
-def jobs(root: Path, count: int = 2, sleep: float = 0.0) -> list[Job]:
+def jobs(root: Path, count: int = 2, sleep: float = 0.0, types: tuple[str, ...] = ("softmax", "reduce")) -> list[Job]:
+    """count jobs, of the kernel types in turn (two of one type never run side by side)."""
     made = []
     for rank in range(1, count + 1):
-        path = root.parent / f"kernel_{rank}_softmax.py"
-        path.write_text(kernel(1, 4, sleep=sleep))
-        made.append(Job(rank=rank, kernel_type="softmax", path=str(path), shapes=[{"M": 4, "N": 64}],
+        kernel_type = types[(rank - 1) % len(types)]
+        path = root.parent / f"kernel_{rank}_{kernel_type}.py"
+        path.write_text(kernel(1, 4, sleep=sleep, kernel_type=kernel_type))
+        made.append(Job(rank=rank, kernel_type=kernel_type, path=str(path), shapes=[{"M": 4, "N": 64}],
                         dtype="float32"))
     return made
 
@@ -65,6 +71,58 @@ def run(root: Path, *, resume: bool = False, gpus: int = 2, ray: str | None = No
             os.environ.pop(paths.WORKDIR_VARIABLE, None)
         else:
             os.environ[paths.WORKDIR_VARIABLE] = saved_env
+
+
+class JobScriptAgent:
+    """Answers each job's propose() with that job's next scripted step (by kernel type): a Proposal, or an
+    exception to raise (MalformedReply...); SearchExhausted once the job's script is done. A WaitForResults
+    step is raised only while one of the job's candidates is being judged (else it is skipped), as an
+    agent waits only for results that are coming."""
+    name = kind = "scripted"
+    model = base_url = None
+
+    def __init__(self, scripts: dict[str, list]):
+        self.scripts = {kernel_type: list(steps) for kernel_type, steps in scripts.items()}
+
+    def check_endpoint(self):
+        return None
+
+    def propose(self, ctx):
+        from autokernel.agents.base import SearchExhausted, WaitForResults
+
+        steps = self.scripts[ctx.kernel_type]
+        while steps and isinstance(steps[0], WaitForResults) and not ctx.in_flight:
+            steps.pop(0)
+        if not steps:
+            raise SearchExhausted(f"{ctx.kernel_type}: the script is done")
+        step = steps.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+
+def parallel_project(root: Path, monkeypatch):
+    """A project paths point at (tests/loop_helpers.py make_project), judged by the fake judge, on branch autokernel/par."""
+    from autokernel import gitops
+    from tests.loop_helpers import make_project
+
+    make_project(root, monkeypatch)
+    monkeypatch.setattr(paths, "BENCH_SCRIPT", FAKE_JUDGE)
+    repo = gitops.KernelRepo(root)
+    repo.start_branch("par")
+    return repo
+
+
+def parallel_run(repo, state, agent, budget=None, checkpoint=None):
+    """ParallelRun over two local workers, in this process, on a parallel_project."""
+    from autokernel.budget import Budget
+    from autokernel.live import ProgressView
+    from autokernel.parallel_loop import ParallelRun
+    from autokernel.pool import LocalPool
+
+    with LocalPool([0, 1]) as pool:
+        return ParallelRun(state, pool=pool, repo=repo, agent=agent, checkpoint=checkpoint,
+                           view=ProgressView(interactive=False), budget=budget or Budget(600)).run()
 
 
 def kept_rows(root: Path) -> list[dict]:

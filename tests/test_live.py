@@ -20,6 +20,11 @@ def test_the_panel_shows_the_phase_tokens_cost_and_when_the_budget_ends():
     assert "exp 7: judging [shape sweep]" in text
     assert "12,345 tokens, $0.46 (+ calls to a model without a price)" in text
     assert "59m59s (ends by " in text or "1h00m (ends by " in text
+    assert "in flight" not in text, "one GPU: no jobs side by side to show"
+    status.jobs = "1_softmax: 2 candidates on gpu0, gpu1; 2_reduce: baseline run 1 of 2 on gpu2"
+    console = Console(file=io.StringIO(), width=160)
+    console.print(live._panel(status))
+    assert "in flight  1_softmax: 2 candidates on gpu0, gpu1; 2_reduce: baseline run 1 of 2 on gpu2" in console.file.getvalue()
 
 
 def test_phases_events_and_log_records_reach_the_view():

@@ -8,6 +8,7 @@ orchestrator killed with SIGKILL (--resume loses no kept experiment).
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -47,24 +48,60 @@ def _check_one_run(root: Path) -> list[dict]:
     log = git(root, "log", "--format=%s%x1f%(trailers:key=AutoKernel-Run,valueonly)", "autokernel/par").splitlines()
     subjects = [line.split("\x1f")[0] for line in log if line]
     assert all(line.split("\x1f")[1].strip() == "par" for line in log[:-1] if line), "every commit is the run's"
-    kept = {int(s.split(":")[0][4:]) for s in subjects if s.startswith("exp ")}
+    kept = {int(re.match(r"exp (\d+) \(\d+_\w+\): ", s).group(1)) for s in subjects if s.startswith("exp ")}
     assert kept == {row["experiment"] for row in rows if row["status"] == "keep"}, "one commit per kept experiment"
     return rows
 
 
-def test_two_gpus_give_one_run_with_a_gpu_column_and_throughput(tmp_path):
+def _job_times_at_finish(root: Path, found: list):
+    """A checkpoint: as a job's best is saved, its own time (JobProgress.elapsed_s) and its time in flight."""
+    def capture(name):
+        if name == "finish: in flight":
+            saved = run_state.load(root / "workspace" / "state.json")
+            for index, progress in run_state.open_jobs(saved):
+                if progress.finishing:
+                    name = saved.jobs[index].name
+                    found.append((name, progress.elapsed_s,
+                                  saved.throughput.wall_s - saved.throughput.jobs[name].started_s))
+    return capture
+
+
+def test_two_jobs_run_side_by_side_on_two_gpus_and_still_read_as_one_run(tmp_path):
     root = make_repo(tmp_path / "project")
-    state = run(root, gpus=2, sleep=0.3)
+    job_times = []
+    state = run(root, gpus=2, sleep=0.3, checkpoint=_job_times_at_finish(root, job_times))
 
     assert state.done and state.stopped_because == "every kernel is done"
     rows = _check_one_run(root)
     assert len(kept_rows(root)) >= 2 and [r["status"] for r in rows].count("baseline") == 2
     assert {row["gpu"] for row in rows} == {"gpu0", "gpu1"}, "both GPUs judged experiments"
+    # Side by side: job 2's baseline started before job 1 ended (and the other way round), by the times
+    # recorded on the loop's clock, and the rows of the two jobs interleave.
+    spans = run_state.load(root / "workspace" / "state.json").throughput.jobs
+    assert spans["2_reduce"].started_s < spans["1_softmax"].ended_s
+    assert spans["1_softmax"].started_s < spans["2_reduce"].ended_s
+    numbers = {kind: [row["experiment"] for row in rows if row["kernel_type"] == kind] for kind in ("softmax", "reduce")}
+    assert min(numbers["reduce"]) < max(numbers["softmax"]) and min(numbers["softmax"]) < max(numbers["reduce"])
     manifest = json.loads(git(root, "show", "autokernel/par:optimized_kernels/manifest.json"))["kernels"]
-    assert set(manifest) == {"1_softmax", "2_softmax"}
-    for group, entry in zip(results.group_by_kernel(rows), (manifest["1_softmax"], manifest["2_softmax"])):
+    assert set(manifest) == {"1_softmax", "2_reduce"}
+    for group in results.group_by_kernel(rows):
+        name = {"softmax": "1_softmax", "reduce": "2_reduce"}[group[0]["kernel_type"]]
         # The job's best is its fastest kept version, and it beats the starter (140 us in the fake judge).
-        assert entry["best_latency_us"] == results.best_version(group)["latency_us"] < 140.0
+        assert manifest[name]["best_latency_us"] == results.best_version(group)["latency_us"] < 140.0
+        # Saved from its own last kept commit, whatever the tree held when the job ended.
+        commit = manifest[name]["source_commit"]
+        assert re.match(rf"(exp \d+ \({name}\)|baseline {name}): ", git(root, "log", "-1", "--format=%s", commit))
+        assert git(root, "show", f"autokernel/par:optimized_kernels/{name}.py") == git(root, "show", f"{commit}:kernel.py")
+    # Each job's time is its own wall time: no more than it was in flight after its baseline's verdict,
+    # though its candidates overlapped (the sum of their times is more). A row's seconds are rounded to 0.01.
+    assert {name for name, *_ in job_times} == {"1_softmax", "2_reduce"}
+    for name, own_s, in_flight_s in job_times:
+        kind = name.split("_", 1)[1]
+        baseline_s = next(row["wall_seconds"] for row in rows if row["kernel_type"] == kind)
+        assert own_s <= in_flight_s - baseline_s + 0.005
+        if name == "1_softmax":         # the first job has first call on a free GPU: two candidates at once
+            candidates_s = [row["wall_seconds"] for row in rows if row["kernel_type"] == kind][1:]
+            assert sum(candidates_s) - own_s > 0.005 * len(candidates_s), "job 1 never had two candidates at once"
     throughput = run_state.load(root / "workspace" / "state.json").throughput     # saved, for the report
     judged = sum(row["status"] != "baseline" for row in rows)
     assert sum(use.experiments for use in throughput.gpus.values()) == judged
@@ -93,20 +130,29 @@ def test_a_worker_killed_mid_experiment_is_a_crash_row_and_the_run_goes_on(tmp_p
     assert rows[-1]["experiment"] > crashed[0]["experiment"], "the run went on after the crash"
 
 
-def test_the_orchestrator_killed_with_sigkill_resumes_without_losing_a_kept_experiment(tmp_path):
+def _both_jobs_open_with_two_keeps(root: Path) -> bool:
+    try:
+        saved = run_state.load(root / "workspace" / "state.json")
+    except run_state.StateError:
+        return False
+    return len(run_state.open_jobs(saved)) == 2 and len(kept_rows(root)) >= 2
+
+
+def test_the_orchestrator_killed_with_sigkill_and_two_jobs_in_flight_resumes_without_losing_a_kept_experiment(
+        tmp_path):
     root = make_repo(tmp_path / "project")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-m", "tests.pool_helpers", str(root)]
     orchestrator = subprocess.Popen(command + ["new", "0.5"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(kept_rows(root)) < 2:
+    while time.monotonic() < deadline and not _both_jobs_open_with_two_keeps(root):
         time.sleep(0.05)
     workers = _workers_of(orchestrator.pid)
     orchestrator.send_signal(signal.SIGKILL)
     orchestrator.wait()
     kept_before = [(row["experiment"], row["description"]) for row in kept_rows(root)]
-    assert len(kept_before) >= 2 and workers, "killed before the run had kept anything"
+    assert len(kept_before) >= 2 and workers, "killed before the run had two jobs in flight and two keeps"
     time.sleep(0.5)
     assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}") and
                 open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"], "workers outlived the kill"
@@ -115,36 +161,104 @@ def test_the_orchestrator_killed_with_sigkill_resumes_without_losing_a_kept_expe
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["done"]
-    _check_one_run(root)
+    rows = _check_one_run(root)
     kept_after = [(row["experiment"], row["description"]) for row in kept_rows(root)]
     assert kept_after[:len(kept_before)] == kept_before, "a kept experiment was lost"
+    assert [row["status"] for row in rows].count("baseline") == 2, "a job started before the kill started over"
 
 
 def test_malformed_replies_and_broken_contracts_are_recorded_at_once_and_count_as_reverts(tmp_path, monkeypatch):
-    from autokernel import gitops, paths
     from autokernel.agents.base import MalformedReply
-    from autokernel.budget import Budget
     from autokernel.contracts import RunSettings, RunState
-    from autokernel.live import ProgressView
-    from autokernel.parallel_loop import ParallelRun
-    from autokernel.pool import LocalPool
-    from tests.loop_helpers import ScriptedAgent, make_project, proposal
-    from tests.pool_helpers import FAKE_JUDGE, jobs
+    from tests.loop_helpers import ScriptedAgent, proposal
+    from tests.pool_helpers import jobs, parallel_project, parallel_run
 
-    root = make_project(tmp_path / "project", monkeypatch)
-    monkeypatch.setattr(paths, "BENCH_SCRIPT", FAKE_JUDGE)
-    repo = gitops.KernelRepo(root)
-    repo.start_branch("par")
+    repo = parallel_project(tmp_path / "project", monkeypatch)
+    root = repo.root
     agent = ScriptedAgent(MalformedReply("no code block", tokens_in=5), proposal("wrong type", "KERNEL_TYPE = 'x'\n"),
                           MalformedReply("still no code"))
     state = RunState(tag="par", jobs=jobs(root, 1), kept_commit=repo.head(),
                      settings=RunSettings(max_consecutive_reverts=3, gpus=2))
-    with LocalPool([0, 1]) as pool:
-        state = ParallelRun(state, pool=pool, repo=repo, agent=agent, view=ProgressView(interactive=False),
-                            budget=Budget(600)).run()
+    state = parallel_run(repo, state, agent)
 
     assert state.done and "3 reverts in a row" in state.finished[0]["stopped_because"]
     rows = results.read_rows(root / "results.tsv")
     assert [(r["status"], r["correctness"], r["gpu"]) for r in rows] == [
         ("baseline", "PASS", "gpu0"), ("revert", "FAIL", None), ("revert", "FAIL", None), ("revert", "FAIL", None)]
     assert not agent.script, "every scripted step was asked for, and nothing more"
+
+
+def test_a_revert_of_one_job_never_undoes_another_jobs_keep_and_each_job_has_its_own_rules(tmp_path, monkeypatch):
+    from autokernel.agents.base import WaitForResults
+    from autokernel.contracts import RunSettings, RunState
+    from tests.loop_helpers import proposal
+    from tests.pool_helpers import JobScriptAgent, jobs, kernel, parallel_project, parallel_run
+
+    repo = parallel_project(tmp_path / "project", monkeypatch)
+    root = repo.root
+    made = jobs(root, 2)
+    starter = Path(made[0].path).read_text()
+    faster, fastest = kernel(2, 4, sleep=2.0, kernel_type="reduce"), kernel(4, 4, sleep=0.3, kernel_type="reduce")
+    # Job 1 reverts a quick candidate, then a slow one (6 s), waiting for each; meanwhile job 2 keeps
+    # a candidate (2 s) on the other GPU: its keep is recorded between job 1's two reverts.
+    agent = JobScriptAgent({
+        "softmax": [proposal("quick, no faster", kernel(1, 4, sleep=0.2)), WaitForResults("wait"),
+                    proposal("slow, no faster", kernel(1, 4, sleep=6.0)), WaitForResults("wait")],
+        "reduce": [proposal("A 1 -> 2", faster), proposal("A 2 -> 4", fastest)]})
+    state = RunState(tag="par", jobs=made, kept_commit=repo.head(),
+                     settings=RunSettings(max_consecutive_reverts=2, target_speedup=100.0, gpus=2))
+    state = parallel_run(repo, state, agent)
+
+    assert state.done
+    rows = _check_one_run(root)
+    verdicts = [(row["kernel_type"], row["status"], row["description"]) for row in rows if row["status"] != "baseline"]
+    assert verdicts.index(("softmax", "revert", "quick, no faster")) < verdicts.index(("reduce", "keep", "A 1 -> 2")) \
+        < verdicts.index(("softmax", "revert", "slow, no faster")), f"not the order this test is about: {verdicts}"
+    # Job 2's keeps are on the branch, and job 1's reverted candidates are not; each job saved its own best.
+    log = git(root, "log", "--format=%s", "autokernel/par")
+    assert "(2_reduce): A 1 -> 2" in log and "(2_reduce): A 2 -> 4" in log and "(1_softmax)" not in log
+    assert git(root, "show", "autokernel/par:optimized_kernels/2_reduce.py") == fastest
+    assert git(root, "show", "autokernel/par:optimized_kernels/1_softmax.py") == starter
+    # The rules are each job's own: job 2's keep between job 1's two reverts did not reset job 1's count.
+    ended = {entry["file"]: entry["stopped_because"] for entry in state.finished}
+    assert ended == {"1_softmax.py": "2 reverts in a row",
+                     "2_reduce.py": "the agent has nothing left to try (reduce: the script is done)"}
+
+
+def test_the_budget_stops_every_job_in_flight_and_resume_goes_on_with_each(tmp_path, monkeypatch):
+    from autokernel import session
+    from autokernel.agents.builtin import BuiltinAgent
+    from autokernel.budget import Budget
+    from autokernel.contracts import RunSettings, RunState
+    from autokernel.loop import BUDGET_SPENT
+    from tests.pool_helpers import jobs, parallel_project, parallel_run
+
+    repo = parallel_project(tmp_path / "project", monkeypatch)
+    root = repo.root
+    jump = [0.0]
+
+    def spend_the_budget(name):       # the run's one clock jumps past its budget after the 4th row
+        if name == "row settled" and results.last_experiment(root / "results.tsv") >= 4:
+            jump[0] = 10_000.0
+
+    settings = RunSettings(max_consecutive_reverts=100, target_speedup=100.0, gpus=2)
+    state = RunState(tag="par", jobs=jobs(root, 2, sleep=0.3), kept_commit=repo.head(), settings=settings)
+    state = parallel_run(repo, state, BuiltinAgent(), budget=Budget(600, clock=lambda: time.monotonic() + jump[0]),
+                         checkpoint=spend_the_budget)
+
+    assert not state.done and state.stopped_because == BUDGET_SPENT
+    assert [index for index, _ in run_state.open_jobs(state)] == [0, 1], "both jobs stay open for --resume"
+    lines = session.outcome_lines(state)
+    assert any(line.startswith("  1_softmax: cut short") for line in lines)
+    assert any(line.startswith("  2_reduce: cut short") for line in lines)
+    stopped_at = state.experiment
+
+    saved = run_state.load(root / "workspace" / "state.json")
+    agent = BuiltinAgent()
+    agent.load_state(saved.agent_state)
+    state = parallel_run(repo, saved, agent, budget=Budget(saved.elapsed_s + 600, used_before_s=saved.elapsed_s))
+
+    assert state.done and {entry["file"] for entry in state.finished} == {"1_softmax.py", "2_reduce.py"}
+    rows = _check_one_run(root)
+    assert [row["status"] for row in rows].count("baseline") == 2, "a resumed job was benched from scratch"
+    assert {row["kernel_type"] for row in rows if row["experiment"] > stopped_at} == {"softmax", "reduce"}

@@ -41,6 +41,10 @@ def test_two_workers_judge_side_by_side_each_pinned_to_its_gpu_and_without_keys(
         assert b"sk-ant-secret" not in environment and b"sk-secret" not in environment
     assert set(pool.throughput.gpus) == {"gpu0", "gpu1"}
     assert all(use.busy_s >= 2.0 for use in pool.throughput.gpus.values()), "each GPU's busy time is counted"
+    assert pool.submit(task(kernel(1, 1, sleep=1.0)), "chosen", slot=1) == 1, "the worker asked for takes it"
+    with pytest.raises(ValueError, match="gpu1 is busy"):
+        pool.submit(task(kernel(1, 1)), "again", slot=1)
+    assert pool.next_finished(20).outcome.gpu == "gpu1"
 
 
 def test_a_worker_killed_mid_experiment_loses_only_its_candidate(pool):

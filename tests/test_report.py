@@ -139,3 +139,18 @@ def test_the_report_gives_each_gpus_pace_and_idle_time():
     assert "| gpu0 | 50 | 100.0 | 28m20s | 1m40s |" in text and "| gpu1 | 40 | 80.0 | 20m00s | 10m00s |" in text
     assert report.throughput_lines(None) == [] and report.throughput_lines(Throughput()) == []
     assert report.summary_json([], None, throughput)["throughput"]["gpus"]["gpu1"]["experiments"] == 40
+
+
+def test_the_report_says_when_each_job_was_in_flight_and_where():
+    from autokernel.contracts import GpuUse, JobSpan, Throughput
+
+    throughput = Throughput(wall_s=600.0, gpus={"gpu0": GpuUse(experiments=9, busy_s=590.0)},
+                            jobs={"2_reduce": JobSpan(started_s=60.0, ended_s=None, benches={"gpu1": 4}),
+                                  "1_softmax": JobSpan(started_s=0.0, ended_s=300.0, benches={"gpu1": 2, "gpu0": 7}),
+                                  "3_matmul": JobSpan(started_s=300.0, ended_s=500.0, benches={"gpu0": 3})})
+    text = "\n".join(report.throughput_lines(throughput))
+    assert "| 1_softmax | 0m00s | 5m00s | gpu0 7, gpu1 2 |" in text
+    assert "| 2_reduce | 1m00s | open (--resume goes on) | gpu1 4 |" in text
+    assert text.index("| 1_softmax") < text.index("| 2_reduce") < text.index("| 3_matmul"), "in the order they opened"
+    assert "up to 2 jobs were in flight at once" in text
+    assert "Jobs in flight" not in "\n".join(report.throughput_lines(Throughput(wall_s=60.0, gpus=throughput.gpus)))

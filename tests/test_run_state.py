@@ -58,3 +58,29 @@ def test_resumable_is_the_unfinished_saved_run(tmp_path, monkeypatch):
     assert resumable().tag == "t" and state_file() == tmp_path / "state.json"
     save(_state(done=True))
     assert resumable() is None
+
+
+def test_jobs_side_by_side_end_in_any_order_and_job_index_moves_past_every_ended_one(tmp_path):
+    from autokernel import run_state
+
+    jobs = [Job(rank=rank, kernel_type=kind, dtype="float32", shapes=[{"M": 4}], path=f"k{rank}.py")
+            for rank, kind in ((1, "softmax"), (2, "reduce"), (3, "matmul"), (4, "rmsnorm"))]
+    state = RunState(tag="t", jobs=jobs, kept_commit="abc", settings=RunSettings())
+    second, third = (JobProgress(baseline={"latency_us": x}, best={"latency_us": x}, noise=0.02) for x in (2.0, 3.0))
+    run_state.set_progress(state, 1, second)          # jobs 2 and 3 started beside job 1, still in its baseline
+    run_state.set_progress(state, 2, third)
+    assert state.current is None and set(state.ahead) == {"2_reduce", "3_matmul"}
+    assert run_state.open_jobs(state) == [(1, second), (2, third)] and run_state.unfinished(state) == 4
+    path = tmp_path / "state.json"
+    save(state, path)
+    assert load(path) == state, "the jobs side by side survive a resume"
+
+    run_state.end_job(state, 2)                       # job 3 ends first: job 1 is still the first unfinished
+    assert (state.job_index, state.ended_ahead, run_state.progress_of(state, 2)) == (0, ["3_matmul"], None)
+    assert run_state.job_ended(state, 2) and not run_state.job_ended(state, 1) and run_state.unfinished(state) == 3
+    run_state.end_job(state, 0)                       # job 1 ends (say, skipped): job 2 becomes the current one
+    assert (state.job_index, state.current, state.ahead) == (1, second, {})
+    run_state.end_job(state, 1)                       # and when it ends, job 3 (ended) is passed over for job 4
+    assert (state.job_index, state.current, state.ended_ahead) == (3, None, [])
+    assert [run_state.job_ended(state, index) for index in range(4)] == [True, True, True, False]
+    assert run_state.index_of(state, jobs[3]) == 3 and run_state.unfinished(state) == 1
