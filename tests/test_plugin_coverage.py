@@ -53,6 +53,7 @@ def routes_as_planned(tmp_path, model, inputs, kernel_type: str) -> tuple[dict, 
 PROBLEMS = [
     ("sum_middle", (torch.randn(3, 20, 9),), "reduce", ("", {"O": 3, "R": 20, "I": 9, "op": "sum"})),
     ("max_middle", (torch.randn(3, 20, 9),), "reduce", ("", {"O": 3, "R": 20, "I": 9, "op": "max_dim"})),
+    ("max_indices_middle", (torch.randn(3, 20, 9),), "reduce", ("", {"O": 3, "R": 20, "I": 9, "op": "max_dim"})),
     ("rmsnorm_dim1", (torch.randn(2, 8, 5, 6),), "rmsnorm", ("", {"M": 2, "N": 8, "I": 30})),
     ("layernorm_last3", (torch.randn(2, 8, 5, 6),), "layernorm", ("ln", {"M": 2, "N": 240})),
 ]

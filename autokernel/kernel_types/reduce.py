@@ -75,11 +75,12 @@ def _nonfinite(s, dtype, gen, device):
 
 def _ties(s, dtype, gen, device):
     # Small integers, all below zero for a max (above for a min), so every line holds its extreme
-    # several times, and every third column is one value all along R.
+    # several times, and every third line is one value all along R.
     op = str(s.get("op"))
     outer, reduced, inner = reduce_layout(s)
     x = torch.randint(-3, 4, (outer, reduced, inner), generator=gen, device=device).to(torch.float32)
-    x[:, :, ::3] = 1.0
+    line = torch.arange(outer, device=device)[:, None] * inner + torch.arange(inner, device=device)
+    x = torch.where((line % 3 == 0)[:, None, :], 1.0, x)
     x = x - 10.0 if op.startswith("max") else x + 10.0
     sizes, dim = reduce_call(outer, reduced, inner)
     return {"x": x.reshape(sizes).to(dtype), "dim": dim, "op": op}
