@@ -70,12 +70,13 @@ def test_a_problem_file_is_planned_and_routed_by_its_starter(tmp_path, name, inp
 
 
 class MaxWithIndices(nn.Module):
-    """torch.max / torch.min over a dim as models use the pair: values, indices, [0], keepdim."""
+    """torch.max / torch.min over a dim as models use the pair: values, indices, [0], keepdim; and torch.max of
+    two tensors, elementwise, which stays PyTorch's."""
 
     def forward(self, x):
         best = torch.max(x, dim=1)
         low = x.min(-1, keepdim=True)
-        return best.values, best.indices, best[0] * 2, low.values, low[1]
+        return best.values, best.indices, best[0] * 2, low.values, low[1], torch.max(x, x.flip(1))
 
 
 def test_max_and_min_with_indices_are_planned_and_routed_with_pytorchs_indices(tmp_path):
@@ -92,7 +93,9 @@ def test_max_and_min_with_indices_are_planned_and_routed_with_pytorchs_indices(t
     for ours, own in zip(routed, expected):
         assert ours.dtype == own.dtype and ours.shape == own.shape
         torch.testing.assert_close(ours, own, atol=0, rtol=0, equal_nan=True)
-    assert one_forward_stats(model, (x,)) == {"reduce": (2, 0)}
+    assert one_forward_stats(model, (x,)) == {"reduce": (2, 1)}
+    [kernel] = plugin.router_of(model).summary()["kernels"]
+    assert kernel["fallback_reasons"] == {"torch.max of two tensors: elementwise, not a reduction": 1}
 
 
 def test_a_kernel_verified_for_amax_does_not_take_max_with_indices(tmp_path):
