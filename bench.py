@@ -12,6 +12,8 @@ writes the verdict. The stages, in order (the first failure ends the run):
   3. stability      adversarial inputs: huge logits, near-zero variance, high dynamic range...;
   4. determinism    the same input three times must give bitwise identical, correct outputs;
   5. edge shapes    non-powers of two (1023, 4097, 1537) and size 1.
+An output is compared by the one rule of autokernel/correctness.py; where the reference returns a
+tuple (torch.max(x, dim)'s values and indices) each of its tensors is, and indices must be exact.
 Every call in the worker runs under its guards (autokernel/worker_guards.py): no PyTorch compute
 inside kernel_fn, at least one Triton launch of its own, poisoned allocations in checked calls,
 inputs unchanged, a fresh plain tensor returned, no thread left running, no change to torch's
@@ -61,8 +63,8 @@ if not ON_GPU:
 
 from autokernel import cuda_launches, hardware, limits, registry, timing, worker_process  # noqa: E402
 from autokernel.contracts import CRASH, FAIL, PASS, TIMEOUT, VERDICTS  # noqa: E402
-from autokernel.correctness import (DTYPES, CheckFailure, case_inputs, compare, dtype_name,  # noqa: E402
-                                    reference_outputs, same_bits)
+from autokernel.correctness import (DTYPES, CheckFailure, case_inputs, compare_outputs, dtype_name,  # noqa: E402
+                                    output_parts, reference_outputs, same_bits)
 from autokernel.dtypes import pytorch_fp32_matmul_uses_tf32  # noqa: E402
 from autokernel.judge_link import CandidateWorker, WorkerFailure  # noqa: E402
 
@@ -106,9 +108,9 @@ class Judge:
         """One case: the worker runs kernel_fn on it, this process checks the output."""
         case = self.next_case(shape, dtype, adversarial)
         expected, oracle, allowance = reference_outputs(self.kt, case_inputs(self.kt, case, self.device), dtype)
-        [output] = self.worker.call(case, output_bytes=output_limit(expected))
+        [output] = self.worker.call(case, parts=len(output_parts(expected)), output_bytes=output_limit(expected))
         try:
-            compare(output, expected, oracle, dtype, self.kt.tolerance_scale, allowance=allowance)
+            compare_outputs(output, expected, oracle, dtype, self.kt.tolerance_scale, allowance=allowance)
         except CheckFailure as failure:
             where = f"{label + ' ' if label else ''}{registry.format_shape(shape)} {dtype_name(dtype)}"
             raise CheckFailure(f"{where}: {failure}") from None
@@ -131,9 +133,10 @@ class Judge:
         return [self.kt.timing_shape if ON_GPU else self.kt.cpu_sweep[-1]]
 
 
-def output_limit(expected: torch.Tensor) -> int:
-    """The most bytes an output may have on the wire: the reference's element count in float64, plus room."""
-    return 8 * expected.numel() + 1024
+def output_limit(expected) -> int:
+    """The most bytes an output may have on the wire: the reference's element count in float64, plus room
+    (for each of its tensors, where it returns several)."""
+    return sum(8 * part.numel() + 1024 for part in output_parts(expected))
 
 
 # --------------------------------------------------------------------------- the five stages
@@ -170,15 +173,20 @@ def stage_determinism(judge: Judge) -> int:
     case = judge.next_case(shape, judge.dtype)
     expected, oracle, allowance = reference_outputs(judge.kt, case_inputs(judge.kt, case, judge.device),
                                                     judge.dtype)
-    outputs = judge.worker.call(case, repeat=3, output_bytes=output_limit(expected))
+    outputs = judge.worker.call(case, repeat=3, parts=len(output_parts(expected)), output_bytes=output_limit(expected))
     where = f"{registry.format_shape(shape)} {judge.args.dtype}"
     for i, output in enumerate(outputs[1:], start=2):
-        if not same_bits(outputs[0], output):
-            diff = (outputs[0].double() - output.double()).abs()
+        for first, again in zip(outputs[0], output):
+            if same_bits(first, again):
+                continue
+            if first.shape != again.shape or first.dtype != again.dtype:
+                raise CheckFailure(f"{where}: call {i} returned a {tuple(again.shape)} {again.dtype} tensor where "
+                                   f"call 1 returned a {tuple(first.shape)} {first.dtype} one")
+            diff = (first.double() - again.double()).abs()
             raise CheckFailure(f"{where}: call {i} differs from call 1 on the same input ({int((diff != 0).sum())} "
                                f"elements, max difference {float(diff.max()):.3g}); look for atomics or a race")
     try:
-        compare(outputs[0], expected, oracle, judge.dtype, judge.kt.tolerance_scale, allowance=allowance)
+        compare_outputs(outputs[0], expected, oracle, judge.dtype, judge.kt.tolerance_scale, allowance=allowance)
     except CheckFailure as failure:
         raise CheckFailure(f"{where}: {failure}") from None
     return 3
@@ -217,8 +225,9 @@ def time_candidate(judge: Judge, shape: dict, clock: timing.Clock,
     """
     kt, worker = judge.kt, judge.worker
     case = judge.next_case(shape, judge.dtype)
-    worker.time_begin(case)
-    limit = output_limit(kt.reference(**case_inputs(kt, case, judge.device)))
+    first = kt.reference(**case_inputs(kt, case, judge.device))
+    worker.time_begin(case, parts=len(output_parts(first)))
+    limit = output_limit(first)
     calls = [worker.iterate(case["seed"] + i) for i in range(WARMUP_CALLS)]
     pad = clock.pad_cycles(statistics.median(c.record["host_ms"] for c in calls), flush_ms) if flush_ms else 0
     count = timed_call_count(calls, judge.args.quick)
@@ -238,12 +247,14 @@ def time_candidate(judge: Judge, shape: dict, clock: timing.Clock,
                                                         judge.dtype)
         try:
             if i in whole:
-                compare(worker.last_output(limit), expected, oracle, judge.dtype, kt.tolerance_scale,
-                        allowance=allowance)
+                compare_outputs(worker.last_output(limit), expected, oracle, judge.dtype, kt.tolerance_scale,
+                                allowance=allowance)
             else:
-                positions = sorted(PICKER.sample(range(expected.numel()), min(SAMPLED_ELEMENTS, expected.numel())))
-                compare(worker.sample(positions), expected, oracle, judge.dtype, kt.tolerance_scale,
-                        positions=torch.tensor(positions), allowance=allowance)
+                positions = [sorted(PICKER.sample(range(part.numel()), min(SAMPLED_ELEMENTS, part.numel())))
+                             for part in output_parts(expected)]
+                compare_outputs(worker.sample(positions), expected, oracle, judge.dtype, kt.tolerance_scale,
+                                positions=[torch.tensor(p, dtype=torch.int64) for p in positions],
+                                allowance=allowance)
         except CheckFailure as failure:
             raise CheckFailure(
                 f"{registry.format_shape(shape)} {judge.args.dtype}: {which} returned a wrong result ({failure}). "

@@ -9,12 +9,17 @@ candidate's worker sends back with `compare`:
   make on the same input (the reference run in the case's dtype against the oracle): adversarial
   inputs such as attention scores near 200 cost float32 itself about 1e-4, and among 33 million
   bfloat16 attention outputs a few honest elements fall beyond rtol + atol (seen on an H100);
-- a NaN or Inf that the oracle does not have is always a failure.
+- a NaN or Inf that the oracle does not have is always a failure;
+- an integer output (torch.max(x, dim)'s indices) must equal the oracle's exactly: an index is
+  right or wrong, and ties go to the first, as PyTorch's do.
+An output is one tensor, or a tuple of them (values and indices), each compared by its own rule.
 The checks on how kernel_fn behaves (poisoned memory, launches, no library compute) run in the
 worker: autokernel/worker_guards.py.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 
@@ -149,10 +154,71 @@ def compare(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, 
                        f"tolerance atol={atol:.3g} rtol={tol:g}{floor_note}")
 
 
+def compare_exact(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor,
+                  positions: torch.Tensor | None = None) -> None:
+    """Raise CheckFailure unless an integer output equals the oracle's element for element (shape and dtype
+    the reference's); with positions, output holds only the elements at those flat positions."""
+    sample_shape = expected.shape if positions is None else positions.shape
+    if output.shape != sample_shape:
+        raise CheckFailure(f"output shape {tuple(output.shape)}, expected {tuple(expected.shape)}")
+    if output.dtype != expected.dtype:
+        raise CheckFailure(f"output dtype {output.dtype}, expected {expected.dtype}")
+    whole = oracle.detach().flatten()
+    want = whole if positions is None else whole[positions.to(whole.device)]
+    got = output.detach().flatten().to(want.device)
+    bad = got != want
+    if not bool(bad.any()):
+        return
+    first = int(bad.nonzero()[0])
+    flat = first if positions is None else int(positions[first])
+    index = [int(i) for i in torch.unravel_index(torch.tensor(flat), expected.shape)] if expected.dim() else []
+    of = f"{got.numel()}" if positions is None else f"{got.numel()} sampled"
+    raise CheckFailure(f"{int(bad.sum())} of {of} elements wrong; first at index {index}: got {int(got[first])}, "
+                       f"expected {int(want[first])} (an integer output, such as an index, must be exact: of "
+                       "equal values the first one's, and a nan's where there is one)")
+
+
+def output_parts(output) -> tuple[torch.Tensor, ...]:
+    """An output's tensors: a tensor alone, or each of a tuple's (torch.max(x, dim)'s values and indices)."""
+    return (output,) if isinstance(output, torch.Tensor) else tuple(output)
+
+
+def _part_names(expected) -> list[str]:
+    """What a message calls each of the reference's tensors: nothing for a lone one, a torch.return_types
+    tuple's own field names (values, indices) for a tuple's."""
+    if isinstance(expected, torch.Tensor):
+        return [""]
+    names = getattr(type(expected), "__match_args__", ())
+    return [names[i] if i < len(names) else f"output {i}" for i in range(len(expected))]
+
+
+def compare_outputs(outputs: Sequence[torch.Tensor], expected, oracle, dtype: torch.dtype,
+                    tolerance_scale: float = 1.0, positions: Sequence[torch.Tensor] | None = None,
+                    allowance: torch.Tensor | None = None) -> None:
+    """Raise CheckFailure unless each of the kernel's output tensors matches the reference's: floating
+    ones by compare, integer ones (indices) by compare_exact. expected and oracle are the reference's
+    results (a tensor or a tuple); positions, for sampled outputs, holds one set of flat positions per
+    tensor; allowance is a lone tensor output's (compare)."""
+    expected_parts, oracle_parts = output_parts(expected), output_parts(oracle)
+    if len(outputs) != len(expected_parts):
+        raise CheckFailure(f"{len(outputs)} output tensors, expected {len(expected_parts)}")
+    for i, (output, want, best, name) in enumerate(zip(outputs, expected_parts, oracle_parts, _part_names(expected))):
+        sample = None if positions is None else positions[i]
+        try:
+            if want.is_floating_point():
+                compare(output, want, best, dtype, tolerance_scale, sample,
+                        allowance if len(expected_parts) == 1 else None)
+            else:
+                compare_exact(output, want, best, sample)
+        except CheckFailure as failure:
+            raise CheckFailure(f"{name}: {failure}" if name else str(failure)) from None
+
+
 def reference_outputs(kt: KernelType, inputs: dict,
-                      dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+                      dtype: torch.dtype) -> tuple[object, object, torch.Tensor | None]:
     """The reference on the inputs as they are (shape, dtype, PyTorch's own error), upcast (the oracle),
-    and the type's own extra allowance per element, if it has one now (a float32 matmul under TF32)."""
+    and the type's own extra allowance per element, if it has one now (a float32 matmul under TF32).
+    Each result is a tensor, or a tuple of them where the reference returns one (output_parts)."""
     oracle = kt.reference(**upcast(inputs, dtype))
     allowance = kt.error_allowance(inputs, oracle, dtype) if kt.error_allowance is not None else None
     return kt.reference(**inputs), oracle, allowance

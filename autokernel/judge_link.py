@@ -73,6 +73,7 @@ class CandidateWorker:
 
     def __init__(self, kernel_path: Path, sink=None):
         self.kernel_path = kernel_path
+        self.timed_parts = 1        # the tensors of one output in the timed calls (time_begin)
         self.proc, self.sock = worker_process.started_for(kernel_path)
         self.pump = _OutputPump(self.proc.stdout, sink or sys.stderr)
         self.pump.start()
@@ -123,14 +124,18 @@ class CandidateWorker:
             raise WorkerFailure(FAIL, "the kernel's process did not say which kernel type it loaded")
         return kernel_type
 
-    def call(self, case: dict, *, repeat: int = 1, poison: bool = True,
-             output_bytes: int = 0) -> list[torch.Tensor]:
-        _, tensors = self.request({"op": "call", "case": case, "repeat": repeat, "poison": poison},
+    def call(self, case: dict, *, repeat: int = 1, poison: bool = True, parts: int = 1,
+             output_bytes: int = 0) -> list[tuple[torch.Tensor, ...]]:
+        """The outputs of `repeat` checked calls, each as its `parts` tensors (more than one where the
+        reference returns a tuple: torch.max(x, dim)'s values and indices)."""
+        _, tensors = self.request({"op": "call", "case": case, "repeat": repeat, "poison": poison, "parts": parts},
                                   repeat * output_bytes)
-        return self._expect(tensors, repeat)
+        tensors = self._expect(tensors, repeat * parts)
+        return [tuple(tensors[i * parts:(i + 1) * parts]) for i in range(repeat)]
 
-    def time_begin(self, case: dict) -> None:
-        self.request({"op": "time_begin", "case": case})
+    def time_begin(self, case: dict, parts: int = 1) -> None:
+        self.timed_parts = parts
+        self.request({"op": "time_begin", "case": case, "parts": parts})
 
     def iterate(self, seed: int | None, pad_cycles: int = 0) -> TimedCall:
         """One timed call on fresh inputs from seed (None: an empty call), bracketed by the judge's clock;
@@ -176,13 +181,15 @@ class CandidateWorker:
                 for name, figures in list(reported.items())[:MAX_COMPILED_KERNELS]
                 if isinstance(name, str) and isinstance(figures, dict)]
 
-    def last_output(self, output_bytes: int) -> torch.Tensor:
+    def last_output(self, output_bytes: int) -> tuple[torch.Tensor, ...]:
         _, tensors = self.request({"op": "output"}, output_bytes)
-        return self._expect(tensors, 1)[0]
+        return tuple(self._expect(tensors, self.timed_parts))
 
-    def sample(self, positions: list[int]) -> torch.Tensor:
-        _, tensors = self.request({"op": "sample", "positions": positions}, 8 * len(positions) + 1024)
-        return self._expect(tensors, 1)[0]
+    def sample(self, positions: list[list[int]]) -> tuple[torch.Tensor, ...]:
+        """The last timed output's elements at these flat positions, one list for each of its tensors."""
+        limit = sum(8 * len(chosen) + 1024 for chosen in positions)
+        _, tensors = self.request({"op": "sample", "positions": positions}, limit)
+        return tuple(self._expect(tensors, len(positions)))
 
     def close(self) -> None:
         """Ask the worker to exit; kill it if it does not."""

@@ -117,10 +117,14 @@ def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> t
 
 
 def reduce(x: torch.Tensor, dim: int = -1, op: str = "sum") -> torch.Tensor:
-    """Sum, mean, max or min of x over one dimension (op is "sum", "mean", "max" or "min"); the dimension is removed.
+    """Sum, mean, max or min of x over one dimension (op "sum", "mean", "max", "min", "max_dim" or "min_dim");
+    the dimension is removed.
 
-    max and min are torch.amax / torch.amin: values only, nan propagates. mean over a float16 or
-    bfloat16 tensor accumulates in float32, as torch.mean does.
+    max and min are torch.amax / torch.amin: values only, nan propagates. max_dim and min_dim are
+    torch.max / torch.min(x, dim): a pair (values, int64 indices), the index of the first extreme
+    value along dim, or of the first nan where there is one. mean over a float16 or bfloat16
+    tensor accumulates in float32, as torch.mean does. (The annotation is the one-tensor form, the
+    schema torch.compile traces a kernel by; the pair is routed eagerly only.)
     """
     if op == "sum":
         return x.sum(dim=dim)
@@ -130,4 +134,8 @@ def reduce(x: torch.Tensor, dim: int = -1, op: str = "sum") -> torch.Tensor:
         return x.amax(dim=dim)
     if op == "min":
         return x.amin(dim=dim)
-    raise ValueError(f"reduce: unknown op {op!r} (expected 'sum', 'mean', 'max' or 'min')")
+    if op == "max_dim":
+        return x.max(dim=dim)
+    if op == "min_dim":
+        return x.min(dim=dim)
+    raise ValueError(f"reduce: unknown op {op!r} (expected 'sum', 'mean', 'max', 'min', 'max_dim' or 'min_dim')")

@@ -8,13 +8,15 @@ file it binds the timer (autokernel/timing.py's Clock) and installs its guards
 was replaced and that torch's global state did not change.
 
 Requests (JSON, autokernel/wire.py) and replies:
-  call        {"case", "repeat", "poison"} -> the outputs of `repeat` checked calls on the case's inputs
-  time_begin  {"case"}                     -> builds the inputs the timed calls reuse
+  call        {"case", "repeat", "poison", "parts"}
+                                           -> the outputs of `repeat` checked calls on the case's inputs,
+                                              each as its `parts` tensors (a tuple's, where parts > 1)
+  time_begin  {"case", "parts"}            -> builds the inputs the timed calls reuse
   iterate     {"seed"} or {"empty": true}  -> writes fresh inputs (from the seed) into the same tensors,
                                               sends {"started"}, makes one timed call, sends {"idle"} as
                                               soon as the device is idle, checks, replies the record
   output      {}                           -> the output of the last timed call
-  sample      {"positions"}                -> its elements at those flat positions
+  sample      {"positions"}                -> its elements at those flat positions (a list per tensor)
   exit        {}
 A reply that is {"fail": message} or {"crash": message} ends the judging.
 """
@@ -101,8 +103,9 @@ class Worker:
         self.cuda_watch = cuda_launches.watch_for(kernel_path, device)
         self.kt: registry.KernelType | None = None
         self.kernel_fn = None
-        self.previous_output = None
+        self.previous_output = None         # the tensors of the last call's output
         self.timed_case = self.timed_inputs = self.last_output = self.witness = None
+        self.timed_parts = 1
         self.state = tampering.global_state()
         self.fingerprint = tampering.Fingerprint()     # exists before the snapshot, which includes it
         self.fingerprint.take(self._watched())
@@ -163,7 +166,8 @@ class Worker:
 
     # The worker's own bookkeeping, which changes from call to call.
     _mutable_attributes = tuple(f"the worker.{name}" for name in (
-        "kt", "kernel_fn", "previous_output", "timed_case", "timed_inputs", "last_output", "witness"))
+        "kt", "kernel_fn", "previous_output", "timed_case", "timed_inputs", "last_output", "witness",
+        "timed_parts"))
 
     def _run_kernel(self, **inputs):
         with self.no_library_compute:
@@ -172,29 +176,32 @@ class Worker:
     def _watching(self):
         return self.cuda_watch.watch() if self.cuda_watch is not None else contextlib.nullcontext()
 
-    def _after_call(self, output, inputs: dict, launches_before: int, timed: bool = False) -> None:
+    def _after_call(self, output, inputs: dict, launches_before: int, parts: int,
+                    timed: bool = False) -> tuple[torch.Tensor, ...]:
+        """The output's tensors, once the call is found to have broken no rule."""
         problem = (VIOLATIONS.first() or (self.cuda_watch.problem() if self.cuda_watch is not None else None)
-                   or guards.output_problem(output, inputs, self.previous_output, self.device))
+                   or guards.output_problem(output, inputs, self.previous_output, self.device, parts))
         if problem is None and self.cuda_watch is None and self.counter.count == launches_before:
             problem = ("kernel_fn launched no Triton kernel of its own: it must compute the result with its own "
                        "kernels, not return PyTorch's")
         problem = problem or self._tampering(fingerprint=not timed)
         if problem:
             raise Rejected(problem)
-        self.previous_output = output
+        self.previous_output = guards.output_tensors(output, parts)
+        return self.previous_output
 
-    def _checked_call(self, inputs: dict, poison: bool):
+    def _checked_call(self, inputs: dict, poison: bool, parts: int) -> tuple[torch.Tensor, ...]:
         before = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
         VIOLATIONS.clear()
         launches = self.counter.count
         with guards.poisoned_allocations() if poison else contextlib.nullcontext(), self._watching():
             output = self._run_kernel(**inputs)
         self.clock.sync()
-        self._after_call(output, inputs, launches)
+        tensors = self._after_call(output, inputs, launches, parts)
         for name, original in before.items():
             if not correctness.same_bits(original, inputs[name]):
                 raise Rejected(f"kernel_fn modified its input {name!r} in place; inputs must be left unchanged")
-        return output
+        return tensors
 
     # ------------------------------------------------------------------ requests
     def load(self) -> tuple[dict, list]:
@@ -210,12 +217,14 @@ class Worker:
 
     def call(self, request: dict) -> tuple[dict, list]:
         inputs = correctness.case_inputs(self.kt, request["case"], self.device.type)
-        outputs = [self._checked_call(inputs, bool(request.get("poison", True)))
+        parts = int(request.get("parts", 1))
+        outputs = [self._checked_call(inputs, bool(request.get("poison", True)), parts)
                    for _ in range(int(request.get("repeat", 1)))]
-        return {}, outputs
+        return {}, [tensor for output in outputs for tensor in output]
 
     def time_begin(self, request: dict) -> tuple[dict, list]:
         self.timed_case = request["case"]
+        self.timed_parts = int(request.get("parts", 1))
         self.timed_inputs = correctness.case_inputs(self.kt, self.timed_case, self.device.type)
         self.last_output = self.witness = None
         if self.device.type == "cuda":
@@ -244,7 +253,7 @@ class Worker:
         # The host time of the call as a model pays it: without the judge's own guard (guard_cost_ms).
         guard_ms = self.guard_per_call_ms + self.guard_per_op_ms * (self.no_library_compute.ops - ops)
         record["launch_ms"], record["guard_ms"] = max(0.0, record["launch_ms"] - guard_ms), guard_ms
-        self._after_call(output, self.timed_inputs, launches, timed=True)
+        output = self._after_call(output, self.timed_inputs, launches, self.timed_parts, timed=True)
         for name, tensor in self.timed_inputs.items():
             if isinstance(tensor, torch.Tensor) and not correctness.same_bits(tensor, fresh[name]):
                 raise Rejected(f"kernel_fn modified its input {name!r} in place during timing; inputs must be "
@@ -256,19 +265,22 @@ class Worker:
         return {"record": record}, []
 
     def sample(self, request: dict) -> tuple[dict, list]:
-        """The last timed output's elements at the flat positions the judge chose after the call."""
+        """The last timed output's elements at the flat positions the judge chose after the call, per tensor."""
         if self.last_output is None:
             raise RuntimeError("no timed call to sample the output of")
-        positions = torch.tensor(request["positions"], dtype=torch.int64, device=self.last_output.device)
-        return {}, [self.last_output.reshape(-1)[positions]]
+        if len(request["positions"]) != len(self.last_output):
+            raise RuntimeError(f"positions for {len(request['positions'])} tensors, the output has "
+                               f"{len(self.last_output)}")
+        return {}, [tensor.reshape(-1)[torch.tensor(chosen, dtype=torch.int64, device=tensor.device)]
+                    for tensor, chosen in zip(self.last_output, request["positions"])]
 
-    def _check_witness(self, output) -> None:
+    def _check_witness(self, output: tuple[torch.Tensor, ...]) -> None:
         """The first timed output is kept, with a copy: no later call may write into it."""
         if self.witness is None:
-            self.witness = (output, output.clone())
+            self.witness = (output, tuple(tensor.clone() for tensor in output))
             return
         kept, copy = self.witness
-        if not correctness.same_bits(kept, copy):
+        if not all(correctness.same_bits(a, b) for a, b in zip(kept, copy)):
             raise Rejected("kernel_fn wrote into an output it had returned on an earlier call: it returns a "
                            "persistent buffer; each call must return a fresh tensor")
 
@@ -278,7 +290,7 @@ class Worker:
         problem = self._tampering()
         if problem:
             raise Rejected(problem)
-        return {}, [self.last_output]
+        return {}, list(self.last_output)
 
     def _started(self) -> None:
         wire.send(self.sock, {"started": True})

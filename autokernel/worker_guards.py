@@ -11,7 +11,8 @@ they are bound to the real torch, Triton and Python objects:
 - poisoned_allocations fills fresh allocations with NaN during checked calls;
 - the tampering checks (autokernel/worker_tampering.py): Fingerprint, global_state and the
   refuse_introspection audit hook;
-- output_problem checks that what kernel_fn returned is a plain tensor, not the previous call's.
+- output_problem checks that what kernel_fn returned is a plain tensor (or, where the reference returns
+  a tuple, a tuple of them), none of them the previous call's.
 
 None of this can stop code that rewrites the process's memory (ctypes): that is why the verdict
 is taken in another process (bench.py), which checks every output itself. docs/architecture.md
@@ -204,8 +205,31 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a_start < b_start + b.untyped_storage().nbytes() and b_start < a_start + a.untyped_storage().nbytes()
 
 
-def output_problem(output, inputs: dict, previous: torch.Tensor | None, device: torch.device) -> str | None:
-    """Why kernel_fn's return value is not a plain, fresh tensor of its own, or None if it is."""
+def output_tensors(output, parts: int) -> tuple:
+    """kernel_fn's return value as its tensors: itself where the reference returns one tensor (parts 1), else the
+    tuple's (torch.max(x, dim)'s values and indices)."""
+    return (output,) if parts == 1 else tuple(output)
+
+
+def output_problem(output, inputs: dict, previous: tuple | None, device: torch.device,
+                   parts: int = 1) -> str | None:
+    """Why kernel_fn's return value is not `parts` plain, fresh tensors of its own, or None if it is: one
+    tensor when parts is 1, else a tuple (or list) of that many. previous: the last call's output tensors."""
+    if parts != 1 and not (isinstance(output, (tuple, list)) and len(output) == parts):
+        size = f" of {len(output)}" if isinstance(output, (tuple, list)) else ""
+        return f"kernel_fn returned {type(output).__name__}{size}, expected a tuple of {parts} tensors as the " \
+               "reference returns"
+    tensors = output_tensors(output, parts)
+    for tensor in tensors:
+        problem = _tensor_problem(tensor, inputs, previous or (), device)
+        if problem:
+            return problem
+    if any(overlaps(a, b) for i, a in enumerate(tensors) for b in tensors[i + 1:]):
+        return "kernel_fn's output tensors share memory with each other; return a fresh tensor for each"
+    return None
+
+
+def _tensor_problem(output, inputs: dict, previous: tuple, device: torch.device) -> str | None:
     if not isinstance(output, torch.Tensor):
         return f"kernel_fn returned {type(output).__name__}, expected a torch.Tensor"
     if type(output) is not torch.Tensor:
@@ -218,7 +242,7 @@ def output_problem(output, inputs: dict, previous: torch.Tensor | None, device: 
     for name, tensor in inputs.items():
         if isinstance(tensor, torch.Tensor) and overlaps(output, tensor):
             return f"kernel_fn's output shares memory with its input {name!r}; return a fresh tensor"
-    if output.numel() and previous is not None and overlaps(output, previous):
+    if output.numel() and any(overlaps(output, earlier) for earlier in previous):
         return ("kernel_fn returned the same output buffer as on its previous call; each call must return a "
                 "fresh tensor")
     return None

@@ -1,17 +1,20 @@
 """Issue 11.4 on a GPU: the problem files that needed new coverage, our starter against eager and torch.compile.
 
-    python benchmarks/coverage_check.py [--problems sum_middle,max_middle,rmsnorm_dim1,layernorm_last3]
+    python benchmarks/coverage_check.py [--problems sum_middle,max_middle,max_indices_middle,rmsnorm_dim1,...]
 
 For each problem file in benchmarks/problems/ at its own shapes (float32): the starter kernel called
 directly (kernels/<type>.py, the way the router calls it: the same reshapes and arguments), the
 model in eager PyTorch, the model under torch.compile, and the model with the starter plugged in
 by autokernel.plug_in (policy "all", at the shape the profiler would plan; "not routed" where
 the router leaves the call to PyTorch). Each is timed with triton.testing.do_bench (median, L2
-flushed before every call), and the starter's output is checked against eager. Prints a markdown
-table and, when $OUT is set, writes $OUT/coverage_check.json. Needs a GPU; about a minute on an H100.
+flushed before every call), and the starter's output is checked against eager (the largest error
+of its floating tensors, and how many indices differ: they must be exact). Prints a markdown table
+and, when $OUT is set, writes $OUT/coverage_check.json. Needs a GPU; about a minute on an H100.
 
-max_middle computes torch.max(x, dim=1)[0]: eager and torch.compile also compute the indices it
-drops; our starter computes values only (amax), which is why the router does not take that call.
+max_middle computes torch.max(x, dim=1)[0] and max_indices_middle torch.max(x, dim=1)'s values and
+indices: both are the reduce op max_dim, whose starter computes values and indices in one pass, as
+eager and torch.compile do (the router runs it eagerly; inside torch.compile the pair is Inductor's,
+so "plug_in" is the eager model with the kernel routed).
 """
 
 from __future__ import annotations
@@ -31,10 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autokernel import plugin  # noqa: E402
+from autokernel.outputs import tensors_of  # noqa: E402
 from autokernel.paths import MANIFEST_NAME, starter_path  # noqa: E402
 from autokernel.worker import load_kernel  # noqa: E402
 
-PROBLEMS = ["sum_middle", "max_middle", "rmsnorm_dim1", "layernorm_last3"]
+PROBLEMS = ["sum_middle", "max_middle", "max_indices_middle", "rmsnorm_dim1", "layernorm_last3"]
 
 
 def load_problem(name: str):
@@ -47,11 +51,14 @@ def load_problem(name: str):
 
 def starter_call(name: str, model, x: torch.Tensor):
     """(kernel type, the shape the profiler plans, a call of the starter computing the model's output)."""
-    if name in ("sum_middle", "max_middle"):
+    if name in ("sum_middle", "max_middle", "max_indices_middle"):
         fn = load_kernel(starter_path("reduce"))[0].kernel_fn
-        op = "sum" if name == "sum_middle" else "max"
+        op = "sum" if name == "sum_middle" else "max_dim"
         batch, reduced, inner = x.shape
-        return "reduce", {"O": batch, "R": reduced, "I": inner, "op": op}, lambda: fn(x, 1, op)
+        shape = {"O": batch, "R": reduced, "I": inner, "op": op}
+        if name == "max_middle":                   # torch.max(x, dim=1)[0]: the values of the pair
+            return "reduce", shape, lambda: fn(x, 1, op)[0]
+        return "reduce", shape, lambda: fn(x, 1, op)
     if name == "rmsnorm_dim1":
         fn = load_kernel(starter_path("rmsnorm"))[0].kernel_fn
         channels = x.shape[1]
@@ -66,6 +73,13 @@ def starter_call(name: str, model, x: torch.Tensor):
         weight, bias = ln.weight.detach().reshape(n), ln.bias.detach().reshape(n)
         return "layernorm", shape, lambda: fn(x.reshape(-1, n), weight, bias, ln.eps).reshape(x.shape)
     raise ValueError(f"no starter call for {name}")
+
+
+def errors(got, expected) -> tuple[float, int]:
+    """(the largest abs error of the floating tensors, how many elements of the integer ones differ)."""
+    pairs = list(zip(tensors_of(got), tensors_of(expected), strict=True))
+    error = max((float((g - e).abs().max()) for g, e in pairs if e.is_floating_point()), default=0.0)
+    return error, sum(int((g != e).sum()) for g, e in pairs if not e.is_floating_point())
 
 
 def bench_ms(fn) -> float:
@@ -95,10 +109,9 @@ def run(name: str) -> dict:
     with torch.no_grad():
         kernel_type, shape, ours = starter_call(name, model, x)
         expected = model(x)
-        got = ours()
-        row.update(kernel_type=kernel_type, planned_shape=shape,
-                   max_abs_error=float((got - expected).abs().max()),
-                   output_scale=float(expected.abs().max()))
+        max_abs_error, index_mismatches = errors(ours(), expected)
+        row.update(kernel_type=kernel_type, planned_shape=shape, max_abs_error=max_abs_error,
+                   index_mismatches=index_mismatches, output_scale=float(tensors_of(expected)[0].abs().max()))
         row["ours_us"] = bench_ms(ours) * 1e3
         row["eager_us"] = bench_ms(lambda: model(x)) * 1e3
         compiled = torch.compile(model)
@@ -108,7 +121,7 @@ def run(name: str) -> dict:
             routed_model = problem.Model(*problem.get_init_inputs()).cuda().eval()
             routed_model.load_state_dict(model.state_dict())
             row["plug_in_hits"] = plugged_in(routed_model, kernel_type, shape, x, Path(tmp))
-            row["plug_in_max_abs_error"] = float((routed_model(x) - expected).abs().max())
+            row["plug_in_max_abs_error"], row["plug_in_index_mismatches"] = errors(routed_model(x), expected)
             row["plug_in_us"] = bench_ms(lambda: routed_model(x)) * 1e3
             plugin.unplug(routed_model)
     row["vs_eager"] = row["eager_us"] / row["ours_us"]
@@ -133,13 +146,14 @@ def main() -> int:
         print(json.dumps(rows[-1]), flush=True)
     lines = [f"# issue 11.4 coverage: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
              f"triton {triton.__version__}, float32; do_bench median, L2 flushed", "",
-             "| problem | shape | kernel | max abs err | ours us | eager us | compile us | vs eager | vs compile "
-             "| plug_in us (hits) |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| problem | shape | kernel | max abs err (wrong indices) | ours us | eager us | compile us | vs eager "
+             "| vs compile | plug_in us (hits) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['problem']} | ERROR: {r['error'][:200]} |||||||||")
             continue
-        lines.append(f"| {r['problem']} | {tuple(r['shape'])} | {r['kernel_type']} | {r['max_abs_error']:.2e} | "
+        lines.append(f"| {r['problem']} | {tuple(r['shape'])} | {r['kernel_type']} | {r['max_abs_error']:.2e} "
+                     f"({r['index_mismatches'] + r['plug_in_index_mismatches']}) | "
                      f"{r['ours_us']:.1f} | {r['eager_us']:.1f} | {r['compile_us']:.1f} | {r['vs_eager']:.2f}x | "
                      f"{r['vs_compile']:.2f}x | {r['plug_in_us']:.1f} ({r['plug_in_hits']}) |")
     print("\n".join(lines))

@@ -36,7 +36,7 @@ from autokernel import registry, runner  # noqa: E402
 from autokernel.paths import starter_path  # noqa: E402
 
 ATTACK_DIR = ROOT / "tests" / "attacks"
-ATTACKS = runpy.run_path(str(ATTACK_DIR / "expected.py"))["ATTACKS"]
+ATTACKS, BENCH_ARGS = (runpy.run_path(str(ATTACK_DIR / "expected.py"))[name] for name in ("ATTACKS", "BENCH_ARGS"))
 MEMORY_BOUND = ["softmax", "layernorm", "rmsnorm", "cross_entropy", "rotary_embedding", "reduce"]
 
 
@@ -70,7 +70,8 @@ def attack_rows(on_gpu: bool, names: set[str] | None = None) -> tuple[list[str],
             lines.append(f"| {name} | - | {correctness} at {stage} | skipped: needs a GPU | | | |")
             continue
         for mode in ("quick", "full") if "timing" in stages or where == "gpu" else ("quick",):
-            result, _ = bench(ATTACK_DIR / f"{name}.py", "--seed", "1234", *(["--quick"] if mode == "quick" else []))
+            result, _ = bench(ATTACK_DIR / f"{name}.py", "--seed", "1234", *BENCH_ARGS.get(name, []),
+                              *(["--quick"] if mode == "quick" else []))
             ok = result["correctness"] == correctness and result["failed_stage"] in stages and message in str(
                 result["message"])
             bad += not ok

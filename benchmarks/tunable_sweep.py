@@ -25,7 +25,7 @@ import triton  # noqa: E402
 import triton.testing  # noqa: E402
 
 from autokernel import registry  # noqa: E402
-from autokernel.correctness import CheckFailure, compare, reference_outputs  # noqa: E402
+from autokernel.correctness import CheckFailure, compare_outputs, output_parts, reference_outputs  # noqa: E402
 from autokernel.dtypes import DTYPES  # noqa: E402
 from autokernel.paths import starter_path  # noqa: E402
 from autokernel.worker import load_kernel  # noqa: E402
@@ -57,7 +57,8 @@ def sweep(kernel_type: str, shapes: list[dict], tries: list[dict], dtype: torch.
             _set_tunables(module, {**defaults, **overrides})
             setting = {"overrides": overrides}
             try:
-                compare(module.kernel_fn(**inputs), expected, oracle, dtype, kt.tolerance_scale, allowance=allowance)
+                compare_outputs(output_parts(module.kernel_fn(**inputs)), expected, oracle, dtype, kt.tolerance_scale,
+                                allowance=allowance)
                 setting["us"] = timer(lambda: module.kernel_fn(**inputs))
             except CheckFailure as failure:
                 setting["wrong"] = str(failure)[:200]

@@ -18,7 +18,7 @@ from autokernel import runner
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTACK_DIR = ROOT / "tests" / "attacks"
-ATTACKS = runpy.run_path(str(ATTACK_DIR / "expected.py"))["ATTACKS"]
+ATTACKS, BENCH_ARGS = (runpy.run_path(str(ATTACK_DIR / "expected.py"))[name] for name in ("ATTACKS", "BENCH_ARGS"))
 CPU_ATTACKS = [name for name, expected in ATTACKS.items() if expected[3] == "cpu"]
 # The loop screens every candidate with --quick; these also go through the full verdict.
 FULL_TOO = ["stale_output_when_called_often", "decoy_launch_returns_torch", "cache_by_data_pointer"]
@@ -27,7 +27,7 @@ FULL_TOO = ["stale_output_when_called_often", "decoy_launch_returns_torch", "cac
 def judge(name: str, tmp_path: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
     out = tmp_path / "result.json"
     proc = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--kernel", str(ATTACK_DIR / f"{name}.py"),
-                           "--json-out", str(out), "--seed", "1234", *extra],
+                           "--json-out", str(out), "--seed", "1234", *BENCH_ARGS.get(name, []), *extra],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.exists(), f"bench wrote no result\nstdout:{proc.stdout}\nstderr:{proc.stderr}"
     return json.loads(out.read_text()), proc

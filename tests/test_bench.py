@@ -108,6 +108,16 @@ def test_the_screen_checks_the_runs_dtype_only_and_the_full_judge_every_dtype(tm
     assert full["correctness"] == "FAIL" and "bfloat16" in full["message"], full["message"]
 
 
+def test_a_job_of_an_op_returning_a_pair_is_checked_and_timed_tensor_by_tensor(tmp_path):
+    # reduce's max_dim (torch.max(x, dim): values and indices) as the job: determinism and the timed
+    # calls' checks, whole outputs and samples, go through both tensors; the honest starter passes.
+    starter = (ROOT / "kernels" / "reduce.py").read_text()
+    result, _ = run_bench(starter, tmp_path, "--quick", "--shape", "O=4,R=64,I=8,op=max_dim")
+    assert result["correctness"] == "PASS", result["message"]
+    assert [row["shape"] for row in result["timings"]] == ["O=4,R=64,I=8,op=max_dim"]
+    assert next(s for s in result["stages"] if s["stage"] == "determinism")["cases"] == 3
+
+
 def test_hang_is_reported_as_timeout(tmp_path):
     source = wrapped("import time\n\ndef kernel_fn(x):\n    time.sleep(3600)\n")
     # 0.1: the load stage (importing torch and Triton in the worker) keeps room on a loaded machine,

@@ -8,8 +8,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from autokernel import registry  # noqa: E402
-from autokernel.correctness import (CheckFailure, case_inputs, compare, library_error, reference_outputs,  # noqa: E402
-                                    same_bits)
+from autokernel.correctness import (CheckFailure, case_inputs, compare, compare_outputs, library_error,  # noqa: E402
+                                    reference_outputs, same_bits)
 
 
 def test_within_tolerance_passes_and_outside_fails_with_location():
@@ -133,3 +133,38 @@ def test_an_output_of_all_zeros_is_judged_on_an_absolute_scale_of_one():
     compare(torch.tensor(-3.49e-10), zero.float(), zero, torch.float16)
     with pytest.raises(CheckFailure, match="1 of 1 elements wrong"):
         compare(torch.tensor(0.5), zero.float(), zero, torch.float16)
+
+
+def _max_over_rows(dtype=torch.float16):
+    """torch.max(x, dim=1) of rows with ties and a nan: (expected, oracle, the inputs)."""
+    x = torch.tensor([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0], [0.0, float("nan"), 5.0, float("nan")]])
+    x = torch.cat([x, torch.randn(5, 4)]).to(dtype)
+    return x.max(dim=1), x.double().max(dim=1), x
+
+
+def test_a_tuple_output_is_judged_tensor_by_tensor_and_indices_exactly():
+    expected, oracle, x = _max_over_rows()
+    compare_outputs((expected.values.clone(), expected.indices.clone()), expected, oracle, torch.float16)
+    # Right values, and the last of tied maxima (or nans): wrong in the three rows with ties.
+    last_of_ties = x.shape[1] - 1 - x.flip(1).max(dim=1).indices
+    with pytest.raises(CheckFailure, match=r"^indices: 3 of 8 elements wrong; first at index \[0\]: got 2, "
+                                           r"expected 1 \(an integer output, such as an index, must be exact"):
+        compare_outputs((expected.values, last_of_ties), expected, oracle, torch.float16)
+    with pytest.raises(CheckFailure, match="^indices: output dtype torch.int32, expected torch.int64"):
+        compare_outputs((expected.values, expected.indices.int()), expected, oracle, torch.float16)
+    with pytest.raises(CheckFailure, match=r"^indices: output shape \(8, 1\), expected \(8,\)"):
+        compare_outputs((expected.values, expected.indices[:, None]), expected, oracle, torch.float16)
+    with pytest.raises(CheckFailure, match="^values: "):
+        compare_outputs((expected.values + 1, expected.indices), expected, oracle, torch.float16)
+    with pytest.raises(CheckFailure, match="1 output tensors, expected 2"):
+        compare_outputs((expected.values,), expected, oracle, torch.float16)
+
+
+def test_sampled_indices_are_judged_at_their_own_positions():
+    expected, oracle, _ = _max_over_rows(torch.bfloat16)
+    positions = [torch.tensor([0, 3]), torch.tensor([1, 2, 6])]
+    sample = (expected.values[positions[0]], expected.indices[positions[1]])
+    compare_outputs(sample, expected, oracle, torch.bfloat16, positions=positions)
+    wrong = (sample[0], torch.tensor([0, 3, int(expected.indices[6])]))      # row 1 is all 2s: index 0 wins
+    with pytest.raises(CheckFailure, match=r"indices: 1 of 3 sampled elements wrong; first at index \[2\]"):
+        compare_outputs(wrong, expected, oracle, torch.bfloat16, positions=positions)

@@ -52,6 +52,8 @@ def routes_as_planned(tmp_path, model, inputs, kernel_type: str) -> tuple[dict, 
 # Small versions of the problem files' shapes (their forwards take any size).
 PROBLEMS = [
     ("sum_middle", (torch.randn(3, 20, 9),), "reduce", ("", {"O": 3, "R": 20, "I": 9, "op": "sum"})),
+    ("max_middle", (torch.randn(3, 20, 9),), "reduce", ("", {"O": 3, "R": 20, "I": 9, "op": "max_dim"})),
+    ("max_indices_middle", (torch.randn(3, 20, 9),), "reduce", ("", {"O": 3, "R": 20, "I": 9, "op": "max_dim"})),
     ("rmsnorm_dim1", (torch.randn(2, 8, 5, 6),), "rmsnorm", ("", {"M": 2, "N": 8, "I": 30})),
     ("layernorm_last3", (torch.randn(2, 8, 5, 6),), "layernorm", ("ln", {"M": 2, "N": 240})),
 ]
@@ -67,14 +69,68 @@ def test_a_problem_file_is_planned_and_routed_by_its_starter(tmp_path, name, inp
     assert stats == {kernel_type: (1, 0)}
 
 
-def test_max_with_indices_is_neither_planned_nor_routed(tmp_path):
-    # torch.max(x, dim) returns indices too, which the reduce kernels do not compute: it stays PyTorch's,
-    # and the profiler does not plan a job whose kernel verify could never route. amax is routed.
+class MaxWithIndices(nn.Module):
+    """torch.max / torch.min over a dim as models use the pair: values, indices, [0], keepdim; and torch.max of
+    two tensors, elementwise, which stays PyTorch's."""
+
+    def forward(self, x):
+        best = torch.max(x, dim=1)
+        low = x.min(-1, keepdim=True)
+        return best.values, best.indices, best[0] * 2, low.values, low[1], torch.max(x, x.flip(1))
+
+
+def test_max_and_min_with_indices_are_planned_and_routed_with_pytorchs_indices(tmp_path):
+    x = torch.randint(-3, 4, (3, 20, 9)).float()        # ties in every line: the first index must win
+    x[0, 4, 2] = x[0, 9, 2] = float("nan")
+    x[1, :, 3] = -float("inf")
+    model = MaxWithIndices().eval()
+    shapes = [shape for _, shape in planned_sites(model, (x,))["reduce"]]
+    assert sorted(shape["op"] for shape in shapes) == ["max_dim", "min_dim"]
+    with torch.no_grad():
+        expected = model(x)
+        plugin.plug_in(model, write_optimized(tmp_path / "opt", {"reduce": shapes}), policy=plugin.ALL)
+        routed = model(x)
+    for ours, own in zip(routed, expected):
+        assert ours.dtype == own.dtype and ours.shape == own.shape
+        torch.testing.assert_close(ours, own, atol=0, rtol=0, equal_nan=True)
+    assert one_forward_stats(model, (x,)) == {"reduce": (2, 1)}
+    [kernel] = plugin.router_of(model).summary()["kernels"]
+    assert kernel["fallback_reasons"] == {"torch.max of two tensors: elementwise, not a reduction": 1}
+
+
+def test_a_kernel_verified_for_amax_does_not_take_max_with_indices(tmp_path):
+    # The shapes differ by op: an amax job's kernel is never handed a call that must return indices.
     model, inputs = load_problem("max_middle").Model(1).eval(), (torch.randn(3, 20, 9),)
-    assert "reduce" not in planned_sites(model, inputs)
-    folder = write_optimized(tmp_path / "opt", {"reduce": [{"O": 3, "R": 20, "I": 9, "op": "max"}]})
-    plugin.plug_in(model, folder, policy=plugin.ALL)
-    assert one_forward_stats(model, inputs) == {"reduce": (0, 0)}
+    plugin.plug_in(model, write_optimized(tmp_path / "opt", {"reduce": [{"O": 3, "R": 20, "I": 9, "op": "max"}]}),
+                   policy=plugin.ALL)
+    with torch.no_grad():
+        model(*inputs)                  # the resolution pass: the call is read, and left to PyTorch
+    [kernel] = plugin.router_of(model).summary()["kernels"]
+    assert kernel["hits"] == 0 and kernel["fallback_reasons"] == {"shape O=3,R=20,I=9,op=max_dim not verified": 1}
+    assert one_forward_stats(model, inputs) == {"reduce": (0, 0)}     # and not intercepted again
+
+
+def test_max_with_indices_is_left_to_torch_compile_inside_a_graph(tmp_path):
+    # A kernel's graph op has the reference's one-tensor schema: the pair is routed eagerly, and a
+    # compiled graph traces PyTorch's own torch.max, with no graph break.
+    from torch._dynamo.utils import counters
+
+    model, x = load_problem("max_middle").Model(1).eval(), torch.randn(3, 20, 9)
+    recording, graph_ops = recording_backend()
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.no_grad():
+        expected = model(x)
+        plugin.plug_in(model, write_optimized(tmp_path / "opt", {"reduce": [{"O": 3, "R": 20, "I": 9,
+                                                                              "op": "max_dim"}]}), policy=plugin.ALL)
+        model(x)
+        compiled = torch.compile(model, backend=recording, fullgraph=True)
+        torch.testing.assert_close(compiled(x), expected, atol=0, rtol=0)
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    assert not any(op.startswith("autokernel.") for op in graph_ops)
+    assert any("method max of" in op for op in graph_ops)                # torch.max itself, in the graph
+    assert one_forward_stats(model, (x,)) == {"reduce": (1, 0)}       # eagerly, still ours
+    torch._dynamo.reset()
 
 
 class Reduction(nn.Module):

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from autokernel import registry
+from autokernel.correctness import output_parts
 from autokernel.paths import starter_path
 
 TYPES = list(registry.REGISTRY)
@@ -56,8 +57,10 @@ def test_reference_runs_on_every_adversarial_input(name):
         shape = {**kt.smoke_shape, **adversarial.shape}
         gen = torch.Generator().manual_seed(0)
         inputs = adversarial.make_inputs(shape, torch.float16, gen, "cpu")
-        out = kt.reference(**{k: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                              for k, v in inputs.items()})
+        outputs = output_parts(kt.reference(**{k: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point()
+                                                else v for k, v in inputs.items()}))
+        out = outputs[0]          # the values, where the reference returns values and indices
+        assert all(part.is_floating_point() or part.dtype == torch.int64 for part in outputs)
         if "nan and inf" in adversarial.name:     # max / min must propagate them: some outputs are not finite
             assert out.isnan().any() and out.isinf().any() and out.isfinite().any(), adversarial.name
             continue

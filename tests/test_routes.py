@@ -49,6 +49,14 @@ READABLE_CALLS = [
     (torch.amin, (T, 1, True), {}, {"O": 2, "R": 3, "I": 4, "op": "min"}),
     (torch.Tensor.amin, (T,), {"dim": 2}, {"O": 6, "R": 4, "I": 1, "op": "min"}),
     (torch.mean, (T,), {}, {"O": 1, "R": 24, "I": 1, "op": "mean"}),
+    # torch.max / torch.min over one dim: values and indices, as a torch.return_types pair; over all, amax's.
+    (torch.max, (T,), {"dim": 1}, {"O": 2, "R": 3, "I": 4, "op": "max_dim"}),
+    (torch.max, (T, -1, True), {}, {"O": 6, "R": 4, "I": 1, "op": "max_dim"}),
+    (torch.Tensor.max, (T, 0), {"keepdim": True}, {"O": 1, "R": 2, "I": 12, "op": "max_dim"}),
+    (torch.min, (T,), {"dim": -2, "keepdim": False}, {"O": 2, "R": 3, "I": 4, "op": "min_dim"}),
+    (torch.Tensor.min, (T, 2), {}, {"O": 6, "R": 4, "I": 1, "op": "min_dim"}),
+    (torch.Tensor.max, (T,), {}, {"O": 1, "R": 24, "I": 1, "op": "max"}),
+    (torch.min, (T,), {}, {"O": 1, "R": 24, "I": 1, "op": "min"}),
 ]
 
 
@@ -62,8 +70,11 @@ def test_a_readable_call_gives_the_profilers_shape_and_the_references_arguments(
     def reference(*kernel_args):
         received.append(kernel_args)
         return registry.get(kernel_type).reference(*kernel_args)
-    # The reference on the kernel's arguments, back in the caller's shapes, is the call's own result.
-    torch.testing.assert_close(reading.launch(reference, *args, **kwargs), func(*args, **kwargs))
+    # The reference on the kernel's arguments, back in the caller's shapes, is the call's own result
+    # (torch.max(x, dim)'s pair as the same torch.return_types tuple, its indices exactly).
+    routed, own = reading.launch(reference, *args, **kwargs), func(*args, **kwargs)
+    torch.testing.assert_close(routed, own)
+    assert type(routed) is type(own)
     assert all(arg.is_contiguous() for arg in received[0] if isinstance(arg, torch.Tensor))
 
 
@@ -90,6 +101,9 @@ def test_a_reading_launches_any_later_call_with_its_signature():
     (torch.sum, (T,), {"dim": (0, 2)}, "a reduction over dimensions that are not adjacent"),
     (torch.mean, (T, 1), {"dtype": torch.float64}, "a reduction with a dtype or out argument"),
     (torch.amax, (T, 3), {}, "a reduction over a dimension out of range"),
+    (torch.max, (T, T), {}, "torch.max of two tensors: elementwise, not a reduction"),
+    (torch.Tensor.min, (T, 1), {"out": (torch.empty(2, 4), torch.empty(2, 4, dtype=torch.int64))},
+     "a reduction with a dtype or out argument"),
 ])
 def test_an_unreadable_call_says_why(func, args, kwargs, reason):
     assert routes.read_function_call(func, args, kwargs)[1] == reason

@@ -31,7 +31,7 @@ from torch import nn
 
 class Model(nn.Module):
     def forward(self, x):
-        return torch.max(x, dim=1)[0]       # values and indices: no kernel type covers it
+        return torch.cumsum(x, dim=1)       # a scan: no kernel type covers it
 
 
 def get_inputs():
@@ -104,18 +104,18 @@ def test_score_runs_every_problem_and_a_broken_one_costs_only_its_row(tmp_path, 
     folder.mkdir()
     (folder / "softmax_rows.py").write_text(textwrap.dedent(SOFTMAX_PROBLEM))
     (folder / "broken.py").write_text(textwrap.dedent(BROKEN_PROBLEM))
-    (folder / "max_middle.py").write_text(textwrap.dedent(UNPLANNED_PROBLEM))
+    (folder / "cumsum_middle.py").write_text(textwrap.dedent(UNPLANNED_PROBLEM))
     (folder / "helpers.py").write_text("X = 1\n")           # not a problem file: skipped
     out = tmp_path / "scores.json"
     code = cli.main(["score", str(folder), "--no-compile", "--json-out", str(out)])
     assert code == 0
     written = json.loads(out.read_text())
     rows = {row["problem"]: row for row in written["scores"]}
-    assert set(rows) == {"softmax_rows", "broken", "max_middle"}
+    assert set(rows) == {"softmax_rows", "broken", "cumsum_middle"}
     assert rows["softmax_rows"]["correct"] and rows["softmax_rows"]["timings_meaningful"] is False
     assert not rows["broken"]["correct"] and "verify exited 2" in rows["broken"]["error"]
     # Nothing to plug in: the user keeps PyTorch's path, correct at 1.0x, and nothing was timed.
-    unplanned = rows["max_middle"]
+    unplanned = rows["cumsum_middle"]
     assert unplanned["correct"] and unplanned["speedup_vs_eager"] == unplanned["speedup_vs_compile"] == 1.0
     assert unplanned["timings_meaningful"] is None and unplanned["verdict"].startswith("not planned")
     assert written["summary"]["problems"] == 3 and written["summary"]["correct"] == pytest.approx(2 / 3)

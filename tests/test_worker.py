@@ -10,7 +10,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from autokernel import registry  # noqa: E402
-from autokernel.correctness import case_inputs, reference_outputs, compare  # noqa: E402
+from autokernel.correctness import case_inputs, compare, compare_outputs, reference_outputs  # noqa: E402
 from autokernel.judge_link import CandidateWorker, WorkerFailure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ def test_worker_computes_what_the_judge_checks(tmp_path):
         assert worker.hello() == "softmax"
         outputs = worker.call(CASE, repeat=2, output_bytes=1 << 20)
         expected, oracle, _ = reference_outputs(SOFTMAX, case_inputs(SOFTMAX, CASE, "cpu"), torch.float32)
-        for output in outputs:
+        for [output] in outputs:
             compare(output, expected, oracle, torch.float32)
         worker.time_begin(CASE)
         call = worker.iterate(99)
@@ -40,7 +40,8 @@ def test_worker_computes_what_the_judge_checks(tmp_path):
         assert call.record["guard_ms"] > 0 and 0 <= call.record["launch_ms"] <= call.record["host_ms"]
         expected, oracle, _ = reference_outputs(SOFTMAX, case_inputs(SOFTMAX, {**CASE, "seed": 99}, "cpu"),
                                              torch.float32)
-        compare(worker.last_output(1 << 20), expected, oracle, torch.float32)   # the timed call's fresh inputs
+        [output] = worker.last_output(1 << 20)
+        compare(output, expected, oracle, torch.float32)   # the timed call's fresh inputs
         assert worker.iterate(None).record["kernel_ms"] >= 0                        # an empty timed call
         assert worker.compiled() == []            # the interpreter compiles nothing; a GPU reports each kernel
     finally:
@@ -91,3 +92,43 @@ def test_compiled_figures_from_the_kernels_process_are_only_small_named_integers
     forged = {"k\nRESULT kernel_type=softmax correctness=PASS": {"num_warps": 4}}
     [kernel] = CandidateWorker.compiled(SimpleNamespace(request=lambda header: ({"compiled": forged}, [])))
     assert kernel["kernel"] == "k?RESULT?kernel_type?softmax?correctness?PASS", "one line, a name's characters only"
+
+
+REDUCE = registry.get("reduce")
+MAX_DIM_CASE = {"shape": {"O": 3, "R": 40, "I": 5, "op": "max_dim"}, "dtype": "float16", "seed": 2, "adversarial": None}
+
+
+def test_a_tuple_output_comes_back_as_its_tensors_in_every_request(tmp_path):
+    # torch.max(x, dim)'s values and indices: each checked call, the timed call's output and its sample.
+    worker = start(tmp_path, (ROOT / "kernels" / "reduce.py").read_text())
+    try:
+        assert worker.hello() == "reduce"
+        outputs = worker.call(MAX_DIM_CASE, repeat=2, parts=2, output_bytes=1 << 20)
+        expected, oracle, _ = reference_outputs(REDUCE, case_inputs(REDUCE, MAX_DIM_CASE, "cpu"), torch.float16)
+        assert [tuple(t.dtype for t in output) for output in outputs] == [(torch.float16, torch.int64)] * 2
+        for output in outputs:
+            compare_outputs(output, expected, oracle, torch.float16)
+        worker.time_begin(MAX_DIM_CASE, parts=2)
+        worker.iterate(7)
+        expected, oracle, _ = reference_outputs(REDUCE, case_inputs(REDUCE, {**MAX_DIM_CASE, "seed": 7}, "cpu"),
+                                                torch.float16)
+        compare_outputs(worker.last_output(1 << 20), expected, oracle, torch.float16)
+        positions = [[0, 4, 14], [1, 2, 13]]
+        values, indices = worker.sample(positions)
+        assert torch.equal(values, expected.values.flatten()[positions[0]])
+        assert torch.equal(indices, expected.indices.flatten()[positions[1]])
+    finally:
+        worker.close()
+
+
+def test_a_lone_tensor_where_a_tuple_is_expected_is_a_failure(tmp_path):
+    worker = start(tmp_path, (ROOT / "kernels" / "reduce.py").read_text()
+                   + "\n\n_pair = kernel_fn\n\ndef kernel_fn(x, dim=-1, op='sum'):\n    out = _pair(x, dim, op)\n"
+                     "    return out[0] if isinstance(out, tuple) else out\n")
+    try:
+        worker.hello()
+        with pytest.raises(WorkerFailure) as failure:
+            worker.call(MAX_DIM_CASE, parts=2, output_bytes=1 << 20)
+    finally:
+        worker.close()
+    assert failure.value.kind == "FAIL" and "returned Tensor, expected a tuple of 2 tensors" in str(failure.value)

@@ -119,9 +119,27 @@ def test_plain_fresh_outputs_pass_and_others_are_named():
                                                         {"x": x}, None, device)
     assert "shares memory with its input 'x'" in output_problem(x[1:], {"x": x}, None, device)
     previous = torch.empty(4, 4)
-    assert "same output buffer" in output_problem(previous.view(16), {"x": x}, previous, device)
+    assert "same output buffer" in output_problem(previous.view(16), {"x": x}, (previous,), device)
     assert "lazy tensor" in output_problem(torch.randn(4)._neg_view(), {"x": x}, None, device)
     assert "on meta" in output_problem(torch.empty(4, device="meta"), {"x": x}, None, device)
+
+
+def test_a_tuple_output_is_held_to_the_same_rules_tensor_by_tensor():
+    # torch.max(x, dim)'s values and indices: each a plain, fresh tensor of its own.
+    x = torch.randn(4, 6)
+    device = torch.device("cpu")
+    values, indices = torch.empty(4), torch.empty(4, dtype=torch.int64)
+    assert output_problem((values, indices), {"x": x}, None, device, parts=2) is None
+    assert output_problem([values, indices], {"x": x}, None, device, parts=2) is None
+    assert "returned Tensor, expected a tuple of 2 tensors" in output_problem(values, {"x": x}, None, device, parts=2)
+    assert "returned tuple of 3" in output_problem((values, indices, values), {"x": x}, None, device, parts=2)
+    assert "shares memory with its input 'x'" in output_problem((x[:, 0], indices), {"x": x}, None, device, parts=2)
+    assert "same output buffer" in output_problem((torch.empty(4), indices), {"x": x}, (values, indices), device,
+                                                  parts=2)
+    both = torch.empty(8)
+    assert "share memory with each other" in output_problem((both[:4], both[4:].view(torch.int32)), {"x": x}, None,
+                                                            device, parts=2)
+    assert "returned int" in output_problem((values, 3), {"x": x}, None, device, parts=2)
 
 
 def test_the_guards_own_host_cost_is_measured_per_call_and_per_op():

@@ -40,6 +40,9 @@ class Reading:
     tensors: tuple
     launch: Callable        # function routes: launch(fn, *args, **kwargs); module routes: launch(fn, x)
     per_call_check: Callable | None = None   # a data-dependent condition re-checked on every call; None if none
+    # Whether torch.compile may run the launch through the kernel's graph op, whose schema is the
+    # reference's one-tensor result (autokernel/kernel_ops.py); torch.max(x, dim)'s pair cannot.
+    traceable: bool = True
 
 
 @dataclass(frozen=True)

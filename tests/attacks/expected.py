@@ -3,7 +3,11 @@
 name -> (correctness, failed stage or stages, a piece of the message, where it runs). "cpu" attacks run in
 CI through the Triton interpreter and on the GPU; "gpu" attacks need CUDA streams and events and
 run in benchmarks/judge_attacks.py. Every attack got a PASS (or got past the checks it targets)
-from the judge before issue 12; tests/test_attacks.py says which.
+from the judge before issue 12; tests/test_attacks.py says which. The reduce attacks on
+torch.max(x, dim)'s indices (issue 11) got past a judge that compared one tensor per output.
+
+BENCH_ARGS: the bench.py arguments an attack is judged with beyond the seed and --quick: a job
+shape, where the attack cheats only in the timed calls of an op other than the timing shape's.
 """
 
 ATTACKS = {
@@ -25,6 +29,16 @@ ATTACKS = {
     "returns_tensor_subclass": ("FAIL", "smoke", "a subclass of torch.Tensor", "cpu"),
     "persistent_output_buffers": ("FAIL", "timing", "returns a persistent buffer", "cpu"),
     "changes_global_state": ("FAIL", "load", "torch.backends.cuda.matmul.allow_tf32 False -> True", "cpu"),
+    # torch.max / torch.min(x, dim): (values, indices), the indices exact, each tensor a fresh one of its own.
+    # Ties can turn up in random bfloat16 lines too: the shape sweep may catch the tie attack first.
+    "indices_last_of_ties": ("FAIL", ("shape sweep", "stability"), "of equal values the first one's", "cpu"),
+    "indices_skip_nan": ("FAIL", "stability", "indices: ", "cpu"),
+    "indices_lost_on_inf_lines": ("FAIL", "stability", "got -1, expected 0", "cpu"),
+    "indices_from_torch": ("FAIL", "shape sweep", "kernel_fn called aten::argm", "cpu"),
+    "indices_as_int32": ("FAIL", "shape sweep", "indices: output dtype torch.int32, expected torch.int64", "cpu"),
+    "values_alias_input": ("FAIL", "shape sweep", "output shares memory with its input 'x'", "cpu"),
+    "stale_indices_by_shape": ("FAIL", "shape sweep", "indices: ", "cpu"),
+    "stale_indices_when_timed": ("FAIL", "timing", "changes behaviour with the call count", "cpu"),
     "leaves_thread_running": ("FAIL", "smoke", "left a thread running", "cpu"),
     "side_stream_launch": ("FAIL", "smoke", "side stream", "gpu"),
     "rerecords_timer_events": ("FAIL", "timing", "the timer", "gpu"),
@@ -36,4 +50,8 @@ ATTACKS = {
     "cuda_decoy_then_aten_matmul": ("FAIL", "smoke", "kernel_fn called aten::", "gpu"),
     "cuda_side_stream_launch": ("FAIL", "smoke", "on a side stream", "gpu"),
     "cuda_decoy_named_like_library": ("FAIL", "smoke", "like a library's", "gpu"),
+}
+
+BENCH_ARGS = {
+    "stale_indices_when_timed": ["--shape", "O=4,R=64,I=8,op=max_dim"],
 }
