@@ -51,7 +51,7 @@ def test_the_bound_comes_from_the_first_passing_result_with_a_summary():
 def test_the_buckets_a_job_does_not_use_are_their_siblings_with_the_same_parameters():
     names = list(read_tunables((ROOT / "kernels" / "matmul.py").read_text())[1])
     idle = axis_order.idle_bucket_axes(names, ["large", "small"])
-    assert sorted({name.split("_")[0] for name in idle}) == ["ieee", "mid"] and len(idle) == 10
+    assert sorted({name.split("_")[0] for name in idle}) == ["ieee", "mid", "tc32"] and len(idle) == 15
     assert "split_k_max" not in idle, "split_k_* share a prefix but are not a bucket"
     assert axis_order.idle_bucket_axes(names, []) == []
 
@@ -59,7 +59,7 @@ def test_the_buckets_a_job_does_not_use_are_their_siblings_with_the_same_paramet
 @pytest.mark.parametrize("shape, dtype, bucket", [
     ({"M": 4096, "N": 4096, "K": 4096}, "float16", "large"),
     ({"M": 512, "N": 4096, "K": 4096}, "bfloat16", "mid"),
-    ({"M": 4096, "N": 4096, "K": 4096}, "float32", "ieee"),       # PyTorch's default float32 setting: no TF32
+    ({"M": 4096, "N": 4096, "K": 4096}, "float32", "tc32"),       # PyTorch's default setting: tf32x3, K-major
 ])
 def test_the_matmul_starters_plan_names_the_bucket_of_each_shape(shape, dtype, bucket):
     tunables = read_tunables((ROOT / "kernels" / "matmul.py").read_text())[0]
