@@ -8,7 +8,8 @@ L2 from the previous one. So here:
     the larger of the host's launch cost and the GPU's time, as in an eager forward;
   - `graph_replay` captures calls into a CUDA graph and times its replays: GPU time alone, as in a
     compiled forward under CUDA graphs.
-Each gives the median of several repeats and their spread. Under the CPU interpreter the wall
+Each gives the median of several repeats and their spread (trimmed_spread); `paired` takes two
+calls' repeats in turn, and `paired_speedup` reads their ratio pair by pair. Under the CPU interpreter the wall
 clock still runs, but nothing it says about speed is meaningful; callers label it so.
 """
 
@@ -16,12 +17,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
 REPEATS = 5
+TRIM_FROM = 5                # with this many repeats or more, the spread leaves out the highest and the lowest
 REPEAT_SECONDS = 0.05        # each repeat runs enough calls to take about this long (on a GPU)
 CALLS_PER_GRAPH = 20
 
@@ -33,10 +35,13 @@ class Latency:
     low_ms: float
     high_ms: float
     repeats: int
+    samples_ms: tuple[float, ...] = field(default=(), compare=False, repr=False)   # the repeats, in the order taken
 
     @property
     def spread(self) -> float:
-        """(high - low) / median: how far apart the repeats were."""
+        """How far apart the repeats were, relative to the median (see trimmed_spread)."""
+        if len(self.samples_ms) >= TRIM_FROM:
+            return trimmed_spread(self.samples_ms)
         return (self.high_ms - self.low_ms) / self.median_ms if self.median_ms > 0 else 0.0
 
     @property
@@ -44,11 +49,36 @@ class Latency:
         return self.median_ms * 1e3
 
     def to_json(self) -> dict:
-        return {**asdict(self), "spread": round(self.spread, 4)}
+        return {"median_ms": self.median_ms, "low_ms": self.low_ms, "high_ms": self.high_ms, "repeats": self.repeats,
+                "spread": round(self.spread, 4)}
+
+
+def trimmed_spread(samples: tuple[float, ...] | list[float]) -> float:
+    """(high - low) / median of the samples, the single highest and lowest left out when there are TRIM_FROM or
+    more: one stray repeat (a collection pause, a clock change) then cannot alone make a real gain look like
+    noise, while a machine that is noisy throughout still shows its noise."""
+    ordered = sorted(samples)
+    if len(ordered) >= TRIM_FROM:
+        ordered = ordered[1:-1]
+    median = statistics.median(samples)
+    return (ordered[-1] - ordered[0]) / median if median > 0 else 0.0
+
+
+def paired_speedup(ours: Latency | None, theirs: Latency | None) -> tuple[float, float] | None:
+    """The speedup of ours over theirs from repeats taken in turn (paired): the median of the per-pair ratios
+    theirs/ours, and the trimmed spread of those ratios. A drift of the machine's speed moves both times of a pair
+    alike, so it leaves the ratios, and their spread, alone. None unless both kept the same number of repeats."""
+    if ours is None or theirs is None or not ours.samples_ms or len(ours.samples_ms) != len(theirs.samples_ms):
+        return None
+    ratios = [t / o for o, t in zip(ours.samples_ms, theirs.samples_ms) if o > 0]
+    if len(ratios) != len(ours.samples_ms):
+        return None
+    return statistics.median(ratios), trimmed_spread(ratios)
 
 
 def _summary(samples_ms: list[float]) -> Latency:
-    return Latency(statistics.median(samples_ms), min(samples_ms), max(samples_ms), len(samples_ms))
+    return Latency(statistics.median(samples_ms), min(samples_ms), max(samples_ms), len(samples_ms),
+                   tuple(samples_ms))
 
 
 def _sync(on_gpu: bool) -> None:

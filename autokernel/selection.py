@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+from autokernel import latency
 from autokernel.variants import NOISE_FLOOR, VARIANTS, VariantResult
 
 # mode -> (the record flag it sets, the record times that predict its gain: ours, PyTorch's)
@@ -82,16 +83,25 @@ def select(mode: str, records: dict[str, list], variant: str, try_variant: Calla
 
 
 def _judge(result: VariantResult, best_speedup: float, allowed_error: float) -> tuple[bool, float | None, str]:
-    """Whether this trial beats the best speedup over PyTorch so far by more than the noise, and why."""
+    """Whether this trial beats the best speedup over PyTorch so far by more than the noise, and why.
+
+    The speedup and its noise come from the paired repeats (latency.paired_speedup): each repeat of
+    ours is set against PyTorch's repeat taken right beside it, so a machine whose speed drifts
+    during the trial widens neither. Without paired repeats, the medians and the larger spread."""
     if result.ms is None or result.baseline is None:
         return False, None, result.failed or "could not be timed"
     if result.error is None or result.error > allowed_error:
         return False, None, f"output error {result.error:.3g} over {allowed_error:g}"
-    speedup = result.baseline.median_ms / result.ms
-    noise = max(NOISE_FLOOR, result.latency.spread, result.baseline.spread)
+    paired = latency.paired_speedup(result.latency, result.baseline)
+    if paired is not None:
+        speedup, measured, how = *paired, "of the paired repeats"
+    else:
+        speedup, how = result.baseline.median_ms / result.ms, "of the repeats"
+        measured = max(result.latency.spread, result.baseline.spread)
+    noise = max(NOISE_FLOOR, measured)
     kept = speedup > best_speedup * (1 + noise)
     return kept, speedup, (f"{'faster' if kept else 'not faster'}: {speedup:.3f}x PyTorch's own path, timed in turn "
-                           f"(to beat: {best_speedup:.3f}x, noise {noise:.1%}; {result.ms:.3f} ms against "
+                           f"(to beat: {best_speedup:.3f}x, noise {noise:.1%} {how}; {result.ms:.3f} ms against "
                            f"{result.baseline.median_ms:.3f})")
 
 

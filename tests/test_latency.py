@@ -22,3 +22,34 @@ def test_spread_and_microseconds():
 def test_graph_replay_needs_a_gpu():
     if not torch.cuda.is_available():
         assert latency.graph_replay(lambda: None) is None
+
+
+def test_one_stray_repeat_does_not_decide_the_spread_but_a_noisy_machine_still_shows():
+    steady = latency._summary([1.00, 1.01, 0.99, 1.00, 1.60])           # one repeat hit a pause
+    assert steady.high_ms == 1.60 and steady.spread == pytest.approx(0.01)
+    noisy = latency._summary([0.80, 1.30, 1.00, 0.70, 1.20])
+    assert noisy.spread == pytest.approx((1.20 - 0.80) / 1.00)
+    short = latency._summary([1.0, 1.6, 1.0])                            # too few repeats to leave any out
+    assert short.spread == pytest.approx(0.6)
+
+
+def test_paired_speedup_is_read_pair_by_pair_so_a_drifting_machine_leaves_it_alone():
+    # The machine slows down 60% over the trial; ours is 1.2x PyTorch's speed in every pair.
+    drift = [1.0, 1.15, 1.3, 1.45, 1.6]
+    ours = latency._summary([d / 1.2 for d in drift])
+    theirs = latency._summary(drift)
+    assert ours.spread > 0.2 and theirs.spread > 0.2                    # each alone spreads wider than the gain
+    speedup, spread = latency.paired_speedup(ours, theirs)
+    assert speedup == pytest.approx(1.2) and spread == pytest.approx(0.0, abs=1e-12)
+
+
+def test_paired_speedup_needs_the_same_repeats_on_both_sides():
+    assert latency.paired_speedup(latency.Latency(1.0, 0.9, 1.1, 5), latency.Latency(1.0, 0.9, 1.1, 5)) is None
+    assert latency.paired_speedup(latency._summary([1.0, 1.0, 1.0]), latency._summary([1.0] * 5)) is None
+    assert latency.paired_speedup(None, latency._summary([1.0])) is None
+
+
+def test_paired_repeats_keep_their_samples_in_the_order_taken():
+    ticks = iter(range(100))
+    first, second = latency.paired(lambda: next(ticks), lambda: next(ticks), on_gpu=False, repeats=3)
+    assert len(first.samples_ms) == len(second.samples_ms) == first.repeats == 3

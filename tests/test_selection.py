@@ -1,7 +1,9 @@
 """Tests for autokernel/selection.py: a kernel keeps its routes only if the whole model gets faster with them."""
 
+import pytest
+
 from autokernel import selection
-from autokernel.latency import Latency
+from autokernel.latency import Latency, _summary
 from autokernel.manifest import RouteRecord
 from autokernel.variants import VariantResult
 
@@ -56,3 +58,29 @@ def test_a_kernel_that_breaks_the_output_is_not_kept():
                                     lambda: None, 1e-2, lambda line: None)
     assert kept is None and not records["norm"][0].route_eager
     assert trials[0].why == "output error 0.5 over 0.01"
+
+
+def paired_result(ours_ms: list[float], pytorch_ms: list[float]) -> VariantResult:
+    return VariantResult("ours", _summary(ours_ms), error=0.0, baseline=_summary(pytorch_ms))
+
+
+def test_a_real_gain_survives_a_machine_that_drifts_during_the_trial():
+    # Ours is 1.2x in every pair, while the machine slows 60% over the repeats: each series alone spreads
+    # wider than the gain (23%), which the medians-and-spreads rule would have called noise.
+    drift = [1.0, 1.15, 1.3, 1.45, 1.6]
+    records = {"matmul": [record(10, 1.0, 3.0)]}
+    kept, trials = selection.select("eager", records, "ours",
+                                    lambda v: paired_result([10 * d / 1.2 for d in drift], [10 * d for d in drift]),
+                                    lambda: None, 1e-2, lambda line: None)
+    assert trials[0].kept and trials[0].speedup == pytest.approx(1.2)
+    assert "of the paired repeats" in trials[0].why
+
+
+def test_a_gain_inside_the_pairs_own_noise_is_not_kept():
+    # Pair by pair ours is sometimes faster, sometimes slower: the median ratio 1.05 is inside the noise.
+    records = {"matmul": [record(10, 1.0, 3.0)]}
+    kept, trials = selection.select("eager", records, "ours",
+                                    lambda v: paired_result([10, 10, 10, 10, 10], [12, 9.0, 10.5, 9.5, 11.5]),
+                                    lambda: None, 1e-2, lambda line: None)
+    assert kept is None and not trials[0].kept and not records["matmul"][0].route_eager
+    assert "not faster: 1.050x" in trials[0].why
