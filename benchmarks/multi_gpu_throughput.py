@@ -15,6 +15,11 @@ so the figures beside the rate say how busy the GPUs were and how many jobs over
 Two runs of 240 s and their start (profiling, the sandbox's GPU check) fit in about 9 minutes. For
 longer runs, one per call: `--runs 1 --budget 480 --out DIR`, then `--runs 2 --budget 480 --out DIR`;
 each run is saved as DIR/run_<gpus>gpu.json, and the summary is made from those there whenever both exist.
+Runs longer than one call (the bar's 10 minutes), on a machine of 3+ GPUs, both runs side by side:
+    python benchmarks/multi_gpu_throughput.py --budget 600 --side-by-side --part first --stop-after 420 --out DIR
+    python benchmarks/multi_gpu_throughput.py --budget 600 --side-by-side --part rest --out DIR   # next call
+(the first part stops each run cleanly; the second resumes it on the same warm machine, whose
+.multi_gpu_work/ folder of ignored files is kept between calls).
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,23 +42,51 @@ MODEL_ARGS = ["--model-arg", "batch=4", "--model-arg", "seq=1024", "--dtype", "f
 GIT = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
 
 
-def one_run(gpus: int, budget_s: int, out: Path) -> dict:
-    """One optimize run in a fresh repository; its pace and outcome."""
-    work = Path(tempfile.mkdtemp(prefix=f"autokernel-{gpus}gpu-"))
-    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=work, check=True)
-    (work / ".gitignore").write_text("results.tsv\nworkspace/\n__pycache__/\n")
-    subprocess.run(GIT + ["add", "-A"], cwd=work, check=True)
-    subprocess.run(GIT + ["commit", "-q", "-m", "init"], cwd=work, check=True)
+def one_run(gpus: int, budget_s: int, out: Path, *, part: str = "whole", stop_after_s: float | None = None,
+            devices: str | None = None, work_root: Path | None = None) -> dict | None:
+    """One optimize run in a fresh repository; its pace and outcome (None after a first part).
+
+    part "whole" runs it to its end in a fresh temporary repository. A run longer than one device
+    call goes in two: part "first" starts it in work_root/<gpus>gpu and stops it cleanly (SIGINT, as
+    Ctrl-C) after stop_after_s; part "rest", in a later call on the same warm machine, continues it
+    with `optimize --resume` to its end. The budget and the loop's wall time count only the time
+    the run was up, so the pace reads as one run's. devices: CUDA_VISIBLE_DEVICES for this run, so
+    that a one-GPU run and a two-GPU run can go side by side on a machine with three or more."""
+    if part == "whole":
+        work = Path(tempfile.mkdtemp(prefix=f"autokernel-{gpus}gpu-"))
+    else:
+        work = (work_root or ROOT / ".multi_gpu_work") / f"{gpus}gpu"
+    if part != "rest":
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        subprocess.run(["git", "init", "-q", "-b", "main"], cwd=work, check=True)
+        (work / ".gitignore").write_text("results.tsv\nworkspace/\n__pycache__/\n")
+        subprocess.run(GIT + ["add", "-A"], cwd=work, check=True)
+        subprocess.run(GIT + ["commit", "-q", "-m", "init"], cwd=work, check=True)
+    elif not (work / "workspace" / "state.json").exists():
+        raise SystemExit(f"no first part to continue in {work}: run --part first before --part rest")
     caches = work.parent / f"{work.name}-caches"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "TRITON_CACHE_DIR": str(caches / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor")}
-    command = [sys.executable, "-c", "import sys; from autokernel.cli import main; sys.exit(main())",
-               "--workdir", str(work), "optimize", str(ROOT / "models" / "llama.py"), *MODEL_ARGS,
-               "--agent", "builtin", "--budget", f"{budget_s}s", "--gpus", str(gpus), "--tag", f"bench{gpus}"]
+    if devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = devices
+    cli = [sys.executable, "-c", "import sys; from autokernel.cli import main; sys.exit(main())", "--workdir", str(work)]
+    if part == "rest":
+        command = cli + ["optimize", "--resume"]
+    else:
+        command = cli + ["optimize", str(ROOT / "models" / "llama.py"), *MODEL_ARGS, "--agent", "builtin",
+                         "--budget", f"{budget_s}s", "--gpus", str(gpus), "--tag", f"bench{gpus}"]
     started = time.monotonic()
-    with open(out / f"{gpus}gpu.log", "w") as log:
-        completed = subprocess.run(command, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   timeout=budget_s + 120)
+    with open(out / f"{gpus}gpu{'' if part == 'whole' else '_' + part}.log", "w") as log:
+        process = subprocess.Popen(command, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            process.wait(timeout=stop_after_s if part == "first" else budget_s + 120)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGINT)          # a clean stop: the state says where to go on
+            process.wait(timeout=120)
+    if part == "first":
+        return None
+    completed = process
     wall = time.monotonic() - started
     for name in ("results.tsv", "workspace/state.json"):
         if (work / name).exists():
@@ -115,7 +150,15 @@ def main() -> int:
     parser.add_argument("--budget", type=int, default=180, help="seconds per run, profiling included (default 180)")
     parser.add_argument("--runs", help="which runs to make now, as GPU counts (default: 1 and --gpus)")
     parser.add_argument("--out", default=None, help="output folder (default benchmarks/results/<date>_multi_gpu)")
+    parser.add_argument("--part", choices=["whole", "first", "rest"], default="whole",
+                        help="a run longer than one device call: 'first' starts it and stops it cleanly after "
+                             "--stop-after seconds, 'rest' (a later call, same machine) resumes it to its end")
+    parser.add_argument("--stop-after", type=float, default=None, help="seconds the first part runs")
+    parser.add_argument("--side-by-side", action="store_true",
+                        help="make the runs at once, each on its own GPUs (1 GPU and --gpus need 1 + --gpus of them)")
     args = parser.parse_args()
+    if args.part == "first" and args.stop_after is None:
+        parser.error("--part first needs --stop-after SECONDS")
     import torch
     import triton
 
@@ -126,11 +169,34 @@ def main() -> int:
     date = datetime.date.today().isoformat()
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"{date}_{device.replace(' ', '-')}_multi_gpu")
     out.mkdir(parents=True, exist_ok=True)
-    for gpus in [int(n) for n in args.runs.split(",")] if args.runs else (1, args.gpus):
-        print(f"--gpus {gpus}: {args.budget} s ...", flush=True)
-        run = one_run(gpus, args.budget, out)
-        (out / f"run_{gpus}gpu.json").write_text(json.dumps(run, indent=2) + "\n")
-        print(json.dumps(run, indent=1), flush=True)
+    counts = [int(n) for n in args.runs.split(",")] if args.runs else [1, args.gpus]
+    devices: dict[int, str | None] = dict.fromkeys(counts)
+    if args.side_by_side:
+        if sum(counts) > torch.cuda.device_count():
+            print(f"side by side, runs of {counts} GPUs need {sum(counts)}; this machine has "
+                  f"{torch.cuda.device_count()}", file=sys.stderr)
+            return 2
+        first = 0
+        for gpus in counts:
+            devices[gpus] = ",".join(str(first + i) for i in range(gpus))
+            first += gpus
+
+    def make(gpus: int) -> None:
+        print(f"--gpus {gpus} ({args.part}, devices {devices[gpus] or 'all'}): budget {args.budget} s ...", flush=True)
+        run = one_run(gpus, args.budget, out, part=args.part, stop_after_s=args.stop_after, devices=devices[gpus])
+        if run is not None:
+            (out / f"run_{gpus}gpu.json").write_text(json.dumps(run, indent=2) + "\n")
+            print(json.dumps(run, indent=1), flush=True)
+
+    if args.side_by_side:
+        with ThreadPoolExecutor(len(counts)) as pool:
+            list(pool.map(make, counts))
+    else:
+        for gpus in counts:
+            make(gpus)
+    if args.part == "first":
+        print(f"first parts stopped after {args.stop_after} s; continue with --part rest", flush=True)
+        return 0
     saved = {path.name: json.loads(path.read_text()) for path in out.glob("run_*gpu.json")}
     single, multi = saved.get("run_1gpu.json"), saved.get(f"run_{args.gpus}gpu.json")
     if single is None or multi is None:
