@@ -2,7 +2,8 @@
 
 A lane is one job of the plan that the parallel loop (autokernel/parallel_loop.py) has opened: first
 its baseline (the starter's two bench runs, one at a time), then its candidates, several at once,
-each on a worker of its own, until its stopping rule fires and the last of them is recorded. The
+each on a worker of its own, asked of the agent one at a time (autokernel/proposals.py), until its
+stopping rule fires and the last of them, and the agent's reply being waited for, is back. The
 loop keeps one lane per job in flight, in plan order; this module holds their records, not the
 decisions (the loop's), so the schedule reads in one place.
 """
@@ -42,20 +43,25 @@ class Lane:
     bench_seconds: dict[str, float] = field(default_factory=dict)
     flights: dict[int, Flight] = field(default_factory=dict)  # candidates being judged, by worker slot
     waiting: bool = False                        # its agent waits for one of them before it proposes more
+    asking: bool = False                         # its agent's reply for the next candidate is being waited for
     stop: str | None = None                      # why it starts nothing more: it ends once nothing is in flight
 
     @property
     def busy(self) -> bool:
-        return bool(self.flights) or self.baseline_slot is not None
+        return bool(self.flights) or self.baseline_slot is not None or self.asking
 
     def doing(self, labels: list[str]) -> str:
-        """What it is doing, on which GPUs: "baseline run 1 of 2 on gpu1", "2 candidates on gpu0, gpu1"."""
+        """What it is doing, on which GPUs: "baseline run 1 of 2 on gpu1", "2 candidates on gpu0, gpu1",
+        "waiting on the agent" (for its next candidate)."""
         if self.baseline_slot is not None:
             text = f"baseline run {len(self.runs) + 1} of 2 on {labels[self.baseline_slot]}"
         elif self.flights:
             count = len(self.flights)
             text = (f"{count} candidate{'s' if count > 1 else ''} on "
-                    + ", ".join(labels[slot] for slot in sorted(self.flights)))
+                    + ", ".join(labels[slot] for slot in sorted(self.flights))
+                    + (", waiting on the agent for the next" if self.asking else ""))
+        elif self.asking:
+            text = "waiting on the agent"
         else:
             text = "waiting for a GPU"
         return text + (f", then it ends ({self.stop})" if self.stop else "")

@@ -3,19 +3,24 @@ and the plan's jobs side by side on them.
 
 The orchestrator is this one process. It keeps the run's branch, asks the agent, decides keep or
 revert, commits, and writes results.tsv and the state, as the one-GPU loop does (autokernel/loop.py;
-the writes are LoopRecords'); only the judging is handed out. A free worker gets work at once, from
-the jobs in flight (autokernel/lanes.py) before any other, and among them in plan order:
+the writes are LoopRecords'); only the judging is handed out, and the waiting for an LLM's reply:
+each question runs on a thread of its own (autokernel/proposals.py), and the orchestrator goes on
+collecting and committing verdicts and serving other jobs meanwhile. A free worker gets work at
+once, from the jobs in flight (autokernel/lanes.py) before any other, and among them in plan order:
   - a job's baseline: its starter benched twice, the second run once the first passed (a failing
     starter is not benched again, and the second run finds the compiled kernels cached), and on
     another GPU than the first where one is free, so the noise includes the difference between
     GPUs, which the candidates, judged on either, also meet; a second run goes before candidates;
   - a job's candidate: the agent is asked for one more, told which of the job's are being judged
-    (ctx.in_flight), so it proposes from another direction; it goes to the worker as a whole kernel
-    file, judged in a private folder of the worker's (autokernel/judge_worker.py);
-  - when no job in flight can use the worker (its baseline is being judged, its agent waits for
-    results, it is ending), the plan's next job opens on it, so no GPU idles while another judges a
-    baseline. At most one job per GPU is in flight, and never two of one kernel type (results.tsv
-    names a row's job by its kernel type, which the plan gives one job each).
+    (ctx.in_flight), so it proposes from another direction, and the worker is held for its reply;
+    it goes to the worker as a whole kernel file, judged in a private folder of the worker's
+    (autokernel/judge_worker.py). One question per job is out at a time;
+  - when no job in flight can use the worker (its baseline is being judged, its agent is thinking or
+    waits for results, it is ending), the plan's next job opens on it, so no GPU idles while another
+    judges a baseline or waits for a reply. At most one job per GPU is in flight, and never two of one
+    kernel type (results.tsv names a row's job by its kernel type, which the plan gives one job each).
+A reply is taken back on this thread and handled as with one GPU: a malformed one or a broken contract
+is recorded (a revert); one the budget cannot bench, or that comes after its job stopped, is paid, not judged.
 Each verdict, as it comes back, is committed on the run's one branch, numbered in arrival order and
 naming its job ("exp N (1_softmax): ..."), with the one-GPU loop's writes in their order, and kept or
 reverted against its own job's best. A baseline, too, is committed only once its verdict is in, so
@@ -28,9 +33,9 @@ its own time (--kernel-budget: its wall time with something judged, overlaps cou
 speedup, peak. The run's budget is one clock the jobs in flight draw on together, none starting
 what it cannot pay for; a job opens only while the budget left can pay for its baseline. With
 --top K the same K jobs open in plan order, and a later one may end first.
-A task still being judged when the orchestrator dies was never recorded: it leaves nothing to undo,
-and `--resume` reopens every started job where its state says (autokernel/run_state.py). A worker
-that dies takes only its own task with it: a CRASH, and the pool starts another.
+A task being judged, or a reply out, when the orchestrator dies or stops was never recorded: nothing to
+undo (a stop does not wait for replies); `--resume` reopens every started job where its state says
+(autokernel/run_state.py). A worker that dies takes only its own task with it: a CRASH, and a new worker.
 """
 
 from __future__ import annotations
@@ -44,10 +49,11 @@ from autokernel import contracts, integrity, paths, policy, run_state, runner
 from autokernel.agents.base import MalformedReply, OutOfTime, SearchExhausted, WaitForResults
 from autokernel.contracts import FAIL, PASS, TIMEOUT, Job, JobProgress, JudgeOutcome, JudgeTask
 from autokernel.lanes import Flight, Lane, lanes_line
-from autokernel.live import throughput_line
+from autokernel.live import format_duration, throughput_line
 from autokernel.loop import BUDGET_SPENT, MIN_WORTH_STARTING_S, RUN_STOPS, OptimizationRun
 from autokernel.policy import is_improvement, one_line
 from autokernel.pool import Finished, WorkerPool
+from autokernel.proposals import Proposals, Reply
 from autokernel.run_state import OptimizationError
 from autokernel.throughput import JobSpan
 
@@ -67,6 +73,7 @@ class ParallelRun(OptimizationRun):
         self.lanes: list[Lane] = []              # the jobs in flight, in plan order
         self._no_new_jobs: str | None = None     # a run-ending reason once no job may open any more
         self._first_run_s = 0.0                  # the longest first baseline run (it compiles) this session
+        self.proposals = Proposals(self.agent)   # the questions out to the agent, each on a thread of its own
 
     # ------------------------------------------------------------------ the schedule
     def _run_jobs(self) -> None:
@@ -78,14 +85,18 @@ class ParallelRun(OptimizationRun):
         for lane in self.lanes:                                      # resumed: in flight again from now, if not before
             state.throughput.jobs.setdefault(lane.job.name, JobSpan(started_s=self._loop_clock(lane.started)))
         while True:
-            while self.pool.free() and self._serve_one():
+            for reply in self.proposals.take():     # the replies back: judged, recorded or dropped here
+                self._reply_back(reply)
+            while len(self.pool.free()) > self.proposals.out and self._serve_one():   # a free worker per reply out
                 pass
             if self._end_stopped_lanes():            # their workers, and their kernel types, are free for others
                 continue
-            if not self.pool.busy:
+            if not self.pool.busy and not self.proposals.out:
                 break
-            self.view.phase(f"judging on {len(self.pool.busy)} of {self.pool.size} GPUs")
-            finished = self.pool.next_finished(POLL_S)
+            out = self.proposals.out
+            self.view.phase(f"judging on {len(self.pool.busy)} of {self.pool.size} GPUs"
+                            + (f", {out} job{'s' * (out > 1)} waiting on {self.agent.name}" if out else ""))
+            finished = self.proposals.next_finished(self.pool, POLL_S)    # or None once a reply is back
             if finished is not None:
                 self._task_back(finished)
             self._refresh_status(None)
@@ -107,8 +118,9 @@ class ParallelRun(OptimizationRun):
         return False
 
     def _serve(self, lane: Lane, strict: bool) -> bool:
-        """Hand a free worker the lane's next task; False when it has none now (lane.stop says when it never will)."""
-        if lane.stop or lane.waiting or lane.baseline_slot is not None:
+        """Hand a free worker the lane's next task, or hold it for the reply the agent is asked for (True);
+        False when the lane has none now (lane.stop says when it never will)."""
+        if lane.stop or lane.waiting or lane.asking or lane.baseline_slot is not None:
             return False
         if lane.progress is None:
             return self._serve_baseline(lane, strict)
@@ -118,14 +130,8 @@ class ParallelRun(OptimizationRun):
             lane.stop = self._run_stop() or policy.job_stop_reason(lane.progress, self.settings)
             if lane.stop:
                 break
-            try:
-                if self._dispatch(lane):
-                    return True
-            except WaitForResults:
-                lane.waiting = bool(lane.flights)
-                lane.stop = None if lane.flights else WAITS_FOR_NOTHING
-            except SearchExhausted as exc:
-                lane.stop = f"the agent has nothing left to try ({exc})"
+            if self._ask(lane):
+                return True
         return False
 
     def _open_next(self) -> Lane | None:
@@ -240,9 +246,9 @@ class ParallelRun(OptimizationRun):
         self.view.log(message)
 
     # ------------------------------------------------------------------ a job's candidates
-    def _dispatch(self, lane: Lane) -> bool:
-        """Ask the agent for one more candidate of the lane's job and hand it to a free worker (True); False when
-        it was recorded without judging (a malformed reply, a broken contract) or the budget cannot pay for it."""
+    def _ask(self, lane: Lane) -> bool:
+        """Ask the agent for the job's next candidate: True once the question is out (a free worker held for its
+        reply) or the candidate is on a worker; False when the budget cannot pay, or an instant reply was not judged."""
         job, progress = lane.job, lane.progress
         bench_s = self.bench_times.expected(progress, quick=True)
         if self.budget.left() < max(self._llm_s + bench_s, MIN_WORTH_STARTING_S):
@@ -251,33 +257,58 @@ class ParallelRun(OptimizationRun):
         started = time.monotonic()
         context = self._agent_context(job, progress, deadline=self.budget.deadline() - bench_s)
         context.in_flight = [flight.description for flight in lane.flights.values()]
-        try:
-            proposal = self.agent.propose(context)
-        except OutOfTime as exc:
-            self.view.log(f"no more candidates for {job.name}: {exc}")
+        reply = self.proposals.ask(Reply(lane, context, started, bench_s))
+        return reply is None or self._reply_back(reply)
+
+    def _reply_back(self, reply: Reply) -> bool:
+        """The agent's reply, on this thread: a candidate goes to a free worker (True). A malformed reply or a
+        broken contract is recorded without judging; one that comes after the job stopped, or when the budget
+        cannot pay for its bench, is paid for and not judged; an AgentError ends the run, as with one GPU."""
+        lane, job, progress, error = reply.lane, reply.lane.job, reply.lane.progress, reply.error
+        if isinstance(error, WaitForResults):
+            lane.waiting = bool(lane.flights)
+            # Verdicts that came back while it answered are results it has not seen: it is asked again.
+            if not (lane.flights or reply.context.in_flight):
+                lane.stop = lane.stop or WAITS_FOR_NOTHING
+            return False
+        if isinstance(error, SearchExhausted):
+            lane.stop = lane.stop or f"the agent has nothing left to try ({error})"
+            return False
+        if isinstance(error, OutOfTime):
+            self.view.log(f"no more candidates for {job.name}: {error}")
             lane.stop = BUDGET_SPENT
             return False
-        except MalformedReply as exc:
-            result = runner.synthesized_result(FAIL, f"malformed reply: {exc}", kernel_type=job.kernel_type)
-            self._account(exc.tokens_in + exc.tokens_out, exc.cost_usd)
+        if error is not None and not isinstance(error, MalformedReply):
+            raise error
+        tokens, cost = reply.paid()
+        self._account(tokens, cost)             # paid for now, whatever happens next
+        if lane.stop:
+            self.view.log(f"a reply for {job.name} came after it stopped ({lane.stop}); not judged")
+            return False
+        if isinstance(error, MalformedReply):
+            result = runner.synthesized_result(FAIL, f"malformed reply: {error}", kernel_type=job.kernel_type)
             with self.guard.critical():
                 self._record(job, progress, self.state.experiment + 1, result, "malformed reply",
-                             contracts.STATUS_REVERT, started, tokens=exc.tokens_in + exc.tokens_out,
-                             cost=exc.cost_usd, keep=False, gpu="")
+                             contracts.STATUS_REVERT, reply.started, tokens=tokens, cost=cost, keep=False, gpu="")
             return False
-        self._llm_s = time.monotonic() - started
-        self._account(proposal.tokens_in + proposal.tokens_out, proposal.cost_usd)
+        proposal = reply.proposal
+        self._llm_s = time.monotonic() - reply.started
+        if self.budget.left() < reply.bench_s:
+            self.view.log(f"a candidate for {job.name} not judged: {format_duration(self.budget.left())} left "
+                          f"cannot pay for a {format_duration(reply.bench_s)} bench")
+            lane.stop = BUDGET_SPENT
+            return False
         description = one_line(proposal.description)
         try:
             integrity.check_contract(proposal.kernel_source, job.kernel_type)
         except integrity.ContractError as exc:
-            flight = Flight(proposal, description, started, clipped=False)
+            flight = Flight(proposal, description, reply.started, clipped=False)
             result = runner.synthesized_result(FAIL, f"contract: {exc}", kernel_type=job.kernel_type)
             self._commit_verdict(job, progress, flight, result, gpu="")
             return False
         task, clipped = self._task(job, progress, proposal.kernel_source, quick=True)
         slot = self.pool.submit(task, lane)
-        lane.flights[slot] = Flight(proposal, description, started, clipped)
+        lane.flights[slot] = Flight(proposal, description, reply.started, clipped)
         self.view.log(f"{self.pool.labels[slot]}: judging {description} [{job.name}]")
         return True
 

@@ -18,7 +18,11 @@ Like a real API, the server can insist on a key (`api_key=`) and know only some 
 (`models=`): a wrong key gets HTTP 401 and an unknown model HTTP 404, for every request. The
 agents' endpoint check (its system prompt is ENDPOINT_CHECK_SYSTEM) is answered "OK" without
 using the script and recorded in `server.checks`; `add_check_error` makes the next check fail.
-A scripted reply can also be slow (`delay_s`), as an overloaded server is.
+A scripted reply can also be slow (`delay_s`), as an overloaded server is, or held until a test
+sets an event (`hold`: "answer only once the loop has done X", an order, not a speed); it can answer
+only requests that contain some text (`match`: one job's questions, by its kernel type). Each
+request records when it arrived and when it was answered (`received_s`, `answered_s`, on
+time.monotonic(), which a test in the same process shares).
 """
 
 from __future__ import annotations
@@ -27,12 +31,13 @@ import json
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from autokernel.agents.base import ENDPOINT_CHECK_SYSTEM
 from autokernel.agents.prompt import format_reply
 
+HOLD_LIMIT_S = 120.0        # a held reply goes anyway after this long, so a test that fails does not hang
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 429: "rate_limit_error", 529: "overloaded_error"}
 
@@ -46,6 +51,8 @@ class ScriptedReply:
     status: int = 200                       # anything else answers an API error instead of text
     retry_after: str | None = None          # Retry-After header of an error
     delay_s: float = 0.0                    # wait this long before answering
+    hold: threading.Event | None = None     # answer only once this is set (HOLD_LIMIT_S at most)
+    match: str | None = None                # answer only a request whose body contains this text
 
 
 @dataclass
@@ -53,6 +60,11 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: dict
+    received_s: float = field(default_factory=time.monotonic)
+    answered_s: float | None = None         # when its answer was sent (None: not yet, or the client was gone)
+
+    def asks_for(self, text: str) -> bool:
+        return text in json.dumps(self.body)
 
 
 class FakeLLMServer:
@@ -130,8 +142,10 @@ class FakeLLMServer:
             self.requests.append(request)
             if refusal:
                 return refusal
-            if self._script:
-                return self._script.popleft()
+            for reply in self._script:
+                if reply.match is None or request.asks_for(reply.match):
+                    self._script.remove(reply)
+                    return reply
         return ScriptedReply(text="fake LLM server: no scripted reply left", status=400)
 
     def _refusal(self, request: RecordedRequest) -> ScriptedReply | None:
@@ -166,12 +180,15 @@ def _handler_for(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             reply = server._next(request)
             if reply.delay_s:
                 time.sleep(reply.delay_s)
+            if reply.hold is not None:
+                reply.hold.wait(HOLD_LIMIT_S)
             if reply.status != 200:
                 headers = {"retry-after": reply.retry_after} if reply.retry_after is not None else {}
-                return self._send(reply.status, _error_body(render, reply), headers)
-            self._send(200, render(body, reply))
+                return self._send(reply.status, _error_body(render, reply), headers, request)
+            self._send(200, render(body, reply), None, request)
 
-        def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None):
+        def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None,
+                  request: RecordedRequest | None = None):
             data = json.dumps(payload).encode()
             try:
                 self.send_response(status)
@@ -181,6 +198,8 @@ def _handler_for(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                     self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
+                if request is not None:
+                    request.answered_s = time.monotonic()
             except (BrokenPipeError, ConnectionResetError):
                 pass            # the client gave up waiting (a slow reply past its timeout)
 

@@ -1,8 +1,9 @@
 """What the pool, parallel-loop and Ray tests share: candidates for tests/fake_judge.py, and a whole run.
 
-`run(root, ...)` starts (or resumes) a run of the built-in agent over a softmax and a reduce job whose
-starters carry TUNABLES the fake judge turns into latencies; `python -m tests.pool_helpers ROOT [resume]`
-does it in a process of its own, which a test can SIGKILL.
+`run(root, ...)` starts (or resumes) a run of the built-in agent (or, with llm_url, the OpenAI agent
+talking to a tests/fake_llm_server.py there) over a softmax and a reduce job whose starters carry
+TUNABLES the fake judge turns into latencies; `python -m tests.pool_helpers ROOT new|resume SLEEP
+[LLM_URL]` does it in a process of its own, which a test can SIGKILL.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def jobs(root: Path, count: int = 2, sleep: float = 0.0, types: tuple[str, ...] 
 
 
 def run(root: Path, *, resume: bool = False, gpus: int = 2, ray: str | None = None, sleep: float = 0.0,
-        budget_s: float = 600, checkpoint=None):
+        budget_s: float = 600, checkpoint=None, llm_url: str | None = None):
     """A whole run on root with the fake judge (paths pointed at root, bench.py replaced, both put back after)."""
     import os
 
@@ -58,7 +59,8 @@ def run(root: Path, *, resume: bool = False, gpus: int = 2, ray: str | None = No
     saved_paths, saved_env = dict(vars(paths)), os.environ.get(paths.WORKDIR_VARIABLE)
     paths.use_workdir(root)
     paths.BENCH_SCRIPT = FAKE_JUDGE
-    settings = RunSettings(budget_s=budget_s, agent="builtin", gpus=gpus, ray=ray, max_consecutive_reverts=3)
+    settings = RunSettings(budget_s=budget_s, agent="openai" if llm_url else "builtin", base_url=llm_url, gpus=gpus,
+                           ray=ray, max_consecutive_reverts=3)
     plan = None if resume else (lambda log: jobs(root, 2, sleep))
     try:
         return session.run_optimization(plan=plan, settings=settings, tag="par", resume=resume,
@@ -129,6 +131,7 @@ def kept_rows(root: Path) -> list[dict]:
     return [row for row in results.read_rows(root / "results.tsv") if row["status"] == "keep"]
 
 
-if __name__ == "__main__":        # python -m tests.pool_helpers ROOT new|resume SLEEP
-    state = run(Path(sys.argv[1]), resume=sys.argv[2] == "resume", sleep=float(sys.argv[3]))
+if __name__ == "__main__":        # python -m tests.pool_helpers ROOT new|resume SLEEP [LLM_URL]
+    state = run(Path(sys.argv[1]), resume=sys.argv[2] == "resume", sleep=float(sys.argv[3]),
+                llm_url=sys.argv[4] if len(sys.argv) > 4 else None)
     print(json.dumps({"done": state.done, "experiment": state.experiment}))

@@ -3,7 +3,8 @@
 The workers are real processes (autokernel/pool.py) running the real runner and sandbox, the agent is
 the real built-in search, and the judge is tests/fake_judge.py, which times a candidate by its
 TUNABLES. Faults: a worker killed in mid-experiment (a CRASH row, the run goes on), and the
-orchestrator killed with SIGKILL (--resume loses no kept experiment).
+orchestrator killed with SIGKILL, or stopped with SIGTERM while its LLM agent's replies are still
+out (--resume loses no kept experiment, and a reply still out leaves nothing).
 """
 
 import json
@@ -12,11 +13,15 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from autokernel import results, run_state
-from tests.pool_helpers import git, kept_rows, make_repo, run
+from tests.fake_llm_server import FakeLLMServer
+from tests.pool_helpers import git, kept_rows, kernel, make_repo, run
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -138,33 +143,66 @@ def _both_jobs_open_with_two_keeps(root: Path) -> bool:
     return len(run_state.open_jobs(saved)) == 2 and len(kept_rows(root)) >= 2
 
 
-def test_the_orchestrator_killed_with_sigkill_and_two_jobs_in_flight_resumes_without_losing_a_kept_experiment(
-        tmp_path):
+def _llm_with_replies_held(hold: threading.Event) -> FakeLLMServer:
+    """Per job (by its kernel type): a reply that is kept, one held until `hold` is set, then replies no
+    faster than the baseline, so that after a resume each job ends by its reverts in a row."""
+    server = FakeLLMServer().start()
+    for kind in ("softmax", "reduce"):
+        match = f"Kernel type `{kind}`"
+        server.add_kernel_reply(f"{kind} A 1 -> 2", kernel(2, 4, kernel_type=kind), match=match)
+        server.add_kernel_reply(f"{kind} held", kernel(4, 4, kernel_type=kind), hold=hold, match=match)
+        for number in range(8):          # at most 3 are judged; the others may be asked before the 3rd verdict
+            server.add_kernel_reply(f"{kind} no faster {number}", kernel(1, 4, kernel_type=kind), match=match)
+    return server
+
+
+@pytest.mark.parametrize("agent, stop", [("builtin", signal.SIGKILL), ("llm", signal.SIGKILL), ("llm", signal.SIGTERM)],
+                         ids=["builtin-sigkill", "llm-sigkill", "llm-sigterm"])
+def test_the_orchestrator_killed_or_stopped_with_two_jobs_in_flight_resumes_without_losing_a_kept_experiment(
+        tmp_path, agent, stop):
     root = make_repo(tmp_path / "project")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    hold = threading.Event()
+    server = _llm_with_replies_held(hold) if agent == "llm" else None
     command = [sys.executable, "-m", "tests.pool_helpers", str(root)]
-    orchestrator = subprocess.Popen(command + ["new", "0.5"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _both_jobs_open_with_two_keeps(root):
-        time.sleep(0.05)
-    workers = _workers_of(orchestrator.pid)
-    orchestrator.send_signal(signal.SIGKILL)
-    orchestrator.wait()
-    kept_before = [(row["experiment"], row["description"]) for row in kept_rows(root)]
-    assert len(kept_before) >= 2 and workers, "killed before the run had two jobs in flight and two keeps"
-    time.sleep(0.5)
-    assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}") and
-                open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"], "workers outlived the kill"
+    arguments = ["0.5"] + ([server.openai_base_url] if server else [])
+    try:
+        orchestrator = subprocess.Popen(command + ["new", *arguments], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        # With the LLM: each job's second question is out, its reply held, when the signal comes.
+        while time.monotonic() < deadline and not (_both_jobs_open_with_two_keeps(root)
+                                                   and (server is None or len(server.requests) == 4)):
+            time.sleep(0.05)
+        workers = _workers_of(orchestrator.pid)
+        orchestrator.send_signal(stop)
+        orchestrator.wait()
+        if server:      # the held replies are still unanswered now that the orchestrator has ended
+            assert len(server.requests) == 4, "stopped before each job's held reply was asked for"
+            unanswered = [request for request in server.requests if request.answered_s is None]
+            assert len(unanswered) == 2, "the orchestrator waited for a held reply before it ended"
+            hold.set()
+        kept_before = [(row["experiment"], row["description"]) for row in kept_rows(root)]
+        assert len(kept_before) >= 2 and workers, "stopped before the run had two jobs in flight and two keeps"
+        time.sleep(0.5)
+        assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}") and
+                    open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"], "workers outlived the kill"
+        if stop == signal.SIGTERM:
+            assert run_state.load(root / "workspace" / "state.json").stopped_because == "interrupted (SIGTERM)"
 
-    resumed = subprocess.run(command + ["resume", "0.5"], cwd=REPO, env=env, capture_output=True, text=True,
-                             timeout=300)
+        resumed = subprocess.run(command + ["resume", *arguments], cwd=REPO, env=env, capture_output=True, text=True,
+                                 timeout=300)
+    finally:
+        hold.set()
+        if server:
+            server.stop()
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["done"]
     rows = _check_one_run(root)
     kept_after = [(row["experiment"], row["description"]) for row in kept_rows(root)]
     assert kept_after[:len(kept_before)] == kept_before, "a kept experiment was lost"
     assert [row["status"] for row in rows].count("baseline") == 2, "a job started before the kill started over"
+    assert not [row for row in rows if "held" in row["description"]], "a reply still out at the kill was recorded"
 
 
 def test_malformed_replies_and_broken_contracts_are_recorded_at_once_and_count_as_reverts(tmp_path, monkeypatch):

@@ -7,7 +7,10 @@ could not parse (MalformedReply: the loop logs it and asks again), an unrecovera
 on to the next kernel), or no reply before the context's deadline (OutOfTime: the run's budget is
 spent; the loop ends cleanly). With several GPUs the loop asks while other candidates are being
 judged (ctx.in_flight names them), tells an agent that has `judged(job, source, result)` each
-verdict, and waits when the agent raises WaitForResults.
+verdict, and waits when the agent raises WaitForResults. There it asks an agent that is not
+`instant` on a thread of its own, one question per job (autokernel/proposals.py): two jobs'
+questions may overlap, so such an agent must be safe to share between threads. The LLM agents
+are: they keep nothing between calls but their SDK client (autokernel/proposals.py says why).
 
 The budget binds the LLM agents: every call's timeout is the time left to the deadline, and a retry
 or a Retry-After wait that would end past it is not made. Before a run, `check_endpoint()` makes one
@@ -93,6 +96,7 @@ class Agent(Protocol):
     kind: str                   # "anthropic", "openai" or "builtin"
     model: str | None
     base_url: str | None
+    instant: bool               # replies at once, with no network call: asked on the loop's own thread
 
     def propose(self, ctx: AgentContext) -> Proposal: ...
 
@@ -169,6 +173,8 @@ class ChatAgent(ABC):
     Both SDKs share their error classes' names and meaning, so the retry policy is written once
     against whichever SDK module the subclass passes in; the SDK clients' own retries are off.
     """
+
+    instant = False             # a reply takes seconds: with several GPUs, asked on a thread of its own
 
     def __init__(self, *, vendor: str, sdk: ModuleType, model: str, prices: Prices, key_env: str,
                  base_url_env: str, retry: RetryPolicy | None, timeout_s: float):

@@ -125,6 +125,7 @@ class BuiltinAgent:
 
     name = kind = "builtin"
     model = base_url = None
+    instant = True          # asked on the loop's own thread, where `judged` and `state_dict` read its searches
 
     def __init__(self):
         self._searches: dict[tuple, CoordinateSearch] = {}

@@ -6,6 +6,7 @@ The LLM agents run their real SDK clients against tests/fake_llm_server.py on 12
 import random
 import socket
 import sys
+import threading
 import time
 from email.utils import formatdate
 
@@ -255,6 +256,32 @@ def test_a_slow_reply_is_cut_at_the_deadline(kind, server):
     with pytest.raises(OutOfTime):
         agent.propose(AgentContext(**{**CONTEXT.__dict__, "deadline": time.monotonic() + 2.5}))
     assert time.monotonic() - started < 5
+
+
+@LLM_KINDS
+def test_two_questions_to_one_agent_overlap_and_each_gets_its_own_reply(kind, server):
+    # With several GPUs two jobs' questions run on two threads at once (autokernel/proposals.py), over the one
+    # SDK client: the first reply is held until the second question has arrived, and is answered after it.
+    both_asked = threading.Event()
+    server.add_kernel_reply("first", KERNEL, hold=both_asked, tokens_in=1, tokens_out=1)
+    server.add_kernel_reply("second", KERNEL.replace("x\n", "x * 1\n"), tokens_in=2, tokens_out=2)
+    agent, replies = llm_agent(kind, server, Sleeps()), []
+    threads = [threading.Thread(target=lambda: replies.append(agent.propose(CONTEXT))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(server.requests) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(server.requests) == 2, "the second question waited for the first reply"
+    finally:
+        both_asked.set()
+    for thread in threads:
+        thread.join(30)
+    assert sorted((p.description, p.tokens_in, "x * 1" in p.kernel_source) for p in replies) == [
+        ("first", 1, False), ("second", 2, True)]
+    first, second = server.requests
+    assert second.answered_s < first.answered_s
 
 
 @LLM_KINDS
