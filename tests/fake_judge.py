@@ -3,7 +3,8 @@
 It is started exactly as bench.py is (autokernel/runner.py: the sandbox, the allow-listed environment,
 the nonce) and answers from the candidate file itself: its TUNABLES give the latency
 (100 / A + 10 * B microseconds, so the built-in search has somewhere to go), `# fake-sleep: S` how long
-the judging takes, `# fake-verdict: V` a verdict other than PASS; it judges it as its KERNEL_TYPE. The message says whether the
+the judging takes, `# fake-wait-for: PATH` a file to wait for first (up to a minute: a test orders
+verdicts by events, not by racing sleeps), `# fake-verdict: V` a verdict other than PASS; it judges it as its KERNEL_TYPE. The message says whether the
 judge's environment held anything that looks like an API key, and which GPU it was pinned to.
 Standard library only: it starts in milliseconds.
 """
@@ -31,6 +32,10 @@ def main() -> int:
     sleep = re.search(r"# fake-sleep: ([\d.]+)", source)
     verdict = re.search(r"# fake-verdict: (\w+)", source)
     print("STAGE smoke", flush=True)
+    wait_for = re.search(r"# fake-wait-for: (\S+)", source)
+    deadline = time.monotonic() + 60.0
+    while wait_for and not os.path.exists(wait_for.group(1)) and time.monotonic() < deadline:
+        time.sleep(0.02)
     time.sleep(float(sleep.group(1)) if sleep else 0.0)
     latency = 100.0 / tunables["A"] + 10.0 * tunables["B"]
     keys = sorted(name for name in os.environ if "API_KEY" in name or "TOKEN" in name)

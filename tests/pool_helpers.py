@@ -23,9 +23,11 @@ PARAMETERS = {"softmax": "x", "reduce": "x, dim=-1, op='sum'"}    # kernel_fn's,
 
 
 def kernel(a: int = 1, b: int = 4, *, sleep: float = 0.0, verdict: str | None = None, extra: str = "",
-           kernel_type: str = "softmax") -> str:
-    """A candidate the fake judge times at 100/a + 10*b us; the built-in search can walk A and B."""
+           kernel_type: str = "softmax", wait_for: Path | None = None) -> str:
+    """A candidate the fake judge times at 100/a + 10*b us; the built-in search can walk A and B. The judge
+    waits for the file wait_for to exist before it answers, when one is given."""
     lines = [f"KERNEL_TYPE = {kernel_type!r}", f"# fake-sleep: {sleep}"] + ([f"# fake-verdict: {verdict}"] if verdict else [])
+    lines += [f"# fake-wait-for: {wait_for}"] if wait_for else []
     lines += [f"TUNABLES = {{'A': {a}, 'B': {b}}}", "TUNABLE_CHOICES = {'A': [1, 2, 4, 8], 'B': [1, 2, 3, 4]}",
               extra, "", f"def kernel_fn({PARAMETERS[kernel_type]}):", "    return x", ""]
     return "\n".join(lines)

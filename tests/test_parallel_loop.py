@@ -236,16 +236,28 @@ def test_a_revert_of_one_job_never_undoes_another_jobs_keep_and_each_job_has_its
     root = repo.root
     made = jobs(root, 2)
     starter = Path(made[0].path).read_text()
-    faster, fastest = kernel(2, 4, sleep=2.0, kernel_type="reduce"), kernel(4, 4, sleep=0.3, kernel_type="reduce")
-    # Job 1 reverts a quick candidate, then a slow one (6 s), waiting for each; meanwhile job 2 keeps
-    # a candidate (2 s) on the other GPU: its keep is recorded between job 1's two reverts.
+    # Job 1 reverts a quick candidate, then a slow one, waiting for each; meanwhile job 2 keeps a
+    # candidate on the other GPU: its keep is recorded between job 1's two reverts. The fake judge
+    # holds each of the later two until the row before it is recorded, so the order never rests on
+    # which of two sleeps ends first on a loaded machine.
+    quick_recorded, keep_recorded = tmp_path / "quick-recorded", tmp_path / "keep-recorded"
+    faster = kernel(2, 4, kernel_type="reduce", wait_for=quick_recorded)
+    fastest = kernel(4, 4, sleep=0.3, kernel_type="reduce")
     agent = JobScriptAgent({
         "softmax": [proposal("quick, no faster", kernel(1, 4, sleep=0.2)), WaitForResults("wait"),
-                    proposal("slow, no faster", kernel(1, 4, sleep=6.0)), WaitForResults("wait")],
+                    proposal("slow, no faster", kernel(1, 4, wait_for=keep_recorded)), WaitForResults("wait")],
         "reduce": [proposal("A 1 -> 2", faster), proposal("A 2 -> 4", fastest)]})
+
+    def mark_recorded(name):
+        if name == "row settled":
+            last = results.read_rows(root / "results.tsv")[-1]["description"]
+            flag = {"quick, no faster": quick_recorded, "A 1 -> 2": keep_recorded}.get(last)
+            if flag is not None:
+                flag.touch()
+
     state = RunState(tag="par", jobs=made, kept_commit=repo.head(),
                      settings=RunSettings(max_consecutive_reverts=2, target_speedup=100.0, gpus=2))
-    state = parallel_run(repo, state, agent)
+    state = parallel_run(repo, state, agent, checkpoint=mark_recorded)
 
     assert state.done
     rows = _check_one_run(root)
