@@ -11,6 +11,14 @@ per kernel, registers, spilled bytes, shared memory and any warning (such as wgm
 without spills and warnings, or be refused by one of CUDA_SOURCE's static_asserts (its message shown).
 Exit code 1 when a compile fails otherwise, a kernel spills, or ptxas warns.
 
+The softmax starter's kernels are templated on their group of threads and pieces per thread too:
+its instances are every kernel softmax_rows can launch with the tunables (softmax_instances), each
+with its blocks per SM by registers. Its --all walks PACKED_ROW, LOCAL_MAX and ROWS_PER_BLOCK at the
+largest MAX_PACKS, with the block kernels of every BLOCK_THREADS choice: that covers every kernel any
+combination of its TUNABLE_CHOICES can launch (BLOCK_THREADS and WARP_ROW_MAX_N only choose among
+them, and with a smaller MAX_PACKS the pieces a kernel takes, min(pieces, fitting_packs), are ones the
+largest builds too).
+
 The tools: NVRTC (libnvrtc.so) and ptxas from the folder $AUTOKERNEL_CUDA_TOOLS (a CUDA toolkit, or
 unpacked nvidia-cuda-nvrtc / -nvcc / -runtime wheels), else the `nvidia` wheels installed beside torch,
 Triton's bundled ptxas and headers, or CUDA_HOME (/usr/local/cuda). None of them is a dependency.
@@ -27,6 +35,8 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +49,11 @@ TOOLS_ENV = "AUTOKERNEL_CUDA_TOOLS"
 TEMPLATE_TYPES = ("__half", "__nv_bfloat16")   # the types a `template <typename T>` kernel is checked with
 ARCH = "sm_90a"
 HOPPER_TUNABLE_PREFIX = "WG_"                   # the tunables --all walks
+SOFTMAX_KERNELS = {"softmax_regs_kernel", "softmax_loop_kernel"}
+SOFTMAX_TYPES = ("__half", "__nv_bfloat16", "float")    # the dtypes AutoKernel verifies
+SOFTMAX_WALKED = ("PACKED_ROW", "LOCAL_MAX", "ROWS_PER_BLOCK")
+# Hopper's SM: 65536 registers (given out per warp in steps of 256: 8 per thread), at most 2048 threads, 32 blocks.
+SM_REGISTERS, SM_THREADS, SM_BLOCKS = 65536, 2048, 32
 
 
 @dataclass
@@ -57,15 +72,24 @@ class KernelReport:
     stack: int = 0
     shared: int = 0              # static shared memory, bytes (dynamic shared memory is set at launch)
     warnings: list[str] = field(default_factory=list)
+    threads: int = 0             # per block, where the instance says (0: not known)
 
     @property
     def clean(self) -> bool:
         return not (self.spill_stores or self.spill_loads or self.warnings)
 
     def line(self) -> str:
+        occupancy = (f"  {self.threads:4d} threads, {blocks_per_sm(self.registers, self.threads)} per SM"
+                     if self.threads else "")
         return (f"{self.name:<40} {self.registers:4d} registers  {self.spill_stores:4d} B spill stores  "
                 f"{self.spill_loads:4d} B spill loads  {self.stack:4d} B stack  {self.shared:6d} B static smem"
-                + "".join(f"\n    ptxas: {w}" for w in self.warnings))
+                + occupancy + "".join(f"\n    ptxas: {w}" for w in self.warnings))
+
+
+def blocks_per_sm(registers: int, threads: int) -> int:
+    """Blocks of `threads` threads that fit an SM by registers and threads (shared memory aside)."""
+    allocated = -(-max(registers, 1) // 8) * 8
+    return min(SM_REGISTERS // (allocated * threads), SM_THREADS // threads, SM_BLOCKS)
 
 
 class CompileError(RuntimeError):
@@ -142,6 +166,38 @@ def kernel_instances(cuda_source: str) -> list[str]:
         [name for name in names if name not in templated]
 
 
+def softmax_instances(tunables: dict, block_groups: list[int]) -> list[tuple[str, int]]:
+    """(NVRTC name expression, threads per block) of every kernel the softmax starter's softmax_rows launches in
+    SOFTMAX_TYPES: the looping kernel and the register kernel at each power of two of pieces up to fitting_packs
+    (CUDA_SOURCE's constexpr, evaluated by NVRTC in the name), for a warp per row and for blocks of each of
+    `block_groups` threads per row (none: the warp's kernels alone)."""
+    instances = []
+    for t in SOFTMAX_TYPES:
+        for group in [32, *block_groups]:
+            threads = 32 * int(tunables["ROWS_PER_BLOCK"]) if group == 32 else group
+            fit = f"fitting_packs<{t}, {group}>()"
+            for packs in (1 << i for i in range(int(tunables["MAX_PACKS"]).bit_length())):
+                instances.append((f"softmax_regs_kernel<{t}, {group}, ({packs} < {fit} ? {packs} : {fit})>", threads))
+            instances.append((f"softmax_loop_kernel<{t}, {group}>", threads))
+    return instances
+
+
+def instances_of(cuda_source: str, tunables: dict) -> list[tuple[str, int]]:
+    """(name expression, threads per block or 0) of the kernels to build with these tunables."""
+    if SOFTMAX_KERNELS <= cuda_launches.global_function_names(cuda_source):
+        return softmax_instances(tunables, [int(tunables["BLOCK_THREADS"])])
+    return [(name, 0) for name in kernel_instances(cuda_source)]
+
+
+def instance_label(expression: str, lowered: str) -> str:
+    """The instance's name, with the template arguments the expression computed read back as numbers."""
+    if "(" not in expression:
+        return expression
+    name, arguments = expression.split("<", 1)
+    numbers = re.findall(r"Li(\d+)E", lowered)          # int template arguments in the Itanium mangling
+    return f"{name}<{', '.join([arguments.split(',', 1)[0], *numbers])}>"
+
+
 def _nvrtc_call(lib, status: int, what: str, program) -> None:
     if status != 0:
         size = ctypes.c_size_t()
@@ -152,7 +208,7 @@ def _nvrtc_call(lib, status: int, what: str, program) -> None:
 
 
 def nvrtc_ptx(tools: Tools, source: str, instances: list[str], defines: list[str]) -> tuple[str, dict[str, str]]:
-    """(PTX for compute_90a, {mangled name: instance name})."""
+    """(PTX for compute_90a, {mangled name: the name expression})."""
     lib = ctypes.CDLL(str(tools.nvrtc))
     program = ctypes.c_void_p()
     _nvrtc_call(lib, lib.nvrtcCreateProgram(ctypes.byref(program), source.encode(), b"CUDA_SOURCE.cu", 0, None, None),
@@ -200,19 +256,27 @@ def parse_ptxas(log: str, names: dict[str, str]) -> list[KernelReport]:
     return list(reports.values())
 
 
-def check(cuda_source: str, tunables: dict, tools: Tools, instances: list[str] | None = None) -> list[KernelReport]:
-    """The device code built with these tunables, per kernel; CompileError when NVRTC or ptxas refuses it."""
-    instances = instances or kernel_instances(cuda_source)
+def check(cuda_source: str, tunables: dict, tools: Tools,
+          instances: list[str] | list[tuple[str, int]] | None = None) -> list[KernelReport]:
+    """The device code built with these tunables, per kernel; CompileError when NVRTC or ptxas refuses it.
+    `instances`: name expressions, or (expression, threads per block) pairs; by default instances_of's."""
+    pairs = [(i, 0) if isinstance(i, str) else i for i in (instances or instances_of(cuda_source, tunables))]
     source = cuda_build.full_source(device_source(cuda_source), tunables)
     defines = [flag[2:] for flag in cuda_build.SM90A_FLAGS if flag.startswith("-D")]
-    ptx, names = nvrtc_ptx(tools, source, instances, defines)
+    ptx, expressions = nvrtc_ptx(tools, source, list(dict.fromkeys(name for name, _ in pairs)), defines)
+    names = {mangled: instance_label(expression, mangled) for mangled, expression in expressions.items()}
+    threads_of = dict(pairs)
+    threads = {names[mangled]: threads_of[expression] for mangled, expression in expressions.items()}
     with tempfile.TemporaryDirectory(prefix="cuda_compile_check-") as folder:
         (Path(folder) / "k.ptx").write_text(ptx)
         proc = subprocess.run([str(tools.ptxas), f"-arch={ARCH}", "-v", "-O3", str(Path(folder) / "k.ptx"), "-o",
                                str(Path(folder) / "k.cubin")], capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise CompileError(f"ptxas failed:\n{proc.stderr[-4000:]}")
-    return parse_ptxas(proc.stdout + proc.stderr, names)
+    reports = parse_ptxas(proc.stdout + proc.stderr, names)
+    for report in reports:
+        report.threads = threads.get(report.name, 0)
+    return reports
 
 
 def static_assert_message(error: CompileError) -> str | None:
@@ -221,10 +285,50 @@ def static_assert_message(error: CompileError) -> str | None:
     return found[1] if found else None
 
 
-def hopper_combinations(tunables: dict, choices: dict) -> list[dict]:
-    """The tunables with every combination of the WG_* choices in place of their values."""
-    names = [name for name in choices if name.startswith(HOPPER_TUNABLE_PREFIX)]
-    return [{**tunables, **dict(zip(names, values))} for values in itertools.product(*(choices[n] for n in names))]
+@dataclass
+class Walk:
+    """What --all builds: every combination of `names`' TUNABLE_CHOICES over the tunables, with `fixed` set, and
+    for each, the instances `instances(combination)`."""
+    names: list[str]
+    fixed: dict
+    instances: Callable[[dict], list]
+
+
+def walk_of(cuda_source: str, choices: dict) -> Walk:
+    """The softmax starter's walk (the module docstring says why it covers every combination), else the WG_*
+    tunables with the Hopper kernels."""
+    if SOFTMAX_KERNELS <= cuda_launches.global_function_names(cuda_source):
+        # The block-per-row kernels do not depend on ROWS_PER_BLOCK: built with its first choice only.
+        def instances(combination: dict) -> list[tuple[str, int]]:
+            first = combination["ROWS_PER_BLOCK"] == choices["ROWS_PER_BLOCK"][0]
+            return softmax_instances(combination, list(choices["BLOCK_THREADS"]) if first else [])
+        return Walk(list(SOFTMAX_WALKED), {"MAX_PACKS": max(choices["MAX_PACKS"])}, instances)
+    hopper = [name for name in kernel_instances(cuda_source) if "wgmma" in name]
+    return Walk([name for name in choices if name.startswith(HOPPER_TUNABLE_PREFIX)], {}, lambda _: hopper)
+
+
+def combinations(tunables: dict, choices: dict, names: list[str], fixed: dict | None = None) -> list[dict]:
+    """The tunables (`fixed` set) with every combination of `names`' choices in place of their values."""
+    base = {**tunables, **(fixed or {})}
+    return [{**base, **dict(zip(names, values))} for values in itertools.product(*(choices[n] for n in names))]
+
+
+def _build(job: tuple) -> list[KernelReport] | CompileError:
+    cuda_source, combination, tools, instances = job
+    try:
+        return check(cuda_source, combination, tools, instances)
+    except CompileError as error:
+        return error
+
+
+def walk_reports(cuda_source: str, tunables: dict, choices: dict,
+                 tools: Tools) -> list[tuple[dict, list[KernelReport] | CompileError]]:
+    """(combination, its reports or the CompileError that refused it) for each combination --all builds, one
+    process per CPU building them."""
+    walk = walk_of(cuda_source, choices)
+    todo = combinations(tunables, choices, walk.names, walk.fixed)
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return list(zip(todo, pool.map(_build, [(cuda_source, c, tools, walk.instances(c)) for c in todo])))
 
 
 def _parse_sets(items: list[str]) -> dict:
@@ -240,7 +344,8 @@ def main(argv=None) -> int:
     parser.add_argument("--kernel", type=Path, default=ROOT / "kernels" / "cuda" / "matmul.py",
                         help="the CUDA kernel file (default: the GEMM starter)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a tunable's value")
-    parser.add_argument("--all", action="store_true", help="every combination of the WG_* choices")
+    parser.add_argument("--all", action="store_true",
+                        help="every combination of the WG_* choices (the softmax starter: see the docstring)")
     args = parser.parse_args(argv)
     tools, why = find_tools()
     if tools is None:
@@ -253,22 +358,21 @@ def main(argv=None) -> int:
         print(report.line())
         ok &= report.clean
     if args.all:
-        hopper = [name for name in kernel_instances(source) if "wgmma" in name]
-        print(f"\nevery combination of the {HOPPER_TUNABLE_PREFIX}* choices ({', '.join(hopper)}):")
-        for combination in hopper_combinations(tunables, literals["TUNABLE_CHOICES"]):
-            label = " ".join(f"{k}={v}" for k, v in combination.items() if k.startswith(HOPPER_TUNABLE_PREFIX))
-            try:
-                reports = check(source, combination, tools, hopper)
-            except CompileError as error:
-                refused = static_assert_message(error)
+        walk = walk_of(source, literals["TUNABLE_CHOICES"])
+        print(f"\nevery combination of {', '.join(walk.names)}" + "".join(f", {k}={v}" for k, v in walk.fixed.items()))
+        for combination, reports in walk_reports(source, tunables, literals["TUNABLE_CHOICES"], tools):
+            label = " ".join(f"{name}={combination[name]}" for name in walk.names)
+            if isinstance(reports, CompileError):
+                refused = static_assert_message(reports)
                 ok &= refused is not None
-                print(f"{label:<58} refused: {refused}" if refused else f"{label}: FAILED\n{error}")
+                print(f"{label:<58} refused: {refused}" if refused else f"{label}: FAILED\n{reports}")
                 continue
             worst = max(reports, key=lambda r: r.registers)
-            print(f"{label:<58} {worst.registers} registers, spills {max(r.spill_stores for r in reports)} B"
-                  + ("" if all(r.clean for r in reports) else "  NOT CLEAN: " + "; ".join(
-                      w for r in reports for w in r.warnings)))
-            ok &= all(r.clean for r in reports)
+            dirty = [r for r in reports if not r.clean]
+            print(f"{label:<58} {len(reports)} kernels, at most {worst.registers} registers ({worst.name})"
+                  + ("" if not dirty else "  NOT CLEAN: " + "; ".join(
+                      f"{r.name} spills {r.spill_stores} B" + "".join(f", {w}" for w in r.warnings) for r in dirty)))
+            ok &= not dirty
     print("\nall clean" if ok else "\nNOT ALL CLEAN")
     return 0 if ok else 1
 

@@ -44,16 +44,16 @@ def import_with(name: str, extension, monkeypatch, asked: dict | None = None):
     return module
 
 
-def nvcc_compiles(name: str, tmp_path: Path) -> None:
+def nvcc_compiles(name: str, tmp_path: Path, tunables: dict | None = None) -> None:
     """CUDA_SOURCE, as load_inline writes it, compiles with torch's headers and nvcc flags for sm_90a (as on an
-    H100: cuda_build.SM90A_FLAGS, so the code kept for sm_90a compiles too)."""
+    H100: cuda_build.SM90A_FLAGS, so the code kept for sm_90a compiles too); `tunables` on top of TUNABLES."""
     import sysconfig
 
     from torch.utils import cpp_extension
 
     literals = cuda_launches.file_literals(starter_path(name).read_text())
     source = ("#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
-              + cuda_build.full_source(literals["CUDA_SOURCE"], literals["TUNABLES"]))
+              + cuda_build.full_source(literals["CUDA_SOURCE"], {**literals["TUNABLES"], **(tunables or {})}))
     (tmp_path / "cuda.cu").write_text(source)
     includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
     # A CPU-only torch wheel ships c10/cuda without its generated macros header; an empty one stands in.
@@ -108,4 +108,5 @@ def search_can_tune(name: str) -> None:
             integrity.check_contract(changed, name)
             literals = cuda_launches.file_literals(changed)
             assert literals["CUDA_SOURCE"] == cuda_launches.file_literals(source)["CUDA_SOURCE"]
-            assert f"#define {tunable} {value}" in cuda_build.defines(literals["TUNABLES"]).splitlines()
+            written = int(value) if isinstance(value, bool) else value          # a boolean is written 1 or 0
+            assert f"#define {tunable} {written}" in cuda_build.defines(literals["TUNABLES"]).splitlines()
