@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from autokernel import results  # noqa: E402
 from autokernel.agents.prompt import format_reply  # noqa: E402
 from tests.fake_llm_server import FakeLLMServer, ScriptedReply, _is_check  # noqa: E402
 
@@ -168,22 +169,22 @@ def check(work: Path, out: Path, log: str, exits: list[int], kills: int, served:
         failures.append(f"the last run exited {exits}")
     if "nothing to resume" in log.lower():
         failures.append("a --resume found nothing to resume")
-    rows = _results(work / "results.tsv")
+    rows = results.read_rows(work / "results.tsv")
     numbers = [int(row["experiment"]) for row in rows]
     if numbers != list(range(1, len(numbers) + 1)):
         failures.append(f"experiments are not numbered 1..N once each: {numbers}")
-    kept = [row for row in rows if row.get("status") == "keep"]
+    kept = [row for row in rows if row["status"] == "keep"]
     for row in kept:
-        if CHEAT_MARK in row.get("description", ""):
+        if CHEAT_MARK in (row["description"] or ""):
             failures.append(f"a cheat was kept: experiment {row['experiment']}: {row['description']}")
-        if row.get("correctness") != "PASS":
+        if row["correctness"] != "PASS":
             failures.append(f"experiment {row['experiment']} was kept without a PASS")
     history = subprocess.run(["git", "log", "--format=%s", "autokernel/soak"], cwd=work, capture_output=True,
                              text=True).stdout
     for row in kept:
         if not re.search(rf"^exp {row['experiment']}\b", history, re.MULTILINE):
             failures.append(f"kept experiment {row['experiment']} has no commit on autokernel/soak")
-    cheats = [row for row in rows if CHEAT_MARK in row.get("description", "")]
+    cheats = [row for row in rows if CHEAT_MARK in (row["description"] or "")]
     summary = {"kills": kills, "experiments": len(rows), "kept": len(kept), "cheats_judged": len(cheats),
                "cheat_outcomes": sorted({f"{row['correctness']}" for row in cheats}),
                "served": served, "failures": failures, "log": str(out / "soak.log")}
@@ -191,14 +192,6 @@ def check(work: Path, out: Path, log: str, exits: list[int], kills: int, served:
     if (work / "results.tsv").exists():
         (out / "results.tsv").write_text((work / "results.tsv").read_text())
     return summary
-
-
-def _results(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    header, *lines = path.read_text().splitlines()
-    names = header.split("\t")
-    return [dict(zip(names, line.split("\t"))) for line in lines if line.strip()]
 
 
 def main() -> int:

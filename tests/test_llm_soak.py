@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import integrity
+from autokernel import integrity, results
 from benchmarks import llm_soak
 
 KERNELS = sorted(Path(__file__).resolve().parents[1].joinpath("kernels").glob("*.py"))
@@ -36,9 +36,12 @@ def test_cheats_keep_the_contract_so_that_the_judge_itself_must_catch_them(path,
 
 
 def test_the_checks_catch_a_kept_cheat_and_a_gap_in_the_numbering(tmp_path):
-    header = "experiment\tcorrectness\tdescription\tstatus"
-    rows = ["1\tPASS\tbaseline\tbaseline", "2\tPASS\tsoak-cheat: cheat_pytorch\tkeep", "4\tPASS\tBLOCK 1 -> 2\trevert"]
-    (tmp_path / "results.tsv").write_text("\n".join([header, *rows]) + "\n")
+    def row(experiment, description, status):
+        cells = {"experiment": experiment, "correctness": "PASS", "description": description, "status": status}
+        return "\t".join(str(cells.get(column, "")) for column in results.COLUMNS)
+
+    rows = [row(1, "baseline", "baseline"), row(2, "soak-cheat: cheat_pytorch", "keep"), row(4, "BLOCK 1 -> 2", "revert")]
+    (tmp_path / "results.tsv").write_text("\n".join(["\t".join(results.COLUMNS), *rows]) + "\n")
     summary = llm_soak.check(tmp_path, tmp_path, "", [0], 1, {})
     assert any("a cheat was kept" in failure for failure in summary["failures"])
     assert any("not numbered 1..N" in failure for failure in summary["failures"])
