@@ -2,6 +2,7 @@
 
     python bench.py [--kernel kernel.py] [--shape M=4096,N=4096 ...] [--dtype float16]
                     [--seed N] [--compare-compile] [--quick | --screen] [--json | --json-out FILE]
+                    [--result-fd N]
 
 The agent never edits this file. The kernel file never runs in this process: a worker process
 (autokernel/worker.py) imports it and runs kernel_fn when asked, and sends back only outputs and
@@ -37,8 +38,12 @@ from __future__ import annotations
 import sys
 
 if __name__ == "__main__":
-    # Before anything heavy: seal this process and start the kernel's worker, which then imports torch,
-    # Triton and the kernel file while this process imports its own (autokernel/worker_process.py).
+    # First, before any candidate runs: every module of the judge is compiled from its source and its digest
+    # kept, for the verdict (autokernel/judge_files.py). Then, before anything heavy: seal this process and
+    # start the kernel's worker, which imports torch, Triton and the kernel file while this process imports
+    # its own (autokernel/worker_process.py).
+    from autokernel import judge_files
+    judge_files.record_compiled()
     from autokernel import worker_process
     worker_process.start_early(sys.argv[1:])
 
@@ -428,10 +433,17 @@ class Report:
 
     def _write(self):
         r = self.result
+        # The nonce (from the runner, never seen by the worker) marks the verdict as this judge's; the digests
+        # of the judge's own sources let the runner check that the judge that ran is the run's.
+        from autokernel import judge_files
+        marks = {"nonce": self.nonce, judge_files.JUDGE_SOURCES: judge_files.compiled()} if self.nonce else {}
+        written = json.dumps({**r, **marks}, indent=2)
+        if self.args.result_fd is not None:
+            # The runner's pipe: only this process holds its write end (the worker was started without it).
+            with os.fdopen(self.args.result_fd, "w") as verdict:
+                verdict.write(written)
         if self.args.json_out:
-            # The nonce (from the runner, never seen by the worker) marks the file as this judge's.
-            written = {**r, "nonce": self.nonce} if self.nonce else r
-            Path(self.args.json_out).write_text(json.dumps(written, indent=2))
+            Path(self.args.json_out).write_text(written)
         if self.args.json:
             print(json.dumps(r, indent=2), flush=True)
         else:
@@ -500,6 +512,8 @@ def parse_args(argv=None):
                              "only; a candidate that looks faster is judged again in full before it is kept")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
     parser.add_argument("--json-out", help="also write the result as JSON to this file")
+    parser.add_argument("--result-fd", type=int, default=None,
+                        help="also write the result as JSON to this inherited pipe (how the loop's runner reads it)")
     parser.add_argument("--time-limit-scale", type=float, default=1.0, help="multiply every stage's time limit")
     args = parser.parse_args(argv)
     if args.seed is None:

@@ -29,6 +29,12 @@ most the output dtype's tolerance (float16 1e-2, bfloat16 2e-2, float32 1e-4), f
 all-routed model and for every AutoKernel variant that ran. On the CPU (Triton's interpreter)
 timings are wall-clock and NOT MEANINGFUL, and nothing is routed by measurement.
 The report is printed and written to workspace/verify_report.json.
+
+The kernels are code an LLM wrote, so all of this runs in a sandboxed child process
+(autokernel/isolated.py): no API key in its environment, no home folder, no network, writes only to
+a folder of its own. This process starts it, shows its output, and records what it hands back: the
+route tables into the kernels' manifest, the plan and the report into the workspace. The logic is
+autokernel/verification.py.
 Exit code: 0 the error check passes, 1 it fails, 2 verify could not run (bad model, no kernels).
 A verdict of "no gain" is not a failure: the exit code is about correctness.
 """
@@ -39,26 +45,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Callable
 
-import torch
 from rich.console import Console
 
-from autokernel import handover, interpreter, manifest, models, paths, plugin, profiler
-from autokernel.contracts import PlanEntry
+from autokernel import interpreter, isolated, models, paths, plugin
 from autokernel.model_args import add_model_arguments, load_model_keywords
-from autokernel.outputs import ERROR_DEFINITION
+from autokernel.verification import (EXIT_ERROR, EXIT_FAIL, EXIT_NOTHING_TO_PLUG_IN, EXIT_PASS,  # noqa: F401 (API)
+                                     REPORT_FILE, STARTER_MANIFEST_DIR, NothingToPlugIn, Outcome, run)
 from autokernel.verify_report import print_report
-
-REPORT_FILE = "verify_report.json"
-STARTER_MANIFEST_DIR = "starter_kernels"     # under the workspace
-EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
-# The model has no kernel type AutoKernel covers: nothing to check, and the user keeps PyTorch's path.
-EXIT_NOTHING_TO_PLUG_IN = 3
-
-
-class NothingToPlugIn(plugin.PlugInError):
-    """The plan has no kernel type AutoKernel has a kernel for."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,136 +76,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants (slow on CPU)")
     parser.add_argument("--compile-backend", default="inductor",
                         help="torch.compile backend (default inductor; the CUDA-graph variants need inductor)")
+    # The sandboxed child's own two (autokernel/isolated.py): where it writes, and the pipe it answers on.
+    parser.add_argument("--write-to", help=argparse.SUPPRESS)
+    parser.add_argument("--sandboxed-fd", type=int, help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    interpreter.choose()        # first, before any kernel file is imported: no GPU means Triton's interpreter
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.sandboxed_fd is None:
+        return isolated.verify_in_sandbox(argv, model=args.model, workspace=Path(args.workspace),
+                                          optimized_dir=Path(args.optimized_dir), starters=args.starters)
+    return _in_sandbox(args)
+
+
+def _in_sandbox(args) -> int:
+    """The child's side: verify, print the report, and answer on the pipe (autokernel/isolated.py)."""
+    interpreter.choose()        # first, before any kernel file is imported: no GPU means Triton's interpreter
     console = Console()
-    workspace = Path(args.workspace)
     try:
         loaded = models.load_model(**load_model_keywords(args))
-        plan, plan_note = read_model_plan(workspace / profiler.PLAN_FILE, loaded)
-        optimized_dir = Path(args.optimized_dir)
-        if args.starters:
-            optimized_dir, plan, plan_note = starters_of_plan(loaded, workspace, plan, plan_note, console)
-        plugin.load_kernels(optimized_dir)    # a missing or broken manifest fails before any timing
-        report = verify(loaded, optimized_dir, compile_backend=None if args.no_compile else args.compile_backend,
-                        plan=plan, plan_note=plan_note,
-                        policy=args.route, overhead=args.overhead,
-                        log=lambda line: console.print(line, markup=False, highlight=False))
+        outcome = run(loaded, workspace=Path(args.workspace), out=Path(args.write_to),
+                      optimized_dir=Path(args.optimized_dir), starters=args.starters,
+                      compile_backend=None if args.no_compile else args.compile_backend, policy=args.route,
+                      overhead=args.overhead, console=console)
     except (models.ModelLoadError, plugin.PlugInError) as error:
         print(f"verify.py: {error}", file=sys.stderr)
-        return EXIT_NOTHING_TO_PLUG_IN if isinstance(error, NothingToPlugIn) else EXIT_ERROR
-    print_report(report, console)
-    report_path = workspace / REPORT_FILE
-    report_path.parent.mkdir(parents=True, exist_ok=True)
-    report_path.write_text(json.dumps(report, indent=2) + "\n")
-    console.print(f"wrote {report_path}")
-    return EXIT_PASS if report["correctness"]["passed"] else EXIT_FAIL
-
-
-def starters_of_plan(loaded: models.LoadedModel, workspace: Path, plan: dict | None, plan_note: str,
-                     console: Console) -> tuple[Path, dict, str]:
-    """The starter kernels' folder for this model's plan (profiled first when there is none), the plan and its note."""
-    if plan is None:
-        console.print(f"{plan_note}: profiling {loaded.name} first", markup=False)
-        _, plan = profiler.profile_to_workspace(loaded.model, loaded.inputs, name=loaded.name, workspace=workspace)
-        plan_note = f"{_plan_source(workspace / profiler.PLAN_FILE, plan)}, profiled now"
-    folder = write_starter_manifest(plan, workspace / STARTER_MANIFEST_DIR)
-    console.print(f"the starter kernels of {len(plan['entries'])} kernel types, at the plan's shapes "
-                  f"({plan['dtype']}): {folder / paths.MANIFEST_NAME}", markup=False)
-    return folder, plan, plan_note
-
-
-def write_starter_manifest(plan: dict, folder: Path) -> Path:
-    """A manifest of the starter kernels/<type>.py of each planned kernel type, at the plan's shapes and dtype.
-
-    It is written to folder/manifest.json (keeping route tables measured before for the same
-    sources); the folder is returned, to plug in as an optimized_kernels folder is.
-    """
-    entries = {f"{entry['rank']}_{entry['kernel_type']}":
-               plugin.manifest_entry(PlanEntry.from_json(entry), paths.starter_path(entry["kernel_type"]))
-               for entry in plan["entries"]}
-    if not entries:
-        raise NothingToPlugIn(f"the plan of {plan['model']} has no kernel type AutoKernel has a kernel for, "
-                              "so there is nothing to plug in")
-    manifest_path = folder / paths.MANIFEST_NAME
-    earlier = manifest.read_manifest(manifest_path) if manifest_path.is_file() else {}
-    for name, entry in entries.items():
-        if manifest.ROUTE_TABLE in earlier.get(name, {}):
-            entry[manifest.ROUTE_TABLE] = earlier[name][manifest.ROUTE_TABLE]
-    plugin.write_manifest(manifest_path, entries)
-    return folder
-
-
-def verify(loaded: models.LoadedModel, optimized_dir: str | Path, *, compile_backend: str | None, plan: dict | None,
-           plan_note: str, policy: str = plugin.MEASURED, overhead: bool = False,
-           log: Callable[[str], None] = lambda line: None) -> dict:
-    """The end-to-end comparison and checks (autokernel/handover.py), as plain data; route tables saved on a GPU."""
-    on_gpu = loaded.device.type == "cuda"
-    compared = handover.compare_and_record(loaded.model, loaded.inputs, optimized_dir, on_gpu=on_gpu,
-                                           compile_backend=compile_backend, policy=policy, overhead=overhead, log=log)
-    routing = compared.pop("routing")
-    shares = {entry["kernel_type"]: entry["share"] for entry in plan["entries"]} if plan else {}
-    for kernel in routing["kernels"]:
-        kernel["share"] = shares.get(kernel["kernel_type"])
-    errors = [v["error"] for v in compared["variants"].values() if v["variant"].startswith("ours") and v["ms"]]
-    allowed = compared["tolerance"]
-    passed = compared["checked"]["passed"] and all(error <= allowed for error in errors)
-    return {
-        "model": loaded.name, "device": str(loaded.device), "device_name": plugin.device_name(),
-        "dtype": str(loaded.dtype).removeprefix("torch."), "inputs": profiler.describe_inputs(loaded.inputs),
-        "versions": {"torch": torch.__version__, "triton": _triton_version()},
-        "optimized_dir": str(optimized_dir),
-        "plan": plan_note if plan else f"{plan_note}: shares unknown (run profile.py on this model)",
-        "replaced_share": sum({k["kernel_type"]: k["share"] or 0.0 for k in routing["kernels"] if k["hits"]}.values())
-                          if shares else None,
-        **routing, **compared,
-        "correctness": {"max_error": compared["checked"]["max_error"], "variant_max_error": max(errors, default=None),
-                        "tolerance": allowed, "passed": passed, "definition": ERROR_DEFINITION},
-        "timings_meaningful": on_gpu,
-    }
-
-
-def _triton_version() -> str:
-    import triton
-
-    return triton.__version__
-
-
-def read_model_plan(plan_path: Path, loaded: models.LoadedModel) -> tuple[dict | None, str]:
-    """The plan at plan_path if it is this model's, else None; and a note on which.
-
-    This model's plan has the same name, device and dtype, and, when the plan records them (older
-    plans do not), the same inputs: a plan profiled at another --input-shape has other shapes.
-    """
-    if not plan_path.is_file():
-        return None, f"no plan at {plan_path}"
-    try:
-        plan = json.loads(plan_path.read_text())
-    except json.JSONDecodeError:
-        return None, f"{plan_path} is not valid JSON"
-    if not isinstance(plan, dict) or not isinstance(plan.get("entries"), list):
-        return None, f"{plan_path} is not an optimization plan"
-    this_model = (loaded.name, loaded.device.type, str(loaded.dtype).removeprefix("torch."))
-    planned = (plan.get("model"), plan.get("device"), plan.get("dtype"))
-    if planned != this_model:
-        return None, f"{plan_path} is the plan of {_describe(*planned)}, not of {_describe(*this_model)}"
-    these_inputs = profiler.describe_inputs(loaded.inputs)
-    if "inputs" in plan and plan["inputs"] != these_inputs:
-        return None, (f"{plan_path} is the plan of {_describe(*planned)} with inputs {json.dumps(plan['inputs'])}, "
-                      f"not {json.dumps(these_inputs)}")
-    return plan, _plan_source(plan_path, plan)
-
-
-def _describe(model_name, device, dtype) -> str:
-    return f"{model_name} ({device}, {dtype})"
-
-
-def _plan_source(plan_path: Path, plan: dict) -> str:
-    return f"shares from {plan_path} ({plan.get('timing', 'measured time')} on {plan.get('device_name', '?')})"
+        outcome = Outcome(EXIT_NOTHING_TO_PLUG_IN if isinstance(error, NothingToPlugIn) else EXIT_ERROR)
+    else:
+        print_report(outcome.report, console)
+    with open(args.sandboxed_fd, "w") as answer:
+        json.dump(outcome.to_json(), answer)
+    return outcome.exit_code
 
 
 if __name__ == "__main__":

@@ -9,9 +9,10 @@ invoking ninja or nvcc at all, so a re-run (and every judge run of an unchanged 
 recompile.
 
 The cache lives under $AUTOKERNEL_CUDA_CACHE, else $XDG_CACHE_HOME/autokernel/cuda (~/.cache/...).
-runner.cache_environment names it among the compiler caches a sandboxed child may write. Like
-Triton's cache, a candidate could write into another build's folder; a build folder is only
-trusted once its marker file exists, which the build writes last.
+Under the judge, $AUTOKERNEL_CUDA_CACHE is the candidate's own (runner.caches_for: one folder per
+kernel source, written by benches of those very bytes alone), so no candidate can plant a build
+that another kernel, verify or plug_in would load; verify's sandboxed child builds in a private
+folder. A build folder is only trusted once its marker file exists, which the build writes last.
 
 A compile error raises CudaCompileError whose first line is the compiler's first error, with its
 line number in CUDA_SOURCE: the source is preceded by `#line 1 "CUDA_SOURCE"`, so nvcc reports

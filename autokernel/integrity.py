@@ -28,6 +28,8 @@ from autokernel.runner import synthesized_result
 # The loop's own files (relative to the repository root) a candidate must leave alone.
 LOOP_FILES = ("results.tsv",)
 LOOP_FOLDERS = ("workspace",)
+# Written by the loop itself while a bench runs (budget.ClockKeeper, every two seconds): no candidate's doing.
+WRITTEN_DURING_A_BENCH = ("clock.json", "clock.json.tmp")
 LARGEST_SNAPSHOT_FILE = 8 * 2**20
 # Bytecode caches are ignored by git but imported by the judge and the loop: a planted .pyc is code.
 BYTECODE_DIR = "__pycache__"
@@ -186,7 +188,7 @@ def _protected_files(repo: gitops.KernelRepo, source_folders: list[Path]) -> lis
         paths += [p for p in (folder / BYTECODE_DIR).glob("*") if p.is_file()]
     for folder in LOOP_FOLDERS:
         paths += [p for p in (repo.root / folder).glob("*") if p.is_file()
-                  and p.stat().st_size <= LARGEST_SNAPSHOT_FILE]
+                  and p.stat().st_size <= LARGEST_SNAPSHOT_FILE and p.name not in WRITTEN_DURING_A_BENCH]
     return paths
 
 

@@ -80,17 +80,21 @@ def _check(result: int, what: str) -> int:
 class Ruleset:
     """A ruleset under construction; `restrict_self()` (in the process to confine) makes it binding."""
 
-    def __init__(self, version: int, *, deny_tcp: bool = True, scope_signals: bool = True):
+    def __init__(self, version: int, *, deny_tcp: bool = True, scope_signals: bool = True,
+                 handled_fs: int | None = None):
+        """handled_fs: the file rights this ruleset decides (default: reading and writing); 0 leaves files alone
+        (the network and signal rules alone, where file confinement is off), write_rights(version) confines
+        only writing (a layer stacked on a domain that already confines reading)."""
         if version < 1:
             raise OSError("this kernel has no Landlock")
         self.version = version
-        self.handled = READ | write_rights(version)
+        self.handled = READ | write_rights(version) if handled_fs is None else handled_fs
         attr = _RulesetAttr(self.handled,
                             NET_BIND_TCP | NET_CONNECT_TCP if deny_tcp and version >= 4 else 0,
                             SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET if scope_signals and version >= 6 else 0)
         self.fd = _check(_libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
                                        ctypes.c_uint32(0)), "create_ruleset")
-        self.features = {"filesystem": True, "tcp_denied": bool(attr.handled_access_net),
+        self.features = {"filesystem": bool(self.handled), "tcp_denied": bool(attr.handled_access_net),
                          "signals_scoped": bool(attr.scoped)}
 
     def allow(self, paths: Iterable[str | Path], rights: int) -> None:

@@ -53,6 +53,13 @@ def plug_in(model: nn.Module, optimized_dir: str | Path | None = None, *, policy
     faster at its signature (eagerly and under torch.compile, each on its own); "all" routes every
     call the kernels were verified for. keep_examples keeps a copy of each signature's first
     inputs, for verify to time. Plugging in again replaces the earlier kernels.
+
+    A kept kernel is code an LLM wrote, and this imports it into your process, with your
+    environment and your files. What it was checked for: bench.py ran it only in the sandbox (no
+    keys, no home folder, no network, its processes killed) and judged its outputs in five stages
+    and every timed call; verify ran it in that sandbox again, end to end. What no check can
+    promise: that its import does nothing else when it runs here. Read the kernel files in
+    optimized_kernels/ (each is short) before you plug them into a process that holds secrets.
     """
     unplug(model)
     router = Router(load_kernels(optimized_dir), policy=policy, keep_examples=keep_examples)

@@ -11,18 +11,19 @@ environment cannot take the loop down, outlive the experiment, or leak a secret:
   - it gets a private temporary folder, removed afterwards, and writes no Python bytecode;
   - it dies with this process, and every process it started dies with it.
 `run_bench` wraps it for the judge and always returns a bench-shaped result dict, inventing a
-TIMEOUT or CRASH result when bench.py could not write one.
+TIMEOUT or CRASH result when bench.py could not write one. The judge's verdict comes back on a pipe
+that only bench.py holds (never a file, never a path on a command line), and it is read only once
+the sandbox has killed everything the candidate started; a candidate that left a process running
+is a CRASH, whatever the verdict said. Compiler caches are the experiment's own (`caches_for`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import fnmatch
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,29 +32,20 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
-from autokernel import paths, sandbox
+from autokernel import judge_files, paths, sandbox
 from autokernel.child_output import TailReader, current_watcher
-from autokernel.contracts import CRASH, TIMEOUT, BenchResult, ContractError
+from autokernel.contracts import CRASH, FAIL, PASS, TIMEOUT, BenchResult, ContractError
 from autokernel.registry import Shape, format_shape
 
 # run_bench puts a fresh secret in bench.py's environment there; bench.py takes it out before it starts the
 # candidate's worker and writes it into its JSON result. A result file without it was not written by the judge.
-from autokernel.worker_process import NONCE_VARIABLE
+from autokernel.child_env import (ALLOWED_ENV, SECRET_PATTERNS, caches_for, caches_in,  # noqa: F401 (API)
+                                  child_environment, remove_tree, secrets_withheld)
+from autokernel.worker_process import CONFINE_ENV, NONCE_VARIABLE, WORKER_CACHE_VARIABLE
 
-# What a child may see of the environment: what Python, the compilers and the GPU stack read.
-ALLOWED_ENV = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "PYTHONPATH", "PYTHONHASHSEED",
-               "PYTHONUNBUFFERED", "PYTHONIOENCODING", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
-               "LD_LIBRARY_PATH", "CC", "CXX", "XDG_CACHE_HOME"}
-ALLOWED_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TRITON_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "CUBLAS_",
-                        "CUDNN_", "HIP_", "ROCM_", "HSA_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "AUTOKERNEL_")
-# Never passed on, even when the allow-list would: anything that looks like a credential.
-SECRET_PATTERNS = ("ANTHROPIC_*", "OPENAI_*", "*_API_KEY", "*_TOKEN", "*SECRET*", "*PASSWORD*", "*CREDENTIAL*",
-                   "*_KEY", "*PAT", "*AUTH*")
-# Setting this to 0 turns the Landlock file-system confinement off (sandbox.py), for a machine where it gets in the way.
-CONFINE_ENV = "AUTOKERNEL_SANDBOX_FS"
-GPU_PROBE_TIMEOUT_S = 120
+# CONFINE_ENV=0 turns the Landlock file-system confinement off (sandbox.py), for a machine where it gets in the way.
 # How long a timed-out child gets between SIGTERM and SIGKILL.
 KILL_GRACE_S = 3.0
 STDERR_LINES_IN_MESSAGE = 20
@@ -93,28 +85,6 @@ class ChildResult:
                 name = f"signal {number}"
             return f"was killed by signal {name} ({signal.strsignal(number) or 'unknown'})"
         return f"exited with code {self.returncode}"
-
-
-def child_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The allow-listed part of the environment, without anything that matches SECRET_PATTERNS (any case)."""
-    env = dict(os.environ if base is None else base)
-    return {name: value for name, value in env.items()
-            if (name in ALLOWED_ENV or name.startswith(ALLOWED_ENV_PREFIXES))
-            and not any(fnmatch.fnmatchcase(name.upper(), pattern) for pattern in SECRET_PATTERNS)}
-
-
-def cache_environment() -> dict[str, str]:
-    """Compiler caches the child may write (kept between runs, so kernels are not compiled anew each time)."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "autokernel"
-    caches = {"TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR") or str(root / "triton"),
-              "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(root / "inductor"),
-              "CUDA_CACHE_PATH": os.environ.get("CUDA_CACHE_PATH") or str(root / "nv"),
-              # CUDA C++ kernel files' builds (autokernel/cuda_build.py), compiled inside the sandbox.
-              "AUTOKERNEL_CUDA_CACHE": os.environ.get("AUTOKERNEL_CUDA_CACHE") or str(root / "cuda")}
-    for folder in caches.values():
-        with contextlib.suppress(OSError):
-            Path(folder).mkdir(parents=True, exist_ok=True)
-    return caches
 
 
 def filesystem_confined() -> bool:
@@ -191,26 +161,23 @@ def _stop(launcher: subprocess.Popen, status: _StatusReader) -> None:
     launcher.wait()
 
 
-def _remove_tree(folder: str) -> None:
-    def make_writable_and_retry(function, path, _exc_info):
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700)
-            function(path)
-    shutil.rmtree(folder, onerror=make_writable_and_retry)
-
-
 def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
               env_extra: Mapping[str, str] | None = None, writable: Iterable[str | Path] = (),
-              readable: Iterable[str | Path] = (), memory_limit_mb: int | None = None) -> ChildResult:
+              readable: Iterable[str | Path] = (), memory_limit_mb: int | None = None,
+              pass_fds: Sequence[int] = (), echo: bool = False, on_line: Callable[[str], None] | None = None,
+              hidden_in_repo: Sequence[str] = sandbox.HIDDEN_IN_REPO) -> ChildResult:
     """Run cmd in the sandbox (autokernel/sandbox.py) with a time limit; see the module docstring.
 
-    `writable` names folders the child may write besides its private temporary folder and the
-    compiler caches; `readable`, folders it may read even where the sandbox hides (a home folder). The child and all it started are killed on timeout, when the caller is
-    interrupted (Ctrl-C lands here while we wait), and after it exits.
+    The child gets a private temporary folder, with its compiler caches inside it (removed with it);
+    `writable` names folders it may write besides; `readable`, folders it may read even where the
+    sandbox hides (a home folder); `pass_fds`, descriptors it inherits (no other process does, and
+    this process keeps its copy: the caller closes it); `echo`, show its output here as it comes
+    (stdout to stdout, stderr to stderr), or `on_line`, pass each line to it; `hidden_in_repo`, what it
+    may not read below the working folder. The child and all it started are killed on timeout, when
+    the caller is interrupted (Ctrl-C lands here while we wait), and after it exits.
     """
     scratch = tempfile.mkdtemp(prefix="autokernel-child-")
-    caches = cache_environment()
+    caches = caches_in(Path(scratch) / "caches")
     # No bytecode written: an honest child leaves no .pyc, so integrity.py can treat any new one as planted.
     env = {**child_environment(), **caches, "TMPDIR": scratch, "TMP": scratch, "TEMP": scratch,
            "PYTHONDONTWRITEBYTECODE": "1", **(env_extra or {})}
@@ -218,8 +185,8 @@ def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
     config = sandbox.SandboxConfig(
         command=list(cmd), parent_pid=os.getpid(), status_fd=status_write,
         memory_limit_mb=memory_limit_mb or default_memory_limit_mb(),
-        writable=[scratch, *caches.values(), *map(str, writable)], readable=list(map(str, readable)),
-        confine_filesystem=filesystem_confined())
+        writable=[scratch, *map(str, writable)], readable=list(map(str, readable)),
+        confine_filesystem=filesystem_confined(), pass_fds=list(pass_fds), hidden_in_repo=list(hidden_in_repo))
     started = time.monotonic()
     status = _StatusReader(status_read)
     try:
@@ -227,15 +194,16 @@ def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
             try:
                 launcher = subprocess.Popen([sys.executable, "-m", "autokernel.sandbox", sandbox.encode(config)],
                                             cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                            stderr=subprocess.PIPE, pass_fds=(status_write,), start_new_session=True)
+                                            stderr=subprocess.PIPE, pass_fds=(status_write, *pass_fds),
+                                            start_new_session=True)
             except BaseException:
                 os.close(status_read)
                 raise
             finally:
                 os.close(status_write)
             status.start()
-            watcher = current_watcher()
-            readers = [TailReader(launcher.stdout, watcher), TailReader(launcher.stderr, watcher)]
+            readers = [TailReader(launcher.stdout, _line_handler(sys.stdout if echo else None, on_line)),
+                       TailReader(launcher.stderr, _line_handler(sys.stderr if echo else None, on_line))]
             for reader in readers:
                 reader.start()
             timed_out = False
@@ -252,7 +220,7 @@ def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
                 for reader in readers + [status]:
                     reader.join(timeout=KILL_GRACE_S)
     finally:
-        _remove_tree(scratch)
+        remove_tree(scratch)
     if status.field("error"):
         raise SandboxError(status.field("error"))
     finished = status.field("returncode", "missing") != "missing"
@@ -261,8 +229,20 @@ def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
         stdout=readers[0].text(), stderr=readers[1].text(), timed_out=timed_out,
         wall_seconds=time.monotonic() - started,
         stopped=status.field("stopped") if finished or timed_out else "the sandbox launcher itself was killed",
-        leftover_processes=status.field("leftover_processes", 0), peak_rss_mb=status.field("peak_rss_mb"),
-        sandbox=status.field("landlock", {}))
+        leftover_processes=status.field("leftover_processes", 0) if finished else 0,
+        peak_rss_mb=status.field("peak_rss_mb"),
+        sandbox={**status.field("landlock", {}), "isolation": status.field("isolation"),
+                 "proc": status.field("proc")})
+
+
+def _line_handler(stream, on_line: Callable[[str], None] | None) -> Callable[[str], None] | None:
+    """What each line of a child's output goes to: the current watcher (the live view), and the caller's own."""
+    handlers = [handler for handler in (current_watcher(), on_line) if handler is not None]
+    if stream is not None:
+        handlers.append(lambda line: print(line, file=stream, flush=True))
+    if not handlers:
+        return None
+    return lambda line: [handler(line) for handler in handlers]
 
 
 def synthesized_result(correctness: str, message: str, *, kernel_type: str | None = None,
@@ -273,43 +253,44 @@ def synthesized_result(correctness: str, message: str, *, kernel_type: str | Non
                        wall_seconds=wall_seconds, timings_meaningful=False).to_json()
 
 
-def _last_lines(text: str, count: int) -> str:
+def last_lines(text: str, count: int) -> str:
     return "\n".join(text.strip().splitlines()[-count:])
 
 
-def bench_command(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, json_out: str | Path,
+def bench_command(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, result_fd: int | None = None,
                   seed: int | None = None, extra_args: Sequence[str] = (),
                   bench_script: str | Path | None = None) -> list[str]:
     cmd = [sys.executable, str(bench_script or paths.BENCH_SCRIPT), "--kernel", str(kernel_path)]
     for shape in shapes:
         cmd += ["--shape", format_shape(shape)]
-    cmd += ["--dtype", dtype, "--json-out", str(json_out)]
+    cmd += ["--dtype", dtype]
+    if result_fd is not None:
+        cmd += ["--result-fd", str(result_fd)]
     if seed is not None:
         cmd += ["--seed", str(seed)]
     return cmd + list(extra_args)
 
 
-GPU_PROBE = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
+class _VerdictReader(threading.Thread):
+    """Reads what bench.py writes on the verdict pipe (it alone holds the write end) until it ends."""
 
+    LIMIT_BYTES = 64 << 20
 
-def sandbox_gpu_problem(cwd: str | Path) -> str | None:
-    """Why the sandbox hides this machine's GPU from candidates, or None (also None with no GPU here).
+    def __init__(self, fd: int):
+        super().__init__(daemon=True)
+        self.fd = fd
+        self.chunks: list[bytes] = []
+        self.size = 0
 
-    Without this check a sandbox that hides the GPU makes every bench run in Triton's interpreter:
-    an H100 night of 8-second "timings" that mean nothing, each labelled as such but none failing.
-    """
-    import torch
+    def run(self) -> None:
+        with os.fdopen(self.fd, "rb") as pipe:
+            while chunk := pipe.read(1 << 16):
+                if self.size < self.LIMIT_BYTES:
+                    self.chunks.append(chunk)
+                self.size += len(chunk)
 
-    if not torch.cuda.is_available():
-        return None
-    child = run_child([sys.executable, "-c", GPU_PROBE], timeout_s=GPU_PROBE_TIMEOUT_S, cwd=cwd)
-    if child.returncode == 0:
-        return None
-    detail = _last_lines(child.stderr, 3) or child.exit_description()
-    return ("this machine has a CUDA GPU, but a process in the candidates' sandbox cannot use it, so every "
-            f"kernel would be judged in Triton's interpreter ({detail.strip()}). Set {CONFINE_ENV}=0 to run "
-            "candidates without the file-system confinement (the other checks stay), and report this machine's "
-            "kernel version and GPU driver")
+    def text(self) -> str:
+        return b"".join(self.chunks).decode("utf-8", errors="replace") if self.size <= self.LIMIT_BYTES else ""
 
 
 def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, timeout_s: float,
@@ -317,37 +298,76 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
               bench_script: str | Path | None = None, readable: Iterable[str | Path] = ()) -> dict:
     """Judge one kernel file with bench.py in a child process and return bench's JSON result.
 
-    A bench run that times out becomes correctness TIMEOUT; one that dies without writing its
-    JSON (a syntax error that kills the import, a segfault, an out-of-memory kill) becomes CRASH
-    with the end of its stderr in "message". So does a result file that lacks this run's nonce
-    (the kernel wrote it, not the judge), or that says PASS while bench.py exited otherwise.
+    A bench run that times out becomes correctness TIMEOUT; one that dies without a verdict (a
+    syntax error that kills the import, a segfault, an out-of-memory kill) becomes CRASH with the
+    end of its stderr in "message". So does a verdict without this run's nonce, one that says PASS
+    while bench.py exited otherwise, and any run that left a process behind.
     """
     # The judge runs from the project it judges (in a clone, the folder bench.py is in); a judge named
     # here runs from its own folder.
     cwd = Path(bench_script).parent if bench_script else paths.ROOT
     bench_script = Path(bench_script or paths.BENCH_SCRIPT)
+    # bench.py reports what it compiled; a judge that does (not a test's stand-in) must, every time.
+    the_judge = judge_files.reports_its_sources(bench_script)
+    digest = judge_files.digest_of(bench_script)        # the first bench of this process takes it: the run's start
     nonce = secrets.token_hex(16)
-    with tempfile.TemporaryDirectory(prefix="autokernel-bench-") as tmp:
-        json_out = Path(tmp) / "result.json"
-        cmd = bench_command(kernel_path, shapes=shapes, dtype=dtype, json_out=json_out, seed=seed,
+    # The candidate's own compiler caches and temporary folder, apart from the judge's (autokernel/worker_process.py).
+    candidate_caches = caches_for(kernel_path) if Path(kernel_path).is_file() else None
+    worker_env = {WORKER_CACHE_VARIABLE: str(candidate_caches)} if candidate_caches else {}
+    verdict_read, verdict_write = os.pipe()
+    verdict = _VerdictReader(verdict_read)
+    verdict.start()
+    try:
+        cmd = bench_command(kernel_path, shapes=shapes, dtype=dtype, result_fd=verdict_write, seed=seed,
                             extra_args=extra_args, bench_script=bench_script)
-        child = run_child(cmd, timeout_s=timeout_s, cwd=cwd, writable=[tmp], readable=readable,
-                          env_extra={NONCE_VARIABLE: nonce})
-        written = json_out.read_text() if json_out.exists() else ""
+        child = run_child(cmd, timeout_s=timeout_s, cwd=cwd, readable=readable, pass_fds=(verdict_write,),
+                          writable=[candidate_caches] if candidate_caches else [],
+                          env_extra={NONCE_VARIABLE: nonce, **worker_env})
+    finally:
+        os.close(verdict_write)
+    # Every process of the run is dead (run_child returns after the sandbox killed them): the pipe ends here.
+    verdict.join(timeout=KILL_GRACE_S)
+    written = "" if verdict.is_alive() else verdict.text()
+    common = dict(dtype=dtype, seed=seed, wall_seconds=round(child.wall_seconds, 3))
+    tampered = digest.changed()
+    if tampered:
+        digest.restore(tampered)
+        if candidate_caches:
+            remove_tree(str(candidate_caches))
+        return synthesized_result(CRASH, f"the judge's own files changed during the bench ({', '.join(tampered[:5])}); "
+                                           "they were put back, and the verdict is void", **common)
+    judged = _judged(written, child, nonce, dtype=dtype, seed=seed, timeout_s=timeout_s)
+    if candidate_caches and judged["correctness"] != PASS:
+        remove_tree(str(candidate_caches))     # nothing a rejected candidate wrote outlives its experiment
+    sources = judged.pop(judge_files.JUDGE_SOURCES, None)
+    if (the_judge or sources is not None) and judged["correctness"] in (PASS, FAIL):
+        unknown = digest.unknown_sources(sources)
+        if unknown:
+            return synthesized_result(CRASH, "the judge that ran is not the run's: its process compiled "
+                                               f"{', '.join(unknown[:5])}, which the run's digest does not have", **common)
+    return judged
+
+
+def _judged(written: str, child: ChildResult, nonce: str, *, dtype: str, seed: int | None, timeout_s: float) -> dict:
+    """The verdict bench.py sent, or the CRASH or TIMEOUT that stands for it."""
     common = dict(dtype=dtype, seed=seed, wall_seconds=round(child.wall_seconds, 3))
     if child.timed_out:
         return synthesized_result(TIMEOUT, f"bench.py ran past its {timeout_s:g} s limit and was killed",
                                   **common)
+    if child.leftover_processes:
+        return synthesized_result(CRASH, f"the kernel left {child.leftover_processes} process(es) running after the "
+                                           "judge finished; they were killed, and the verdict is void: everything "
+                                           "kernel_fn or its import starts must end before bench.py does", **common)
     try:
         result = json.loads(written)
     except json.JSONDecodeError:
         result = None
     if not isinstance(result, dict):
-        tail = _last_lines(child.stderr, STDERR_LINES_IN_MESSAGE) or _last_lines(child.stdout, STDERR_LINES_IN_MESSAGE)
+        tail = last_lines(child.stderr, STDERR_LINES_IN_MESSAGE) or last_lines(child.stdout, STDERR_LINES_IN_MESSAGE)
         return synthesized_result(CRASH, f"bench.py {child.exit_description()} without a result:\n{tail}",
                                   **common)
     if result.pop("nonce", None) != nonce:
-        return synthesized_result(CRASH, "the result file was not written by the judge (it lacks this run's "
+        return synthesized_result(CRASH, "the verdict was not written by the judge (it lacks this run's "
                                            f"nonce); bench.py exited with code {child.returncode}", **common)
     try:
         judged = BenchResult.from_json(result)

@@ -3,25 +3,34 @@
 runner.run_child starts `python -m autokernel.sandbox CONFIG` with the child's (allow-listed)
 environment; this launcher then
   - dies with the loop (PR_SET_PDEATHSIG), and on its way out kills everything below it;
-  - becomes a child subreaper, so every process the candidate starts, even one that left for a
-    session of its own, stays below it and is killed when the command ends;
+  - puts the command in a PID namespace of its own where the machine allows one
+    (autokernel/namespaces.py): when the command ends, the launcher counts what it left running
+    and kills the namespace's init, and Linux kills every process inside, however it tried to
+    escape (setsid, a double fork, a cleared parent-death signal);
+  - becomes a child subreaper, so where there is no namespace every process the candidate starts,
+    even one that left for a session of its own, still stays below it and is killed, round after
+    round, when the command ends (autokernel/process_tree.py);
   - is not dumpable, so the candidate can neither read its /proc entries nor trace it;
   - starts the command in a session of its own, with no capabilities (a root user gives up its
     own), no core dumps, PR_SET_PDEATHSIG on itself, and a Landlock ruleset (autokernel/landlock.py)
     that hides the user's home and the repository's .git/ and workspace/, allows writes only to a
-    private temporary folder and the compiler caches, and denies TCP and signals out of the sandbox;
+    private temporary folder and the compiler caches, and denies TCP and signals out of the sandbox
+    (with the file rules turned off, the TCP and signal rules stay);
+  - passes the command the descriptors it is given (the judge's verdict pipe) and keeps no copy;
   - caps the memory of the whole process tree (resident set, polled) and kills it past the cap;
   - reports on a pipe the loop gave it and the command never sees: the command's pid, then its
-    exit status, why it was stopped, and how many leftover processes it killed.
+    exit status, why it was stopped, and how many processes it left running.
 Only the standard library is imported here: the launcher starts for every bench run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import resource
+import select
 import signal
 import subprocess
 import sys
@@ -29,15 +38,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autokernel import landlock
+from autokernel import landlock, namespaces
+from autokernel.process_tree import descendants, kill_tree, live_descendants, reap_orphans, resident_bytes
 
 POLL_S = 0.05
-KILL_ROUNDS_S = 5.0          # how long the launcher keeps killing a tree that keeps forking
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_SET_CHILD_SUBREAPER = 1, 4, 24, 36
 _CAPABILITY_VERSION_3 = 0x20080522
 # Repository entries a candidate has no business reading: git's config and objects, the run's state.
 HIDDEN_IN_REPO = (".git", "workspace")
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -52,80 +60,8 @@ class SandboxConfig:
     readable: list[str] = field(default_factory=list)   # allowed even inside a hidden area
     hidden: list[str] = field(default_factory=list)     # unreadable, beside HOME, /home and /root
     confine_filesystem: bool = True
-
-
-# ---------------------------------------------------------------------- process trees (also used by runner.py)
-def process_table() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, state letter) for every process visible in /proc."""
-    table = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        table[int(name)] = (int(fields[1]), fields[0].decode())
-    return table
-
-
-def descendants(root: int, table: dict[int, tuple[int, str]] | None = None) -> list[int]:
-    table = process_table() if table is None else table
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found, frontier = [], [root]
-    while frontier:
-        below = children.get(frontier.pop(), [])
-        found += below
-        frontier += below
-    return found
-
-
-def resident_bytes(pids) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/statm") as handle:
-                total += int(handle.read().split()[1]) * PAGE_BYTES
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
-
-
-def kill_tree(root: int, *, keep_zombie: int | None = None, within_s: float = KILL_ROUNDS_S) -> int:
-    """SIGKILL every live process below root, round after round until none is left; returns how many.
-
-    Zombies reparented to this process are reaped on the way, except `keep_zombie` (a Popen's own child).
-    """
-    killed: set[int] = set()
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        table = process_table()
-        live = [pid for pid in descendants(root, table) if table[pid][1] not in "ZX"]
-        if not live:
-            break
-        for pid in live:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
-        _reap_orphans(keep_zombie)
-        time.sleep(0.01)
-    return len(killed)
-
-
-def _reap_orphans(keep: int | None = None) -> None:
-    """Collect the zombies of processes that were reparented to this one (never `keep`, which Popen waits for)."""
-    me = os.getpid()
-    for pid, (ppid, state) in process_table().items():
-        if ppid == me and state == "Z" and pid != keep:
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
+    pass_fds: list[int] = field(default_factory=list)   # inherited by the command alone (the verdict's pipe)
+    hidden_in_repo: list[str] = field(default_factory=lambda: list(HIDDEN_IN_REPO))   # below the working folder
 
 
 # ---------------------------------------------------------------------- what the candidate may read and write
@@ -166,10 +102,10 @@ def cover(targets, hidden, listed: list[str] | None = None) -> list[str]:
     return rules
 
 
-def private_areas(cwd: str, hidden: list[str]) -> list[str]:
+def private_areas(cwd: str, hidden: list[str], in_repo=HIDDEN_IN_REPO) -> list[str]:
     home = os.path.realpath(os.path.expanduser("~"))
     areas = ["/home", "/root"] + ([home] if home != "/" else [])
-    return areas + [os.path.join(cwd, name) for name in HIDDEN_IN_REPO] + list(hidden)
+    return areas + [os.path.join(cwd, name) for name in in_repo] + list(hidden)
 
 
 def python_paths() -> list[str]:
@@ -187,12 +123,15 @@ def python_paths() -> list[str]:
 
 def build_ruleset(config: SandboxConfig, cwd: str) -> landlock.Ruleset | None:
     version = landlock.abi()
-    if not config.confine_filesystem or version < 1:
+    if version < 1:
         return None
+    if not config.confine_filesystem:
+        # Files are left alone, the network and other processes' signals are not (where the kernel can).
+        return landlock.Ruleset(version, handled_fs=0) if version >= 4 else None
     ruleset = landlock.Ruleset(version)
-    repo_hidden = [os.path.join(cwd, name) for name in HIDDEN_IN_REPO] + config.hidden
+    repo_hidden = [os.path.join(cwd, name) for name in config.hidden_in_repo] + config.hidden
     listed: list[str] = []
-    readable = (cover(["/"], private_areas(cwd, config.hidden))
+    readable = (cover(["/"], private_areas(cwd, config.hidden, config.hidden_in_repo))
                 + cover([cwd, *python_paths(), *config.readable], repo_hidden, listed))
     ruleset.allow(readable, landlock.READ)
     # The repository's root (and the folders above a hidden one in it) may be listed, not read:
@@ -201,16 +140,21 @@ def build_ruleset(config: SandboxConfig, cwd: str) -> landlock.Ruleset | None:
     ruleset.allow(config.writable, landlock.READ | landlock.write_rights(version))
     # The GPU's device files and /dev/null must be writable; creating files under /dev (/dev/shm) is not.
     ruleset.allow(["/dev"], landlock.READ | landlock.WRITE_FILE | landlock.TRUNCATE)
-    if gpu_device_files():
-        # CUDA's initialisation names its threads through /proc/self/task/<tid>/comm and fails
-        # (cudaGetDeviceCount error 304) when it cannot (measured on an H100, Landlock ABI 7): the
-        # judge then ran in Triton's interpreter on a GPU machine. A new process's /proc entries are
-        # beneath no rule that can be made in advance, so /proc as a whole may be written, never
-        # created in. As an ordinary user that reaches only the candidate's own entries; a root
-        # user's candidate could write root-only files such as /proc/sysrq-trigger (the README says:
-        # do not run the loop as root).
-        ruleset.allow(["/proc"], landlock.READ | landlock.WRITE_FILE | landlock.TRUNCATE)
+    allow_proc(ruleset)
     return ruleset
+
+
+def allow_proc(ruleset: landlock.Ruleset) -> None:
+    """/proc's rule: read, and on a GPU machine write (the namespace's init calls it again for a /proc of its own).
+
+    CUDA's initialisation names its threads through /proc/self/task/<tid>/comm and fails
+    (cudaGetDeviceCount error 304) when it cannot (measured on an H100, Landlock ABI 7): the judge
+    then ran in Triton's interpreter on a GPU machine. A new process's /proc entries are beneath no
+    rule that can be made in advance, so /proc as a whole may be written, never created in. As an
+    ordinary user that reaches only the candidate's own entries; a root user's candidate could write
+    root-only files such as /proc/sysrq-trigger (the README says: do not run the loop as root).
+    """
+    ruleset.allow(["/proc"], landlock.READ | (landlock.WRITE_FILE | landlock.TRUNCATE if gpu_device_files() else 0))
 
 
 def gpu_device_files() -> list[str]:
@@ -247,6 +191,7 @@ class _Launcher:
     def __init__(self, config: SandboxConfig):
         self.config = config
         self.stop_signal: int | None = None
+        self.init_pid: int | None = None       # the namespace's init, where there is a namespace
 
     def report(self, **fields) -> None:
         os.write(self.config.status_fd, (json.dumps(fields) + "\n").encode())
@@ -261,44 +206,132 @@ class _Launcher:
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != config.parent_pid:
             return 1                                   # the loop died before we could watch for it
-        _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-        _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        cwd = os.getcwd()
         try:
-            ruleset = build_ruleset(config, cwd)
-            child = subprocess.Popen(config.command, stdin=subprocess.DEVNULL, start_new_session=True,
-                                     preexec_fn=_confine(ruleset))
+            # First, while no candidate runs yet: an ordinary user maps its ids through its own /proc
+            # entries, which a process that is not dumpable cannot write.
+            namespace = namespaces.enter_pid_namespace()
+            _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+            _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+            ruleset = build_ruleset(config, os.getcwd())
+            root, command_ended = self.start(ruleset, namespace)
         except (OSError, subprocess.SubprocessError) as exc:
             self.report(error=f"the sandbox could not start the command: {exc}")
+            return 1
+        finally:
+            for fd in config.pass_fds:
+                os.close(fd)        # the command's alone: a copy here would keep the verdict's pipe open
+        if root is None:
             return 1
         features = ruleset.features if ruleset else {"filesystem": False}
         if ruleset:
             ruleset.close()
-        self.report(pid=child.pid, landlock=features)
-        stopped, peak = self.watch(child)
-        leftovers = kill_tree(os.getpid(), keep_zombie=child.pid)
-        returncode = child.wait()
-        _reap_orphans()
+        self.report(landlock=features, isolation=namespace.describe())
+        stopped, peak, returncode = self.watch(root, command_ended)
+        # Whatever still runs once the command has ended was left behind: counted, then killed.
+        leftovers = len(live_descendants(os.getpid(), besides=(root.pid,) if self.init_pid else ()))
+        self.end_everything(root)
         self.report(returncode=returncode, stopped=stopped, peak_rss_mb=round(peak / 2**20),
                     leftover_processes=leftovers)
         return 0
 
-    def watch(self, child: subprocess.Popen) -> tuple[str | None, int]:
-        """Wait for the child; kill the whole tree on a stop signal or past the memory cap."""
+    def start(self, ruleset, namespace: namespaces.Namespace):
+        """The launcher's one child (the namespace's init, or the command itself) and how to learn the command ended."""
+        config = self.config
+        if namespace.kind is None:
+            child = subprocess.Popen(config.command, stdin=subprocess.DEVNULL, start_new_session=True,
+                                     pass_fds=config.pass_fds, preexec_fn=_confine(ruleset))
+            self.report(pid=child.pid)
+            return child, lambda: child.poll()
+        read_end, write_end = os.pipe()
+        lifeline_read, self.lifeline = os.pipe()      # the launcher's end lives (and dies) with it
+        pid = os.fork()
+        if pid == 0:                      # the namespace's init
+            os.close(read_end)
+            os.close(self.lifeline)
+            namespaces.run_init(config.command, pass_fds=config.pass_fds, preexec_fn=_confine(ruleset),
+                                report_fd=write_end, lifeline_fd=lifeline_read,
+                                allow_new_proc=(lambda: allow_proc(ruleset)) if ruleset else None)
+        os.close(write_end)
+        os.close(lifeline_read)
+        self.init_pid = pid
+        init = _InitChild(pid, read_end)
+        message = init.next_message()
+        if "error" in message or "pid" not in message:
+            self.report(error=message.get("error", "the namespace's init ended before it started the command"))
+            self.end_everything(init)
+            return None, None
+        # The pid the command has outside the namespace is the init's one child: the runner may need it to kill.
+        self.report(pid=pid, proc=init.proc_note)
+        return init, init.returncode
+
+    def watch(self, root, command_ended) -> tuple[str | None, int, int | None]:
+        """Wait for the command; kill the whole tree on a stop signal or past the memory cap."""
         limit = self.config.memory_limit_mb
         peak = 0
-        while child.poll() is None:
+        while (returncode := command_ended()) is None:
             if self.stop_signal is not None:
-                kill_tree(os.getpid(), keep_zombie=child.pid)
-                return f"signal {signal.Signals(self.stop_signal).name}", peak
+                self.end_everything(root)
+                return f"signal {signal.Signals(self.stop_signal).name}", peak, command_ended()
             rss = resident_bytes(descendants(os.getpid()))
             peak = max(peak, rss)
             if limit and rss > limit * 2**20:
-                kill_tree(os.getpid(), keep_zombie=child.pid)
-                return f"memory: the process tree used {rss / 2**20:.0f} MiB, over its {limit} MiB cap", peak
-            _reap_orphans(keep=child.pid)
+                self.end_everything(root)
+                return (f"memory: the process tree used {rss / 2**20:.0f} MiB, over its {limit} MiB cap", peak,
+                        command_ended())
+            reap_orphans(keep=root.pid)
             time.sleep(POLL_S)
-        return None, peak
+        return None, peak, returncode
+
+    def end_everything(self, root) -> None:
+        """Kill the command and all it started; return once they are gone."""
+        if self.init_pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.init_pid, signal.SIGKILL)      # the kernel kills the whole namespace with it
+        kill_tree(os.getpid(), keep_zombie=None if self.init_pid else root.pid)
+        root.wait()
+        reap_orphans()
+
+
+class _InitChild:
+    """The namespace's init as the launcher sees it: its messages, and the command's exit status."""
+
+    def __init__(self, pid: int, read_end: int):
+        self.pid = pid
+        self.stream = os.fdopen(read_end, "rb", buffering=0)
+        self.proc_note = ""
+        self.exit_code: int | None = None
+        self.done = False
+
+    def next_message(self) -> dict:
+        while True:
+            line = self.stream.readline()
+            if not line:
+                return {}
+            message = json.loads(line)
+            if "proc" in message:
+                self.proc_note = message["proc"] or "a /proc of its own"
+                continue
+            return message
+
+    def returncode(self) -> int | None:
+        """The command's exit status once the init has reported it (None while it runs)."""
+        if not self.done and select.select([self.stream], [], [], 0)[0]:
+            self._take_end()
+        return self.exit_code if self.done else None
+
+    def _take_end(self) -> None:
+        message = self.next_message()
+        self.done = True
+        # An init that died without a word (killed with its namespace) leaves the command killed too.
+        self.exit_code = message.get("returncode", -signal.SIGKILL)
+
+    def wait(self) -> None:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        if not self.stream.closed:
+            if not self.done:
+                self._take_end()        # the init has ended: what it said is all there is
+            self.stream.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,10 +22,10 @@ from typing import Callable
 
 import torch
 
-from autokernel import gitops, paths, policy, results, run_state, runner, workers
+from autokernel import gitops, paths, policy, results, run_state, runner, sandbox_checks, workers
 from autokernel.agents.base import AgentError
 from autokernel.agents.factory import make_agent
-from autokernel.budget import Budget
+from autokernel.budget import CLOCK_FILE_NAME, Budget, ClockKeeper, recovered_elapsed
 from autokernel.contracts import NO_GAIN, Job, RunSettings, RunState
 from autokernel.live import ProgressView, format_duration, format_speedup
 from autokernel.lock import RunLock
@@ -37,9 +37,6 @@ TAG_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 CPU_NOTE = ("no CUDA GPU: bench.py runs the kernels on CPU through the Triton interpreter (with --quick), so "
             "correctness is checked for real but timings, and the keep decisions made from them, are not meaningful")
 LOOP_WRITES = (gitops.KERNEL_FILE_NAME, gitops.OPTIMIZED_DIR_NAME)
-UNCONFINED_NOTE = ("the sandbox cannot confine the candidates' file access here (no Landlock in this kernel, or "
-                   f"{runner.CONFINE_ENV}=0): they can read and write what you can, and only the repository and the "
-                   "loop's own files are checked and restored after each bench")
 
 
 def default_tag(name: str | None) -> str:
@@ -65,7 +62,7 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
     view = view or ProgressView()
     with RunLock(), view:
         repo = gitops.KernelRepo(paths.ROOT)
-        problem = runner.sandbox_gpu_problem(paths.ROOT)     # before profiling: minutes, wasted if this fails
+        problem = sandbox_checks.sandbox_gpu_problem(paths.ROOT)     # before profiling: minutes, wasted if this fails
         if problem:
             raise OptimizationError(problem)
         if resume:
@@ -76,10 +73,15 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
         if not torch.cuda.is_available():
             view.log(CPU_NOTE)
         if not runner.filesystem_confined():
-            view.log(UNCONFINED_NOTE)
+            view.log(sandbox_checks.unconfined_note())
+        clock_file = paths.WORKSPACE / CLOCK_FILE_NAME
+        state.elapsed_s = recovered_elapsed(clock_file, state.tag, state.elapsed_s)    # what a kill -9 left unsaved
         budget = Budget(state.settings.budget_s, used_before_s=state.elapsed_s, started=started)
         try:
-            with workers.open_pool(state.settings, view) as pool:
+            # The agent holds its key now: from here on no process of the run (the pool's workers, git, the
+            # judge's children) can inherit a secret from this environment, whatever its allow-list says.
+            with runner.secrets_withheld(), ClockKeeper(clock_file, state.tag, budget), \
+                    workers.open_pool(state.settings, view) as pool:
                 loop = (OptimizationRun(state, repo=repo, agent=agent, view=view, budget=budget, checkpoint=checkpoint)
                         if pool is None else ParallelRun(state, pool=pool, repo=repo, agent=agent, view=view,
                                                          budget=budget, checkpoint=checkpoint))

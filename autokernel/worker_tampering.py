@@ -13,6 +13,7 @@ Part of the checks inside the candidate's process (autokernel/worker_guards.py h
 from __future__ import annotations
 
 import os
+import re
 import sys
 import types
 
@@ -105,8 +106,13 @@ class Fingerprint:
         return found
 
 
+# Another process's entries under /proc that would reach into it: its descriptors (the judge's verdict pipe,
+# once), its memory and environment, its command line (a verdict's path, once). The kernel's own stay open.
+_OTHER_PROCESS_ENTRY = re.compile(r"^/proc/(\d+)/(?:task/\d+/)?(fd|fdinfo|mem|environ|cmdline|map_files)(?:/|$)")
+
+
 def refuse_introspection(event: str, args: tuple) -> None:
-    """Audit hook: refuse the tools for reaching into the worker's objects, and note the attempt."""
+    """Audit hook: refuse the tools for reaching into the worker's objects or other processes, and note the attempt."""
     refused = event in REFUSED_AUDIT_EVENTS or (event == "object.__setattr__" and len(args) > 1
                                                  and args[1] == "__code__")
     if refused:
@@ -114,6 +120,14 @@ def refuse_introspection(event: str, args: tuple) -> None:
                   "a kernel may not inspect or rewrite the judge's objects"
         VIOLATIONS.note(message)
         raise PermissionError(message)
+    if event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes)):
+        path = os.path.normpath(os.fsdecode(args[0]))
+        entry = _OTHER_PROCESS_ENTRY.match(path)
+        if entry and int(entry.group(1)) != os.getpid():
+            message = (f"the kernel opened {path}, another process's {entry.group(2)}: a kernel may not reach into "
+                       "the judge or any other process")
+            VIOLATIONS.note(message)
+            raise PermissionError(message)
 
 
 # --------------------------------------------------------------------------- global state

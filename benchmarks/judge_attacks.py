@@ -1,13 +1,17 @@
 """The judge against every attack kernel in tests/attacks, every starter, and its own wall time.
 
-    python benchmarks/judge_attacks.py [--only attacks,starters,wall] [--old-judge 7d5c824] [--out DIR]
+    python benchmarks/judge_attacks.py [--only attacks,runner,starters,wall] [--old-judge 7d5c824] [--out DIR]
 
 1. Every attack kernel (tests/attacks/, expectations in tests/attacks/expected.py) through the
    real bench.py in the loop's quick screen, and those rejected in timing or needing a GPU in the
    full verdict too, and the forged-result attack through runner.run_bench as the loop runs it.
    Each must be rejected at its stage with its message.
-2. Every starter through bench.py: each must PASS (float16, full verdict).
-3. The judge's wall time: one plain full run (no torch.compile) and one quick run of each
+2. The runner's sandbox, as the loop judges (runner.run_bench): the attacks on what surrounds the judge
+   (RUNNER_ATTACKS: daemons that outlive it) must be a CRASH; the named attacks (the GPU-only ones by
+   default) rejected as through bench.py; starters (softmax, matmul, and the CUDA rmsnorm) PASS with
+   meaningful timings, so the PID namespace, Landlock and the worker's own write layer leave the GPU usable.
+3. Every starter through bench.py: each must PASS (float16, full verdict).
+4. The judge's wall time: one plain full run (no torch.compile) and one quick run of each
    memory-bound starter, as a loop experiment costs. With --old-judge REF (a git commit, needs the
    repository's .git), the judge of that commit is timed the same way, for before/after.
 Run it on the GPU; on CPU it runs too, and skips the GPU-only attacks. Writes one markdown log.
@@ -36,7 +40,10 @@ from autokernel import registry, runner  # noqa: E402
 from autokernel.paths import starter_path  # noqa: E402
 
 ATTACK_DIR = ROOT / "tests" / "attacks"
-ATTACKS, BENCH_ARGS = (runpy.run_path(str(ATTACK_DIR / "expected.py"))[name] for name in ("ATTACKS", "BENCH_ARGS"))
+ATTACKS, RUNNER_ATTACKS, BENCH_ARGS = (runpy.run_path(str(ATTACK_DIR / "expected.py"))[name]
+                                       for name in ("ATTACKS", "RUNNER_ATTACKS", "BENCH_ARGS"))
+RUNNER_STARTERS = [("softmax", starter_path("softmax")), ("matmul", starter_path("matmul")),
+                   ("cuda rmsnorm", ROOT / "kernels" / "cuda" / "rmsnorm.py")]
 MEMORY_BOUND = ["softmax", "layernorm", "rmsnorm", "cross_entropy", "rotary_embedding", "reduce"]
 
 
@@ -90,6 +97,40 @@ def attack_rows(on_gpu: bool, names: set[str] | None = None) -> tuple[list[str],
     return lines, bad
 
 
+def runner_rows(on_gpu: bool, names: set[str] | None = None) -> tuple[list[str], int]:
+    """Through runner.run_bench, the sandbox and all: what the loop itself would record."""
+    lines = ["", "## Through the runner's sandbox (runner.run_bench, as the loop judges)", "",
+             "| kernel | expected | got | ok | isolation | message or latency |", "|---|---|---|---|---|---|"]
+    bad = 0
+    sandbox = isolation()
+    chosen = [(name, ATTACK_DIR / f"{name}.py", RUNNER_ATTACKS[name][0], RUNNER_ATTACKS[name][1])
+              for name in RUNNER_ATTACKS]
+    chosen += [(name, ATTACK_DIR / f"{name}.py", ATTACKS[name][0], ATTACKS[name][2]) for name in ATTACKS
+               if (name in names if names else ATTACKS[name][3] == "gpu" and on_gpu)]
+    chosen += [(name, path, "PASS", "") for name, path in RUNNER_STARTERS if on_gpu or "cuda" not in name]
+    for name, path, correctness, message in chosen:
+        started = time.monotonic()
+        result = runner.run_bench(path, shapes=[], dtype="float16", timeout_s=900, seed=1234,
+                                  extra_args=[*BENCH_ARGS.get(name, []), "--quick"])
+        ok = result["correctness"] == correctness and message in str(result["message"])
+        if correctness == "PASS":
+            ok = ok and result.get("timings_meaningful") == on_gpu
+        bad += not ok
+        shown = (f"{result.get('latency_us') or 0:.1f} us, meaningful {result.get('timings_meaningful')}, "
+                 f"{time.monotonic() - started:.0f} s" if result["correctness"] == "PASS" else one_line(result["message"]))
+        lines.append(f"| {name} | {correctness} | {result['correctness']} | {'yes' if ok else 'NO'} | "
+                     f"{sandbox} | {shown} |")
+        print(lines[-1], flush=True)
+    return lines, bad
+
+
+def isolation() -> str:
+    """How the runner's sandbox isolates a child on this machine (PID namespace, Landlock), from one tiny child."""
+    child = runner.run_child([sys.executable, "-c", "pass"], timeout_s=60, cwd=ROOT)
+    proc = child.sandbox.get("proc") or "the machine's"
+    return f"{child.sandbox.get('isolation')}; /proc: {proc}"
+
+
 def starter_rows(names: set[str] | None = None) -> tuple[list[str], int]:
     lines = ["", "## Starters (float16, full verdict)", "",
              "| kernel | result | GPU us | us per call (host included) | judge's guard removed us | throughput | % peak | vs eager | speed of light | timed calls "
@@ -139,7 +180,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--old-judge", help="also time the judge of this git commit (before/after)")
-    parser.add_argument("--only", default="attacks,starters,wall", help="which parts to run (comma-separated)")
+    parser.add_argument("--only", default="attacks,runner,starters,wall", help="which parts to run (comma-separated)")
     parser.add_argument("--names", default="", help="only these attacks / starters / kernels (comma-separated)")
     args = parser.parse_args()
     parts = set(args.only.split(","))
@@ -153,6 +194,10 @@ def main() -> int:
     if "attacks" in parts:
         attack_lines, bad = attack_rows(on_gpu, names)
         lines += attack_lines
+    if "runner" in parts:
+        runner_lines, failed = runner_rows(on_gpu, names)
+        lines += runner_lines
+        bad += failed
     if "starters" in parts:
         starter_lines, failed = starter_rows(names)
         lines += starter_lines

@@ -25,8 +25,8 @@ interpreter.choose()
 
 import torch  # noqa: E402
 
-import verify  # noqa: E402
-from autokernel import latency, models, plugin, profiler  # noqa: E402
+
+from autokernel import latency, models, plugin, profiler, verification  # noqa: E402
 
 
 def main() -> None:
@@ -41,7 +41,7 @@ def main() -> None:
     model, inputs, on_gpu = loaded.model, loaded.inputs, loaded.device.type == "cuda"
     workspace = Path(args.workspace)
     _, plan = profiler.profile_to_workspace(model, inputs, name=loaded.name, workspace=workspace)
-    folder = verify.write_starter_manifest(plan, workspace / "starters")
+    folder = verification.write_starter_manifest(plan, workspace / "starters")
     with torch.no_grad():
         plain = latency.wall_clock(lambda: model(*inputs), on_gpu)
         plugin.plug_in(model, folder, policy=plugin.ALL)

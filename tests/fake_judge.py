@@ -21,7 +21,7 @@ import time
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--kernel", required=True)
-    parser.add_argument("--json-out", required=True)
+    parser.add_argument("--result-fd", type=int, required=True)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--dtype")
     args, _ = parser.parse_known_args()
@@ -44,7 +44,7 @@ def main() -> int:
               "throughput": 1e4 / latency, "timings_meaningful": False, "seed": args.seed, "dtype": args.dtype,
               "message": f"keys seen: {keys or 'none'}; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}",
               "nonce": os.environ.get("AUTOKERNEL_RESULT_NONCE")}
-    with open(args.json_out, "w") as handle:
+    with os.fdopen(args.result_fd, "w") as handle:
         json.dump(result, handle)
     return 0 if correctness == "PASS" else 1
 

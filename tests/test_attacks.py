@@ -10,15 +10,19 @@ import json
 import runpy
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from autokernel import runner
+from autokernel import child_env, landlock, namespaces, runner
+from tests.processes import all_gone_within
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTACK_DIR = ROOT / "tests" / "attacks"
-ATTACKS, BENCH_ARGS = (runpy.run_path(str(ATTACK_DIR / "expected.py"))[name] for name in ("ATTACKS", "BENCH_ARGS"))
+ATTACKS, RUNNER_ATTACKS, BENCH_ARGS = (runpy.run_path(str(ATTACK_DIR / "expected.py"))[name]
+                                       for name in ("ATTACKS", "RUNNER_ATTACKS", "BENCH_ARGS"))
 CPU_ATTACKS = [name for name, expected in ATTACKS.items() if expected[3] == "cpu"]
 # The loop screens every candidate with --quick; these also go through the full verdict.
 FULL_TOO = ["stale_output_when_called_often", "decoy_launch_returns_torch", "cache_by_data_pointer"]
@@ -35,7 +39,7 @@ def judge(name: str, tmp_path: Path, *extra: str) -> tuple[dict, subprocess.Comp
 
 def test_every_attack_file_has_an_expected_verdict():
     files = {p.stem for p in ATTACK_DIR.glob("*.py") if not p.stem.startswith("_") and p.stem != "expected"}
-    assert files == set(ATTACKS)
+    assert files == set(ATTACKS) | set(RUNNER_ATTACKS) and not set(ATTACKS) & set(RUNNER_ATTACKS)
 
 
 @pytest.mark.parametrize("name, mode", [(n, "quick") for n in CPU_ATTACKS] + [(n, "full") for n in FULL_TOO])
@@ -62,3 +66,49 @@ def test_forged_result_file_does_not_fool_the_loop():
                               seed=7, extra_args=["--quick"])
     assert result["correctness"] == "CRASH"
     assert result["speedup_vs_pytorch"] is None
+
+
+@pytest.mark.parametrize("namespace", ["1", "0"])
+@pytest.mark.parametrize("name", sorted(RUNNER_ATTACKS))
+def test_a_daemon_that_outlives_the_judge_is_void_and_dies_before_the_verdict_is_read(name, namespace, tmp_path,
+                                                                                     monkeypatch):
+    # With the PID namespace (where the machine allows one) and with the subreaper's walk alone.
+    monkeypatch.setenv(namespaces.NAMESPACE_ENV, namespace)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    kernel = tmp_path / f"{name}.py"
+    kernel.write_text((ATTACK_DIR / f"{name}.py").read_text())
+    correctness, message = RUNNER_ATTACKS[name]
+    result = runner.run_bench(kernel, shapes=[], dtype="float16", timeout_s=300, seed=7, extra_args=["--quick"])
+    assert result["correctness"] == correctness and message in result["message"], result["message"]
+    assert result["latency_us"] is None and result["speedup_vs_pytorch"] is None
+    assert all_gone_within(str(kernel), within_s=1.0), "a process of the run outlived it"
+    # The CRASH says the daemon existed; its folder, the one place it could write that outlives a bench, is gone
+    # with the verdict, and stays gone past the daemon's own wait: nothing it wrote, or would write, survives.
+    time.sleep(4.0)
+    assert not child_env.cache_folder_of(kernel).exists()
+
+
+@pytest.mark.skipif(landlock.abi() < 1, reason="the worker's own write layer needs Landlock")
+def test_the_worker_writes_its_own_folders_and_nothing_of_the_judges(tmp_path, monkeypatch):
+    # The judge compiles torch.compile's reference in its own caches, beside the worker's folder: a candidate that
+    # planted code there would run in the judge. The worker's second Landlock layer leaves it its own folders alone.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    kernel = tmp_path / "probe.py"
+    kernel.write_text(textwrap.dedent("""
+        import os
+        _cache = os.path.dirname(os.environ["TRITON_CACHE_DIR"])
+        _judge = os.path.dirname(os.environ["TMPDIR"])          # the judge's private folder, holding its caches
+        _seen = []
+        for _label, _folder in (("own tmp", os.environ["TMPDIR"]), ("own cache", _cache), ("judge", _judge),
+                                ("judge caches", os.path.join(_judge, "caches", "triton"))):
+            try:
+                open(os.path.join(_folder, "planted"), "w").write("x")
+                _seen.append(_label + " written")
+            except OSError:
+                _seen.append(_label + " refused")
+        open(os.path.join(_cache, "probe"), "w").write("\\n".join(_seen))
+    """) + (ATTACK_DIR.parent / "judge_fixtures" / "row_softmax.py").read_text())
+    result = runner.run_bench(kernel, shapes=[], dtype="float16", timeout_s=300, seed=7, extra_args=["--quick"])
+    assert result["correctness"] == "PASS", result["message"]
+    seen = (runner.caches_for(kernel) / "probe").read_text().splitlines()
+    assert seen == ["own tmp written", "own cache written", "judge refused", "judge caches refused"]

@@ -186,19 +186,19 @@ def test_real_nvcc_reports_lines_of_cuda_source(tmp_path):
     assert cuda_build.first_error(proc.stdout + proc.stderr) == ('identifier "undefined_name" is undefined', 3)
 
 
-def test_the_sandboxed_child_may_write_the_cuda_build_cache(monkeypatch, tmp_path):
+def test_a_sandboxed_child_builds_in_a_cache_of_its_own_that_is_gone_after(tmp_path):
     import sys
 
     from autokernel import runner
     from autokernel.paths import ROOT
 
-    monkeypatch.delenv(cuda_build.CACHE_ENV, raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert runner.cache_environment()[cuda_build.CACHE_ENV] == str(cuda_build.cache_root())
-    probe = ("from autokernel import cuda_build\n"
+    probe = ("import os\nfrom autokernel import cuda_build\n"
              "folder = cuda_build.cache_root() / 'autokernel_cuda_probe'\n"
              "folder.mkdir(parents=True, exist_ok=True)\n"
-             "(folder / 'written').write_text(str(folder))\n")
+             "(folder / 'written').write_text('x')\n"
+             "print(folder)\n")
     result = runner.run_child([sys.executable, "-c", probe], timeout_s=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "xdg" / "autokernel" / "cuda" / "autokernel_cuda_probe" / "written").is_file()
+    folder = Path(result.stdout.strip())
+    assert folder.name == "autokernel_cuda_probe" and not folder.exists()    # removed with the child's own folder
+    assert not (cuda_build.cache_root() / "autokernel_cuda_probe").exists()

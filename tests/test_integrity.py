@@ -24,12 +24,12 @@ STAND_IN_BENCH = '''
 import importlib.util, json, os, sys
 nonce = os.environ.pop("AUTOKERNEL_RESULT_NONCE")  # taken before the candidate runs, as the real judge does
 args = sys.argv[1:]
-kernel, out = args[args.index("--kernel") + 1], args[args.index("--json-out") + 1]
+kernel, out = args[args.index("--kernel") + 1], os.fdopen(int(args[args.index("--result-fd") + 1]), "w")
 spec = importlib.util.spec_from_file_location("candidate", kernel)
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 json.dump({"correctness": "PASS", "latency_us": getattr(module, "LATENCY", 100.0), "kernel_type": module.KERNEL_TYPE, "nonce": nonce},
-          open(out, "w"))
+          out)
 '''
 
 

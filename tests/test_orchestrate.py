@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import results, sandbox
+from autokernel import process_tree, results
 from tests.fake_llm_server import FakeLLMServer
-from tests.processes import gone_within
+from tests.processes import all_gone_within, gone_within, marked
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -91,8 +91,10 @@ WRONG = _kernel("scaled by 1.5, so wrong", scale="1.5")
 SYNTAX_ERROR = FASTER.replace("def kernel_fn(x: torch.Tensor) -> torch.Tensor:", "def kernel_fn(x) -> :")
 
 
-def _hanging(pid_file: Path) -> str:
-    return _kernel("hangs", before=f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)")
+def _hanging(marker: str) -> str:
+    # The candidate may write only its own folders: it marks that it hangs in its compiler-cache folder.
+    return _kernel("hangs", before=f"open(os.path.join(os.path.dirname(os.environ['TRITON_CACHE_DIR']), {marker!r}), "
+                                   "'w').write('hanging'); time.sleep(600)")
 
 
 def _git(root: Path, *args: str) -> str:
@@ -124,26 +126,36 @@ def _start_loop(project: Path, model: Path | None, agent: str, base_url: str, ca
                 *extra: str) -> subprocess.Popen:
     env = {name: value for name, value in os.environ.items()
            if not name.startswith(("ANTHROPIC_", "OPENAI_", "TRITON_"))}
-    # The Triton cache is one of the few places a candidate may write: the hanging kernels leave their pid there.
+    # A candidate's compiler caches are one of the few places it may write: the hanging kernels mark themselves there.
     env.update(OPENAI_API_KEY="test-key", ANTHROPIC_API_KEY="test-key", PYTHONPATH=str(project),
-               TRITON_CACHE_DIR=str(caches))
+               XDG_CACHE_HOME=str(caches))
     what = ["--resume"] if model is None else [str(model), "--tag", "loop", "--top", "1"]
     cmd = [sys.executable, "-m", "autokernel.cli", "optimize", *what, "--agent", agent, "--base-url", base_url,
            "--llm-model", "fake-model", *extra]
     return subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _wait_for_file(path: Path, proc: subprocess.Popen, within_s: float) -> None:
+def _wait_for_marker(caches: Path, marker: str, proc: subprocess.Popen, within_s: float) -> None:
     deadline = time.monotonic() + within_s
-    while not path.exists():
+    while not list(caches.glob(f"autokernel/candidates/*/{marker}")):
         if proc.poll() is not None:
-            pytest.fail(f"the loop ended (exit {proc.returncode}) before {path.name} appeared:\n{proc.stdout.read()}")
+            pytest.fail(f"the loop ended (exit {proc.returncode}) before {marker} appeared:\n{proc.stdout.read()}")
         if time.monotonic() > deadline:
             proc.kill()
-            pytest.fail(f"{path.name} did not appear within {within_s} s:\n{proc.communicate()[0]}")
+            pytest.fail(f"{marker} did not appear within {within_s} s:\n{proc.communicate()[0]}")
         time.sleep(0.1)
-    while not path.read_text():
-        time.sleep(0.05)
+
+
+def _children(pid: int, named: str) -> list[int]:
+    """This process's view of pid's children whose command line holds `named`."""
+    found = []
+    for child in marked(named):
+        try:
+            if int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(child)
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def _on_branch(project: Path, path: str) -> str:
@@ -156,22 +168,21 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
     model.write_text(TINY_MODEL)
     caches = tmp_path / "caches"
     caches.mkdir()
-    first_hang, second_hang, third_hang = caches / "hang1.pid", caches / "hang2.pid", caches / "hang3.pid"
+    candidate_processes = str(project / "kernel.py")       # on the command line of bench.py, its worker and launcher
 
     with FakeLLMServer() as server:
         server.add_kernel_reply("one launch instead of sixteen", FASTER)
         server.add_kernel_reply("scale the output", WRONG)
-        server.add_kernel_reply("wait for inspiration", _hanging(first_hang))
+        server.add_kernel_reply("wait for inspiration", _hanging("hang1"))
         # Session one (OpenAI) loses its terminal (SIGHUP) while bench.py runs the hanging kernel.
         loop = _start_loop(project, model, "openai", server.openai_base_url, caches, "--max-reverts", "4",
                            "--target-speedup", "100", "--budget", "1h", "--experiment-timeout", "90s")
-        _wait_for_file(first_hang, loop, within_s=150)
+        _wait_for_marker(caches, "hang1", loop, within_s=150)
+        assert _children(loop.pid, "autokernel.sandbox"), "candidate code ran inside the loop process"
         loop.send_signal(signal.SIGHUP)
         output, _ = loop.communicate(timeout=60)
         assert loop.returncode == 128 + signal.SIGHUP, output
-        hang_pid = int(first_hang.read_text())
-        assert hang_pid != loop.pid, "candidate code ran inside the loop process"
-        assert gone_within(hang_pid), "the bench child survived the hangup"
+        assert all_gone_within(candidate_processes), "the bench child survived the hangup"
         assert "exp 2 KEEP PASS" in output and "exp 3 REVERT FAIL" in output
         assert "interrupted (SIGHUP)" in output and "autokernel optimize --resume" in output
         assert len(server.checks) == 1, "the endpoint was checked once, before profiling"
@@ -187,25 +198,26 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
         assert _git(project, "status", "--porcelain", "--untracked-files=no") == ""
 
         # Session two (Anthropic) resumes with the run's settings; it is killed outright during the hang.
-        server.add_kernel_reply("wait for inspiration again", _hanging(second_hang))
+        server.add_kernel_reply("wait for inspiration again", _hanging("hang2"))
         loop = _start_loop(project, None, "anthropic", server.anthropic_base_url, caches)
-        _wait_for_file(second_hang, loop, within_s=150)
-        launcher = int(Path(f"/proc/{second_hang.read_text()}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        _wait_for_marker(caches, "hang2", loop, within_s=150)
+        [launcher] = _children(loop.pid, "autokernel.sandbox")
         loop.kill()
         output, _ = loop.communicate(timeout=60)
         assert "--agent anthropic overrides the run's openai" in output and "--max-reverts 4" in output
-        assert gone_within(int(second_hang.read_text())) and gone_within(launcher), \
+        assert all_gone_within(candidate_processes) and gone_within(launcher), \
             "the bench child outlived the killed loop"
 
         # Session three finishes the job: the kill left an unjudged experiment 4, which is judged anew.
         server.add_kernel_reply("fewer characters", SYNTAX_ERROR)
         server.add_reply("I would try a larger block size next.")
-        server.add_kernel_reply("wait once more", _hanging(third_hang))
+        server.add_kernel_reply("wait once more", _hanging("hang3"))
         loop = _start_loop(project, None, "anthropic", server.anthropic_base_url, caches,
                            "--experiment-timeout", "20s")
         output, _ = loop.communicate(timeout=240)
         assert loop.returncode == 0, output
-        assert gone_within(int(third_hang.read_text()))
+        # Its TIMEOUT row (below) says it ran; a rejected candidate's cache folder goes with its verdict.
+        assert all_gone_within(candidate_processes) and not list(caches.glob("autokernel/candidates/*/hang3"))
         paths_asked = [request.path for request in server.requests]
         assert [p.endswith("/chat/completions") for p in paths_asked] == [True] * 3 + [False] * 4
         assert server.pending == 0
@@ -236,8 +248,43 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
     # Seven replies were paid for; the two whose sessions were cut off mid-bench have no row.
     assert final_state["done"] and final_state["experiment"] == 6 and final_state["llm_tokens"] == 7 * 150
     assert _git(project, "status", "--porcelain", "--untracked-files=no") == ""
-    assert not [p for p in sandbox.process_table() if p in sandbox.descendants(os.getpid())
+    assert not [p for p in process_tree.process_table() if p in process_tree.descendants(os.getpid())
                 and "bench.py" in Path(f"/proc/{p}/cmdline").read_text(errors="ignore")]
+
+
+# Issue 24: what an LLM rewarded for speed would try against what surrounds the judge. Each is a correct, one-launch
+# softmax, far faster than the slow starter: kept, if the judge were fooled.
+ROUND_TWO_ATTACKS = ["daemon_rewrites_verdict", "daemon_writes_after_the_run", "writes_verdict_through_proc_fd",
+                     "thread_outlives_kernel_fn"]
+
+
+def test_the_loop_rejects_every_attack_on_what_surrounds_the_judge_and_nothing_they_wrote_survives(tmp_path):
+    project = copy_project(tmp_path / "project")
+    model = tmp_path / "tiny_softmax.py"
+    model.write_text(TINY_MODEL)
+    caches = tmp_path / "caches"
+    attacks = {name: (PROJECT / "tests" / "attacks" / f"{name}.py").read_text() for name in ROUND_TWO_ATTACKS}
+    with FakeLLMServer() as server:
+        for name, source in attacks.items():
+            server.add_kernel_reply(name, source)
+        loop = _start_loop(project, model, "openai", server.openai_base_url, caches, "--max-reverts",
+                           str(len(attacks)), "--target-speedup", "100", "--budget", "1h")
+        output, _ = loop.communicate(timeout=900)
+    assert loop.returncode == 0, output
+    rows = results.read_rows(project / "results.tsv")
+    assert [(r["description"], r["status"], r["correctness"]) for r in rows[1:]] == [
+        ("daemon_rewrites_verdict", "revert", "CRASH"), ("daemon_writes_after_the_run", "revert", "CRASH"),
+        ("writes_verdict_through_proc_fd", "revert", "FAIL"), ("thread_outlives_kernel_fn", "revert", "FAIL")], output
+    assert _git(project, "log", "--format=%s", "autokernel/loop").splitlines()[-2:] == [
+        "baseline 1_softmax: kernel_1_softmax.py", "init"]
+    assert not any(source == _on_branch(project, "kernel.py") for source in attacks.values())
+    assert _git(project, "status", "--porcelain", "--untracked-files=all") == ""
+    assert all_gone_within(str(project / "kernel.py"))
+    time.sleep(4.0)      # past the daemons' own waits: nothing they wrote, or would write later, is left
+    # The one candidate cache left is the baseline's, the one kernel that passed; the rejected ones' are gone.
+    assert len(list(caches.glob("autokernel/candidates/*"))) == 1
+    assert not list(caches.glob("autokernel/candidates/*/daemon_alive"))
+    assert "# written after the run" not in (project / "kernel.py").read_text() + (project / "results.tsv").read_text()
 
 
 def test_an_unreachable_endpoint_fails_in_seconds_before_profiling(tmp_path):

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import child_output, runner
+from autokernel import child_output, runner, sandbox_checks
 from autokernel.contracts import BenchResult
-from tests.processes import gone_within
+from tests.processes import all_gone_within, new_token
 
 
 def _python(code: str) -> list[str]:
@@ -22,17 +22,17 @@ def _python(code: str) -> list[str]:
 
 
 def test_timeout_kills_the_child_and_its_grandchildren(tmp_path):
-    pid_file = tmp_path / "grandchild.pid"
+    token = new_token()
     code = f"""
-        import subprocess, time
-        grandchild = subprocess.Popen(["sleep", "60"])
-        open({str(pid_file)!r}, "w").write(str(grandchild.pid))
+        import subprocess, sys, time
+        grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", {token!r}])
+        open({str(tmp_path / "started")!r}, "w").write("")
         time.sleep(60)
     """
     result = runner.run_child(_python(code), timeout_s=1.5, cwd=tmp_path, writable=[tmp_path])
-    assert result.timed_out
+    assert result.timed_out and (tmp_path / "started").exists()
     assert result.wall_seconds < 1.5 + runner.KILL_GRACE_S + 5
-    assert gone_within(int(pid_file.read_text()))
+    assert all_gone_within(token)
 
 
 def test_child_that_ignores_sigterm_is_killed(tmp_path):
@@ -100,9 +100,9 @@ def _fake_bench(tmp_path: Path, body: str) -> Path:
 def test_run_bench_returns_the_json_bench_wrote(tmp_path):
     bench = _fake_bench(tmp_path, """
         import os
-        out = args[args.index("--json-out") + 1]
+        out = os.fdopen(int(args[args.index("--result-fd") + 1]), "w")
         nonce = os.environ["AUTOKERNEL_RESULT_NONCE"]
-        json.dump({"correctness": "PASS", "latency_us": 12.5, "args": args, "nonce": nonce}, open(out, "w"))
+        json.dump({"correctness": "PASS", "latency_us": 12.5, "args": args, "nonce": nonce}, out)
     """)
     result = runner.run_bench(tmp_path / "kernel.py", shapes=[{"M": 4, "N": 8}, {"M": 2, "N": 2}],
                               dtype="float32", timeout_s=30, seed=7, extra_args=["--quick"], bench_script=bench)
@@ -113,16 +113,18 @@ def test_run_bench_returns_the_json_bench_wrote(tmp_path):
     assert [args[i + 1] for i, a in enumerate(args) if a == "--shape"] == ["M=4,N=8", "M=2,N=2"]
     assert args[args.index("--dtype") + 1] == "float32"
     assert args[args.index("--seed") + 1] == "7"
+    assert "--json-out" not in args      # no path to a verdict on any command line
     assert args[-1] == "--quick"
     assert result["wall_seconds"] > 0
     assert "nonce" not in result
 
 
 def test_a_result_file_without_the_runs_nonce_is_a_crash(tmp_path):
-    # What a kernel that found the --json-out path and wrote a PASS itself looks like.
+    # A verdict written by whatever cannot know the run's nonce (the worker never sees it).
     bench = _fake_bench(tmp_path, """
-        out = args[args.index("--json-out") + 1]
-        json.dump({"correctness": "PASS", "latency_us": 0.5, "nonce": "guessed"}, open(out, "w"))
+        import os
+        out = os.fdopen(int(args[args.index("--result-fd") + 1]), "w")
+        json.dump({"correctness": "PASS", "latency_us": 0.5, "nonce": "guessed"}, out)
     """)
     result = runner.run_bench("kernel.py", shapes=[], dtype="float16", timeout_s=30, bench_script=bench)
     assert result["correctness"] == "CRASH"
@@ -133,8 +135,9 @@ def test_a_result_file_without_the_runs_nonce_is_a_crash(tmp_path):
 def test_a_pass_with_a_failing_exit_code_is_a_crash(tmp_path):
     bench = _fake_bench(tmp_path, """
         import os
-        out = args[args.index("--json-out") + 1]
-        json.dump({"correctness": "PASS", "nonce": os.environ["AUTOKERNEL_RESULT_NONCE"]}, open(out, "w"))
+        out = os.fdopen(int(args[args.index("--result-fd") + 1]), "w")
+        json.dump({"correctness": "PASS", "nonce": os.environ["AUTOKERNEL_RESULT_NONCE"]}, out)
+        out.close()
         sys.exit(1)
     """)
     result = runner.run_bench("kernel.py", shapes=[], dtype="float16", timeout_s=30, bench_script=bench)
@@ -168,10 +171,10 @@ def test_run_bench_that_hangs_is_a_timeout(tmp_path):
 
 
 def test_interrupting_the_caller_kills_the_child(tmp_path, monkeypatch):
-    pid_file = tmp_path / "child.pid"
+    pid_file, token = tmp_path / "child.pid", new_token()
     code = f"""
         import os, time
-        open({str(pid_file)!r}, "w").write(str(os.getpid()))
+        open({str(pid_file)!r}, "w").write({token!r})
         time.sleep(60)
     """
     original_wait = runner.subprocess.Popen.wait
@@ -186,7 +189,7 @@ def test_interrupting_the_caller_kills_the_child(tmp_path, monkeypatch):
     monkeypatch.setattr(runner.subprocess.Popen, "wait", wait_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         runner.run_child(_python(code), timeout_s=60, cwd=tmp_path, writable=[tmp_path])
-    assert gone_within(int(pid_file.read_text()))
+    assert all_gone_within(token)
 
 
 def test_child_environment_is_an_allow_list_without_secrets():
@@ -237,12 +240,12 @@ def test_a_sandbox_that_hides_the_gpu_is_reported_before_the_run(tmp_path, monke
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)        # the loop's process sees a GPU
-    monkeypatch.setattr(runner, "GPU_PROBE", "import sys; print('cudaGetDeviceCount error 304', file=sys.stderr); "
+    monkeypatch.setattr(sandbox_checks, "GPU_PROBE", "import sys; print('cudaGetDeviceCount error 304', file=sys.stderr); "
                                              "sys.exit(3)")              # the candidates' sandbox does not
-    problem = runner.sandbox_gpu_problem(tmp_path)
+    problem = sandbox_checks.sandbox_gpu_problem(tmp_path)
     assert "cannot use it" in problem and "error 304" in problem and runner.CONFINE_ENV in problem
-    monkeypatch.setattr(runner, "GPU_PROBE", "pass")
-    assert runner.sandbox_gpu_problem(tmp_path) is None
+    monkeypatch.setattr(sandbox_checks, "GPU_PROBE", "pass")
+    assert sandbox_checks.sandbox_gpu_problem(tmp_path) is None
 
 
 def test_without_a_gpu_there_is_nothing_to_probe(tmp_path, monkeypatch):
@@ -250,4 +253,4 @@ def test_without_a_gpu_there_is_nothing_to_probe(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(runner, "run_child", lambda *a, **k: pytest.fail("no child should start"))
-    assert runner.sandbox_gpu_problem(tmp_path) is None
+    assert sandbox_checks.sandbox_gpu_problem(tmp_path) is None

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import landlock, runner, sandbox
-from tests.processes import gone_within
+from autokernel import landlock, namespaces, runner, sandbox
+from tests.processes import all_gone_within, gone_within, marked, new_token
 
 ABI = landlock.abi()
 needs_landlock = pytest.mark.skipif(ABI < 1, reason="this kernel has no Landlock")
@@ -125,13 +125,18 @@ def test_the_repository_its_git_config_and_its_state_are_read_only(tmp_path):
     assert not Path(lines[7].split(" ", 1)[1]).exists(), "the private temporary folder was not removed"
 
 
-def test_a_daemon_in_its_own_session_dies_with_the_run(tmp_path):
-    pid_file = tmp_path / "daemon.pid"
+@pytest.mark.parametrize("namespace", ["1", "0"])
+def test_a_daemon_in_its_own_session_dies_with_the_run(tmp_path, monkeypatch, namespace):
+    # With a PID namespace (where the machine allows one) and without it (the subreaper's walk).
+    monkeypatch.setenv(namespaces.NAMESPACE_ENV, namespace)
+    pid_file, token = tmp_path / "daemon.pid", new_token()
     attack = f"""
-        import os, time
+        import ctypes, os, time
+        # {token}
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
+                ctypes.CDLL(None).prctl(1, 0)          # no parent-death signal
                 open({str(pid_file)!r}, "w").write(str(os.getpid()))
                 time.sleep(600)
             os._exit(0)
@@ -140,7 +145,10 @@ def test_a_daemon_in_its_own_session_dies_with_the_run(tmp_path):
     """
     result = _run(attack, tmp_path, writable=[tmp_path])
     assert result.returncode == 0 and result.leftover_processes >= 1
-    assert gone_within(int(pid_file.read_text()))
+    assert all_gone_within(token)
+    isolation = result.sandbox["isolation"]
+    assert (isolation in ("pid namespace", "user+pid namespace") or "unshare" in isolation if namespace == "1"
+            else isolation == f"no PID namespace ({namespaces.NAMESPACE_ENV}=0)"), isolation
 
 
 def test_memory_past_the_cap_stops_the_whole_tree(tmp_path):
@@ -159,7 +167,10 @@ def test_memory_past_the_cap_stops_the_whole_tree(tmp_path):
 
 
 @pytest.mark.skipif(ABI < 4, reason="Landlock TCP rules need ABI 4")
-def test_no_tcp_connection_out_of_the_sandbox(tmp_path):
+@pytest.mark.parametrize("files_confined", ["1", "0"])
+def test_no_tcp_connection_out_of_the_sandbox(tmp_path, monkeypatch, files_confined):
+    # With the file rules off (AUTOKERNEL_SANDBOX_FS=0) the network rules stay: a candidate once reached 127.0.0.1 so.
+    monkeypatch.setenv(runner.CONFINE_ENV, files_confined)
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
         attack = f"""
@@ -175,20 +186,23 @@ def test_no_tcp_connection_out_of_the_sandbox(tmp_path):
 
 
 @pytest.mark.skipif(ABI < 6, reason="Landlock signal scoping needs ABI 6")
-def test_the_child_cannot_kill_its_launcher_or_the_loop(tmp_path):
-    attack = """
+@pytest.mark.parametrize("namespace", ["1", "0"])
+def test_the_child_cannot_kill_its_launcher_or_the_loop(tmp_path, monkeypatch, namespace):
+    # In a PID namespace the loop and the launcher have no pid the child can name; without one, Landlock's
+    # signal scoping refuses. Either way the child's signal reaches neither (this test would stop if it did).
+    monkeypatch.setenv(namespaces.NAMESPACE_ENV, namespace)
+    attack = f"""
         import os, signal
-        launcher = os.getppid()
-        loop = int(open(f"/proc/{launcher}/stat").read().rsplit(")", 1)[1].split()[1])
-        for pid in (launcher, loop):
+        for pid in ({os.getpid()}, int(open("/proc/{os.getpid()}/stat").read().rsplit(")", 1)[1].split()[1])
+                    if os.path.exists("/proc/{os.getpid()}") else -1):
             try:
-                os.kill(pid, signal.SIGSTOP)
-                print("signalled")
-            except PermissionError:
+                os.kill(pid, signal.SIGSTOP) if pid > 1 else None
+                print("signalled" if pid > 1 else "not-named")
+            except (PermissionError, ProcessLookupError):
                 print("refused")
     """
     result = _run(attack, tmp_path)
-    assert result.stdout.split() == ["refused", "refused"], result.stderr
+    assert "signalled" not in result.stdout.split() and len(result.stdout.split()) == 2, result.stderr
 
 
 def test_a_root_child_has_no_capabilities(tmp_path):
@@ -200,27 +214,38 @@ def test_a_root_child_has_no_capabilities(tmp_path):
         assert capabilities["CapBnd"] == 0, capabilities
 
 
-def test_the_child_dies_when_the_loop_is_killed(tmp_path):
-    child_pid, daemon_pid = tmp_path / "child.pid", tmp_path / "daemon.pid"
+@pytest.mark.parametrize("namespace", ["1", "0"])
+def test_the_child_dies_when_the_loop_is_killed(tmp_path, namespace):
+    child_started, daemon_started, token = tmp_path / "child", tmp_path / "daemon", new_token()
     candidate = f"""
         import os, time
-        open({str(child_pid)!r}, "w").write(str(os.getpid()))
+        # {token}
+        open({str(child_started)!r}, "w").write("")
         if os.fork() == 0:
             os.setsid()
-            open({str(daemon_pid)!r}, "w").write(str(os.getpid()))
+            open({str(daemon_started)!r}, "w").write("")
             time.sleep(600)
         time.sleep(600)
     """
     loop = subprocess.Popen([sys.executable, "-c", LOOP_HELPER, textwrap.dedent(candidate), str(tmp_path)],
-                            env={**os.environ, "PYTHONPATH": str(PROJECT)}, stdout=subprocess.DEVNULL)
+                            env={**os.environ, "PYTHONPATH": str(PROJECT), namespaces.NAMESPACE_ENV: namespace},
+                            stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    while not (child_pid.exists() and daemon_pid.exists() and daemon_pid.read_text()):
+    while not (child_started.exists() and daemon_started.exists()):
         assert time.monotonic() < deadline and loop.poll() is None
         time.sleep(0.05)
-    launcher = int(Path(f"/proc/{child_pid.read_text()}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    launchers = [pid for pid in marked("autokernel.sandbox") if _parent(pid) == loop.pid]
+    assert len(marked(token)) >= 2 and len(launchers) == 1
     loop.send_signal(signal.SIGKILL)
     loop.wait()
-    assert gone_within(int(child_pid.read_text())) and gone_within(int(daemon_pid.read_text())) and gone_within(launcher)
+    assert all_gone_within(token) and gone_within(launchers[0])
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return -1
 
 
 def test_cover_leaves_out_exactly_the_hidden_subtrees(tmp_path):

@@ -10,11 +10,12 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from autokernel import gitops, loop, results, run_state, session
+from autokernel import budget, gitops, loop, results, run_state, session
 from autokernel.agents.base import MalformedReply
 from autokernel.live import ProgressView
 from autokernel.lock import RunLocked
@@ -113,6 +114,41 @@ def test_a_kill_at_any_write_step_loses_nothing_and_numbers_nothing_twice(tmp_pa
         assert git(project, "branch", "--show-current").strip() == "main", label
 
 
+def test_a_kill_loses_at_most_a_clock_tick_of_the_budget(project, monkeypatch):
+    # The state is saved at each decision; between them only the clock file keeps the time used (issue 24: five
+    # kills charged 52 s of 65). The child is killed dead one second into its first experiment.
+    monkeypatch.setattr(budget, "CLOCK_SAVE_S", 0.1)
+    pid = os.fork()
+    if pid == 0:
+        def die_in_the_first_experiment(name):
+            if name == "experiment: in flight":
+                time.sleep(1.0)
+                os._exit(137)
+        try:
+            _start(project, monkeypatch, checkpoint=die_in_the_first_experiment)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    saved = run_state.load()
+    clock = json.loads((project / "workspace" / budget.CLOCK_FILE_NAME).read_text())
+    assert clock["tag"] == "night" and clock["elapsed_s"] >= saved.elapsed_s + 0.8
+    state = _start(project, monkeypatch, resume=True)
+    assert state.done and state.elapsed_s >= clock["elapsed_s"]
+
+
+def test_the_run_holds_no_key_in_its_environment_and_gives_them_back(project, monkeypatch):
+    # The agent reads its key when it is made; from then on no child of the run can inherit one (issue 24).
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("HF_TOKEN", "hf-test")
+    seen = []
+    _start(project, monkeypatch, checkpoint=lambda name: seen.append(
+        {key: os.environ.get(key) for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "HF_TOKEN")}))
+    assert seen and all(set(env.values()) == {None} for env in seen), seen
+    assert (os.environ["OPENAI_API_KEY"], os.environ["ANTHROPIC_API_KEY"], os.environ["HF_TOKEN"]) == \
+           ("sk-test", "sk-ant-test", "hf-test")
+
+
 # ---------------------------------------------------------------------- checks before anything is written
 def _nothing_created(project: Path) -> bool:
     return (not (project / "workspace" / "state.json").exists() and "autokernel/night" not in git(project, "branch")
@@ -149,7 +185,7 @@ def test_a_sandbox_that_hides_the_gpu_stops_the_run_before_profiling(project, mo
     # On an H100 the sandbox once hid the GPU: every bench ran in Triton's interpreter, none failed.
     planned = []
     _use_agent(monkeypatch, TableAgent([]))
-    monkeypatch.setattr(session.runner, "sandbox_gpu_problem", lambda cwd: "a process in the candidates' sandbox "
+    monkeypatch.setattr(session.sandbox_checks, "sandbox_gpu_problem", lambda cwd: "a process in the candidates' sandbox "
                                                                            "cannot use it")
     with pytest.raises(OptimizationError, match="cannot use it"):
         session.run_optimization(plan=lambda log: planned.append(1) or [], settings=RunSettings(), tag="night",

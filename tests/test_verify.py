@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import verify  # noqa: E402
-from autokernel import hardware, models, plugin, profiler  # noqa: E402
+from autokernel import hardware, models, plugin, profiler, verification  # noqa: E402
 from autokernel.paths import MANIFEST_NAME, ROOT, starter_path  # noqa: E402
 from autokernel.profiler import PLAN_FILE  # noqa: E402
 from tests.test_plugin import LLAMA_SHAPES, reference_kernel, write_optimized  # noqa: E402
@@ -136,7 +136,7 @@ def test_starters_reuse_this_models_plan(tmp_path, capsys):
         (f"{e['rank']}_{e['kernel_type']}", str(starter_path(e["kernel_type"])), e["share"]) for e in entries]
     assert all(k["hits"] > 0 and k["fallbacks"] == 0 for k in report["kernels"])
     with pytest.raises(verify.NothingToPlugIn, match="nothing to plug in"):
-        verify.write_starter_manifest({"model": "llama.py:Model", "entries": []}, tmp_path)
+        verification.write_starter_manifest({"model": "llama.py:Model", "entries": []}, tmp_path)
 
 
 def test_a_wrong_kernel_fails_the_check_and_compile_is_timed(tmp_path, capsys):
@@ -177,10 +177,10 @@ def test_a_plan_profiled_at_other_inputs_is_not_this_models(tmp_path):
                                   warmup=0, iters=1, gpu=hardware.CPU_INTERPRETER)
     plan_path = tmp_path / PLAN_FILE
 
-    plan, note = verify.read_model_plan(plan_path, loaded_at(4, 16))
+    plan, note = verification.read_model_plan(plan_path, loaded_at(4, 16))
     assert plan is not None and plan["inputs"] == [{"shape": [4, 16], "dtype": "float32"}]
     assert note.startswith(f"shares from {plan_path}")
-    plan, note = verify.read_model_plan(plan_path, loaded_at(8, 16))
+    plan, note = verification.read_model_plan(plan_path, loaded_at(8, 16))
     assert plan is None
     assert note == (f'{plan_path} is the plan of softmax-head (cpu, float32) with inputs '
                     f'[{{"shape": [4, 16], "dtype": "float32"}}], not [{{"shape": [8, 16], "dtype": "float32"}}]')
@@ -188,7 +188,7 @@ def test_a_plan_profiled_at_other_inputs_is_not_this_models(tmp_path):
     old_plan = json.loads(plan_path.read_text())
     del old_plan["inputs"]
     plan_path.write_text(json.dumps(old_plan))
-    plan, _ = verify.read_model_plan(plan_path, loaded_at(8, 16))
+    plan, _ = verification.read_model_plan(plan_path, loaded_at(8, 16))
     assert plan == old_plan
 
 

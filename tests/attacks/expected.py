@@ -1,5 +1,7 @@
 """What the judge must answer for each attack kernel in this folder (loaded with runpy).
 
+ATTACKS are judged by bench.py itself; RUNNER_ATTACKS, below, through the runner's sandbox.
+
 name -> (correctness, failed stage or stages, a piece of the message, where it runs). "cpu" attacks run in
 CI through the Triton interpreter and on the GPU; "gpu" attacks need CUDA streams and events and
 run in benchmarks/judge_attacks.py. Every attack got a PASS (or got past the checks it targets)
@@ -40,6 +42,9 @@ ATTACKS = {
     "stale_indices_by_shape": ("FAIL", "shape sweep", "indices: ", "cpu"),
     "stale_indices_when_timed": ("FAIL", "timing", "changes behaviour with the call count", "cpu"),
     "leaves_thread_running": ("FAIL", "smoke", "left a thread running", "cpu"),
+    # Issue 24: the verdict out of the candidate's reach (its pipe, its descriptors, the judge's /proc entries).
+    "writes_verdict_through_proc_fd": ("FAIL", "load", "another process's fd", "cpu"),
+    "thread_outlives_kernel_fn": ("FAIL", "smoke", "left a thread running", "cpu"),
     "side_stream_launch": ("FAIL", "smoke", "side stream", "gpu"),
     "rerecords_timer_events": ("FAIL", "timing", "the timer", "gpu"),
     "changes_allocator_settings": ("FAIL", "load", "changed torch's global state", "gpu"),
@@ -50,6 +55,13 @@ ATTACKS = {
     "cuda_decoy_then_aten_matmul": ("FAIL", "smoke", "kernel_fn called aten::", "gpu"),
     "cuda_side_stream_launch": ("FAIL", "smoke", "on a side stream", "gpu"),
     "cuda_decoy_named_like_library": ("FAIL", "smoke", "like a library's", "gpu"),
+}
+
+# Attacks on what surrounds the judge (issue 24), judged as the loop judges, through runner.run_bench and its
+# sandbox: name -> (correctness, a piece of the message). A daemon that outlives the judge is seen only there.
+RUNNER_ATTACKS = {
+    "daemon_rewrites_verdict": ("CRASH", "left 1 process(es) running after the judge finished"),
+    "daemon_writes_after_the_run": ("CRASH", "left 1 process(es) running after the judge finished"),
 }
 
 BENCH_ARGS = {

@@ -1,0 +1,136 @@
+"""Tests for autokernel/judge_files.py: the judge that runs is the judge the run started with, in every sandbox mode.
+
+The end-to-end tests judge a kernel with the file rules off (AUTOKERNEL_SANDBOX_FS=0), in a copy of the
+project, so a candidate really can write the judge's files there: once it changes them for good, once it
+changes one and puts it back before the bench ends.
+"""
+
+import json
+import os
+import py_compile
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from autokernel import judge_files
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def _package(tmp_path: Path) -> tuple[Path, Path]:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "correctness.py").write_text("TOLERANCE = 1e-2\n")
+    (package / "timing.py").write_text("def clock():\n    return 0\n")
+    bench = tmp_path / "bench.py"
+    bench.write_text("print('judge')\n")
+    return bench, package
+
+
+def test_a_changed_removed_or_planted_judge_file_is_named_and_put_back(tmp_path):
+    bench, package = _package(tmp_path)
+    digest = judge_files.Digest(bench, package)
+    assert digest.changed() == []
+    (package / "correctness.py").write_text("TOLERANCE = 1e9\n")
+    (package / "timing.py").unlink()
+    (package / "planted.py").write_text("import os\n")
+    changed = digest.changed()
+    assert changed == sorted(os.path.realpath(package / name) for name in ("correctness.py", "planted.py", "timing.py"))
+    digest.restore(changed)
+    assert (package / "correctness.py").read_text() == "TOLERANCE = 1e-2\n" and (package / "timing.py").exists()
+    assert not (package / "planted.py").exists() and digest.changed() == []
+
+
+def test_bytecode_python_wrote_is_no_change_and_planted_bytecode_is(tmp_path):
+    bench, package = _package(tmp_path)
+    digest = judge_files.Digest(bench, package)
+    honest = Path(py_compile.compile(str(package / "timing.py"), doraise=True))
+    assert digest.changed() == [], "a .pyc compiled from its own source is what the loop's imports write"
+    planted = Path(py_compile.compile(str(package / "correctness.py"), doraise=True))
+    other = compile("TOLERANCE = 1e9\n", str(package / "correctness.py"), "exec")
+    planted.write_bytes(planted.read_bytes()[:16] + __import__("marshal").dumps(other))   # the right header, other code
+    assert digest.changed() == [os.path.realpath(planted)]
+    honest.write_bytes(honest.read_bytes() + b"\0")
+    assert os.path.realpath(honest) in digest.changed()
+
+
+def test_what_the_judge_compiled_is_checked_against_the_digest(tmp_path):
+    bench, package = _package(tmp_path)
+    digest = judge_files.Digest(bench, package)
+    source = os.path.realpath(package / "correctness.py")
+    assert digest.unknown_sources({source: digest.shas[source]}) == []
+    assert digest.unknown_sources({source: "0" * 64}) == [source]
+    assert digest.unknown_sources({str(tmp_path / "elsewhere.py"): "0" * 64}) == [str(tmp_path / "elsewhere.py")]
+    assert digest.unknown_sources(None) == ["(no list of the judge's sources)"]
+
+
+# ---------------------------------------------------------------------- through the runner, file rules off
+ATTACK = '''
+import os
+{body}
+from tests.judge_fixtures import row_softmax as _honest
+KERNEL_TYPE = "softmax"
+
+
+def kernel_fn(x):
+    return _honest.kernel_fn(x)
+'''
+
+RUN = '''
+import json, sys
+from pathlib import Path
+from autokernel import judge_files, runner
+judge_files.digest_of(Path("bench.py"))         # the run's start
+for path, text in json.loads(sys.argv[2]).items():
+    Path(path).write_text(text)                  # what happened between the start and this bench
+print(json.dumps(runner.run_bench(sys.argv[1], shapes=[], dtype="float16", timeout_s=300, seed=3,
+                                  extra_args=["--quick"], bench_script=Path("bench.py").resolve())))
+'''
+
+
+def _copy_project(destination: Path) -> Path:
+    for name in ("bench.py", "reference.py"):
+        shutil.copy(PROJECT / name, destination / name)
+    for folder in ("autokernel", "tests/judge_fixtures"):
+        shutil.copytree(PROJECT / folder, destination / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return destination
+
+
+def _judge_unconfined(project: Path, kernel_body: str, before: dict[str, str]) -> dict:
+    kernel = project / "attack.py"
+    kernel.write_text(ATTACK.format(body=textwrap.dedent(kernel_body)))
+    env = {**os.environ, "PYTHONPATH": str(project), "AUTOKERNEL_SANDBOX_FS": "0",
+           "XDG_CACHE_HOME": str(project / "cache")}
+    proc = subprocess.run([sys.executable, "-c", RUN, str(kernel), json.dumps(before)], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_candidate_that_changes_the_judge_for_good_is_void_and_the_judge_restored(tmp_path):
+    project = _copy_project(tmp_path)
+    original = (project / "autokernel" / "correctness.py").read_text()
+    result = _judge_unconfined(project, '''
+        with open(os.path.join(os.getcwd(), "autokernel", "correctness.py"), "a") as handle:
+            handle.write("\\nALWAYS_PASS = True\\n")
+    ''', before={})
+    assert result["correctness"] == "CRASH", result["message"]
+    assert "judge's own files changed" in result["message"] and "correctness.py" in result["message"]
+    assert (project / "autokernel" / "correctness.py").read_text() == original
+
+
+def test_a_judge_changed_and_put_back_within_one_bench_is_caught_by_what_it_compiled(tmp_path):
+    project = _copy_project(tmp_path)
+    target = project / "autokernel" / "correctness.py"
+    original = target.read_text()
+    (tmp_path / "original.txt").write_text(original)
+    # The judge's file is changed after the run's start; the candidate puts it back as soon as it runs, so
+    # the files are the digest's again when the bench ends: only what the judge compiled can tell.
+    result = _judge_unconfined(project, f'''
+        open({str(target)!r}, "w").write(open({str(tmp_path / "original.txt")!r}).read())
+    ''', before={str(target): original + "\nCHANGED_BEFORE_THE_BENCH = True\n"})
+    assert result["correctness"] == "CRASH", result["message"]
+    assert "the judge that ran is not the run's" in result["message"] and "correctness.py" in result["message"]
+    assert target.read_text() == original
