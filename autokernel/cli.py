@@ -250,9 +250,12 @@ def _cmd_report(args, started: float) -> int:
     if args.json:
         print(json.dumps(report.summary_json(rows, report.read_verdict(args.verify_report), throughput), indent=2))
     elif args.out:
-        markdown_path, plot_path = report.write_report(args.results, args.out, verify_report=args.verify_report,
-                                                       throughput=throughput)
-        print(f"report written to {markdown_path} and {plot_path}")
+        written = report.write_report(args.results, args.out, verify_report=args.verify_report, throughput=throughput)
+        if written.plot is None:
+            print(f"report written to {written.markdown}")
+            _say(f"autokernel: warning: {written.plot_problem}")
+        else:
+            print(f"report written to {written.markdown} and {written.plot}")
     else:
         print(results.markdown_summary(rows))
     return 0

@@ -64,6 +64,19 @@ def test_report_prints_markdown_of_a_results_file(tmp_path, capsys):
         assert "autokernel: error: no results file at" in capsys.readouterr().err
 
 
+def test_report_without_matplotlib_still_writes_report_md(tmp_path, capsys, monkeypatch):
+    tsv = tmp_path / "results.tsv"
+    results.append_row(tsv, results.make_row(
+        experiment=1, tag="night", kernel_type="rmsnorm", result={"correctness": "PASS", "latency_us": 20.0},
+        description="d", status="baseline", wall_seconds=1.0, llm_tokens=0))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert cli.main(["report", "--results", str(tsv), "--out", str(tmp_path / "report")]) == 0
+    out, err = capsys.readouterr()
+    assert f"report written to {tmp_path / 'report' / 'report.md'}" in out
+    assert "warning: progress.png needs matplotlib" in err
+    assert "| rmsnorm | night |" in (tmp_path / "report" / "report.md").read_text()
+
+
 def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(paths, "WORKSPACE", tmp_path)
     monkeypatch.setattr(paths, "RESULTS_TSV", tmp_path / "results.tsv")
