@@ -23,8 +23,10 @@ PASS, FAIL, CRASH, TIMEOUT = "PASS", "FAIL", "CRASH", "TIMEOUT"
 VERDICTS = (PASS, FAIL, CRASH, TIMEOUT)
 # What the loop did with an experiment: results.tsv's status column.
 STATUS_BASELINE, STATUS_KEEP, STATUS_REVERT = "baseline", "keep", "revert"
-# How a finished job ended, in the manifest and the state.
+# How a finished job ended, in the manifest and the state: faster than PyTorch's best at one of its shapes
+# at least, or at none; or, without meaningful timings (the CPU interpreter), correct and no more is known.
 WINNER, NO_GAIN = "winner", "no gain"
+SPEED_UNKNOWN = "correct; speed unknown on CPU"
 
 
 class ContractError(ValueError):

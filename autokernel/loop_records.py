@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from autokernel import contracts, gitops, paths, plugin, policy, results, run_state
-from autokernel.contracts import NO_GAIN, WINNER, Job, JobProgress
+from autokernel.contracts import SPEED_UNKNOWN, Job, JobProgress
 from autokernel.live import throughput_line
 
 HISTORY_KEPT = 50        # experiments of the current kernel remembered for the agent
@@ -105,8 +105,9 @@ class LoopRecords:
 
     def _save_best(self, job: Job, progress: JobProgress, reason: str) -> None:
         """Save the kept version (HEAD) as optimized_kernels/<rank>_<type>.py and commit it, if it is a
-        winner: faster than PyTorch's best at one of the job's shapes (policy.is_winner). Otherwise the
-        job ends as "no gain", with nothing saved for verify to route.
+        winner: faster than PyTorch's best at one of the job's shapes; or, on CPU, where its speed is
+        unknown, so verify can be tried there (policy.verdict). Otherwise the job ends as "no gain", with
+        nothing saved for verify to route.
 
         A run-ending reason (budget, cost) saves the best so far and keeps the job open for --resume;
         any other ends the job.
@@ -114,23 +115,25 @@ class LoopRecords:
         name = job.name
         gain = progress.gain() or 1.0
         final = reason not in RUN_STOPS
-        winner = policy.is_winner(progress.best)
-        self.view.phase(f"saving {name}" if winner else f"ending {name}: no gain")
+        verdict = policy.verdict(progress.best)
+        saved = policy.is_saved(progress.best)
+        self.view.phase(f"saving {name}" if saved else f"ending {name}: no gain")
         with self.guard.critical():
             progress.finishing = reason
             self._save()
             self.checkpoint("finish: in flight")
             entry = {**plugin.manifest_entry(job, f"{name}.py"),
                      **policy.outcome(progress, reason, source_commit=progress.kept[-1]["commit"], tag=self.state.tag),
-                     "verdict": WINNER if winner else NO_GAIN}
-            if winner:
+                     "verdict": verdict}
+            if saved:
                 paths.OPTIMIZED_DIR.mkdir(exist_ok=True)
                 (paths.OPTIMIZED_DIR / f"{name}.py").write_bytes(self._kept_source(progress).encode())
                 kernels = plugin.read_manifest(paths.MANIFEST_FILE) if paths.MANIFEST_FILE.exists() else {}
                 plugin.write_manifest(paths.MANIFEST_FILE, {**kernels, name: entry})
                 self.checkpoint("finish: files written")
+                outcome = SPEED_UNKNOWN if verdict == SPEED_UNKNOWN else f"{gain:.2f}x over its baseline"
                 self.state.kept_commit = self.repo.commit_optimized(
-                    f"optimized {name}: {gain:.2f}x over its baseline" + ("" if final else " (so far)"), self.state.tag)
+                    f"optimized {name}: {outcome}" + ("" if final else " (so far)"), self.state.tag)
                 self.checkpoint("finish: committed")
             progress.finishing = None
             if final:
@@ -138,4 +141,4 @@ class LoopRecords:
                 run_state.end_job(self.state, run_state.index_of(self.state, job))
             self._save()
             self.checkpoint("finish: saved")
-        self.view.log(policy.describe_ending(name, progress, reason, final=final, winner=winner))
+        self.view.log(policy.describe_ending(name, progress, reason, final=final))

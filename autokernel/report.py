@@ -150,20 +150,31 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
         kept = sum(row["status"] == contracts.STATUS_KEEP for row in group)
         best = results.best_version(group) or {}
         speedup, vs_best, throughput = best.get("speedup_vs_pytorch"), results.speedup_vs_best(best), best.get("throughput")
-        outcome = "-" if vs_best is None or _meaningless(group) else "faster" if vs_best > 1 else "no gain"
+        outcome = _outcome(group, best, vs_best)
         lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {len(group)} | {kept} | "
                      f"{'-' if speedup is None else f'{speedup:.2f}x'} | {'-' if vs_best is None else f'{vs_best:.2f}x'} | "
                      f"{outcome} | {'-' if throughput is None else f'{throughput:.4g}'} | {_failures(group)} |")
     lines += ["", "Best: the fastest kept version (or the baseline). Speedups compare times per call, launch "
                   "overhead included; PyTorch's best is the faster of eager and torch.compile (timed with the "
                   "baseline). \"no gain\": the best is not faster than PyTorch's best, and the loop saved nothing "
-                  "for the model. Throughput is in bench.py's unit for the kernel: GB/s when memory-bound, "
+                  f"for the model. \"{contracts.SPEED_UNKNOWN}\": timed in Triton's interpreter, which says "
+                  "nothing of speed; the kernel passed the judge and was saved so verify can be tried. Throughput is in bench.py's unit for the kernel: GB/s when memory-bound, "
                   "TFLOP/s when compute-bound. Failures count experiments by their correctness verdict.", "",
               *throughput_lines(pace),
               f"![speedup per experiment]({PLOT_FILE})" if plot_problem is None else f"(No plot: {plot_problem}.)",
               "", "## Experiments", "",
               results.markdown_summary(rows)]
     return "\n".join(lines)
+
+
+def _outcome(group: list[dict], best: dict, vs_best: float | None) -> str:
+    """A kernel run's outcome: faster than PyTorch's best, no gain, or, without meaningful timings, correct
+    and no more (the CPU interpreter's times say nothing of speed); "-" with nothing to judge."""
+    if not best:
+        return "-"
+    if _meaningless(group):
+        return contracts.SPEED_UNKNOWN
+    return "-" if vs_best is None else "faster" if vs_best > 1 else contracts.NO_GAIN
 
 
 def _kernel_summary(group: list[dict]) -> dict:
@@ -180,7 +191,8 @@ def _kernel_summary(group: list[dict]) -> dict:
             "best_speedup_vs_pytorch_best": results.speedup_vs_best(best) if best else None,
             "failures": dict(Counter(row["correctness"] or "no result" for row in group
                                      if row["correctness"] != contracts.PASS)),
-            "timings_meaningful": not _meaningless(group)}
+            "timings_meaningful": not _meaningless(group),
+            "outcome": _outcome(group, best or {}, results.speedup_vs_best(best) if best else None)}
 
 
 def summary_json(rows: list[dict], verdict: dict | None = None, throughput: contracts.Throughput | None = None) -> dict:

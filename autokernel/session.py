@@ -26,7 +26,7 @@ from autokernel import gitops, paths, policy, results, run_state, runner, worker
 from autokernel.agents.base import AgentError
 from autokernel.agents.factory import make_agent
 from autokernel.budget import Budget
-from autokernel.contracts import NO_GAIN, Job, RunSettings, RunState
+from autokernel.contracts import NO_GAIN, SPEED_UNKNOWN, Job, RunSettings, RunState
 from autokernel.live import ProgressView, format_duration, format_speedup
 from autokernel.lock import RunLock
 from autokernel.loop import RUN_STOPS, OptimizationRun
@@ -226,7 +226,7 @@ def _return_user(repo: gitops.KernelRepo, state: RunState, position: str | None,
     saved = [entry["file"] for entry in state.finished if entry.get("verdict") != NO_GAIN]
     if state.stopped_because in RUN_STOPS:
         saved += [f"{state.jobs[index].name}.py (best so far)" for index, progress in run_state.open_jobs(state)
-                  if policy.is_winner(progress.best)]
+                  if policy.is_saved(progress.best)]
     where = "on this branch" if repo.current_branch() == branch else f"on branch {branch}"
     view.log(f"results: every experiment in {paths.RESULTS_TSV.name}, the kept ones as commits {where} "
              f"(git log {branch}), the optimized kernels in {gitops.OPTIMIZED_DIR_NAME}/ {where}"
@@ -254,27 +254,33 @@ def outcome_lines(state: RunState) -> list[str]:
         name = job.name
         entry = finished.get(f"{name}.py")
         if entry is not None:
-            vs_best = entry.get("best_speedup_vs_pytorch_best")
-            vs_best_text = (f", {format_speedup(vs_best)} vs PyTorch's best" if vs_best is not None else
-                            f", {format_speedup(entry['best_speedup_vs_pytorch'])} vs PyTorch eager"
-                            if entry.get("best_speedup_vs_pytorch") is not None else "")
-            ending = ("no gain: PyTorch's best is faster at every shape, nothing saved"
-                      if entry.get("verdict") == NO_GAIN else "done")
-            if entry.get("timings_meaningful") is False:
-                vs_best_text += ", timed under the CPU interpreter: not meaningful"
-            lines.append(f"  {name}: {ending}, {format_speedup(entry['speedup_over_baseline'])} over its baseline"
-                         + vs_best_text + f" ({entry['experiments']} experiments; {entry['stopped_because']})")
+            lines.append(f"  {name}: {_finished_line(entry)} ({entry['experiments']} experiments; "
+                         f"{entry['stopped_because']})")
         elif run_state.job_ended(state, index):
             lines.append(f"  {name}: skipped (its starter fails bench.py)")
         elif (progress := run_state.progress_of(state, index)) is not None:
             gain = progress.gain()
+            figure = (f", {SPEED_UNKNOWN}" if policy.verdict(progress.best) == SPEED_UNKNOWN else
+                      f", best {gain:.2f}x over its baseline" if gain else "")
             saved = ("" if state.stopped_because not in RUN_STOPS else ", best so far saved"
-                     if policy.is_winner(progress.best) else ", no gain over PyTorch's best so far")
+                     if policy.is_saved(progress.best) else ", no gain over PyTorch's best so far")
             lines.append(f"  {name}: {'cut short' if state.stopped_because else 'in progress'} after "
-                         f"{progress.experiments} experiments"
-                         + (f", best {gain:.2f}x over its baseline" if gain else "") + saved)
+                         f"{progress.experiments} experiments" + figure + saved)
         else:
             lines.append(f"  {name}: not started")
     if not state.done:
         lines.append(f"  {RESUME_HINT}")
     return lines
+
+
+def _finished_line(entry: dict) -> str:
+    """A finished job's ending and its figures; without meaningful timings (CPU) no speed is claimed."""
+    verdict = policy.entry_verdict(entry)
+    if verdict == SPEED_UNKNOWN:
+        return f"{SPEED_UNKNOWN} (timed in Triton's interpreter, which says nothing of speed), saved"
+    vs_best = entry.get("best_speedup_vs_pytorch_best")
+    vs_best_text = (f", {format_speedup(vs_best)} vs PyTorch's best" if vs_best is not None else
+                    f", {format_speedup(entry['best_speedup_vs_pytorch'])} vs PyTorch eager"
+                    if entry.get("best_speedup_vs_pytorch") is not None else "")
+    ending = "no gain: PyTorch's best is faster at every shape, nothing saved" if verdict == NO_GAIN else "done"
+    return f"{ending}, {format_speedup(entry['speedup_over_baseline'])} over its baseline" + vs_best_text

@@ -53,9 +53,11 @@ def test_noise_decides_and_target_speedup_moves_on_to_the_next_kernel(project):
     assert state.done and state.job_index == 2 and state.current is None
     assert _statuses(project) == [(1, "baseline", "PASS"), (2, "revert", "PASS"), (3, "keep", "PASS"),
                                   (4, "keep", "PASS"), (5, "baseline", "PASS"), (6, "revert", "PASS")]
-    assert subjects(project)[:5] == ["optimized 2_softmax: 1.00x over its baseline",
+    # The fake judge's results carry no meaningful timings (as on CPU): saved, and never called faster.
+    assert subjects(project)[:5] == ["optimized 2_softmax: correct; speed unknown on CPU",
                                      "baseline 2_softmax: kernel_2_softmax.py",
-                                     "optimized 1_softmax: 2.50x over its baseline", "exp 4: twice as fast second line",
+                                     "optimized 1_softmax: correct; speed unknown on CPU",
+                                     "exp 4: twice as fast second line",
                                      "exp 3: beyond noise"]
     assert all("AutoKernel-Run: rules" in body for body in git(project, "log", "-5", "--format=%B%x00").split("\0")
                if body.strip())
@@ -170,7 +172,7 @@ def test_the_budget_saves_the_best_so_far_and_keeps_the_job_open(project):
     assert _statuses(project) == [(1, "baseline", "PASS"), (2, "keep", "PASS")]
     manifest = __import__("json").loads((project / "optimized_kernels" / "manifest.json").read_text())["kernels"]
     assert manifest["1_softmax"]["stopped_because"] == loop.BUDGET_SPENT
-    assert subjects(project)[0] == "optimized 1_softmax: 1.25x over its baseline (so far)"
+    assert subjects(project)[0] == "optimized 1_softmax: correct; speed unknown on CPU (so far)"
 
 
 def test_no_experiment_starts_that_the_budget_left_cannot_pay_for(project, monkeypatch):

@@ -96,6 +96,20 @@ def test_a_cpu_run_gets_the_banner(tmp_path):
     assert report.NOT_MEANINGFUL in report.markdown_report(results.read_rows(path), [], path)
 
 
+def test_a_cpu_run_is_never_called_faster_or_winner_only_correct_with_its_speed_unknown(tmp_path):
+    path = tmp_path / "results.tsv"
+    # Interpreter times that would read as a 3x "win" over PyTorch, and a 0.00026x "loss".
+    add_row(path, 1, "softmax", "baseline", "PASS", 0.01, 3.0, 300.0, meaningful=False)
+    add_row(path, 2, "rmsnorm", "baseline", "PASS", 0.01, 0.00026, 3.0e6, meaningful=False)
+    rows = results.read_rows(path)
+    text = report.markdown_report(rows, results.group_by_kernel(rows), path)
+    table_rows = [line for line in text.splitlines() if line.startswith(("| softmax", "| rmsnorm"))][:2]
+    assert all("| correct; speed unknown on CPU |" in line for line in table_rows), table_rows
+    assert "| faster |" not in text and "| no gain |" not in text and "winner" not in text
+    assert [kernel["outcome"] for kernel in report.summary_json(rows)["kernels"]] == [
+        "correct; speed unknown on CPU"] * 2
+
+
 def test_report_md_leads_with_the_end_to_end_verdict(results_tsv, tmp_path):
     verify = tmp_path / "verify_report.json"
     verify.write_text(json.dumps({"verdict": {
