@@ -1,10 +1,12 @@
 """Starting or resuming a run: every check before anything is written, then the loop, then the user back home.
 
-A new run, in this order, creates nothing until every check has passed:
-  1. the lock (one run per repository);
-  2. the repository: no uncommitted tracked changes, commits to branch from, the run's branch is
-     new, no untracked files in optimized_kernels/ (the run commits that folder), a results.tsv
-     this version can append to, no unfinished run in workspace/state.json, a valid tag;
+A new run, in this order, creates nothing until every check has passed (the command checked its own
+arguments, the model file among them, before):
+  1. a git repository to work in, then the lock (one run per repository);
+  2. a valid tag, no unfinished run in workspace/state.json (`new` sets one aside, once every check
+     passed: its branch and rows stay), and the repository: no uncommitted tracked changes, commits
+     to branch from, the run's branch is new, no untracked files in optimized_kernels/ (the run
+     commits that folder), a results.tsv this version can append to;
   3. the agent, with one cheap call to its endpoint (a wrong URL, key or model fails in seconds);
   4. then the plan (load and profile the model, extract the jobs), the branch, the state, the loop.
 Resume restores the run's settings from its state (a flag given with --resume overrides its
@@ -50,21 +52,23 @@ def default_tag(name: str | None) -> str:
 def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | None = None,
                      settings: RunSettings | None = None, overrides: dict | None = None, tag: str | None = None,
                      resume: bool = False, view: ProgressView | None = None, stay_on_run_branch: bool = False,
-                     checkpoint: Callable[[str], None] | None = None, started: float | None = None) -> RunState:
+                     checkpoint: Callable[[str], None] | None = None, started: float | None = None,
+                     new: bool = False) -> RunState:
     """Start a run (plan(log) gives its jobs, after every check) or resume the saved one; returns the final state.
 
     settings: a new run's settings. overrides: the settings given explicitly, which on resume replace
     the saved ones. started: time.monotonic() when the command started (its time counts).
     stay_on_run_branch: after a run that ends normally, leave the run's branch checked out (the Python
     API plugs its kernels in from there); an interrupted or failed run always returns the user.
+    new: start even though an unfinished run is saved: once every check passed, its state is set aside.
     Raises OptimizationError, GitOpsError, AgentError, ResultsFileError, RunLocked or ModelLoadError
     with a message for the user, and Interrupted (a KeyboardInterrupt) on a signal; the state is
     saved for --resume either way.
     """
     started = time.monotonic() if started is None else started
     view = view or ProgressView()
+    repo = gitops.KernelRepo(paths.ROOT)       # before the lock: outside a repository, nothing is made
     with RunLock(), view:
-        repo = gitops.KernelRepo(paths.ROOT)
         problem = runner.sandbox_gpu_problem(paths.ROOT)     # before profiling: minutes, wasted if this fails
         if problem:
             raise OptimizationError(problem)
@@ -72,7 +76,7 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
             state, agent, position = _prepare_resume(repo, tag, overrides or {}, view)
         else:
             workers.check(settings or RunSettings())        # the workers asked for can be had, before anything is made
-            state, agent, position = _prepare_new(repo, plan, settings or RunSettings(), tag, view, started)
+            state, agent, position = _prepare_new(repo, plan, settings or RunSettings(), tag, view, new)
         if not torch.cuda.is_available():
             view.log(CPU_NOTE)
         if not runner.filesystem_confined():
@@ -93,13 +97,15 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
 
 # ---------------------------------------------------------------------- a new run
 def _prepare_new(repo: gitops.KernelRepo, plan, settings: RunSettings, tag: str | None, view: ProgressView,
-                 started: float) -> tuple[RunState, object, str]:
-    if resumable() is not None:
-        raise OptimizationError(f"{state_file()} holds an unfinished run: pass --resume to continue it, "
-                                f"or delete the file to start a new one")
+                 new: bool) -> tuple[RunState, object, str]:
     tag = tag or default_tag(None)
     if not TAG_PATTERN.match(tag):
         raise OptimizationError(f"bad tag {tag!r}: use letters, digits, '.', '_' and '-'")
+    unfinished = resumable()
+    if unfinished is not None and not new:
+        raise OptimizationError(f"{state_file()} holds run {unfinished.tag!r}, unfinished: pass --resume to continue "
+                                f"it, or --new to start a new run (its branch {gitops.branch_name(unfinished.tag)} "
+                                f"and its rows in {paths.RESULTS_TSV.name} stay)")
     repo.ensure_clean()
     repo.ensure_new_branch(tag)
     _refuse_untracked_outputs(repo)
@@ -110,6 +116,10 @@ def _prepare_new(repo: gitops.KernelRepo, plan, settings: RunSettings, tag: str 
     view.phase("profiling")
     jobs = plan(view.log)
     position = repo.current_position()
+    if unfinished is not None:
+        aside = run_state.set_aside(unfinished)
+        view.log(f"run {unfinished.tag} stays unfinished on branch {gitops.branch_name(unfinished.tag)}; its state "
+                 f"is now {aside} (move it back to {state_file().name} to resume that run)")
     repo.start_branch(tag)
     state = RunState(tag=tag, jobs=jobs, kept_commit=repo.head(), settings=settings, return_to=position,
                      experiment=results.last_experiment(paths.RESULTS_TSV))

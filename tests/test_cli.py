@@ -151,6 +151,38 @@ def test_missing_model_file_is_one_line(project):
     assert "no_such_model.py" in line
 
 
+def test_after_an_unfinished_run_the_commands_own_errors_come_first_and_new_is_offered(project):
+    jobs = [Job(rank=1, kernel_type="softmax", dtype="float32", shapes=[], path="kernel_1.py")]
+    state_path = project / "workspace" / "state.json"
+    run_state.save(RunState(tag="lastnight", jobs=jobs, kept_commit="abc", settings=RunSettings(),
+                            stopped_because="the run's time budget is spent"), state_path)
+    try:
+        missing = _one_error_line(_autokernel(project, "optimize", "no_such_model.py", "--agent", "builtin"))
+        assert "Model file not found: no_such_model.py" in missing
+        refused = _one_error_line(_autokernel(project, "optimize", "../model.py", "--agent", "builtin"))
+        assert "holds run 'lastnight', unfinished: pass --resume to continue it, or --new to start a new run" in refused
+        both = _autokernel(project, "optimize", "--resume", "--new")
+        assert both.returncode == 2 and "--new: not allowed with argument --resume" in both.stderr
+    finally:
+        state_path.unlink()
+
+
+def test_outside_any_repository_optimize_refuses_and_creates_nothing(project, tmp_path):
+    # The clone's layout (an editable install): the clone itself must not become the work folder.
+    outside = tmp_path / "somewhere"
+    outside.mkdir()
+    (outside / "model.py").write_text(TINY_MODEL)
+    lock = project / "workspace" / "run.lock"
+    before = lock.stat().st_mtime_ns if lock.exists() else None
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(project)}
+    done = subprocess.run([sys.executable, "-m", "autokernel.cli", "optimize", "model.py", "--agent", "builtin"],
+                          cwd=outside, env=env, capture_output=True, text=True, timeout=120)
+    line = _one_error_line(done)
+    assert f"{outside} is not inside a git repository" in line and "--workdir" in line
+    assert sorted(path.name for path in outside.iterdir()) == ["model.py"]
+    assert (lock.stat().st_mtime_ns if lock.exists() else None) == before, "nothing touched in the clone"
+
+
 def test_missing_api_key_is_one_line(project):
     line = _one_error_line(_autokernel(project, "optimize", "../model.py", "--agent", "anthropic"))
     assert "ANTHROPIC_API_KEY" in line

@@ -111,6 +111,15 @@ def test_installed_profile_and_optimize_work_in_a_new_repository_outside_the_clo
     assert not any((installed.parent / name).exists() for name in ("workspace", "results.tsv", "kernel.py")), \
         "the run wrote beside the installed package"
 
+    # Outside any repository the installed command refuses, and leaves nothing (no workspace/run.lock) behind.
+    outside = tmp_path / "not_a_repository"
+    outside.mkdir()
+    (outside / "model.py").write_text(TINY_MODEL)
+    refused = subprocess.run([str(venv / "bin" / "autokernel"), "optimize", "model.py", "--agent", "builtin"],
+                             cwd=outside, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and "is not inside a git repository" in refused.stderr, refused.stderr
+    assert sorted(path.name for path in outside.iterdir()) == ["model.py"]
+
 
 # Distribution name -> the module it installs, where the two differ.
 MODULE_OF = {"gitpython": "git", "pyyaml": "yaml"}

@@ -178,6 +178,41 @@ def test_a_second_run_in_the_same_repository_is_refused_naming_the_holder(projec
     assert _start(project, monkeypatch).done, "a dead holder's lock is free at once"
 
 
+def test_a_work_folder_that_is_no_repository_is_refused_leaving_no_lock(tmp_path, monkeypatch):
+    plain = tmp_path / "not_a_repository"
+    plain.mkdir()
+    for name, value in {"ROOT": plain, "WORKSPACE": plain / "workspace", "RESULTS_TSV": plain / "results.tsv"}.items():
+        monkeypatch.setattr(session.paths, name, value)
+    _use_agent(monkeypatch, TableAgent([]))
+    with pytest.raises(gitops.GitOpsError, match="is not a git repository"):
+        session.run_optimization(plan=lambda log: [], settings=RunSettings(), tag="night",
+                                 view=ProgressView(interactive=False))
+    assert list(plain.iterdir()) == [], "no workspace/run.lock (or anything) is left behind"
+
+
+def test_an_unfinished_run_is_set_aside_by_new_keeping_its_branch_and_rows(project, monkeypatch, capsys):
+    first = _start(project, monkeypatch, with_agent=TableAgent([loop.OutOfTime("stop")]))
+    assert not first.done and run_state.resumable() is not None
+    rows = _rows(project)
+    jobs = [make_job(project, 1, source(result(100.0)))]
+    _use_agent(monkeypatch, TableAgent([]))
+    with pytest.raises(OptimizationError, match=r"holds run 'night', unfinished: pass --resume to continue it, or "
+                                                r"--new to start a new run \(its branch autokernel/night"):
+        session.run_optimization(plan=lambda log: jobs, settings=RunSettings(), tag="morning",
+                                 view=ProgressView(interactive=False))
+    assert "autokernel/morning" not in git(project, "branch") and run_state.load().tag == "night"
+
+    capsys.readouterr()
+    second = session.run_optimization(plan=lambda log: jobs, settings=RunSettings(), tag="morning", new=True,
+                                      view=ProgressView(interactive=False))
+    assert second.tag == "morning" and run_state.load().tag == "morning"
+    aside = project / "workspace" / "state.night.json"
+    assert run_state.load(aside) == run_state.load(aside) and not run_state.load(aside).done
+    assert "autokernel/night" in git(project, "branch"), "the old run's branch stays"
+    assert _rows(project)[:len(rows)] == rows and _rows(project)[len(rows)][0] == rows[-1][0] + 1
+    assert f"its state is now {aside}" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------------- resume
 def test_resume_restores_every_setting_and_a_flag_overrides_out_loud(project, monkeypatch, capsys):
     settings = dict(budget_s=180.0, max_consecutive_reverts=100, target_speedup=1000.0, agent="scripted",
