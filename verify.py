@@ -48,7 +48,7 @@ from autokernel import handover, interpreter, manifest, models, paths, plugin, p
 from autokernel.contracts import PlanEntry
 from autokernel.model_args import add_model_arguments, load_model_keywords
 from autokernel.outputs import ERROR_DEFINITION
-from autokernel.verify_report import print_report
+from autokernel.verify_report import print_report, report_console
 
 REPORT_FILE = "verify_report.json"
 STARTER_MANIFEST_DIR = "starter_kernels"     # under the workspace
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     interpreter.choose()        # first, before any kernel file is imported: no GPU means Triton's interpreter
     args = build_parser().parse_args(argv)
-    console = Console()
+    console = report_console()       # a terminal's width; whole tables in a log file or a pipe
     workspace = Path(args.workspace)
     try:
         loaded = models.load_model(**load_model_keywords(args))
