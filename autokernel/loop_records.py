@@ -20,6 +20,18 @@ HISTORY_KEPT = 50        # experiments of the current kernel remembered for the 
 BUDGET_SPENT = "the run's time budget is spent"
 COST_REACHED = "the run's cost cap is reached"
 RUN_STOPS = (BUDGET_SPENT, COST_REACHED)
+# A run stopped with time left that cannot pay for what comes next (a Retry-After wait the budget cannot
+# cover, no time for an LLM reply): said with its reason, as budget_too_short(why) words it.
+BUDGET_TOO_SHORT = "the time left in the run's budget is too short"
+
+
+def budget_too_short(why: str) -> str:
+    return f"{BUDGET_TOO_SHORT}: {why}"
+
+
+def is_run_stop(reason: str | None) -> bool:
+    """Whether a stopping reason ends the run, not just the kernel (its best so far is saved; --resume goes on)."""
+    return reason in RUN_STOPS or (reason or "").startswith(BUDGET_TOO_SHORT)
 
 
 class LoopRecords:
@@ -114,7 +126,7 @@ class LoopRecords:
         """
         name = job.name
         gain = progress.gain() or 1.0
-        final = reason not in RUN_STOPS
+        final = not is_run_stop(reason)
         verdict = policy.verdict(progress.best)
         saved = policy.is_saved(progress.best)
         self.view.phase(f"saving {name}" if saved else f"ending {name}: no gain")

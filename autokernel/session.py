@@ -31,7 +31,7 @@ from autokernel.budget import Budget
 from autokernel.contracts import NO_GAIN, SPEED_UNKNOWN, Job, RunSettings, RunState
 from autokernel.live import ProgressView, format_duration, format_speedup
 from autokernel.lock import RunLock
-from autokernel.loop import RUN_STOPS, OptimizationRun
+from autokernel.loop import OptimizationRun, is_run_stop
 from autokernel.parallel_loop import ParallelRun
 from autokernel.run_state import OptimizationError, resumable, state_file
 
@@ -234,15 +234,18 @@ def _return_user(repo: gitops.KernelRepo, state: RunState, position: str | None,
     except gitops.GitOpsError as exc:
         view.log(f"could not return to {position}: {exc}")
     saved = [entry["file"] for entry in state.finished if entry.get("verdict") != NO_GAIN]
-    if state.stopped_because in RUN_STOPS:
+    if is_run_stop(state.stopped_because):
         saved += [f"{state.jobs[index].name}.py (best so far)" for index, progress in run_state.open_jobs(state)
                   if policy.is_saved(progress.best)]
     where = "on this branch" if repo.current_branch() == branch else f"on branch {branch}"
-    view.log(f"results: every experiment in {paths.RESULTS_TSV.name}, the kept ones as commits {where} "
-             f"(git log {branch}), the optimized kernels in {gitops.OPTIMIZED_DIR_NAME}/ {where}"
+    kept = f"results: every experiment in {paths.RESULTS_TSV.name}, the kept ones as commits {where} (git log {branch})"
+    if not saved:
+        view.log(f"{kept}; no optimized kernel was saved, so {gitops.OPTIMIZED_DIR_NAME}/ holds none of this run's")
+        return
+    view.log(f"{kept}, the optimized kernels in {gitops.OPTIMIZED_DIR_NAME}/ {where}"
              + ("" if repo.current_branch() == branch else
                 f": `git checkout {branch}` (or `git checkout {branch} -- {gitops.OPTIMIZED_DIR_NAME}`) before "
-                f"`autokernel verify`") + (f"; kernels saved: {', '.join(saved)}" if saved else ""))
+                f"`autokernel verify`") + f"; kernels saved: {', '.join(saved)}")
 
 
 # ---------------------------------------------------------------------- the outcome, in words
@@ -272,7 +275,7 @@ def outcome_lines(state: RunState) -> list[str]:
             gain = progress.gain()
             figure = (f", {SPEED_UNKNOWN}" if policy.verdict(progress.best) == SPEED_UNKNOWN else
                       f", best {gain:.2f}x over its baseline" if gain else "")
-            saved = ("" if state.stopped_because not in RUN_STOPS else ", best so far saved"
+            saved = ("" if not is_run_stop(state.stopped_because) else ", best so far saved"
                      if policy.is_saved(progress.best) else ", no gain over PyTorch's best so far")
             lines.append(f"  {name}: {'cut short' if state.stopped_because else 'in progress'} after "
                          f"{progress.experiments} experiments" + figure + saved)

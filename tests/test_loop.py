@@ -190,6 +190,37 @@ def test_no_experiment_starts_that_the_budget_left_cannot_pay_for(project, monke
     assert state.stopped_because == loop.BUDGET_SPENT
 
 
+def test_a_baseline_the_budget_left_cannot_pay_for_is_not_started(project, monkeypatch, capsys):
+    # An earlier run here measured this type's baseline: 2 runs in 20 s. With 3 s left, none starts.
+    results.append_row(project / "results.tsv", results.make_row(
+        experiment=1, tag="earlier", kernel_type="softmax", result=result(100.0), description="baseline (noise 2.0%)",
+        status="baseline", wall_seconds=20.0, llm_tokens=0))
+    judged = []
+    monkeypatch.setattr(loop.runner, "run_bench", lambda *args, **kwargs: judged.append(1) or result(100.0))
+    state = _run(project, [make_job(project, 1, source(result(100.0)))], ScriptedAgent(), budget_s=3.0)
+    assert judged == [] and state.stopped_because == loop.BUDGET_SPENT and state.current is None
+    assert "1_softmax's baseline not started: a run of it takes about 0m10s (measured before)" in capsys.readouterr().out
+    assert [row["tag"] for row in results.read_rows(project / "results.tsv")] == ["earlier"]
+
+
+def test_a_baseline_whose_second_run_cannot_be_paid_for_stands_on_one(project, monkeypatch, capsys):
+    fake = fake_run_bench([])
+
+    def slow_bench(kernel_path, **kwargs):
+        time.sleep(1.0)
+        return fake(kernel_path, **kwargs)
+
+    monkeypatch.setattr(loop.runner, "run_bench", slow_bench)
+    started = time.monotonic()
+    state = _run(project, [make_job(project, 1, source(result(100.0)))], ScriptedAgent(), budget_s=1.5)
+    assert time.monotonic() - started < 1.5 + 1.0, "no second run past the budget"
+    (row,) = results.read_rows(project / "results.tsv")
+    assert row["status"] == "baseline" and row["description"] == "baseline (one run: no time for a second; noise " \
+                                                                  "floor 2.0%)"
+    assert state.current is not None and state.current.noise == 0.02 and state.stopped_because == loop.BUDGET_SPENT
+    assert "1_softmax's baseline stands on one run" in capsys.readouterr().out
+
+
 def test_a_bench_cut_short_by_the_budget_leaves_no_row(project, monkeypatch):
     limits = []
 
@@ -241,9 +272,14 @@ def test_llm_trouble_ends_the_run_within_its_budget(project, trouble):
         elapsed = time.monotonic() - started
     # The fake judge takes no time, so one bench limit adds nothing here: the budget itself binds.
     assert elapsed < budget_s + 1.5, f"{trouble}: {elapsed:.1f} s on a {budget_s} s budget"
-    assert state.stopped_because == loop.BUDGET_SPENT and not state.done and state.current is not None
+    assert loop.is_run_stop(state.stopped_because) and not state.done and state.current is not None
     assert _statuses(project) == [(1, "baseline", "PASS")], "no bogus row for an experiment never judged"
-    assert run_state.load().stopped_because == loop.BUDGET_SPENT
+    assert run_state.load().stopped_because == state.stopped_because
+    if trouble.startswith("429"):
+        # The budget was not spent: the wait the server asked for did not fit in it, and the reason says so.
+        assert state.stopped_because.startswith(loop.BUDGET_TOO_SHORT + ": ")
+        assert "HTTP 429" in state.stopped_because and "waiting 3600 s to retry would end past the budget (" \
+            in state.stopped_because and "s left)" in state.stopped_because
 
 
 # ---------------------------------------------------------------------- the bar is PyTorch's best

@@ -178,6 +178,18 @@ def test_a_second_run_in_the_same_repository_is_refused_naming_the_holder(projec
     assert _start(project, monkeypatch).done, "a dead holder's lock is free at once"
 
 
+def test_a_run_ended_by_an_agent_error_does_not_claim_optimized_kernels(project, monkeypatch, capsys):
+    from autokernel.agents.base import AgentError
+
+    with pytest.raises(AgentError):
+        _start(project, monkeypatch, with_agent=TableAgent([AgentError("the API refused the request (HTTP 400)")]))
+    out = capsys.readouterr().out
+    assert "no optimized kernel was saved, so optimized_kernels/ holds none of this run's" in out
+    assert "the optimized kernels in optimized_kernels/" not in out and "kernels saved" not in out
+    assert "optimized_kernels/manifest.json" not in git(project, "ls-tree", "-r", "--name-only",
+                                                        gitops.branch_name("night"))
+
+
 def test_a_work_folder_that_is_no_repository_is_refused_leaving_no_lock(tmp_path, monkeypatch):
     plain = tmp_path / "not_a_repository"
     plain.mkdir()
@@ -219,7 +231,7 @@ def test_resume_restores_every_setting_and_a_flag_overrides_out_loud(project, mo
                     llm_model="fake-model", base_url="http://127.0.0.1:9/v1", max_cost_usd=5.0)
     table = [proposal("faster", source(result(60.0)), tokens_in=10, cost_usd=0.01), loop.OutOfTime("stop here")]
     state = _start(project, monkeypatch, with_agent=TableAgent(table), **settings)
-    assert state.stopped_because == loop.BUDGET_SPENT
+    assert state.stopped_because == loop.budget_too_short("stop here") and loop.is_run_stop(state.stopped_because)
     saved = run_state.load().settings
     assert (saved.budget_s, saved.max_consecutive_reverts, saved.target_speedup, saved.base_url, saved.max_cost_usd,
             saved.llm_model) == (180.0, 100, 1000.0, "http://127.0.0.1:9/v1", 5.0, "fake-model")
