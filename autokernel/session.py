@@ -160,8 +160,12 @@ def _prepare_resume(repo: gitops.KernelRepo, tag: str | None, overrides: dict,
     if state.done:
         raise OptimizationError(f"run {state.tag!r} already finished; start a new one without --resume")
     settings, notes = state.settings.overridden(overrides)
-    if "agent" in overrides and "llm_model" not in overrides and overrides["agent"] != state.settings.agent:
-        settings, _ = settings.overridden({"llm_model": None})   # the old agent's model means nothing to the new one
+    if "agent" in overrides and overrides["agent"] != state.settings.agent:
+        # The old agent's model and endpoint mean nothing to the new one, unless given again now.
+        dropped = {name: None for name in ("llm_model", "base_url") if name not in overrides and getattr(settings, name)}
+        settings, _ = settings.overridden(dropped)
+        notes += [f"{RunSettings.FLAGS[name]} {getattr(state.settings, name)} was the run's {state.settings.agent} "
+                  f"agent's: dropped for --agent {overrides['agent']}" for name in dropped]
     results.check_writable(paths.RESULTS_TSV)
     if not repo.has_branch(state.tag):
         raise OptimizationError(f"branch {gitops.branch_name(state.tag)} does not exist, so run {state.tag!r} cannot "

@@ -253,6 +253,22 @@ def test_resume_restores_every_setting_and_a_flag_overrides_out_loud(project, mo
     assert "agent scripted fake-model at http://127.0.0.1:9/v1" in out
 
 
+def test_resume_with_the_builtin_agent_drops_the_llm_agents_model_and_url_out_loud(project, monkeypatch, capsys):
+    from autokernel.agents import factory
+
+    _start(project, monkeypatch, with_agent=TableAgent([loop.OutOfTime("stop")]), agent="openai",
+           llm_model="qwen2.5-coder", base_url="http://127.0.0.1:9/v1")
+    monkeypatch.setattr(session, "make_agent", factory.make_agent)      # the real one: it refuses a stray URL
+    monkeypatch.setattr(factory.BuiltinAgent, "propose", lambda self, ctx: (_ for _ in ()).throw(
+        loop.SearchExhausted("enough")))
+    capsys.readouterr()
+    state = session.run_optimization(resume=True, overrides={"agent": "builtin"}, view=ProgressView(interactive=False))
+    out = capsys.readouterr().out
+    assert (state.settings.agent, state.settings.llm_model, state.settings.base_url) == ("builtin", None, None)
+    assert "--llm-model qwen2.5-coder was the run's scripted agent's: dropped for --agent builtin" in out
+    assert "--base-url http://127.0.0.1:9/v1 was the run's scripted agent's: dropped for --agent builtin" in out
+
+
 def test_resume_refuses_to_drop_a_users_commit_on_the_run_branch(project, monkeypatch):
     _start(project, monkeypatch, with_agent=TableAgent([loop.OutOfTime("stop")]))
     git(project, "checkout", "-q", gitops.branch_name("night"))
