@@ -60,6 +60,8 @@ class LoopRecords:
         """The verdict's writes, in their order (inside a critical section): state, reset, row, state.
         gpu: where it was judged ("" when it was not: a malformed reply, a broken contract)."""
         state = self.state
+        if status == contracts.STATUS_KEEP and progress is not None and len(progress.kept) > 1:
+            description += policy.keep_note(result, progress.kept[-2]["result"])
         row = results.make_row(experiment=number, tag=state.tag, kernel_type=job.kernel_type, result=result,
                                description=description, status=status,
                                wall_seconds=round(time.monotonic() - started, 2), llm_tokens=tokens, cost_usd=cost,

@@ -99,6 +99,19 @@ def baseline_verdict(runs: list[dict], noise_floor: float) -> tuple[dict, bool, 
     return baseline, failure is None, noise, compile_us
 
 
+def keep_note(result: dict, previous: dict) -> str:
+    """What a kept row adds to its description when its speedup against PyTorch eager is below the previous keep's:
+    keeps go by our latency, and eager is timed afresh in every bench, so its own jitter can lower the ratio."""
+    ours, before = result.get("speedup_vs_pytorch"), previous.get("speedup_vs_pytorch")
+    if ours is None or before is None or ours >= before:
+        return ""
+    def us(value) -> str:
+        return "-" if value is None else f"{value:.1f} us"
+    return (f" [kept for its latency, {us(result.get('latency_us'))} against the best's "
+            f"{us(previous.get('latency_us'))}; its speedup vs PyTorch is lower because PyTorch eager timed "
+            f"{us(result.get('pytorch_latency_us'))} in this bench, {us(previous.get('pytorch_latency_us'))} in the best's]")
+
+
 def history_entry(number: int, description: str, status: str, result: dict) -> dict:
     """What the agent is shown of one experiment of its kernel."""
     return {"experiment": number, "description": description, "status": status,

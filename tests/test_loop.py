@@ -190,6 +190,17 @@ def test_no_experiment_starts_that_the_budget_left_cannot_pay_for(project, monke
     assert state.stopped_because == loop.BUDGET_SPENT
 
 
+def test_a_keep_whose_speedup_vs_pytorch_fell_says_why_in_its_row(project):
+    baseline = {**result(100.0), "speedup_vs_pytorch": 1.5, "pytorch_latency_us": 150.0}
+    faster = {**result(80.0), "speedup_vs_pytorch": 1.25, "pytorch_latency_us": 100.0}
+    agent = ScriptedAgent(proposal("faster", source(faster)), loop.SearchExhausted("done"))
+    _run(project, [make_job(project, 1, source(baseline))], agent)
+    keep = results.read_rows(project / "results.tsv")[1]
+    assert keep["status"] == "keep" and keep["speedup_vs_pytorch"] == 1.25
+    assert keep["description"].startswith("faster [kept for its latency, 80.0 us against the best's 100.0 us; its "
+                                          "speedup vs PyTorch is lower because PyTorch eager timed 100.0 us")
+
+
 def test_a_baseline_the_budget_left_cannot_pay_for_is_not_started(project, monkeypatch, capsys):
     # An earlier run here measured this type's baseline: 2 runs in 20 s. With 3 s left, none starts.
     results.append_row(project / "results.tsv", results.make_row(

@@ -98,3 +98,13 @@ def test_a_job_that_ends_without_a_win_says_no_gain_and_by_how_much():
     progress.best["wins_at"] = ["M=1,N=8"]
     saved = policy.describe_ending("1_softmax", progress, "the run's time budget is spent", final=False)
     assert saved.startswith("1_softmax saved so far") and "optimized_kernels/1_softmax.py" in saved
+
+
+def test_a_keep_whose_speedup_vs_pytorch_fell_says_why():
+    best = {"latency_us": 100.0, "speedup_vs_pytorch": 1.5, "pytorch_latency_us": 150.0}
+    faster = {"latency_us": 80.0, "speedup_vs_pytorch": 1.25, "pytorch_latency_us": 100.0}
+    assert policy.keep_note(faster, best) == (
+        " [kept for its latency, 80.0 us against the best's 100.0 us; its speedup vs PyTorch is lower because PyTorch "
+        "eager timed 100.0 us in this bench, 150.0 us in the best's]")
+    assert policy.keep_note({**faster, "speedup_vs_pytorch": 1.9}, best) == "", "nothing to explain"
+    assert policy.keep_note({**faster, "speedup_vs_pytorch": None}, best) == ""
