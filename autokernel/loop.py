@@ -53,7 +53,8 @@ class OptimizationRun(LoopRecords):
         self.checkpoint = checkpoint or (lambda name: None)
         self.program = paths.PROGRAM_MD.read_text() if paths.PROGRAM_MD.exists() else ""
         self.quick_bench = self.settings.quick_bench or not torch.cuda.is_available()
-        self._status = LoopStatus(llm_tokens=state.llm_tokens, cost_usd=state.cost_usd)
+        # The deadline from the start: "time left" counts down through profiling's end and the first baseline too.
+        self._status = LoopStatus(llm_tokens=state.llm_tokens, cost_usd=state.cost_usd, deadline=budget.deadline())
         self._llm_s = 0.0                   # how long the last reply took: part of what an experiment costs
         self.bench_times = BenchTimes()     # what benches cost: their limits, and what the budget can pay for
         self._wall_mark = time.monotonic()  # the run's wall time counts on from here (Throughput)

@@ -89,7 +89,6 @@ class LoopRecords:
         self._save()
         self.checkpoint("row settled")
         if status != contracts.STATUS_BASELINE:
-            self._status.session_experiments += 1
             self._status.last_result = (policy.describe_verdict(number, status, result, description, progress)
                                         + self._verdict_note(job, gpu))
             self.view.log(self._status.last_result)

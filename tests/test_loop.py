@@ -190,6 +190,24 @@ def test_no_experiment_starts_that_the_budget_left_cannot_pay_for(project, monke
     assert state.stopped_because == loop.BUDGET_SPENT
 
 
+def test_time_left_counts_down_from_the_first_baseline(project, monkeypatch):
+    seen, fake = [], fake_run_bench([])
+    view = ProgressView(interactive=False)
+
+    def bench(kernel_path, **kwargs):
+        seen.append(view.status.time_left_s())
+        return fake(kernel_path, **kwargs)
+
+    monkeypatch.setattr(loop.runner, "run_bench", bench)
+    repo = gitops.KernelRepo(project)
+    repo.start_branch("rules")
+    state = RunState(tag="rules", jobs=[make_job(project, 1, source(result(100.0)))], kept_commit=repo.head(),
+                     settings=RunSettings(budget_s=600.0))
+    loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(loop.SearchExhausted("done")), view=view,
+                         budget=Budget(600.0)).run()
+    assert seen and all(left is not None and 0 < left <= 600.0 for left in seen), seen
+
+
 def test_a_keep_whose_speedup_vs_pytorch_fell_says_why_in_its_row(project):
     baseline = {**result(100.0), "speedup_vs_pytorch": 1.5, "pytorch_latency_us": 150.0}
     faster = {**result(80.0), "speedup_vs_pytorch": 1.25, "pytorch_latency_us": 100.0}
