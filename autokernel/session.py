@@ -284,7 +284,8 @@ def outcome_lines(state: RunState) -> list[str]:
             lines.append(f"  {name}: {'cut short' if state.stopped_because else 'in progress'} after "
                          f"{progress.experiments} experiments" + figure + saved)
         else:
-            lines.append(f"  {name}: not started")
+            # True of a job never begun and of one whose baseline the budget cut short (no row, benched again).
+            lines.append(f"  {name}: no baseline yet")
     if not state.done:
         lines.append(f"  {RESUME_HINT}")
     return lines

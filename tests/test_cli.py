@@ -103,7 +103,7 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
             "1h00m of 2h00m used, 1200 LLM tokens ($0.50)") in out
     assert "1_matmul: done, 1.80x over its baseline, 1.10x vs PyTorch eager (9 experiments; 5 reverts in a row)" in out
     assert "2_softmax: cut short after 3 experiments, best 1.50x over its baseline, best so far saved" in out
-    assert "3_rmsnorm: not started" in out
+    assert "3_rmsnorm: no baseline yet" in out
     assert "autokernel optimize --resume" in out
     assert "results.tsv: 1 rows for this run, 1 kept" in out
     assert cli.main(["status", "--json"]) == 0
