@@ -110,25 +110,28 @@ class OptimizationRun(LoopRecords):
         self.view.log(f"{reason}: {left} of {len(self.state.jobs)} kernels not finished; to go on, run "
                       f"`autokernel optimize --resume` with a larger {'--max-cost' if reason == COST_REACHED else '--budget'}")
 
-    def _run_stop(self, needed_s: float = 0.0) -> str | None:
-        """BUDGET_SPENT or COST_REACHED when the run cannot pay for needed_s more (or any more), else None."""
+    def _run_stop(self, needed_s: float = 0.0, what: str = "the next step") -> str | None:
+        """COST_REACHED, or a budget reason when the run cannot pay for needed_s more (or any more), else None."""
         cap = self.settings.max_cost_usd
         if cap is not None and self.state.cost_usd >= cap:
             return COST_REACHED
         if self.budget.left() < max(needed_s, MIN_WORTH_STARTING_S):
-            return BUDGET_SPENT
+            return self._short_of(needed_s, what)
         return None
+
+    def _short_of(self, needed_s: float, what: str) -> str:
+        """Why the budget stops the run, as it is: spent, or with time left that cannot pay for `what`."""
+        left = self.budget.left()
+        if left < MIN_WORTH_STARTING_S:
+            return BUDGET_SPENT
+        return budget_too_short(f"{format_duration(left)} left, and {what} takes about {format_duration(needed_s)}")
 
     def _baseline_stop(self, job: Job) -> str | None:
         """A run-ending reason when the budget left cannot pay for a run of the job's baseline, by its estimate
-        (budget.BenchTimes.baseline_run_s); said out loud, so a short budget is not mistaken for a hang."""
+        (budget.BenchTimes.baseline_run_s)."""
         run_s = self.bench_times.baseline_run_s(job.kernel_type, results.read_rows(paths.RESULTS_TSV),
                                                 meaningful=torch.cuda.is_available())
-        stop = self._run_stop(needed_s=run_s or 0.0)
-        if stop == BUDGET_SPENT and run_s and self.budget.left() >= MIN_WORTH_STARTING_S:
-            self.view.log(f"{job.name}'s baseline not started: a run of it takes about {format_duration(run_s)} "
-                          f"(measured before), and {format_duration(self.budget.left())} of the budget is left")
-        return stop
+        return self._run_stop(needed_s=run_s or 0.0, what=f"a run of {job.name}'s baseline (as measured before)")
 
     # ------------------------------------------------------------------ one job
     def _start_job(self, job: Job) -> bool:
@@ -230,7 +233,7 @@ class OptimizationRun(LoopRecords):
         number = self.state.experiment + 1
         bench_s = self.bench_times.expected(progress, quick=True)
         if self.budget.left() < max(self._llm_s + bench_s, MIN_WORTH_STARTING_S):
-            return BUDGET_SPENT
+            return self._short_of(self._llm_s + bench_s, "an experiment")
         started = time.monotonic()
         self.view.phase(f"exp {number}: asking {self.agent.name}")
         try:
@@ -253,7 +256,7 @@ class OptimizationRun(LoopRecords):
         if self.budget.left() < bench_s:
             self.view.log(f"exp {number} not judged: {format_duration(self.budget.left())} left cannot pay for a "
                           f"{format_duration(bench_s)} bench")
-            return BUDGET_SPENT
+            return self._short_of(bench_s, "a bench")
         description = one_line(proposal.description)
         try:
             integrity.check_contract(proposal.kernel_source, job.kernel_type)

@@ -252,7 +252,7 @@ class ParallelRun(OptimizationRun):
         job, progress = lane.job, lane.progress
         bench_s = self.bench_times.expected(progress, quick=True)
         if self.budget.left() < max(self._llm_s + bench_s, MIN_WORTH_STARTING_S):
-            lane.stop = BUDGET_SPENT
+            lane.stop = self._short_of(self._llm_s + bench_s, "an experiment")
             return False
         started = time.monotonic()
         context = self._agent_context(job, progress, deadline=self.budget.deadline() - bench_s)
@@ -296,7 +296,7 @@ class ParallelRun(OptimizationRun):
         if self.budget.left() < reply.bench_s:
             self.view.log(f"a candidate for {job.name} not judged: {format_duration(self.budget.left())} left "
                           f"cannot pay for a {format_duration(reply.bench_s)} bench")
-            lane.stop = BUDGET_SPENT
+            lane.stop = self._short_of(reply.bench_s, "a bench")
             return False
         description = one_line(proposal.description)
         try:
