@@ -215,9 +215,12 @@ def test_a_foreign_results_file_is_one_line_and_creates_nothing(project):
     assert not (project / "workspace" / "state.json").exists()
 
 
-def test_backend_reaches_the_planner_and_bad_ones_are_refused(monkeypatch, capsys):
+def test_backend_reaches_the_planner_and_bad_ones_are_refused(monkeypatch, capsys, tmp_path):
     from autokernel import planning, session
 
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model.py").write_text(TINY_MODEL)
+    monkeypatch.setenv(paths.WORKDIR_VARIABLE, str(tmp_path))     # a work folder named: not outside any repository
     seen = {}
 
     def planner(**kwargs):
