@@ -46,13 +46,12 @@ import json
 import sys
 from pathlib import Path
 
-from rich.console import Console
 
 from autokernel import interpreter, isolated, models, paths, plugin
 from autokernel.model_args import add_model_arguments, load_model_keywords
 from autokernel.verification import (EXIT_ERROR, EXIT_FAIL, EXIT_NOTHING_TO_PLUG_IN, EXIT_PASS,  # noqa: F401 (API)
                                      REPORT_FILE, STARTER_MANIFEST_DIR, NothingToPlugIn, Outcome, run)
-from autokernel.verify_report import print_report
+from autokernel.verify_report import print_report, report_console
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 def _in_sandbox(args) -> int:
     """The child's side: verify, print the report, and answer on the pipe (autokernel/isolated.py)."""
     interpreter.choose()        # first, before any kernel file is imported: no GPU means Triton's interpreter
-    console = Console()
+    console = report_console()       # a terminal's width (the parent passes it); whole tables in a log or a pipe
     try:
         loaded = models.load_model(**load_model_keywords(args))
         outcome = run(loaded, workspace=Path(args.workspace), out=Path(args.write_to),

@@ -3,8 +3,15 @@
 A run's time counts from the moment the command starts (profiling included) and carries over
 resumes (RunState.elapsed_s). The loop starts nothing the budget left cannot pay for, judged by the
 measured duration of this job's benches (or, before the first one, the run's), and it gives a bench
-a time limit from that same measure, not the 15-minute ceiling. So a run ends at most one bench
-limit past its budget, and only when a bench runs far longer than the ones before it.
+a time limit from that same measure, not the 15-minute ceiling, cut to the budget left: a bench the
+budget cuts short is no verdict, it is run again on resume. So a run ends within a bench's kill
+grace of its budget.
+
+A job's baseline is its starter benched twice. Before it starts, one run's cost is estimated
+(`baseline_run_s`): the last baseline of the same kernel type on this kind of device in
+results.tsv (this run's or an earlier one's), else the longest bench of this run so far; with
+nothing measured yet it starts, its limit cut to the budget left. Its second run starts only if
+the first one's time fits in what is left; otherwise the baseline stands on one run, and says so.
 """
 
 from __future__ import annotations
@@ -17,10 +24,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from autokernel.contracts import PASS, STATUS_BASELINE
+
 # A bench may take this many times the longest clean bench of its job so far, or this much longer,
 # whichever is more (compilation and autotuning vary between candidates), up to --experiment-timeout.
 BENCH_LIMIT_FACTOR = 3.0
 BENCH_LIMIT_SLACK_S = 30.0
+# A baseline that stands on one run (the budget could not pay for a second) says so in its description.
+ONE_RUN_BASELINE = "one run"
 
 
 class Budget:
@@ -78,8 +89,26 @@ class BenchTimes:
         # bench's time. On an H100 two correct rmsnorm_mlp candidates were killed at 48 s for want of it.
         cold = self.of(progress).get("cold")
         limit = min(ceiling_s, max(limit, cold)) if cold else limit
-        clipped = not typical and left_s < limit
+        # The budget binds every bench, measured or not: one that would run past it is cut there.
+        clipped = left_s < limit
         return (min(limit, max(left_s, 1.0)) if clipped else limit), clipped
+
+    def baseline_run_s(self, kernel_type: str, rows: list[dict], *, meaningful: bool) -> float | None:
+        """What one baseline run of a job of this type is expected to cost (None: nothing measured yet):
+        the last passing baseline of the type in results.tsv (rows) timed on this kind of device (meaningful:
+        a GPU's timings, not the interpreter's), a row's time being its runs' (two, or one where it says so);
+        else the longest clean bench of this run so far."""
+        same = [row for row in rows if row.get("kernel_type") == kernel_type and row.get("status") == STATUS_BASELINE
+                and row.get("correctness") == PASS and bool(row.get("timings_meaningful")) == meaningful
+                and row.get("wall_seconds")]
+        if same:
+            last = same[-1]
+            return last["wall_seconds"] / (1 if ONE_RUN_BASELINE in (last.get("description") or "") else 2)
+        return self.typical_s
+
+    def first_run_s(self, store: dict[str, float]) -> float:
+        """The first baseline run's measured time (a job's or a lane's bench_seconds): what a second one costs."""
+        return max(store.values(), default=0.0)
 
     def record(self, progress, seconds: float, *, quick: bool, compare_compile: bool) -> None:
         """Count a bench that ran to a verdict (a hang says nothing of the cost). A run that also timed

@@ -86,9 +86,13 @@ def _build_parser() -> argparse.ArgumentParser:
                           help="the kernels' language: triton (default), cuda (CUDA C++ starters, kernels/cuda/), "
                                "or any (Triton starters; the agent may switch to CUDA C++)")
     optimize.add_argument("--tag", help="run name; the branch is autokernel/<tag> (default: model name and time)")
-    optimize.add_argument("--resume", action="store_true",
-                          help="continue the run saved in workspace/state.json, with its settings (flags given "
-                               "with --resume override them)")
+    which_run = optimize.add_mutually_exclusive_group()
+    which_run.add_argument("--resume", action="store_true",
+                           help="continue the run saved in workspace/state.json, with its settings (flags given "
+                                "with --resume override them)")
+    which_run.add_argument("--new", action="store_true",
+                           help="start a new run even though workspace/state.json holds an unfinished one: that "
+                                "run's branch and results stay, and its state moves to workspace/state.<tag>.json")
     optimize.add_argument("--experiment-timeout", type=parse_duration,
                           help="the longest one bench run may take (default 15m; the loop sets a tighter limit "
                                "from the measured duration of the job's benches)")
@@ -160,11 +164,14 @@ def _cmd_score(args, started: float) -> int:
 
 
 def _model_spec(args) -> dict:
+    """The model the flags name, the file checked now: the command's own errors come before any about the repository."""
     from autokernel import models
 
     if (args.model is None) == (args.hf is None):
         raise models.ModelLoadError("give exactly one model: a model file (like models/llama.py) or --hf NAME")
     keywords = load_model_keywords(args)
+    if keywords["path"] is not None:
+        models.check_model_file(Path(keywords["path"]))
     return {"model": keywords.pop("path"), **keywords}
 
 
@@ -187,13 +194,19 @@ def _cmd_optimize(args, started: float) -> int:
         if args.model is not None or args.hf is not None:
             raise session.OptimizationError("--resume continues the saved run, whose jobs are in its state: "
                                             "give no model with it")
-        state = session.run_optimization(resume=True, overrides=given, tag=args.tag, started=started)
     else:
         spec = _model_spec(args)
+    problem = paths.outside_any_repository()
+    if problem:
+        raise session.OptimizationError(problem)
+    if args.resume:
+        state = session.run_optimization(resume=True, overrides=given, tag=args.tag, started=started)
+    else:
         name = spec["model"] or (f"hf-{spec['hf']}" if spec.get("hf") else None)
+        args.tag = args.tag or session.default_tag(name)
         state = session.run_optimization(plan=planning.model_file_planner(**spec, top=args.top, backend=args.backend),
-                                         settings=RunSettings(**given), tag=args.tag or session.default_tag(name),
-                                         started=started)
+                                         settings=RunSettings(**given), tag=args.tag, started=started,
+                                         new=args.new)
     print("\n".join(session.outcome_lines(state)))
     return 0
 
@@ -208,13 +221,16 @@ def _run_script(command: str, extra: list[str]) -> int:
     return subprocess.call([sys.executable, str(script), *extra])
 
 
-def _resumable() -> bool:
+def _resumable(args) -> bool:
+    """Whether the run this command started or resumed is saved for --resume (a new run's checks that failed
+    leave another run's state in place: that one is not this command's to hint at)."""
     from autokernel.run_state import resumable
 
     try:
-        return resumable() is not None
+        state = resumable()
     except Exception:       # the hint is a courtesy; it must not hide the error being reported
         return False
+    return state is not None and (args.resume or state.tag == args.tag)
 
 
 def _cmd_status(args, started: float) -> int:
@@ -250,9 +266,12 @@ def _cmd_report(args, started: float) -> int:
     if args.json:
         print(json.dumps(report.summary_json(rows, report.read_verdict(args.verify_report), throughput), indent=2))
     elif args.out:
-        markdown_path, plot_path = report.write_report(args.results, args.out, verify_report=args.verify_report,
-                                                       throughput=throughput)
-        print(f"report written to {markdown_path} and {plot_path}")
+        written = report.write_report(args.results, args.out, verify_report=args.verify_report, throughput=throughput)
+        if written.plot is None:
+            print(f"report written to {written.markdown}")
+            _say(f"autokernel: warning: {written.plot_problem}")
+        else:
+            print(f"report written to {written.markdown} and {written.plot}")
     else:
         print(results.markdown_summary(rows))
     return 0
@@ -305,12 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
         _say(f"\nautokernel: interrupted ({signal.Signals(signum).name})")
-        if args.command == "optimize" and _resumable():
+        if args.command == "optimize" and _resumable(args):
             _say(f"the tree is at the last kept commit and the state is saved; {RESUME_HINT.strip()}")
         return 128 + signum
     except _user_errors() as exc:
         _say(f"autokernel: error: {exc}")
-        if args.command == "optimize" and _resumable() and type(exc).__name__ != "RunLocked":
+        if args.command == "optimize" and _resumable(args) and type(exc).__name__ != "RunLocked":
             _say(RESUME_HINT.strip())
         return EXIT_ERROR
 

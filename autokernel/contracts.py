@@ -23,8 +23,10 @@ PASS, FAIL, CRASH, TIMEOUT = "PASS", "FAIL", "CRASH", "TIMEOUT"
 VERDICTS = (PASS, FAIL, CRASH, TIMEOUT)
 # What the loop did with an experiment: results.tsv's status column.
 STATUS_BASELINE, STATUS_KEEP, STATUS_REVERT = "baseline", "keep", "revert"
-# How a finished job ended, in the manifest and the state.
+# How a finished job ended, in the manifest and the state: faster than PyTorch's best at one of its shapes
+# at least, or at none; or, without meaningful timings (the CPU interpreter), correct and no more is known.
 WINNER, NO_GAIN = "winner", "no gain"
+SPEED_UNKNOWN = "correct; speed unknown on CPU"
 
 
 class ContractError(ValueError):
@@ -177,6 +179,14 @@ class ManifestEntry(_OpenRecord):
 
 
 # ---------------------------------------------------------------------- the run's state
+def _every_visible_gpu() -> str:
+    """--gpus left to its default, as it is on this machine (torch imported only here: `report` stays light)."""
+    import torch
+
+    count = torch.cuda.device_count()
+    return f"every visible GPU ({count})" if count else "1 (no GPU here: one judge in Triton's interpreter)"
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """Everything the user chose for a run; the CLI's flags map one to one (FLAGS)."""
@@ -205,8 +215,10 @@ class RunSettings:
         from autokernel.live import format_duration
 
         value = getattr(self, name)
+        if value is None and name == "gpus":
+            return _every_visible_gpu()
         if value is None:
-            return "every visible GPU" if name == "gpus" else "none"
+            return "none"
         if name in ("budget_s", "experiment_timeout_s", "kernel_time_s"):
             return format_duration(value)
         if name == "max_cost_usd":

@@ -44,11 +44,8 @@ class LoopStatus:
     cost_usd: float = 0.0
     cost_complete: bool = True            # False when some calls went to a model without a price
     deadline: float | None = None         # time.monotonic() at which the run's budget is spent
-    gpus: str = "-"                       # each GPU's pace and idle time (throughput_line)
+    gpus: str = "-"                       # the run's one rate: overall and per GPU, and idle time (throughput_line)
     jobs: str = "-"                       # with several GPUs, the jobs in flight and their GPUs (lanes_line)
-    # For the rate: experiments this process ran, since it started (a resumed run starts over).
-    session_experiments: int = 0
-    session_started: float = field(default_factory=time.monotonic)
     phase_started: float = field(default_factory=time.monotonic)
 
     def show_job(self, experiments: int, progress, *, deadline: float) -> None:
@@ -57,25 +54,27 @@ class LoopStatus:
         self.best_speedup = progress.gain()
         self.best_vs_pytorch = progress.best.get("speedup_vs_best") or progress.best.get("speedup_vs_pytorch")
 
-    def experiments_per_hour(self) -> float | None:
-        """None until the session has run a minute: a rate from the first seconds means nothing."""
-        hours = (time.monotonic() - self.session_started) / 3600
-        return self.session_experiments / hours if self.session_experiments and hours >= 1 / 60 else None
-
     def time_left_s(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
 
+RATE_AFTER_S = 60.0      # a rate from the first seconds of a run means nothing
+
+
 def throughput_line(throughput, unsaved_wall_s: float = 0.0) -> str:
-    """Experiments per hour per GPU and overall, and the time each GPU sat idle (a contracts.Throughput)."""
+    """The run's one rate (experiments per hour, overall and per GPU, over the run's loop time, resumes included)
+    and the time each GPU sat idle (a contracts.Throughput); no rate before a minute of loop time."""
     wall = throughput.wall_s + unsaved_wall_s
     if not throughput.gpus or wall <= 0:
         return "-"
     hours = wall / 3600
-    parts = [f"{label} {use.experiments / hours:.0f}/h idle {format_duration(max(0.0, wall - use.busy_s))}"
-             for label, use in sorted(throughput.gpus.items())]
+    early = wall < RATE_AFTER_S
+    each = not early and len(throughput.gpus) > 1       # one worker's rate is the overall one: said once
+    parts = [f"{label} {f'{use.experiments / hours:.0f}/h ' if each else ''}idle "
+             f"{format_duration(max(0.0, wall - use.busy_s))}" for label, use in sorted(throughput.gpus.items())]
     total = sum(use.experiments for use in throughput.gpus.values())
-    return f"{total / hours:.0f} experiments/hour overall" + (f"; {', '.join(parts)}" if parts else "")
+    rate = "no rate yet (under a minute)" if early else f"{total / hours:.0f} experiments/hour overall"
+    return rate + f"; {', '.join(parts)}"
 
 
 def format_duration(seconds: float | None) -> str:
@@ -103,7 +102,6 @@ def _panel(status: LoopStatus) -> Panel:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold cyan", justify="right")
     table.add_column()
-    rate = status.experiments_per_hour()
     left = status.time_left_s()
     # Text, not markup: a phase like "judging [shape sweep]" or a verdict's [message] is not a style tag.
     table.add_row("now", Text(f"{status.phase} ({format_duration(time.monotonic() - status.phase_started)})"))
@@ -115,8 +113,7 @@ def _panel(status: LoopStatus) -> Panel:
                           f"{format_speedup(status.best_vs_pytorch)} vs PyTorch's best")
     table.add_row("last", Text(status.last_result))
     table.add_row("LLM", _cost(status))
-    table.add_row("rate", "-" if rate is None else f"{rate:.1f} experiments/hour")
-    table.add_row("GPUs", Text(status.gpus))
+    table.add_row("pace", Text(status.gpus))
     table.add_row("time left", "-" if left is None else
                   f"{format_duration(left)} (ends by {time.strftime('%H:%M', time.localtime(time.time() + left))})")
     return Panel(table, title="autokernel optimize", border_style="cyan")

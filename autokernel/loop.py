@@ -20,13 +20,14 @@ from typing import Callable
 
 import torch
 
-from autokernel import child_output, contracts, gitops, integrity, paths, policy, run_state, runner
+from autokernel import child_output, contracts, gitops, integrity, paths, policy, results, run_state, runner
 from autokernel.agents.base import AgentContext, MalformedReply, OutOfTime, SearchExhausted
-from autokernel.budget import BenchTimes, Budget
+from autokernel.budget import ONE_RUN_BASELINE, BenchTimes, Budget
 from autokernel.contracts import FAIL, PASS, TIMEOUT, Job, JobProgress, RunState
 from autokernel.interrupts import Interrupted, InterruptGuard
 from autokernel.live import LoopStatus, ProgressView, format_duration
-from autokernel.loop_records import BUDGET_SPENT, COST_REACHED, RUN_STOPS, LoopRecords  # noqa: F401 (re-exported)
+from autokernel.loop_records import (BUDGET_SPENT, BUDGET_TOO_SHORT, COST_REACHED, RUN_STOPS,  # noqa: F401 (re-exported)
+                                     LoopRecords, budget_too_short, is_run_stop)
 from autokernel.policy import is_improvement, one_line
 from autokernel.run_state import OptimizationError
 
@@ -52,7 +53,8 @@ class OptimizationRun(LoopRecords):
         self.checkpoint = checkpoint or (lambda name: None)
         self.program = paths.PROGRAM_MD.read_text() if paths.PROGRAM_MD.exists() else ""
         self.quick_bench = self.settings.quick_bench or not torch.cuda.is_available()
-        self._status = LoopStatus(llm_tokens=state.llm_tokens, cost_usd=state.cost_usd)
+        # The deadline from the start: "time left" counts down through profiling's end and the first baseline too.
+        self._status = LoopStatus(llm_tokens=state.llm_tokens, cost_usd=state.cost_usd, deadline=budget.deadline())
         self._llm_s = 0.0                   # how long the last reply took: part of what an experiment costs
         self.bench_times = BenchTimes()     # what benches cost: their limits, and what the budget can pay for
         self._wall_mark = time.monotonic()  # the run's wall time counts on from here (Throughput)
@@ -90,14 +92,14 @@ class OptimizationRun(LoopRecords):
             self._status.kernel = (f"rank {job.rank} {job.kernel_type} "
                                    f"(job {state.job_index + 1} of {len(state.jobs)})")
             if state.current is None:
-                stop = self._run_stop(needed_s=2 * (self.bench_times.typical_s or 0.0))      # two baseline runs
+                stop = self._baseline_stop(job)
                 if stop or not self._start_job(job):
                     if stop:
                         return self._stop(stop)
                     continue
             reason = self._optimize(job, state.current)
             self._save_best(job, state.current, reason)
-            if reason in RUN_STOPS:
+            if is_run_stop(reason):
                 return self._stop(reason)
         state.done = True
         state.stopped_because = "every kernel is done"
@@ -106,16 +108,30 @@ class OptimizationRun(LoopRecords):
         self.state.stopped_because = reason
         left = run_state.unfinished(self.state)
         self.view.log(f"{reason}: {left} of {len(self.state.jobs)} kernels not finished; to go on, run "
-                      f"`autokernel optimize --resume` with a larger {'--budget' if reason == BUDGET_SPENT else '--max-cost'}")
+                      f"`autokernel optimize --resume` with a larger {'--max-cost' if reason == COST_REACHED else '--budget'}")
 
-    def _run_stop(self, needed_s: float = 0.0) -> str | None:
-        """BUDGET_SPENT or COST_REACHED when the run cannot pay for needed_s more (or any more), else None."""
+    def _run_stop(self, needed_s: float = 0.0, what: str = "the next step") -> str | None:
+        """COST_REACHED, or a budget reason when the run cannot pay for needed_s more (or any more), else None."""
         cap = self.settings.max_cost_usd
         if cap is not None and self.state.cost_usd >= cap:
             return COST_REACHED
         if self.budget.left() < max(needed_s, MIN_WORTH_STARTING_S):
-            return BUDGET_SPENT
+            return self._short_of(needed_s, what)
         return None
+
+    def _short_of(self, needed_s: float, what: str) -> str:
+        """Why the budget stops the run, as it is: spent, or with time left that cannot pay for `what`."""
+        left = self.budget.left()
+        if left < MIN_WORTH_STARTING_S:
+            return BUDGET_SPENT
+        return budget_too_short(f"{format_duration(left)} left, and {what} takes about {format_duration(needed_s)}")
+
+    def _baseline_stop(self, job: Job) -> str | None:
+        """A run-ending reason when the budget left cannot pay for a run of the job's baseline, by its estimate
+        (budget.BenchTimes.baseline_run_s)."""
+        run_s = self.bench_times.baseline_run_s(job.kernel_type, results.read_rows(paths.RESULTS_TSV),
+                                                meaningful=torch.cuda.is_available())
+        return self._run_stop(needed_s=run_s or 0.0, what=f"a run of {job.name}'s baseline (as measured before)")
 
     # ------------------------------------------------------------------ one job
     def _start_job(self, job: Job) -> bool:
@@ -149,7 +165,9 @@ class OptimizationRun(LoopRecords):
         if passed:
             progress = JobProgress(baseline=baseline, best=baseline, noise=noise, compile_us=compile_us,
                                    kept=[{"commit": commit, "result": baseline}], bench_seconds=bench_seconds)
-        description = f"baseline (noise {noise:.1%})" if passed else "baseline fails its own bench"
+        description = ("baseline fails its own bench" if not passed else f"baseline (noise {noise:.1%})"
+                       if len(runs) > 1 else f"baseline ({ONE_RUN_BASELINE}: no time for a second; noise floor "
+                                             f"{noise:.1%})")
         with self.guard.critical():
             index = run_state.index_of(self.state, job)
             if progress is not None:
@@ -173,6 +191,8 @@ class OptimizationRun(LoopRecords):
         """The starter benched twice (the second only after a PASS); None when the budget cut one short."""
         runs = []
         for attempt in (1, 2):
+            if attempt == 2 and not self._second_run_fits(job, self.bench_times.baseline):
+                break
             self.view.phase(f"baseline {job.name} (run {attempt} of 2)")
             # The first run also times torch.compile of the reference: PyTorch's best is the bar.
             result = self._judge(job, None, quick=self.quick_bench,
@@ -183,6 +203,16 @@ class OptimizationRun(LoopRecords):
             if result.get("correctness") != PASS:
                 break
         return runs
+
+    def _second_run_fits(self, job: Job, first: dict[str, float]) -> bool:
+        """Whether the budget left pays for a baseline's second run (as long as its first); if not, the baseline
+        stands on its first run, and the log says so."""
+        first_s, left = self.bench_times.first_run_s(first), self.budget.left()
+        if left >= max(first_s, MIN_WORTH_STARTING_S):
+            return True
+        self.view.log(f"{job.name}'s baseline stands on one run: {format_duration(left)} left cannot pay for a "
+                      f"second ({format_duration(first_s)}); its noise is taken as the floor")
+        return False
 
     def _optimize(self, job: Job, progress: JobProgress) -> str:
         """Run experiments until a stopping rule fires; returns the reason."""
@@ -203,14 +233,14 @@ class OptimizationRun(LoopRecords):
         number = self.state.experiment + 1
         bench_s = self.bench_times.expected(progress, quick=True)
         if self.budget.left() < max(self._llm_s + bench_s, MIN_WORTH_STARTING_S):
-            return BUDGET_SPENT
+            return self._short_of(self._llm_s + bench_s, "an experiment")
         started = time.monotonic()
         self.view.phase(f"exp {number}: asking {self.agent.name}")
         try:
             proposal = self.agent.propose(self._agent_context(job, progress, deadline=self.budget.deadline() - bench_s))
         except OutOfTime as exc:
             self.view.log(f"exp {number} not run: {exc}")
-            return BUDGET_SPENT
+            return budget_too_short(str(exc))
         except MalformedReply as exc:
             # Nothing was written or committed; the row keeps the tokens the reply cost.
             result = runner.synthesized_result(FAIL, f"malformed reply: {exc}", kernel_type=job.kernel_type)
@@ -226,7 +256,7 @@ class OptimizationRun(LoopRecords):
         if self.budget.left() < bench_s:
             self.view.log(f"exp {number} not judged: {format_duration(self.budget.left())} left cannot pay for a "
                           f"{format_duration(bench_s)} bench")
-            return BUDGET_SPENT
+            return self._short_of(bench_s, "a bench")
         description = one_line(proposal.description)
         try:
             integrity.check_contract(proposal.kernel_source, job.kernel_type)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from autokernel import contracts, gitops, paths, plugin, policy, results, run_state
-from autokernel.contracts import NO_GAIN, WINNER, Job, JobProgress
+from autokernel.contracts import SPEED_UNKNOWN, Job, JobProgress
 from autokernel.live import throughput_line
 
 HISTORY_KEPT = 50        # experiments of the current kernel remembered for the agent
@@ -20,6 +20,18 @@ HISTORY_KEPT = 50        # experiments of the current kernel remembered for the 
 BUDGET_SPENT = "the run's time budget is spent"
 COST_REACHED = "the run's cost cap is reached"
 RUN_STOPS = (BUDGET_SPENT, COST_REACHED)
+# A run stopped with time left that cannot pay for what comes next (a Retry-After wait the budget cannot
+# cover, no time for an LLM reply): said with its reason, as budget_too_short(why) words it.
+BUDGET_TOO_SHORT = "the time left in the run's budget is too short"
+
+
+def budget_too_short(why: str) -> str:
+    return f"{BUDGET_TOO_SHORT}: {why}"
+
+
+def is_run_stop(reason: str | None) -> bool:
+    """Whether a stopping reason ends the run, not just the kernel (its best so far is saved; --resume goes on)."""
+    return reason in RUN_STOPS or (reason or "").startswith(BUDGET_TOO_SHORT)
 
 
 class LoopRecords:
@@ -48,6 +60,8 @@ class LoopRecords:
         """The verdict's writes, in their order (inside a critical section): state, reset, row, state.
         gpu: where it was judged ("" when it was not: a malformed reply, a broken contract)."""
         state = self.state
+        if status == contracts.STATUS_KEEP and progress is not None and len(progress.kept) > 1:
+            description += policy.keep_note(result, progress.kept[-2]["result"])
         row = results.make_row(experiment=number, tag=state.tag, kernel_type=job.kernel_type, result=result,
                                description=description, status=status,
                                wall_seconds=round(time.monotonic() - started, 2), llm_tokens=tokens, cost_usd=cost,
@@ -75,7 +89,6 @@ class LoopRecords:
         self._save()
         self.checkpoint("row settled")
         if status != contracts.STATUS_BASELINE:
-            self._status.session_experiments += 1
             self._status.last_result = (policy.describe_verdict(number, status, result, description, progress)
                                         + self._verdict_note(job, gpu))
             self.view.log(self._status.last_result)
@@ -105,32 +118,35 @@ class LoopRecords:
 
     def _save_best(self, job: Job, progress: JobProgress, reason: str) -> None:
         """Save the kept version (HEAD) as optimized_kernels/<rank>_<type>.py and commit it, if it is a
-        winner: faster than PyTorch's best at one of the job's shapes (policy.is_winner). Otherwise the
-        job ends as "no gain", with nothing saved for verify to route.
+        winner: faster than PyTorch's best at one of the job's shapes; or, on CPU, where its speed is
+        unknown, so verify can be tried there (policy.verdict). Otherwise the job ends as "no gain", with
+        nothing saved for verify to route.
 
         A run-ending reason (budget, cost) saves the best so far and keeps the job open for --resume;
         any other ends the job.
         """
         name = job.name
         gain = progress.gain() or 1.0
-        final = reason not in RUN_STOPS
-        winner = policy.is_winner(progress.best)
-        self.view.phase(f"saving {name}" if winner else f"ending {name}: no gain")
+        final = not is_run_stop(reason)
+        verdict = policy.verdict(progress.best)
+        saved = policy.is_saved(progress.best)
+        self.view.phase(f"saving {name}" if saved else f"ending {name}: no gain")
         with self.guard.critical():
             progress.finishing = reason
             self._save()
             self.checkpoint("finish: in flight")
             entry = {**plugin.manifest_entry(job, f"{name}.py"),
                      **policy.outcome(progress, reason, source_commit=progress.kept[-1]["commit"], tag=self.state.tag),
-                     "verdict": WINNER if winner else NO_GAIN}
-            if winner:
+                     "verdict": verdict}
+            if saved:
                 paths.OPTIMIZED_DIR.mkdir(exist_ok=True)
                 (paths.OPTIMIZED_DIR / f"{name}.py").write_bytes(self._kept_source(progress).encode())
                 kernels = plugin.read_manifest(paths.MANIFEST_FILE) if paths.MANIFEST_FILE.exists() else {}
                 plugin.write_manifest(paths.MANIFEST_FILE, {**kernels, name: entry})
                 self.checkpoint("finish: files written")
+                outcome = SPEED_UNKNOWN if verdict == SPEED_UNKNOWN else f"{gain:.2f}x over its baseline"
                 self.state.kept_commit = self.repo.commit_optimized(
-                    f"optimized {name}: {gain:.2f}x over its baseline" + ("" if final else " (so far)"), self.state.tag)
+                    f"optimized {name}: {outcome}" + ("" if final else " (so far)"), self.state.tag)
                 self.checkpoint("finish: committed")
             progress.finishing = None
             if final:
@@ -138,4 +154,4 @@ class LoopRecords:
                 run_state.end_job(self.state, run_state.index_of(self.state, job))
             self._save()
             self.checkpoint("finish: saved")
-        self.view.log(policy.describe_ending(name, progress, reason, final=final, winner=winner))
+        self.view.log(policy.describe_ending(name, progress, reason, final=final))

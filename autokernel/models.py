@@ -112,7 +112,7 @@ def load_model(path: str | os.PathLike | None = None, *, class_name: str | None 
     target_device = resolve_device(device)
     if hf is not None:
         return _build(_hf_recipe(hf, hf_overrides or {}, input_shape), target_dtype, target_device)
-    file = _check_model_file(Path(path))
+    file = check_model_file(Path(path))
     with _on_sys_path(file.parent):
         module = _import_file(file)
         recipe = _file_recipe(module, file, class_name, input_shape, model_kwargs or {})
@@ -238,7 +238,8 @@ def _random_inputs(model: nn.Module, shape: tuple[int, ...], dtype: torch.dtype 
 
 
 # --------------------------------------------------------------------------- model files
-def _check_model_file(file: Path) -> Path:
+def check_model_file(file: Path) -> Path:
+    """The model file resolved, or ModelLoadError when there is none or it is not a .py file."""
     if not file.exists():
         raise ModelLoadError(f"Model file not found: {file}; check the path, or use --hf NAME to build a "
                              "Hugging Face architecture instead.")

@@ -50,7 +50,7 @@ from autokernel.agents.base import MalformedReply, OutOfTime, SearchExhausted, W
 from autokernel.contracts import FAIL, PASS, TIMEOUT, Job, JobProgress, JudgeOutcome, JudgeTask
 from autokernel.lanes import Flight, Lane, lanes_line
 from autokernel.live import format_duration, throughput_line
-from autokernel.loop import BUDGET_SPENT, MIN_WORTH_STARTING_S, RUN_STOPS, OptimizationRun
+from autokernel.loop import BUDGET_SPENT, MIN_WORTH_STARTING_S, OptimizationRun, budget_too_short, is_run_stop
 from autokernel.policy import is_improvement, one_line
 from autokernel.pool import Finished, WorkerPool
 from autokernel.proposals import Proposals, Reply
@@ -144,10 +144,10 @@ class ParallelRun(OptimizationRun):
                       and run_state.progress_of(self.state, index) is None), None)
         if index is None or any(lane.job.kernel_type == self.state.jobs[index].kernel_type for lane in self.lanes):
             return None
-        self._no_new_jobs = self._run_stop(needed_s=2 * (self.bench_times.typical_s or 0.0))   # two baseline runs
+        job = self.state.jobs[index]
+        self._no_new_jobs = self._baseline_stop(job)
         if self._no_new_jobs:
             return None
-        job = self.state.jobs[index]
         source = Path(job.path)
         if not source.exists():
             raise OptimizationError(f"the job file {source} is gone; run `autokernel extract` again")
@@ -164,10 +164,10 @@ class ParallelRun(OptimizationRun):
         ended = [lane for lane in self.lanes if lane.stop and not lane.busy]
         for lane in ended:
             self.lanes.remove(lane)
-            if lane.stop in RUN_STOPS:
+            if is_run_stop(lane.stop):
                 self._no_new_jobs = self._no_new_jobs or lane.stop
             self._save_best(lane.job, lane.progress, lane.stop)
-            if lane.stop not in RUN_STOPS:
+            if not is_run_stop(lane.stop):
                 self._end_span(lane.job)
         return bool(ended)
 
@@ -221,7 +221,7 @@ class ParallelRun(OptimizationRun):
         if first:
             lane.first_slot, lane.first_gpu = finished.slot, finished.outcome.gpu
         lane.runs.append(result)
-        if result.get("correctness") == PASS and len(lane.runs) < 2:
+        if result.get("correctness") == PASS and len(lane.runs) < 2 and self._second_run_fits(lane.job, lane.bench_seconds):
             return                          # the second run goes to the next free worker
         job, number = lane.job, self.state.experiment + 1
         with self.guard.critical():         # the one-GPU loop's baseline writes, the commit made now
@@ -252,7 +252,7 @@ class ParallelRun(OptimizationRun):
         job, progress = lane.job, lane.progress
         bench_s = self.bench_times.expected(progress, quick=True)
         if self.budget.left() < max(self._llm_s + bench_s, MIN_WORTH_STARTING_S):
-            lane.stop = BUDGET_SPENT
+            lane.stop = self._short_of(self._llm_s + bench_s, "an experiment")
             return False
         started = time.monotonic()
         context = self._agent_context(job, progress, deadline=self.budget.deadline() - bench_s)
@@ -276,7 +276,7 @@ class ParallelRun(OptimizationRun):
             return False
         if isinstance(error, OutOfTime):
             self.view.log(f"no more candidates for {job.name}: {error}")
-            lane.stop = BUDGET_SPENT
+            lane.stop = budget_too_short(str(error))
             return False
         if error is not None and not isinstance(error, MalformedReply):
             raise error
@@ -296,7 +296,7 @@ class ParallelRun(OptimizationRun):
         if self.budget.left() < reply.bench_s:
             self.view.log(f"a candidate for {job.name} not judged: {format_duration(self.budget.left())} left "
                           f"cannot pay for a {format_duration(reply.bench_s)} bench")
-            lane.stop = BUDGET_SPENT
+            lane.stop = self._short_of(reply.bench_s, "a bench")
             return False
         description = one_line(proposal.description)
         try:

@@ -6,7 +6,8 @@ Two places, found apart:
     the package, in autokernel/_layout/ (setup.py puts them there when it builds the wheel).
   - the run's files: kernel.py, workspace/, optimized_kernels/ and results.tsv, in the work
     directory: the folder named by --workdir (or AUTOKERNEL_WORKDIR), else the git repository the
-    command runs in, else (from a clone, outside any repository) the clone, as before.
+    command runs in, else (from a clone, outside any repository) the clone, where status and report
+    read; `optimize` refuses to start there (outside_any_repository), in either install.
 The constants below are read at call time (`paths.WORKSPACE`), so use_workdir() moves them all.
 """
 
@@ -42,6 +43,15 @@ def find_workdir() -> Path:
         return Path(named).expanduser().resolve()
     here = Path.cwd().resolve()
     return _enclosing_repository(here) or (TOOL_DIR if TOOL_DIR != PACKAGED_LAYOUT else here)
+
+
+def outside_any_repository() -> str | None:
+    """Why `optimize` must not start here, or None: no --workdir was named and the command runs outside any git
+    repository, so the work folder is only a fallback (the clone, or the folder itself), not the user's project."""
+    if os.environ.get(WORKDIR_VARIABLE) or _enclosing_repository(Path.cwd().resolve()):
+        return None
+    return (f"{Path.cwd()} is not inside a git repository: run `autokernel optimize` in your project's git "
+            f"repository (the run commits there, on a branch of its own), or name one with --workdir DIR")
 
 
 TOOL_DIR = _tool_dir()

@@ -9,7 +9,7 @@ of the hardware peak (the run's budget and cost cap are checked by the loop itse
 
 from __future__ import annotations
 
-from autokernel.contracts import PASS, JobProgress, RunSettings
+from autokernel.contracts import NO_GAIN, PASS, SPEED_UNKNOWN, WINNER, JobProgress, RunSettings
 from autokernel.live import format_duration
 
 DESCRIPTION_CHARS = 200
@@ -60,13 +60,24 @@ def compile_times(result: dict) -> dict[str, float]:
             if row.get("shape") and row.get("compile_latency_us")}
 
 
-def is_winner(result: dict) -> bool:
-    """Whether a job's best is worth handing to the model: it beats PyTorch's best at one of the job's
-    shapes at least. Without meaningful timings (the CPU interpreter) nothing can be compared, so the
-    kernel is saved, and the results say its timings mean nothing."""
+def verdict(result: dict) -> str:
+    """How a job's best ends: WINNER when it beats PyTorch's best at one of the job's shapes at least,
+    NO_GAIN when at none. Without meaningful timings (the CPU interpreter) nothing can be compared, so it
+    is never a winner: SPEED_UNKNOWN, correct and no more."""
     if not result.get("timings_meaningful"):
-        return True
-    return bool(result.get("wins_at"))
+        return SPEED_UNKNOWN
+    return WINNER if result.get("wins_at") else NO_GAIN
+
+
+def is_saved(result: dict) -> bool:
+    """Whether a job's best goes to optimized_kernels/: a winner, or, on CPU, a correct kernel, so that the
+    pipeline (verify, plug_in) can be tried without a GPU; verify routes nothing there by measurement."""
+    return verdict(result) != NO_GAIN
+
+
+def entry_verdict(entry: dict) -> str:
+    """A finished job's verdict as recorded (a manifest or state entry); older runs wrote "winner" for CPU runs."""
+    return SPEED_UNKNOWN if entry.get("timings_meaningful") is False else entry.get("verdict") or WINNER
 
 
 def measured_noise(first: dict, second: dict, floor: float) -> float:
@@ -86,6 +97,19 @@ def baseline_verdict(runs: list[dict], noise_floor: float) -> tuple[dict, bool, 
     runs = [against_pytorch_best(run, compile_us, noise) for run in runs]
     baseline = failure or min(runs, key=lambda run: run.get("latency_us") or float("inf"))
     return baseline, failure is None, noise, compile_us
+
+
+def keep_note(result: dict, previous: dict) -> str:
+    """What a kept row adds to its description when its speedup against PyTorch eager is below the previous keep's:
+    keeps go by our latency, and eager is timed afresh in every bench, so its own jitter can lower the ratio."""
+    ours, before = result.get("speedup_vs_pytorch"), previous.get("speedup_vs_pytorch")
+    if ours is None or before is None or ours >= before:
+        return ""
+    def us(value) -> str:
+        return "-" if value is None else f"{value:.1f} us"
+    return (f" [kept for its latency, {us(result.get('latency_us'))} against the best's "
+            f"{us(previous.get('latency_us'))}; its speedup vs PyTorch is lower because PyTorch eager timed "
+            f"{us(result.get('pytorch_latency_us'))} in this bench, {us(previous.get('pytorch_latency_us'))} in the best's]")
 
 
 def history_entry(number: int, description: str, status: str, result: dict) -> dict:
@@ -128,10 +152,15 @@ def outcome(progress: JobProgress, reason: str, *, source_commit: str, tag: str)
             "source_commit": source_commit, "tag": tag}
 
 
-def describe_ending(name: str, progress: JobProgress, reason: str, *, final: bool, winner: bool) -> str:
-    """The log line for a job that ends (or stops with the run): saved as a winner, or "no gain"."""
+def describe_ending(name: str, progress: JobProgress, reason: str, *, final: bool) -> str:
+    """The log line for a job that ends (or stops with the run): saved as a winner, saved with its speed
+    unknown (CPU), or "no gain"."""
     gain, best = progress.gain() or 1.0, progress.best
-    if winner:
+    ending = verdict(best)
+    if ending == SPEED_UNKNOWN:
+        return (f"{name} {'done' if final else 'saved so far'} ({reason}): {SPEED_UNKNOWN} (timed in Triton's "
+                f"interpreter), after {progress.experiments} experiments, in optimized_kernels/{name}.py")
+    if ending == WINNER:
         return (f"{name} {'done' if final else 'saved so far'} ({reason}): {gain:.2f}x over its baseline after "
                 f"{progress.experiments} experiments, in optimized_kernels/{name}.py")
     pytorch_best = sum(row.get("pytorch_best_us") or 0.0 for row in best.get("timings") or [])

@@ -11,8 +11,9 @@ progress.png has one row of two panels per kernel run, experiment number across:
 kept versions (the baseline included) are filled green dots joined by the running best, reverted
 ones hollow grey circles, and experiments without a timing (FAIL, CRASH, TIMEOUT) red crosses
 along the bottom edge. A red banner says so when the timings are not meaningful (CPU interpreter).
-The plot needs matplotlib (pip install matplotlib, or the project's [report] extra); it is drawn
-with the Agg canvas, so no display is needed and no global backend is switched.
+The plot needs matplotlib (a dependency of the package, so the README's install has it); it is drawn
+with the Agg canvas, so no display is needed and no global backend is switched. Where it is missing
+anyway, report.md is still written, and says why the plot is not there.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 from autokernel import contracts, results
 from autokernel.live import format_duration, format_speedup
@@ -48,20 +50,35 @@ def read_verdict(path: str | Path | None) -> dict | None:
                                               "timings_meaningful")}
 
 
+class ReportFiles(NamedTuple):
+    markdown: Path
+    plot: Path | None              # None when it could not be drawn
+    plot_problem: str | None       # why not (report.md says so too)
+
+
 def write_report(results_tsv: str | Path, out_dir: str | Path, *, verify_report: str | Path | None = None,
-                 throughput: contracts.Throughput | None = None) -> tuple[Path, Path]:
-    """Write out_dir/report.md and out_dir/progress.png from results.tsv; return their paths."""
+                 throughput: contracts.Throughput | None = None) -> ReportFiles:
+    """Write out_dir/report.md and out_dir/progress.png from results.tsv; return their paths.
+
+    A plot that cannot be drawn (matplotlib missing) costs the plot alone: report.md is written
+    regardless, saying why the plot is not there."""
     rows = results.read_rows(results_tsv)
     if not rows:
         raise ReportError(f"no experiments in {results_tsv}: nothing to report yet")
+    groups = results.group_by_kernel(rows)
+    try:
+        figure, problem = progress_figure(groups), None
+    except ReportError as exc:
+        figure, problem = None, str(exc)
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    groups = results.group_by_kernel(rows)
     png_path = folder / PLOT_FILE
-    draw_progress(groups, png_path)
+    if figure is not None:
+        figure.savefig(png_path, dpi=100)
     markdown_path = folder / MARKDOWN_FILE
-    markdown_path.write_text(markdown_report(rows, groups, results_tsv, read_verdict(verify_report), throughput) + "\n")
-    return markdown_path, png_path
+    markdown_path.write_text(markdown_report(rows, groups, results_tsv, read_verdict(verify_report), throughput,
+                                             plot_problem=problem) + "\n")
+    return ReportFiles(markdown_path, png_path if figure is not None else None, problem)
 
 
 def _failures(group: list[dict]) -> str:
@@ -119,7 +136,7 @@ def job_span_lines(throughput: contracts.Throughput) -> list[str]:
 
 
 def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Path, verdict: dict | None = None,
-                    pace: contracts.Throughput | None = None) -> str:
+                    pace: contracts.Throughput | None = None, *, plot_problem: str | None = None) -> str:
     lines = ["# AutoKernel report", ""]
     if verdict:
         lines += _verdict_lines(verdict)
@@ -133,19 +150,31 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
         kept = sum(row["status"] == contracts.STATUS_KEEP for row in group)
         best = results.best_version(group) or {}
         speedup, vs_best, throughput = best.get("speedup_vs_pytorch"), results.speedup_vs_best(best), best.get("throughput")
-        outcome = "-" if vs_best is None or _meaningless(group) else "faster" if vs_best > 1 else "no gain"
+        outcome = _outcome(group, best, vs_best)
         lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {len(group)} | {kept} | "
                      f"{'-' if speedup is None else f'{speedup:.2f}x'} | {'-' if vs_best is None else f'{vs_best:.2f}x'} | "
                      f"{outcome} | {'-' if throughput is None else f'{throughput:.4g}'} | {_failures(group)} |")
     lines += ["", "Best: the fastest kept version (or the baseline). Speedups compare times per call, launch "
                   "overhead included; PyTorch's best is the faster of eager and torch.compile (timed with the "
                   "baseline). \"no gain\": the best is not faster than PyTorch's best, and the loop saved nothing "
-                  "for the model. Throughput is in bench.py's unit for the kernel: GB/s when memory-bound, "
+                  f"for the model. \"{contracts.SPEED_UNKNOWN}\": timed in Triton's interpreter, which says "
+                  "nothing of speed; the kernel passed the judge and was saved so verify can be tried. Throughput is in bench.py's unit for the kernel: GB/s when memory-bound, "
                   "TFLOP/s when compute-bound. Failures count experiments by their correctness verdict.", "",
               *throughput_lines(pace),
-              f"![speedup per experiment]({PLOT_FILE})", "", "## Experiments", "",
+              f"![speedup per experiment]({PLOT_FILE})" if plot_problem is None else f"(No plot: {plot_problem}.)",
+              "", "## Experiments", "",
               results.markdown_summary(rows)]
     return "\n".join(lines)
+
+
+def _outcome(group: list[dict], best: dict, vs_best: float | None) -> str:
+    """A kernel run's outcome: faster than PyTorch's best, no gain, or, without meaningful timings, correct
+    and no more (the CPU interpreter's times say nothing of speed); "-" with nothing to judge."""
+    if not best:
+        return "-"
+    if _meaningless(group):
+        return contracts.SPEED_UNKNOWN
+    return "-" if vs_best is None else "faster" if vs_best > 1 else contracts.NO_GAIN
 
 
 def _kernel_summary(group: list[dict]) -> dict:
@@ -162,7 +191,8 @@ def _kernel_summary(group: list[dict]) -> dict:
             "best_speedup_vs_pytorch_best": results.speedup_vs_best(best) if best else None,
             "failures": dict(Counter(row["correctness"] or "no result" for row in group
                                      if row["correctness"] != contracts.PASS)),
-            "timings_meaningful": not _meaningless(group)}
+            "timings_meaningful": not _meaningless(group),
+            "outcome": _outcome(group, best or {}, results.speedup_vs_best(best) if best else None)}
 
 
 def summary_json(rows: list[dict], verdict: dict | None = None, throughput: contracts.Throughput | None = None) -> dict:
@@ -221,10 +251,6 @@ def _draw_panel(axes, group: list[dict], which: int, title: str) -> None:
     axes.set_xlim(group[0]["experiment"] - 0.5, group[-1]["experiment"] + 0.5)
 
 
-def draw_progress(groups: list[list[dict]], png_path: Path) -> None:
-    progress_figure(groups).savefig(png_path, dpi=100)
-
-
 def progress_figure(groups: list[list[dict]]):
     """One row per kernel run: speedup over its baseline (left) and over PyTorch's best (right), log axes."""
     try:
@@ -233,8 +259,8 @@ def progress_figure(groups: list[list[dict]]):
         from matplotlib.figure import Figure
         from matplotlib.lines import Line2D
     except ImportError as exc:
-        raise ReportError("progress.png needs matplotlib, which is not installed: pip install matplotlib "
-                          "(or pip install -e .[report])") from exc
+        raise ReportError("progress.png needs matplotlib, a dependency of autokernel that is missing here: "
+                          "pip install matplotlib") from exc
     meaningless = _meaningless([row for group in groups for row in group])
     figure = Figure(figsize=(12, 1.2 + 2.8 * len(groups)), layout="constrained")
     FigureCanvasAgg(figure)

@@ -14,6 +14,7 @@ after an upgrade) rewrites it once, atomically, with the new header and empty gp
 from __future__ import annotations
 
 import csv
+import math
 import os
 from pathlib import Path
 
@@ -53,9 +54,19 @@ def _cell(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return _decimal(value)
     # One row per line, one cell per tab: an agent's description may contain either.
     return " ".join(str(value).split())
+
+
+def _decimal(value: float, digits: int = 6) -> str:
+    """A number as people and spreadsheets read it: plain decimals, never an exponent (3388970, not 3.38897e+06);
+    at least `digits` significant digits, and every digit of its whole part."""
+    if not math.isfinite(value) or value == 0:
+        return repr(value) if value else "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _header(path: Path) -> tuple[str, ...]:

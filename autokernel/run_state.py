@@ -75,6 +75,14 @@ def resumable() -> RunState | None:
     return None if state.done else state
 
 
+def set_aside(state: RunState) -> Path:
+    """Move an unfinished run's state to workspace/state.<tag>.json, out of a new run's way; its branch and its
+    rows stay, and moving the file back to state.json resumes it."""
+    aside = state_file().with_name(f"state.{state.tag}.json")
+    os.replace(state_file(), aside)
+    return aside
+
+
 def settle_pending_row(state: RunState) -> None:
     """Write the decided row a kill may have kept from results.tsv (never twice), then forget it."""
     if state.pending_row is not None:

@@ -1,10 +1,12 @@
 """Starting or resuming a run: every check before anything is written, then the loop, then the user back home.
 
-A new run, in this order, creates nothing until every check has passed:
-  1. the lock (one run per repository);
-  2. the repository: no uncommitted tracked changes, commits to branch from, the run's branch is
-     new, no untracked files in optimized_kernels/ (the run commits that folder), a results.tsv
-     this version can append to, no unfinished run in workspace/state.json, a valid tag;
+A new run, in this order, creates nothing until every check has passed (the command checked its own
+arguments, the model file among them, before):
+  1. a git repository to work in, then the lock (one run per repository);
+  2. a valid tag, no unfinished run in workspace/state.json (`new` sets one aside, once every check
+     passed: its branch and rows stay), and the repository: no uncommitted tracked changes, commits
+     to branch from, the run's branch is new, no untracked files in optimized_kernels/ (the run
+     commits that folder), a results.tsv this version can append to;
   3. the agent, with one cheap call to its endpoint (a wrong URL, key or model fails in seconds);
   4. then the plan (load and profile the model, extract the jobs), the branch, the state, the loop.
 Resume restores the run's settings from its state (a flag given with --resume overrides its
@@ -26,10 +28,10 @@ from autokernel import gitops, paths, policy, results, run_state, runner, sandbo
 from autokernel.agents.base import AgentError
 from autokernel.agents.factory import make_agent
 from autokernel.budget import CLOCK_FILE_NAME, Budget, ClockKeeper, recovered_elapsed
-from autokernel.contracts import NO_GAIN, Job, RunSettings, RunState
+from autokernel.contracts import NO_GAIN, SPEED_UNKNOWN, Job, RunSettings, RunState
 from autokernel.live import ProgressView, format_duration, format_speedup
 from autokernel.lock import RunLock
-from autokernel.loop import RUN_STOPS, OptimizationRun
+from autokernel.loop import OptimizationRun, is_run_stop
 from autokernel.parallel_loop import ParallelRun
 from autokernel.run_state import OptimizationError, resumable, state_file
 
@@ -47,21 +49,23 @@ def default_tag(name: str | None) -> str:
 def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | None = None,
                      settings: RunSettings | None = None, overrides: dict | None = None, tag: str | None = None,
                      resume: bool = False, view: ProgressView | None = None, stay_on_run_branch: bool = False,
-                     checkpoint: Callable[[str], None] | None = None, started: float | None = None) -> RunState:
+                     checkpoint: Callable[[str], None] | None = None, started: float | None = None,
+                     new: bool = False) -> RunState:
     """Start a run (plan(log) gives its jobs, after every check) or resume the saved one; returns the final state.
 
     settings: a new run's settings. overrides: the settings given explicitly, which on resume replace
     the saved ones. started: time.monotonic() when the command started (its time counts).
     stay_on_run_branch: after a run that ends normally, leave the run's branch checked out (the Python
     API plugs its kernels in from there); an interrupted or failed run always returns the user.
+    new: start even though an unfinished run is saved: once every check passed, its state is set aside.
     Raises OptimizationError, GitOpsError, AgentError, ResultsFileError, RunLocked or ModelLoadError
     with a message for the user, and Interrupted (a KeyboardInterrupt) on a signal; the state is
     saved for --resume either way.
     """
     started = time.monotonic() if started is None else started
     view = view or ProgressView()
+    repo = gitops.KernelRepo(paths.ROOT)       # before the lock: outside a repository, nothing is made
     with RunLock(), view:
-        repo = gitops.KernelRepo(paths.ROOT)
         problem = sandbox_checks.sandbox_gpu_problem(paths.ROOT)     # before profiling: minutes, wasted if this fails
         if problem:
             raise OptimizationError(problem)
@@ -69,7 +73,7 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
             state, agent, position = _prepare_resume(repo, tag, overrides or {}, view)
         else:
             workers.check(settings or RunSettings())        # the workers asked for can be had, before anything is made
-            state, agent, position = _prepare_new(repo, plan, settings or RunSettings(), tag, view, started)
+            state, agent, position = _prepare_new(repo, plan, settings or RunSettings(), tag, view, new)
         if not torch.cuda.is_available():
             view.log(CPU_NOTE)
         if not runner.filesystem_confined():
@@ -95,13 +99,15 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
 
 # ---------------------------------------------------------------------- a new run
 def _prepare_new(repo: gitops.KernelRepo, plan, settings: RunSettings, tag: str | None, view: ProgressView,
-                 started: float) -> tuple[RunState, object, str]:
-    if resumable() is not None:
-        raise OptimizationError(f"{state_file()} holds an unfinished run: pass --resume to continue it, "
-                                f"or delete the file to start a new one")
+                 new: bool) -> tuple[RunState, object, str]:
     tag = tag or default_tag(None)
     if not TAG_PATTERN.match(tag):
         raise OptimizationError(f"bad tag {tag!r}: use letters, digits, '.', '_' and '-'")
+    unfinished = resumable()
+    if unfinished is not None and not new:
+        raise OptimizationError(f"{state_file()} holds run {unfinished.tag!r}, unfinished: pass --resume to continue "
+                                f"it, or --new to start a new run (its branch {gitops.branch_name(unfinished.tag)} "
+                                f"and its rows in {paths.RESULTS_TSV.name} stay)")
     repo.ensure_clean()
     repo.ensure_new_branch(tag)
     _refuse_untracked_outputs(repo)
@@ -112,6 +118,10 @@ def _prepare_new(repo: gitops.KernelRepo, plan, settings: RunSettings, tag: str 
     view.phase("profiling")
     jobs = plan(view.log)
     position = repo.current_position()
+    if unfinished is not None:
+        aside = run_state.set_aside(unfinished)
+        view.log(f"run {unfinished.tag} stays unfinished on branch {gitops.branch_name(unfinished.tag)}; its state "
+                 f"is now {aside} (move it back to {state_file().name} to resume that run)")
     repo.start_branch(tag)
     state = RunState(tag=tag, jobs=jobs, kept_commit=repo.head(), settings=settings, return_to=position,
                      experiment=results.last_experiment(paths.RESULTS_TSV))
@@ -152,8 +162,12 @@ def _prepare_resume(repo: gitops.KernelRepo, tag: str | None, overrides: dict,
     if state.done:
         raise OptimizationError(f"run {state.tag!r} already finished; start a new one without --resume")
     settings, notes = state.settings.overridden(overrides)
-    if "agent" in overrides and "llm_model" not in overrides and overrides["agent"] != state.settings.agent:
-        settings, _ = settings.overridden({"llm_model": None})   # the old agent's model means nothing to the new one
+    if "agent" in overrides and overrides["agent"] != state.settings.agent:
+        # The old agent's model and endpoint mean nothing to the new one, unless given again now.
+        dropped = {name: None for name in ("llm_model", "base_url") if name not in overrides and getattr(settings, name)}
+        settings, _ = settings.overridden(dropped)
+        notes += [f"{RunSettings.FLAGS[name]} {getattr(state.settings, name)} was the run's {state.settings.agent} "
+                  f"agent's: dropped for --agent {overrides['agent']}" for name in dropped]
     results.check_writable(paths.RESULTS_TSV)
     if not repo.has_branch(state.tag):
         raise OptimizationError(f"branch {gitops.branch_name(state.tag)} does not exist, so run {state.tag!r} cannot "
@@ -226,15 +240,18 @@ def _return_user(repo: gitops.KernelRepo, state: RunState, position: str | None,
     except gitops.GitOpsError as exc:
         view.log(f"could not return to {position}: {exc}")
     saved = [entry["file"] for entry in state.finished if entry.get("verdict") != NO_GAIN]
-    if state.stopped_because in RUN_STOPS:
+    if is_run_stop(state.stopped_because):
         saved += [f"{state.jobs[index].name}.py (best so far)" for index, progress in run_state.open_jobs(state)
-                  if policy.is_winner(progress.best)]
+                  if policy.is_saved(progress.best)]
     where = "on this branch" if repo.current_branch() == branch else f"on branch {branch}"
-    view.log(f"results: every experiment in {paths.RESULTS_TSV.name}, the kept ones as commits {where} "
-             f"(git log {branch}), the optimized kernels in {gitops.OPTIMIZED_DIR_NAME}/ {where}"
+    kept = f"results: every experiment in {paths.RESULTS_TSV.name}, the kept ones as commits {where} (git log {branch})"
+    if not saved:
+        view.log(f"{kept}; no optimized kernel was saved, so {gitops.OPTIMIZED_DIR_NAME}/ holds none of this run's")
+        return
+    view.log(f"{kept}, the optimized kernels in {gitops.OPTIMIZED_DIR_NAME}/ {where}"
              + ("" if repo.current_branch() == branch else
                 f": `git checkout {branch}` (or `git checkout {branch} -- {gitops.OPTIMIZED_DIR_NAME}`) before "
-                f"`autokernel verify`") + (f"; kernels saved: {', '.join(saved)}" if saved else ""))
+                f"`autokernel verify`") + f"; kernels saved: {', '.join(saved)}")
 
 
 # ---------------------------------------------------------------------- the outcome, in words
@@ -256,27 +273,34 @@ def outcome_lines(state: RunState) -> list[str]:
         name = job.name
         entry = finished.get(f"{name}.py")
         if entry is not None:
-            vs_best = entry.get("best_speedup_vs_pytorch_best")
-            vs_best_text = (f", {format_speedup(vs_best)} vs PyTorch's best" if vs_best is not None else
-                            f", {format_speedup(entry['best_speedup_vs_pytorch'])} vs PyTorch eager"
-                            if entry.get("best_speedup_vs_pytorch") is not None else "")
-            ending = ("no gain: PyTorch's best is faster at every shape, nothing saved"
-                      if entry.get("verdict") == NO_GAIN else "done")
-            if entry.get("timings_meaningful") is False:
-                vs_best_text += ", timed under the CPU interpreter: not meaningful"
-            lines.append(f"  {name}: {ending}, {format_speedup(entry['speedup_over_baseline'])} over its baseline"
-                         + vs_best_text + f" ({entry['experiments']} experiments; {entry['stopped_because']})")
+            lines.append(f"  {name}: {_finished_line(entry)} ({entry['experiments']} experiments; "
+                         f"{entry['stopped_because']})")
         elif run_state.job_ended(state, index):
             lines.append(f"  {name}: skipped (its starter fails bench.py)")
         elif (progress := run_state.progress_of(state, index)) is not None:
             gain = progress.gain()
-            saved = ("" if state.stopped_because not in RUN_STOPS else ", best so far saved"
-                     if policy.is_winner(progress.best) else ", no gain over PyTorch's best so far")
+            figure = (f", {SPEED_UNKNOWN}" if policy.verdict(progress.best) == SPEED_UNKNOWN else
+                      f", best {gain:.2f}x over its baseline" if gain else "")
+            saved = ("" if not is_run_stop(state.stopped_because) else ", best so far saved"
+                     if policy.is_saved(progress.best) else ", no gain over PyTorch's best so far")
             lines.append(f"  {name}: {'cut short' if state.stopped_because else 'in progress'} after "
-                         f"{progress.experiments} experiments"
-                         + (f", best {gain:.2f}x over its baseline" if gain else "") + saved)
+                         f"{progress.experiments} experiments" + figure + saved)
         else:
-            lines.append(f"  {name}: not started")
+            # True of a job never begun and of one whose baseline the budget cut short (no row, benched again).
+            lines.append(f"  {name}: no baseline yet")
     if not state.done:
         lines.append(f"  {RESUME_HINT}")
     return lines
+
+
+def _finished_line(entry: dict) -> str:
+    """A finished job's ending and its figures; without meaningful timings (CPU) no speed is claimed."""
+    verdict = policy.entry_verdict(entry)
+    if verdict == SPEED_UNKNOWN:
+        return f"{SPEED_UNKNOWN} (timed in Triton's interpreter, which says nothing of speed), saved"
+    vs_best = entry.get("best_speedup_vs_pytorch_best")
+    vs_best_text = (f", {format_speedup(vs_best)} vs PyTorch's best" if vs_best is not None else
+                    f", {format_speedup(entry['best_speedup_vs_pytorch'])} vs PyTorch eager"
+                    if entry.get("best_speedup_vs_pytorch") is not None else "")
+    ending = "no gain: PyTorch's best is faster at every shape, nothing saved" if verdict == NO_GAIN else "done"
+    return f"{ending}, {format_speedup(entry['speedup_over_baseline'])} over its baseline" + vs_best_text

@@ -1,15 +1,41 @@
 """verify.py's report, printed: the kernels and their routes, the route table, the six variants and the verdict.
 
-Messages from kernels and models are printed as text, never read as rich markup.
+Messages from kernels and models are printed as text, never read as rich markup. `report_console`
+decides the width: a terminal's own; where the output is not a terminal (a log file, nohup, CI, a
+parent reading a pipe) tables are written whole, as wide as their cells, never cut at 80 columns.
+A parent that runs verify with its output on a pipe can set AUTOKERNEL_PLAIN_OUTPUT=1 (full width,
+no colour; the sandbox passes AUTOKERNEL_* variables on) or COLUMNS (that width) itself.
 """
 
 from __future__ import annotations
+
+import os
+import sys
+from typing import TextIO
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from autokernel.variants import VARIANTS
+
+
+PLAIN_OUTPUT_VARIABLE = "AUTOKERNEL_PLAIN_OUTPUT"
+FULL_WIDTH = 1000        # columns: wider than any table verify prints, so none is cut or wrapped
+
+
+def report_console(file: TextIO | None = None) -> Console:
+    """The console verify prints on: the terminal's width on a terminal; full width, plain, anywhere else."""
+    stream = file or sys.stdout
+    if os.environ.get(PLAIN_OUTPUT_VARIABLE, "") not in ("", "0"):
+        return Console(file=stream, width=FULL_WIDTH, color_system=None, highlight=False)
+    if os.environ.get("COLUMNS", "").isdigit():
+        return Console(file=stream)                       # rich reads COLUMNS itself
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, ValueError):
+        terminal = False
+    return Console(file=stream) if terminal else Console(file=stream, width=FULL_WIDTH)
 
 
 def _percent(value: float | None) -> str:

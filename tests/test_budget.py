@@ -2,7 +2,7 @@
 
 import pytest
 
-from autokernel.budget import BENCH_LIMIT_SLACK_S, Budget, bench_limit
+from autokernel.budget import BENCH_LIMIT_SLACK_S, ONE_RUN_BASELINE, BenchTimes, Budget, bench_limit
 
 
 class Clock:
@@ -26,3 +26,34 @@ def test_a_bench_limit_comes_from_the_measured_duration_within_the_ceiling():
     assert bench_limit(5.0, 900.0) == 5.0 + BENCH_LIMIT_SLACK_S
     assert bench_limit(100.0, 900.0) == pytest.approx(300.0)
     assert bench_limit(400.0, 900.0) == 900.0
+
+
+def _baseline_row(kernel_type: str, seconds: float, *, meaningful: bool = False, description: str = "baseline",
+                  correctness: str = "PASS") -> dict:
+    return {"kernel_type": kernel_type, "status": "baseline", "correctness": correctness,
+            "timings_meaningful": meaningful if correctness == "PASS" else None, "wall_seconds": seconds,
+            "description": description}
+
+
+def test_a_baselines_cost_is_its_types_last_baseline_on_this_kind_of_device():
+    times = BenchTimes()
+    assert times.baseline_run_s("rmsnorm_linear", [], meaningful=False) is None, "nothing measured: no guess"
+    times.record(None, 12.0, quick=True, compare_compile=False)
+    assert times.baseline_run_s("rmsnorm_linear", [], meaningful=False) == 12.0, "else this run's longest bench"
+    rows = [_baseline_row("rmsnorm_linear", 180.0),                          # an older CPU baseline: two runs
+            _baseline_row("softmax", 8.0),
+            _baseline_row("rmsnorm_linear", 9.0, meaningful=True),            # a GPU's: not this kind of device
+            _baseline_row("rmsnorm_linear", 1.0, correctness="FAIL")]         # failed: says nothing of the cost
+    assert times.baseline_run_s("rmsnorm_linear", rows, meaningful=False) == 90.0
+    assert times.baseline_run_s("rmsnorm_linear", rows, meaningful=True) == 4.5
+    rows.append(_baseline_row("rmsnorm_linear", 70.0, description=f"baseline ({ONE_RUN_BASELINE}: no time for a "
+                                                                  f"second; noise floor 2.0%)"))
+    assert times.baseline_run_s("rmsnorm_linear", rows, meaningful=False) == 70.0
+
+
+def test_the_budget_left_cuts_every_bench_limit_measured_or_not():
+    times = BenchTimes()
+    assert times.limit(None, True, 900.0, left_s=50.0) == (50.0, True)
+    times.record(None, 20.0, quick=True, compare_compile=False)
+    assert times.limit(None, True, 900.0, left_s=500.0) == (60.0, False)
+    assert times.limit(None, True, 900.0, left_s=25.0) == (25.0, True), "measured, and still cut at the budget"

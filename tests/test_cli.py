@@ -64,6 +64,19 @@ def test_report_prints_markdown_of_a_results_file(tmp_path, capsys):
         assert "autokernel: error: no results file at" in capsys.readouterr().err
 
 
+def test_report_without_matplotlib_still_writes_report_md(tmp_path, capsys, monkeypatch):
+    tsv = tmp_path / "results.tsv"
+    results.append_row(tsv, results.make_row(
+        experiment=1, tag="night", kernel_type="rmsnorm", result={"correctness": "PASS", "latency_us": 20.0},
+        description="d", status="baseline", wall_seconds=1.0, llm_tokens=0))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert cli.main(["report", "--results", str(tsv), "--out", str(tmp_path / "report")]) == 0
+    out, err = capsys.readouterr()
+    assert f"report written to {tmp_path / 'report' / 'report.md'}" in out
+    assert "warning: progress.png needs matplotlib" in err
+    assert "| rmsnorm | night |" in (tmp_path / "report" / "report.md").read_text()
+
+
 def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(paths, "WORKSPACE", tmp_path)
     monkeypatch.setattr(paths, "RESULTS_TSV", tmp_path / "results.tsv")
@@ -72,7 +85,8 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
     assert cli.main(["status", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"state": None, "results": None, "outcome": []}
 
-    progress = JobProgress(baseline={"latency_us": 30.0}, best={"latency_us": 20.0}, noise=0.02, experiments=3)
+    progress = JobProgress(baseline={"latency_us": 30.0}, noise=0.02, experiments=3,
+                           best={"latency_us": 20.0, "timings_meaningful": True, "wins_at": ["M=1"]})
     finished = {"file": "1_matmul.py", "speedup_over_baseline": 1.8, "best_speedup_vs_pytorch": 1.1,
                 "experiments": 9, "stopped_because": "5 reverts in a row"}
     jobs = [Job(rank=rank, kernel_type=kernel_type, dtype="float16", shapes=[], path=f"kernel_{rank}.py")
@@ -88,20 +102,26 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
     assert ("run night (branch autokernel/night): stopped: the run's time budget is spent; 14 experiments numbered, "
             "1h00m of 2h00m used, 1200 LLM tokens ($0.50)") in out
     assert "1_matmul: done, 1.80x over its baseline, 1.10x vs PyTorch eager (9 experiments; 5 reverts in a row)" in out
-    state = run_state.load()
-    state.finished[0]["timings_meaningful"] = False
-    run_state.save(state)
-    assert cli.main(["status"]) == 0
-    assert ("1_matmul: done, 1.80x over its baseline, 1.10x vs PyTorch eager, timed under the CPU interpreter: not "
-            "meaningful (9 experiments") in capsys.readouterr().out
     assert "2_softmax: cut short after 3 experiments, best 1.50x over its baseline, best so far saved" in out
-    assert "3_rmsnorm: not started" in out
+    assert "3_rmsnorm: no baseline yet" in out
     assert "autokernel optimize --resume" in out
     assert "results.tsv: 1 rows for this run, 1 kept" in out
     assert cli.main(["status", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["state"]["settings"]["budget_s"] == 7200 and report["results"] == {"rows": 1, "kept": 1}
     assert RunState.from_json(report["state"]) == run_state.load()
+    # On CPU (the interpreter's timings), no speed is claimed and no kernel is a winner; an older run's
+    # manifest entry that said "winner" for a CPU run reads the same.
+    state = run_state.load()
+    state.finished[0].update(timings_meaningful=False, verdict="winner")
+    state.current.best["timings_meaningful"] = False
+    run_state.save(state)
+    assert cli.main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert ("1_matmul: correct; speed unknown on CPU (timed in Triton's interpreter, which says nothing of speed), "
+            "saved (9 experiments; 5 reverts in a row)") in out
+    assert "2_softmax: cut short after 3 experiments, correct; speed unknown on CPU, best so far saved" in out
+    assert "winner" not in out and "1.80x" not in out and "1.50x" not in out
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +149,38 @@ def _one_error_line(completed: subprocess.CompletedProcess) -> str:
 def test_missing_model_file_is_one_line(project):
     line = _one_error_line(_autokernel(project, "optimize", "no_such_model.py", "--agent", "builtin"))
     assert "no_such_model.py" in line
+
+
+def test_after_an_unfinished_run_the_commands_own_errors_come_first_and_new_is_offered(project):
+    jobs = [Job(rank=1, kernel_type="softmax", dtype="float32", shapes=[], path="kernel_1.py")]
+    state_path = project / "workspace" / "state.json"
+    run_state.save(RunState(tag="lastnight", jobs=jobs, kept_commit="abc", settings=RunSettings(),
+                            stopped_because="the run's time budget is spent"), state_path)
+    try:
+        missing = _one_error_line(_autokernel(project, "optimize", "no_such_model.py", "--agent", "builtin"))
+        assert "Model file not found: no_such_model.py" in missing
+        refused = _one_error_line(_autokernel(project, "optimize", "../model.py", "--agent", "builtin"))
+        assert "holds run 'lastnight', unfinished: pass --resume to continue it, or --new to start a new run" in refused
+        both = _autokernel(project, "optimize", "--resume", "--new")
+        assert both.returncode == 2 and "--new: not allowed with argument --resume" in both.stderr
+    finally:
+        state_path.unlink()
+
+
+def test_outside_any_repository_optimize_refuses_and_creates_nothing(project, tmp_path):
+    # The clone's layout (an editable install): the clone itself must not become the work folder.
+    outside = tmp_path / "somewhere"
+    outside.mkdir()
+    (outside / "model.py").write_text(TINY_MODEL)
+    lock = project / "workspace" / "run.lock"
+    before = lock.stat().st_mtime_ns if lock.exists() else None
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(project)}
+    done = subprocess.run([sys.executable, "-m", "autokernel.cli", "optimize", "model.py", "--agent", "builtin"],
+                          cwd=outside, env=env, capture_output=True, text=True, timeout=120)
+    line = _one_error_line(done)
+    assert f"{outside} is not inside a git repository" in line and "--workdir" in line
+    assert sorted(path.name for path in outside.iterdir()) == ["model.py"]
+    assert (lock.stat().st_mtime_ns if lock.exists() else None) == before, "nothing touched in the clone"
 
 
 def test_missing_api_key_is_one_line(project):
@@ -163,9 +215,12 @@ def test_a_foreign_results_file_is_one_line_and_creates_nothing(project):
     assert not (project / "workspace" / "state.json").exists()
 
 
-def test_backend_reaches_the_planner_and_bad_ones_are_refused(monkeypatch, capsys):
+def test_backend_reaches_the_planner_and_bad_ones_are_refused(monkeypatch, capsys, tmp_path):
     from autokernel import planning, session
 
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model.py").write_text(TINY_MODEL)
+    monkeypatch.setenv(paths.WORKDIR_VARIABLE, str(tmp_path))     # a work folder named: not outside any repository
     seen = {}
 
     def planner(**kwargs):

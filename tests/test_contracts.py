@@ -118,3 +118,11 @@ def test_open_records_keep_keys_they_do_not_know():
     assert ManifestEntry.for_job(job, "2_rmsnorm.py").to_json() == {
         "file": "2_rmsnorm.py", "kernel_type": "rmsnorm", "rank": 2, "shapes": [{"M": 8, "N": 32}],
         "dtypes": ["bfloat16"]}
+
+
+def test_the_default_gpus_setting_reads_as_what_this_machine_has(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert RunSettings().show("gpus") == "1 (no GPU here: one judge in Triton's interpreter)"
+    assert "every visible GPU" not in RunSettings().describe()
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    assert RunSettings().show("gpus") == "every visible GPU (8)" and RunSettings(gpus=2).show("gpus") == "2"

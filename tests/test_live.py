@@ -64,3 +64,18 @@ def test_the_gpus_line_gives_each_gpus_pace_and_idle_time():
     assert throughput_line(throughput, 600.0) == ("90 experiments/hour overall; gpu0 50/h idle 20m00s, "
                                                   "gpu1 40/h idle 10m00s")
     assert throughput_line(Throughput()) == "-"
+    # Two experiments in the first 40 s are no rate of 180/h.
+    early = Throughput(wall_s=40.0, gpus={"cpu": GpuUse(experiments=2, busy_s=30.0)})
+    assert throughput_line(early) == "no rate yet (under a minute); cpu idle 0m10s"
+
+
+def test_the_panel_shows_one_rate_the_runs():
+    from autokernel.contracts import GpuUse, Throughput
+
+    status = live.LoopStatus(deadline=time.monotonic() + 60)
+    status.gpus = live.throughput_line(Throughput(wall_s=3600.0, gpus={"cpu": GpuUse(experiments=90, busy_s=3000.0)}))
+    console = Console(file=io.StringIO(), width=160)
+    console.print(live._panel(status))
+    text = console.file.getvalue()
+    assert text.count("/h") == 1 and "90 experiments/hour overall; cpu idle 10m00s" in text
+    assert "GPUs" not in text, "the row is the run's pace, on a CPU too"

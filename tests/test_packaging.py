@@ -1,10 +1,12 @@
 """The installed tool, not the clone: build the wheel, install it into a fresh venv, and run `autokernel profile`
 and a short `autokernel optimize` on CPU inside a new git repository outside the clone (pyproject.toml, setup.py,
-autokernel/paths.py)."""
+autokernel/paths.py); and the declared dependencies are exactly what the code imports."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import os
 import subprocess
 import sys
@@ -12,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from tests.test_orchestrate import TINY_MODEL
 
@@ -107,3 +110,49 @@ def test_installed_profile_and_optimize_work_in_a_new_repository_outside_the_clo
     installed = Path(where.strip()).parent
     assert not any((installed.parent / name).exists() for name in ("workspace", "results.tsv", "kernel.py")), \
         "the run wrote beside the installed package"
+
+    # Outside any repository the installed command refuses, and leaves nothing (no workspace/run.lock) behind.
+    outside = tmp_path / "not_a_repository"
+    outside.mkdir()
+    (outside / "model.py").write_text(TINY_MODEL)
+    refused = subprocess.run([str(venv / "bin" / "autokernel"), "optimize", "model.py", "--agent", "builtin"],
+                             cwd=outside, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and "is not inside a git repository" in refused.stderr, refused.stderr
+    assert sorted(path.name for path in outside.iterdir()) == ["model.py"]
+
+
+# Distribution name -> the module it installs, where the two differ.
+MODULE_OF = {"gitpython": "git", "pyyaml": "yaml"}
+# Declared without an import of ours: Triton's interpreter (the CPU path) needs numpy, and triton does not declare it.
+NEEDED_BY_OTHERS = {"numpy"}
+FRONT_DOORS = ("bench.py", "profile.py", "extract.py", "orchestrate.py", "verify.py", "reference.py")
+
+
+def _third_party_imports() -> set[str]:
+    """The top-level modules the package and the front doors import, beyond the standard library and our own."""
+    files = [*sorted((PROJECT / "autokernel").rglob("*.py")), *(PROJECT / name for name in FRONT_DOORS)]
+    found = set()
+    for file in files:
+        for node in ast.walk(ast.parse(file.read_text(), filename=str(file))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return found - set(sys.stdlib_module_names) - {"autokernel", "__future__"}
+
+
+def _modules(requirements: list[str]) -> set[str]:
+    names = {re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower() for requirement in requirements}
+    return {MODULE_OF.get(name, name) for name in names}
+
+
+def test_every_dependency_is_imported_and_every_import_is_declared():
+    """The README's install (`pip install -e .`) must bring what the morning commands need (matplotlib for the
+    report's progress.png), and nothing the code never imports (gitpython: the loop runs git itself, hardened)."""
+    project = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"]
+    core = _modules(project["dependencies"])
+    optional = set().union(*(_modules(extra) for extra in project["optional-dependencies"].values()))
+    imported = _third_party_imports()
+    assert "matplotlib" in core, "autokernel report draws progress.png with matplotlib: a core dependency"
+    assert core - NEEDED_BY_OTHERS <= imported, f"declared but never imported: {sorted(core - NEEDED_BY_OTHERS - imported)}"
+    assert imported <= core | optional, f"imported but not declared: {sorted(imported - core - optional)}"

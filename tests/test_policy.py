@@ -3,7 +3,7 @@
 import pytest
 
 from autokernel import policy
-from autokernel.contracts import JobProgress, RunSettings
+from autokernel.contracts import NO_GAIN, SPEED_UNKNOWN, WINNER, JobProgress, RunSettings
 
 
 def test_keep_rule_needs_a_pass_faster_by_more_than_the_noise():
@@ -55,22 +55,32 @@ def test_pytorch_best_is_the_faster_of_eager_and_the_baselines_torch_compile_sha
     assert judged["speedup_vs_compile"] == pytest.approx(49.0 / 56.0)
     assert judged["speedup_vs_best"] == pytest.approx(49.0 / 56.0)
     # A winner only where it beats PyTorch's best: the small shape, not the big one torch.compile wins.
-    assert judged["wins_at"] == ["M=1,N=8"] and policy.is_winner(judged)
+    assert judged["wins_at"] == ["M=1,N=8"] and policy.verdict(judged) == WINNER and policy.is_saved(judged)
     assert "wins_at" not in result, "the judge's own result is not changed"
 
 
 def test_a_win_inside_the_noise_is_no_win_and_a_failure_gets_no_figures():
     close = {"correctness": "PASS", "timings_meaningful": True, "timings": [_timed(98.0, 100.0)]}
     judged = policy.against_pytorch_best(close, {}, noise=0.05)
-    assert judged["wins_at"] == [] and not policy.is_winner(judged)
+    assert judged["wins_at"] == [] and policy.verdict(judged) == NO_GAIN and not policy.is_saved(judged)
     assert judged["speedup_vs_best"] == pytest.approx(100.0 / 98.0) and "speedup_vs_compile" not in judged
     failed = {"correctness": "FAIL", "timings": []}
     assert policy.against_pytorch_best(failed, {"M=4096,N=4096": 1.0}, 0.02) == failed
 
 
-def test_without_meaningful_timings_a_kernel_is_saved_as_it_is():
-    # The CPU interpreter: nothing to compare, so the best is saved and labelled by its timings flag.
-    assert policy.is_winner({"correctness": "PASS", "timings_meaningful": False, "wins_at": []})
+def test_without_meaningful_timings_a_kernel_is_never_a_winner_but_is_saved_for_verify():
+    # The CPU interpreter: nothing to compare, so never a winner, even where its times "beat" PyTorch's;
+    # the kernel is correct, and saved so verify can be tried without a GPU.
+    for wins_at in ([], ["M=1,N=8"]):
+        cpu = {"correctness": "PASS", "timings_meaningful": False, "wins_at": wins_at}
+        assert policy.verdict(cpu) == SPEED_UNKNOWN == "correct; speed unknown on CPU" and policy.is_saved(cpu)
+    # A manifest entry an older version wrote for a CPU run said "winner": read as what it was.
+    assert policy.entry_verdict({"verdict": WINNER, "timings_meaningful": False}) == SPEED_UNKNOWN
+    assert policy.entry_verdict({"verdict": WINNER, "timings_meaningful": True}) == WINNER
+    progress = JobProgress(baseline={"latency_us": 2e6}, best={"latency_us": 1e6, "timings_meaningful": False}, noise=0.02,
+                           experiments=3)
+    line = policy.describe_ending("1_rmsnorm", progress, "5 reverts in a row", final=True)
+    assert "correct; speed unknown on CPU" in line and "x over" not in line and "winner" not in line
 
 
 def test_compile_times_come_from_the_compare_compile_run():
@@ -81,8 +91,20 @@ def test_compile_times_come_from_the_compare_compile_run():
 def test_a_job_that_ends_without_a_win_says_no_gain_and_by_how_much():
     progress = JobProgress(baseline={"latency_us": 100.0}, noise=0.02, experiments=7,
                            best={"latency_us": 80.0, "timings": [{"pytorch_best_us": 60.0}]})
-    line = policy.describe_ending("1_softmax", progress, "5 reverts in a row", final=True, winner=False)
+    progress.best["timings_meaningful"] = True
+    line = policy.describe_ending("1_softmax", progress, "5 reverts in a row", final=True)
     assert line == ("1_softmax done (5 reverts in a row): no gain, nothing saved: its best, 80.0 us, beats "
                     "PyTorch's best (60.0 us) at none of the job's shapes (1.25x over its baseline, 7 experiments)")
-    saved = policy.describe_ending("1_softmax", progress, "the run's time budget is spent", final=False, winner=True)
+    progress.best["wins_at"] = ["M=1,N=8"]
+    saved = policy.describe_ending("1_softmax", progress, "the run's time budget is spent", final=False)
     assert saved.startswith("1_softmax saved so far") and "optimized_kernels/1_softmax.py" in saved
+
+
+def test_a_keep_whose_speedup_vs_pytorch_fell_says_why():
+    best = {"latency_us": 100.0, "speedup_vs_pytorch": 1.5, "pytorch_latency_us": 150.0}
+    faster = {"latency_us": 80.0, "speedup_vs_pytorch": 1.25, "pytorch_latency_us": 100.0}
+    assert policy.keep_note(faster, best) == (
+        " [kept for its latency, 80.0 us against the best's 100.0 us; its speedup vs PyTorch is lower because PyTorch "
+        "eager timed 100.0 us in this bench, 150.0 us in the best's]")
+    assert policy.keep_note({**faster, "speedup_vs_pytorch": 1.9}, best) == "", "nothing to explain"
+    assert policy.keep_note({**faster, "speedup_vs_pytorch": None}, best) == ""

@@ -38,7 +38,7 @@ def results_tsv(tmp_path):
 
 
 def test_markdown_has_each_kernels_numbers(results_tsv, tmp_path):
-    markdown_path, png_path = report.write_report(results_tsv, tmp_path / "out")
+    markdown_path, png_path, _ = report.write_report(results_tsv, tmp_path / "out")
     text = markdown_path.read_text()
     assert "10 experiments from" in text and "2 kernel runs" in text
     # PyTorch's best is the faster of eager and torch.compile: the smaller of the two speedups.
@@ -50,7 +50,7 @@ def test_markdown_has_each_kernels_numbers(results_tsv, tmp_path):
 
 
 def test_progress_png_is_a_real_image(results_tsv, tmp_path):
-    _, png_path = report.write_report(results_tsv, tmp_path / "out")
+    png_path = report.write_report(results_tsv, tmp_path / "out").plot
     assert png_path == tmp_path / "out" / "progress.png"
     assert png_path.read_bytes()[:8] == PNG_SIGNATURE
     import matplotlib.image
@@ -96,6 +96,20 @@ def test_a_cpu_run_gets_the_banner(tmp_path):
     assert report.NOT_MEANINGFUL in report.markdown_report(results.read_rows(path), [], path)
 
 
+def test_a_cpu_run_is_never_called_faster_or_winner_only_correct_with_its_speed_unknown(tmp_path):
+    path = tmp_path / "results.tsv"
+    # Interpreter times that would read as a 3x "win" over PyTorch, and a 0.00026x "loss".
+    add_row(path, 1, "softmax", "baseline", "PASS", 0.01, 3.0, 300.0, meaningful=False)
+    add_row(path, 2, "rmsnorm", "baseline", "PASS", 0.01, 0.00026, 3.0e6, meaningful=False)
+    rows = results.read_rows(path)
+    text = report.markdown_report(rows, results.group_by_kernel(rows), path)
+    table_rows = [line for line in text.splitlines() if line.startswith(("| softmax", "| rmsnorm"))][:2]
+    assert all("| correct; speed unknown on CPU |" in line for line in table_rows), table_rows
+    assert "| faster |" not in text and "| no gain |" not in text and "winner" not in text
+    assert [kernel["outcome"] for kernel in report.summary_json(rows)["kernels"]] == [
+        "correct; speed unknown on CPU"] * 2
+
+
 def test_report_md_leads_with_the_end_to_end_verdict(results_tsv, tmp_path):
     verify = tmp_path / "verify_report.json"
     verify.write_text(json.dumps({"verdict": {
@@ -103,7 +117,7 @@ def test_report_md_leads_with_the_end_to_end_verdict(results_tsv, tmp_path):
         "pytorch_best": {"variant": "torch.compile (CUDA graphs)", "ms": 2.24},
         "autokernel_best": {"variant": "AutoKernel + torch.compile", "ms": 2.0}, "speedup": 1.12,
         "timings_meaningful": True}, "other": "ignored"}))
-    markdown_path, _ = report.write_report(results_tsv, tmp_path / "out", verify_report=verify)
+    markdown_path = report.write_report(results_tsv, tmp_path / "out", verify_report=verify).markdown
     text = markdown_path.read_text()
     assert text.index("is 1.12x faster than PyTorch's best") < text.index("| matmul | run1 |")
     assert "| PyTorch's best | torch.compile (CUDA graphs) | 2.240 |" in text
@@ -121,12 +135,21 @@ def test_the_json_summary_matches_the_tables(results_tsv):
     assert summary["verdict"] is None and summary["experiments"] == 10
 
 
-def test_errors_say_what_is_missing(tmp_path, results_tsv, monkeypatch):
+def test_errors_say_what_is_missing(tmp_path, results_tsv):
     with pytest.raises(report.ReportError, match="no experiments"):
         report.write_report(tmp_path / "absent.tsv", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_without_matplotlib_report_md_is_still_written_and_says_why_there_is_no_plot(tmp_path, results_tsv,
+                                                                                     monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(report.ReportError, match="pip install matplotlib"):
-        report.write_report(results_tsv, tmp_path / "out")
+    written = report.write_report(results_tsv, tmp_path / "out")
+    assert written.plot is None and "pip install matplotlib" in written.plot_problem
+    text = written.markdown.read_text()
+    assert "| matmul |" in text and "progress.png" in text and "](progress.png)" not in text
+    assert "No plot: progress.png needs matplotlib" in text
+    assert not (tmp_path / "out" / report.PLOT_FILE).exists()
 
 
 def test_the_report_gives_each_gpus_pace_and_idle_time():

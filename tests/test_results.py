@@ -49,6 +49,20 @@ def test_missing_numbers_are_empty_cells_and_none(tmp_path):
     assert row["llm_tokens"] == 0
 
 
+def test_numbers_are_plain_decimals_never_exponents(tmp_path):
+    # CPU interpreter latencies run to seconds, speedups down to ten-thousandths: both read as written.
+    path = tmp_path / "results.tsv"
+    row = _row(1, contracts.STATUS_BASELINE, 3388970.4)
+    row.update(speedup_vs_pytorch=0.000026, throughput=0.00146611, pct_peak=0.0)
+    results.append_row(path, row)
+    cells = dict(zip(results.COLUMNS, path.read_text().splitlines()[1].split("\t")))
+    assert (cells["latency_us"], cells["speedup_vs_pytorch"], cells["throughput"], cells["pct_peak"]) == (
+        "3388970", "0.000026", "0.00146611", "0")
+    assert "e+" not in path.read_text() and "e-" not in path.read_text()
+    back = results.read_rows(path)[0]
+    assert back["latency_us"] == 3388970.0 and back["speedup_vs_pytorch"] == 0.000026
+
+
 def test_tabs_and_newlines_in_descriptions_are_sanitized(tmp_path):
     path = tmp_path / "results.tsv"
     results.append_row(path, _row(1, contracts.STATUS_REVERT, 60.0, description='fuse\tloads\nand "store"\r\n'))

@@ -214,13 +214,60 @@ def test_a_second_run_in_the_same_repository_is_refused_naming_the_holder(projec
     assert _start(project, monkeypatch).done, "a dead holder's lock is free at once"
 
 
+def test_a_run_ended_by_an_agent_error_does_not_claim_optimized_kernels(project, monkeypatch, capsys):
+    from autokernel.agents.base import AgentError
+
+    with pytest.raises(AgentError):
+        _start(project, monkeypatch, with_agent=TableAgent([AgentError("the API refused the request (HTTP 400)")]))
+    out = capsys.readouterr().out
+    assert "no optimized kernel was saved, so optimized_kernels/ holds none of this run's" in out
+    assert "the optimized kernels in optimized_kernels/" not in out and "kernels saved" not in out
+    assert "optimized_kernels/manifest.json" not in git(project, "ls-tree", "-r", "--name-only",
+                                                        gitops.branch_name("night"))
+
+
+def test_a_work_folder_that_is_no_repository_is_refused_leaving_no_lock(tmp_path, monkeypatch):
+    plain = tmp_path / "not_a_repository"
+    plain.mkdir()
+    for name, value in {"ROOT": plain, "WORKSPACE": plain / "workspace", "RESULTS_TSV": plain / "results.tsv"}.items():
+        monkeypatch.setattr(session.paths, name, value)
+    _use_agent(monkeypatch, TableAgent([]))
+    with pytest.raises(gitops.GitOpsError, match="is not a git repository"):
+        session.run_optimization(plan=lambda log: [], settings=RunSettings(), tag="night",
+                                 view=ProgressView(interactive=False))
+    assert list(plain.iterdir()) == [], "no workspace/run.lock (or anything) is left behind"
+
+
+def test_an_unfinished_run_is_set_aside_by_new_keeping_its_branch_and_rows(project, monkeypatch, capsys):
+    first = _start(project, monkeypatch, with_agent=TableAgent([loop.OutOfTime("stop")]))
+    assert not first.done and run_state.resumable() is not None
+    rows = _rows(project)
+    jobs = [make_job(project, 1, source(result(100.0)))]
+    _use_agent(monkeypatch, TableAgent([]))
+    with pytest.raises(OptimizationError, match=r"holds run 'night', unfinished: pass --resume to continue it, or "
+                                                r"--new to start a new run \(its branch autokernel/night"):
+        session.run_optimization(plan=lambda log: jobs, settings=RunSettings(), tag="morning",
+                                 view=ProgressView(interactive=False))
+    assert "autokernel/morning" not in git(project, "branch") and run_state.load().tag == "night"
+
+    capsys.readouterr()
+    second = session.run_optimization(plan=lambda log: jobs, settings=RunSettings(), tag="morning", new=True,
+                                      view=ProgressView(interactive=False))
+    assert second.tag == "morning" and run_state.load().tag == "morning"
+    aside = project / "workspace" / "state.night.json"
+    assert run_state.load(aside) == run_state.load(aside) and not run_state.load(aside).done
+    assert "autokernel/night" in git(project, "branch"), "the old run's branch stays"
+    assert _rows(project)[:len(rows)] == rows and _rows(project)[len(rows)][0] == rows[-1][0] + 1
+    assert f"its state is now {aside}" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------------- resume
 def test_resume_restores_every_setting_and_a_flag_overrides_out_loud(project, monkeypatch, capsys):
     settings = dict(budget_s=180.0, max_consecutive_reverts=100, target_speedup=1000.0, agent="scripted",
                     llm_model="fake-model", base_url="http://127.0.0.1:9/v1", max_cost_usd=5.0)
     table = [proposal("faster", source(result(60.0)), tokens_in=10, cost_usd=0.01), loop.OutOfTime("stop here")]
     state = _start(project, monkeypatch, with_agent=TableAgent(table), **settings)
-    assert state.stopped_because == loop.BUDGET_SPENT
+    assert state.stopped_because == loop.budget_too_short("stop here") and loop.is_run_stop(state.stopped_because)
     saved = run_state.load().settings
     assert (saved.budget_s, saved.max_consecutive_reverts, saved.target_speedup, saved.base_url, saved.max_cost_usd,
             saved.llm_model) == (180.0, 100, 1000.0, "http://127.0.0.1:9/v1", 5.0, "fake-model")
@@ -240,6 +287,22 @@ def test_resume_restores_every_setting_and_a_flag_overrides_out_loud(project, mo
     assert state.settings.budget_s == 600.0
     assert "--budget 10m00s overrides the run's 3m00s" in out
     assert "agent scripted fake-model at http://127.0.0.1:9/v1" in out
+
+
+def test_resume_with_the_builtin_agent_drops_the_llm_agents_model_and_url_out_loud(project, monkeypatch, capsys):
+    from autokernel.agents import factory
+
+    _start(project, monkeypatch, with_agent=TableAgent([loop.OutOfTime("stop")]), agent="openai",
+           llm_model="qwen2.5-coder", base_url="http://127.0.0.1:9/v1")
+    monkeypatch.setattr(session, "make_agent", factory.make_agent)      # the real one: it refuses a stray URL
+    monkeypatch.setattr(factory.BuiltinAgent, "propose", lambda self, ctx: (_ for _ in ()).throw(
+        loop.SearchExhausted("enough")))
+    capsys.readouterr()
+    state = session.run_optimization(resume=True, overrides={"agent": "builtin"}, view=ProgressView(interactive=False))
+    out = capsys.readouterr().out
+    assert (state.settings.agent, state.settings.llm_model, state.settings.base_url) == ("builtin", None, None)
+    assert "--llm-model qwen2.5-coder was the run's scripted agent's: dropped for --agent builtin" in out
+    assert "--base-url http://127.0.0.1:9/v1 was the run's scripted agent's: dropped for --agent builtin" in out
 
 
 def test_resume_refuses_to_drop_a_users_commit_on_the_run_branch(project, monkeypatch):

@@ -249,7 +249,8 @@ class ChatAgent(ABC):
                 break
             wait = self.retry.backoff_s(retry_number) if wait is None else wait
             if wait + MIN_CALL_S > self._time_left(deadline):
-                raise OutOfTime(f"{self.name}: {failure}; waiting {wait:.0f} s to retry would end past the budget")
+                raise OutOfTime(f"{self.name}: {failure}; waiting {wait:.0f} s to retry would end past the budget "
+                                f"({max(self._time_left(deadline), 0):.0f} s left)")
             log.warning("%s: %s; retry %d of %d in %.1f s", self.name, failure, retry_number + 1,
                         self.retry.max_retries, wait)
             self.retry.sleep(wait)

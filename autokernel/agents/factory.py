@@ -21,8 +21,10 @@ def make_agent(kind: str | None, *, model: str | None = None, base_url: str | No
         return AnthropicAgent(model, base_url=base_url)
     if chosen == "openai":
         return OpenAIAgent(model, base_url=base_url)
-    if model or base_url:
-        raise AgentError("a model or base URL was given, but the built-in search agent uses neither: set "
+    given = [f"{flag} {value}" for flag, value in (("--llm-model", model), ("--base-url", base_url)) if value]
+    if given:
+        raise AgentError(f"{' and '.join(given)} given, but the built-in search agent uses no model or URL: drop "
+                         f"{'them' if len(given) > 1 else 'it'} (or pass {given[0].split()[0]} \"\"), or set "
                          "ANTHROPIC_API_KEY or OPENAI_API_KEY, or choose the anthropic or openai agent")
     return BuiltinAgent()
 

@@ -70,7 +70,9 @@ def test_explicit_kind_without_its_key_names_the_variable(kind, env_name):
 
 @pytest.mark.parametrize("kind, options, complaint", [
     ("gemini", {}, "unknown agent 'gemini'"),
-    ("builtin", {"model": "gpt-5"}, "built-in search agent uses neither"),
+    ("builtin", {"model": "gpt-5"}, r"--llm-model gpt-5 given, but the built-in search agent uses no model or URL: "
+                                    r"drop it \(or pass --llm-model \"\"\)"),
+    ("builtin", {"base_url": "http://h:1/v1"}, r"^--base-url http://h:1/v1 given, but the built-in"),
     (None, {"model": "gpt-5"}, "set ANTHROPIC_API_KEY or OPENAI_API_KEY"),
 ])
 def test_bad_choices_are_explained(kind, options, complaint):
