@@ -14,15 +14,17 @@ from autokernel.agents.builtin import BuiltinAgent
 from autokernel.agents.openai_agent import OpenAIAgent
 
 
-def make_agent(kind: str | None, *, model: str | None = None, base_url: str | None = None) -> Agent:
-    """The agent of `kind` ("auto" or None picks by which API key is set; "builtin" needs none)."""
+def make_agent(kind: str | None, *, model: str | None = None, base_url: str | None = None,
+               reasoning: str | None = None) -> Agent:
+    """The agent of `kind` ("auto" or None picks by which API key is set; "builtin" needs none);
+    reasoning: the LLM's reasoning or thinking level, "low", "medium" or "high" (None: the model's default)."""
     chosen = _resolve_kind(kind, base_url)
     if chosen == "anthropic":
-        return AnthropicAgent(model, base_url=base_url)
+        return AnthropicAgent(model, base_url=base_url, reasoning=reasoning)
     if chosen == "openai":
-        return OpenAIAgent(model, base_url=base_url)
-    if model or base_url:
-        raise AgentError("a model or base URL was given, but the built-in search agent uses neither: set "
+        return OpenAIAgent(model, base_url=base_url, reasoning=reasoning)
+    if model or base_url or reasoning:
+        raise AgentError("a model, base URL or reasoning level was given, but the built-in search agent uses none: set "
                          "ANTHROPIC_API_KEY or OPENAI_API_KEY, or choose the anthropic or openai agent")
     return BuiltinAgent()
 
