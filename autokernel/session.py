@@ -128,7 +128,7 @@ def _refuse_untracked_outputs(repo: gitops.KernelRepo) -> None:
 def _make_agent(settings: RunSettings, view: ProgressView):
     """The agent the settings name, its endpoint checked; the settings with what it resolved to."""
     agent = make_agent(None if settings.agent == "auto" else settings.agent, model=settings.llm_model,
-                       base_url=settings.base_url)
+                       base_url=settings.base_url, reasoning=settings.reasoning)
     resolved, _ = settings.overridden({"agent": agent.kind, "llm_model": agent.model or settings.llm_model,
                                        "base_url": settings.base_url})
     if resolved.max_cost_usd is not None and hasattr(agent, "has_prices") and not agent.has_prices():
@@ -152,6 +152,8 @@ def _prepare_resume(repo: gitops.KernelRepo, tag: str | None, overrides: dict,
     settings, notes = state.settings.overridden(overrides)
     if "agent" in overrides and "llm_model" not in overrides and overrides["agent"] != state.settings.agent:
         settings, _ = settings.overridden({"llm_model": None})   # the old agent's model means nothing to the new one
+    if overrides.get("agent") == "builtin" and "reasoning" not in overrides:
+        settings, _ = settings.overridden({"reasoning": None})   # the built-in search does not reason
     results.check_writable(paths.RESULTS_TSV)
     if not repo.has_branch(state.tag):
         raise OptimizationError(f"branch {gitops.branch_name(state.tag)} does not exist, so run {state.tag!r} cannot "
@@ -248,7 +250,8 @@ def outcome_lines(state: RunState) -> list[str]:
                                        if state.cost_unknown_calls else "")
     lines = [f"run {state.tag} (branch {gitops.branch_name(state.tag)}): {where}; {state.experiment} experiments "
              f"numbered, {format_duration(state.elapsed_s)} of {settings.show('budget_s')} used, "
-             f"{state.llm_tokens} LLM tokens ({cost})"]
+             f"{state.llm_tokens} LLM tokens, {state.llm_cached_tokens} of them cached and {state.llm_reasoning_tokens} "
+             f"reasoning ({cost})"]
     finished = {entry["file"]: entry for entry in state.finished}
     for index, job in enumerate(state.jobs):
         name = job.name
