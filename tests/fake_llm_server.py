@@ -20,7 +20,9 @@ agents' endpoint check (its system prompt is ENDPOINT_CHECK_SYSTEM) is answered 
 using the script and recorded in `server.checks`; `add_check_error` makes the next check fail.
 A scripted reply can also be slow (`delay_s`), as an overloaded server is, or held until a test
 sets an event (`hold`: "answer only once the loop has done X", an order, not a speed); it can answer
-only requests that contain some text (`match`: one job's questions, by its kernel type). Each
+only requests that contain some text (`match`: one job's questions, by its kernel type). Its usage says
+how many of its tokens the prompt cache served or wrote and how many were reasoning, in each API's own
+fields (`tokens_cached`, `tokens_cache_write`, `tokens_reasoning`). Each
 request records when it arrived and when it was answered (`received_s`, `answered_s`, on
 time.monotonic(), which a test in the same process shares).
 """
