@@ -143,5 +143,5 @@ def test_a_malformed_reply_is_asked_again_a_diff_and_two_candidates_are_read_and
     assert (project / "kernel.py").read_text() == faster
     assert "Your reply could not be used: no ```python code block" in user_text(requests[1])
     log = capsys.readouterr().out
-    assert re.search(r'the reply held 2 candidates; only the first 1 are taken: judging "as a diff"', log)
+    assert re.search(r'the reply held 2 candidates; only the first is taken: judging "as a diff"', log)
     assert "a second idea" not in json.dumps([r["description"] for r in rows]), "one GPU judges the one chosen"

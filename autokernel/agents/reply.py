@@ -87,9 +87,17 @@ def parse(text: str, *, current: str, failure: dict | None = None, truncated: bo
                          f"edits) in the reply{cut}")
     notes = []
     if len(with_payload) > limit:
-        notes.append(f"the reply held {len(with_payload)} candidates; only the first {limit} are taken")
-    candidates = [_candidate(draft, number, len(with_payload), current, failure, previous=with_payload[:number - 1])
-                  for number, draft in enumerate(with_payload[:limit], start=1)]
+        taken = "the first is" if limit == 1 else f"the first {limit} are"
+        notes.append(f"the reply held {len(with_payload)} candidates; only {taken} taken")
+    candidates, errors = [], []
+    for number, draft in enumerate(with_payload[:limit], start=1):
+        try:
+            candidates.append(_candidate(draft, number, len(with_payload), current, failure, with_payload[:number - 1]))
+        except ReplyError as err:       # one unreadable candidate of several: the others still go
+            errors.append(err)
+    if not candidates:
+        raise errors[0]
+    notes += [f"left out: {err}" for err in errors]
     return candidates, notes
 
 

@@ -60,7 +60,16 @@ def test_two_candidates_in_one_reply_are_both_taken_in_order_up_to_the_limit():
     assert [(c.description, c.hypothesis) for c in candidates] == [("first idea", "one"), ("second idea", "two")]
     assert notes == []
     (chosen,), notes = parse(reply, current=KERNEL, limit=1)
-    assert chosen.description == "first idea" and notes == ["the reply held 2 candidates; only the first 1 are taken"]
+    assert chosen.description == "first idea" and notes == ["the reply held 2 candidates; only the first is taken"]
+
+
+def test_an_unreadable_candidate_of_several_is_left_out_and_said():
+    reply = ("DESCRIPTION: cannot apply\n```diff\n@@ -1 +1 @@\n-nowhere\n+x\n```\n"
+             + format_reply("fine", FIXED))
+    candidates, notes = parse(reply, current=KERNEL, limit=2)
+    assert [c.description for c in candidates] == ["fine"]
+    assert notes == ["left out: candidate 1 of 2: hunk 1 of the diff does not match the kernel it applies to: its "
+                     "lines (from 'nowhere') are not there, in that order (it was applied to the current kernel.py)"]
 
 
 def test_two_whole_files_under_one_description_are_two_variants():
