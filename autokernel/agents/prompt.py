@@ -37,7 +37,8 @@ BACKEND_LINES = {
            'the playbook\'s "CUDA C++ kernels") where CUDA C++ can do what Triton cannot.',
 }
 REGIME_LINES = {
-    "latency": "Regime: latency-bound (the starter's slowest shape takes less than the launch floor at its roofline).",
+    "latency": "Regime: latency-bound (at its roofline the starter's slowest shape would take less than the launch "
+               "floor: one launch's latency decides the time).",
     "memory": "Regime: memory-bound (bytes over bandwidth decide the time).",
     "compute": "Regime: compute-bound (FLOPs over the compute peak decide the time).",
 }
