@@ -321,6 +321,7 @@ def time_kernel(judge: Judge) -> dict:
     kt, gpu = judge.kt, hardware.detect()
     clock = timing.Clock(torch.device(judge.device))
     flush_ms = padded_flush_ms(clock, 0) if ON_GPU else None
+    floor_ms = timing.launch_floor_ms(clock, torch.device(judge.device))    # reported for the agents, never judged
     empty = [judge.worker.iterate(None) for _ in range(EMPTY_CALLS)]
     compiled_ref = torch.compile(kt.reference) if judge.args.compare_compile else None
     rows, peak_mb = [], None
@@ -355,7 +356,8 @@ def time_kernel(judge: Judge) -> dict:
     # For the agent only, never the verdict: achieved bandwidth and FLOP/s, bound and occupancy (autokernel/limits.py).
     summary = limits.summarize(kt, judge.dtype, gpu, [(shape, row["latency_us"]) for shape, row in
                                                       zip(judge.timing_shapes(), rows)],
-                               compiled, tf32=pytorch_fp32_matmul_uses_tf32())
+                               compiled, tf32=pytorch_fp32_matmul_uses_tf32(),
+                               floor_us=floor_ms * 1e3 if floor_ms else None)
     return {
         "throughput": total.throughput, "throughput_unit": total.unit, "latency_us": ours_us,
         "call_latency_us": sum(row["call_latency_us"] for row in rows), "pct_peak": total.pct_peak,
@@ -364,6 +366,7 @@ def time_kernel(judge: Judge) -> dict:
         "speedup_vs_compile": compile_us / ours_us if compile_us and ours_us > 0 else None,
         "pytorch_latency_us": eager_us, "compile_latency_us": compile_us,
         "peak_vram_mb": peak_mb, "timings": rows, "gpu": gpu.name, "compiled": compiled,
+        "launch_floor_us": floor_ms * 1e3 if floor_ms else None,
         "limits": summary.to_json(),
         "speed_of_light": timing.speed_of_light_skipped(gpu) or "checked: no timing faster than the roofline allows",
     }
@@ -426,7 +429,7 @@ class Report:
             for key in ("throughput", "throughput_unit", "latency_us", "call_latency_us", "pct_peak", "bound",
                         "speedup_vs_pytorch",
                         "speedup_vs_compile", "pytorch_latency_us", "compile_latency_us", "peak_vram_mb",
-                        "speed_of_light", "compiled", "limits"):
+                        "speed_of_light", "compiled", "launch_floor_us", "limits"):
                 self.result[key] = (timing or {}).get(key)
             self.result["timings"] = (timing or {}).get("timings", [])
             self._write()

@@ -58,7 +58,7 @@ def optimize(model: nn.Module, sample_inputs, backend: str = "triton", budget_ho
     tag: the run's name (its branch is autokernel/<tag>); None makes one from the class name and time.
     resume: continue the saved run (its settings, overridden by any given here) instead of profiling.
     settings: any other run setting by its RunSettings name (experiment_timeout_s, max_consecutive_reverts,
-    kernel_time_s, target_speedup, peak_fraction_target, noise_floor, quick_bench).
+    max_malformed, kernel_time_s, target_speedup, peak_fraction_target, noise_floor, quick_bench, reasoning).
     Returns the model to run: `model` itself (plugged in only if that is the fastest path), or
     torch.compile of it; its `autokernel_choice` says which and why (autokernel.unplug restores
     the model). Without a GPU nothing is timed for real, so PyTorch's own path comes back.

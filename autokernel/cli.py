@@ -79,6 +79,9 @@ def _build_parser() -> argparse.ArgumentParser:
                           help="who proposes kernels (default: by which API key is set, else the built-in search)")
     optimize.add_argument("--llm-model", help="the LLM to ask (default: the agent's own default)")
     optimize.add_argument("--base-url", help="an API endpoint (an OpenAI-compatible local server, a proxy)")
+    optimize.add_argument("--reasoning", choices=["low", "medium", "high"],
+                          help="the LLM's reasoning effort (Claude's thinking, OpenAI's reasoning_effort), for models "
+                               "that take one (default: the model's own)")
     optimize.add_argument("--max-cost", type=_positive_float, metavar="DOLLARS",
                           help="stop cleanly once the estimated LLM cost reaches this (default: no cap)")
     optimize.add_argument("--top", type=_positive_int, default=5, help="how many kernels to optimize (default 5)")
@@ -98,6 +101,9 @@ def _build_parser() -> argparse.ArgumentParser:
                                "from the measured duration of the job's benches)")
     optimize.add_argument("--max-reverts", type=_positive_int,
                           help="move on after this many reverts in a row (default 5)")
+    optimize.add_argument("--max-malformed", type=_positive_int,
+                          help="move on after this many unreadable LLM replies in a row, each asked again once "
+                               "(default 3; they do not count as reverts)")
     optimize.add_argument("--peak-target", type=_positive_float,
                           help="move on at this fraction of the hardware peak (default 0.9)")
     optimize.add_argument("--kernel-budget", type=parse_duration, help="move on after this long on one kernel (default 2h)")
@@ -180,7 +186,8 @@ SETTING_FLAGS = {"budget": "budget_s", "experiment_timeout": "experiment_timeout
                  "max_reverts": "max_consecutive_reverts", "peak_target": "peak_fraction_target",
                  "kernel_budget": "kernel_time_s", "target_speedup": "target_speedup", "noise_floor": "noise_floor",
                  "quick": "quick_bench", "max_cost": "max_cost_usd", "agent": "agent", "llm_model": "llm_model",
-                 "base_url": "base_url", "gpus": "gpus", "ray": "ray"}
+                 "base_url": "base_url", "gpus": "gpus", "ray": "ray", "reasoning": "reasoning",
+                 "max_malformed": "max_malformed"}
 
 
 def _cmd_optimize(args, started: float) -> int:

@@ -145,6 +145,7 @@ class BenchResult(_OpenRecord):
     peak_vram_mb: float | None = None
     speed_of_light: dict | None = None
     compiled: dict | None = None
+    launch_floor_us: float | None = None        # the GPU time of the smallest launch (timing.launch_floor_ms)
     limits: dict | None = None
     timings: list[dict] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
@@ -204,12 +205,14 @@ class RunSettings:
     base_url: str | None = None
     gpus: int | None = None                     # judge workers, one per GPU (None: every visible GPU)
     ray: str | None = None                      # "auto" or a Ray cluster's address: the workers run there
+    reasoning: str | None = None                # the LLM's reasoning level: low, medium, high (None: its default)
+    max_malformed: int = 3                      # a job ends after this many unreadable replies in a row
 
     FLAGS = {"budget_s": "--budget", "experiment_timeout_s": "--experiment-timeout", "max_consecutive_reverts":
              "--max-reverts", "peak_fraction_target": "--peak-target", "kernel_time_s": "--kernel-budget",
              "target_speedup": "--target-speedup", "noise_floor": "--noise-floor", "quick_bench": "--quick",
              "max_cost_usd": "--max-cost", "agent": "--agent", "llm_model": "--llm-model", "base_url": "--base-url",
-             "gpus": "--gpus", "ray": "--ray"}
+             "gpus": "--gpus", "ray": "--ray", "reasoning": "--reasoning", "max_malformed": "--max-malformed"}
 
     def show(self, name: str) -> str:
         from autokernel.live import format_duration
@@ -218,7 +221,7 @@ class RunSettings:
         if value is None and name == "gpus":
             return _every_visible_gpu()
         if value is None:
-            return "none"
+            return "the model's default" if name == "reasoning" else "none"
         if name in ("budget_s", "experiment_timeout_s", "kernel_time_s"):
             return format_duration(value)
         if name == "max_cost_usd":
@@ -230,8 +233,9 @@ class RunSettings:
                                                                                if self.base_url else "")
         parts = [f"agent {agent}", f"budget {self.show('budget_s')}"]
         parts += [f"{self.FLAGS[name]} {self.show(name)}" for name in
-                  ("experiment_timeout_s", "max_consecutive_reverts", "kernel_time_s", "target_speedup",
-                   "peak_fraction_target", "noise_floor", "max_cost_usd")]
+                  ("experiment_timeout_s", "max_consecutive_reverts", "max_malformed", "kernel_time_s",
+                   "target_speedup", "peak_fraction_target", "noise_floor", "max_cost_usd")]
+        parts += [f"--reasoning {self.reasoning}"] if self.reasoning else []
         parts += [f"--gpus {self.show('gpus')}"] + ([f"--ray {self.ray}"] if self.ray else [])
         return ", ".join(parts) + (", --quick" if self.quick_bench else "")
 
@@ -250,7 +254,7 @@ class RunSettings:
 
     @classmethod
     def from_json(cls, data: dict) -> RunSettings:
-        return cls(**data)
+        return cls(**data)      # a state saved before a setting existed gets its default
 
 
 @dataclass
@@ -308,6 +312,10 @@ class JobProgress:
     #                                                                  "cold": the first, compiling every shape
     finishing: str | None = None      # set while the job's best is being saved: the reason it stopped
     compile_us: dict[str, float] = field(default_factory=dict)   # torch.compile's call time per shape (baseline)
+    older: list[dict] = field(default_factory=list)   # experiments that left `history`, one summary line each
+    failure: dict | None = None       # the last verdict, when it failed a candidate: shown, and fixable, next turn
+    queued: list[dict] = field(default_factory=list)  # candidates of a reply waiting to be judged (Proposal fields)
+    malformed_in_a_row: int = 0       # unreadable replies since the last readable one (--max-malformed)
 
     def gain(self) -> float | None:
         """Baseline latency over best latency: how much faster the best version is."""
@@ -337,6 +345,8 @@ class RunState:
     experiment: int = 0              # the last experiment number given a results.tsv row
     elapsed_s: float = 0.0
     llm_tokens: int = 0
+    llm_cached_tokens: int = 0       # of llm_tokens: input read from the provider's prompt cache
+    llm_reasoning_tokens: int = 0    # of llm_tokens: reasoning or thinking output
     cost_usd: float = 0.0
     cost_unknown_calls: int = 0      # calls to a model without a price: cost_usd leaves them out
     current: JobProgress | None = None
@@ -375,8 +385,11 @@ class RunState:
     def job(self) -> Job:
         return self.jobs[self.job_index]
 
-    def account(self, tokens: int, cost: float | None) -> None:
-        """Count an LLM call's tokens and cost (None: a model without a known price)."""
+    def account(self, tokens: int, cost: float | None, *, cached: int = 0, reasoning: int = 0) -> None:
+        """Count an LLM call's tokens (cached and reasoning ones also apart) and cost (None: a model without a
+        known price)."""
         self.llm_tokens += tokens
+        self.llm_cached_tokens += cached
+        self.llm_reasoning_tokens += reasoning
         self.cost_usd += cost or 0.0
         self.cost_unknown_calls += int(cost is None and tokens > 0)

@@ -41,6 +41,15 @@ class WorkerFailure(Exception):
         self.kind = kind
 
 
+def _small(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
+def _is_grid(value) -> bool:
+    """A launch grid as the worker reports it: three sizes (x, y, z)."""
+    return isinstance(value, list) and len(value) == 3 and all(_small(size) for size in value)
+
+
 def _one_line(text, limit: int = 2000) -> str:
     """A message from the worker as one bounded line: it cannot add lines of its own to the judge's output."""
     return " ".join(str(text).split())[:limit]
@@ -167,7 +176,8 @@ class CandidateWorker:
             raise WorkerFailure(FAIL, f"the kernel's process replied out of turn during timing (expected {name!r})")
 
     def compiled(self) -> list[dict]:
-        """The compiled figures of the kernels kernel_fn launched (worker_guards.compiled_figures), named.
+        """The compiled figures of the kernels kernel_fn launched (worker_guards.compiled_figures), named, and
+        the grid of each one's latest launch (x, y, z; reported under the interpreter too).
 
         They come from the candidate's process, so they are only shown to the agent, never judged;
         anything but small integers under short names is dropped, and a name keeps only the characters
@@ -176,8 +186,9 @@ class CandidateWorker:
         reported = header.get("compiled")
         if not isinstance(reported, dict):
             return []
-        return [{"kernel": _NOT_A_NAME_CHAR.sub("?", name[:80]), **{key: value for key, value in figures.items()
-                                         if key in COMPILED_FIGURES and isinstance(value, int) and 0 <= value < 2**31}}
+        return [{"kernel": _NOT_A_NAME_CHAR.sub("?", name[:80]),
+                 **{key: value for key, value in figures.items() if key in COMPILED_FIGURES and _small(value)},
+                 **({"grid": figures["grid"]} if _is_grid(figures.get("grid")) else {})}
                 for name, figures in list(reported.items())[:MAX_COMPILED_KERNELS]
                 if isinstance(name, str) and isinstance(figures, dict)]
 

@@ -5,7 +5,10 @@ GPU time and the registry's bytes and FLOPs for the shape (the fewest bytes a ca
 real traffic can only be higher), as a share of this GPU's peaks; its roofline bound (arithmetic
 intensity against the ridge point of the compute peak that applies: tensor cores for the matrix
 products of matmul-like types, TF32 for float32 ones when PyTorch's setting allows it, else the
-float32 lanes where elementwise and reduction kernels compute); and the headroom left on that bound.
+float32 lanes where elementwise and reduction kernels compute); and the headroom left, against the
+larger of the roofline's time and the launch floor the judge measured (the GPU time of the smallest
+launch, timing.launch_floor_ms): a shape whose roofline time is below the floor is latency-bound, and
+no kernel reaches its roofline there.
 
 Per launched Triton kernel (theoretical): how many blocks fit on one multiprocessor, limited by
 registers, shared memory, resident warps and resident blocks (hardware.SM_LIMITS), and which of
@@ -46,7 +49,10 @@ class ShapeLimits:
     intensity: float              # FLOP per byte
     ridge: float | None           # FLOP per byte where the compute peak takes over from bandwidth
     bound: str                    # "memory" or "compute"
-    headroom: float | None        # the bound resource's peak over what was achieved on it
+    headroom: float | None        # latency over the least time reachable: max(roofline_us, floor_us)
+    roofline_us: float | None = None   # the time the binding resource needs at its peak
+    floor_us: float | None = None      # the measured launch floor (None: not measured, as under the interpreter)
+    limit: str = ""               # what the headroom is measured against: "memory", "compute" or "launch"
 
 
 @dataclass
@@ -76,16 +82,17 @@ class Limits:
 
 
 def summarize(kt: registry.KernelType, dtype: torch.dtype, gpu: GPUSpec, timed: list[tuple[dict, float]],
-              compiled: list[dict], *, tf32: bool) -> Limits:
+              compiled: list[dict], *, tf32: bool, floor_us: float | None = None) -> Limits:
     """The summary for (shape, median GPU time in us) pairs and the compiled kernels' figures.
 
-    tf32: whether float32 matrix products may use TF32 (PyTorch's float32 matmul setting)."""
+    tf32: whether float32 matrix products may use TF32 (PyTorch's float32 matmul setting); floor_us: the
+    measured launch floor."""
     if not gpu.is_gpu:
         return Limits(gpu=None, note=NO_GPU_NOTE)
     estimated = " (peaks estimated: this GPU is not in the database)" if gpu.estimated else ""
     # A zero time (below the events' resolution, on a GPU whose peaks are estimated, so unchecked) has no rate.
-    shapes = [shape_limits(kt, shape, dtype, latency_us, gpu, tf32=tf32) for shape, latency_us in timed
-              if latency_us > 0]
+    shapes = [shape_limits(kt, shape, dtype, latency_us, gpu, tf32=tf32, floor_us=floor_us)
+              for shape, latency_us in timed if latency_us > 0]
     slowest = max(shapes, key=lambda s: s.latency_us, default=None)
     limits = gpu.sm_limits
     if limits is None:
@@ -101,7 +108,7 @@ def summarize(kt: registry.KernelType, dtype: torch.dtype, gpu: GPUSpec, timed: 
 
 
 def shape_limits(kt: registry.KernelType, shape: dict, dtype: torch.dtype, latency_us: float, gpu: GPUSpec,
-                 *, tf32: bool) -> ShapeLimits:
+                 *, tf32: bool, floor_us: float | None = None) -> ShapeLimits:
     moved = float(kt.bytes_moved(shape, registry.dtype_size(dtype)))
     flops = float(kt.flops(shape))
     seconds = latency_us / 1e6
@@ -113,10 +120,12 @@ def shape_limits(kt: registry.KernelType, shape: dict, dtype: torch.dtype, laten
     pct_bandwidth = 100 * gbs / gpu.mem_bandwidth_gbs
     pct_compute = 100 * tflops / peak if peak else None
     compute_bound = ridge is not None and intensity > ridge
-    share = pct_compute if compute_bound else pct_bandwidth
+    bound = "compute" if compute_bound else "memory"
+    roofline_us = max(moved / (gpu.mem_bandwidth_gbs * 1e9), flops / (peak * 1e12) if peak else 0.0) * 1e6
+    reachable_us = max(roofline_us, floor_us or 0.0)
     return ShapeLimits(registry.format_shape(shape), latency_us, moved, flops, gbs, pct_bandwidth, tflops, peak_name,
-                       pct_compute, intensity, ridge, "compute" if compute_bound else "memory",
-                       100 / share if share else None)
+                       pct_compute, intensity, ridge, bound, latency_us / reachable_us if reachable_us > 0 else None,
+                       roofline_us, floor_us, "launch" if floor_us and floor_us > roofline_us else bound)
 
 
 def occupancy_of(figures: dict, limits: SMLimits) -> Occupancy | None:
@@ -159,8 +168,7 @@ def describe(limits: dict | None) -> list[str]:
     for s in limits.get("shapes") or []:
         compute = f"{_num(s['achieved_tflops'])} TFLOP/s = {_num(s['pct_compute'])}% of {s['compute_peak']} peak"
         ridge = f"ridge {_num(s['ridge'])}" if s.get("ridge") else "no ridge known"
-        headroom = f"at most {_num(s['headroom'])}x left on {'bandwidth' if s['bound'] == 'memory' else 'compute'}" \
-            if s.get("headroom") else "headroom unknown"
+        headroom = _headroom(s)
         lines.append(f"- {s['shape']} (measured): {_num(s['achieved_gbs'])} GB/s = {_num(s['pct_bandwidth'])}% of "
                      f"peak bandwidth, {compute}; {s['bound']}-bound ({_num(s['intensity'])} FLOP/byte, {ridge}), "
                      f"{headroom}")
@@ -173,6 +181,18 @@ def describe(limits: dict | None) -> list[str]:
     if limits.get("occupancy_note"):
         lines.append(f"- occupancy: {limits['occupancy_note']}")
     return lines
+
+
+def _headroom(s: dict) -> str:
+    """How far the shape is from the least time it can take: its roofline or, above it, the launch floor."""
+    if not s.get("headroom"):
+        return "headroom unknown"
+    if s.get("limit") == "launch":
+        return (f"latency-bound: its roofline time, {_num(s['roofline_us'])} us, is below the launch floor "
+                f"({_num(s['floor_us'])} us measured for the smallest launch), so at most {_num(s['headroom'])}x "
+                f"left above that floor")
+    floor = f" (launch floor {_num(s['floor_us'])} us)" if s.get("floor_us") else ""
+    return f"at most {_num(s['headroom'])}x left on {'bandwidth' if s['bound'] == 'memory' else 'compute'}{floor}"
 
 
 def _num(value) -> str:

@@ -41,6 +41,8 @@ class LoopStatus:
     best_vs_pytorch: float | None = None
     last_result: str = "-"
     llm_tokens: int = 0
+    llm_cached_tokens: int = 0            # of llm_tokens: served by the provider's prompt cache
+    llm_reasoning_tokens: int = 0         # of llm_tokens: reasoning or thinking
     cost_usd: float = 0.0
     cost_complete: bool = True            # False when some calls went to a model without a price
     deadline: float | None = None         # time.monotonic() at which the run's budget is spent
@@ -95,7 +97,8 @@ def format_speedup(value: float | None) -> str:
 
 def _cost(status: LoopStatus) -> str:
     cost = f"${status.cost_usd:.2f}" + ("" if status.cost_complete else " (+ calls to a model without a price)")
-    return f"{status.llm_tokens:,} tokens, {cost}"
+    return (f"{status.llm_tokens:,} tokens ({status.llm_cached_tokens:,} cached, {status.llm_reasoning_tokens:,} "
+            f"reasoning), {cost}")
 
 
 def _panel(status: LoopStatus) -> Panel:

@@ -54,12 +54,15 @@ class OptimizationRun(LoopRecords):
         self.program = paths.PROGRAM_MD.read_text() if paths.PROGRAM_MD.exists() else ""
         self.quick_bench = self.settings.quick_bench or not torch.cuda.is_available()
         # The deadline from the start: "time left" counts down through profiling's end and the first baseline too.
-        self._status = LoopStatus(llm_tokens=state.llm_tokens, cost_usd=state.cost_usd, deadline=budget.deadline())
+        self._status = LoopStatus(llm_tokens=state.llm_tokens, llm_cached_tokens=state.llm_cached_tokens,
+                                  llm_reasoning_tokens=state.llm_reasoning_tokens, cost_usd=state.cost_usd,
+                                  deadline=budget.deadline())
         self._llm_s = 0.0                   # how long the last reply took: part of what an experiment costs
         self.bench_times = BenchTimes()     # what benches cost: their limits, and what the budget can pay for
         self._wall_mark = time.monotonic()  # the run's wall time counts on from here (Throughput)
         self._counted_until: dict[str, float] = {}   # per job: the end of the time its verdicts counted
         self.gpu = "gpu0" if torch.cuda.is_available() else "cpu"   # where this process's benches run
+        self.candidates_per_reply = 1       # one GPU judges one candidate at a time: a reply gives one
         self.view.update(self._status)
 
     # ------------------------------------------------------------------ the run
@@ -176,7 +179,7 @@ class OptimizationRun(LoopRecords):
             else:
                 run_state.end_job(self.state, index)
             self._record(job, progress, number, baseline, description, contracts.STATUS_BASELINE, started,
-                         tokens=0, cost=None, keep=passed, gpu=gpu)
+                         keep=passed, gpu=gpu)
         if passed:
             self.view.log(f"exp {number} BASELINE PASS {baseline.get('latency_us'):.1f} us, "
                           f"noise {noise:.1%}: a candidate must be more than that much faster to be kept"
@@ -235,29 +238,30 @@ class OptimizationRun(LoopRecords):
         if self.budget.left() < max(self._llm_s + bench_s, MIN_WORTH_STARTING_S):
             return self._short_of(self._llm_s + bench_s, "an experiment")
         started = time.monotonic()
-        self.view.phase(f"exp {number}: asking {self.agent.name}")
-        try:
-            proposal = self.agent.propose(self._agent_context(job, progress, deadline=self.budget.deadline() - bench_s))
-        except OutOfTime as exc:
-            self.view.log(f"exp {number} not run: {exc}")
-            return budget_too_short(str(exc))
-        except MalformedReply as exc:
-            # Nothing was written or committed; the row keeps the tokens the reply cost.
-            result = runner.synthesized_result(FAIL, f"malformed reply: {exc}", kernel_type=job.kernel_type)
-            with self.guard.critical():
-                self._account(exc.tokens_in + exc.tokens_out, exc.cost_usd)
-                self._record(job, progress, number, result, "malformed reply", contracts.STATUS_REVERT, started,
-                             tokens=exc.tokens_in + exc.tokens_out, cost=exc.cost_usd, keep=False, gpu="")
-            return None
-        self._llm_s = time.monotonic() - started
-        tokens, cost = proposal.tokens_in + proposal.tokens_out, proposal.cost_usd
-        # Paid for now, whatever happens next: the state counts every call, the rows the ones judged.
-        self._account(tokens, cost)
+        proposal = self._next_queued(progress)          # a candidate an earlier reply queued: no question
+        if proposal is None:
+            self.view.phase(f"exp {number}: asking {self.agent.name}")
+            try:
+                proposal = self.agent.propose(self._agent_context(job, progress,
+                                                                  deadline=self.budget.deadline() - bench_s))
+            except OutOfTime as exc:
+                self.view.log(f"exp {number} not run: {exc}")
+                return budget_too_short(str(exc))
+            except MalformedReply as exc:
+                # Nothing was written or committed; the row keeps the tokens the reply cost.
+                self._account(exc)
+                self._record_malformed(job, progress, number, exc, started)
+                return None
+            self._llm_s = time.monotonic() - started
+            # Paid for now, whatever happens next: the state counts every call, the rows the ones judged.
+            self._account(proposal)
+            self._take_reply(job, progress, proposal)
         if self.budget.left() < bench_s:
             self.view.log(f"exp {number} not judged: {format_duration(self.budget.left())} left cannot pay for a "
                           f"{format_duration(bench_s)} bench")
             return self._short_of(bench_s, "a bench")
-        description = one_line(proposal.description)
+        description = self._described(proposal)
+        against = progress.best
         try:
             integrity.check_contract(proposal.kernel_source, job.kernel_type)
         except integrity.ContractError as exc:         # not judged: no GPU's experiment
@@ -273,8 +277,8 @@ class OptimizationRun(LoopRecords):
                 progress.best = result
                 progress.kept.append({"commit": self.state.kept_commit, "result": result})
             self._record(job, progress, number, result, description,
-                         contracts.STATUS_KEEP if keep else contracts.STATUS_REVERT, started, tokens=tokens, cost=cost,
-                         keep=keep, gpu=gpu)
+                         contracts.STATUS_KEEP if keep else contracts.STATUS_REVERT, started, paid=proposal,
+                         keep=keep, gpu=gpu, against=against)
         return None
 
     def _judge_candidate(self, job: Job, progress: JobProgress, number: int, source: str,
@@ -353,4 +357,6 @@ class OptimizationRun(LoopRecords):
         return AgentContext(kernel_type=job.kernel_type, kernel_source=self._kept_source(progress),
                             last_result=progress.last_result, history=list(progress.history),
                             best_versions=best_versions, program=self.program,
-                            job={**job.to_json(), "baseline": progress.baseline}, deadline=deadline)
+                            job={**job.to_json(), "baseline": progress.baseline}, deadline=deadline,
+                            failure=progress.failure, older=list(progress.older),
+                            max_candidates=self.candidates_per_reply)

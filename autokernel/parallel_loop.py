@@ -7,20 +7,19 @@ the writes are LoopRecords'); only the judging is handed out, and the waiting fo
 each question runs on a thread of its own (autokernel/proposals.py), and the orchestrator goes on
 collecting and committing verdicts and serving other jobs meanwhile. A free worker gets work at
 once, from the jobs in flight (autokernel/lanes.py) before any other, and among them in plan order:
-  - a job's baseline: its starter benched twice, the second run once the first passed (a failing
-    starter is not benched again, and the second run finds the compiled kernels cached), and on
-    another GPU than the first where one is free, so the noise includes the difference between
-    GPUs, which the candidates, judged on either, also meet; a second run goes before candidates;
-  - a job's candidate: the agent is asked for one more, told which of the job's are being judged
-    (ctx.in_flight), so it proposes from another direction, and the worker is held for its reply;
-    it goes to the worker as a whole kernel file, judged in a private folder of the worker's
-    (autokernel/judge_worker.py). One question per job is out at a time;
+  - a job's baseline: its starter benched twice, the second once the first passed (and finding the
+    compiled kernels cached), on another GPU than the first where one is free, so the noise includes
+    the difference between GPUs; a second run goes before candidates;
+  - a job's candidate: one an earlier reply queued, else the agent is asked for one more (a reply may
+    hold one per GPU; the rest are queued), told which of the job's are being judged (ctx.in_flight),
+    and the worker is held for its reply; it goes to the worker as a whole kernel file, judged in a
+    private folder of the worker's (autokernel/judge_worker.py). One question per job is out at a time;
   - when no job in flight can use the worker (its baseline is being judged, its agent is thinking or
     waits for results, it is ending), the plan's next job opens on it, so no GPU idles while another
     judges a baseline or waits for a reply. At most one job per GPU is in flight, and never two of one
     kernel type (results.tsv names a row's job by its kernel type, which the plan gives one job each).
-A reply is taken back on this thread and handled as with one GPU: a malformed one or a broken contract
-is recorded (a revert); one the budget cannot bench, or that comes after its job stopped, is paid, not judged.
+A reply is taken back on this thread and handled as with one GPU (LoopRecords._take_reply): a malformed one or
+a broken contract is recorded; one the budget cannot bench, or that comes after its job stopped, is paid, not judged.
 Each verdict, as it comes back, is committed on the run's one branch, numbered in arrival order and
 naming its job ("exp N (1_softmax): ..."), with the one-GPU loop's writes in their order, and kept or
 reverted against its own job's best. A baseline, too, is committed only once its verdict is in, so
@@ -31,8 +30,8 @@ A job whose stopping rule fires starts nothing new; once its candidates in fligh
 best is saved and its workers go to the others. Rules, per job, as with one GPU: reverts in a row,
 its own time (--kernel-budget: its wall time with something judged, overlaps counted once), target
 speedup, peak. The run's budget is one clock the jobs in flight draw on together, none starting
-what it cannot pay for; a job opens only while the budget left can pay for its baseline. With
---top K the same K jobs open in plan order, and a later one may end first.
+what it cannot pay for; a job opens only while the budget left can pay for its baseline (--top K: the
+same K jobs open in plan order; a later one may end first).
 A task being judged, or a reply out, when the orchestrator dies or stops was never recorded: nothing to
 undo (a stop does not wait for replies); `--resume` reopens every started job where its state says
 (autokernel/run_state.py). A worker that dies takes only its own task with it: a CRASH, and a new worker.
@@ -51,7 +50,7 @@ from autokernel.contracts import FAIL, PASS, TIMEOUT, Job, JobProgress, JudgeOut
 from autokernel.lanes import Flight, Lane, lanes_line
 from autokernel.live import format_duration, throughput_line
 from autokernel.loop import BUDGET_SPENT, MIN_WORTH_STARTING_S, OptimizationRun, budget_too_short, is_run_stop
-from autokernel.policy import is_improvement, one_line
+from autokernel.policy import is_improvement
 from autokernel.pool import Finished, WorkerPool
 from autokernel.proposals import Proposals, Reply
 from autokernel.run_state import OptimizationError
@@ -69,6 +68,7 @@ class ParallelRun(OptimizationRun):
         self.pool = pool
         pool.throughput = state.throughput       # the pool counts each GPU's busy time into the run's state
         self.gpu = pool.labels[0]
+        self.candidates_per_reply = pool.size    # judged side by side: a reply may hold one per GPU (the rest queue)
         self._seed = state.experiment            # each task's seed: fresh inputs for every bench
         self.lanes: list[Lane] = []              # the jobs in flight, in plan order
         self._no_new_jobs: str | None = None     # a run-ending reason once no job may open any more
@@ -126,7 +126,7 @@ class ParallelRun(OptimizationRun):
             return self._serve_baseline(lane, strict)
         while not (lane.stop or lane.waiting):
             # The rules are read before every proposal: a malformed reply or a broken contract is recorded
-            # at once, and counts as a revert, as with one GPU.
+            # at once, as with one GPU (a broken contract as a revert, a malformed reply on its own count).
             lane.stop = self._run_stop() or policy.job_stop_reason(lane.progress, self.settings)
             if lane.stop:
                 break
@@ -254,16 +254,17 @@ class ParallelRun(OptimizationRun):
         if self.budget.left() < max(self._llm_s + bench_s, MIN_WORTH_STARTING_S):
             lane.stop = self._short_of(self._llm_s + bench_s, "an experiment")
             return False
-        started = time.monotonic()
+        started, queued = time.monotonic(), self._next_queued(progress)   # an earlier reply's: no question
+        if queued is not None:
+            return self._reply_back(Reply(lane, None, started, bench_s, proposal=queued, queued=True))
         context = self._agent_context(job, progress, deadline=self.budget.deadline() - bench_s)
         context.in_flight = [flight.description for flight in lane.flights.values()]
         reply = self.proposals.ask(Reply(lane, context, started, bench_s))
         return reply is None or self._reply_back(reply)
 
     def _reply_back(self, reply: Reply) -> bool:
-        """The agent's reply, on this thread: a candidate goes to a free worker (True). A malformed reply or a
-        broken contract is recorded without judging; one that comes after the job stopped, or when the budget
-        cannot pay for its bench, is paid for and not judged; an AgentError ends the run, as with one GPU."""
+        """The agent's reply (or a queued candidate), on this thread: a candidate goes to a free worker (True); the
+        rest as with one GPU (a malformed reply or broken contract recorded, an AgentError raised)."""
         lane, job, progress, error = reply.lane, reply.lane.job, reply.lane.progress, reply.error
         if isinstance(error, WaitForResults):
             lane.waiting = bool(lane.flights)
@@ -280,25 +281,24 @@ class ParallelRun(OptimizationRun):
             return False
         if error is not None and not isinstance(error, MalformedReply):
             raise error
-        tokens, cost = reply.paid()
-        self._account(tokens, cost)             # paid for now, whatever happens next
+        if not reply.queued:                            # paid for now, whatever happens next
+            self._account(reply.proposal or error)
         if lane.stop:
             self.view.log(f"a reply for {job.name} came after it stopped ({lane.stop}); not judged")
             return False
         if isinstance(error, MalformedReply):
-            result = runner.synthesized_result(FAIL, f"malformed reply: {error}", kernel_type=job.kernel_type)
-            with self.guard.critical():
-                self._record(job, progress, self.state.experiment + 1, result, "malformed reply",
-                             contracts.STATUS_REVERT, reply.started, tokens=tokens, cost=cost, keep=False, gpu="")
+            self._record_malformed(job, progress, self.state.experiment + 1, error, reply.started)
             return False
         proposal = reply.proposal
-        self._llm_s = time.monotonic() - reply.started
+        if not reply.queued:
+            self._llm_s = time.monotonic() - reply.started
+            self._take_reply(job, progress, proposal)
         if self.budget.left() < reply.bench_s:
             self.view.log(f"a candidate for {job.name} not judged: {format_duration(self.budget.left())} left "
                           f"cannot pay for a {format_duration(reply.bench_s)} bench")
             lane.stop = self._short_of(reply.bench_s, "a bench")
             return False
-        description = one_line(proposal.description)
+        description = self._described(proposal)
         try:
             integrity.check_contract(proposal.kernel_source, job.kernel_type)
         except integrity.ContractError as exc:
@@ -357,7 +357,7 @@ class ParallelRun(OptimizationRun):
     def _commit_verdict(self, job: Job, progress: JobProgress, flight: Flight, result: dict, *, gpu: str) -> None:
         """The one-GPU loop's experiment writes, in its order: state, kernel.py, commit, verdict (LoopRecords)."""
         number = self.state.experiment + 1
-        keep = is_improvement(result, progress.best, progress.noise)
+        keep, against = is_improvement(result, progress.best, progress.noise), progress.best
         proposal = flight.proposal
         with self.guard.critical():
             self.state.in_flight = {"step": "experiment", "number": number}
@@ -373,7 +373,7 @@ class ParallelRun(OptimizationRun):
                 progress.kept.append({"commit": self.state.kept_commit, "result": result})
             self._record(job, progress, number, result, flight.description,
                          contracts.STATUS_KEEP if keep else contracts.STATUS_REVERT, flight.started,
-                         tokens=proposal.tokens_in + proposal.tokens_out, cost=proposal.cost_usd, keep=keep, gpu=gpu)
+                         paid=proposal, keep=keep, gpu=gpu, against=against)
         if hasattr(self.agent, "judged"):
             self.agent.judged(job.to_json(), proposal.kernel_source, result)
 

@@ -3,13 +3,13 @@
 The noise rule: the two baseline runs give latencies a and b; noise = |a - b| / min(a, b), never
 below the noise floor. A candidate is kept when best_latency / candidate_latency > 1 + noise, so a
 change that timing jitter alone could explain is not kept. A kernel is done after that many reverts
-in a row, after its time on it, at the target speedup over its baseline, or at the target fraction
+in a row (an unreadable reply is not one: those have their own limit), after its time on it, at the target speedup over its baseline, or at the target fraction
 of the hardware peak (the run's budget and cost cap are checked by the loop itself).
 """
 
 from __future__ import annotations
 
-from autokernel.contracts import NO_GAIN, PASS, SPEED_UNKNOWN, WINNER, JobProgress, RunSettings
+from autokernel.contracts import NO_GAIN, PASS, SPEED_UNKNOWN, STATUS_REVERT, WINNER, JobProgress, RunSettings
 from autokernel.live import format_duration
 
 DESCRIPTION_CHARS = 200
@@ -112,11 +112,41 @@ def keep_note(result: dict, previous: dict) -> str:
             f"{us(result.get('pytorch_latency_us'))} in this bench, {us(previous.get('pytorch_latency_us'))} in the best's]")
 
 
-def history_entry(number: int, description: str, status: str, result: dict) -> dict:
-    """What the agent is shown of one experiment of its kernel."""
+def history_entry(number: int, description: str, status: str, result: dict, *, against: dict | None = None,
+                  noise: float = 0.0, hypothesis: str = "", reason: str | None = None) -> dict:
+    """What the agent is shown of one experiment of its kernel: the judge's figures, its latency's ratio to
+    the best it was judged against, the keep threshold it had to beat, why it was reverted, its hypothesis."""
+    best = (against or {}).get("latency_us")
+    latency = result.get("latency_us") if result.get("correctness") == PASS else None
     return {"experiment": number, "description": description, "status": status,
             **{key: result.get(key) for key in ("correctness", "throughput", "latency_us", "speedup_vs_pytorch",
-                                                "message")}}
+                                                "message")},
+            "ratio_to_best": latency / best if latency and best else None,
+            "threshold_us": best / (1 + noise) if best else None,
+            "reason": reason if reason is not None else verdict_reason(status, result, best, noise),
+            "hypothesis": hypothesis}
+
+
+def verdict_reason(status: str, result: dict, best_us: float | None, noise: float) -> str:
+    """Why a verdict went as it did, in a few words: kept, or what made it a revert."""
+    if status != STATUS_REVERT:
+        return status
+    if result.get("correctness") != PASS:
+        return f"{result.get('correctness')} at {result.get('failed_stage') or 'an unknown stage'}: " \
+               f"{one_line(result.get('message') or '', 100)}"
+    latency = result.get("latency_us")
+    if not latency or not best_us:
+        return "no timing to compare"
+    if latency >= best_us:
+        return f"slower than the best ({latency:.4g} us against {best_us:.4g} us)"
+    return (f"{best_us / latency - 1:.1%} faster, inside the noise ({noise:.1%}): needed below "
+            f"{best_us / (1 + noise):.4g} us")
+
+
+def older_entry(entry: dict) -> dict:
+    """What is kept of a history row once it leaves the window the state keeps: a summary line's worth."""
+    return {"experiment": entry.get("experiment"), "status": entry.get("status"),
+            "reason": one_line(entry.get("reason") or "", 100), "description": one_line(entry.get("description", ""))}
 
 
 def one_line(text: str, limit: int = DESCRIPTION_CHARS) -> str:
@@ -127,6 +157,8 @@ def job_stop_reason(progress: JobProgress, settings: RunSettings) -> str | None:
     """Why the current kernel is done, or None to go on."""
     if progress.consecutive_reverts >= settings.max_consecutive_reverts:
         return f"{progress.consecutive_reverts} reverts in a row"
+    if progress.malformed_in_a_row >= settings.max_malformed:
+        return f"{progress.malformed_in_a_row} unreadable replies in a row (each asked again once)"
     if progress.elapsed_s >= settings.kernel_time_s:
         return f"{format_duration(progress.elapsed_s)} spent on this kernel"
     gain = progress.gain()

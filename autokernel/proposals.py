@@ -41,16 +41,12 @@ TURN_S = 0.05           # with replies out and workers busy: how often the wait 
 class Reply:
     """The agent's answer to one question about a lane's job: a Proposal, or the exception it raised."""
     lane: Lane
-    context: AgentContext
+    context: AgentContext | None        # None for a queued candidate (no question asked)
     started: float                      # when it was asked (time.monotonic()): the experiment's start
     bench_s: float                      # what a bench of the job was expected to cost then
     proposal: Proposal | None = None
     error: BaseException | None = None
-
-    def paid(self) -> tuple[int, float | None]:
-        """Its tokens and cost: a proposal's, or a malformed reply's (no other error says)."""
-        source = self.proposal or self.error
-        return (getattr(source, "tokens_in", 0) + getattr(source, "tokens_out", 0), getattr(source, "cost_usd", None))
+    queued: bool = False                # a candidate an earlier reply queued: no question was asked, nothing paid
 
 
 class Proposals:

@@ -4,11 +4,17 @@ results.tsv is the lab notebook of a run: every experiment, kept or not, with th
 Rows are appended and fsynced one at a time so a crash or a kill loses nothing already decided.
 It is never committed (.gitignore lists it); the git history holds only the kept kernels.
 
+The LLM's tokens are counted three ways: `llm_tokens` (all of a reply's input and output),
+`llm_cached_tokens` (of its input, what the provider's prompt cache served) and
+`llm_reasoning_tokens` (of its output, hidden reasoning or thinking); `cost_usd` prices each at its
+rate (autokernel/agents/usage.py).
+
 Files written by an older version (LEGACY_COLUMNS: without speedup_vs_compile,
 timings_meaningful and cost_usd) are still read, with those cells empty; a run refuses to append
-to one, before it creates anything (`check_writable`). A file of the previous version
-(PREVIOUS_COLUMNS, without `gpu`) is read too, and the first row appended to it (a run resumed
-after an upgrade) rewrites it once, atomically, with the new header and empty gpu cells.
+to one, before it creates anything (`check_writable`). A file of one of the two previous versions
+(PREVIOUS_COLUMNS, without the cached and reasoning token columns, and the one before it, without
+`gpu`) is read too, and the first row appended to it (a run resumed after an upgrade) rewrites it
+once, atomically, with the new header and those cells empty.
 """
 
 from __future__ import annotations
@@ -20,13 +26,15 @@ from pathlib import Path
 
 from autokernel.contracts import PASS, STATUS_BASELINE, STATUS_KEEP
 
-PREVIOUS_COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
-                    "speedup_vs_compile", "correctness", "timings_meaningful", "peak_vram_mb", "description", "status",
-                    "wall_seconds", "llm_tokens", "cost_usd")
-COLUMNS = PREVIOUS_COLUMNS + ("gpu",)       # gpu: the worker's GPU that judged it (empty: not judged)
+NO_GPU_COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
+                  "speedup_vs_compile", "correctness", "timings_meaningful", "peak_vram_mb", "description", "status",
+                  "wall_seconds", "llm_tokens", "cost_usd")
+PREVIOUS_COLUMNS = NO_GPU_COLUMNS + ("gpu",)      # gpu: the worker's GPU that judged it (empty: not judged)
+COLUMNS = PREVIOUS_COLUMNS + ("llm_cached_tokens", "llm_reasoning_tokens")
+UPGRADABLE = (PREVIOUS_COLUMNS, NO_GPU_COLUMNS)   # read, and rewritten with COLUMNS when a row is appended
 LEGACY_COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
                   "correctness", "peak_vram_mb", "description", "status", "wall_seconds", "llm_tokens")
-INT_COLUMNS = {"experiment", "llm_tokens"}
+INT_COLUMNS = {"experiment", "llm_tokens", "llm_cached_tokens", "llm_reasoning_tokens"}
 FLOAT_COLUMNS = {"throughput", "latency_us", "pct_peak", "speedup_vs_pytorch", "speedup_vs_compile", "peak_vram_mb",
                  "wall_seconds", "cost_usd"}
 BOOL_COLUMNS = {"timings_meaningful"}
@@ -41,10 +49,12 @@ class ResultsFileError(Exception):
 
 
 def make_row(*, experiment: int, tag: str, kernel_type: str, result: dict, description: str, status: str,
-             wall_seconds: float, llm_tokens: int, cost_usd: float | None = None, gpu: str | None = None) -> dict:
+             wall_seconds: float, llm_tokens: int, cost_usd: float | None = None, gpu: str | None = None,
+             llm_cached_tokens: int = 0, llm_reasoning_tokens: int = 0) -> dict:
     row = {column: result.get(column) for column in RESULT_COLUMNS}
     row.update(experiment=experiment, tag=tag, kernel_type=kernel_type, description=description, status=status,
-               wall_seconds=wall_seconds, llm_tokens=llm_tokens, cost_usd=cost_usd, gpu=gpu or None)
+               wall_seconds=wall_seconds, llm_tokens=llm_tokens, cost_usd=cost_usd, gpu=gpu or None,
+               llm_cached_tokens=llm_cached_tokens, llm_reasoning_tokens=llm_reasoning_tokens)
     return row
 
 
@@ -77,7 +87,7 @@ def _header(path: Path) -> tuple[str, ...]:
 def check_writable(path: str | Path) -> None:
     """Raise ResultsFileError unless rows can be appended to path (absent, empty, or this version's header)."""
     path = Path(path)
-    if path.exists() and path.stat().st_size and _header(path) not in (COLUMNS, PREVIOUS_COLUMNS):
+    if path.exists() and path.stat().st_size and _header(path) not in (COLUMNS, *UPGRADABLE):
         found = _header(path)
         which = "an older AutoKernel" if found == LEGACY_COLUMNS else "something else"
         raise ResultsFileError(f"{path} was written by {which} (columns {list(found)}, expected {list(COLUMNS)}); "
@@ -92,7 +102,7 @@ def append_row(path: str | Path, row: dict) -> None:
         raise ValueError(f"results row has unknown columns {sorted(unknown)}")
     is_new = not path.exists() or path.stat().st_size == 0
     check_writable(path)
-    if not is_new and _header(path) == PREVIOUS_COLUMNS:
+    if not is_new and _header(path) in UPGRADABLE:
         _upgrade(path)
     lines = [] if not is_new else ["\t".join(COLUMNS)]
     lines.append("\t".join(_cell(row.get(column)) for column in COLUMNS))
@@ -103,7 +113,8 @@ def append_row(path: str | Path, row: dict) -> None:
 
 
 def _upgrade(path: Path) -> None:
-    """Rewrite a previous version's file with this version's header (empty gpu cells): a new file, renamed over."""
+    """Rewrite a previous version's file with this version's header (its missing cells empty): a new file, renamed
+    over."""
     rows = read_rows(path)
     scratch = path.with_suffix(path.suffix + ".upgrade")
     with scratch.open("w", newline="") as handle:
@@ -129,12 +140,12 @@ def _parse(column: str, text: str):
 def read_rows(path: str | Path) -> list[dict]:
     """Every row of results.tsv as a dict, numbers parsed and empty cells as None; [] when there is no file.
 
-    A file of the previous version reads with its missing columns as None.
+    A file of a previous version reads with its missing columns as None.
     """
     path = Path(path)
     if not path.exists() or path.stat().st_size == 0:
         return []
-    if _header(path) not in (COLUMNS, PREVIOUS_COLUMNS, LEGACY_COLUMNS):
+    if _header(path) not in (COLUMNS, *UPGRADABLE, LEGACY_COLUMNS):
         raise ResultsFileError(f"{path} has columns {list(_header(path))}, expected {list(COLUMNS)}")
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)

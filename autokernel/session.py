@@ -140,7 +140,7 @@ def _refuse_untracked_outputs(repo: gitops.KernelRepo) -> None:
 def _make_agent(settings: RunSettings, view: ProgressView):
     """The agent the settings name, its endpoint checked; the settings with what it resolved to."""
     agent = make_agent(None if settings.agent == "auto" else settings.agent, model=settings.llm_model,
-                       base_url=settings.base_url)
+                       base_url=settings.base_url, reasoning=settings.reasoning)
     resolved, _ = settings.overridden({"agent": agent.kind, "llm_model": agent.model or settings.llm_model,
                                        "base_url": settings.base_url})
     if resolved.max_cost_usd is not None and hasattr(agent, "has_prices") and not agent.has_prices():
@@ -163,8 +163,9 @@ def _prepare_resume(repo: gitops.KernelRepo, tag: str | None, overrides: dict,
         raise OptimizationError(f"run {state.tag!r} already finished; start a new one without --resume")
     settings, notes = state.settings.overridden(overrides)
     if "agent" in overrides and overrides["agent"] != state.settings.agent:
-        # The old agent's model and endpoint mean nothing to the new one, unless given again now.
-        dropped = {name: None for name in ("llm_model", "base_url") if name not in overrides and getattr(settings, name)}
+        # The old agent's model, endpoint and reasoning level mean nothing to the new one, unless given again now.
+        dropped = {name: None for name in ("llm_model", "base_url", "reasoning")
+                   if name not in overrides and getattr(settings, name)}
         settings, _ = settings.overridden(dropped)
         notes += [f"{RunSettings.FLAGS[name]} {getattr(state.settings, name)} was the run's {state.settings.agent} "
                   f"agent's: dropped for --agent {overrides['agent']}" for name in dropped]
@@ -267,7 +268,8 @@ def outcome_lines(state: RunState) -> list[str]:
                                        if state.cost_unknown_calls else "")
     lines = [f"run {state.tag} (branch {gitops.branch_name(state.tag)}): {where}; {state.experiment} experiments "
              f"numbered, {format_duration(state.elapsed_s)} of {settings.show('budget_s')} used, "
-             f"{state.llm_tokens} LLM tokens ({cost})"]
+             f"{state.llm_tokens} LLM tokens, {state.llm_cached_tokens} of them cached and {state.llm_reasoning_tokens} "
+             f"reasoning ({cost})"]
     finished = {entry["file"]: entry for entry in state.finished}
     for index, job in enumerate(state.jobs):
         name = job.name

@@ -138,6 +138,23 @@ def timed_call(clock: Clock, fn, kwargs: dict, on_start=None, on_idle=None, pad_
     return output, record
 
 
+LAUNCH_FLOOR_CALLS = 20
+
+
+def launch_floor_ms(clock: Clock, device: torch.device) -> float | None:
+    """The GPU time of the smallest launch, timed as a kernel's call is (flushed, between the same events):
+    one element zeroed, one PyTorch kernel of one program. No kernel_fn that launches can take less, so it is
+    the floor a latency-bound shape's headroom is measured against (autokernel/limits.py). None on CPU."""
+    if not clock.on_gpu:
+        return None
+    one = torch.zeros(1, device=device)
+    return _median([timed_call(clock, _zero, {"tensor": one})[1]["kernel_ms"] for _ in range(LAUNCH_FLOOR_CALLS)])
+
+
+def _zero(tensor: torch.Tensor) -> None:
+    tensor.zero_()
+
+
 def median_latency_ms(fn, on_gpu: bool, *, quick: bool = False) -> float:
     """Median latency of fn() with the L2 flushed (triton.testing.do_bench); used by verify.py."""
     if on_gpu:

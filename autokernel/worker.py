@@ -66,10 +66,30 @@ def load_kernel(path: Path):
 
 
 def crash_message(exc: BaseException, kernel_path: Path) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).name == kernel_path.name]
-    where = f" (at {kernel_path.name}:{frames[-1].lineno}: {frames[-1].line})" if frames else ""
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}{where}"
+    """The exception's type and first line, where in the kernel file it was raised, then the rest of its text
+    (a Triton compile error's source excerpt, a build log): the judge makes it one bounded line."""
+    frames = _kernel_frames(exc, kernel_path.name)
+    if frames:
+        where = f" (at {kernel_path.name}:{frames[-1].lineno}: {frames[-1].line})"
+    elif isinstance(exc, SyntaxError) and exc.lineno and Path(exc.filename or "").name == kernel_path.name:
+        where = f" (at {kernel_path.name}:{exc.lineno}: {(exc.text or '').strip()})"
+    else:
+        where = ""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    rest = " / ".join(lines[1:])
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}{where}" + (f" -- {rest}" if rest else "")
+
+
+def _kernel_frames(exc: BaseException, name: str) -> list:
+    """The kernel file's frames of the innermost exception in exc's chain that has any (Triton's interpreter
+    raises its own error from the kernel's)."""
+    found, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).name == name]
+        found = frames or found
+        exc = exc.__cause__ or exc.__context__
+    return found
 
 
 def _threads() -> int:
@@ -309,7 +329,7 @@ class Worker:
 
     def serve(self) -> int:
         handlers = {"call": self.call, "time_begin": self.time_begin, "iterate": self.iterate, "output": self.output,
-                    "sample": self.sample, "compiled": lambda _: ({"compiled": self.counter.compiled}, [])}
+                    "sample": self.sample, "compiled": lambda _: ({"compiled": self.counter.report()}, [])}
         header, tensors = self._attempt(self.load)
         wire.send(self.sock, header, tensors)
         if "fail" in header or "crash" in header:

@@ -139,6 +139,7 @@ class LaunchCounter:
         self._originals = []
         self.wrappers = {}
         self.compiled: dict[str, dict] = {}    # kernel name -> compiled_figures of its latest launch
+        self.grids: dict[str, list[int]] = {}  # kernel name -> the grid of its latest launch (x, y, z)
         self._last_kernel: dict[str, object] = {}
 
     def install(self) -> "LaunchCounter":
@@ -155,13 +156,14 @@ class LaunchCounter:
         counter = self
 
         def run(fn_self, *args, **kwargs):
+            name = getattr(fn_self, "__name__", "kernel")
             if not kwargs.get("warmup", False):      # warmup compiles without launching
                 counter.count += 1
                 if counter.stream_of is not None and counter.stream_of() != counter.timing_stream:
                     VIOLATIONS.note("kernel_fn launched a Triton kernel on a side stream: launch on "
                                     "torch.cuda.current_stream(), the stream the timer waits for")
+                kwargs["grid"] = counter._noting_grid(name, kwargs.get("grid"))
             kernel = original(fn_self, *args, **kwargs)
-            name = getattr(fn_self, "__name__", "kernel")
             if counter._last_kernel.get(name) is not kernel:    # a new compilation (shape, config): read it once
                 counter._last_kernel[name] = kernel
                 figures = compiled_figures(kernel)
@@ -169,6 +171,32 @@ class LaunchCounter:
                     counter.compiled[name] = figures
             return kernel
         return run
+
+    def _noting_grid(self, name: str, grid):
+        """The launch's grid, unchanged, noting its size once Triton has it: a callable grid is resolved by
+        Triton from the launch's arguments, so it is wrapped to note what it returns."""
+        if not callable(grid):
+            self._note_grid(name, grid)
+            return grid
+        counter = self
+
+        def resolved(meta):
+            launched = grid(meta)
+            counter._note_grid(name, launched)
+            return launched
+        return resolved
+
+    def _note_grid(self, name: str, grid) -> None:
+        try:
+            sizes = [int(size) for size in tuple(grid)[:3]]
+        except (TypeError, ValueError):     # not a grid Triton would launch: its own error says so
+            return
+        self.grids[name] = sizes + [1] * (3 - len(sizes))
+
+    def report(self) -> dict[str, dict]:
+        """Per launched kernel: its compiled figures (none under the interpreter) and the grid of its latest launch."""
+        return {name: {**self.compiled.get(name, {}), **({"grid": self.grids[name]} if name in self.grids else {})}
+                for name in {**self.compiled, **self.grids}}
 
     def uninstall(self) -> None:
         for cls, original in self._originals:

@@ -5,9 +5,11 @@
 A local server on 127.0.0.1 speaks the real API (tests/fake_llm_server.py; the real SDK client
 talks to it through --base-url). It answers each proposal request from the kernel.py in the prompt,
 at random, with one of:
-  - a well-formed change of one tunable to another of its choices (the honest proposal);
+  - a well-formed change of one tunable to another of its choices (the honest proposal), as a whole file, a
+    unified diff or a search/replace edit, and after a failure sometimes as a fix of the failed candidate;
   - an API error the agent must wait out (429 with Retry-After, 529 overloaded) or a slow reply;
-  - a malformed reply (no code block), a reply cut at the token limit, a kernel that does not parse;
+  - a malformed reply (no code block), a reply cut at the token limit, a kernel that does not parse (the agent
+    asks again once after each of the first two, with the reason);
   - a cheat: a kernel_fn that returns PyTorch's own result, or one that returns uninitialised memory.
 `autokernel optimize` runs on the tiny LLaMA in a fresh clone of this repository (CPU and the
 Triton interpreter work: timings mean nothing; what is checked is that the run holds together),
@@ -39,14 +41,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autokernel import results  # noqa: E402
-from autokernel.agents.prompt import format_reply  # noqa: E402
+from autokernel.agents.edits import unified  # noqa: E402
+from autokernel.agents.reply import format_reply  # noqa: E402
 from tests.fake_llm_server import FakeLLMServer, ScriptedReply, _is_check  # noqa: E402
 
 CHEAT_MARK = "soak-cheat"
 # (weight, behaviour): about half the replies are honest proposals.
-BEHAVIOURS = [(50, "tunable"), (8, "rate_limited"), (4, "overloaded"), (4, "slow"), (8, "malformed"),
+BEHAVIOURS = [(30, "tunable"), (10, "tunable_diff"), (10, "tunable_edit"), (8, "rate_limited"), (4, "overloaded"), (4, "slow"), (8, "malformed"),
               (4, "truncated"), (6, "syntax_error"), (8, "cheat_pytorch"), (8, "cheat_uninitialised")]
-_KERNEL_BLOCK = re.compile(r"## Current kernel\.py[^\n]*\n\n```python\n(.*?)\n```", re.DOTALL)
+_KERNEL_BLOCK = re.compile(r"## Current kernel\.py[^\n]*\n\n(`{3,})python\n(.*?)\n\1", re.DOTALL)
+_FIX_OFFER = re.compile(r"begin your reply with `FIX OF: exp (\d+)`")
 
 
 class MisbehavingServer(FakeLLMServer):
@@ -70,10 +74,12 @@ class MisbehavingServer(FakeLLMServer):
             self.requests.append(request)
             behaviour = self.rng.choices([b for _, b in BEHAVIOURS], weights=[w for w, _ in BEHAVIOURS])[0]
             self.served[behaviour] = self.served.get(behaviour, 0) + 1
-            return reply_for(behaviour, _KERNEL_BLOCK.search(text).group(1), self.rng)
+            fix = _FIX_OFFER.search(text)
+            return reply_for(behaviour, _KERNEL_BLOCK.search(text).group(2), self.rng,
+                             fix_of=int(fix.group(1)) if fix and self.rng.random() < 0.5 else None)
 
 
-def reply_for(behaviour: str, source: str, rng: random.Random) -> ScriptedReply:
+def reply_for(behaviour: str, source: str, rng: random.Random, fix_of: int | None = None) -> ScriptedReply:
     if behaviour == "rate_limited":
         return ScriptedReply(text="rate limited", status=429, retry_after="1")
     if behaviour == "overloaded":
@@ -87,7 +93,24 @@ def reply_for(behaviour: str, source: str, rng: random.Random) -> ScriptedReply:
     if behaviour.startswith("cheat"):
         return ScriptedReply(text=format_reply(f"{CHEAT_MARK}: {behaviour}", cheat(source, behaviour)))
     description, changed = change_one_tunable(source, rng)
-    return ScriptedReply(text=format_reply(description, changed), delay_s=8.0 if behaviour == "slow" else 0.0)
+    if behaviour == "tunable_diff":
+        text = f"DESCRIPTION: {description}\n```diff\n{unified(source, changed, 'a/kernel.py', 'b/kernel.py')}\n```\n"
+    elif behaviour == "tunable_edit":
+        old, new = _changed_lines(source, changed)
+        text = f"DESCRIPTION: {description}\n```text\n<<<<<<< SEARCH\n{old}\n=======\n{new}\n>>>>>>> REPLACE\n```\n"
+    else:       # a whole file; after a failure, sometimes offered as its fix (the whole file needs no base)
+        text = format_reply(description, changed, hypothesis="one tunable at a time", fix_of=fix_of)
+    return ScriptedReply(text=text, delay_s=8.0 if behaviour == "slow" else 0.0)
+
+
+def _changed_lines(before: str, after: str) -> tuple[str, str]:
+    """The lines that differ between two texts (between their common first and last lines), each side joined."""
+    a, b = before.splitlines(), after.splitlines()
+    start = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    end = 0
+    while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
+        end += 1
+    return "\n".join(a[start:len(a) - end]), "\n".join(b[start:len(b) - end])
 
 
 def change_one_tunable(source: str, rng: random.Random) -> tuple[str, str]:
@@ -186,6 +209,8 @@ def check(work: Path, out: Path, log: str, exits: list[int], kills: int, served:
             failures.append(f"kept experiment {row['experiment']} has no commit on autokernel/soak")
     cheats = [row for row in rows if CHEAT_MARK in (row["description"] or "")]
     summary = {"kills": kills, "experiments": len(rows), "kept": len(kept), "cheats_judged": len(cheats),
+               "fixes_judged": sum((row["description"] or "").startswith("fix ") for row in rows),
+               "malformed_rows": sum(row["description"] == "malformed reply" for row in rows),
                "cheat_outcomes": sorted({f"{row['correctness']}" for row in cheats}),
                "served": served, "failures": failures, "log": str(out / "soak.log")}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -20,7 +20,9 @@ agents' endpoint check (its system prompt is ENDPOINT_CHECK_SYSTEM) is answered 
 using the script and recorded in `server.checks`; `add_check_error` makes the next check fail.
 A scripted reply can also be slow (`delay_s`), as an overloaded server is, or held until a test
 sets an event (`hold`: "answer only once the loop has done X", an order, not a speed); it can answer
-only requests that contain some text (`match`: one job's questions, by its kernel type). Each
+only requests that contain some text (`match`: one job's questions, by its kernel type). Its usage says
+how many of its tokens the prompt cache served or wrote and how many were reasoning, in each API's own
+fields (`tokens_cached`, `tokens_cache_write`, `tokens_reasoning`). Each
 request records when it arrived and when it was answered (`received_s`, `answered_s`, on
 time.monotonic(), which a test in the same process shares).
 """
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from autokernel.agents.base import ENDPOINT_CHECK_SYSTEM
-from autokernel.agents.prompt import format_reply
+from autokernel.agents.reply import format_reply
 
 HOLD_LIMIT_S = 120.0        # a held reply goes anyway after this long, so a test that fails does not hang
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -46,8 +48,11 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: 
 class ScriptedReply:
     text: str = ""
     truncated: bool = False                 # answer as if the token limit cut the reply
-    tokens_in: int = 100
-    tokens_out: int = 50
+    tokens_in: int = 100                    # every prompt token (OpenAI's prompt_tokens)
+    tokens_out: int = 50                    # every completion token, reasoning included
+    tokens_cached: int = 0                  # of tokens_in: read from the prompt cache
+    tokens_cache_write: int = 0             # of tokens_in: written to it (Anthropic reports these apart)
+    tokens_reasoning: int = 0               # of tokens_out: reasoning or thinking
     status: int = 200                       # anything else answers an API error instead of text
     retry_after: str | None = None          # Retry-After header of an error
     delay_s: float = 0.0                    # wait this long before answering
@@ -115,9 +120,10 @@ class FakeLLMServer:
         """Queue a text reply; options are ScriptedReply fields (truncated, tokens_in, tokens_out)."""
         self.add(ScriptedReply(text=text, **options))
 
-    def add_kernel_reply(self, description: str, kernel_source: str, **options) -> None:
-        """Queue a well-formed proposal of `kernel_source`."""
-        self.add_reply(format_reply(description, kernel_source), **options)
+    def add_kernel_reply(self, description: str, kernel_source: str, *, hypothesis: str = "",
+                         fix_of: int | None = None, **options) -> None:
+        """Queue a well-formed proposal of `kernel_source` (a fix of experiment `fix_of`, if given)."""
+        self.add_reply(format_reply(description, kernel_source, hypothesis, fix_of), **options)
 
     def add_error(self, status: int, *, retry_after: str | None = None, message: str = "scripted error") -> None:
         self.add(ScriptedReply(text=message, status=status, retry_after=retry_after))
@@ -158,10 +164,21 @@ class FakeLLMServer:
         return None
 
 
-def _is_check(request: RecordedRequest) -> bool:
-    body = request.body
+def text_of(content) -> str:
+    """A message's text, whether the request sent a string or a list of content blocks."""
+    if isinstance(content, str):
+        return content
+    return "".join(block.get("text", "") for block in content or [] if isinstance(block, dict))
+
+
+def system_of(body: dict) -> str:
+    """The system message of a request in either API's format."""
     system = body.get("system") or next((m["content"] for m in body.get("messages", []) if m["role"] == "system"), "")
-    return system == ENDPOINT_CHECK_SYSTEM
+    return text_of(system)
+
+
+def _is_check(request: RecordedRequest) -> bool:
+    return system_of(request.body) == ENDPOINT_CHECK_SYSTEM
 
 
 def _handler_for(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
@@ -213,7 +230,12 @@ def _anthropic_message(request: dict, reply: ScriptedReply) -> dict:
     return {"id": f"msg_fake_{id(reply):x}", "type": "message", "role": "assistant",
             "content": [{"type": "text", "text": reply.text}], "model": request.get("model", "fake"),
             "stop_reason": "max_tokens" if reply.truncated else "end_turn", "stop_sequence": None,
-            "usage": {"input_tokens": reply.tokens_in, "output_tokens": reply.tokens_out}}
+            # Anthropic's input_tokens leave out what the cache served and what was written to it.
+            "usage": {"input_tokens": reply.tokens_in - reply.tokens_cached - reply.tokens_cache_write,
+                      "cache_read_input_tokens": reply.tokens_cached,
+                      "cache_creation_input_tokens": reply.tokens_cache_write,
+                      "output_tokens": reply.tokens_out,
+                      "output_tokens_details": {"thinking_tokens": reply.tokens_reasoning}}}
 
 
 def _openai_completion(request: dict, reply: ScriptedReply) -> dict:
@@ -222,7 +244,9 @@ def _openai_completion(request: dict, reply: ScriptedReply) -> dict:
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
                          "finish_reason": "length" if reply.truncated else "stop"}],
             "usage": {"prompt_tokens": reply.tokens_in, "completion_tokens": reply.tokens_out,
-                      "total_tokens": reply.tokens_in + reply.tokens_out}}
+                      "total_tokens": reply.tokens_in + reply.tokens_out,
+                      "prompt_tokens_details": {"cached_tokens": reply.tokens_cached},
+                      "completion_tokens_details": {"reasoning_tokens": reply.tokens_reasoning}}}
 
 
 def _error_body(render, reply: ScriptedReply) -> dict:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from autokernel import registry
+
 ROOT = Path(__file__).resolve().parents[1]
 BASE = (ROOT / "tests" / "judge_fixtures" / "row_softmax.py").read_text()
 
@@ -46,6 +48,10 @@ def test_base_fixture_passes(tmp_path):
     # What limits the kernel: under the interpreter there are no GPU figures, and the result says so.
     assert result["limits"]["gpu"] is None and result["limits"]["shapes"] == [] and result["limits"]["occupancy"] == []
     assert "no GPU figures" in result["limits"]["note"] and "what limits this kernel: no GPU figures" in proc.stdout
+    # The grid of the last launch is reported under the interpreter too (one program per row), never judged.
+    rows = registry.get("softmax").cpu_sweep[-1]["M"]
+    assert result["compiled"] == [{"kernel": "_row_softmax", "grid": [rows, 1, 1]}]
+    assert result["launch_floor_us"] is None, "the launch floor is measured on a GPU only"
 
 
 CASES = {

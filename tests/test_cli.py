@@ -93,6 +93,7 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
             for rank, kernel_type in ((1, "matmul"), (2, "softmax"), (3, "rmsnorm"))]
     run_state.save(RunState(tag="night", jobs=jobs, kept_commit="abc", settings=RunSettings(budget_s=7200), job_index=1,
              experiment=14, elapsed_s=3600, current=progress, finished=[finished], llm_tokens=1200, cost_usd=0.5,
+             llm_cached_tokens=700, llm_reasoning_tokens=100,
              stopped_because="the run's time budget is spent"))
     results.append_row(paths.RESULTS_TSV, results.make_row(
         experiment=14, tag="night", kernel_type="softmax", result={"correctness": "PASS"}, description="d",
@@ -100,7 +101,7 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
     assert cli.main(["status"]) == 0
     out = capsys.readouterr().out
     assert ("run night (branch autokernel/night): stopped: the run's time budget is spent; 14 experiments numbered, "
-            "1h00m of 2h00m used, 1200 LLM tokens ($0.50)") in out
+            "1h00m of 2h00m used, 1200 LLM tokens, 700 of them cached and 100 reasoning ($0.50)") in out
     assert "1_matmul: done, 1.80x over its baseline, 1.10x vs PyTorch eager (9 experiments; 5 reverts in a row)" in out
     assert "2_softmax: cut short after 3 experiments, best 1.50x over its baseline, best so far saved" in out
     assert "3_rmsnorm: no baseline yet" in out

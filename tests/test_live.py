@@ -12,13 +12,14 @@ from autokernel import live
 
 def test_the_panel_shows_the_phase_tokens_cost_and_when_the_budget_ends():
     status = live.LoopStatus(phase="exp 7: judging [shape sweep]", kernel="rank 1 softmax (job 1 of 2)",
-                             llm_tokens=12345, cost_usd=0.4567, cost_complete=False,
+                             llm_tokens=12345, llm_cached_tokens=9000, llm_reasoning_tokens=512, cost_usd=0.4567,
+                             cost_complete=False,
                              deadline=time.monotonic() + 3600)
     console = Console(file=io.StringIO(), width=120)
     console.print(live._panel(status))
     text = console.file.getvalue()
     assert "exp 7: judging [shape sweep]" in text
-    assert "12,345 tokens, $0.46 (+ calls to a model without a price)" in text
+    assert "12,345 tokens (9,000 cached, 512 reasoning), $0.46 (+ calls to a model without a price)" in text
     assert "59m59s (ends by " in text or "1h00m (ends by " in text
     assert "in flight" not in text, "one GPU: no jobs side by side to show"
     status.jobs = "1_softmax: 2 candidates on gpu0, gpu1; 2_reduce: baseline run 1 of 2 on gpu2"

@@ -27,6 +27,18 @@ def test_an_honest_proposal_moves_one_tunable_to_another_of_its_choices(path):
     assert description.startswith(moved[0])
 
 
+@pytest.mark.parametrize("behaviour", ["tunable", "tunable_diff", "tunable_edit"])
+@pytest.mark.parametrize("path", KERNELS, ids=[p.stem for p in KERNELS])
+def test_an_honest_proposal_reads_back_as_the_same_move_whole_as_a_diff_or_as_an_edit(path, behaviour):
+    from autokernel.agents.reply import parse
+
+    source = path.read_text()
+    reply = llm_soak.reply_for(behaviour, source, random.Random(path.stem))
+    _, expected = llm_soak.change_one_tunable(source, random.Random(path.stem))
+    (candidate,), _ = parse(reply.text, current=source)
+    assert candidate.source.rstrip("\n") == expected.rstrip("\n")
+
+
 @pytest.mark.parametrize("behaviour", ["cheat_pytorch", "cheat_uninitialised"])
 @pytest.mark.parametrize("path", KERNELS, ids=[p.stem for p in KERNELS])
 def test_cheats_keep_the_contract_so_that_the_judge_itself_must_catch_them(path, behaviour):

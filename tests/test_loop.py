@@ -74,19 +74,33 @@ def test_noise_decides_and_target_speedup_moves_on_to_the_next_kernel(project):
 
 def test_reverts_in_a_row_malformed_replies_and_failing_starters(project):
     jobs = [make_job(project, 1, source(result(None, "FAIL"))), make_job(project, 2, source(result(100.0)))]
-    agent = ScriptedAgent(MalformedReply("no code", tokens_in=7, tokens_out=3),
-                          proposal("wrong", source(result(10.0, "FAIL")), tokens_in=5, tokens_out=5, cost_usd=0.25))
+    agent = ScriptedAgent(MalformedReply("no code", tokens_in=7, tokens_out=3, tokens_cached=4),
+                          proposal("wrong", source(result(10.0, "FAIL")), tokens_in=5, tokens_out=5, cost_usd=0.25,
+                                   tokens_reasoning=2),
+                          proposal("wrong again", source(result(11.0, "FAIL"))))
     state = _run(project, jobs, agent, max_consecutive_reverts=2)
 
+    # The malformed reply is a row of its own, not a revert: two failing candidates after it end the job.
     assert _statuses(project) == [(1, "baseline", "FAIL"), (2, "baseline", "PASS"), (3, "revert", "FAIL"),
-                                  (4, "revert", "FAIL")]
+                                  (4, "revert", "FAIL"), (5, "revert", "FAIL")]
     rows = results.read_rows(project / "results.tsv")
     assert rows[2]["description"] == "malformed reply" and rows[2]["llm_tokens"] == 10
+    assert (rows[2]["llm_cached_tokens"], rows[3]["llm_reasoning_tokens"]) == (4, 2)
     assert rows[3]["cost_usd"] == 0.25
     assert state.done and state.llm_tokens == 20 and state.cost_usd == 0.25 and state.cost_unknown_calls == 1   # the malformed one had no price
+    assert (state.llm_cached_tokens, state.llm_reasoning_tokens) == (4, 2)
     assert [entry["file"] for entry in state.finished] == ["2_softmax.py"]
     assert state.finished[0]["stopped_because"] == "2 reverts in a row"
     assert "exp 3" not in " ".join(subjects(project)) and "exp 4" not in " ".join(subjects(project))
+
+
+def test_unreadable_replies_have_their_own_limit(project):
+    agent = ScriptedAgent(MalformedReply("no code"), proposal("slower", source(result(120.0))),
+                          MalformedReply("no code"), MalformedReply("no code again"))
+    state = _run(project, [make_job(project, 1, source(result(100.0)))], agent, max_consecutive_reverts=5,
+                 max_malformed=2)
+    assert [status for _, status, _ in _statuses(project)] == ["baseline", "revert", "revert", "revert", "revert"]
+    assert state.finished[0]["stopped_because"] == "2 unreadable replies in a row (each asked again once)"
 
 
 def test_peak_target_ends_a_kernel(project):

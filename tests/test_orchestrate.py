@@ -208,10 +208,13 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
         assert all_gone_within(candidate_processes) and gone_within(launcher), \
             "the bench child outlived the killed loop"
 
-        # Session three finishes the job: the kill left an unjudged experiment 4, which is judged anew.
+        # Session three finishes the job: the kill left an unjudged experiment 4, which is judged anew. A reply
+        # without code is asked for again once; unreadable twice, it is a row of its own, not a revert.
         server.add_kernel_reply("fewer characters", SYNTAX_ERROR)
         server.add_reply("I would try a larger block size next.")
+        server.add_reply("Still no code from me.")
         server.add_kernel_reply("wait once more", _hanging("hang3"))
+        server.add_kernel_reply("scale the output again", WRONG)
         loop = _start_loop(project, None, "anthropic", server.anthropic_base_url, caches,
                            "--experiment-timeout", "20s")
         output, _ = loop.communicate(timeout=240)
@@ -219,15 +222,16 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
         # Its TIMEOUT row (below) says it ran; a rejected candidate's cache folder goes with its verdict.
         assert all_gone_within(candidate_processes) and not list(caches.glob("autokernel/candidates/*/hang3"))
         paths_asked = [request.path for request in server.requests]
-        assert [p.endswith("/chat/completions") for p in paths_asked] == [True] * 3 + [False] * 4
+        assert [p.endswith("/chat/completions") for p in paths_asked] == [True] * 3 + [False] * 6
+        assert "could not be used: no ```python code block" in json.dumps(server.requests[6].body)
         assert server.pending == 0
 
     rows = results.read_rows(project / "results.tsv")
     assert [(r["experiment"], r["status"], r["correctness"]) for r in rows] == [
         (1, "baseline", "PASS"), (2, "keep", "PASS"), (3, "revert", "FAIL"), (4, "revert", "CRASH"),
-        (5, "revert", "FAIL"), (6, "revert", "TIMEOUT")]
+        (5, "revert", "FAIL"), (6, "revert", "TIMEOUT"), (7, "revert", "FAIL")]
     assert rows[4]["description"] == "malformed reply"
-    assert [r["llm_tokens"] for r in rows] == [0, 150, 150, 150, 150, 150]
+    assert [r["llm_tokens"] for r in rows] == [0, 150, 150, 150, 300, 150, 150]
     assert all(r["tag"] == "loop" and r["kernel_type"] == "softmax" for r in rows)
     assert all(r["timings_meaningful"] is False for r in rows if r["correctness"] == "PASS")
     assert rows[1]["latency_us"] < rows[0]["latency_us"] / 2
@@ -245,8 +249,8 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
     assert manifest["speedup_over_baseline"] > 2
     assert "4 reverts in a row" in manifest["stopped_because"]
     final_state = json.loads((project / "workspace" / "state.json").read_text())
-    # Seven replies were paid for; the two whose sessions were cut off mid-bench have no row.
-    assert final_state["done"] and final_state["experiment"] == 6 and final_state["llm_tokens"] == 7 * 150
+    # Nine replies were paid for; the two whose sessions were cut off mid-bench have no row.
+    assert final_state["done"] and final_state["experiment"] == 7 and final_state["llm_tokens"] == 9 * 150
     assert _git(project, "status", "--porcelain", "--untracked-files=no") == ""
     assert not [p for p in process_tree.process_table() if p in process_tree.descendants(os.getpid())
                 and "bench.py" in Path(f"/proc/{p}/cmdline").read_text(errors="ignore")]

@@ -205,7 +205,7 @@ def test_the_orchestrator_killed_or_stopped_with_two_jobs_in_flight_resumes_with
     assert not [row for row in rows if "held" in row["description"]], "a reply still out at the kill was recorded"
 
 
-def test_malformed_replies_and_broken_contracts_are_recorded_at_once_and_count_as_reverts(tmp_path, monkeypatch):
+def test_malformed_replies_and_broken_contracts_are_recorded_at_once_each_on_its_own_count(tmp_path, monkeypatch):
     from autokernel.agents.base import MalformedReply
     from autokernel.contracts import RunSettings, RunState
     from tests.loop_helpers import ScriptedAgent, proposal
@@ -214,16 +214,38 @@ def test_malformed_replies_and_broken_contracts_are_recorded_at_once_and_count_a
     repo = parallel_project(tmp_path / "project", monkeypatch)
     root = repo.root
     agent = ScriptedAgent(MalformedReply("no code block", tokens_in=5), proposal("wrong type", "KERNEL_TYPE = 'x'\n"),
-                          MalformedReply("still no code"))
+                          MalformedReply("still no code"), MalformedReply("no code again"))
     state = RunState(tag="par", jobs=jobs(root, 1), kept_commit=repo.head(),
-                     settings=RunSettings(max_consecutive_reverts=3, gpus=2))
+                     settings=RunSettings(max_consecutive_reverts=3, max_malformed=2, gpus=2))
     state = parallel_run(repo, state, agent)
 
-    assert state.done and "3 reverts in a row" in state.finished[0]["stopped_because"]
+    assert state.done and "2 unreadable replies in a row" in state.finished[0]["stopped_because"]
     rows = results.read_rows(root / "results.tsv")
     assert [(r["status"], r["correctness"], r["gpu"]) for r in rows] == [
-        ("baseline", "PASS", "gpu0"), ("revert", "FAIL", None), ("revert", "FAIL", None), ("revert", "FAIL", None)]
+        ("baseline", "PASS", "gpu0")] + [("revert", "FAIL", None)] * 4
     assert not agent.script, "every scripted step was asked for, and nothing more"
+
+
+def test_the_candidates_of_one_reply_are_judged_side_by_side(tmp_path, monkeypatch):
+    from autokernel.agents.openai_agent import OpenAIAgent
+    from autokernel.agents.reply import format_reply
+    from autokernel.contracts import RunSettings, RunState
+    from tests.pool_helpers import jobs, parallel_project, parallel_run
+
+    repo = parallel_project(tmp_path / "project", monkeypatch)
+    with FakeLLMServer() as server:      # both reach the target (the starter takes 140 us): no third question
+        server.add_reply(format_reply("A 1 -> 8, B 4 -> 1", kernel(8, 1, sleep=0.5), "two knobs at once")
+                         + format_reply("A 1 -> 8, B 4 -> 2", kernel(8, 2, sleep=0.5), "one knob less"))
+        agent = OpenAIAgent("gpt-6.1-sol", base_url=server.openai_base_url, api_key="test-key")
+        state = RunState(tag="par", jobs=jobs(repo.root, 1), kept_commit=repo.head(),
+                         settings=RunSettings(gpus=2, target_speedup=2.0))
+        state = parallel_run(repo, state, agent)
+        asked = len(server.requests)
+    rows = results.read_rows(repo.root / "results.tsv")[1:]
+    assert asked == 1 and sorted(r["description"] for r in rows) == ["A 1 -> 8, B 4 -> 1", "A 1 -> 8, B 4 -> 2"]
+    assert {r["gpu"] for r in rows} == {"gpu0", "gpu1"}, "each on a GPU of its own"
+    assert sorted(r["llm_tokens"] for r in rows) == [0, 150], "the reply is paid once, with its first candidate"
+    assert state.done and "over its baseline" in state.finished[0]["stopped_because"]
 
 
 def test_a_revert_of_one_job_never_undoes_another_jobs_keep_and_each_job_has_its_own_rules(tmp_path, monkeypatch):

@@ -108,7 +108,8 @@ def test_an_instant_agent_answers_on_the_callers_thread_and_any_other_on_threads
     assert proposals.out == 0 and not any(lane.asking for lane in lanes)
     assert {(reply.proposal and reply.proposal.description, type(reply.error).__name__) for reply in taken} == {
         ("a", "NoneType"), (None, "MalformedReply")}
-    assert sorted(reply.paid() for reply in taken) == [(0, None), (7, None)]
+    paid = [reply.proposal or reply.error for reply in taken]
+    assert sorted(item.tokens_in + item.tokens_out for item in paid) == [0, 7]
     assert [main for _, main in agent.asked] == [False, False]
 
 
@@ -187,19 +188,21 @@ def test_a_malformed_reply_and_a_broken_contract_back_from_the_thread_are_record
     recorded = {}
     for gpus in (1, 2):
         repo = parallel_project(tmp_path / f"gpus{gpus}", monkeypatch)
-        with FakeLLMServer() as server:
-            server.add_reply("no code block here", tokens_in=7, tokens_out=3)
+        with FakeLLMServer() as server:     # each malformed reply is asked for again once, and is malformed again
             server.add_kernel_reply("wrong type", kernel(2, 4, kernel_type="reduce"), tokens_in=20, tokens_out=5)
+            server.add_reply("no code block here", tokens_in=7, tokens_out=3)
+            server.add_reply("none again", tokens_in=1, tokens_out=1)
             server.add_reply("DESCRIPTION: still no code", truncated=True)
+            server.add_reply("DESCRIPTION: and again", truncated=True)
             agent = OpenAIAgent("gpt-6.1-sol", base_url=server.openai_base_url, api_key="test-key",
                                 retry=RetryPolicy(max_retries=0))
             threads = []
             propose = agent.propose
             monkeypatch.setattr(agent, "propose", lambda ctx: threads.append(threading.current_thread()) or propose(ctx))
             state = RunState(tag="par", jobs=jobs(repo.root, 1), kept_commit=repo.head(),
-                             settings=RunSettings(max_consecutive_reverts=3, gpus=gpus))
+                             settings=RunSettings(max_consecutive_reverts=3, max_malformed=2, gpus=gpus))
             state = (_one_gpu_run if gpus == 1 else parallel_run)(repo, state, agent)
-        assert state.done and "3 reverts in a row" in state.finished[0]["stopped_because"]
+        assert state.done and "2 unreadable replies in a row" in state.finished[0]["stopped_because"]
         assert len(threads) == 3 and all((thread is threading.main_thread()) == (gpus == 1) for thread in threads)
         rows = results.read_rows(repo.root / "results.tsv")
         recorded[gpus] = ([(row["status"], row["correctness"], row["description"], row["llm_tokens"],
@@ -207,7 +210,7 @@ def test_a_malformed_reply_and_a_broken_contract_back_from_the_thread_are_record
         assert [subject for subject in git(repo.root, "log", "--format=%s").splitlines() if "wrong type" in subject] \
             == [], "a broken contract was kept"
     assert recorded[2] == recorded[1]
-    assert [status for status, *_ in recorded[2][0]] == ["revert"] * 3 and recorded[2][1] == 10 + 25 + 150
+    assert [status for status, *_ in recorded[2][0]] == ["revert"] * 3 and recorded[2][1] == 25 + 12 + 300
 
 
 def test_a_verdict_back_while_the_agent_said_wait_gets_it_asked_again_and_a_reply_after_the_jobs_end_is_not_judged(

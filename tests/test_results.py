@@ -19,13 +19,14 @@ def test_columns_are_exactly_the_documented_ones():
     assert results.COLUMNS == ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak",
                                "speedup_vs_pytorch", "speedup_vs_compile", "correctness", "timings_meaningful",
                                "peak_vram_mb", "description", "status", "wall_seconds", "llm_tokens", "cost_usd",
-                               "gpu")
+                               "gpu", "llm_cached_tokens", "llm_reasoning_tokens")
 
 
 def test_header_written_once_and_rows_read_back_typed(tmp_path):
     path = tmp_path / "results.tsv"
     results.append_row(path, _row(1, contracts.STATUS_BASELINE, 50.0))
-    results.append_row(path, _row(2, contracts.STATUS_KEEP, 41.3))
+    results.append_row(path, {**_row(2, contracts.STATUS_KEEP, 41.3), "llm_cached_tokens": 80,
+                              "llm_reasoning_tokens": 15})
     lines = path.read_text().splitlines()
     assert lines[0] == "\t".join(results.COLUMNS)
     assert len(lines) == 3
@@ -34,7 +35,8 @@ def test_header_written_once_and_rows_read_back_typed(tmp_path):
     assert rows[1] == {"experiment": 2, "tag": "t1", "kernel_type": "softmax", "throughput": 812.25,
                        "latency_us": 41.3, "pct_peak": 24.6, "speedup_vs_pytorch": 1.37, "speedup_vs_compile": 0.9,
                        "correctness": "PASS", "timings_meaningful": True, "peak_vram_mb": 64.0, "description": "try",
-                       "status": "keep", "wall_seconds": 3.5, "llm_tokens": 120, "cost_usd": None, "gpu": None}
+                       "status": "keep", "wall_seconds": 3.5, "llm_tokens": 120, "cost_usd": None, "gpu": None,
+                       "llm_cached_tokens": 80, "llm_reasoning_tokens": 15}
     assert results.speedup_vs_best(rows[1]) == 0.9, "PyTorch's best is the faster of eager and compile"
 
 
@@ -102,18 +104,21 @@ def test_a_file_of_the_previous_version_is_read_but_not_appended_to(tmp_path):
     results.check_writable(tmp_path / "absent.tsv")
 
 
-def test_a_file_without_the_gpu_column_is_resumed_and_upgraded_in_place(tmp_path):
-    """A run started before --gpus existed and resumed after the upgrade: its rows stay, the header gains gpu."""
+@pytest.mark.parametrize("columns", [results.NO_GPU_COLUMNS, results.PREVIOUS_COLUMNS])
+def test_a_file_of_a_previous_version_is_resumed_and_upgraded_in_place(tmp_path, columns):
+    """A run started before --gpus (or before the cached and reasoning token columns) and resumed after the
+    upgrade: its rows stay, the header gains the new columns, their cells empty."""
     path = tmp_path / "results.tsv"
-    old_row = "\t".join(results._cell(_row(1, "baseline", 50.0).get(c)) for c in results.PREVIOUS_COLUMNS)
-    path.write_text("\t".join(results.PREVIOUS_COLUMNS) + "\n" + old_row + "\n")
-    assert results.read_rows(path)[0]["latency_us"] == 50.0 and results.read_rows(path)[0]["gpu"] is None
+    old_row = "\t".join(results._cell(_row(1, "baseline", 50.0).get(c)) for c in columns)
+    path.write_text("\t".join(columns) + "\n" + old_row + "\n")
+    first = results.read_rows(path)[0]
+    assert first["latency_us"] == 50.0 and first["llm_tokens"] == 120 and first["llm_cached_tokens"] is None
     results.check_writable(path)
-    results.append_row(path, dict(_row(2, "keep", 40.0), gpu="gpu1"))
+    results.append_row(path, dict(_row(2, "keep", 40.0), gpu="gpu1", llm_cached_tokens=7, llm_reasoning_tokens=3))
     lines = path.read_text().splitlines()
     assert lines[0] == "\t".join(results.COLUMNS) and len(lines) == 3
-    assert [(r["experiment"], r["latency_us"], r["gpu"]) for r in results.read_rows(path)] == [(1, 50.0, None),
-                                                                                              (2, 40.0, "gpu1")]
+    assert [(r["experiment"], r["latency_us"], r["gpu"], r["llm_cached_tokens"], r["llm_reasoning_tokens"])
+            for r in results.read_rows(path)] == [(1, 50.0, None, None, None), (2, 40.0, "gpu1", 7, 3)]
     assert not list(tmp_path.glob("*.upgrade")), "the rewrite leaves no scratch file behind"
 
 

@@ -84,3 +84,20 @@ def test_jobs_side_by_side_end_in_any_order_and_job_index_moves_past_every_ended
     assert (state.job_index, state.current, state.ended_ahead) == (3, None, [])
     assert [run_state.job_ended(state, index) for index in range(4)] == [True, True, True, False]
     assert run_state.index_of(state, jobs[3]) == 3 and run_state.unfinished(state) == 1
+
+
+def test_the_reasoning_level_is_a_setting_a_resumed_run_keeps_and_a_flag_overrides():
+    from autokernel import cli
+
+    settings = RunSettings(reasoning="high", max_malformed=4)
+    saved = RunSettings.from_json(settings.to_json())
+    assert (saved.reasoning, saved.max_malformed) == ("high", 4)
+    older = {key: value for key, value in settings.to_json().items() if key not in ("reasoning", "max_malformed")}
+    assert (RunSettings.from_json(older).reasoning, RunSettings.from_json(older).max_malformed) == (None, 3), \
+        "a state saved before these settings resumes with their defaults"
+    assert "--reasoning high" in settings.describe() and "--max-malformed 4" in settings.describe()
+    args = cli._build_parser().parse_args(["optimize", "--resume", "--reasoning", "low", "--max-malformed", "2"])
+    given = {field: getattr(args, flag) for flag, field in cli.SETTING_FLAGS.items() if getattr(args, flag) is not None}
+    updated, notes = saved.overridden(given)
+    assert (updated.reasoning, updated.max_malformed) == ("low", 2)
+    assert "--reasoning low overrides the run's high" in notes

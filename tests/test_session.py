@@ -264,7 +264,7 @@ def test_an_unfinished_run_is_set_aside_by_new_keeping_its_branch_and_rows(proje
 # ---------------------------------------------------------------------- resume
 def test_resume_restores_every_setting_and_a_flag_overrides_out_loud(project, monkeypatch, capsys):
     settings = dict(budget_s=180.0, max_consecutive_reverts=100, target_speedup=1000.0, agent="scripted",
-                    llm_model="fake-model", base_url="http://127.0.0.1:9/v1", max_cost_usd=5.0)
+                    llm_model="fake-model", base_url="http://127.0.0.1:9/v1", max_cost_usd=5.0, reasoning="medium")
     table = [proposal("faster", source(result(60.0)), tokens_in=10, cost_usd=0.01), loop.OutOfTime("stop here")]
     state = _start(project, monkeypatch, with_agent=TableAgent(table), **settings)
     assert state.stopped_because == loop.budget_too_short("stop here") and loop.is_run_stop(state.stopped_because)
@@ -274,19 +274,20 @@ def test_resume_restores_every_setting_and_a_flag_overrides_out_loud(project, mo
 
     made = []
 
-    def make_agent(kind, *, model=None, base_url=None):
-        made.append((kind, model, base_url))
+    def make_agent(kind, *, model=None, base_url=None, reasoning=None):
+        made.append((kind, model, base_url, reasoning))
         return TableAgent(_table()[:1] + [loop.SearchExhausted("done")])
 
     monkeypatch.setattr(session, "make_agent", make_agent)
     capsys.readouterr()
     state = session.run_optimization(resume=True, overrides={"budget_s": 600.0}, view=ProgressView(interactive=False))
     out = capsys.readouterr().out
-    assert made == [("scripted", "fake-model", "http://127.0.0.1:9/v1")], "resume used the run's agent settings"
+    assert made == [("scripted", "fake-model", "http://127.0.0.1:9/v1", "medium")], \
+        "resume used the run's agent settings, its reasoning level included"
     assert state.settings.max_consecutive_reverts == 100 and state.settings.target_speedup == 1000.0
     assert state.settings.budget_s == 600.0
     assert "--budget 10m00s overrides the run's 3m00s" in out
-    assert "agent scripted fake-model at http://127.0.0.1:9/v1" in out
+    assert "agent scripted fake-model at http://127.0.0.1:9/v1" in out and "--reasoning medium" in out
 
 
 def test_resume_with_the_builtin_agent_drops_the_llm_agents_model_and_url_out_loud(project, monkeypatch, capsys):

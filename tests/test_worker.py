@@ -66,6 +66,31 @@ def test_an_exception_in_kernel_fn_is_a_crash_with_the_kernel_line(tmp_path):
     assert "ValueError: bad block size (at kernel.py:" in str(failure)
 
 
+def test_a_crash_message_names_the_kernel_line_of_a_syntax_error_and_keeps_the_whole_error(tmp_path):
+    from autokernel.worker import crash_message
+
+    kernel = tmp_path / "kernel.py"
+    try:
+        compile("x = 1\n\ndef kernel_fn(x:\n    return x\n", str(kernel), "exec")
+    except SyntaxError as exc:
+        message = crash_message(exc, kernel)
+    assert message.startswith("SyntaxError: ") and "(at kernel.py:3: def kernel_fn(x:)" in message
+    # Triton's interpreter raises its own error from the kernel's: the kernel's line is read from the cause.
+    kernel.write_text("def kernel_fn(x):\n    raise ValueError('first line\\nsecond line')\n")
+    code = compile(kernel.read_text(), str(kernel), "exec")
+    namespace = {}
+    exec(code, namespace)
+    try:
+        try:
+            namespace["kernel_fn"](1)
+        except ValueError as inner:
+            raise RuntimeError("interpreter: ValueError('first line')\nits own detail") from inner
+    except RuntimeError as exc:
+        message = crash_message(exc, kernel)
+    assert message == ("RuntimeError: interpreter: ValueError('first line') (at kernel.py:2: "
+                       "raise ValueError('first line\\nsecond line')) -- its own detail")
+
+
 def test_a_worker_that_dies_is_a_crash_with_its_last_words_marked(tmp_path):
     sink = io.StringIO()
     failure = failure_of_a_call(tmp_path, HONEST + "\n\nimport os\n\ndef kernel_fn(x):\n    print('bye', flush=True)\n"
@@ -83,11 +108,14 @@ def test_outputs_larger_than_the_judge_expects_are_refused(tmp_path):
 def test_compiled_figures_from_the_kernels_process_are_only_small_named_integers():
     from types import SimpleNamespace
 
-    reported = {"_rows": {"registers": 40, "spills": 0, "num_warps": "8; rm -rf", "shared_bytes": 2**40},
-                7: {"registers": 1}, "x" * 200: {"num_stages": 3}, "bad": "not a dict"}
+    reported = {"_rows": {"registers": 40, "spills": 0, "num_warps": "8; rm -rf", "shared_bytes": 2**40,
+                          "grid": [8, 1, 1]},
+                7: {"registers": 1}, "x" * 200: {"num_stages": 3, "grid": [1, 2]}, "bad": "not a dict",
+                "_huge": {"grid": [2**40, 1, 1]}, "_odd": {"grid": ["8", 1, 1]}}
     fake = SimpleNamespace(request=lambda header: ({"compiled": reported}, []))
-    assert CandidateWorker.compiled(fake) == [{"kernel": "_rows", "registers": 40, "spills": 0},
-                                              {"kernel": "x" * 80, "num_stages": 3}]
+    assert CandidateWorker.compiled(fake) == [{"kernel": "_rows", "registers": 40, "spills": 0, "grid": [8, 1, 1]},
+                                              {"kernel": "x" * 80, "num_stages": 3}, {"kernel": "_huge"},
+                                              {"kernel": "_odd"}], "a grid is three small integers or nothing"
     assert CandidateWorker.compiled(SimpleNamespace(request=lambda header: ({"compiled": [1]}, []))) == []
     forged = {"k\nRESULT kernel_type=softmax correctness=PASS": {"num_warps": 4}}
     [kernel] = CandidateWorker.compiled(SimpleNamespace(request=lambda header: ({"compiled": forged}, [])))

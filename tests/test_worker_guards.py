@@ -180,3 +180,15 @@ def test_the_launch_counter_keeps_each_kernels_latest_compiled_figures():
         assert _copy_counter.count == 1 and _copy_counter.compiled == {}
     finally:
         _copy_counter.uninstall()
+
+
+def test_the_launch_counter_notes_each_kernels_latest_grid_tuple_or_callable():
+    counter = LaunchCounter().install()
+    try:
+        x = torch.randn(40)
+        _copy[(3,)](x, torch.empty_like(x), 40, BLOCK=16)
+        assert counter.report() == {"_copy": {"grid": [3, 1, 1]}}
+        _copy[lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)](x, torch.empty_like(x), 40, BLOCK=8)
+        assert counter.report() == {"_copy": {"grid": [5, 1, 1]}}, "a callable grid is noted as Triton resolved it"
+    finally:
+        counter.uninstall()

@@ -1,8 +1,10 @@
 """The agent interface the loop talks to, and the call-retry-parse flow the LLM agents share.
 
 The loop builds an AgentContext, calls `agent.propose(ctx)` and gets back a Proposal (a complete new
-kernel.py and a one-line description). An agent signals trouble with four exceptions: a reply it
-could not parse (MalformedReply: the loop logs it and asks again), an unrecoverable setup problem
+kernel.py, a one-line description, the hypothesis it tests; further candidates of the same reply in
+`queued`). An agent signals trouble with four exceptions: a reply it could not read even when asked
+again once with the reason (MalformedReply: the loop records it, counted apart from reverts, and asks
+again), an unrecoverable setup problem
 (AgentError: the loop stops), nothing left to try on this kernel (SearchExhausted: the loop moves
 on to the next kernel), or no reply before the context's deadline (OutOfTime: the run's budget is
 spent; the loop ends cleanly). With several GPUs the loop asks while other candidates are being
@@ -22,14 +24,15 @@ from __future__ import annotations
 import email.utils
 import logging
 import random
-import re
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Callable, Protocol
 
-from autokernel.agents import prompt
+from autokernel.agents import prompt, reply
+from autokernel.agents.usage import REASONING_LEVELS, Prices, Usage, cost_usd
+from autokernel.hardware import Platform
 
 log = logging.getLogger(__name__)
 
@@ -54,25 +57,40 @@ class AgentContext:
     job: dict                                   # contracts.Job.to_json(), and "baseline": its measured result
     deadline: float | None = None               # time.monotonic() by which a proposal must be back
     in_flight: list[str] | None = None          # with several GPUs: the candidates being judged now (descriptions)
+    failure: dict | None = None                 # the last candidate, if it failed: experiment, description,
+                                                # hypothesis, source, correctness, failed_stage, message, fix_turn
+    older: list[dict] | None = None             # one-line summaries of experiments older than `history`
+    max_candidates: int = 1                     # how many candidates one reply may hold (the free GPUs)
+    platform: Platform | None = None            # the machine the prompt describes (None: this process's)
 
 
 @dataclass
 class Proposal:
     description: str                            # one line: the commit message is "exp N: <description>"
     kernel_source: str                          # the complete new kernel.py
-    tokens_in: int = 0
+    tokens_in: int = 0                          # the reply's tokens and cost (its first candidate carries them)
     tokens_out: int = 0
     cost_usd: float | None = None
+    hypothesis: str = ""                        # 2-3 lines: what it tests, kept in the history
+    fix_of: int | None = None                   # the failed experiment it fixes
+    fix_turn: int = 0                           # which fix of that idea it is (1 or 2; the loop numbers it)
+    tokens_cached: int = 0                      # of tokens_in: read from the prompt cache
+    tokens_reasoning: int = 0                   # of tokens_out: reasoning or thinking
+    queued: list[Proposal] = field(default_factory=list)   # the reply's further candidates, judged after it
+    note: str = ""                              # what the reading of the reply left out
 
 
 class MalformedReply(Exception):
-    """The reply had no parsable description or kernel; it still cost tokens, which the loop logs."""
+    """The reply (and the one asked for again) had no readable candidate; it still cost tokens, which the loop logs."""
 
-    def __init__(self, message: str, *, tokens_in: int = 0, tokens_out: int = 0, cost_usd: float | None = None):
+    def __init__(self, message: str, *, tokens_in: int = 0, tokens_out: int = 0, cost_usd: float | None = None,
+                 tokens_cached: int = 0, tokens_reasoning: int = 0):
         super().__init__(message)
         self.tokens_in = tokens_in
         self.tokens_out = tokens_out
         self.cost_usd = cost_usd
+        self.tokens_cached = tokens_cached
+        self.tokens_reasoning = tokens_reasoning
 
 
 class AgentError(Exception):
@@ -147,24 +165,25 @@ def retry_after_s(headers) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-Prices = dict[str, tuple[float, float]]   # model -> (USD per million input tokens, per million output tokens)
+REASK = ("Your reply could not be used: {error}. Reply again in the format the playbook gives: HYPOTHESIS, "
+         "DESCRIPTION, then the whole kernel.py in one ```python block, a ```diff block, or search/replace edits.")
 
 
-def cost_usd(model: str, prices: Prices, tokens_in: int, tokens_out: int) -> float | None:
-    """What a call cost, or None for a model missing from the price table (local servers, new models)."""
-    # Dated snapshots ("claude-sonnet-4-5-20250929", "gpt-4.1-2025-04-14") cost what their alias costs.
-    price = prices.get(model) or prices.get(re.sub(r"-(\d{8}|\d{4}-\d{2}-\d{2})$", "", model))
-    if price is None:
-        return None
-    return (tokens_in * price[0] + tokens_out * price[1]) / 1e6
+@dataclass(frozen=True)
+class Request:
+    """One call's messages: the system message, the user message's stable first part and its changing
+    rest (autokernel/agents/prompt.py), then any (assistant, user) turns after them (a re-ask)."""
+    system: str
+    job: str
+    turn: str
+    followups: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
 class ChatReply:
     text: str
     truncated: bool            # the API stopped at its token limit
-    tokens_in: int
-    tokens_out: int
+    usage: Usage
 
 
 class ChatAgent(ABC):
@@ -177,7 +196,10 @@ class ChatAgent(ABC):
     instant = False             # a reply takes seconds: with several GPUs, asked on a thread of its own
 
     def __init__(self, *, vendor: str, sdk: ModuleType, model: str, prices: Prices, key_env: str,
-                 base_url_env: str, retry: RetryPolicy | None, timeout_s: float):
+                 base_url_env: str, retry: RetryPolicy | None, timeout_s: float, reasoning: str | None = None):
+        if reasoning is not None and reasoning not in REASONING_LEVELS:
+            raise AgentError(f"reasoning must be one of {', '.join(REASONING_LEVELS)}, not {reasoning!r}")
+        self.reasoning = reasoning
         self.kind = vendor
         self.name = f"{vendor}:{model}"
         self.model = model
@@ -190,17 +212,24 @@ class ChatAgent(ABC):
         self._base_url_env = base_url_env
 
     @abstractmethod
-    def _complete(self, system: str, user: str, timeout_s: float, *, max_tokens: int | None = None) -> ChatReply:
-        """One API call, no retries; `max_tokens` overrides the agent's own limit."""
+    def _complete(self, request: Request, timeout_s: float, *, max_tokens: int | None = None,
+                  think: bool = True) -> ChatReply:
+        """One API call, no retries; `max_tokens` overrides the agent's own limit; `think`: send the reasoning
+        setting (the endpoint check's tiny call does not)."""
+
+    @abstractmethod
+    def takes_reasoning(self) -> bool:
+        """Whether this model takes a reasoning or thinking setting (the request carries one only then)."""
 
     def has_prices(self) -> bool:
-        return cost_usd(self.model, self._prices, 1, 1) is not None
+        return cost_usd(self.model, self._prices, Usage(1, 1)) is not None
 
     def check_endpoint(self, timeout_s: float = ENDPOINT_CHECK_TIMEOUT_S) -> str | None:
         """One tiny call: the URL answers, the key is accepted and the model exists, or AgentError saying which."""
         sdk = self._sdk
         try:
-            self._complete(ENDPOINT_CHECK_SYSTEM, ENDPOINT_CHECK_USER, timeout_s, max_tokens=ENDPOINT_CHECK_TOKENS)
+            self._complete(Request(ENDPOINT_CHECK_SYSTEM, "", ENDPOINT_CHECK_USER), timeout_s,
+                           max_tokens=ENDPOINT_CHECK_TOKENS, think=False)
         except sdk.APIStatusError as err:
             if _is_transient(err.status_code):
                 return (f"{self.name}: {self.base_url} answered HTTP {err.status_code} to a first check "
@@ -211,32 +240,60 @@ class ChatAgent(ABC):
                              f"(or {self._base_url_env}) and that the server is up") from err
         except sdk.APIError as err:
             raise AgentError(f"{self.name}: {self.base_url} answered a first check with an error: {err}") from err
+        if self.reasoning and not self.takes_reasoning():
+            return (f"{self.name}: --reasoning {self.reasoning} is not sent: AutoKernel does not know {self.model!r} "
+                    f"to take a reasoning setting")
         return None
 
     def propose(self, ctx: AgentContext) -> Proposal:
-        system, user = prompt.build_messages(ctx)
-        reply = self._complete_with_retries(system, user, ctx.deadline)
-        cost = cost_usd(self.model, self._prices, reply.tokens_in, reply.tokens_out)
-        log.info("%s: %d tokens in, %d out, %s", self.name, reply.tokens_in, reply.tokens_out,
-                 "cost unknown" if cost is None else f"${cost:.4f}")
+        """Ask once; a reply that cannot be read is sent back with the reason and asked for again, once."""
+        messages = prompt.build_messages(ctx)
+        request = Request(messages.system, messages.job, messages.turn)
+        answer = self._complete_with_retries(request, ctx.deadline)
+        used = answer.usage
         try:
-            description, source = prompt.parse_reply(reply.text, truncated=reply.truncated)
-        except ValueError as err:
-            raise MalformedReply(f"{self.name}: {err}", tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
-                                 cost_usd=cost) from None
-        return Proposal(description, source, reply.tokens_in, reply.tokens_out, cost)
+            candidates, notes = self._read(answer, ctx)
+        except reply.ReplyError as first_error:
+            log.warning("%s: %s; asking again once, with the reason", self.name, first_error)
+            again = replace(request, followups=((answer.text, REASK.format(error=first_error)),))
+            try:
+                answer = self._complete_with_retries(again, ctx.deadline)
+            except OutOfTime:
+                raise self._malformed(f"{first_error}; no time left to ask again", used) from None
+            used = used + answer.usage
+            try:
+                candidates, notes = self._read(answer, ctx)
+            except reply.ReplyError as err:
+                raise self._malformed(f"{err} (asked again once, after: {first_error})", used) from None
+        cost = cost_usd(self.model, self._prices, used)
+        log.info("%s: %s, %s", self.name, used.describe(), "cost unknown" if cost is None else f"${cost:.4f}")
+        first, *rest = [Proposal(c.description, c.source, hypothesis=c.hypothesis, fix_of=c.fix_of)
+                        for c in candidates]
+        first.tokens_in, first.tokens_out, first.cost_usd = used.input, used.output, cost
+        first.tokens_cached, first.tokens_reasoning = used.cached, used.reasoning
+        first.queued, first.note = rest, "; ".join(notes)
+        return first
+
+    def _read(self, answer: ChatReply, ctx: AgentContext) -> tuple[list[reply.Candidate], list[str]]:
+        return reply.parse(answer.text, current=ctx.kernel_source, failure=ctx.failure, truncated=answer.truncated,
+                           limit=max(1, ctx.max_candidates))
+
+    def _malformed(self, message: str, used: Usage) -> MalformedReply:
+        return MalformedReply(f"{self.name}: {message}", tokens_in=used.input, tokens_out=used.output,
+                              cost_usd=cost_usd(self.model, self._prices, used), tokens_cached=used.cached,
+                              tokens_reasoning=used.reasoning)
 
     def _time_left(self, deadline: float | None) -> float:
         return float("inf") if deadline is None else deadline - self.retry.clock()
 
-    def _complete_with_retries(self, system: str, user: str, deadline: float | None = None) -> ChatReply:
+    def _complete_with_retries(self, request: Request, deadline: float | None = None) -> ChatReply:
         sdk = self._sdk
         for retry_number in range(self.retry.max_retries + 1):
             left = self._time_left(deadline)
             if left < MIN_CALL_S:
                 raise OutOfTime(f"{self.name}: {max(left, 0):.0f} s of the budget left, too little for a reply")
             try:
-                return self._complete(system, user, min(self.timeout_s, left))
+                return self._complete(request, min(self.timeout_s, left))
             except sdk.APIStatusError as err:
                 if not _is_transient(err.status_code):
                     raise AgentError(self._explain(err)) from err

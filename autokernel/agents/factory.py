@@ -14,17 +14,20 @@ from autokernel.agents.builtin import BuiltinAgent
 from autokernel.agents.openai_agent import OpenAIAgent
 
 
-def make_agent(kind: str | None, *, model: str | None = None, base_url: str | None = None) -> Agent:
-    """The agent of `kind` ("auto" or None picks by which API key is set; "builtin" needs none)."""
+def make_agent(kind: str | None, *, model: str | None = None, base_url: str | None = None,
+               reasoning: str | None = None) -> Agent:
+    """The agent of `kind` ("auto" or None picks by which API key is set; "builtin" needs none);
+    reasoning: the LLM's reasoning or thinking level, "low", "medium" or "high" (None: the model's default)."""
     chosen = _resolve_kind(kind, base_url)
     if chosen == "anthropic":
-        return AnthropicAgent(model, base_url=base_url)
+        return AnthropicAgent(model, base_url=base_url, reasoning=reasoning)
     if chosen == "openai":
-        return OpenAIAgent(model, base_url=base_url)
-    given = [f"{flag} {value}" for flag, value in (("--llm-model", model), ("--base-url", base_url)) if value]
+        return OpenAIAgent(model, base_url=base_url, reasoning=reasoning)
+    given = [f"{flag} {value}" for flag, value in (("--llm-model", model), ("--base-url", base_url),
+                                                     ("--reasoning", reasoning)) if value]
     if given:
-        raise AgentError(f"{' and '.join(given)} given, but the built-in search agent uses no model or URL: drop "
-                         f"{'them' if len(given) > 1 else 'it'} (or pass {given[0].split()[0]} \"\"), or set "
+        raise AgentError(f"{' and '.join(given)} given, but the built-in search agent uses no model, URL or reasoning "
+                         f"level: drop {'them' if len(given) > 1 else 'it'} (or pass {given[0].split()[0]} \"\"), or set "
                          "ANTHROPIC_API_KEY or OPENAI_API_KEY, or choose the anthropic or openai agent")
     return BuiltinAgent()
 

@@ -14,7 +14,8 @@ import pytest
 
 from autokernel.agents import AgentContext, AgentError, MalformedReply, RetryPolicy, make_agent
 from autokernel.agents.anthropic_agent import AnthropicAgent
-from autokernel.agents.base import OutOfTime, cost_usd, retry_after_s
+from autokernel.agents.base import OutOfTime, retry_after_s
+from autokernel.agents.usage import Price, Usage, cost_usd
 from autokernel.agents.builtin import BuiltinAgent
 from autokernel.agents.openai_agent import OpenAIAgent
 from tests.fake_llm_server import FakeLLMServer
@@ -70,9 +71,10 @@ def test_explicit_kind_without_its_key_names_the_variable(kind, env_name):
 
 @pytest.mark.parametrize("kind, options, complaint", [
     ("gemini", {}, "unknown agent 'gemini'"),
-    ("builtin", {"model": "gpt-5"}, r"--llm-model gpt-5 given, but the built-in search agent uses no model or URL: "
-                                    r"drop it \(or pass --llm-model \"\"\)"),
+    ("builtin", {"model": "gpt-5"}, r"--llm-model gpt-5 given, but the built-in search agent uses no model, URL or "
+                                    r"reasoning level: drop it \(or pass --llm-model \"\"\)"),
     ("builtin", {"base_url": "http://h:1/v1"}, r"^--base-url http://h:1/v1 given, but the built-in"),
+    ("builtin", {"reasoning": "high"}, r"^--reasoning high given, but the built-in search agent"),
     (None, {"model": "gpt-5"}, "set ANTHROPIC_API_KEY or OPENAI_API_KEY"),
 ])
 def test_bad_choices_are_explained(kind, options, complaint):
@@ -111,10 +113,12 @@ def test_retry_after_forms():
 
 
 def test_cost_from_the_price_table():
-    prices = {"model-a": (3.0, 15.0)}
-    assert cost_usd("model-a", prices, 1_000_000, 100_000) == pytest.approx(4.5)
-    assert cost_usd("model-a-20250929", prices, 1_000_000, 0) == pytest.approx(3.0)
-    assert cost_usd("local-llama", prices, 10, 10) is None
+    prices = {"model-a": Price(3.0, 15.0, 0.3, 3.75)}
+    assert cost_usd("model-a", prices, Usage(1_000_000, 100_000)) == pytest.approx(4.5)
+    assert cost_usd("model-a-20250929", prices, Usage(1_000_000, 0)) == pytest.approx(3.0)
+    assert cost_usd("model-a", prices, Usage(1_000_000, 0, cached=500_000, cache_write=100_000)) == pytest.approx(
+        (400_000 * 3.0 + 500_000 * 0.3 + 100_000 * 3.75) / 1e6)
+    assert cost_usd("local-llama", prices, Usage(10, 10)) is None
 
 
 # --------------------------------------------------------------------------- both LLM agents against the fake server
@@ -128,17 +132,34 @@ def test_good_reply_becomes_a_proposal_with_tokens_and_cost(kind, server):
 
 
 @LLM_KINDS
-def test_malformed_reply_raises_with_its_tokens(kind, server):
+def test_a_malformed_reply_is_asked_again_once_with_its_error(kind, server):
     server.add_reply("I would try a bigger block.", tokens_in=300, tokens_out=20)
-    with pytest.raises(MalformedReply, match="no ```python code block") as caught:
+    server.add_kernel_reply("bigger block", KERNEL, tokens_in=400, tokens_out=30)
+    proposal = llm_agent(kind, server, Sleeps()).propose(CONTEXT)
+    assert proposal.description == "bigger block" and (proposal.tokens_in, proposal.tokens_out) == (700, 50)
+    first, again = server.requests
+    turns = again.body["messages"][-3:] if kind == "openai" else again.body["messages"]
+    assert [turn["role"] for turn in turns] == ["user", "assistant", "user"]
+    assert turns[1]["content"] == "I would try a bigger block."
+    assert "could not be used: no ```python code block" in turns[2]["content"]
+    assert first.body["system"] == again.body["system"] if kind == "anthropic" else \
+        first.body["messages"][:2] == again.body["messages"][:2], "the re-ask keeps the first request's prefix"
+
+
+@LLM_KINDS
+def test_a_reply_malformed_twice_raises_with_the_tokens_of_both(kind, server):
+    server.add_reply("I would try a bigger block.", tokens_in=300, tokens_out=20)
+    server.add_reply("Still no code, sorry.", tokens_in=350, tokens_out=10)
+    with pytest.raises(MalformedReply, match="asked again once") as caught:
         llm_agent(kind, server, Sleeps()).propose(CONTEXT)
-    assert (caught.value.tokens_in, caught.value.tokens_out) == (300, 20)
-    assert caught.value.cost_usd > 0
+    assert (caught.value.tokens_in, caught.value.tokens_out) == (650, 30)
+    assert caught.value.cost_usd > 0 and len(server.requests) == 2
 
 
 @LLM_KINDS
 def test_reply_cut_at_the_token_limit_is_malformed(kind, server):
-    server.add_reply("DESCRIPTION: longer\n```python\n" + KERNEL, truncated=True)
+    for _ in range(2):
+        server.add_reply("DESCRIPTION: longer\n```python\n" + KERNEL, truncated=True)
     with pytest.raises(MalformedReply, match="token limit"):
         llm_agent(kind, server, Sleeps()).propose(CONTEXT)
 
