@@ -400,7 +400,7 @@ def engine_gemm(a: torch.Tensor, b: torch.Tensor, *, b2: torch.Tensor | None = N
                 plan: EnginePlan | None = None, overrides: dict | None = None):
     """epilogue(a @ b): a (M, K), b (K, N) (a weight W (N, K) passes as W.t()), any strides.
 
-    b2 (K, N), with b's strides: the dual product, act(a @ b) * (a @ b2). row_scale (M,) float32 multiplies
+    b2 (K, N): the dual product, act(a @ b) * (a @ b2). row_scale (M,) float32 multiplies
     the rows of the products; gate (M, N): act(gate) * the product; bias (N,); rotary (cos, sin, head_dim,
     rot_cols, seq), cos and sin (seq, head_dim / 2) float32 contiguous; residual (M, N), added last. Returns
     C (M, N); with out_stat, (C, S) where S (M, column tiles) float32 holds the sums of squares of C's rows.
@@ -416,6 +416,8 @@ def engine_gemm(a: torch.Tensor, b: torch.Tensor, *, b2: torch.Tensor | None = N
     on_gpu = a.device.type == "cuda"
     k_per_split = -(-max(K, 1) // (p.block_k * p.split_k)) * p.block_k
     split = max(1, -(-K // k_per_split))
+    if b2 is not None and b2.stride() != b.stride():     # the kernel reads both with one set of strides
+        b, b2 = (t.t().contiguous().t() for t in (b, b2))
     sixteen_bit = a.dtype != torch.float32      # float32 takes pointer loads and IEEE products
     b_nk = b.stride(0) == 1 and b.stride(1) != 1
     operands_b = [b] if b2 is None else [b, b2]
