@@ -85,7 +85,7 @@ TUNABLE_CHOICES = {
     "split_k_max_extra_traffic": [0.05, 0.1, 0.25, 0.5, 1.0],
     "fp32_highest": ["tf32x3", "ieee"], "pad_unaligned": [True, False],
     "engine_16bit": [True, False],
-    "engine_plan": ["table", "128x256x64/w8/s3", "128x256x64/w8/s4", "256x128x64/w8/s3", "128x128x64/w8/s4",
+    "engine_plan": ["table", "128x256x64/w8/s3", "256x128x64/w8/s3", "128x128x64/w8/s5", "128x128x64/w8/s4",
                     "128x128x64/w4/s4", "128x128x128/w8/s3", "64x256x64/w4/s4", "128x64x64/w4/s5", "64x128x64/w4/s5",
                     "64x64x64/w4/s6"],
     "engine_split_k": ["table", 1, 2, 4, 8], "engine_group_m": ["table", 4, 8, 16],
@@ -262,7 +262,7 @@ def _sum_splits_kernel(partials_ptr, c_ptr, elements, splits, BLOCK: tl.constexp
 # The bounded space of tile and pipeline plans ("BMxBNxBK/wWARPS/sSTAGES"): each fits an H100's
 # registers and shared memory for its kind. A dual plan's BN is each accumulator's width.
 ENGINE_PLANS = {
-    "plain": ("128x256x64/w8/s3", "128x256x64/w8/s4", "256x128x64/w8/s3", "128x128x64/w8/s4", "128x128x64/w4/s4",
+    "plain": ("128x256x64/w8/s3", "256x128x64/w8/s3", "128x128x64/w8/s5", "128x128x64/w8/s4", "128x128x64/w4/s4",
               "128x128x128/w8/s3", "64x256x64/w4/s4", "128x64x64/w4/s5", "64x128x64/w4/s5", "64x64x64/w4/s6"),
     "dual": ("128x128x64/w8/s3", "128x128x64/w8/s4", "128x64x64/w8/s4", "128x64x64/w4/s4", "64x128x64/w4/s4",
              "64x64x64/w4/s5"),

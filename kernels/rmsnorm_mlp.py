@@ -41,7 +41,7 @@ TUNABLE_CHOICES = {
     "gate_up": ["dual", "two_launch"],
     "gate_up_plan": ["table", "128x128x64/w8/s3", "128x128x64/w8/s4", "128x64x64/w8/s4", "128x64x64/w4/s4",
                      "64x128x64/w4/s4", "64x64x64/w4/s5"],
-    "down_plan": ["table", "128x256x64/w8/s3", "128x256x64/w8/s4", "256x128x64/w8/s3", "128x128x64/w8/s4",
+    "down_plan": ["table", "128x256x64/w8/s3", "256x128x64/w8/s3", "128x128x64/w8/s5", "128x128x64/w8/s4",
                   "128x128x64/w4/s4", "128x128x128/w8/s3", "64x256x64/w4/s4", "128x64x64/w4/s5", "64x128x64/w4/s5",
                   "64x64x64/w4/s6"],
     "split_k": ["table", 1, 2, 4, 8], "group_m": ["table", 4, 8, 16], "warp_specialize": ["table", False, True],
@@ -70,7 +70,7 @@ ACTIVATIONS = ("silu", "gelu", "relu2")
 # The bounded space of tile and pipeline plans ("BMxBNxBK/wWARPS/sSTAGES"): each fits an H100's
 # registers and shared memory for its kind. A dual plan's BN is each accumulator's width.
 ENGINE_PLANS = {
-    "plain": ("128x256x64/w8/s3", "128x256x64/w8/s4", "256x128x64/w8/s3", "128x128x64/w8/s4", "128x128x64/w4/s4",
+    "plain": ("128x256x64/w8/s3", "256x128x64/w8/s3", "128x128x64/w8/s5", "128x128x64/w8/s4", "128x128x64/w4/s4",
               "128x128x128/w8/s3", "64x256x64/w4/s4", "128x64x64/w4/s5", "64x128x64/w4/s5", "64x64x64/w4/s6"),
     "dual": ("128x128x64/w8/s3", "128x128x64/w8/s4", "128x64x64/w8/s4", "128x64x64/w4/s4", "64x128x64/w4/s4",
              "64x64x64/w4/s5"),

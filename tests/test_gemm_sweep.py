@@ -48,8 +48,8 @@ def test_a_plan_that_does_not_match_is_never_chosen(tmp_path, monkeypatch):
 
     def wrong_for_one_plan(engine, gemm, a, weights, plan):
         out = real(engine, gemm, a, weights, plan)
-        return out * 1.5 if plan.stages == 3 else out       # 128x256x64/w8/s3, the space's first plan
+        return out * 1.5 if plan.block_n == 256 else out      # 128x256x64/w8/s3, the space's first plan
     monkeypatch.setattr(gemm_sweep, "_run_ours", wrong_for_one_plan)
     assert gemm_sweep.main(["--out", str(tmp_path), "--dry-run", "--limit", "1"]) == 0
     row = json.loads((tmp_path / "gemm_table.json").read_text())["rows"][0]
-    assert "128x256x64/w8/s3/g8/k1/ws0" in row["failures"] and row["plan"] == "128x256x64/w8/s4/g8/k1/ws0"
+    assert "128x256x64/w8/s3/g8/k1/ws0" in row["failures"] and row["plan"] == "256x128x64/w8/s3/g8/k1/ws0"
