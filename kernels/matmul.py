@@ -52,11 +52,15 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 KERNEL_TYPE = "matmul"
 
 # Tunable parameters: the built-in search agent edits this dict and nothing else.
-# One line per shape bucket (tile rows, columns, K step, warps, pipeline stages; BLOCK_K is in
+# First the GEMM engine's (16-bit products with 16-byte rows): "table" takes the measured plan for the
+# shape, a value replaces it at every shape; engine_16bit False sends them to the pointer tiles instead.
+# Then one line per shape bucket (tile rows, columns, K step, warps, pipeline stages; BLOCK_K is in
 # 16-bit elements and halves for float32 on the tensor cores, keeping the bytes per stage),
 # then the float32 CUDA-core config and the float32 tensor-core one (BLOCK_K in float32 elements),
 # then split-K and the float32 precision.
 TUNABLES = {
+    "engine_16bit": True, "engine_plan": "table", "engine_split_k": "table", "engine_group_m": "table",
+    "engine_warp_specialize": "table",
     "large_BLOCK_M": 128, "large_BLOCK_N": 256, "large_BLOCK_K": 64, "large_warps": 8, "large_stages": 3,
     "mid_BLOCK_M": 128, "mid_BLOCK_N": 128, "mid_BLOCK_K": 64, "mid_warps": 8, "mid_stages": 4,
     "small_BLOCK_M": 64, "small_BLOCK_N": 128, "small_BLOCK_K": 64, "small_warps": 4, "small_stages": 4,
@@ -65,11 +69,15 @@ TUNABLES = {
     "GROUP_M": 8,
     "split_k_min_k": 1024, "split_k_max": 64, "split_k_max_extra_traffic": 0.25,
     "fp32_highest": "tf32x3", "pad_unaligned": True,
-    "engine_16bit": True, "engine_plan": "table", "engine_split_k": "table", "engine_group_m": "table",
-    "engine_warp_specialize": "table",
 }
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {
+    "engine_16bit": [True, False],
+    "engine_plan": ["table", "128x256x64/w8/s3", "256x128x64/w8/s3", "128x128x64/w8/s5", "128x128x64/w8/s4",
+                    "128x128x64/w4/s4", "128x128x128/w8/s3", "64x256x64/w4/s4", "128x64x64/w4/s5", "64x128x64/w4/s5",
+                    "64x64x64/w4/s6"],
+    "engine_split_k": ["table", 1, 2, 4, 8], "engine_group_m": ["table", 4, 8, 16],
+    "engine_warp_specialize": ["table", False, True],
     "large_BLOCK_M": [64, 128, 256], "large_BLOCK_N": [64, 128, 256], "large_BLOCK_K": [32, 64, 128],
     "large_warps": [4, 8], "large_stages": [2, 3, 4, 5],
     "mid_BLOCK_M": [64, 128], "mid_BLOCK_N": [64, 128, 256], "mid_BLOCK_K": [32, 64, 128],
@@ -84,15 +92,19 @@ TUNABLE_CHOICES = {
     "split_k_min_k": [256, 512, 1024, 2048, 4096, 8192], "split_k_max": [1, 8, 16, 32, 64, 128],
     "split_k_max_extra_traffic": [0.05, 0.1, 0.25, 0.5, 1.0],
     "fp32_highest": ["tf32x3", "ieee"], "pad_unaligned": [True, False],
-    "engine_16bit": [True, False],
-    "engine_plan": ["table", "128x256x64/w8/s3", "256x128x64/w8/s3", "128x128x64/w8/s5", "128x128x64/w8/s4",
-                    "128x128x64/w4/s4", "128x128x128/w8/s3", "64x256x64/w4/s4", "128x64x64/w4/s5", "64x128x64/w4/s5",
-                    "64x64x64/w4/s6"],
-    "engine_split_k": ["table", 1, 2, 4, 8], "engine_group_m": ["table", 4, 8, 16],
-    "engine_warp_specialize": ["table", False, True],
 }
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# Every bucket plan() may name, and the tunables (name prefixes) its plans read (a literal, read by the
+# search, autokernel/agents/axis_order.py): a job walks the tunables of the buckets its shapes use first.
+PLAN_BUCKETS = {
+    "engine": ["engine_"],
+    "large": ["large_", "split_k_", "GROUP_M", "pad_unaligned", "fp32_highest"],
+    "mid": ["mid_", "split_k_", "GROUP_M", "pad_unaligned", "fp32_highest"],
+    "small": ["small_", "split_k_", "GROUP_M", "pad_unaligned", "fp32_highest"],
+    "ieee": ["ieee_", "split_k_", "GROUP_M", "pad_unaligned", "fp32_highest"],
+    "tc32": ["tc32_", "split_k_", "GROUP_M", "fp32_highest"],
+}
 TENSOR_CORE_BUCKETS = ("large", "mid", "small")
 # The interpreter has no SMs: plan as on an H100, so CPU tests take the GPU's decisions.
 INTERPRETER_SMS = 132
