@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 
 TRITON_TYPES = {"float16": "fp16", "bfloat16": "bf16"}
 # Each epilogue the starters use, as the engine's constexprs (the rest off).
-EPILOGUES = {"plain": {}, "dual silu": {"DUAL": True}, "gate": {"GATE": True},
+EPILOGUES = {"plain": {}, "dual": {"DUAL": True}, "gate": {"GATE": True},
              "residual + stat": {"RESIDUAL": True, "OUT_STAT": True}, "rotary 128": {"ROTARY": 128}}
-OFF = dict(DUAL=False, ACT="silu", ROW_SCALE=False, GATE=False, BIAS=False, ROTARY=0, RESIDUAL=False, OUT_STAT=False)
+OFF = dict(DUAL=False, ROW_SCALE=False, GATE=False, BIAS=False, ROTARY=0, RESIDUAL=False, OUT_STAT=False)
 
 
 def compile_plan(engine, text: str, dtype: str, epilogue: dict, warp_specialize: bool) -> dict:

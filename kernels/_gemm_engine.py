@@ -48,6 +48,10 @@ ENGINE_INTERPRETER_PROGRAMS = 3      # the interpreter has no SMs: a few program
 ENGINE_INTERPRETER_SMS = 132         # planning under the interpreter is an H100's
 ENGINE_MIN_K_PER_SPLIT = 512         # a K slice shorter than this costs more in partials than it gains
 ENGINE_REDUCE_ROWS = 32              # rows per program of the split-K sum (one size: one compile per plan)
+# How far a plan's tiles shrink to a small output: not at all on a GPU (each smaller tile would be one more
+# compile per dtype in a judge run, for outputs too small for the waste to matter), to 16 under the
+# interpreter, where small tiles keep the CPU tests fast.
+ENGINE_MIN_TILE = {"cuda": 1 << 30, "cpu": 16}
 ENGINE_ACTIVATIONS = ("silu", "gelu", "relu2")
 
 
@@ -90,14 +94,13 @@ def _engine_tile(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GR
 
 
 @triton.jit
-def _engine_act(x, ACT: tl.constexpr):
-    """silu, gelu (tanh form) or relu2 of a float32 tile; the sigmoid's exp never overflows."""
-    if ACT == "relu2":
-        positive = tl.maximum(x, 0.0)
-        return positive * positive
-    z = x if ACT == "silu" else 1.5957691216057308 * (x + 0.044715 * x * x * x)   # gelu: x * sigmoid(2u)
+def _engine_act(x, act):
+    """silu (act 0), gelu in its tanh form (1) or relu2 (2) of a float32 tile, chosen at run time: one compile
+    serves the three. The sigmoid's exp never overflows."""
+    z = tl.where(act == 1, 1.5957691216057308 * (x + 0.044715 * x * x * x), x)     # gelu: x * sigmoid(2u)
     e = tl.exp(-tl.abs(z))
-    return x * tl.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    positive = tl.maximum(x, 0.0)
+    return tl.where(act == 2, positive * positive, x * tl.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e)))
 
 
 @triton.jit
@@ -135,7 +138,7 @@ def _engine_rotary(acc, rows, cols, cos_ptr, sin_ptr, rot_cols, rot_seq, BLOCK_M
 @triton.jit
 def _engine_epilogue(acc, acc2, rows, cols, M, N, scale_ptr, bias_ptr, res_ptr, stride_rm, stride_rn, gate_ptr,
                      stride_gm, stride_gn, cos_ptr, sin_ptr, rot_cols, rot_seq,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DUAL: tl.constexpr, ACT: tl.constexpr,
+                     act, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DUAL: tl.constexpr,
                      ROW_SCALE: tl.constexpr, GATE: tl.constexpr, BIAS: tl.constexpr, ROTARY: tl.constexpr,
                      RESIDUAL: tl.constexpr):
     inside = (rows[:, None] < M) & (cols[None, :] < N)
@@ -145,11 +148,11 @@ def _engine_epilogue(acc, acc2, rows, cols, M, N, scale_ptr, bias_ptr, res_ptr, 
         if DUAL:
             acc2 = acc2 * scale
     if DUAL:
-        acc = _engine_act(acc, ACT) * acc2
+        acc = _engine_act(acc, act) * acc2
     if GATE:
         g = tl.load(gate_ptr + rows.to(tl.int64)[:, None] * stride_gm + cols.to(tl.int64)[None, :] * stride_gn,
                     mask=inside, other=0.0)
-        acc = _engine_act(g.to(tl.float32), ACT) * acc
+        acc = _engine_act(g.to(tl.float32), act) * acc
     if BIAS:
         acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
     if ROTARY > 0:
@@ -181,16 +184,16 @@ def _engine_store(out, c_ptr, stat_ptr, rows, cols, tile_n, M, N, stride_cm, str
 # Sizes and row steps are not specialized on (divisibility by 16): each specialization is one more compile of
 # every plan and dtype in the judge's sweep, and TMA operands gain nothing from it.
 ENGINE_NOT_SPECIALIZED = ["M", "N", "K", "k_per_split", "splits", "stride_am", "stride_cm", "stride_rm", "stride_rn",
-                          "stride_gm", "stride_gn", "stride_stat", "rot_cols", "rot_seq"]
+                          "stride_gm", "stride_gn", "stride_stat", "rot_cols", "rot_seq", "act"]
 
 
 @triton.jit(do_not_specialize=ENGINE_NOT_SPECIALIZED)
 def _engine_kernel(a_src, b_src, b2_src, c_dst, ws_ptr, scale_ptr, bias_ptr, res_ptr, gate_ptr, stat_ptr,
                    cos_ptr, sin_ptr, M, N, K, k_per_split, splits, stride_am, stride_ak, stride_bk, stride_bn,
-                   stride_cm, stride_cn, stride_rm, stride_rn, stride_gm, stride_gn, stride_stat, rot_cols, rot_seq,
+                   stride_cm, stride_cn, stride_rm, stride_rn, stride_gm, stride_gn, stride_stat, rot_cols, rot_seq, act,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                    SPLIT: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr, B_NK: tl.constexpr,
-                   C_TMA: tl.constexpr, DUAL: tl.constexpr, ACT: tl.constexpr, ROW_SCALE: tl.constexpr,
+                   C_TMA: tl.constexpr, DUAL: tl.constexpr, ROW_SCALE: tl.constexpr,
                    GATE: tl.constexpr, BIAS: tl.constexpr, ROTARY: tl.constexpr, RESIDUAL: tl.constexpr,
                    OUT_STAT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, FLATTEN: tl.constexpr,
                    WARP_SPECIALIZE: tl.constexpr):
@@ -239,8 +242,8 @@ def _engine_kernel(a_src, b_src, b2_src, c_dst, ws_ptr, scale_ptr, bias_ptr, res
                 tl.store(ws_ptr + (split + splits).to(tl.int64) * M * N + offsets, acc2, mask=inside)
         else:
             out = _engine_epilogue(acc, acc2, rows, cols, M, N, scale_ptr, bias_ptr, res_ptr, stride_rm, stride_rn,
-                                   gate_ptr, stride_gm, stride_gn, cos_ptr, sin_ptr, rot_cols, rot_seq, BLOCK_M,
-                                   BLOCK_N, DUAL, ACT, ROW_SCALE, GATE, BIAS, ROTARY, RESIDUAL)
+                                   gate_ptr, stride_gm, stride_gn, cos_ptr, sin_ptr, rot_cols, rot_seq, act, BLOCK_M,
+                                   BLOCK_N, DUAL, ROW_SCALE, GATE, BIAS, ROTARY, RESIDUAL)
             if C_TMA:
                 rounded = out.to(c_dst.dtype)
                 c_dst.store([off_m, off_n], rounded)
@@ -254,8 +257,8 @@ def _engine_kernel(a_src, b_src, b2_src, c_dst, ws_ptr, scale_ptr, bias_ptr, res
 @triton.jit(do_not_specialize=ENGINE_NOT_SPECIALIZED)
 def _engine_reduce_kernel(ws_ptr, c_ptr, scale_ptr, bias_ptr, res_ptr, gate_ptr, stat_ptr, cos_ptr, sin_ptr,
                           M, N, splits, stride_cm, stride_cn, stride_rm, stride_rn, stride_gm, stride_gn, stride_stat,
-                          rot_cols, rot_seq, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          DUAL: tl.constexpr, ACT: tl.constexpr, ROW_SCALE: tl.constexpr, GATE: tl.constexpr,
+                          rot_cols, rot_seq, act, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          DUAL: tl.constexpr, ROW_SCALE: tl.constexpr, GATE: tl.constexpr,
                           BIAS: tl.constexpr, ROTARY: tl.constexpr, RESIDUAL: tl.constexpr, OUT_STAT: tl.constexpr):
     """Split-K's second launch: the partials summed slice 0 first (the same bits every run), then the epilogue."""
     tile_n = tl.program_id(1)
@@ -270,7 +273,7 @@ def _engine_reduce_kernel(ws_ptr, c_ptr, scale_ptr, bias_ptr, res_ptr, gate_ptr,
         if DUAL:
             acc2 += tl.load(ws_ptr + tl.cast(s + splits, tl.int64) * M * N + offsets, mask=inside, other=0.0)
     out = _engine_epilogue(acc, acc2, rows, cols, M, N, scale_ptr, bias_ptr, res_ptr, stride_rm, stride_rn, gate_ptr,
-                           stride_gm, stride_gn, cos_ptr, sin_ptr, rot_cols, rot_seq, BLOCK_M, BLOCK_N, DUAL, ACT,
+                           stride_gm, stride_gn, cos_ptr, sin_ptr, rot_cols, rot_seq, act, BLOCK_M, BLOCK_N, DUAL,
                            ROW_SCALE, GATE, BIAS, ROTARY, RESIDUAL)
     _engine_store(out, c_ptr, stat_ptr, rows, cols, tile_n, M, N, stride_cm, stride_cn, stride_stat, OUT_STAT)
 
@@ -300,6 +303,11 @@ def _engine_sms(device: torch.device) -> int:
         if device.type == "cuda" else ENGINE_INTERPRETER_SMS
 
 
+def engine_on_gpu(t: torch.Tensor) -> bool:
+    """Whether t's kernels run on a GPU (not Triton's CPU interpreter); benchmarks/compile_count.py replaces it."""
+    return t.device.type == "cuda"
+
+
 def _engine_tma(t: torch.Tensor) -> bool:
     """Whether TMA can describe the 2-D t as it is: Hopper (or the interpreter), unit last stride, 16-byte rows."""
     if t.dim() != 2 or t.stride(1) != 1 or t.data_ptr() % 16 or (t.stride(0) * t.element_size()) % 16:
@@ -323,32 +331,21 @@ def _engine_table_plan(M: int, N: int, K: int, dtype: torch.dtype, kind: str) ->
 
 
 def _engine_default_plan(M: int, N: int, K: int, kind: str, sms: int) -> EnginePlan:
-    """No measurement: the plan whose tiles best fill whole waves of SMs, weighed by each tile's operand reuse
-    against the first plan's (smaller tiles re-read more from L2 per FLOP); then split K while the tiles
-    leave more than half of the SMs idle."""
-    plans = [parse_engine_plan(text) for text in ENGINE_DEFAULTS[kind]]
-
-    def reuse(p: EnginePlan) -> float:
-        return p.block_m * p.block_n / (p.block_m + p.block_n)
-
-    def rate(p: EnginePlan) -> float:
-        tiles = -(-M // p.block_m) * -(-N // p.block_n)
-        return tiles / (-(-tiles // sms) * sms) * min(1.0, reuse(p) / reuse(plans[0]))
-    best = max(plans, key=rate)         # the first (largest) on ties
-    tiles = -(-M // best.block_m) * -(-N // best.block_n)
+    """No measurement: one plan per kind (each plan a judge run meets is one more compile per dtype, most of
+    a job's baseline, and the measured table covers the model's own shapes), with K split while its tiles
+    leave SMs idle and each slice keeps ENGINE_MIN_K_PER_SPLIT of K."""
+    plan = parse_engine_plan(ENGINE_DEFAULT[kind])
+    tiles = -(-M // plan.block_m) * -(-N // plan.block_n)
 
     def busy(split: int) -> float:     # the share of SM time whole waves of (tile, slice) units keep busy
         return tiles * split / (-(-tiles * split // sms) * sms)
     splits = [s for s in (1, 2, 4, 8) if s == 1 or K // s >= ENGINE_MIN_K_PER_SPLIT]
     split = max(splits, key=lambda s: (busy(s), -s))
     split = split if busy(split) > busy(1) + 0.1 else 1       # partials cost traffic: split only for a clear gain
-    return EnginePlan(best.block_m, best.block_n, best.block_k, best.warps, best.stages, 8, split, False)
+    return EnginePlan(plan.block_m, plan.block_n, plan.block_k, plan.warps, plan.stages, 8, split, False)
 
 
-# The plans the default chooses among, largest first.
-# Few, because each plan a judge run meets is one more compile per dtype (most of a job's baseline time).
-ENGINE_DEFAULTS = {"plain": ("128x256x64/w8/s3", "128x128x64/w8/s4", "64x128x64/w4/s5"),
-                   "dual": ("128x128x64/w8/s3", "64x128x64/w4/s4")}
+ENGINE_DEFAULT = {"plain": "128x128x64/w8/s4", "dual": "128x128x64/w8/s3"}
 
 
 def engine_plan(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device, kind: str = "plain",
@@ -364,8 +361,9 @@ def engine_plan(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device
     base = _engine_table_plan(M, N, K, dtype, kind) or _engine_default_plan(M, N, K, kind, _engine_sms(device))
     tile = parse_engine_plan(o["plan"]) if "plan" in o else base
     block_k = tile.block_k // 2 if dtype == torch.float32 else tile.block_k    # the same bytes per stage
-    fit = [min(b, max(16, triton.next_power_of_2(max(s, 1)))) for b, s in ((tile.block_m, M), (tile.block_n, N),
-                                                                         (block_k, K))]
+    floor = ENGINE_MIN_TILE["cuda" if device.type == "cuda" else "cpu"]
+    fit = [min(b, max(floor, triton.next_power_of_2(max(s, 1)))) for b, s in ((tile.block_m, M), (tile.block_n, N),
+                                                                            (block_k, K))]
     split = max(1, min(int(o.get("split_k", base.split_k)), -(-K // fit[2]) if K else 1))
     made = EnginePlan(*fit, tile.warps, tile.stages, int(o.get("group_m", base.group_m)), split,
                       bool(o.get("warp_specialize", base.warp_specialize)) and dtype != torch.float32)
@@ -415,7 +413,7 @@ def engine_gemm(a: torch.Tensor, b: torch.Tensor, *, b2: torch.Tensor | None = N
     stat = torch.empty((M, tiles_n), dtype=torch.float32, device=a.device) if out_stat else c
     if M == 0 or N == 0:
         return (c, stat) if out_stat else c
-    on_gpu = a.device.type == "cuda"
+    on_gpu = engine_on_gpu(a)
     k_per_split = -(-max(K, 1) // (p.block_k * p.split_k)) * p.block_k
     split = max(1, -(-K // k_per_split))
     if b2 is not None and b2.stride() != b.stride():     # the kernel reads both with one set of strides
@@ -426,7 +424,7 @@ def engine_gemm(a: torch.Tensor, b: torch.Tensor, *, b2: torch.Tensor | None = N
     # A and B move by TMA together or not at all: one variant fewer to compile where only one could.
     b_tma = sixteen_bit and _engine_tma(a) and all(_engine_tma(t.t() if b_nk else t) for t in operands_b)
     a_tma = b_tma
-    c_tma = sixteen_bit and split == 1 and _engine_tma(c)
+    c_tma = b_tma and split == 1 and _engine_tma(c)       # with pointer loads, a pointer store: one variant
     stages = p.stages
     if on_gpu:      # fewer stages where the requested ones would not fit beside the output's staging tile
         shared = _engine_device(a.device.index)[0]
@@ -439,23 +437,23 @@ def engine_gemm(a: torch.Tensor, b: torch.Tensor, *, b2: torch.Tensor | None = N
     cos, sin, head, rot_cols, seq = rotary if rotary is not None else (c, c, 0, 0, 1)
     res = residual if residual is not None else c      # placeholders the kernel never reads
     g = gate if gate is not None else c
-    epilogue = dict(DUAL=b2 is not None, ACT=act, ROW_SCALE=row_scale is not None, GATE=gate is not None,
+    epilogue = dict(DUAL=b2 is not None, ROW_SCALE=row_scale is not None, GATE=gate is not None,
                     BIAS=bias is not None, ROTARY=head, RESIDUAL=residual is not None, OUT_STAT=out_stat)
     tail = (row_scale if row_scale is not None else c, bias if bias is not None else c, res, g, stat, cos, sin)
+    rotary_and_act = (rot_cols, seq, ENGINE_ACTIVATIONS.index(act))
     units = -(-M // p.block_m) * tiles_n * split
     programs = min(units, _engine_sms(a.device) if on_gpu else ENGINE_INTERPRETER_PROGRAMS)
     _engine_kernel[(programs,)](
         TensorDescriptor.from_tensor(a, [p.block_m, p.block_k]) if a_tma else a, b_src, b2_src,
         TensorDescriptor.from_tensor(c, [p.block_m, block_n]) if c_tma else c, ws, *tail, M, N, K, k_per_split, split,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), res.stride(0), res.stride(1),
-        g.stride(0), g.stride(1), stat.stride(0), rot_cols, seq, BLOCK_M=p.block_m, BLOCK_N=block_n,
-        BLOCK_K=p.block_k, GROUP_M=p.group_m, SPLIT=split > 1, A_TMA=a_tma, B_TMA=b_tma, B_NK=b_nk, C_TMA=c_tma,
+        g.stride(0), g.stride(1), stat.stride(0), *rotary_and_act, BLOCK_M=p.block_m, BLOCK_N=block_n,
+        BLOCK_K=p.block_k, GROUP_M=p.group_m, SPLIT=split > 1, A_TMA=a_tma, B_TMA=b_tma, B_NK=b_nk and b_tma, C_TMA=c_tma,
         PRECISION="ieee", UPCAST=not on_gpu, FLATTEN=not p.warp_specialize,
         WARP_SPECIALIZE=p.warp_specialize and on_gpu, num_warps=p.warps, num_stages=stages, **epilogue)
     if split > 1:
-        reduce_m = ENGINE_REDUCE_ROWS
-        _engine_reduce_kernel[(-(-M // reduce_m), tiles_n)](
+        _engine_reduce_kernel[(-(-M // ENGINE_REDUCE_ROWS), tiles_n)](
             ws, c, *tail, M, N, split, c.stride(0), c.stride(1), res.stride(0), res.stride(1), g.stride(0), g.stride(1),
-            stat.stride(0), rot_cols, seq, BLOCK_M=reduce_m, BLOCK_N=block_n, num_warps=4, **epilogue)
+            stat.stride(0), *rotary_and_act, BLOCK_M=ENGINE_REDUCE_ROWS, BLOCK_N=block_n, num_warps=4, **epilogue)
     return (c, stat) if out_stat else c
 # ==== GEMM ENGINE: end ====

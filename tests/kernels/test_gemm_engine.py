@@ -151,7 +151,8 @@ def test_the_table_gives_the_plan_measured_at_the_nearest_m(monkeypatch):
     assert engine.engine_plan(1600, 2048, 2048, torch.float16, CPU).block_n == 256       # nearer 4096 (log scale)
     # bfloat16 has no entries of its own: float16's plans stand in; another N, K falls to the default.
     assert engine.engine_plan(4096, 2048, 2048, torch.bfloat16, CPU).stages == 4
-    assert engine.engine_plan(4096, 2048, 4096, torch.float16, CPU).stages == 3
+    default = engine.parse_engine_plan(engine.ENGINE_DEFAULT["plain"])
+    assert engine.engine_plan(4096, 2048, 4096, torch.float16, CPU).block_n == default.block_n
 
 
 def test_overrides_replace_the_tables_choices(monkeypatch):
@@ -163,9 +164,12 @@ def test_overrides_replace_the_tables_choices(monkeypatch):
     assert engine.engine_plan(512, 2048, 2048, torch.float16, CPU, overrides={"split_k": 1}).split_k == 1
 
 
-def test_the_default_fills_the_sms_and_splits_k_when_tiles_are_few():
-    big = engine.engine_plan(4096, 4096, 4096, torch.float16, CPU)
-    assert (big.block_m, big.block_n, big.split_k) == (128, 256, 1)
+def test_the_default_is_one_plan_per_kind_and_splits_k_when_tiles_are_few():
+    for kind in ("plain", "dual"):
+        big = engine.engine_plan(4096, 4096, 4096, torch.float16, CPU, kind)
+        default = engine.parse_engine_plan(engine.ENGINE_DEFAULT[kind])
+        assert (big.block_m, big.block_n, big.warps, big.stages, big.split_k) == (
+            default.block_m, default.block_n, default.warps, default.stages, 1)
     few = engine.engine_plan(512, 768, 3072, torch.float16, CPU)      # BERT's output projection: few tiles
     tiles, sms = -(-512 // few.block_m) * -(-768 // few.block_n), engine.ENGINE_INTERPRETER_SMS
     units = tiles * few.split_k
