@@ -25,12 +25,13 @@ sys.path.insert(0, str(ROOT))
 
 TRITON_TYPES = {"float16": "fp16", "bfloat16": "bf16"}
 # Each epilogue the starters use, as the engine's constexprs (the rest off).
-EPILOGUES = {"plain": {}, "dual": {"DUAL": True}, "gate": {"GATE": True},
+# "plain kn": B as (K, N) rows (the matmul type's b), the others read a weight's (N, K) rows.
+EPILOGUES = {"plain": {}, "plain kn": {"B_NK": False}, "dual": {"DUAL": True}, "gate": {"GATE": True},
              "residual + stat": {"RESIDUAL": True, "OUT_STAT": True}, "rotary 128": {"ROTARY": 128}}
 OFF = dict(DUAL=False, ROW_SCALE=False, GATE=False, BIAS=False, ROTARY=0, RESIDUAL=False, OUT_STAT=False)
 
 
-def compile_plan(engine, text: str, dtype: str, epilogue: dict, warp_specialize: bool) -> dict:
+def compile_plan(engine, text: str, dtype: str, epilogue: dict, warp_specialize: bool, b_nk: bool = True) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -39,12 +40,12 @@ def compile_plan(engine, text: str, dtype: str, epilogue: dict, warp_specialize:
     names = list(inspect.signature(fn.fn).parameters)
     t = TRITON_TYPES[dtype]
     consts = {**OFF, **epilogue, "BLOCK_M": p.block_m, "BLOCK_N": p.block_n, "BLOCK_K": p.block_k,
-              "GROUP_M": p.group_m, "SPLIT": False, "A_TMA": True, "B_TMA": True, "B_NK": True, "C_TMA": True,
+              "GROUP_M": p.group_m, "SPLIT": False, "A_TMA": True, "B_TMA": True, "B_NK": b_nk, "C_TMA": True,
               "PRECISION": "ieee", "UPCAST": False, "FLATTEN": not warp_specialize, "WARP_SPECIALIZE": warp_specialize}
     signature = {name: "i32" for name in names}
+    b_block = f"{p.block_n},{p.block_k}" if b_nk else f"{p.block_k},{p.block_n}"     # W's (N, K) rows, or B's (K, N)
     signature.update({"a_src": f"tensordesc<{t}[{p.block_m},{p.block_k}]>",
-                      "b_src": f"tensordesc<{t}[{p.block_n},{p.block_k}]>",
-                      "b2_src": f"tensordesc<{t}[{p.block_n},{p.block_k}]>",
+                      "b_src": f"tensordesc<{t}[{b_block}]>", "b2_src": f"tensordesc<{t}[{b_block}]>",
                       "c_dst": f"tensordesc<{t}[{p.block_m},{p.block_n}]>"})
     for name in ("ws_ptr", "scale_ptr", "stat_ptr", "cos_ptr", "sin_ptr"):
         signature[name] = "*fp32"
@@ -85,7 +86,8 @@ def main() -> int:
             if EPILOGUES[name].get("ROTARY") and engine.parse_engine_plan(text).block_n < EPILOGUES[name]["ROTARY"]:
                 continue
             try:
-                r = compile_plan(engine, text, args.dtype, EPILOGUES[name], args.ws)
+                epilogue = {k: v for k, v in EPILOGUES[name].items() if k != "B_NK"}
+                r = compile_plan(engine, text, args.dtype, epilogue, args.ws, EPILOGUES[name].get("B_NK", True))
                 bad += bool(r["spill_bytes"])
                 print(f"| {text} | {name} | {r['regs']} | {r['spill_bytes']} | {r['shared'] / 1024:.0f} | "
                       f"{r['stages']} | {r['wgmma']} |", flush=True)

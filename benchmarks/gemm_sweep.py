@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import multiprocessing
 import os
 import statistics
 import sys
@@ -63,13 +64,14 @@ def _run_ours(engine, gemm: dict, a, weights, plan):
 
 def _compile_task(task: tuple) -> tuple:
     """In a worker process: run one (shape, dtype, plan) once, so Triton compiles it into the shared cache."""
-    gemm, dtype_name, text = task
+    gemm, dtype_name, text, device = task
     import torch
     engine = _engine()
     try:
-        a, weights = _inputs(gemm, getattr(torch, dtype_name), "cuda")
+        a, weights = _inputs(gemm, getattr(torch, dtype_name), device)
         _run_ours(engine, gemm, a, weights, engine.parse_engine_plan(text))
-        torch.cuda.synchronize()
+        if device == "cuda":
+            torch.cuda.synchronize()
         return task, None
     except Exception as exc:        # a plan that does not compile or fit is recorded, not fatal
         return task, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
@@ -84,8 +86,9 @@ class Sweep:
         self.device = "cuda" if self.gpu else "cpu"
         self.sms = (torch.cuda.get_device_properties(0).multi_processor_count if self.gpu
                     else self.engine.ENGINE_INTERPRETER_SMS)
-        self.pool = ProcessPoolExecutor(args.workers, mp_context=__import__("multiprocessing").get_context("spawn")) \
-            if self.gpu and args.workers > 1 else None
+        # Under --dry-run the pool runs too (the interpreter "compiles" nothing), so its path is tested on the CPU.
+        self.pool = ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) \
+            if args.workers > 1 else None
         self.started = time.monotonic()
         self.rows: list[dict] = []
         self.plans: dict[str, list] = {}
@@ -145,7 +148,7 @@ class Sweep:
             expected = (torch.nn.functional.silu(g.float()) * u.float()).to(dtype)
         else:
             expected = torch.nn.functional.linear(a, weights[0])
-        failures = self.precompile([(gemm, dtype_name, text) for text in plans])
+        failures = self.precompile([(gemm, dtype_name, text, self.device) for text in plans])
         timings = {}
         for text in plans:
             if text in failures:
@@ -256,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{row['dtype']}: {row.get('plan', 'no plan passed')} {row.get('ratio', 0):.3f}x cuBLAS "
                       f"({len(row['timings_us'])} timed, {len(row['failures'])} failed, "
                       f"{time.monotonic() - began:.0f} s)", flush=True)
+    if sweep.pool is not None:
+        sweep.pool.shutdown()
     print(markdown(json.loads((args.out / "gemm_table.json").read_text())))
     return 0
 

@@ -28,7 +28,7 @@ def test_the_models_gemms_include_the_gqa_projections_and_the_dual_mlp():
 
 def test_a_dry_run_checks_every_plan_and_writes_a_table_the_starters_accept(tmp_path):
     out = tmp_path / "out"
-    assert gemm_sweep.main(["--out", str(out), "--dry-run", "--limit", "2"]) == 0
+    assert gemm_sweep.main(["--out", str(out), "--dry-run", "--limit", "2", "--workers", "2"]) == 0
     table = json.loads((out / "gemm_table.json").read_text())
     assert [(row["M"], row["kind"], row["dtype"]) for row in table["rows"]] == [
         (32, "plain", "float16"), (32, "plain", "bfloat16"), (32, "dual", "float16"), (32, "dual", "bfloat16")]
@@ -50,6 +50,6 @@ def test_a_plan_that_does_not_match_is_never_chosen(tmp_path, monkeypatch):
         out = real(engine, gemm, a, weights, plan)
         return out * 1.5 if plan.block_n == 256 else out      # 128x256x64/w8/s3, the space's first plan
     monkeypatch.setattr(gemm_sweep, "_run_ours", wrong_for_one_plan)
-    assert gemm_sweep.main(["--out", str(tmp_path), "--dry-run", "--limit", "1"]) == 0
+    assert gemm_sweep.main(["--out", str(tmp_path), "--dry-run", "--limit", "1", "--workers", "1"]) == 0
     row = json.loads((tmp_path / "gemm_table.json").read_text())["rows"][0]
     assert "128x256x64/w8/s3/g8/k1/ws0" in row["failures"] and row["plan"] == "256x128x64/w8/s3/g8/k1/ws0"
