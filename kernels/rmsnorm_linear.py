@@ -50,10 +50,11 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 #   epilogue: GATE (act(G) * acc, G read), BIAS, ROTARY (rotate-half per head over the first
 #             rot_cols columns, positions row % rot_seq), RESIDUAL (acc + R), and OUT_STAT (each
 #             row's sum of squares of the rounded output per column tile, for the next RMSNorm).
-# Split-K: units of (tile, slice) write float32 partials; a second launch sums them in slice order
-# (bitwise deterministic, no atomics) and applies the same epilogue. Plans (tile, warps, stages,
-# GROUP_M, split, warp specialization) come from GEMM_TABLE, measured per shape on a GPU, by the
-# nearest measured M at the same N and K; else from a wave-utilization default.
+# The activation (silu, gelu, relu2) is a run-time argument. Split-K: units of (tile, slice) write
+# float32 partials; a second launch sums them in slice order (bitwise deterministic, no atomics) and
+# applies the same epilogue. Plans (tile, warps, stages, GROUP_M, split, warp specialization) come
+# from GEMM_TABLE, measured per shape on a GPU, by the nearest measured M at the same N and K; else
+# one default plan per kind, K split while its tiles leave SMs idle.
 
 # The bounded space of tile and pipeline plans ("BMxBNxBK/wWARPS/sSTAGES"): each fits an H100's
 # registers and shared memory for its kind. A dual plan's BN is each accumulator's width.
