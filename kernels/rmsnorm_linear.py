@@ -65,7 +65,30 @@ ENGINE_PLANS = {
              "64x64x64/w4/s5"),
 }
 # Measured plans: "dtype/kind/N/K" -> [[M, plan], ...], written from the GPU sweep's gemm_table.json.
-GEMM_TABLE = {}
+GEMM_TABLE = {
+    'bfloat16/dual/5632/2048': [[512, "64x64x64/w4/s5/g8/k1/ws0"], [4096, "128x128x64/w8/s4/g8/k1/ws1"]],
+    'bfloat16/plain/512/2048': [[4096, "128x128x64/w8/s5/g8/k1/ws0"]],
+    'bfloat16/plain/768/768': [[512, "128x128x64/w4/s4/g8/k1/ws0"]],
+    'bfloat16/plain/768/3072': [[512, "64x128x64/w4/s5/g8/k1/ws0"]],
+    'bfloat16/plain/2048/2048': [[512, "128x128x64/w4/s4/g8/k1/ws0"], [4096, "256x128x64/w8/s3/g4/k1/ws0"]],
+    'bfloat16/plain/2048/5632': [[512, "64x64x64/w4/s6/g8/k1/ws1"], [4096, "128x256x64/w8/s3/g8/k1/ws1"]],
+    'bfloat16/plain/2304/768': [[512, "64x64x64/w4/s6/g8/k1/ws1"]],
+    'bfloat16/plain/3072/768': [[512, "128x128x64/w8/s4/g8/k1/ws1"]],
+    'bfloat16/plain/5632/2048': [[512, "128x128x64/w8/s5/g4/k1/ws0"], [4096, "128x128x64/w8/s5/g8/k1/ws1"]],
+    'bfloat16/plain/32000/2048': [[512, "128x256x64/w8/s3/g8/k1/ws0"], [4096, "128x256x64/w8/s3/g8/k1/ws1"]],
+    'bfloat16/plain/50257/768': [[512, "128x128x64/w8/s5/g8/k1/ws0"]],
+    'float16/dual/5632/2048': [[512, "128x128x64/w8/s4/g8/k1/ws0"], [4096, "128x128x64/w8/s4/g8/k1/ws1"]],
+    'float16/plain/512/2048': [[4096, "128x128x64/w8/s5/g8/k1/ws0"]],
+    'float16/plain/768/768': [[512, "128x128x64/w8/s5/g8/k1/ws1"]],
+    'float16/plain/768/3072': [[512, "64x128x64/w4/s5/g8/k1/ws0"]],
+    'float16/plain/2048/2048': [[512, "128x128x64/w4/s4/g4/k1/ws0"], [4096, "256x128x64/w8/s3/g4/k1/ws0"]],
+    'float16/plain/2048/5632': [[512, "128x128x64/w8/s4/g8/k1/ws0"], [4096, "128x256x64/w8/s3/g8/k1/ws1"]],
+    'float16/plain/2304/768': [[512, "64x128x64/w4/s5/g8/k1/ws0"]],
+    'float16/plain/3072/768': [[512, "128x128x64/w8/s4/g8/k1/ws1"]],
+    'float16/plain/5632/2048': [[512, "128x128x64/w8/s5/g8/k1/ws0"], [4096, "128x128x64/w8/s5/g8/k1/ws1"]],
+    'float16/plain/32000/2048': [[512, "128x256x64/w8/s3/g8/k1/ws1"], [4096, "128x256x64/w8/s3/g8/k1/ws0"]],
+    'float16/plain/50257/768': [[512, "128x128x64/w8/s5/g8/k1/ws0"]],
+}
 ENGINE_INTERPRETER_PROGRAMS = 3      # the interpreter has no SMs: a few programs, each walking several units
 ENGINE_INTERPRETER_SMS = 132         # planning under the interpreter is an H100's
 ENGINE_MIN_K_PER_SPLIT = 512         # a K slice shorter than this costs more in partials than it gains
