@@ -1,6 +1,6 @@
 """End to end on a GPU: every model, in every mode, PyTorch's best against AutoKernel's best (verify.py --starters).
 
-    python benchmarks/end_to_end.py run OUT_DIR [--only NAME ...] [--timeout 900]
+    python benchmarks/end_to_end.py run OUT_DIR [--only NAME ...] [--timeout 900] [--no-overhead]
     python benchmarks/end_to_end.py summarize OUT_DIR > table.md
 
 `run` calls verify.py once per model in a child process (one model's crash or hang costs only
@@ -35,7 +35,7 @@ MODELS = {
 }
 
 
-def run(out: Path, names: list[str], timeout_s: float, stop_after_s: float) -> None:
+def run(out: Path, names: list[str], timeout_s: float, stop_after_s: float, overhead: bool = True) -> None:
     out.mkdir(parents=True, exist_ok=True)
     reports_path, log_path = out / "reports.json", out / "verify.log"
     reports = json.loads(reports_path.read_text()) if reports_path.exists() else {}
@@ -46,8 +46,8 @@ def run(out: Path, names: list[str], timeout_s: float, stop_after_s: float) -> N
             print(f"== {name}: not started, past --stop-after {stop_after_s:g} s", flush=True)
             continue
         workspace = Path("/tmp/autokernel_e2e") / name.replace(" ", "_").replace(":", "")
-        cmd = [sys.executable, "verify.py", *MODELS[name], "--dtype", "float16", "--starters",
-               "--workspace", str(workspace)]
+        args = [arg for arg in MODELS[name] if overhead or arg != "--overhead"]
+        cmd = [sys.executable, "verify.py", *args, "--dtype", "float16", "--starters", "--workspace", str(workspace)]
         started = time.monotonic()
         print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
         with log_path.open("a") as log:
@@ -120,11 +120,13 @@ def main() -> None:
     run_parser.add_argument("--timeout", type=float, default=900, help="seconds one model may take")
     run_parser.add_argument("--stop-after", type=float, default=float("inf"),
                             help="start no new model after this many seconds")
+    run_parser.add_argument("--no-overhead", action="store_true",
+                            help="skip verify's routing-overhead measurement (--overhead): the verdicts without it")
     summary_parser = commands.add_parser("summarize")
     summary_parser.add_argument("out", type=Path)
     args = parser.parse_args()
     if args.command == "run":
-        run(args.out, args.only or list(MODELS), args.timeout, args.stop_after)
+        run(args.out, args.only or list(MODELS), args.timeout, args.stop_after, overhead=not args.no_overhead)
     else:
         print(summarize(json.loads((args.out / "reports.json").read_text())))
 

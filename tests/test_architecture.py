@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from autokernel.starter_blocks import ENGINE_FILE, block_lines
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "autokernel"
 # The top-level files: the layout's front doors and the one file the agent edits. The package may import none.
@@ -17,7 +19,10 @@ LONGEST_FILE = 400                      # lines; bench.py, the judge, may be lon
 # mma.sync for other GPUs, IEEE float32 on the CUDA cores): a starter is one file, its source one string.
 # The Triton GEMM starter likewise holds four kernels (pointer tiles, float32 by TMA with B K-major, B's
 # transpose, the split-K sum) and the shape planning that picks among them, in the one file the agent edits.
-LONG_FILES_ALLOWED = {"bench.py", "kernels/cuda/matmul.py", "kernels/matmul.py"}
+# The GEMM engine is one block every GEMM starter carries whole (the persistent kernel, its split-K sum, its
+# epilogues and the planning from the measured table): its source file is that block; in a starter it does
+# not count against the starter's own length.
+LONG_FILES_ALLOWED = {"bench.py", "kernels/cuda/matmul.py", "kernels/matmul.py", "kernels/_gemm_engine.py"}
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -159,7 +164,9 @@ def test_no_file_is_over_the_length_bar(folder):
     too_long = {}
     for path in sorted((ROOT / folder).glob("*.py")):
         relative = str(path.relative_to(ROOT))
-        lines = len(path.read_text().splitlines())
+        text = path.read_text()
+        # A starter's copy of the GEMM engine is the engine's own file's (tests/test_starter_blocks.py), held there.
+        lines = len(text.splitlines()) - (block_lines(text) if relative != ENGINE_FILE else 0)
         if lines > LONGEST_FILE and relative not in LONG_FILES_ALLOWED:
             too_long[relative] = lines
     assert too_long == {}

@@ -17,7 +17,7 @@ def test_launched_kernels_are_the_ones_called_with_a_grid_from_python():
     # _rmsnorm_rows and _rmsnorm_channels are launched; _load_weight and _scale_and_store are called from Triton code only,
     # and wrapping those would break the kernels that call them.
     assert kernel_ops.launched_kernels(source) == {"_rmsnorm_rows", "_rmsnorm_channels"}
-    assert "_gemm_tma_kernel" in kernel_ops.launched_kernels(starter_path("fused_mlp").read_text())
+    assert "_engine_kernel" in kernel_ops.launched_kernels(starter_path("fused_mlp").read_text())
 
 
 def test_an_op_that_reads_data_pointers_is_found_before_torch_compile_meets_it():

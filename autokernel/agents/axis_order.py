@@ -8,16 +8,24 @@ when it is compute-bound, the pipeline depth and the warps come first, then the 
 a kind, and without a bound (no passing result yet, or the CPU interpreter, which has none), the
 order is the kernel's declaration order.
 
+A GEMM starter's plans (the GEMM engine's tile-and-pipeline plans, "gate_up" and warp specialization:
+kind "plan") come first for either bound: each moves tiles, warps and stages together to a plan that
+fits the GPU, where a single tile side moved alone fell off a cliff (spills, shared memory) on an H100.
+
 A kernel whose tunables come in shape buckets (kernels/matmul.py: large_BLOCK_M, mid_BLOCK_M,
 small_BLOCK_M...) and whose starter plans each shape (its public `plan(...)` returns an object
 with a `.bucket`) gets the buckets the job's shapes use walked first, and the other buckets'
-tunables last: changing those changes nothing the judge times. The plan is the repository's
+tunables last: changing those changes nothing the judge times. A starter may map each bucket to the
+tunables its plans read in a PLAN_BUCKETS literal (kernels/matmul.py: "engine" reads engine_*, the
+pointer tiles' buckets their own and the split-K settings); without one, buckets are the families
+of name prefixes that carry the same parameters (large_, mid_, small_ each with BLOCK_M ... stages). The plan is the repository's
 starter's (kernels/<type>.py, which a candidate cannot change), made for the job's shapes and
 dtype with the current TUNABLES, on the CPU, where the starter plans as on an H100.
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
 import logging
 import re
@@ -31,12 +39,13 @@ log = logging.getLogger(__name__)
 
 # (kind, pattern): the first pattern a tunable's whole name matches gives its kind.
 AXIS_KINDS: list[tuple[str, str]] = [
+    ("plan", r"\w*PLAN|GATE_UP|\w*WARP_SPECIALIZE"),                       # the GEMM engine's whole plans
     ("vectorisation", r".*(ELEMS_PER_THREAD|VEC\w*)"),                     # elements per thread per access
     ("contiguous block", r"MAX_BLOCK_\w+|\w*BLOCK_(V|R|INNER|D)|\w*TILE_ELEMS|\w*MEAN_BLOCK|EPILOGUE_BLOCK_\w+"),
     ("warps", r"\w*WARPS"),                                                 # num_warps, MAX_NUM_WARPS, large_warps
     ("tile", r"\w*BLOCK_[MNK]"),                                            # BLOCK_M, large_BLOCK_N, SMALL_BLOCK_K
     ("stages", r"\w*STAGES"),                                               # software pipelining depth
-    ("split-K", r"SPLIT_K\w*"),
+    ("split-K", r"\w*SPLIT_K\w*"),
     ("swizzle", r"\w*GROUP_M"),                                             # the order tiles run in (L2 reuse)
 ]
 # Which kinds come first for each roofline bound; "other" (thresholds, precision switches) comes last.
@@ -46,8 +55,8 @@ AXIS_KINDS: list[tuple[str, str]] = [
 # one-sided tile move fell off a cliff (0.13-0.94x: spills, shared memory), so five of them in a
 # row ended the job before the stages were ever tried.
 KIND_ORDER = {
-    "memory": ["contiguous block", "warps", "vectorisation", "tile", "stages", "split-K", "swizzle", "other"],
-    "compute": ["stages", "warps", "swizzle", "tile", "split-K", "contiguous block", "vectorisation", "other"],
+    "memory": ["plan", "contiguous block", "warps", "vectorisation", "tile", "stages", "split-K", "swizzle", "other"],
+    "compute": ["plan", "stages", "warps", "swizzle", "tile", "split-K", "contiguous block", "vectorisation", "other"],
 }
 
 
@@ -82,27 +91,57 @@ def bound_of(results: list[dict | None]) -> str | None:
     return None
 
 
-def axis_order(names: list[str], bound: str | None, used_buckets: list[str] | None = None) -> list[str]:
+def axis_order(names: list[str], bound: str | None, used_buckets: list[str] | None = None,
+               declared_buckets: dict[str, list[str]] | None = None) -> list[str]:
     """The tunables in the order to walk them: by kind for the bound, other buckets' tunables last."""
-    idle = set(idle_bucket_axes(names, used_buckets or []))
+    idle = set(idle_bucket_axes(names, used_buckets or [], declared_buckets))
     ranks = {kind: i for i, kind in enumerate(KIND_ORDER[bound])} if bound else {}
     return sorted(names, key=lambda name: (name in idle, ranks.get(kind_of(name), 0), names.index(name)))
 
 
-def idle_bucket_axes(names: list[str], used_buckets: list[str]) -> list[str]:
-    """The tunables of buckets the job does not use. A bucket's siblings are the prefixes that carry
-    every parameter a used bucket carries (large_ and mid_ both have BLOCK_M, BLOCK_N, ..., warps)."""
-    idle: list[str] = []
-    for used in used_buckets:
-        params = [name[len(used) + 1:] for name in names if name.startswith(used + "_")]
-        if not params:
-            continue
-        siblings = {name[:-len(params[0]) - 1] for name in names if name.endswith("_" + params[0])}
-        for prefix in sorted(siblings - set(used_buckets)):
-            axes = [f"{prefix}_{param}" for param in params]
-            if all(axis in names for axis in axes):
-                idle += [axis for axis in axes if axis not in idle]
-    return idle
+def bucket_families(names: list[str]) -> list[list[str]]:
+    """Prefixes that carry the same parameters, two or more to a family (matmul's large_, mid_, small_, ieee_
+    and tc32_ each have BLOCK_M, BLOCK_N, BLOCK_K, warps and stages); a name's prefix ends at its first "_"."""
+    params: dict[str, set[str]] = {}
+    for name in names:
+        if "_" in name:
+            prefix, param = name.split("_", 1)
+            params.setdefault(prefix, set()).add(param)
+    families: dict[frozenset, list[str]] = {}
+    for prefix, carried in params.items():
+        if len(carried) >= 2:
+            families.setdefault(frozenset(carried), []).append(prefix)
+    return [prefixes for prefixes in families.values() if len(prefixes) >= 2]
+
+
+def idle_bucket_axes(names: list[str], used_buckets: list[str],
+                     declared_buckets: dict[str, list[str]] | None = None) -> list[str]:
+    """The tunables only the buckets the job does not use read. declared_buckets maps a bucket to the name
+    prefixes (or whole names) of the tunables its plans read; without it each prefix of a family is a bucket
+    that reads the tunables it starts."""
+    if not used_buckets:
+        return []
+    buckets = declared_buckets or {prefix: [prefix + "_"] for family in bucket_families(names) for prefix in family}
+
+    def read_by(bucket: str, name: str) -> bool:
+        return any(name.startswith(prefix) for prefix in buckets.get(bucket, []))
+    return [name for name in names if any(read_by(b, name) for b in buckets)
+            and not any(read_by(b, name) for b in used_buckets)]
+
+
+def declared_buckets(kernel_type: str) -> dict[str, list[str]] | None:
+    """The PLAN_BUCKETS literal (bucket -> the tunables' name prefixes its plans read) of the repository's
+    starter of this type, or None where it has none."""
+    starter = starter_path(kernel_type)
+    if not starter.is_file():
+        return None
+    for node in ast.parse(starter.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PLAN_BUCKETS" for t in node.targets):
+            try:
+                return {str(bucket): [str(p) for p in prefixes] for bucket, prefixes in ast.literal_eval(node.value).items()}
+            except (ValueError, AttributeError):
+                return None
+    return None
 
 
 def buckets_used(kernel_type: str, tunables: dict, shapes: list[dict], dtype_name: str | None) -> list[str] | None:
@@ -118,8 +157,10 @@ def buckets_used(kernel_type: str, tunables: dict, shapes: list[dict], dtype_nam
         module.TUNABLES = dict(tunables)
         params = [p for p in inspect.signature(module.plan).parameters if p not in ("dtype", "device")]
         dtype = DTYPES[dtype_name or "float16"]
-        return sorted({module.plan(*(shape[p] for p in params), dtype=dtype, device=torch.device("cpu")).bucket
-                       for shape in shapes})
+        plans = [module.plan(*(shape[p] for p in params), dtype=dtype, device=torch.device("cpu")) for shape in shapes]
+        if not all(hasattr(plan, "bucket") for plan in plans):
+            return None         # planned per shape without buckets (the GEMM engine's starters)
+        return sorted({plan.bucket for plan in plans})
     except Exception as exc:    # a hint for the search order, never a reason to stop the run
         log.warning("no shape-bucket preference for %s: %s: %s", kernel_type, type(exc).__name__, exc)
         return None

@@ -1,7 +1,7 @@
 """The built-in agent: offline coordinate descent over the TUNABLES a kernel declares, no API key needed.
 
 Starting from the kernel's current TUNABLES, it tries the neighbouring values (in TUNABLE_CHOICES
-order) of one tunable at a time (and a tile side that grows together with its bucket's warps, one
+order; every value of a whole-plan tunable, which has no order) of one tunable at a time (and a tile side that grows together with its bucket's warps, one
 step up: alone, a wider tile often spills), walking the tunables in the order autokernel/agents/axis_order.py
 gives: those that act on what limits the kernel first (memory or compute, by the roofline of the
 judge's summary of the baseline), and, for a kernel planned by shape bucket, the buckets the job's
@@ -99,9 +99,13 @@ class CoordinateSearch:
         return None
 
     def _moves_along(self, name: str) -> list[dict]:
-        """One step each way along `name`; a tile side that grows is also tried with its bucket's next warps up."""
+        """One step each way along `name`; a tile side that grows is also tried with its bucket's next warps up.
+        A whole plan (kind "plan": the GEMM engine's plans, gate_up) has no order to step along: every
+        other choice is a move, in the declared order."""
         moves = []
         warps = axis_order.paired_warps(name, list(self.choices))
+        if axis_order.kind_of(name) == "plan":
+            return [{**self.best, name: value} for value in self.choices[name] if value != self.best[name]]
         for value in neighbours(self.choices[name], self.best[name]):
             moves.append({**self.best, name: value})
             grows = self._rank(name, value) > self._rank(name, self.best[name])
@@ -187,7 +191,8 @@ def _start_search(ctx: AgentContext) -> CoordinateSearch:
     bound = axis_order.bound_of([ctx.last_result, *(result for _, result in ctx.best_versions), ctx.job.get("baseline")])
     buckets = axis_order.buckets_used(ctx.kernel_type, tunables, ctx.job.get("shapes") or [], ctx.job.get("dtype"))
     search = CoordinateSearch(choices=choices, best=tunables, best_score=None, bound=bound, buckets=buckets,
-                              order=axis_order.axis_order(list(choices), bound, buckets))
+                              order=axis_order.axis_order(list(choices), bound, buckets,
+                                                          axis_order.declared_buckets(ctx.kernel_type)))
     # A resumed run: the kept versions' configurations are already measured.
     for source, result in ctx.best_versions:
         try:

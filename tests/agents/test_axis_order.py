@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
     ("BLOCK_M", "tile"), ("large_BLOCK_N", "tile"), ("SMALL_BLOCK_K", "tile"),
     ("num_stages", "stages"), ("mid_stages", "stages"), ("split_k_max", "split-K"), ("GROUP_M", "swizzle"),
     ("fp32_highest", "other"), ("large_min_seq", "other"), ("HEADS_PER_PROGRAM", "other"),
+    ("plan", "plan"), ("engine_plan", "plan"), ("gate_up_plan", "plan"), ("gate_up", "plan"),
+    ("warp_specialize", "plan"), ("engine_split_k", "split-K"), ("engine_16bit", "other"),
 ])
 def test_each_tunable_is_classified_by_its_name(name, kind):
     assert axis_order.kind_of(name) == kind
@@ -57,8 +59,9 @@ def test_the_buckets_a_job_does_not_use_are_their_siblings_with_the_same_paramet
 
 
 @pytest.mark.parametrize("shape, dtype, bucket", [
-    ({"M": 4096, "N": 4096, "K": 4096}, "float16", "large"),
-    ({"M": 512, "N": 4096, "K": 4096}, "bfloat16", "mid"),
+    ({"M": 4096, "N": 4096, "K": 4096}, "float16", "engine"),     # 16-byte rows: the GEMM engine
+    ({"M": 512, "N": 4096, "K": 4096}, "bfloat16", "engine"),
+    ({"M": 512, "N": 50257, "K": 768}, "float16", "large"),       # rows TMA cannot read: the pointer tiles
     ({"M": 4096, "N": 4096, "K": 4096}, "float32", "tc32"),       # PyTorch's default setting: tf32x3, K-major
 ])
 def test_the_matmul_starters_plan_names_the_bucket_of_each_shape(shape, dtype, bucket):
@@ -69,8 +72,9 @@ def test_the_matmul_starters_plan_names_the_bucket_of_each_shape(shape, dtype, b
 def test_the_plan_uses_the_tunables_under_search_not_the_starters():
     tunables = read_tunables((ROOT / "kernels" / "matmul.py").read_text())[0]
     shape = {"M": 512, "N": 4096, "K": 4096}
-    # With the mid bucket's tiles as large as the large bucket's, the plan keeps the first (large) on the tie.
-    same_as_large = {**tunables, "mid_BLOCK_N": tunables["large_BLOCK_N"]}
+    # Off the engine, and with the mid bucket's tiles as large as the large bucket's, the plan keeps the first
+    # (large) on the tie.
+    same_as_large = {**tunables, "engine_16bit": False, "mid_BLOCK_N": tunables["large_BLOCK_N"]}
     assert axis_order.buckets_used("matmul", same_as_large, [shape], "float16") == ["large"]
 
 
@@ -81,12 +85,24 @@ def test_kernels_not_planned_by_bucket_have_no_bucket_preference(caplog):
     assert "no shape-bucket preference for matmul: KeyError" in caplog.text
 
 
-def test_the_rmsnorm_linear_starters_plan_names_its_bucket_too():
-    # On an H100 the search walked the decode bucket's tunables for a job of 4096 rows: they never apply.
-    tunables = read_tunables((ROOT / "kernels" / "rmsnorm_linear.py").read_text())[0]
+def test_the_engine_starters_plan_per_shape_without_buckets(caplog):
     shapes = [{"M": 4096, "N": 2048, "K": 2048}, {"M": 4096, "N": 32000, "K": 2048}]
-    assert axis_order.buckets_used("rmsnorm_linear", tunables, shapes, "float16") == ["large"]
-    assert axis_order.buckets_used("rmsnorm_linear", tunables, [{"M": 1, "N": 2048, "K": 2048}], "float16") == ["decode"]
-    names = list(tunables)
-    assert axis_order.idle_bucket_axes(names, ["large"])[:1] and all(
-        name.startswith(("decode_", "small_")) for name in axis_order.idle_bucket_axes(names, ["large"]))
+    tunables = read_tunables((ROOT / "kernels" / "rmsnorm_linear.py").read_text())[0]
+    assert axis_order.buckets_used("rmsnorm_linear", tunables, shapes, "float16") is None
+    mlp = read_tunables((ROOT / "kernels" / "rmsnorm_mlp.py").read_text())[0]
+    assert axis_order.buckets_used("rmsnorm_mlp", mlp, [{"M": 4096, "D": 2048, "F": 5632, "act": "silu"}],
+                                   "float16") is None
+    assert "no shape-bucket preference" not in caplog.text
+
+
+def test_a_job_on_the_engine_leaves_every_bucket_family_idle():
+    names = list(read_tunables((ROOT / "kernels" / "matmul.py").read_text())[1])
+    idle = axis_order.idle_bucket_axes(names, ["engine"])
+    assert {name.split("_")[0] for name in idle} == {"large", "mid", "small", "ieee", "tc32"} and len(idle) == 25
+    assert not any(name.startswith("engine_") for name in idle)
+    declared = axis_order.declared_buckets("matmul")
+    assert declared["engine"] == ["engine_"] and "split_k_" in declared["large"]
+    order = axis_order.axis_order(names, "compute", ["engine"], declared)
+    assert order[:5] == ["engine_plan", "engine_warp_specialize", "engine_group_m", "engine_split_k", "engine_16bit"]
+    assert set(order[5:]) == set(axis_order.idle_bucket_axes(names, ["engine"], declared))      # the rest: idle
+    assert "engine_plan" in axis_order.idle_bucket_axes(names, ["mid"], declared)

@@ -247,6 +247,7 @@ def test_without_a_bound_the_axes_are_walked_in_declaration_order():
 
 def test_a_matmul_job_walks_the_bucket_its_shapes_use_first_and_the_other_buckets_last():
     source = (ROOT / "kernels" / "matmul.py").read_text()
+    source = source.replace('"engine_16bit": True', '"engine_16bit": False')      # the pointer tiles' buckets
     job = {"rank": 1, "kernel_type": "matmul", "shapes": [{"M": 512, "N": 4096, "K": 4096}], "dtype": "bfloat16"}
     agent = BuiltinAgent()
     proposal = agent.propose(AgentContext("matmul", source, None, [], [], "", {**job, "baseline": bound_result("compute")}))
@@ -254,9 +255,25 @@ def test_a_matmul_job_walks_the_bucket_its_shapes_use_first_and_the_other_bucket
     assert search.buckets == ["mid"] and search.bound == "compute"
     assert search.order[:7] == ["mid_stages", "mid_warps", "GROUP_M", "mid_BLOCK_M", "mid_BLOCK_N", "mid_BLOCK_K",
                                 "split_k_min_k"]
-    assert {name.split("_")[0] for name in search.order[-20:]} == {"large", "small", "ieee", "tc32"}
+    assert {name.split("_")[0] for name in search.order[-25:]} == {"engine", "large", "small", "ieee", "tc32"}
     before, after = read_tunables(source)[0], read_tunables(proposal.kernel_source)[0]
     assert [name for name in before if before[name] != after[name]] == ["mid_stages"]
+
+
+def test_a_job_on_the_engine_walks_whole_plans_first():
+    source = (ROOT / "kernels" / "rmsnorm_mlp.py").read_text()
+    job = {"rank": 1, "kernel_type": "rmsnorm_mlp", "shapes": [{"M": 4096, "D": 2048, "F": 5632, "act": "silu"}],
+           "dtype": "float16"}
+    agent = BuiltinAgent()
+    proposal = agent.propose(AgentContext("rmsnorm_mlp", source, None, [], [], "",
+                                          {**job, "baseline": bound_result("compute")}))
+    [search] = agent._searches.values()
+    assert search.order[:6] == ["gate_up", "gate_up_plan", "down_plan", "warp_specialize", "group_m", "split_k"]
+    after = read_tunables(proposal.kernel_source)[0]
+    assert after["gate_up"] == "two_launch"
+    # A whole plan has no order to step along: every other plan is a move before the next tunable.
+    moves = search._moves_along("down_plan")
+    assert [move["down_plan"] for move in moves] == read_tunables(source)[1]["down_plan"][1:]
 
 
 def test_a_resumed_search_keeps_its_order_even_when_the_results_it_sees_change():

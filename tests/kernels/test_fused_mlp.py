@@ -60,64 +60,47 @@ def test_strided_activations_and_weights_are_read_through_their_strides():
     _assert_matches_reference(x, w_gate, w_up, w_down, activation="relu2")
 
 
-def test_the_gate_epilogue_launch_has_its_own_width_and_depth(monkeypatch):
-    monkeypatch.setitem(mlp.TUNABLES, "large_min_tiles", 1)
-    epilogue = mlp._tile_config(4096, 11008, gate_epilogue=True)
-    assert (epilogue["BLOCK_N"], epilogue["num_stages"]) == (mlp.TUNABLES["EPILOGUE_BLOCK_N"],
-                                                             mlp.TUNABLES["epilogue_num_stages"])
-    plain = mlp._tile_config(4096, 4096, gate_epilogue=False)
-    assert (plain["BLOCK_N"], plain["num_stages"]) == (mlp.TUNABLES["BLOCK_N"], mlp.TUNABLES["num_stages"])
-    monkeypatch.setitem(mlp.TUNABLES, "large_min_tiles", 10**9)
-    assert mlp._tile_config(4096, 4096, gate_epilogue=False)["BLOCK_M"] == mlp.TUNABLES["SMALL_BLOCK_M"]
-
-
-def test_tma_is_used_only_where_the_copy_engine_can_describe_the_operand():
-    aligned = torch.empty(8, 40, dtype=torch.float16)          # 80-byte rows
-    assert mlp._tma_ready(aligned)
-    assert not mlp._tma_ready(torch.empty(8, 70, dtype=torch.float16))   # 140-byte rows
-    assert not mlp._tma_ready(aligned.T.contiguous().T)       # column-major
-    assert not mlp._tma_ready(torch.empty(8 * 40 + 1, dtype=torch.float16)[1:].view(8, 40))  # 2-byte offset
-
-
 def test_the_pointer_path_agrees_with_the_tma_path(monkeypatch):
     inputs = _mlp_inputs(37, 48, 80, dtype=torch.float16, x_scale=2.0)
-    assert all(mlp._tma_ready(t) for t in inputs)
+    assert all(mlp._engine_tma(t) for t in inputs)
     through_tma = mlp.kernel_fn(*inputs)
-    monkeypatch.setattr(mlp, "_tma_ready", lambda *tensors: False)
+    monkeypatch.setattr(mlp, "_engine_tma", lambda t: False)
     torch.testing.assert_close(mlp.kernel_fn(*inputs), through_tma, atol=2e-3, rtol=2e-3)
 
 
-def test_each_program_walks_several_tiles_under_the_interpreter(monkeypatch):
-    # 3 programs over 4 x 3 tiles: the persistent loop, not one tile per program, covers the output.
-    monkeypatch.setitem(mlp.TUNABLES, "large_min_tiles", 10**9)
-    x, w_gate, w_up, w_down = _mlp_inputs(4 * mlp.TUNABLES["SMALL_BLOCK_M"], 16, 3 * mlp.TUNABLES["SMALL_BLOCK_N"])
-    assert mlp.INTERPRETER_PROGRAMS < 12
-    _assert_matches_reference(x, w_gate, w_up, w_down)
-
-
-@pytest.mark.parametrize("large_min_tiles", [1, 10**9], ids=["big-tile config", "small-tile config"])
-def test_both_configs_handle_ragged_edges_and_a_k_tail(monkeypatch, large_min_tiles):
-    monkeypatch.setitem(mlp.TUNABLES, "large_min_tiles", large_min_tiles)
-    # No size is a multiple of a block, so both GEMMs take their masked paths.
+@pytest.mark.parametrize("gate_up", ["dual", "two_launch"])
+def test_both_gate_up_plans_handle_ragged_edges_and_a_k_tail(monkeypatch, gate_up):
+    monkeypatch.setitem(mlp.TUNABLES, "gate_up", gate_up)
+    # No size is a multiple of a block, so both GEMMs have ragged tiles and a K tail.
     _assert_matches_reference(*_mlp_inputs(131, 70, 150, dtype=torch.float16))
 
 
+def test_the_dual_plan_never_writes_the_gate_and_up_products(monkeypatch):
+    launches = []
+    original = mlp.engine_gemm
+    monkeypatch.setattr(mlp, "engine_gemm", lambda *args, **kwargs: launches.append(kwargs) or original(*args, **kwargs))
+    mlp.kernel_fn(*_mlp_inputs(16, 32, 48))
+    assert len(launches) == 2 and launches[0].get("b2") is not None      # H in one launch, then the down projection
+
+
 def _combinations():
-    """The smallest choice of every tunable, the largest, and two random picks (fixed seed)."""
+    """The first choice of every tunable, the last, and two random picks (fixed seed)."""
     choices = mlp.TUNABLE_CHOICES
     rng = random.Random(0)
-    return [{k: min(v) for k, v in choices.items()}, {k: max(v) for k, v in choices.items()},
+    return [{k: v[0] for k, v in choices.items()}, {k: v[-1] for k, v in choices.items()},
             *({k: rng.choice(v) for k, v in choices.items()} for _ in range(2))]
 
 
-@pytest.mark.parametrize("combination", _combinations(), ids=["smallest", "largest", "random-1", "random-2"])
-def test_tunable_choices_stay_correct_in_both_configs(monkeypatch, combination):
+@pytest.mark.parametrize("combination", _combinations(), ids=["first", "last", "random-1", "random-2"])
+def test_tunable_choices_stay_correct(monkeypatch, combination):
     for key, value in combination.items():
         monkeypatch.setitem(mlp.TUNABLES, key, value)
-    inputs = _mlp_inputs(23, 40, 72, dtype=torch.bfloat16)
-    _assert_matches_reference(*inputs)
-    monkeypatch.setitem(mlp.TUNABLES, "large_min_tiles", 1)
-    _assert_matches_reference(*inputs)
+    _assert_matches_reference(*_mlp_inputs(23, 40, 72, dtype=torch.bfloat16))
+
+
+def test_the_plan_choices_are_the_engines_plans():
+    assert mlp.TUNABLE_CHOICES["gate_up_plan"][1:] == list(mlp.ENGINE_PLANS["dual"])
+    assert mlp.TUNABLE_CHOICES["down_plan"][1:] == list(mlp.ENGINE_PLANS["plain"])
 
 
 def test_every_tunable_has_choices_that_include_its_current_value():

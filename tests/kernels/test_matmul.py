@@ -59,7 +59,27 @@ def test_inputs_are_left_unchanged():
 
 
 # --------------------------------------------------------------------------- planning
-def test_big_outputs_keep_the_big_tiles_and_512_rows_get_smaller_ones():
+def test_16bit_products_with_16_byte_rows_run_on_the_engine():
+    p = matmul.plan(4096, 2048, 2048, torch.float16, CPU)
+    assert p.bucket == "engine" and p.engine == matmul.engine_plan(4096, 2048, 2048, torch.float16, CPU)
+    assert matmul.plan(512, 50257, 768, torch.float16, CPU).bucket != "engine"    # GPT-2's head: 100 514-byte rows
+    assert matmul.plan(4096, 4096, 4096, torch.float32, CPU).bucket != "engine"
+    a, b = _randn(70, 48, dtype=torch.bfloat16), _randn(48, 40, dtype=torch.bfloat16, seed=1)
+    _assert_matches_reference(a, b)
+    _assert_matches_reference(a, _randn(40, 48, dtype=torch.bfloat16, seed=1).T)        # an nn.Linear weight's B
+
+
+def test_the_engine_tunables_reach_the_engines_plan(monkeypatch):
+    monkeypatch.setitem(matmul.TUNABLES, "engine_plan", "64x64x64/w4/s6")
+    monkeypatch.setitem(matmul.TUNABLES, "engine_split_k", 2)
+    p = matmul.plan(4096, 2048, 2048, torch.float16, CPU)
+    assert (p.engine.block_m, p.engine.block_n, p.engine.stages, p.engine.split_k) == (64, 64, 6, 2)
+    monkeypatch.setitem(matmul.TUNABLES, "engine_16bit", False)
+    assert matmul.plan(4096, 2048, 2048, torch.float16, CPU).bucket == "large"
+
+
+def test_big_outputs_keep_the_big_tiles_and_512_rows_get_smaller_ones(monkeypatch):
+    monkeypatch.setitem(matmul.TUNABLES, "engine_16bit", False)      # the pointer path's own buckets
     big = matmul.plan(4096, 4096, 4096, torch.float16, CPU)
     assert (big.bucket, big.block_m, big.block_n, big.split_k) == ("large", 128, 256, 1)
     # 512 x 2048 gives 32 big tiles for 132 SMs; 64 x 128 tiles give 128, one nearly full wave.
@@ -84,8 +104,10 @@ def test_huge_k_is_split_to_fill_the_sms():
     assert 524288 // p.split_k >= matmul.TUNABLES["split_k_min_k"]
 
 
-def test_k_is_not_split_where_the_partials_would_cost_more_than_they_save():
+def test_k_is_not_split_where_the_partials_would_cost_more_than_they_save(monkeypatch):
+    # The pointer tiles' rule (the engine's split comes from its measured table, else the SMs' use):
     # 512 x 2048 x 5632 in float16: two slices would add 16 MB of partials to 29 MB of operands.
+    monkeypatch.setitem(matmul.TUNABLES, "engine_16bit", False)
     assert matmul.plan(512, 2048, 5632, torch.float16, CPU).split_k == 1
     assert matmul.plan(4096, 4096, 4096, torch.float32, CPU).split_k == 1
 
@@ -170,6 +192,7 @@ def test_k_major_path_with_split_k(monkeypatch):
 # --------------------------------------------------------------------------- split-K
 def _forced_split(monkeypatch, min_k):
     monkeypatch.setitem(matmul.TUNABLES, "split_k_min_k", min_k)
+    monkeypatch.setitem(matmul.TUNABLES, "engine_16bit", False)     # the engine's own split-K: test_gemm_engine.py
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])

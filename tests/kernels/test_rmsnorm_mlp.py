@@ -1,4 +1,4 @@
-"""The RMSNorm + MLP starter beyond what the judge checks: the folded norm, activations, layouts, TMA and pointer paths, tile configs."""
+"""The RMSNorm + MLP starter beyond what the judge checks: the norm pass, activations, layouts, TMA and pointer paths, plans."""
 
 import os
 
@@ -64,8 +64,8 @@ def test_large_rows_do_not_overflow_in_float16():
 
 
 def test_x_times_a_large_norm_weight_is_kept_within_float16():
-    # x near 4e4 times a weight of 2 is past float16's largest value: the tile product is divided
-    # by max |weight| before it is rounded for the MMA, and the row scale multiplies it back.
+    # x near 4e4 times a weight of 2 is past float16's largest value: the norm pass scales each row
+    # by its rsqrt in float32 before the weight and before it rounds, so n stays small.
     x, norm_weight, *weights = _inputs(9, 64, 96, dtype=torch.float16)
     x[:, ::4] = 4e4
     norm_weight = (norm_weight * 0 + 2.0).to(torch.float16)
@@ -90,88 +90,52 @@ def test_strided_activations_and_weights_are_read_through_their_strides():
     _assert_matches_reference(x, norm_weight, w_gate, w_up, w_down, activation="relu2")
 
 
-def test_the_norm_runs_in_the_two_input_launches_and_not_in_the_down_projection(monkeypatch):
-    launches = []
-    real_gemm = norm_mlp._gemm
-
-    def recording_gemm(a, weight, **kwargs):
-        launches.append(kwargs.get("norm_weight") is not None)
-        return real_gemm(a, weight, **kwargs)
-    monkeypatch.setattr(norm_mlp, "_gemm", recording_gemm)
-    norm_mlp.kernel_fn(*_inputs(4, 16, 24))
-    assert launches == [True, True, False]
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_the_separate_norm_pass_normalizes_first_and_keeps_the_norm_out_of_the_gemms(monkeypatch, dtype):
-    monkeypatch.setitem(norm_mlp.TUNABLES, "small_norm_pass", "separate")
+def test_the_norm_pass_normalizes_first_and_the_gemms_take_its_output(monkeypatch, dtype):
     monkeypatch.setitem(norm_mlp.TUNABLES, "NORM_BLOCK", 16)     # rows of 70 take five blocks: a tail too
     launches, rows = [], []
-    real_gemm, real_rows = norm_mlp._gemm, norm_mlp._rmsnorm_rows
-    monkeypatch.setattr(norm_mlp, "_gemm", lambda a, weight, **kw: launches.append(
-        kw.get("norm_weight") is not None) or real_gemm(a, weight, **kw))
+    real_gemm, real_rows = norm_mlp.engine_gemm, norm_mlp._rmsnorm_rows
+    monkeypatch.setattr(norm_mlp, "engine_gemm", lambda a, b, **kw: launches.append(a) or real_gemm(a, b, **kw))
     monkeypatch.setattr(norm_mlp, "_rmsnorm_rows", lambda *a: rows.append(a[0].shape) or real_rows(*a))
     x, *weights = _inputs(19, 70, 40, dtype=dtype, x_scale=3.0)
     x = x * torch.linspace(0.1, 10, 19, dtype=dtype)[:, None]      # rows of very different scales
     _assert_matches_reference(x, *weights)
-    assert rows == [(19, 70)] and launches == [False, False, False]
-
-
-def test_large_rows_do_not_overflow_in_float16_through_the_separate_pass(monkeypatch):
-    monkeypatch.setitem(norm_mlp.TUNABLES, "small_norm_pass", "separate")
-    # Squares of 3e3 sum past float16's largest value within one row: the sum must be float32.
-    _assert_matches_reference(*_inputs(9, 64, 32, dtype=torch.float16, x_scale=3e3))
-
-
-def test_tma_is_used_only_where_the_copy_engine_can_describe_the_operand():
-    aligned = torch.empty(8, 40, dtype=torch.float16)          # 80-byte rows
-    assert norm_mlp._tma_ready(aligned)
-    assert not norm_mlp._tma_ready(torch.empty(8, 70, dtype=torch.float16))   # 140-byte rows
-    assert not norm_mlp._tma_ready(aligned.T.contiguous().T)       # column-major
+    assert rows == [(19, 70)] and len(launches) == 2 and launches[0] is not x    # the dual GEMM, then down
 
 
 def test_the_pointer_path_agrees_with_the_tma_path(monkeypatch):
     inputs = _inputs(37, 48, 80, dtype=torch.float16, x_scale=2.0)
-    assert all(norm_mlp._tma_ready(t) for t in inputs if t.dim() == 2)
+    assert all(norm_mlp._engine_tma(t) for t in inputs if t.dim() == 2)
     through_tma = norm_mlp.kernel_fn(*inputs)
-    monkeypatch.setattr(norm_mlp, "_tma_ready", lambda *tensors: False)
+    monkeypatch.setattr(norm_mlp, "_engine_tma", lambda t: False)
     torch.testing.assert_close(norm_mlp.kernel_fn(*inputs), through_tma, atol=2e-3, rtol=2e-3)
 
 
-def test_each_program_walks_several_tiles_under_the_interpreter(monkeypatch):
-    # 3 programs over 4 x 3 tiles: the persistent loop, not one tile per program, covers the output,
-    # and each tile's rows get their own sum of squares.
-    monkeypatch.setitem(norm_mlp.TUNABLES, "large_min_tiles", 10**9)
-    tiles_m, tiles_n = 4 * norm_mlp.TUNABLES["SMALL_BLOCK_M"], 3 * norm_mlp.TUNABLES["SMALL_BLOCK_N"]
-    x, *weights = _inputs(tiles_m, 16, tiles_n)
-    x = x * torch.linspace(0.1, 10, tiles_m)[:, None]
-    assert norm_mlp.INTERPRETER_PROGRAMS < 12
-    _assert_matches_reference(x, *weights)
-
-
-@pytest.mark.parametrize("large_min_tiles", [1, 10**9], ids=["big-tile config", "small-tile config"])
-def test_both_configs_handle_ragged_edges_and_a_k_tail(monkeypatch, large_min_tiles):
-    monkeypatch.setitem(norm_mlp.TUNABLES, "large_min_tiles", large_min_tiles)
-    # No size is a multiple of a block: the norm's sum sees the K tail's zero-filled columns.
+@pytest.mark.parametrize("gate_up", ["dual", "two_launch"])
+def test_both_gate_up_plans_handle_ragged_edges_and_a_k_tail(monkeypatch, gate_up):
+    monkeypatch.setitem(norm_mlp.TUNABLES, "gate_up", gate_up)
+    # No size is a multiple of a block: ragged tiles, a K tail, and a norm row longer than one block.
     _assert_matches_reference(*_inputs(131, 70, 150, dtype=torch.float16))
 
 
 def _combinations():
-    """The smallest choice of every tunable, the largest, and two random picks (fixed seed)."""
+    """The first choice of every tunable, the last, and two random picks (fixed seed)."""
     choices = norm_mlp.TUNABLE_CHOICES
     rng = random.Random(0)
-    return [{k: min(v) for k, v in choices.items()}, {k: max(v) for k, v in choices.items()},
+    return [{k: v[0] for k, v in choices.items()}, {k: v[-1] for k, v in choices.items()},
             *({k: rng.choice(v) for k, v in choices.items()} for _ in range(2))]
 
 
-@pytest.mark.parametrize("combination", _combinations(), ids=["smallest", "largest", "random-1", "random-2"])
-def test_tunable_choices_stay_correct_in_both_configs(monkeypatch, combination):
+@pytest.mark.parametrize("combination", _combinations(), ids=["first", "last", "random-1", "random-2"])
+def test_tunable_choices_stay_correct(monkeypatch, combination):
     for key, value in combination.items():
         monkeypatch.setitem(norm_mlp.TUNABLES, key, value)
-    inputs = _inputs(23, 40, 72, dtype=torch.bfloat16)
-    _assert_matches_reference(*inputs)
-    monkeypatch.setitem(norm_mlp.TUNABLES, "large_min_tiles", 1)
-    _assert_matches_reference(*inputs)
+    _assert_matches_reference(*_inputs(23, 40, 72, dtype=torch.bfloat16))
+
+
+def test_the_plan_choices_are_the_engines_plans():
+    assert norm_mlp.TUNABLE_CHOICES["gate_up_plan"][1:] == list(norm_mlp.ENGINE_PLANS["dual"])
+    assert norm_mlp.TUNABLE_CHOICES["down_plan"][1:] == list(norm_mlp.ENGINE_PLANS["plain"])
 
 
 def test_every_tunable_has_choices_that_include_its_current_value():
