@@ -125,7 +125,7 @@ class Judge:
 
     def stage_dtypes(self) -> list[torch.dtype]:
         """Every dtype; a --screen checks only the run's own, since each dtype compiles a candidate again."""
-        return [self.dtype] if self.args.screen else list(DTYPES.values())
+        return [self.dtype] if self.args.screen else [d for d in DTYPES.values() if self.kt.supports(d)]
 
     def timing_shapes(self) -> list[dict]:
         if self.args.shape:
@@ -525,6 +525,9 @@ def judge_kernel(worker: CandidateWorker, args, report: Report, watchdog: Watchd
             kt = registry.get(worker.hello())       # only a registry name reaches the report
             report.result["kernel_type"] = kt.name
         report.result["load_seconds"] = round(time.monotonic() - started, 3)
+        if not kt.supports(DTYPES[args.dtype]):      # a region is judged in the model's dtype only
+            raise CheckFailure(f"{kt.name} is judged in {', '.join(kt.dtypes)} only, not {args.dtype}: "
+                               f"pass --dtype {kt.dtypes[0]}")
         judge = Judge(worker, kt, args)
         report.result["timing_shapes"] = [registry.format_shape(s) for s in judge.timing_shapes()]
         for stage, run_stage in STAGES:
