@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from autokernel import paths, sandbox
+from autokernel.regions import store as region_store
 from autokernel.child_output import TailReader, current_watcher
 from autokernel.contracts import CRASH, TIMEOUT, BenchResult, ContractError
 from autokernel.registry import Shape, format_shape
@@ -331,6 +332,9 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
         json_out = Path(tmp) / "result.json"
         cmd = bench_command(kernel_path, shapes=shapes, dtype=dtype, json_out=json_out, seed=seed,
                             extra_args=extra_args, bench_script=bench_script)
+        # The region files the judge reads a region's reference from (autokernel/regions/store.py) sit in the
+        # workspace, which the sandbox hides: they are made readable, never writable.
+        readable = [*readable, *(folder for folder in region_store.folders() if folder.is_dir())]
         child = run_child(cmd, timeout_s=timeout_s, cwd=cwd, writable=[tmp], readable=readable,
                           env_extra={NONCE_VARIABLE: nonce})
         written = json_out.read_text() if json_out.exists() else ""

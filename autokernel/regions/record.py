@@ -52,7 +52,8 @@ class Region:
     def from_json(cls, data: dict) -> Region:
         region = cls(RegionDefinition.from_json(data["definition"]), RegionAbout.from_json(data.get("about", {})))
         if data.get("name") != region.name:
-            raise ValueError(f"the region file names {data.get('name')!r}, but its definition is {region.name!r}")
+            raise ValueError(f"the region file names {data.get('name')!r}, but its definition is {region.name!r}: "
+                             "it was changed after it was written")
         return region
 
     def shape(self) -> dict:

@@ -1,0 +1,191 @@
+"""A region's starter kernel: the Triton code torch.compile's Inductor generated for it, as a plain kernel.py.
+
+The file (`write`) holds Inductor's own @triton.jit kernels, unchanged but for their decorators; the
+launch grid of each, computed from the sizes Inductor passes it as its launcher would; the config
+Inductor chose for each (on a GPU, the one its autotuner kept; without one, starter sizes of our
+own for Triton's interpreter: `default_config`) as TUNABLES, with TUNABLE_CHOICES around them for
+the built-in search; and `kernel_fn`, which allocates what Inductor's `call` allocated and launches
+the kernels in its order. So the first experiment of a region's job runs at torch.compile's speed
+by construction; the loop's work is to beat it. Under Triton's interpreter libdevice's functions
+come from autokernel/interpreter_libdevice.py.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import triton
+
+from autokernel.regions.record import Region
+from autokernel.regions.starter_code import Kernel, Launch, StarterError, Wrapper, read
+
+BLOCKS = ("XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK")
+WARPS = [1, 2, 4, 8, 16]
+STAGES = [1, 2, 3, 4]
+_NUMELS = {"XBLOCK": "xnumel", "YBLOCK": "ynumel", "ZBLOCK": "znumel", "R0_BLOCK": "r0_numel", "R1_BLOCK": "r1_numel"}
+_INTERPRETER_TILE = 4096         # elements per program in the interpreter: fewer, larger programs run faster there
+
+
+def default_config(kernel: Kernel, numels: dict[str, int]) -> dict:
+    """Block sizes for a kernel nothing autotuned (generated without a GPU): whole tiles of about 4096 elements."""
+    config: dict = {"num_warps": kernel.decorator.get("num_warps", 4), "num_stages": kernel.decorator.get("num_stages", 1)}
+    blocks = [b for b in BLOCKS if b in kernel.constexprs]
+    fixed = 1
+    for name in ("R0_BLOCK", "R1_BLOCK"):
+        if name in kernel.body_constexprs:
+            fixed *= int(kernel.body_constexprs[name])
+    for name in reversed(blocks):          # reduction blocks first, then z, y, x
+        size = triton.next_power_of_2(max(1, numels.get(_NUMELS[name], 1)))
+        limit = 1024 if name.startswith("R") else max(1, _INTERPRETER_TILE // fixed)
+        config[name] = min(size, limit)
+        fixed *= config[name]
+    return config
+
+
+def _choices(name: str, value: int) -> list[int]:
+    if name == "num_warps":
+        return WARPS
+    if name == "num_stages":
+        return STAGES
+    return [v for v in (2 ** i for i in range(13)) if value // 8 <= v <= value * 8]
+
+
+def write(region: Region, code: str, configs: dict[str, dict], *, generated_on: str, versions: str) -> str:
+    """The starter's source for a region from Inductor's code for it (inductor.generate)."""
+    wrapper = read(code)
+    launched = [step.kernel for step in wrapper.steps if isinstance(step, Launch)]
+    if not launched:
+        raise StarterError("Inductor's code for it launches no Triton kernel")
+    order = list(dict.fromkeys(launched))
+    short = {name: f"k{index}" for index, name in enumerate(order)}
+    tunables: dict = {}
+    lines = []
+    renames = {old: new for old, new in zip(wrapper.inputs, (i.name for i in region.definition.inputs))}
+    for step in wrapper.steps:
+        if isinstance(step, Launch):
+            kernel = wrapper.kernels[step.kernel]
+            lines += _launch_lines(kernel, step, short[kernel.name], configs.get(kernel.name), tunables, renames)
+        else:
+            lines.append(ast.unparse(_Rewrite(renames).visit(step)))
+    returned = [ast.unparse(_Rewrite(renames).visit(value)) for value in wrapper.returns]
+    lines.append(f"return {returned[0]}" if len(returned) == 1 else f"return ({', '.join(returned)})")
+    parameters = [i.name for i in region.definition.inputs]
+    body = "\n".join(f"    {line}" for line in [f"device = {parameters[0]}.device"] + lines)
+    kernels = "\n\n\n".join(f"@triton.jit\n{wrapper.kernels[name].source}" for name in order)
+    choices = {key: _choices(key.split("_", 1)[1], value) for key, value in tunables.items()}
+    legend = "\n".join(f"#   {short[name]}: {name}" for name in order)
+    return _TEMPLATE.format(
+        describe=region.describe(), sources="\n".join(f"    {line.show()}" for line in region.about.sources),
+        generated_on=generated_on, versions=versions, name=region.name, legend=legend,
+        tunables=_literal(tunables), choices=_literal(choices), kernels=kernels,
+        signature=", ".join(parameters), body=body)
+
+
+def _literal(values: dict) -> str:
+    return "{\n" + "".join(f"    {key!r}: {value!r},\n" for key, value in values.items()) + "}"
+
+
+def _launch_lines(kernel: Kernel, step: Launch, short: str, chosen: dict | None, tunables: dict,
+                  renames: dict) -> list[str]:
+    runtime = [p for p in kernel.parameters if p not in kernel.constexprs]
+    args = [ast.unparse(_Rewrite(renames).visit(arg)) for arg in step.args]
+    grid_values, args = (args[len(runtime):], args[:len(runtime)]) if kernel.grid_type == "FixedGrid" else ([], args)
+    if len(args) != len(runtime):
+        raise StarterError(f"{kernel.name} takes {len(runtime)} arguments, Inductor passed {len(step.args)}")
+    numels = {}
+    for name, value in zip(runtime, step.args):
+        if name.endswith("numel"):
+            if not isinstance(value, ast.Constant):
+                raise StarterError(f"{kernel.name}'s {name} is not a constant: the starter is for static shapes")
+            numels[name] = int(value.value)
+    config = dict(chosen) if chosen else default_config(kernel, numels)
+    keywords = []
+    for name in kernel.constexprs:
+        if name not in config:
+            raise StarterError(f"{kernel.name} takes the constexpr {name}, which no config gives")
+        key = f"{short}_{name}"
+        tunables.setdefault(key, int(config[name]))
+        keywords.append(f"{name}=TUNABLES[{key!r}]")
+    for name in ("num_warps", "num_stages"):
+        key = f"{short}_{name}"
+        tunables.setdefault(key, int(config.get(name, 4 if name == "num_warps" else 1)))
+        keywords.append(f"{name}=TUNABLES[{key!r}]")
+    grid = _grid(kernel, numels, grid_values, short)
+    comment = [f"# {kernel.origin}"] if kernel.origin else []
+    return comment + [f"{kernel.name}[{grid}]({', '.join(args + keywords)})"]
+
+
+def _grid(kernel: Kernel, numels: dict, fixed: list[str], short: str) -> str:
+    if kernel.grid_type == "FixedGrid":
+        return f"({', '.join(fixed)},)" if len(fixed) == 1 else f"({', '.join(fixed)})"
+    sides = []
+    for block, numel in (("XBLOCK", "xnumel"), ("YBLOCK", "ynumel"), ("ZBLOCK", "znumel")):
+        if numel not in numels:
+            continue
+        size = numels[numel]
+        sides.append(f"triton.cdiv({size}, TUNABLES[{f'{short}_{block}'!r}])" if block in kernel.constexprs
+                     else str(size))
+    if kernel.grid_type == "Grid1D":
+        return f"({sides[0]},)"
+    return f"({', '.join(sides + ['1'] * (3 - len(sides)))})"
+
+
+class _Rewrite(ast.NodeTransformer):
+    """Inductor's wrapper names and helpers as plain torch: its argument names become the region's inputs'."""
+
+    def __init__(self, renames: dict):
+        self.renames = renames
+
+    def visit_Name(self, node: ast.Name):
+        return ast.copy_location(ast.Name(self.renames.get(node.id, node.id), node.ctx), node)
+
+    def visit_Call(self, node: ast.Call):
+        self.generic_visit(node)
+        callee = ast.unparse(node.func)
+        if callee in ("empty_strided_cuda", "empty_strided_cpu", "empty_strided"):
+            size, stride, dtype = node.args[:3]
+            return ast.parse(f"torch.empty_strided({ast.unparse(size)}, {ast.unparse(stride)}, "
+                             f"dtype={ast.unparse(dtype)}, device=device)", mode="eval").body
+        if callee == "reinterpret_tensor":
+            return ast.parse(f"torch.as_strided({', '.join(ast.unparse(a) for a in node.args)})", mode="eval").body
+        return node
+
+
+_TEMPLATE = '''"""Region {name}: {describe}.
+
+The model's PyTorch source it covers:
+{sources}
+
+Starter: the Triton code torch.compile's Inductor generated for this region ({versions}, on {generated_on}),
+made a plain kernel file: Inductor's kernels as it wrote them, the launch grid its launcher computes for
+each, the config it chose for each as TUNABLES (without a GPU nothing was autotuned: starter sizes for
+Triton's interpreter), and kernel_fn in place of its wrapper. It runs at torch.compile's speed; beat it.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+from torch._inductor.runtime import triton_helpers
+from torch._inductor.runtime.triton_helpers import math as tl_math
+
+if os.environ.get("TRITON_INTERPRET") == "1":     # Triton's interpreter cannot call CUDA's libdevice
+    from autokernel.interpreter_libdevice import libdevice
+else:
+    from torch._inductor.runtime.triton_helpers import libdevice
+
+KERNEL_TYPE = "{name}"
+
+# The kernels, in launch order:
+{legend}
+TUNABLES = {tunables}
+TUNABLE_CHOICES = {choices}
+
+
+{kernels}
+
+
+def kernel_fn({signature}):
+{body}
+'''
