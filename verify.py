@@ -46,6 +46,10 @@ from rich.console import Console
 
 from autokernel import handover, interpreter, manifest, models, paths, plugin, profiler
 from autokernel.contracts import PlanEntry
+from autokernel.regions import jobs as region_jobs
+from autokernel.regions import store as region_store
+from autokernel.regions.inductor import InductorFailed
+from autokernel.regions.starter_code import StarterError
 from autokernel.model_args import add_model_arguments, load_model_keywords
 from autokernel.outputs import ERROR_DEFINITION
 from autokernel.verify_report import print_report
@@ -90,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console()
     workspace = Path(args.workspace)
+    region_store.add_folder(workspace / region_store.FOLDER)      # the regions a plan there names
     try:
         loaded = models.load_model(**load_model_keywords(args))
         plan, plan_note = read_model_plan(workspace / profiler.PLAN_FILE, loaded)
@@ -131,9 +136,14 @@ def write_starter_manifest(plan: dict, folder: Path) -> Path:
     It is written to folder/manifest.json (keeping route tables measured before for the same
     sources); the folder is returned, to plug in as an optimized_kernels folder is.
     """
-    entries = {f"{entry['rank']}_{entry['kernel_type']}":
-               plugin.manifest_entry(PlanEntry.from_json(entry), paths.starter_path(entry["kernel_type"]))
-               for entry in plan["entries"]}
+    entries = {}
+    for entry in plan["entries"]:
+        try:       # a region's starter is Inductor's code for it, generated here (autokernel/regions/jobs.py)
+            starter = region_jobs.starter_file(entry["kernel_type"], folder)
+        except (InductorFailed, StarterError) as why:
+            print(f"no starter for {entry['kernel_type']}: {why}", file=sys.stderr)
+            continue
+        entries[f"{entry['rank']}_{entry['kernel_type']}"] = plugin.manifest_entry(PlanEntry.from_json(entry), starter)
     if not entries:
         raise NothingToPlugIn(f"the plan of {plan['model']} has no kernel type AutoKernel has a kernel for, "
                               "so there is nothing to plug in")

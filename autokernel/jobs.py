@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import ast
 import json
+import sys
 from pathlib import Path
+from typing import Callable
 
 from autokernel import paths, registry
 from autokernel.contracts import ContractError, Job, PlanEntry
+from autokernel.regions import store
 
 JOBS_FILE = "jobs.json"
 
@@ -75,10 +78,12 @@ def plan_entries(plan: dict) -> list[PlanEntry]:
     return sorted(entries, key=lambda entry: entry.rank)
 
 
-def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path, backend: str = "triton") -> list[Job]:
+def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path, backend: str = "triton",
+                 log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> list[Job]:
     """Write one kernel file per planned kernel type (the top `top` by rank) and jobs.json; return the jobs.
 
-    Each job starts from its type's starter in `backend`'s language (paths.starter_path).
+    Each job starts from its type's starter in `backend`'s language (paths.starter_path); a region's from
+    Inductor's code for it. A region whose starter cannot be made is passed over, and `log` says why.
     """
     if top < 1:
         raise ValueError(f"top must be at least 1, got {top}")
@@ -88,10 +93,17 @@ def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path, backend
     folder = Path(workspace)
     folder.mkdir(parents=True, exist_ok=True)
     jobs = []
-    for entry in plan_entries(plan)[:top]:
+    store.add_folder(folder / store.FOLDER)
+    for entry in plan_entries(plan):
+        if len(jobs) == top:
+            break
         registry.get(entry.kernel_type)
         if not entry.shapes:
             raise PlanError(f"plan entry rank {entry.rank} ({entry.kernel_type}) has no shapes; run profile.py again")
+        if store.is_region(entry.kernel_type):
+            job = _region_job(entry, plan.get("model", "unknown"), folder, log)
+            jobs += [job] if job is not None else []
+            continue
         starter = paths.starter_path(entry.kernel_type, backend)
         if not starter.is_file() and backend == "cuda":
             have = sorted(p.stem for p in starter.parent.glob("*.py") if not p.name.startswith("_"))
@@ -105,6 +117,24 @@ def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path, backend
         jobs.append(job)
     (folder / JOBS_FILE).write_text(json.dumps([job.to_json() for job in jobs], indent=2) + "\n")
     return jobs
+
+
+def _region_job(entry: PlanEntry, model: str, folder: Path, log: Callable[[str], None]) -> Job | None:
+    """A region's job, its starter Inductor's code for it (autokernel/regions/jobs.py); None, said why, where
+    Inductor's code for it cannot be a starter. A region's starter is Triton whatever the backend."""
+    from autokernel.regions import jobs as region_jobs
+    from autokernel.regions.inductor import InductorFailed
+    from autokernel.regions.starter_code import StarterError
+
+    try:
+        source = region_jobs.starter_source(entry.kernel_type)
+    except (InductorFailed, StarterError) as why:
+        log(f"plan entry rank {entry.rank} ({entry.kernel_type}): no job, {why}")
+        return None
+    target = folder / f"kernel_{entry.rank}_{entry.kernel_type}.py"
+    job = make_job(entry, model, target, "triton")
+    target.write_text(stamp_starter(source, job))
+    return job
 
 
 def read_jobs(workspace: str | Path) -> list[Job]:

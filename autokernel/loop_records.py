@@ -14,6 +14,7 @@ import time
 from autokernel import contracts, gitops, paths, plugin, policy, results, run_state
 from autokernel.contracts import NO_GAIN, WINNER, Job, JobProgress
 from autokernel.live import throughput_line
+from autokernel.regions import store as region_store
 
 HISTORY_KEPT = 50        # experiments of the current kernel remembered for the agent
 # The run's stopping reasons: they end the run, not just the kernel; --resume goes on.
@@ -126,6 +127,7 @@ class LoopRecords:
             if winner:
                 paths.OPTIMIZED_DIR.mkdir(exist_ok=True)
                 (paths.OPTIMIZED_DIR / f"{name}.py").write_bytes(self._kept_source(progress).encode())
+                region_store.copy_to(job.kernel_type, paths.OPTIMIZED_DIR)     # a region's file goes with it
                 kernels = plugin.read_manifest(paths.MANIFEST_FILE) if paths.MANIFEST_FILE.exists() else {}
                 plugin.write_manifest(paths.MANIFEST_FILE, {**kernels, name: entry})
                 self.checkpoint("finish: files written")

@@ -62,8 +62,10 @@ def module_path(stack_key: str) -> str:
 
 
 def node_module_paths(node: torch.fx.Node) -> list[str]:
+    """The modules a node ran in, outermost first: "" (the model itself), then each submodule's path."""
     stack = node.meta.get("nn_module_stack") or {}
-    return [module_path(value[0] if isinstance(value, tuple) else key) for key, value in stack.items()]
+    paths = [module_path(value[0] if isinstance(value, tuple) else key) for key, value in stack.items()]
+    return [""] + [path for path in paths if path]
 
 
 def partition(captured: CapturedGraph, *, excluded: Callable[[str], bool] = lambda path: False,
@@ -175,7 +177,7 @@ def _found(captured: CapturedGraph, nodes: list[torch.fx.Node], kind: dict) -> F
     definition = RegionDefinition(region_inputs, region_nodes, [names[n] for n in outputs])
     infer_domains(definition)
     sources = list(dict.fromkeys(line for n in nodes for line in source_lines(n)))
-    paths = sorted({path for n in nodes for path in node_module_paths(n)[-1:]})
+    paths = sorted({node_module_paths(n)[-1] for n in nodes})
     return Found(definition, nodes, inputs, outputs, sources, paths,
                  sorted({kind[n] for n in nodes if kind[n] != ops.VIEW}))
 

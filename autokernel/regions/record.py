@@ -57,8 +57,10 @@ class Region:
         return region
 
     def shape(self) -> dict:
-        """The region's one shape, as plans and bench.py's --shape write shapes: each input's sizes."""
-        return {item.name: "x".join(map(str, item.shape)) or "scalar" for item in self.definition.inputs}
+        """The region's one shape, as plans and bench.py's --shape write shapes: each input's sizes ("64x32"; a
+        1-D input's size a number, as registry.parse_shape reads it back; "scalar" for a 0-D one)."""
+        return {item.name: item.shape[0] if len(item.shape) == 1 else "x".join(map(str, item.shape)) or "scalar"
+                for item in self.definition.inputs}
 
     def ops(self) -> list[str]:
         """Its compute ops, in order, without repeats: ["addmm", "sigmoid", "sum"]."""

@@ -54,6 +54,12 @@ def save(region: Region, folder: str | Path) -> Path:
     return target
 
 
+def copy_to(name: str, folder: str | Path) -> None:
+    """A region's file into folder/regions/, beside the kernels that name it (nothing for a menu type)."""
+    if is_region(name):
+        save(load(name), Path(folder) / FOLDER)
+
+
 def find(name: str) -> Path | None:
     return next((folder / f"{name}.json" for folder in folders() if (folder / f"{name}.json").is_file()), None)
 
