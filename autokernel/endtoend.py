@@ -95,9 +95,10 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
             results[variant] = variants.run(variant, model, inputs, expected, on_gpu, backend)
         found = _headroom(model, inputs, results, on_gpu, compile_backend, log)
         router = plug_in(policy=ALL, keep_examples=True)
-        if router.folding is not None:
-            # The first call with these inputs is watched for folded norms (run unfolded); the check
-            # and the route table need the folds resolved, as every later call runs them.
+        if router.folding is not None or router.regions is not None:
+            # The first call with these inputs is watched for folded norms (run unfolded), and resolves the
+            # routes before regions are rewritten in the graph; the check and the route table need both,
+            # as every later call runs them.
             model(*inputs)
             router.reset_stats()
         checked_error = output_error(expected, detached_copy(model(*inputs)))
@@ -108,7 +109,9 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
         log(f"timing {VARIANTS[variant][0]}")
         if VARIANTS[variant][2] is not None:
             resolve_routes(router, model, inputs)
-        return variants.run_routed(variant, model, inputs, expected, on_gpu, backend, router.kernels, log,
+        # Regions are routed by a backend of their own, which then hands the graph to Inductor.
+        ours_backend = router.regions.compile_backend if router.regions is not None and backend == INDUCTOR else backend
+        return variants.run_routed(variant, model, inputs, expected, on_gpu, ours_backend, router.kernels, log,
                                    paired_with=router.bypassed if paired else None)
 
     extra = {}
@@ -137,6 +140,8 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
             variant, failed="nothing routed: no kernel made the model faster in this mode")
     routing = _one_forward_counts(router, model, inputs)
     verdict = choose(results, allowed, on_gpu, any(routed.values()))
+    if router.regions is not None and verdict.use in variants.HOW_TO_USE_WITH_REGIONS:
+        verdict.use_code = variants.HOW_TO_USE_WITH_REGIONS[verdict.use]
     return {"variants": {name: result.to_json() for name, result in results.items()},
             "verdict": verdict.to_json(), "tolerance": allowed,
             "checked": {"policy": ALL, "max_error": checked_error, "passed": checked_error <= allowed, **checked},

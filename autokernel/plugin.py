@@ -68,8 +68,17 @@ def plug_in(model: nn.Module, optimized_dir: str | Path | None = None, *, policy
             router.module_routes.append(route)
             router.patch(module, functools.partial(router.run_module, route))
     router.patch(model, functools.partial(router.run_model, model))
+    if router.regions is not None:        # outermost: regions are routed in the model's whole graph
+        router.patch(model, router.regions.run_model)
     setattr(model, ROUTER_ATTRIBUTE, router)
     return model
+
+
+def compile_backend(model: nn.Module, mode: str = "default"):
+    """The torch.compile backend for a plugged-in model: "inductor" when it routes no region, else the one that
+    replaces its regions and then runs Inductor: torch.compile(model, backend=autokernel.compile_backend(model))."""
+    router = router_of(model)
+    return router.regions.compile_backend(mode) if router is not None and router.regions is not None else "inductor"
 
 
 def unplug(model: nn.Module) -> nn.Module:

@@ -38,6 +38,8 @@ from autokernel.decisions import (ALL, MEASURED, POLICIES, Decision, KernelStats
 from autokernel.fold_routing import FOLD_TYPES, Folding
 from autokernel.kernel_ops import OptimizedKernel
 from autokernel.norm_folding import note_call
+from autokernel.regions import store
+from autokernel.regions.routing import RegionRouting
 
 _NOT_ROUTED = object()
 _NOT_PATCHED = object()
@@ -74,6 +76,8 @@ class Router:
         # Norms folded into their consumers (rmsnorm_mlp, rmsnorm_linear), found on each new model input signature.
         fold_types = [fold_type for kernel_type, fold_type in FOLD_TYPES.items() if kernel_type in self.by_type]
         self.folding = Folding(self, fold_types) if fold_types else None
+        # Regions of the model's graph (autokernel/regions/routing.py): routed in the graph, not by module or function.
+        self.regions = RegionRouting(self, kernels) if any(store.is_region(k.kernel_type) for k in kernels) else None
         self.reset_stats()
 
     # ------------------------------------------------------------------ state
@@ -103,6 +107,8 @@ class Router:
         self.model_signatures.clear()
         if self.folding is not None:
             self.folding.forget()
+        if self.regions is not None:
+            self.regions.forget()
 
     # ------------------------------------------------------------------ deciding
     def decide(self, kernel_type: str, reading: routes.Reading | str, site_label: str) -> Decision:
@@ -348,6 +354,7 @@ class Router:
                               for r in self.module_routes],
             "scoped_modules": sorted(self.scoped_modules),
             "folds": self.folding.summary() if self.folding is not None else [],
+            "regions": self.regions.summary() if self.regions is not None else [],
             "resolutions": dict(self.resolutions),
             "policy": self.policy,
         }

@@ -31,6 +31,12 @@ HOW_TO_USE = {
     "ours": "autokernel.plug_in(model)", "ours_compile": "torch.compile(autokernel.plug_in(model))",
     "ours_cudagraphs": 'torch.compile(autokernel.plug_in(model), mode="reduce-overhead")',
 }
+# With regions routed, the compiled paths need their backend (autokernel/regions/routing.py).
+HOW_TO_USE_WITH_REGIONS = {
+    "ours_compile": "m = autokernel.plug_in(model); torch.compile(m, backend=autokernel.compile_backend(m))",
+    "ours_cudagraphs": 'm = autokernel.plug_in(model); torch.compile(m, backend=autokernel.compile_backend(m, '
+                       '"reduce-overhead"))',
+}
 NOISE_FLOOR = 0.01
 INDUCTOR = "inductor"
 
@@ -62,8 +68,11 @@ def available(on_gpu: bool, compile_backend: str | None) -> list[str]:
             if mode is None or (compile_backend and (mode != "reduce-overhead" or on_gpu and compile_backend == INDUCTOR))]
 
 
-def compiled(model, mode: str, backend: str):
-    """torch.compile of the model in a variant's mode ("reduce-overhead" is inductor's CUDA-graph mode)."""
+def compiled(model, mode: str, backend):
+    """torch.compile of the model in a variant's mode ("reduce-overhead" is inductor's CUDA-graph mode); a callable
+    backend is asked for the backend of that mode (a plugged-in model's regions: autokernel/regions/routing.py)."""
+    if callable(backend):
+        return torch.compile(model, backend=backend(mode))
     if backend != INDUCTOR:
         return torch.compile(model, backend=backend)
     return torch.compile(model) if mode == "default" else torch.compile(model, mode=mode)

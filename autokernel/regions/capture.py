@@ -52,17 +52,23 @@ def source_name(placeholder: str) -> str:
     return rest if rest and head in ("self", "s", "model", "module") else name
 
 
-def aten_graph(gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModule:
-    """A Dynamo graph traced into functional ATen ops at static shapes, each node keeping its source's stack trace."""
-    fake_mode = FakeTensorMode(static_shapes=True, allow_non_fake_inputs=True)
-    fakes = [fake_mode.from_tensor(value, static_shapes=True) if isinstance(value, torch.Tensor) else value
-             for value in example_inputs]
+def aten_graph(gm: torch.fx.GraphModule, example_inputs, *, fake: bool = True) -> torch.fx.GraphModule:
+    """A Dynamo graph traced into functional ATen ops at static shapes, each node keeping its source's stack trace.
 
+    fake traces on fake tensors (nothing runs); otherwise on the real inputs, so that the graph's
+    constants are real tensors and the graph module can run (the routing backends')."""
     def run(*args):
         return torch.fx.Interpreter(gm).run(*args)
 
+    traced = torch.func.functionalize(run, remove="mutations")
+    if not fake:
+        with fx_traceback.preserve_node_meta():
+            return make_fx(traced, record_stack_traces=True)(*example_inputs)
+    fake_mode = FakeTensorMode(static_shapes=True, allow_non_fake_inputs=True)
+    fakes = [fake_mode.from_tensor(value, static_shapes=True) if isinstance(value, torch.Tensor) else value
+             for value in example_inputs]
     with fx_traceback.preserve_node_meta(), fake_mode:
-        return make_fx(torch.func.functionalize(run, remove="mutations"), record_stack_traces=True)(*fakes)
+        return make_fx(traced, record_stack_traces=True)(*fakes)
 
 
 def placeholder_names(gm: torch.fx.GraphModule) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from autokernel import paths
-from autokernel.regions import inductor, starter, store
+from autokernel.regions import inductor, store
 
 
 def device() -> torch.device:
@@ -28,6 +28,8 @@ def starter_source(name: str, on: torch.device | None = None) -> str:
     cache = store.find(name).with_name(f"{name}.{on.type}.starter.py")
     if cache.is_file():
         return cache.read_text()
+    from autokernel.regions import starter      # imports triton: after the entry point chose the interpreter
+
     out = inductor.generate(region.definition, on)
     source = starter.write(region, out.code, out.configs, generated_on=out.device, versions=out.versions)
     cache.write_text(source)

@@ -21,6 +21,7 @@ with several instances (a repeated layer).
 from __future__ import annotations
 
 import keyword
+import operator
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -78,6 +79,9 @@ def partition(captured: CapturedGraph, *, excluded: Callable[[str], bool] = lamb
     for node in calls:
         if kind[node] != ops.OTHER and any(excluded(path) for path in node_module_paths(node)):
             kind[node] = ops.OTHER
+        # A result of a barrier's tuple (attention's output, say) is the barrier's: a region reads it as an input.
+        if node.target is operator.getitem and kind.get(node.args[0]) in (ops.OTHER, ops.GEMM, None):
+            kind[node] = ops.OTHER
     fusible = {n for n in calls if kind[n] not in (ops.OTHER, ops.GEMM)}
     parent = {n: n for n in fusible}
 
@@ -97,11 +101,13 @@ def partition(captured: CapturedGraph, *, excluded: Callable[[str], bool] = lamb
     members: dict = defaultdict(set)
     for node in fusible:
         members[find(node)].add(node)
-    component = {node: root for root, group in members.items() for node in group}
-    _adopt_gemm_heads(calls, kind, component, members)
-    _adopt_feeding_views(calls, kind, component, members)
-    result = Partition()
     order = {node: index for index, node in enumerate(graph.nodes)}
+    _split_cycles(members, order)
+    component = {node: root for root, group in members.items() for node in group}
+    _adopt_gemm_heads(calls, kind, component, members, order)
+    _adopt_feeding_views(calls, kind, component, members)
+    _split_cycles(members, order)
+    result = Partition()
     for group in members.values():
         nodes = sorted(group, key=order.__getitem__)
         compute = [n for n in nodes if kind[n] != ops.VIEW]
@@ -117,7 +123,7 @@ def partition(captured: CapturedGraph, *, excluded: Callable[[str], bool] = lamb
     return result
 
 
-def _adopt_gemm_heads(calls, kind, component, members) -> None:
+def _adopt_gemm_heads(calls, kind, component, members, order) -> None:
     for gemm in (n for n in calls if kind[n] == ops.GEMM):
         readers = list(gemm.users)
         roots = {component.get(reader) for reader in readers}
@@ -127,8 +133,63 @@ def _adopt_gemm_heads(calls, kind, component, members) -> None:
         group = members[root]
         if any(kind[n] == ops.GEMM for n in group) or any(source in group for source in gemm.all_input_nodes):
             continue
+        if _late(group | {gemm}, order):        # the GEMM reads what the region computes, through other ops
+            continue
         group.add(gemm)
         component[gemm] = root
+
+
+def _late(group: set, order: dict) -> set:
+    """The group's nodes that read, through nodes outside it, a value the group computes: one kernel cannot
+    compute them with the rest (it would wait on its own output)."""
+    downstream: set = set()
+    late: set = set()
+    first = min(order[n] for n in group)
+    for node in list(order)[first:]:          # order: the graph's nodes in graph order
+        sources = node.all_input_nodes
+        if node in group:
+            if any(s in downstream or s in late for s in sources):
+                late.add(node)
+        elif any(s in group or s in downstream for s in sources):
+            downstream.add(node)
+    return late
+
+
+def _split_cycles(members: dict, order: dict) -> None:
+    """Split every component that a path through other ops leaves and re-enters, until none does."""
+    pending = list(members)
+    while pending:
+        root = pending.pop()
+        group = members.get(root)
+        if not group:
+            continue
+        late = _late(group, order)
+        if not late:
+            continue
+        del members[root]
+        for part in (group - late, late):
+            for piece in _connected(part):
+                new_root = min(piece, key=order.__getitem__)
+                members[new_root] = piece
+                pending.append(new_root)
+
+
+def _connected(nodes: set) -> list[set]:
+    """The connected pieces of a set of nodes, by the edges between them."""
+    pieces, seen = [], set()
+    for start in nodes:
+        if start in seen:
+            continue
+        piece, stack = set(), [start]
+        while stack:
+            node = stack.pop()
+            if node in piece:
+                continue
+            piece.add(node)
+            stack += [n for n in (*node.all_input_nodes, *node.users) if n in nodes and n not in piece]
+        seen |= piece
+        pieces.append(piece)
+    return pieces
 
 
 def _adopt_feeding_views(calls, kind, component, members) -> None:
