@@ -63,12 +63,19 @@ def aten_graph(gm: torch.fx.GraphModule, example_inputs, *, fake: bool = True) -
     traced = torch.func.functionalize(run, remove="mutations")
     if not fake:
         with fx_traceback.preserve_node_meta():
-            return make_fx(traced, record_stack_traces=True)(*example_inputs)
+            return _without_dead_code(make_fx(traced, record_stack_traces=True)(*example_inputs))
     fake_mode = FakeTensorMode(static_shapes=True, allow_non_fake_inputs=True)
     fakes = [fake_mode.from_tensor(value, static_shapes=True) if isinstance(value, torch.Tensor) else value
              for value in example_inputs]
     with fx_traceback.preserve_node_meta(), fake_mode:
-        return make_fx(traced, record_stack_traces=True)(*fakes)
+        return _without_dead_code(make_fx(traced, record_stack_traces=True)(*fakes))
+
+
+def _without_dead_code(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Values nothing reads (a view the model made and dropped) would otherwise look like a region's outputs."""
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm
 
 
 def placeholder_names(gm: torch.fx.GraphModule) -> list[str]:

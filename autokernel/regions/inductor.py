@@ -108,7 +108,10 @@ def generate(definition: RegionDefinition, device: torch.device, *, persistent_r
     options = {"force_disable_caches": True, "max_autotune": has_gemm, "max_autotune_gemm_backends": "TRITON",
                "triton.persistent_reductions": persistent_reductions,
                # the classic GEMM template: a persistent TMA one needs an allocator, decompose-k a second GEMM
-               "triton.enable_persistent_tma_matmul": False, "triton.num_decompose_k_splits": 0}
+               "triton.enable_persistent_tma_matmul": False, "triton.num_decompose_k_splits": 0,
+               # timing each fused epilogue apart compiles one more module per candidate (and, on the CPU
+               # backend, writes one that does not import): the template's own choice is kept
+               "benchmark_epilogue_fusion": False}
     known = config.get_config_copy()
     options = {key: value for key, value in options.items() if key in known}     # torch releases differ
     codes: list[str] = []

@@ -48,6 +48,9 @@ _GEMMS = {"mm", "addmm", "bmm", "baddbmm"}
 _NEVER = {"bernoulli", "native_dropout", "dropout", "rand", "randn", "rand_like", "randn_like", "randint",
           "randint_like", "normal", "uniform", "exponential", "multinomial", "nonzero", "masked_select", "unique",
           "_unique2", "item", "_local_scalar_dense", "empty", "empty_strided"}
+# Views that move no data (not a clone, a copy or a contiguous): at a region's output they are left outside it.
+_ALIASES = _VIEWS - {"clone", "contiguous", "lift_fresh_copy", "split", "split_with_sizes", "chunk", "unbind"} - {
+    name for name in _VIEWS if name.endswith("_copy")}
 # Ops that may read only part of an input (a slice, rows of a table): its bytes are not all moved.
 _SUBSETTING = {"slice", "select", "narrow", "as_strided", "diagonal", "index", "gather", "index_select",
                "embedding", "take_along_dim", "split", "split_with_sizes", "chunk", "unbind", "slice_copy",
@@ -119,6 +122,11 @@ def kind(target) -> str:
 def argument_domain(name: str, index: int) -> str | None:
     """The domain an op needs of its positional argument `index` ("aten.log.default", 0 -> "positive"), or None."""
     return _DOMAINS.get(packet(name), {}).get(index)
+
+
+def aliases(target) -> bool:
+    """Whether the op is a view that moves no data (a reshape, permute, select...)."""
+    return isinstance(target, torch._ops.OpOverload) and target.namespace == "aten" and target._opname in _ALIASES
 
 
 def subsets(name: str) -> bool:

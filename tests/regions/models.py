@@ -93,3 +93,31 @@ class LoneSoftmax(nn.Module):
 
 def rows(m: int = 8, n: int = 32) -> torch.Tensor:
     return torch.randn(m, n, generator=torch.Generator().manual_seed(0))
+
+
+class MultiheadAttention(nn.Module):
+    def __init__(self, dim: int = 32, heads: int = 4):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+
+    def forward(self, x):
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
+class VitBlock(nn.Module):
+    """A small vision-transformer block: pre-norm attention and MLP, each with its residual."""
+
+    def __init__(self, dim: int = 32, heads: int = 4):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        y = self.norm1(x)
+        x = x + self.attn(y, y, y, need_weights=False)[0]
+        return x + self.mlp(self.norm2(x))
+
+
+def tokens() -> torch.Tensor:
+    return torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(1))

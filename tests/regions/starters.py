@@ -32,3 +32,12 @@ def made(example: str, folder: str):
     path = Path(folder) / f"{example}_starter.py"
     path.write_text(starter.write(region, out.code, out.configs, generated_on=out.device, versions=out.versions))
     return region, path
+
+
+def starter_for(region, folder: str) -> Path:
+    """A starter file for any region (saved in folder, which the store must search)."""
+    store.save(region, folder)
+    out = inductor.generate(region.definition, torch.device("cpu"))
+    path = Path(folder) / f"{region.name}_starter.py"
+    path.write_text(starter.write(region, out.code, out.configs, generated_on=out.device, versions=out.versions))
+    return path
