@@ -33,7 +33,7 @@ from torch.overrides import TorchFunctionMode
 
 from autokernel import registry, routes
 from autokernel.decisions import (ALL, MEASURED, POLICIES, Decision, KernelStats, ModuleRoute,  # noqa: F401 (API)
-                                  Site, autocast_on, call_signature, capture_graph_op, copy_call, decide,
+                                  Site, autocast_on, call_signature, capture_graph_op, copy_call, copy_fits, decide,
                                   first_call_mismatch, survives_a_launch)
 from autokernel.fold_routing import FOLD_TYPES, Folding
 from autokernel.kernel_ops import OptimizedKernel
@@ -90,6 +90,11 @@ class Router:
         finally:
             self.bypass = before
 
+    def release_examples(self) -> None:
+        """Drop the copies of each site's first call once they are timed: the memory goes to the variants after."""
+        for site in self.sites.values():
+            site.run_ours = site.run_pytorch = site.run_routed = None
+
     def reset_stats(self) -> None:
         self.stats = {kernel.name: KernelStats() for kernel in self.kernels}
 
@@ -126,7 +131,7 @@ class Router:
         site = self.sites.get(key)
         if site is None:
             site = self.sites[key] = Site(kernel, dict(reading.shape), dtype, site_label)
-        if self.keep_examples and site.run_ours is None:
+        if self.keep_examples and site.run_ours is None and copy_fits(example):
             args, kwargs = copy_call(example)
             site.run_ours = lambda: reading.launch(kernel.kernel_fn, *args, **kwargs)
             site.run_pytorch = lambda: original(*args, **kwargs)     # run it under bypassed()

@@ -14,7 +14,7 @@ from typing import Callable, ContextManager
 import torch
 
 from autokernel import latency
-from autokernel.outputs import detached_copy, output_error
+from autokernel.outputs import output_error
 
 # variant -> (its name in reports, ours or not, torch.compile mode: None eager, "default", "reduce-overhead")
 VARIANTS = {
@@ -101,7 +101,8 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
                 after_first_call()
             for _ in range(2 if mode == "reduce-overhead" else 0):
                 fn(*inputs)                       # CUDA graphs are recorded after warm-up calls
-            result.error = output_error(expected, detached_copy(fn(*inputs)))
+            # Compared at once, before any other call could reuse the output's memory: no copy of it is held.
+            result.error = output_error(expected, fn(*inputs))
             graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
             if paired_with is None:
                 result.latency = latency.wall_clock(lambda: fn(*inputs), on_gpu)
@@ -118,6 +119,8 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
     if mode is not None:
         result.graphs, result.graph_breaks = graphs, max(breaks, graphs - 1)
     torch._dynamo.reset()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()       # what this variant cached goes back before the next one is built
     return result
 
 

@@ -70,6 +70,9 @@ def add_regions(plan: dict, call_sites: list, model: nn.Module, inputs: tuple, w
     """The plan with the model's regions in it (see the module's docstring); region files go to workspace/regions."""
     entries = [PlanEntry.from_json(e) for e in plan["entries"]]
     kept_by_menu = {path for e in entries if e.kernel_type in module_types() for path in e.module_paths}
+    # A fused type's plan entry names the consumers of the norm it folds; the norms are the menu's too.
+    folds = [TYPES[e.kernel_type].fold for e in entries if e.kernel_type in TYPES and TYPES[e.kernel_type].fold]
+    kept_by_menu |= {path for path, module in model.named_modules() if any(fold.is_norm(module) for fold in folds)}
     found = find_regions(model, inputs, name=plan.get("model", "model"),
                          excluded=lambda path: path in kept_by_menu)
     folder = Path(workspace) / store.FOLDER

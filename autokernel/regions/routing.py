@@ -18,6 +18,7 @@ it is found. A region's one signature is the model's call: the kernel was judged
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Callable
 
@@ -28,6 +29,7 @@ from autokernel.decisions import ALL, Site, call_signature
 from autokernel.dtypes import DTYPES
 from autokernel.regions import matching, store
 from autokernel.regions.capture import aten_graph
+from autokernel.regions.graph import torch_dtype
 
 EAGER, COMPILED = "eager", "compiled"
 
@@ -44,7 +46,8 @@ class RegionRouting:
         self.kernels = [kernel for kernel in kernels if store.is_region(kernel.kernel_type)]
         self.definitions = {k.kernel_type: store.load(k.kernel_type).definition for k in self.kernels}
         self._eager: dict = {}
-        self._resolved: set = set()
+        self._resolved: Counter = Counter()          # input signature -> eager calls made
+        self._eager_routes: bool | None = None
         self._found: dict[str, Counter] = {}           # graph code -> matches per kernel (a graph seen twice counts once)
         self.replaced: Counter = Counter()             # kernel name -> regions replaced in the graphs compiled so far
 
@@ -90,6 +93,14 @@ class RegionRouting:
         inputs = kt.inputs(kernel.shapes[0], DTYPES[self.definitions[kernel.kernel_type].dtype], 0, device)
         return tuple(inputs[item.name] for item in self.definitions[kernel.kernel_type].inputs)
 
+    @staticmethod
+    def _example_fits(definition) -> bool:
+        """Whether drawn inputs for timing the region fit in the GPU memory left (always on a CPU)."""
+        if not torch.cuda.is_available():
+            return True
+        needed = sum(math.prod(i.shape) * torch_dtype(i.dtype).itemsize for i in definition.inputs)
+        return 3 * needed < torch.cuda.mem_get_info()[0]
+
     def _note_site(self, kernel, definition) -> None:
         """A site for verify's route table: the kernel and PyTorch's region on inputs drawn at its signature."""
         dtype = DTYPES[definition.dtype]
@@ -98,7 +109,7 @@ class RegionRouting:
             return
         region = store.load(kernel.kernel_type)
         site = Site(kernel, dict(kernel.shapes[0]), dtype, f"region {' -> '.join(region.ops())}")
-        if self.router.keep_examples:
+        if self.router.keep_examples and self._example_fits(definition):
             example = self._example(kernel)
             names = [item.name for item in definition.inputs]
             reference = registry.get(kernel.kernel_type).reference
@@ -109,12 +120,23 @@ class RegionRouting:
     # ------------------------------------------------------------------ the two ways in
     def eager_backend(self, gm: torch.fx.GraphModule, example_inputs) -> Callable:
         aten, replaced = self.rewrite(gm, example_inputs, EAGER)
+        calls = replaced + self._menu_calls(aten)
 
         def run(*args):
-            for name, count in replaced.items():
+            for name, count in calls.items():          # the menu's kernels run as their ops here: counted here
                 self.router.stats[name].hits += count
             return aten(*args)
         return run
+
+    def _menu_calls(self, aten: torch.fx.GraphModule) -> Counter:
+        """The menu's kernels the graph calls as their ops (autokernel/kernel_ops.py names them by op_name)."""
+        names = {kernel.op_name: kernel.name for kernel in self.router.kernels if kernel not in self.kernels}
+        calls = Counter()
+        for node in aten.graph.nodes:
+            if node.op == "call_function":
+                target = str(node.target)
+                calls.update(name for op_name, name in names.items() if op_name in target)
+        return calls
 
     def compile_backend(self, mode: str = "default") -> Callable:
         """A torch.compile backend: the routed regions replaced, then Inductor (in this torch.compile mode)."""
@@ -134,16 +156,25 @@ class RegionRouting:
             key = call_signature(args, kwargs)
         except TypeError:
             return original(*args, **kwargs)
-        if key not in self._resolved:
-            self._resolved.add(key)
+        # The first call resolves the menu's routes eagerly (with norms to fold, the first two: the first only
+        # watches), as the model is; later ones run through the rewritten graph where a region routes eagerly.
+        if self._resolved[key] < (2 if self.router.folding is not None else 1) or not self._any_eager():
+            self._resolved[key] += 1
             return original(*args, **kwargs)
         compiled = self._eager.get(original)
         if compiled is None:
             compiled = self._eager[original] = torch.compile(original, backend=self.eager_backend, dynamic=False)
         return compiled(*args, **kwargs)
 
+    def _any_eager(self) -> bool:
+        """Whether any region routes eagerly: without one, the model runs as the menu routes it, not through Dynamo."""
+        if self._eager_routes is None:
+            self._eager_routes = any(self.routes(kernel, EAGER) for kernel in self.kernels)
+        return self._eager_routes
+
     def forget(self) -> None:
         """Decisions changed: the rewritten graphs are made again on the next calls."""
+        self._eager_routes = None
         if self._eager:
             torch._dynamo.reset()
         self._eager.clear()
