@@ -17,6 +17,7 @@ from autokernel.kernel_types import TYPES
 from autokernel.regions import ops
 
 _OP_TYPES = {op: kt.name for kt in TYPES.values() for op in kt.profiled_ops}
+_MENU_FUNCTIONS = {function for kt in TYPES.values() for function in kt.route.functions}
 
 
 @dataclass
@@ -64,5 +65,13 @@ def menu_call(node: torch.fx.Node) -> tuple[str, dict] | None:
     return (kernel_type, shape) if shape else None
 
 
+def _menu_function(node: torch.fx.Node) -> bool:
+    """Whether the node came from a torch function the menu routes whole (F.cross_entropy: its log-softmax and its
+    loss are one menu kernel), as Dynamo recorded the function the model called."""
+    stack = node.meta.get("source_fn_stack") or []
+    return bool(stack) and stack[-1][1] in _MENU_FUNCTIONS
+
+
 def claimed(node: torch.fx.Node) -> bool:
-    return menu_call(node) is not None
+    """Whether a one-op component is the menu's: an op a type profiles, or a piece of a function a type routes."""
+    return menu_call(node) is not None or _menu_function(node)
