@@ -34,7 +34,7 @@ class Kernel:
     grid_type: str
     decorator: dict = field(default_factory=dict)   # num_warps / num_stages of a template
     origin: str = ""                 # Inductor's comment: the source nodes and ATen ops it covers
-    fixed_numel: dict = field(default_factory=dict)  # xnumel / r0_numel... the body assigns as constants
+    fixed_numel: dict = field(default_factory=dict)  # ints the body assigns: xnumel, r0_numel, a GEMM's M, N, K
     body_constexprs: dict = field(default_factory=dict)  # NAME: tl.constexpr = value, in the body
 
 
@@ -97,8 +97,8 @@ def _kernel(name: str, source: str, origin: str) -> Kernel:
     fixed, body_constexprs = {}, {}
     for statement in function.body:
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name) \
-                and isinstance(statement.value, ast.Constant) and statement.targets[0].id.endswith("numel"):
-            fixed[statement.targets[0].id] = statement.value.value
+                and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, int):
+            fixed[statement.targets[0].id] = statement.value.value      # xnumel = 64; a template's M = 64
         if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) \
                 and isinstance(statement.value, ast.Constant):
             body_constexprs[statement.target.id] = statement.value.value

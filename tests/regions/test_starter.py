@@ -85,3 +85,20 @@ open(_file, "w").write(json.dumps(_data))
     finally:
         region_file.write_text(original)
     assert result["correctness"] == "CRASH" and "changed after it was written" in result["message"]
+
+
+def test_a_gemm_templates_tiles_are_tunables_and_any_choice_computes_the_region(folder):
+    from autokernel.agents.tunables import rewrite_tunables
+
+    region, path = made("gemm_sigmoid_rowsum", folder)
+    source = path.read_text()
+    tunables, choices = read_tunables(source)
+    assert {"k0_BLOCK_M", "k0_BLOCK_N", "k0_BLOCK_K", "k0_GROUP_M"} <= set(tunables)
+    assert "BLOCK_M : tl.constexpr = " not in source and choices["k0_BLOCK_K"] == [16, 32]      # K = 32: unmasked
+    changed = path.with_name("gemm_retiled.py")
+    changed.write_text(rewrite_tunables(source, {**tunables, "k0_BLOCK_M": 32, "k0_BLOCK_N": 16, "k0_BLOCK_K": 16,
+                                                 "k0_GROUP_M": 1}))
+    module = import_file(changed, "region_starter_retiled")
+    kt = registry.get(region.name)
+    inputs = kt.inputs(kt.smoke_shape, torch.float32, 12, "cpu")
+    torch.testing.assert_close(module.kernel_fn(**inputs), kt.reference(**inputs), rtol=1e-4, atol=1e-5)
