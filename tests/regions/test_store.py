@@ -79,3 +79,19 @@ def test_adversarial_inputs_stay_in_the_domain(region_folder):
         x = case.make_inputs(case.shape, torch.float32, gen, "cpu")["x"]
         assert bool((x > 0).all()), case.name
         assert torch.isfinite(kt.reference(x=x)).all()
+
+
+def test_the_llm_prompt_of_a_region_job_gives_its_source_lines_its_ops_and_its_share(region_folder):
+    from autokernel.agents.base import AgentContext
+    from autokernel.agents.prompt import build_messages
+
+    region = gemm_region()
+    store.save(region, region_folder)
+    job = {"rank": 1, "kernel_type": region.name, "shapes": [region.shape()], "dtype": "float32", "share": 0.42,
+           "amdahl_2x": 1.27}
+    context = AgentContext(kernel_type=region.name, kernel_source=f'KERNEL_TYPE = "{region.name}"\n', last_result=None,
+                           history=[], best_versions=[], program="PLAYBOOK", job=job)
+    _, user = build_messages(context)
+    assert "torch.sigmoid(self.linear(x)).sum(dim=1, keepdim=True)" in user        # the model's own source line
+    assert "aten.addmm.default" in user and "aten.sigmoid.default" in user         # the ops the reference runs
+    assert "42.0% of the model's profiled time" in user and "Inductor generated for it" in user
