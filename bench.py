@@ -8,7 +8,8 @@ The agent never edits this file. The kernel file never runs in this process: a w
 timings. This process makes its own copy of every input, computes the reference, compares, and
 writes the verdict. The stages, in order (the first failure ends the run):
   1. smoke          one small input, twice with fresh values (a cached result fails the second);
-  2. shape sweep    the registry's shapes (and any --shape) in float16, bfloat16 and float32;
+  2. shape sweep    the registry's shapes (and any --shape) in float16, bfloat16 and float32 (a region of a
+                    model, KERNEL_TYPE region_...: its one shape and dtype, the model's);
   3. stability      adversarial inputs: huge logits, near-zero variance, high dynamic range...;
   4. determinism    the same input three times must give bitwise identical, correct outputs;
   5. edge shapes    non-powers of two (1023, 4097, 1537) and size 1.
