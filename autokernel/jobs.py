@@ -127,7 +127,7 @@ def _region_job(entry: PlanEntry, model: str, folder: Path, log: Callable[[str],
     from autokernel.regions.starter_code import StarterError
 
     try:
-        source = region_jobs.starter_source(entry.kernel_type)
+        source = region_jobs.starter_source(entry.kernel_type, variants=True)
     except (InductorFailed, StarterError) as why:
         log(f"plan entry rank {entry.rank} ({entry.kernel_type}): no job, {why}")
         return None

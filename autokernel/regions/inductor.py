@@ -95,7 +95,7 @@ def _cpu_triton():
 
 
 def generate(definition: RegionDefinition, device: torch.device, *, persistent_reductions: bool = True,
-             seed: int = 0) -> InductorOutput:
+             split_reductions: bool = True, seed: int = 0) -> InductorOutput:
     """Inductor's code for the region on this device (see the module's docstring)."""
     from torch._inductor import config
 
@@ -106,7 +106,7 @@ def generate(definition: RegionDefinition, device: torch.device, *, persistent_r
     args = [made[item.name] for item in definition.inputs]
     has_gemm = any(ops.kind(ops.resolve(node.op)) == ops.GEMM for node in definition.nodes)
     options = {"force_disable_caches": True, "max_autotune": has_gemm, "max_autotune_gemm_backends": "TRITON",
-               "triton.persistent_reductions": persistent_reductions,
+               "triton.persistent_reductions": persistent_reductions, "split_reductions": split_reductions,
                # the classic GEMM template: a persistent TMA one needs an allocator, decompose-k a second GEMM
                "triton.enable_persistent_tma_matmul": False, "triton.num_decompose_k_splits": 0,
                # timing each fused epilogue apart compiles one more module per candidate (and, on the CPU
@@ -138,9 +138,12 @@ def generate(definition: RegionDefinition, device: torch.device, *, persistent_r
 
 def _chosen_configs(code: str) -> dict[str, dict]:
     """Each kernel's config as its autotuner kept it, from the loaded module Inductor ran."""
+    import sys
+
     from torch._inductor.codecache import PyCodeCache
 
-    module = next((m for m in reversed(PyCodeCache.modules) if _source(m) == code), None)
+    loaded = list(getattr(PyCodeCache, "modules", [])) + list(sys.modules.values())     # torch releases differ
+    module = next((m for m in reversed(loaded) if getattr(m, "__file__", None) and _source(m) == code), None)
     chosen = {}
     for name, value in (vars(module).items() if module is not None else ()):
         launchers = getattr(value, "launchers", None)

@@ -2,7 +2,9 @@
 
 `starter_source` runs Inductor on the region on this machine's device (inductor.py) and writes it out
 as a kernel file (starter.py), kept beside the region's file as `<name>.<device>.starter.py` so that
-extract, verify --starters and score generate it once. `starter_file` puts a kernel type's starter in
+extract, verify --starters and score generate it once. For a job (extract) a region that reduces gets
+Inductor's other ways with it too, where they give other code: persistent reductions off ("looped")
+and long reductions not split ("unsplit"), as the variants TUNABLES["reduction"] chooses between. `starter_file` puts a kernel type's starter in
 a folder to plug in (the menu's kernels/<type>.py as it is; a region's generated one, with the
 region's file copied into the folder's regions/ so the folder plugs in on its own).
 """
@@ -14,26 +16,46 @@ from pathlib import Path
 import torch
 
 from autokernel import paths
-from autokernel.regions import inductor, store
+from autokernel.regions import inductor, ops, store
+from autokernel.regions.starter_code import StarterError, fingerprint
 
 
 def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def starter_source(name: str, on: torch.device | None = None) -> str:
-    """The region's starter kernel file (StarterError or InductorFailed when Inductor's code cannot be one)."""
+def starter_source(name: str, on: torch.device | None = None, *, variants: bool = False) -> str:
+    """The region's starter kernel file (StarterError or InductorFailed when Inductor's code cannot be one); with
+    variants, a reducing region's file also holds Inductor's other ways with it (looped, unsplit), for the search."""
     on = on or device()
     region = store.load(name)
-    cache = store.find(name).with_name(f"{name}.{on.type}.starter.py")
+    cache = store.find(name).with_name(f"{name}.{on.type}{'.variants' if variants else ''}.starter.py")
     if cache.is_file():
         return cache.read_text()
     from autokernel.regions import starter      # imports triton: after the entry point chose the interpreter
 
     out = inductor.generate(region.definition, on)
-    source = starter.write(region, out.code, out.configs, generated_on=out.device, versions=out.versions)
+    variants = {"inductor": (out.code, out.configs)}
+    if variants and reduces(region):
+        # Inductor's other ways with a reduction, where they give other code: the search may move to them.
+        for name, options in (("looped", {"persistent_reductions": False}), ("unsplit", {"split_reductions": False})):
+            try:
+                other = inductor.generate(region.definition, on, **options)
+            except inductor.InductorFailed:
+                continue
+            if all(fingerprint(other.code) != fingerprint(code) for code, _ in variants.values()):
+                variants[name] = (other.code, other.configs)
+    try:
+        source = starter.write(region, variants, generated_on=out.device, versions=out.versions)
+    except StarterError:
+        source = starter.write(region, out.code, out.configs, generated_on=out.device, versions=out.versions)
     cache.write_text(source)
     return source
+
+
+def reduces(region) -> bool:
+    """Whether the region reduces (a reduction, a normalization or a scan), where Inductor has more than one way."""
+    return bool({ops.REDUCTION, ops.NORM, ops.SCAN} & set(region.about.kinds))
 
 
 def starter_file(kernel_type: str, folder: str | Path) -> Path:

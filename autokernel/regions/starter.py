@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 
+import torch
 import triton
 
 from autokernel.regions.record import Region
@@ -24,10 +25,13 @@ WARPS = [1, 2, 4, 8, 16]
 STAGES = [1, 2, 3, 4]
 _NUMELS = {"XBLOCK": "xnumel", "YBLOCK": "ynumel", "ZBLOCK": "znumel", "R0_BLOCK": "r0_numel", "R1_BLOCK": "r1_numel"}
 _INTERPRETER_TILE = 4096         # elements per program in the interpreter: fewer, larger programs run faster there
+_GPU_TILE = 1024                 # where a GPU's autotuner's choice could not be read: Inductor's usual pointwise tile
 
 
 def default_config(kernel: Kernel, numels: dict[str, int]) -> dict:
-    """Block sizes for a kernel nothing autotuned (generated without a GPU): whole tiles of about 4096 elements."""
+    """Block sizes for a kernel nothing autotuned (generated without a GPU; or on one, where the configs Inductor's
+    autotuners kept could not be read): tiles of about 4096 elements for the interpreter, 1024 for a GPU."""
+    tile = _GPU_TILE if torch.cuda.is_available() else _INTERPRETER_TILE
     config: dict = {"num_warps": kernel.decorator.get("num_warps", 4), "num_stages": kernel.decorator.get("num_stages", 1)}
     blocks = [b for b in BLOCKS if b in kernel.constexprs]
     fixed = 1
@@ -36,7 +40,7 @@ def default_config(kernel: Kernel, numels: dict[str, int]) -> dict:
             fixed *= int(kernel.body_constexprs[name])
     for name in reversed(blocks):          # reduction blocks first, then z, y, x
         size = triton.next_power_of_2(max(1, numels.get(_NUMELS[name], 1)))
-        limit = 1024 if name.startswith("R") else max(1, _INTERPRETER_TILE // fixed)
+        limit = 1024 if name.startswith("R") else max(1, tile // fixed)
         config[name] = min(size, limit)
         fixed *= config[name]
     return config
@@ -50,36 +54,69 @@ def _choices(name: str, value: int) -> list[int]:
     return [v for v in (2 ** i for i in range(13)) if value // 8 <= v <= value * 8]
 
 
-def write(region: Region, code: str, configs: dict[str, dict], *, generated_on: str, versions: str) -> str:
-    """The starter's source for a region from Inductor's code for it (inductor.generate)."""
-    wrapper = read(code)
+def write(region: Region, code: str | dict[str, tuple[str, dict]], configs: dict[str, dict] | None = None, *,
+          generated_on: str, versions: str) -> str:
+    """The starter's source for a region from Inductor's code for it (inductor.generate).
+
+    `code` is one wrapper module, or several by variant name ({"inductor": (code, configs), "looped": ...}, the
+    first Inductor's own choice): then each variant's kernels are in the file (renamed after the first), kernel_fn
+    runs the one TUNABLES["reduction"] names, and the built-in search can move between them."""
+    variants = code if isinstance(code, dict) else {"inductor": (code, configs or {})}
+    parameters = [i.name for i in region.definition.inputs]
+    tunables: dict = {}
+    choices: dict = {}
+    kernels: list[str] = []
+    legend: list[str] = []
+    bodies: dict[str, list[str]] = {}
+    for index, (variant, (variant_code, variant_configs)) in enumerate(variants.items()):
+        suffix = "" if index == 0 else f"_{variant}"
+        bodies[variant] = _variant_body(region, read(variant_code), variant_configs, suffix, tunables, choices,
+                                        kernels, legend)
+    if len(variants) == 1:
+        body = bodies[next(iter(variants))]
+        helpers = ""
+    else:
+        tunables["reduction"] = next(iter(variants))
+        choices["reduction"] = list(variants)
+        body = [f"if TUNABLES['reduction'] == {name!r}:\n        return _{name}({', '.join(parameters)})"
+                for name in variants]
+        body.append(f"raise ValueError(f\"TUNABLES['reduction'] is one of {list(variants)}\")")
+        helpers = "".join(f"\n\ndef _{name}({', '.join(parameters)}):\n" + "\n".join(f"    {line}" for line in lines)
+                          + "\n" for name, lines in bodies.items())
+    return _TEMPLATE.format(
+        describe=region.describe(), sources="\n".join(f"    {line.show()}" for line in region.about.sources),
+        generated_on=generated_on, versions=versions, name=region.name, legend="\n".join(legend),
+        tunables=_literal(tunables), choices=_literal(choices), kernels="\n\n\n".join(kernels),
+        signature=", ".join(parameters), body="\n".join(f"    {line}" for line in body)) + helpers
+
+
+def _variant_body(region: Region, wrapper: Wrapper, configs: dict, suffix: str, tunables: dict, choices: dict,
+                  kernels: list[str], legend: list[str]) -> list[str]:
+    """One variant's kernel_fn lines (its kernels, renamed with suffix, appended to `kernels`)."""
     launched = [step.kernel for step in wrapper.steps if isinstance(step, Launch)]
     if not launched:
         raise StarterError("Inductor's code for it launches no Triton kernel")
     order = list(dict.fromkeys(launched))
-    short = {name: f"k{index}" for index, name in enumerate(order)}
-    tunables: dict = {}
-    choices: dict = {}
+    first = len(legend)
+    short = {name: f"k{first + index}" for index, name in enumerate(order)}
+    for name in order:                 # a later variant's kernels renamed: one file holds every variant's
+        kernel = wrapper.kernels[name]
+        kernel.source = kernel.source.replace(f"def {name}(", f"def {name + suffix}(", 1)
+        kernel.name = name + suffix
     lines = []
     renames = {old: new for old, new in zip(wrapper.inputs, (i.name for i in region.definition.inputs))}
     for step in wrapper.steps:
         if isinstance(step, Launch):
             kernel = wrapper.kernels[step.kernel]
-            lines += _launch_lines(kernel, step, short[kernel.name], configs.get(kernel.name), tunables, choices,
+            lines += _launch_lines(kernel, step, short[step.kernel], configs.get(step.kernel), tunables, choices,
                                    renames)
         else:
             lines.append(ast.unparse(_Rewrite(renames).visit(step)))
     returned = [ast.unparse(_Rewrite(renames).visit(value)) for value in wrapper.returns]
     lines.append(f"return {returned[0]}" if len(returned) == 1 else f"return ({', '.join(returned)})")
-    parameters = [i.name for i in region.definition.inputs]
-    body = "\n".join(f"    {line}" for line in [f"device = {parameters[0]}.device"] + lines)
-    kernels = "\n\n\n".join(f"@triton.jit\n{wrapper.kernels[name].source}" for name in order)
-    legend = "\n".join(f"#   {short[name]}: {name}" for name in order)
-    return _TEMPLATE.format(
-        describe=region.describe(), sources="\n".join(f"    {line.show()}" for line in region.about.sources),
-        generated_on=generated_on, versions=versions, name=region.name, legend=legend,
-        tunables=_literal(tunables), choices=_literal(choices), kernels=kernels,
-        signature=", ".join(parameters), body=body)
+    kernels += [f"@triton.jit\n{wrapper.kernels[name].source}" for name in order]
+    legend += [f"#   {short[name]}: {name + suffix}" for name in order]
+    return [f"device = {region.definition.inputs[0].name}.device"] + lines
 
 
 def _literal(values: dict) -> str:

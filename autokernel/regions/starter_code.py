@@ -68,6 +68,21 @@ def read(code: str) -> Wrapper:
     return Wrapper(kernels, inputs, steps, returns)
 
 
+def fingerprint(code: str) -> str:
+    """What a wrapper computes, its kernels' names and Inductor's metadata left out: two codes with the same
+    fingerprint launch the same kernels the same way."""
+    wrapper = read(code)
+    sources = []
+    for index, (name, kernel) in enumerate(wrapper.kernels.items()):
+        sources.append(kernel.source.replace(name, f"kernel{index}"))
+    steps = [f"{step.kernel}{[ast.unparse(a) for a in step.args]}" if isinstance(step, Launch) else ast.unparse(step)
+             for step in wrapper.steps]
+    text = "\n".join(sources + steps)
+    for index, name in enumerate(wrapper.kernels):
+        text = text.replace(name, f"kernel{index}")
+    return text
+
+
 def _origin(code: str, name: str) -> str:
     at = code.find(f"{name} = async_compile.triton(")
     found = re.findall(r"# Topologically Sorted Source Nodes: (.*)", code[max(0, at - 20000):at])
