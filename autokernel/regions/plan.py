@@ -92,7 +92,7 @@ def add_regions(plan: dict, call_sites: list, model: nn.Module, inputs: tuple, w
                                  shapes=[region.shape()], share=share, amdahl_2x=_amdahl(share), time_ms=time_ms,
                                  calls=float(region.about.instances), shape_times_ms=[time_ms],
                                  bound=None, module_paths=region.about.module_paths,
-                                 extra={"region": summary(region)}))
+                                 extra={"region": region.entry().to_json()}))
         log(f"region {region.name}: {' -> '.join(region.ops())} ({region.about.instances}x), "
             f"{region.about.sources[0].show() if region.about.sources else 'no source line'}")
     entries.sort(key=lambda entry: -entry.time_ms)
@@ -104,13 +104,6 @@ def add_regions(plan: dict, call_sites: list, model: nn.Module, inputs: tuple, w
                 regions={"found": len(found.regions), "graphs": found.graphs, "skipped": found.skipped,
                          "folder": str(folder)})
     return plan
-
-
-def summary(region: Region) -> dict:
-    """What the plan shows of a region: its ops, kinds, instances and the model's source lines it covers."""
-    return {"ops": region.ops(), "kinds": region.about.kinds, "instances": region.about.instances,
-            "sources": [line.show() for line in region.about.sources],
-            "inputs": region.about.input_sources}
 
 
 def _take_from_menu(entries: list[PlanEntry], call_sites: list, taken: dict, instances: dict,

@@ -37,6 +37,27 @@ class RegionAbout:
 
 
 @dataclass
+class RegionEntry:
+    """What a plan entry of a region says of it (PlanEntry.extra["region"]): its ops, kinds and instances, the model's
+    source lines it covers, and what each input is in the model."""
+    ops: list[str]
+    kinds: list[str]
+    instances: int
+    sources: list[str]
+    inputs: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> RegionEntry:
+        missing = [name for name in ("ops", "kinds", "instances", "sources") if name not in data]
+        if missing:
+            raise ValueError(f"a region's plan entry needs {', '.join(missing)}")
+        return cls(**{key: data[key] for key in ("ops", "kinds", "instances", "sources", "inputs") if key in data})
+
+
+@dataclass
 class Region:
     definition: RegionDefinition
     about: RegionAbout = field(default_factory=RegionAbout)
@@ -78,6 +99,10 @@ class Region:
     def source_text(self) -> str:
         """The PyTorch source lines it covers, one per line."""
         return "\n".join(line.show() for line in self.about.sources) or "(no source line recorded)"
+
+    def entry(self) -> RegionEntry:
+        return RegionEntry(self.ops(), self.about.kinds, self.about.instances,
+                           [line.show() for line in self.about.sources], self.about.input_sources)
 
     def output_elements(self) -> int:
         return sum(math.prod(n.shape) for n in self.definition.output_nodes())

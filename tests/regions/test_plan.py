@@ -13,6 +13,7 @@ from torch import nn  # noqa: E402
 from autokernel import jobs, profiler  # noqa: E402
 from autokernel.contracts import PlanEntry  # noqa: E402
 from autokernel.regions import store  # noqa: E402
+from autokernel.regions.record import RegionEntry  # noqa: E402
 from tests.regions import models  # noqa: E402
 
 
@@ -40,8 +41,8 @@ def test_the_plan_holds_the_region_with_its_source_lines_and_leaves_the_menu_its
     regions = [entry for entry in entries if store.is_region(entry.kernel_type)]
     assert len(regions) == 1 and "softmax" in types
     assert "matmul" not in types and "reduce" not in types          # the region took the GEMM and the sum
-    region = regions[0].extra["region"]
-    assert region["ops"] == ["addmm", "sigmoid", "sum"] and "sigmoid" in region["sources"][0]
+    region = RegionEntry.from_json(regions[0].extra["region"])        # the plan file's entry, read back as a record
+    assert region.ops == ["addmm", "sigmoid", "sum"] and "sigmoid" in region.sources[0] and region.instances == 1
     assert (tmp_path / "regions" / f"{regions[0].kernel_type}.json").is_file()
     assert sorted(entry.rank for entry in entries) == list(range(1, len(entries) + 1))
     assert regions[0].shapes == [{"weight": "48x32", "bias": 48, "x": "16x32"}]

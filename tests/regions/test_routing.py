@@ -86,7 +86,8 @@ def test_the_measured_policy_routes_no_region_without_a_measurement(kernels):
             summary = plugin.router_of(model).summary()
         finally:
             plugin.unplug(model)
-    assert summary["kernels"][0]["hits"] == 0 and summary["regions"][0]["found"] == 1
+    # With no region routed eagerly the model runs as it is, not through the rewritten graph.
+    assert summary["kernels"][0]["hits"] == 0 and summary["regions"][0]["replaced"] == 0
 
 
 def test_under_torch_compile_the_regions_backend_puts_the_kernels_op_in_the_graph(kernels):

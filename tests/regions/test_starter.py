@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import pytest
 import torch
@@ -67,7 +68,7 @@ def test_a_kernel_that_rewrites_its_regions_reference_is_refused(folder, tmp_pat
     # keeping the file's name. Without Landlock the write succeeds; the judge refuses the file, whose
     # definition no longer has the digest its name says. (Under Landlock the write itself is refused.)
     region, path = made("tanh_gelu", folder)
-    region_file = store.find(region.name)
+    region_file = Path(folder) / f"{region.name}.json"          # the judge's folder (AUTOKERNEL_REGION_DIRS)
     attack = tmp_path / "kernel.py"
     attack.write_text(path.read_text().replace("\nimport os\n", f'''
 import json
