@@ -101,8 +101,7 @@ def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path, backend
         if not entry.shapes:
             raise PlanError(f"plan entry rank {entry.rank} ({entry.kernel_type}) has no shapes; run profile.py again")
         if store.is_region(entry.kernel_type):
-            job = _region_job(entry, plan.get("model", "unknown"), folder, log)
-            jobs += [job] if job is not None else []
+            jobs += _region_jobs(entry, plan.get("model", "unknown"), folder, log)[:top - len(jobs)]
             continue
         starter = paths.starter_path(entry.kernel_type, backend)
         if not starter.is_file() and backend == "cuda":
@@ -119,9 +118,10 @@ def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path, backend
     return jobs
 
 
-def _region_job(entry: PlanEntry, model: str, folder: Path, log: Callable[[str], None]) -> Job | None:
-    """A region's job, its starter Inductor's code for it (autokernel/regions/jobs.py); None, said why, where
-    Inductor's code for it cannot be a starter. A region's starter is Triton whatever the backend."""
+def _region_jobs(entry: PlanEntry, model: str, folder: Path, log: Callable[[str], None]) -> list[Job]:
+    """A region's job, its starter Inductor's code for it (autokernel/regions/jobs.py; Triton whatever the backend).
+    Where Inductor's code for it cannot be a starter, said why, the menu's jobs for the calls it took from the menu
+    (a GEMM at its head, a softmax in it) at its rank, so nothing the menu would have planned is lost."""
     from autokernel.regions import jobs as region_jobs
     from autokernel.regions.inductor import InductorFailed
     from autokernel.regions.starter_code import StarterError
@@ -129,11 +129,26 @@ def _region_job(entry: PlanEntry, model: str, folder: Path, log: Callable[[str],
     try:
         source = region_jobs.starter_source(entry.kernel_type, variants=True)
     except (InductorFailed, StarterError) as why:
-        log(f"plan entry rank {entry.rank} ({entry.kernel_type}): no job, {why}")
-        return None
+        taken: dict[str, list[dict]] = {}
+        for kernel_type, shape in entry.extra.get("region", {}).get("takes", []):
+            if shape not in taken.setdefault(kernel_type, []):
+                taken[kernel_type].append(shape)
+        log(f"plan entry rank {entry.rank} ({entry.kernel_type}): no starter ({why}); "
+            f"{', '.join(taken) or 'nothing'} from the menu in its place")
+        fallback = [PlanEntry(rank=entry.rank, kernel_type=kernel_type, dtype=entry.dtype, shapes=shapes,
+                              share=entry.share, amdahl_2x=entry.amdahl_2x, time_ms=entry.time_ms)
+                    for kernel_type, shapes in taken.items()]
+        return [_menu_job(menu, model, folder) for menu in fallback]
     target = folder / f"kernel_{entry.rank}_{entry.kernel_type}.py"
     job = make_job(entry, model, target, "triton")
     target.write_text(stamp_starter(source, job))
+    return [job]
+
+
+def _menu_job(entry: PlanEntry, model: str, folder: Path) -> Job:
+    target = folder / f"kernel_{entry.rank}_{entry.kernel_type}.py"
+    job = make_job(entry, model, target, "triton")
+    target.write_text(stamp_starter(paths.starter_path(entry.kernel_type, "triton").read_text(), job))
     return job
 
 

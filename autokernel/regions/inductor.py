@@ -96,7 +96,20 @@ def _cpu_triton():
 
 def generate(definition: RegionDefinition, device: torch.device, *, persistent_reductions: bool = True,
              split_reductions: bool = True, seed: int = 0) -> InductorOutput:
-    """Inductor's code for the region on this device (see the module's docstring)."""
+    """Inductor's code for the region on this device (see the module's docstring). Where no GEMM template fits
+    (Inductor keeps none for some small GEMMs), its native matmul (tl.dot in its own kernels), where it has one."""
+    try:
+        return _generate(definition, device, persistent_reductions, split_reductions, seed, native_matmul=False)
+    except InductorFailed as failure:
+        from torch._inductor import config
+
+        if "NoValidChoices" not in str(failure) or "triton.native_matmul" not in config.get_config_copy():
+            raise
+        return _generate(definition, device, persistent_reductions, split_reductions, seed, native_matmul=True)
+
+
+def _generate(definition: RegionDefinition, device: torch.device, persistent_reductions: bool, split_reductions: bool,
+              seed: int, native_matmul: bool) -> InductorOutput:
     from torch._inductor import config
 
     gm = region_module(definition, device)
@@ -105,7 +118,8 @@ def generate(definition: RegionDefinition, device: torch.device, *, persistent_r
     made = make_inputs(definition, gen, device)
     args = [made[item.name] for item in definition.inputs]
     has_gemm = any(ops.kind(ops.resolve(node.op)) == ops.GEMM for node in definition.nodes)
-    options = {"force_disable_caches": True, "max_autotune": has_gemm, "max_autotune_gemm_backends": "TRITON",
+    options = {"force_disable_caches": True, "max_autotune": has_gemm and not native_matmul,
+               "max_autotune_gemm_backends": "TRITON", "triton.native_matmul": native_matmul,
                "triton.persistent_reductions": persistent_reductions, "split_reductions": split_reductions,
                # the classic GEMM template: a persistent TMA one needs an allocator, decompose-k a second GEMM
                "triton.enable_persistent_tma_matmul": False, "triton.num_decompose_k_splits": 0,

@@ -92,7 +92,8 @@ def add_regions(plan: dict, call_sites: list, model: nn.Module, inputs: tuple, w
                                  shapes=[region.shape()], share=share, amdahl_2x=_amdahl(share), time_ms=time_ms,
                                  calls=float(region.about.instances), shape_times_ms=[time_ms],
                                  bound=None, module_paths=region.about.module_paths,
-                                 extra={"region": region.entry().to_json()}))
+                                 extra={"region": {**region.entry().to_json(),
+                                                   "takes": [list(call) for call in found.taken[region.name]]}}))
         log(f"region {region.name}: {' -> '.join(region.ops())} ({region.about.instances}x), "
             f"{region.about.sources[0].show() if region.about.sources else 'no source line'}")
     entries.sort(key=lambda entry: -entry.time_ms)

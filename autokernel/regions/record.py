@@ -45,6 +45,7 @@ class RegionEntry:
     instances: int
     sources: list[str]
     inputs: dict[str, str] = field(default_factory=dict)
+    takes: list[list] = field(default_factory=list)     # [menu type, its shape] of each menu call it took
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -54,7 +55,8 @@ class RegionEntry:
         missing = [name for name in ("ops", "kinds", "instances", "sources") if name not in data]
         if missing:
             raise ValueError(f"a region's plan entry needs {', '.join(missing)}")
-        return cls(**{key: data[key] for key in ("ops", "kinds", "instances", "sources", "inputs") if key in data})
+        return cls(**{key: data[key] for key in ("ops", "kinds", "instances", "sources", "inputs", "takes")
+                      if key in data})
 
 
 @dataclass

@@ -56,3 +56,20 @@ def test_a_region_job_starts_from_inductors_code(tmp_path):
     assert f'KERNEL_TYPE = "{job.kernel_type}"' in source and "JOB = {" in source and "@triton.jit" in source
     assert job.bench_args == ["--shape", "weight=48x32,bias=48,x=16x32", "--dtype", "float32"]
     assert any(j.kernel_type == "softmax" for j in made)
+
+
+def test_a_region_without_a_starter_gives_the_menu_back_the_calls_it_took(tmp_path, monkeypatch):
+    from autokernel.regions import jobs as region_jobs
+    from autokernel.regions.starter_code import StarterError
+
+    def no_starter(name, on=None, *, variants=False):
+        raise StarterError("Inductor's code for it runs `extern_kernels.mm(...)`")
+
+    plan_of(tmp_path)
+    monkeypatch.setattr(region_jobs, "starter_source", no_starter)
+    said = []
+    made = jobs.extract_jobs(tmp_path / profiler.PLAN_FILE, 5, tmp_path, log=said.append)
+    assert {job.kernel_type for job in made} == {"matmul", "reduce", "softmax"}
+    matmul = next(job for job in made if job.kernel_type == "matmul")
+    assert matmul.shapes == [{"M": 16, "N": 48, "K": 32}] and "KERNEL_TYPE" in open(matmul.path).read()
+    assert any("no starter" in line and "matmul" in line for line in said)
