@@ -157,14 +157,19 @@ class ScoringRun:
 
 def score_folder(folder: Path, *, budget: str | None, top: int, extra_args: list[str], compile_enabled: bool,
                  log: Callable[[str], None], workdir: Path | None = None, state: Path | None = None, gpus: int = 1,
-                 stop_after_s: float | None = None, problem_timeout_s: float = PROBLEM_TIMEOUT_S) -> list[ProblemScore]:
+                 stop_after_s: float | None = None, problem_timeout_s: float = PROBLEM_TIMEOUT_S,
+                 only: list[str] | None = None) -> list[ProblemScore]:
     """Optimize (with a budget) and verify every problem file of the folder not already in `state`, one child
     process per step, `gpus` problems at a time (each on its own GPU); returns every problem's score so far."""
     run = ScoringRun(budget, top, extra_args, compile_enabled, Path(workdir or tempfile.mkdtemp(
         prefix="autokernel-score-")), state, gpus, stop_after_s, problem_timeout_s)
-    done = read_state(state)
+    files = [file for file in problem_files(folder) if only is None or file.stem in only]
+    unknown = sorted(set(only or ()) - {file.stem for file in files})
+    if unknown:
+        raise ValueError(f"no problem files named {', '.join(unknown)} in {folder}")
+    done = [row for row in read_state(state) if row.problem in {file.stem for file in files}]
     scored = {row.problem for row in done}
-    pending = [file for file in problem_files(folder) if file.stem not in scored]
+    pending = [file for file in files if file.stem not in scored]
     if done:
         log(f"{len(done)} problems scored before (in {state}); {len(pending)} to go")
     started, lock, scores = time.monotonic(), threading.Lock(), list(done)
@@ -189,7 +194,7 @@ def score_folder(folder: Path, *, budget: str | None, top: int, extra_args: list
     if pending:
         log(f"stopped after {run.stop_after_s:.0f} s with {len(pending)} problems left: run again with --state "
             f"{state} to go on" if state else f"stopped with {len(pending)} problems left")
-    order = [file.stem for file in problem_files(folder)]
+    order = [file.stem for file in files]
     return sorted(scores, key=lambda row: order.index(row.problem) if row.problem in order else len(order))
 
 

@@ -157,3 +157,17 @@ def test_a_scoring_run_goes_on_from_its_state_and_scores_problems_side_by_side(t
     again = score.score_folder(folder, budget=None, top=1, extra_args=[], compile_enabled=False,
                                log=lambda line: None, state=state)
     assert len(seen) == 3 and [row.speedup_vs_eager for row in again] == [2.0, 1.0, 2.0, 2.0]
+
+
+def test_only_the_named_problems_are_scored_and_a_wrong_name_is_refused(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "problems"
+    folder.mkdir()
+    for name in ("a", "b"):
+        (folder / f"{name}.py").write_text(textwrap.dedent(SOFTMAX_PROBLEM))
+    monkeypatch.setattr(score, "score_problem",
+                        lambda file, run, log, gpu: score.ProblemScore(file.stem, True, 1.0, 1.0, "ok", True, 0.1))
+    rows = score.score_folder(folder, budget=None, top=1, extra_args=[], compile_enabled=False, log=lambda line: None,
+                              only=["b"])
+    assert [row.problem for row in rows] == ["b"]
+    assert cli.main(["score", str(folder), "--problems", "b,c"]) == cli.EXIT_ERROR
+    assert "no problem files named c" in capsys.readouterr().err
