@@ -2,6 +2,7 @@
 
     autokernel score DIR [--budget-per-problem 0] [--top 1] [--dtype float16] [--no-compile] [--json-out FILE]
                          [--state FILE] [--gpus N] [--stop-after DURATION] [--problem-timeout DURATION]
+                         [--problems NAME,NAME...]
 
 Each problem file (KernelBench's convention: `class Model`, `get_inputs()`, `get_init_inputs()`)
 goes through what a user would run, each step in a child process so that one problem's crash or
