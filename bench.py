@@ -9,7 +9,8 @@ The agent never edits this file. The kernel file never runs in this process: a w
 timings. This process makes its own copy of every input, computes the reference, compares, and
 writes the verdict. The stages, in order (the first failure ends the run):
   1. smoke          one small input, twice with fresh values (a cached result fails the second);
-  2. shape sweep    the registry's shapes (and any --shape) in float16, bfloat16 and float32;
+  2. shape sweep    the registry's shapes (and any --shape) in float16, bfloat16 and float32 (a region of a
+                    model, KERNEL_TYPE region_...: its one shape and dtype, the model's);
   3. stability      adversarial inputs: huge logits, near-zero variance, high dynamic range...;
   4. determinism    the same input three times must give bitwise identical, correct outputs;
   5. edge shapes    non-powers of two (1023, 4097, 1537) and size 1.
@@ -130,7 +131,7 @@ class Judge:
 
     def stage_dtypes(self) -> list[torch.dtype]:
         """Every dtype; a --screen checks only the run's own, since each dtype compiles a candidate again."""
-        return [self.dtype] if self.args.screen else list(DTYPES.values())
+        return [self.dtype] if self.args.screen else [d for d in DTYPES.values() if self.kt.supports(d)]
 
     def timing_shapes(self) -> list[dict]:
         if self.args.shape:
@@ -542,6 +543,9 @@ def judge_kernel(worker: CandidateWorker, args, report: Report, watchdog: Watchd
             kt = registry.get(worker.hello())       # only a registry name reaches the report
             report.result["kernel_type"] = kt.name
         report.result["load_seconds"] = round(time.monotonic() - started, 3)
+        if not kt.supports(DTYPES[args.dtype]):      # a region is judged in the model's dtype only
+            raise CheckFailure(f"{kt.name} is judged in {', '.join(kt.dtypes)} only, not {args.dtype}: "
+                               f"pass --dtype {kt.dtypes[0]}")
         judge = Judge(worker, kt, args)
         report.result["timing_shapes"] = [registry.format_shape(s) for s in judge.timing_shapes()]
         for stage, run_stage in STAGES:

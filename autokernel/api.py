@@ -31,9 +31,9 @@ import torch
 from torch import nn
 
 from autokernel import handover, isolated, paths
-from autokernel.plugin import PlugInError, plug_in, unplug
+from autokernel.plugin import PlugInError, compile_backend, plug_in, unplug
 
-__all__ = ["optimize", "plug_in", "unplug"]
+__all__ = ["optimize", "plug_in", "unplug", "compile_backend"]
 BACKENDS = paths.BACKENDS
 DEFAULT_BUDGET_HOURS = 8
 

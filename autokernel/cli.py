@@ -133,6 +133,15 @@ def _build_parser() -> argparse.ArgumentParser:
     score.add_argument("--dtype", help="float16, bfloat16 or float32 (default: as each file builds it)")
     score.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants (slow on CPU)")
     score.add_argument("--json-out", metavar="FILE", help="also write the scores and the summary as JSON")
+    score.add_argument("--state", metavar="FILE",
+                       help="append each problem's score to FILE and skip the problems it holds: run the same command "
+                            "again to go on after a cut-off run")
+    score.add_argument("--gpus", type=_positive_int, default=1, help="problems scored side by side, one per GPU")
+    score.add_argument("--problems", metavar="NAMES", help="only these problem files, by name: gelu,l2_norm,...")
+    score.add_argument("--stop-after", metavar="DURATION", type=parse_duration,
+                       help="start no problem after this long (with --state, the next run goes on)")
+    score.add_argument("--problem-timeout", metavar="DURATION", type=parse_duration,
+                       help="the most one step of one problem may take (default 15m)")
     status = commands.add_parser("status", help="where the current or last run stands")
     status.add_argument("--json", action="store_true", help="the state and a summary as JSON, for scripts")
     report = commands.add_parser("report", help="results.tsv as markdown tables, one per kernel")
@@ -159,8 +168,16 @@ def _cmd_score(args, started: float) -> int:
     if args.budget_per_problem:
         parse_duration(args.budget_per_problem)      # a bad duration fails now, not in every child
     extra = ["--dtype", args.dtype] if args.dtype else []
-    scores = score.score_folder(folder, budget=args.budget_per_problem, top=args.top, extra_args=extra,
-                                compile_enabled=not args.no_compile, log=lambda line: print(line, flush=True))
+    try:
+        scores = score.score_folder(folder, budget=args.budget_per_problem, top=args.top, extra_args=extra,
+                                    compile_enabled=not args.no_compile, log=lambda line: print(line, flush=True),
+                                    state=Path(args.state) if args.state else None, gpus=args.gpus,
+                                    only=args.problems.split(",") if args.problems else None,
+                                    stop_after_s=args.stop_after,
+                                    problem_timeout_s=args.problem_timeout or score.PROBLEM_TIMEOUT_S)
+    except ValueError as error:
+        _say(f"autokernel: error: {error}")
+        return EXIT_ERROR
     print(score.format_table(scores))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"scores": [s.to_json() for s in scores],

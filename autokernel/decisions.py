@@ -97,6 +97,18 @@ def copy_call(example: tuple) -> tuple[tuple, dict]:
     return tuple(_copy_value(a) for a in args), {name: _copy_value(v) for name, v in kwargs.items()}
 
 
+def copy_fits(example: tuple) -> bool:
+    """Whether a copy of a call's tensors, and room to time it, fit in the GPU memory left (always on a CPU): verify
+    keeps a copy of each site's first call only where it does, and says so where it does not."""
+    args, kwargs = example
+    tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter)]
+    cuda = [t for t in tensors if t.is_cuda]
+    if not cuda:
+        return True
+    free, _ = torch.cuda.mem_get_info(cuda[0].device)
+    return 3 * sum(t.numel() * t.element_size() for t in cuda) < free
+
+
 def _copy_value(value):
     if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
         return value.detach().clone()

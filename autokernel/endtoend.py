@@ -18,6 +18,7 @@ cannot run are skipped, and every figure is labelled not meaningful.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -95,12 +96,18 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
             results[variant] = variants.run(variant, model, inputs, expected, on_gpu, backend)
         found = _headroom(model, inputs, results, on_gpu, compile_backend, log)
         router = plug_in(policy=ALL, keep_examples=True)
-        if router.folding is not None:
-            # The first call with these inputs is watched for folded norms (run unfolded); the check
-            # and the route table need the folds resolved, as every later call runs them.
-            model(*inputs)
+        if router.folding is not None or router.regions is not None:
+            # The first call with these inputs is watched for folded norms (run unfolded), and the first
+            # calls resolve the routes eagerly before regions are rewritten in the graph; the check and the
+            # route table need both, as every later call runs them.
+            resolve_routes(router, model, inputs)
             router.reset_stats()
-        checked_error = output_error(expected, detached_copy(model(*inputs)))
+        try:
+            checked_error = output_error(expected, model(*inputs))
+        except torch.OutOfMemoryError:       # said, not crashed: the check could not run, so it does not pass
+            checked_error = math.inf
+            log("the check with every kernel routed ran out of GPU memory: it does not pass")
+            torch.cuda.empty_cache()
         checked = router.summary()
         records = route_table.measure(router, on_gpu, log)
 
@@ -108,7 +115,9 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
         log(f"timing {VARIANTS[variant][0]}")
         if VARIANTS[variant][2] is not None:
             resolve_routes(router, model, inputs)
-        return variants.run_routed(variant, model, inputs, expected, on_gpu, backend, router.kernels, log,
+        # Regions are routed by a backend of their own, which then hands the graph to Inductor.
+        ours_backend = router.regions.compile_backend if router.regions is not None and backend == INDUCTOR else backend
+        return variants.run_routed(variant, model, inputs, expected, on_gpu, ours_backend, router.kernels, log,
                                    paired_with=router.bypassed if paired else None)
 
     extra = {}
@@ -117,6 +126,7 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
 
         extra["overhead"] = overhead_figures.measure(router, records, results, run_ours, lambda: model(*inputs), on_gpu)
     route_table.apply(router.kernels, records)
+    router.release_examples()
     router.set_policy(policy)
     trials = []
     if policy == MEASURED and on_gpu:
@@ -137,6 +147,8 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
             variant, failed="nothing routed: no kernel made the model faster in this mode")
     routing = _one_forward_counts(router, model, inputs)
     verdict = choose(results, allowed, on_gpu, any(routed.values()))
+    if router.regions is not None and verdict.use in variants.HOW_TO_USE_WITH_REGIONS:
+        verdict.use_code = variants.HOW_TO_USE_WITH_REGIONS[verdict.use]
     return {"variants": {name: result.to_json() for name, result in results.items()},
             "verdict": verdict.to_json(), "tolerance": allowed,
             "checked": {"policy": ALL, "max_error": checked_error, "passed": checked_error <= allowed, **checked},
@@ -151,7 +163,7 @@ def resolve_routes(router, model, inputs: tuple) -> None:
     compiled variant traced first routed nothing, and timed PyTorch's own path as ours. With norm
     folding the first call only watches, so it takes two."""
     with torch.no_grad():
-        for _ in range(2 if router.folding is not None else 1):
+        for _ in range(2 if router.folding is not None else 1):      # as regions/routing.py run_model counts
             model(*inputs)
 
 

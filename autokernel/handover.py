@@ -73,6 +73,12 @@ def runnable(model: nn.Module, optimized_dir: str | Path, verdict: dict) -> nn.M
     name, ours, mode = VARIANTS[variant]
     if ours:
         plugin.plug_in(model, optimized_dir)
-    result = model if mode is None else torch.compile(model) if mode == "default" else torch.compile(model, mode=mode)
+    backend = plugin.compile_backend(model, mode or "default") if ours else "inductor"
+    if mode is None:
+        result = model
+    elif backend != "inductor":        # routed regions: their backend, in this mode, then Inductor
+        result = torch.compile(model, backend=backend)
+    else:
+        result = torch.compile(model) if mode == "default" else torch.compile(model, mode=mode)
     setattr(result, CHOICE_ATTRIBUTE, Choice(variant, name, verdict["summary"], verdict["use_code"], verdict["faster"]))
     return result

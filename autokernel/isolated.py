@@ -21,6 +21,7 @@ process never imports a kept kernel unless the user asks for it (`plug_in`, or t
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -35,8 +36,11 @@ from autokernel import paths, runner
 # Set in the sandboxed child: autokernel.optimize called there (a script without a __main__ guard) refuses.
 CHILD_VARIABLE = "AUTOKERNEL_SANDBOXED_CHILD"
 CHILD_TIMEOUT_S = 6 * 3600
-# What verify's child may hand back as files of the workspace (relative names), and nothing else.
-VERIFY_FILES = ("optimization_plan.json", "profile_report.json", "starter_kernels/manifest.json", "verify_report.json")
+# What verify's child may hand back as files of the workspace (relative names), and nothing else: the plan, the
+# report, and with --starters the starters' manifest and what it names (regions' starters: Inductor's code for
+# them, and their region files).
+VERIFY_FILES = ("optimization_plan.json", "profile_report.json", "verify_report.json")
+VERIFY_FILE_PATTERNS = ("starter_kernels/manifest.json", "starter_kernels/*.py", "starter_kernels/regions/*.json")
 HF_CACHE = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
 
 
@@ -109,7 +113,7 @@ def verify_in_sandbox(argv: list[str], *, model: str | None, workspace: Path, op
             return EXIT_ERROR
         workspace.mkdir(parents=True, exist_ok=True)
         for name in outcome.made:
-            if name in VERIFY_FILES and (out / name).is_file():
+            if _may_hand_back(name) and (out / name).is_file() and not (out / name).is_symlink():
                 (workspace / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(out / name, workspace / name)
         if outcome.route_tables:
@@ -120,6 +124,13 @@ def verify_in_sandbox(argv: list[str], *, model: str | None, workspace: Path, op
         return outcome.exit_code
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def _may_hand_back(name: str) -> bool:
+    parts = Path(name).parts
+    return ".." not in parts and (name in VERIFY_FILES or any(fnmatch.fnmatchcase(name, pattern)
+                                                              and "/" not in name[len(pattern.split("*")[0]):]
+                                                              for pattern in VERIFY_FILE_PATTERNS))
 
 
 # ---------------------------------------------------------------------- autokernel.optimize

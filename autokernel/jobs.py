@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import ast
 import json
+import sys
 from pathlib import Path
+from typing import Callable
 
 from autokernel import paths, registry
 from autokernel.contracts import ContractError, Job, PlanEntry
+from autokernel.regions import store
 
 JOBS_FILE = "jobs.json"
 
@@ -75,10 +78,12 @@ def plan_entries(plan: dict) -> list[PlanEntry]:
     return sorted(entries, key=lambda entry: entry.rank)
 
 
-def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path, backend: str = "triton") -> list[Job]:
+def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path, backend: str = "triton",
+                 log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> list[Job]:
     """Write one kernel file per planned kernel type (the top `top` by rank) and jobs.json; return the jobs.
 
-    Each job starts from its type's starter in `backend`'s language (paths.starter_path).
+    Each job starts from its type's starter in `backend`'s language (paths.starter_path); a region's from
+    Inductor's code for it. A region whose starter cannot be made is passed over, and `log` says why.
     """
     if top < 1:
         raise ValueError(f"top must be at least 1, got {top}")
@@ -88,10 +93,16 @@ def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path, backend
     folder = Path(workspace)
     folder.mkdir(parents=True, exist_ok=True)
     jobs = []
-    for entry in plan_entries(plan)[:top]:
+    store.add_folder(folder / store.FOLDER)
+    for entry in plan_entries(plan):
+        if len(jobs) == top:
+            break
         registry.get(entry.kernel_type)
         if not entry.shapes:
             raise PlanError(f"plan entry rank {entry.rank} ({entry.kernel_type}) has no shapes; run profile.py again")
+        if store.is_region(entry.kernel_type):
+            jobs += _region_jobs(entry, plan.get("model", "unknown"), folder, log)[:top - len(jobs)]
+            continue
         starter = paths.starter_path(entry.kernel_type, backend)
         if not starter.is_file() and backend == "cuda":
             have = sorted(p.stem for p in starter.parent.glob("*.py") if not p.name.startswith("_"))
@@ -105,6 +116,40 @@ def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path, backend
         jobs.append(job)
     (folder / JOBS_FILE).write_text(json.dumps([job.to_json() for job in jobs], indent=2) + "\n")
     return jobs
+
+
+def _region_jobs(entry: PlanEntry, model: str, folder: Path, log: Callable[[str], None]) -> list[Job]:
+    """A region's job, its starter Inductor's code for it (autokernel/regions/jobs.py; Triton whatever the backend).
+    Where Inductor's code for it cannot be a starter, said why, the menu's jobs for the calls it took from the menu
+    (a GEMM at its head, a softmax in it) at its rank, so nothing the menu would have planned is lost."""
+    from autokernel.regions import jobs as region_jobs
+    from autokernel.regions.inductor import InductorFailed
+    from autokernel.regions.starter_code import StarterError
+
+    try:
+        source = region_jobs.starter_source(entry.kernel_type, variants=True)
+    except (InductorFailed, StarterError) as why:
+        taken: dict[str, list[dict]] = {}
+        for kernel_type, shape in entry.extra.get("region", {}).get("takes", []):
+            if shape not in taken.setdefault(kernel_type, []):
+                taken[kernel_type].append(shape)
+        log(f"plan entry rank {entry.rank} ({entry.kernel_type}): no starter ({why}); "
+            f"{', '.join(taken) or 'nothing'} from the menu in its place")
+        fallback = [PlanEntry(rank=entry.rank, kernel_type=kernel_type, dtype=entry.dtype, shapes=shapes,
+                              share=entry.share, amdahl_2x=entry.amdahl_2x, time_ms=entry.time_ms)
+                    for kernel_type, shapes in taken.items()]
+        return [_menu_job(menu, model, folder) for menu in fallback]
+    target = folder / f"kernel_{entry.rank}_{entry.kernel_type}.py"
+    job = make_job(entry, model, target, "triton")
+    target.write_text(stamp_starter(source, job))
+    return [job]
+
+
+def _menu_job(entry: PlanEntry, model: str, folder: Path) -> Job:
+    target = folder / f"kernel_{entry.rank}_{entry.kernel_type}.py"
+    job = make_job(entry, model, target, "triton")
+    target.write_text(stamp_starter(paths.starter_path(entry.kernel_type, "triton").read_text(), job))
+    return job
 
 
 def read_jobs(workspace: str | Path) -> list[Job]:

@@ -105,9 +105,9 @@ def _load_kernel(folder: Path, name: str, entry: dict, manifest_path: Path, devi
     except (KeyError, TypeError, ValueError) as exc:
         raise PlugInError(f"{where} is malformed ({type(exc).__name__}: {exc}); each entry needs file, "
                           "kernel_type, rank, shapes and dtypes") from exc
-    if kernel_type not in registry.REGISTRY:
-        raise PlugInError(f"{where} names an unknown kernel type {kernel_type!r}; "
-                          f"known: {', '.join(registry.REGISTRY)}")
+    if not registry.known(kernel_type):
+        raise PlugInError(f"{where} names an unknown kernel type {kernel_type!r}; known: "
+                          f"{', '.join(registry.REGISTRY)}, and regions with a file in {folder / 'regions'}")
     unknown = [d for d in dtype_names if d not in DTYPES]
     if unknown:
         raise PlugInError(f"{where} lists unknown dtypes {unknown}; expected some of {', '.join(DTYPES)}")

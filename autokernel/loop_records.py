@@ -19,6 +19,7 @@ from autokernel.agents.base import MalformedReply, Proposal
 from autokernel.contracts import FAIL, PASS, SPEED_UNKNOWN, Job, JobProgress
 from autokernel.live import throughput_line
 from autokernel.policy import one_line
+from autokernel.regions import store as region_store
 
 HISTORY_KEPT = 50        # experiments of a job remembered in full for the agent; older ones as a summary line
 QUEUED_KEPT = 8          # candidates of replies waiting to be judged, at most
@@ -204,6 +205,7 @@ class LoopRecords:
             if saved:
                 paths.OPTIMIZED_DIR.mkdir(exist_ok=True)
                 (paths.OPTIMIZED_DIR / f"{name}.py").write_bytes(self._kept_source(progress).encode())
+                region_store.copy_to(job.kernel_type, paths.OPTIMIZED_DIR)     # a region's file goes with it
                 kernels = plugin.read_manifest(paths.MANIFEST_FILE) if paths.MANIFEST_FILE.exists() else {}
                 plugin.write_manifest(paths.MANIFEST_FILE, {**kernels, name: entry})
                 self.checkpoint("finish: files written")

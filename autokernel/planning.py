@@ -22,7 +22,7 @@ def jobs_from_profile(model, inputs, *, name: str, top: int, log: Callable[[str]
     with quiet_native_output(paths.WORKSPACE / PROFILE_LOG):
         profiler.profile_to_workspace(model, inputs, name=name, workspace=paths.WORKSPACE)
     plan_path = paths.WORKSPACE / profiler.PLAN_FILE
-    jobs = kernel_jobs.extract_jobs(plan_path, top, paths.WORKSPACE, backend)
+    jobs = kernel_jobs.extract_jobs(plan_path, top, paths.WORKSPACE, backend, log=log)
     if not jobs:
         raise OptimizationError(f"the profile found no kernel that AutoKernel can optimize (plan: {plan_path})")
     for job in jobs:

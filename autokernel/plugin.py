@@ -26,6 +26,7 @@ from autokernel import interpreter, paths, routes
 from autokernel.kernel_ops import OptimizedKernel, load_kernels as _load_kernels
 from autokernel.manifest import PlugInError, manifest_entry, read_manifest, write_manifest  # noqa: F401 (API)
 from autokernel.outputs import output_error, tolerance  # noqa: F401 (API)
+from autokernel.regions import store as region_store
 from autokernel.router import ALL, MEASURED, POLICIES, ModuleRoute, Router  # noqa: F401 (API)
 
 ROUTER_ATTRIBUTE = "_autokernel_router"
@@ -42,7 +43,9 @@ def load_kernels(optimized_dir: str | Path | None = None) -> list[OptimizedKerne
     interpreter.choose()
     if interpreter.problem():
         raise PlugInError(interpreter.problem())
-    return _load_kernels(optimized_dir or paths.OPTIMIZED_DIR, device_name())
+    folder = Path(optimized_dir or paths.OPTIMIZED_DIR)
+    region_store.add_folder(folder / region_store.FOLDER)     # the regions its kernels name, saved beside them
+    return _load_kernels(folder, device_name())
 
 
 def plug_in(model: nn.Module, optimized_dir: str | Path | None = None, *, policy: str = MEASURED,
@@ -72,8 +75,17 @@ def plug_in(model: nn.Module, optimized_dir: str | Path | None = None, *, policy
             router.module_routes.append(route)
             router.patch(module, functools.partial(router.run_module, route))
     router.patch(model, functools.partial(router.run_model, model))
+    if router.regions is not None:        # outermost: regions are routed in the model's whole graph
+        router.patch(model, router.regions.run_model)
     setattr(model, ROUTER_ATTRIBUTE, router)
     return model
+
+
+def compile_backend(model: nn.Module, mode: str = "default"):
+    """The torch.compile backend for a plugged-in model: "inductor" when it routes no region, else the one that
+    replaces its regions and then runs Inductor: torch.compile(model, backend=autokernel.compile_backend(model))."""
+    router = router_of(model)
+    return router.regions.compile_backend(mode) if router is not None and router.regions is not None else "inductor"
 
 
 def unplug(model: nn.Module) -> nn.Module:

@@ -318,8 +318,22 @@ def profile_to_workspace(model: nn.Module, inputs, *, name: str, workspace: str 
     """Profile, plan against this machine's GPU (or `gpu`), and write both JSON files into the workspace."""
     report = profile_model(model, inputs, warmup=warmup, iters=iters, name=name)
     plan = build_plan(report, gpu or hardware.detect())
+    plan = plan_regions(plan, report, model, inputs, workspace)
     write_outputs(report, plan, workspace)
     return report, plan
+
+
+def plan_regions(plan: dict, report: ProfileReport, model: nn.Module, inputs, workspace: str | Path | None) -> dict:
+    """The plan with the model's regions ranked in it (autokernel/regions/plan.py); where the model cannot be
+    captured, the menu's plan as it was, and why."""
+    from autokernel.regions.plan import add_regions
+
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    try:
+        return add_regions(plan, report.call_sites, model, inputs, workspace if workspace is not None else paths.WORKSPACE)
+    except Exception as exc:       # a model Dynamo cannot capture still gets the menu's plan
+        plan["regions"] = {"found": 0, "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+        return plan
 
 
 def print_plan(plan: dict, top: int | None = None, console: Console | None = None) -> None:
@@ -328,10 +342,15 @@ def print_plan(plan: dict, top: int | None = None, console: Console | None = Non
                         f"{plan['total_ms']:.3f} ms per forward pass)")
     for column in ("#", "kernel type", "ms", "share", "2x gives", "bound"):
         table.add_column(column, justify="left" if column in ("kernel type", "bound") else "right", no_wrap=True)
-    table.add_column("main shape", overflow="fold", min_width=12)
+    table.add_column("main shape, or a region's source line", overflow="fold", min_width=12)
     for entry in plan["entries"][:top]:
-        table.add_row(str(entry["rank"]), entry["kernel_type"], f"{entry['time_ms']:.3f}", f"{entry['share']:.1%}",
-                      f"{entry['amdahl_2x']:.3f}x", entry["bound"] or "-", registry.format_shape(entry["shapes"][0]))
+        region = entry.get("region")
+        ops = region["ops"] if region else []
+        what = f"region: {' -> '.join(ops[:3])}{f' (+{len(ops) - 3})' if len(ops) > 3 else ''}" if region \
+            else entry["kernel_type"]
+        where = (region["sources"][0] if region["sources"] else "") if region else registry.format_shape(entry["shapes"][0])
+        table.add_row(str(entry["rank"]), what, f"{entry['time_ms']:.3f}", f"{entry['share']:.1%}",
+                      f"{entry['amdahl_2x']:.3f}x", entry["bound"] or "-", where)
     other = plan["other"]
     table.add_row("", OTHER, f"{other['time_ms']:.3f}", f"{other['share']:.1%}",
                   f"{amdahl_speedup(other['share']):.3f}x", "-", "")

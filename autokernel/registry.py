@@ -22,9 +22,22 @@ REGISTRY: dict[str, KernelType] = TYPES
 
 
 def get(name: str) -> KernelType:
-    if name not in REGISTRY:
-        raise KeyError(f"unknown kernel type {name!r}; known types: {', '.join(REGISTRY)}")
-    return REGISTRY[name]
+    """A kernel type by name: a menu type, or a region of a model (region_<digest>), read from its file and checked
+    against its name (autokernel/regions/store.py)."""
+    if name in REGISTRY:
+        return REGISTRY[name]
+    from autokernel.regions import store
+
+    if store.is_region(name):
+        return store.kernel_type(name)
+    raise KeyError(f"unknown kernel type {name!r}; known types: {', '.join(REGISTRY)}, and regions (region_...)")
+
+
+def known(name: str) -> bool:
+    """Whether get(name) finds a kernel type: a menu type, or a region whose file is found."""
+    from autokernel.regions import store
+
+    return name in REGISTRY or store.is_region(name) and store.find(name) is not None
 
 
 def parse_shape(text: str) -> Shape:

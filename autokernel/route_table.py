@@ -44,10 +44,15 @@ def measure(router, on_gpu: bool, log: Callable[[str], None] = lambda line: None
         if not on_gpu:
             record.why = NOT_TIMED_ON_CPU
         elif site.run_ours is None:
-            record.why = "no example call was kept for this signature"
+            record.why = "no example call was kept for this signature (no room in the GPU memory left to copy it)"
         else:
             log(f"timing {site.kernel.name} at {record.shape} ({record.site})")
-            _time_site(site, record, router)
+            try:
+                _time_site(site, record, router)
+            except torch.OutOfMemoryError:      # fewer comparisons, never a crash: this site is not routed
+                record.route_eager = record.route_compiled = False
+                record.why = "not timed: out of GPU memory"
+                torch.cuda.empty_cache()
         records.setdefault(site.kernel.name, []).append(record)
     return records
 

@@ -33,11 +33,13 @@ from torch.overrides import TorchFunctionMode
 
 from autokernel import registry, routes
 from autokernel.decisions import (ALL, MEASURED, POLICIES, Decision, KernelStats, ModuleRoute,  # noqa: F401 (API)
-                                  Site, autocast_on, call_signature, capture_graph_op, copy_call, decide,
+                                  Site, autocast_on, call_signature, capture_graph_op, copy_call, copy_fits, decide,
                                   first_call_mismatch, survives_a_launch)
 from autokernel.fold_routing import FOLD_TYPES, Folding
 from autokernel.kernel_ops import OptimizedKernel
 from autokernel.norm_folding import note_call
+from autokernel.regions import store
+from autokernel.regions.routing import RegionRouting
 
 _NOT_ROUTED = object()
 _NOT_PATCHED = object()
@@ -74,6 +76,8 @@ class Router:
         # Norms folded into their consumers (rmsnorm_mlp, rmsnorm_linear), found on each new model input signature.
         fold_types = [fold_type for kernel_type, fold_type in FOLD_TYPES.items() if kernel_type in self.by_type]
         self.folding = Folding(self, fold_types) if fold_types else None
+        # Regions of the model's graph (autokernel/regions/routing.py): routed in the graph, not by module or function.
+        self.regions = RegionRouting(self, kernels) if any(store.is_region(k.kernel_type) for k in kernels) else None
         self.reset_stats()
 
     # ------------------------------------------------------------------ state
@@ -85,6 +89,11 @@ class Router:
             yield
         finally:
             self.bypass = before
+
+    def release_examples(self) -> None:
+        """Drop the copies of each site's first call once they are timed: the memory goes to the variants after."""
+        for site in self.sites.values():
+            site.run_ours = site.run_pytorch = site.run_routed = None
 
     def reset_stats(self) -> None:
         self.stats = {kernel.name: KernelStats() for kernel in self.kernels}
@@ -103,6 +112,8 @@ class Router:
         self.model_signatures.clear()
         if self.folding is not None:
             self.folding.forget()
+        if self.regions is not None:
+            self.regions.forget()
 
     # ------------------------------------------------------------------ deciding
     def decide(self, kernel_type: str, reading: routes.Reading | str, site_label: str) -> Decision:
@@ -120,7 +131,7 @@ class Router:
         site = self.sites.get(key)
         if site is None:
             site = self.sites[key] = Site(kernel, dict(reading.shape), dtype, site_label)
-        if self.keep_examples and site.run_ours is None:
+        if self.keep_examples and site.run_ours is None and copy_fits(example):
             args, kwargs = copy_call(example)
             site.run_ours = lambda: reading.launch(kernel.kernel_fn, *args, **kwargs)
             site.run_pytorch = lambda: original(*args, **kwargs)     # run it under bypassed()
@@ -348,6 +359,7 @@ class Router:
                               for r in self.module_routes],
             "scoped_modules": sorted(self.scoped_modules),
             "folds": self.folding.summary() if self.folding is not None else [],
+            "regions": self.regions.summary() if self.regions is not None else [],
             "resolutions": dict(self.resolutions),
             "policy": self.policy,
         }

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from autokernel import judge_files, paths, sandbox
+from autokernel.regions import store as region_store
 from autokernel.child_output import TailReader, current_watcher
 from autokernel.contracts import CRASH, FAIL, PASS, TIMEOUT, BenchResult, ContractError
 from autokernel.registry import Shape, format_shape
@@ -320,6 +321,9 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
     try:
         cmd = bench_command(kernel_path, shapes=shapes, dtype=dtype, result_fd=verdict_write, seed=seed,
                             extra_args=extra_args, bench_script=bench_script)
+        # The region files the judge reads a region's reference from (autokernel/regions/store.py) sit in the
+        # workspace, which the sandbox hides: they are made readable, never writable.
+        readable = [*readable, *(folder for folder in region_store.folders() if folder.is_dir())]
         child = run_child(cmd, timeout_s=timeout_s, cwd=cwd, readable=readable, pass_fds=(verdict_write,),
                           writable=[candidate_caches] if candidate_caches else [],
                           env_extra={NONCE_VARIABLE: nonce, **worker_env})

@@ -131,8 +131,14 @@ def build_ruleset(config: SandboxConfig, cwd: str) -> landlock.Ruleset | None:
     ruleset = landlock.Ruleset(version)
     repo_hidden = [os.path.join(cwd, name) for name in config.hidden_in_repo] + config.hidden
     listed: list[str] = []
+    # A folder named readable inside a hidden one (the workspace's regions/, which the judge reads) is
+    # readable itself, and nothing else of the hidden folder.
+    hidden_real = [Path(os.path.realpath(h)) for h in repo_hidden]
+    inside_hidden = [str(Path(os.path.realpath(p))) for p in config.readable
+                     if os.path.exists(p) and any(_is_within(Path(os.path.realpath(p)), h) for h in hidden_real)]
+    others = [p for p in config.readable if str(Path(os.path.realpath(p))) not in inside_hidden]
     readable = (cover(["/"], private_areas(cwd, config.hidden, config.hidden_in_repo))
-                + cover([cwd, *python_paths(), *config.readable], repo_hidden, listed))
+                + cover([cwd, *python_paths(), *others], repo_hidden, listed) + inside_hidden)
     ruleset.allow(readable, landlock.READ)
     # The repository's root (and the folders above a hidden one in it) may be listed, not read:
     # Python finds bench.py's own package, autokernel/, by listing the folder bench.py is in.

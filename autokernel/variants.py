@@ -14,7 +14,7 @@ from typing import Callable, ContextManager
 import torch
 
 from autokernel import latency
-from autokernel.outputs import detached_copy, output_error
+from autokernel.outputs import output_error
 
 # variant -> (its name in reports, ours or not, torch.compile mode: None eager, "default", "reduce-overhead")
 VARIANTS = {
@@ -30,6 +30,12 @@ HOW_TO_USE = {
     "cudagraphs": 'torch.compile(model, mode="reduce-overhead")',
     "ours": "autokernel.plug_in(model)", "ours_compile": "torch.compile(autokernel.plug_in(model))",
     "ours_cudagraphs": 'torch.compile(autokernel.plug_in(model), mode="reduce-overhead")',
+}
+# With regions routed, the compiled paths need their backend (autokernel/regions/routing.py).
+HOW_TO_USE_WITH_REGIONS = {
+    "ours_compile": "m = autokernel.plug_in(model); torch.compile(m, backend=autokernel.compile_backend(m))",
+    "ours_cudagraphs": 'm = autokernel.plug_in(model); torch.compile(m, backend=autokernel.compile_backend(m, '
+                       '"reduce-overhead"))',
 }
 NOISE_FLOOR = 0.01
 INDUCTOR = "inductor"
@@ -62,8 +68,11 @@ def available(on_gpu: bool, compile_backend: str | None) -> list[str]:
             if mode is None or (compile_backend and (mode != "reduce-overhead" or on_gpu and compile_backend == INDUCTOR))]
 
 
-def compiled(model, mode: str, backend: str):
-    """torch.compile of the model in a variant's mode ("reduce-overhead" is inductor's CUDA-graph mode)."""
+def compiled(model, mode: str, backend):
+    """torch.compile of the model in a variant's mode ("reduce-overhead" is inductor's CUDA-graph mode); a callable
+    backend is asked for the backend of that mode (a plugged-in model's regions: autokernel/regions/routing.py)."""
+    if callable(backend):
+        return torch.compile(model, backend=backend(mode))
     if backend != INDUCTOR:
         return torch.compile(model, backend=backend)
     return torch.compile(model) if mode == "default" else torch.compile(model, mode=mode)
@@ -92,7 +101,8 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
                 after_first_call()
             for _ in range(2 if mode == "reduce-overhead" else 0):
                 fn(*inputs)                       # CUDA graphs are recorded after warm-up calls
-            result.error = output_error(expected, detached_copy(fn(*inputs)))
+            # Compared at once, before any other call could reuse the output's memory: no copy of it is held.
+            result.error = output_error(expected, fn(*inputs))
             graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
             if paired_with is None:
                 result.latency = latency.wall_clock(lambda: fn(*inputs), on_gpu)
@@ -109,6 +119,8 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
     if mode is not None:
         result.graphs, result.graph_breaks = graphs, max(breaks, graphs - 1)
     torch._dynamo.reset()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()       # what this variant cached goes back before the next one is built
     return result
 
 

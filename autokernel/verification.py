@@ -11,6 +11,7 @@ otherwise.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -21,6 +22,10 @@ from rich.console import Console
 from autokernel import handover, manifest, models, paths, plugin, profiler
 from autokernel.contracts import PlanEntry
 from autokernel.outputs import ERROR_DEFINITION
+from autokernel.regions import jobs as region_jobs
+from autokernel.regions import store as region_store
+from autokernel.regions.inductor import InductorFailed
+from autokernel.regions.starter_code import StarterError
 
 REPORT_FILE = "verify_report.json"
 STARTER_MANIFEST_DIR = "starter_kernels"     # under the workspace
@@ -58,6 +63,7 @@ class Outcome:
 def run(loaded: models.LoadedModel, *, workspace: Path, out: Path, optimized_dir: Path | None, starters: bool,
         compile_backend: str | None, policy: str, overhead: bool, console: Console) -> Outcome:
     """Verify: read the plan from `workspace`, write what is made into `out`; the report is printed."""
+    region_store.add_folder(workspace / region_store.FOLDER)      # the regions a plan there names
     plan, plan_note = read_model_plan(workspace / profiler.PLAN_FILE, loaded)
     made: list[str] = []
     if starters:
@@ -90,20 +96,29 @@ def starters_of_plan(loaded: models.LoadedModel, workspace: Path, out: Path, pla
     folder = write_starter_manifest(plan, out / STARTER_MANIFEST_DIR, earlier=earlier)
     console.print(f"the starter kernels of {len(plan['entries'])} kernel types, at the plan's shapes "
                   f"({plan['dtype']}): {workspace / STARTER_MANIFEST_DIR / paths.MANIFEST_NAME}", markup=False)
-    return folder, plan, plan_note, made + [f"{STARTER_MANIFEST_DIR}/{paths.MANIFEST_NAME}"]
+    made += [str(path.relative_to(out)) for path in sorted(folder.rglob("*")) if path.is_file()]
+    return folder, plan, plan_note, made
 
 
-def starter_entries(plan: dict) -> dict[str, dict]:
-    """The manifest entries of the starter kernels/<type>.py of each planned kernel type, at the plan's shapes."""
-    return {f"{entry['rank']}_{entry['kernel_type']}":
-            plugin.manifest_entry(PlanEntry.from_json(entry), paths.starter_path(entry["kernel_type"]))
-            for entry in plan["entries"]}
+def starter_entries(plan: dict, folder: Path) -> dict[str, dict]:
+    """The manifest entries of each planned kernel type's starter, at the plan's shapes: kernels/<type>.py, or for a
+    region Inductor's code for it, generated into folder (with its region file) and named relative to it."""
+    entries = {}
+    for entry in plan["entries"]:
+        try:       # a region's starter is Inductor's code for it, generated here (autokernel/regions/jobs.py)
+            starter = region_jobs.starter_file(entry["kernel_type"], folder)
+        except (InductorFailed, StarterError) as why:
+            print(f"no starter for {entry['kernel_type']}: {why}", file=sys.stderr)
+            continue
+        named = starter.name if starter.parent == folder else starter
+        entries[f"{entry['rank']}_{entry['kernel_type']}"] = plugin.manifest_entry(PlanEntry.from_json(entry), named)
+    return entries
 
 
 def write_starter_manifest(plan: dict, folder: Path, earlier: Path | None = None) -> Path:
     """A manifest of the starter kernels of the plan, in folder/manifest.json (keeping the route tables measured
     before for the same sources, from `earlier`, by default that file itself); the folder is returned."""
-    entries = starter_entries(plan)
+    entries = starter_entries(plan, folder)
     if not entries:
         raise NothingToPlugIn(f"the plan of {plan['model']} has no kernel type AutoKernel has a kernel for, "
                               "so there is nothing to plug in")

@@ -1,6 +1,7 @@
 """Tests for autokernel/api.py: optimize() on a model in memory (with the loop stubbed out, or refused for real) and the exports."""
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -40,8 +41,11 @@ def project(tmp_path, monkeypatch):
         jobs = kwargs["plan"](lambda line: None)
         runs.append({**kwargs, "jobs": jobs})
         for job in jobs:
+            # A region's job keeps its starter (Inductor's code); a menu type's becomes a reference-backed kernel.
+            made = Path(job.path).read_text() + sources.get("region", "") if job.kernel_type.startswith("region_") \
+                else reference_kernel(job.kernel_type)
             write_optimized(paths.OPTIMIZED_DIR, {job.kernel_type: job.shapes}, dtypes=(job.dtype,),
-                            sources={job.kernel_type: sources.get(job.kernel_type, reference_kernel(job.kernel_type))})
+                            sources={job.kernel_type: sources.get(job.kernel_type, made)})
         return RunState(tag=kwargs["tag"], jobs=jobs, kept_commit="abc", settings=kwargs["settings"],
                         job_index=len(jobs), done=sources.get("done", True),
                         stopped_because=None if sources.get("done", True) else "the run's time budget is spent")
@@ -60,7 +64,9 @@ def test_optimize_profiles_extracts_runs_the_loop_checks_and_hands_over_the_fast
     returned = autokernel.optimize(model, x, budget_hours=0.5, top=1, llm_model="m", base_url="http://h/v1")
 
     (run,) = runs
-    assert [(job.kernel_type, job.shapes) for job in run["jobs"]] in (
+    # The GEMM with its softmax is one region (issue 25); the menu's matmul or softmax where it is not ranked first.
+    [job] = run["jobs"]
+    assert job.kernel_type.startswith("region_") or [(job.kernel_type, job.shapes)] in (
         [("matmul", [{"M": 4, "N": 32, "K": 16}])], [("softmax", [{"M": 4, "N": 32}])])
     assert run["tag"].startswith("TinyClassifier-") and run["settings"].agent == "auto"
     assert run["settings"].budget_s == 1800 and run["settings"].quick_bench is True
@@ -82,6 +88,7 @@ def test_optimize_takes_the_kernels_out_when_the_output_differs(project):
     # Both types are wrong: a softmax too quick to register in the CPU profile may not become a job.
     sources["softmax"] = reference_kernel("softmax", body="reference.softmax(*args) * 0")
     sources["matmul"] = reference_kernel("matmul", body="reference.matmul(*args) * 0")
+    sources["region"] = "\n_right = kernel_fn\n\n\ndef kernel_fn(*args):\n    return _right(*args) * 0\n"
     model = TinyClassifier().eval().requires_grad_(False)
     with pytest.raises(plugin.PlugInError, match="differs from the original's"):
         api.optimize(model, (torch.randn(4, 16),), top=2)
@@ -92,7 +99,8 @@ def test_optimize_warns_when_the_budget_cut_a_kernel_short(project, recwarn):
     _, sources = project
     sources["done"] = False
     api.optimize(TinyClassifier().eval().requires_grad_(False), torch.randn(4, 16), top=1)
-    assert [str(w.message) for w in recwarn] == [
+    # (torch's own deprecation warnings, from Inductor making a region's starter, are not the point here)
+    assert [str(w.message) for w in recwarn if not issubclass(w.category, DeprecationWarning)] == [
         "not every kernel was optimized (the run's time budget is spent); the ones saved are compared end to end, "
         "and optimize(..., resume=True) goes on"]
 

@@ -40,7 +40,8 @@ def workspace(tmp_path_factory) -> Path:
 
 def test_plan_entries_round_trip_through_the_plan_the_profiler_writes(workspace):
     entries = json.loads((workspace / profiler.PLAN_FILE).read_text())["entries"]
-    assert {entry["kernel_type"] for entry in entries} >= {"matmul", "softmax"}
+    # The head's GEMM with its softmax is one region of the graph (issue 25), its entry carrying the region's record.
+    assert any(entry["kernel_type"].startswith("region_") and "region" in entry for entry in entries)
     for entry in entries:
         record = PlanEntry.from_json(entry)
         assert record.to_json() == entry and record.shapes and record.rank >= 1
@@ -50,7 +51,10 @@ def test_jobs_round_trip_through_jobs_json(workspace):
     written = json.loads((workspace / kernel_jobs.JOBS_FILE).read_text())
     jobs = kernel_jobs.read_jobs(workspace)
     assert [job.to_json() for job in jobs] == written
-    assert {job.kernel_type for job in jobs} == {"matmul", "softmax"}
+    # The region's job, or, where Inductor's CPU backend has no GEMM template for a GEMM this small, the menu's jobs
+    # for the calls the region took (autokernel/jobs.py).
+    planned = {entry["kernel_type"] for entry in json.loads((workspace / profiler.PLAN_FILE).read_text())["entries"]}
+    assert {job.kernel_type for job in jobs} in (planned, {"matmul", "softmax"})
     assert all(Path(job.path).is_file() and job.name == f"{job.rank}_{job.kernel_type}" for job in jobs)
     assert all(isinstance(job, Job) and job.bench_args[-2:] == ["--dtype", job.dtype] for job in jobs)
 

@@ -125,6 +125,29 @@ def test_the_repository_its_git_config_and_its_state_are_read_only(tmp_path):
     assert not Path(lines[7].split(" ", 1)[1]).exists(), "the private temporary folder was not removed"
 
 
+@needs_landlock
+def test_a_folder_named_readable_inside_the_workspace_is_readable_and_the_rest_of_it_is_not(tmp_path):
+    # The judge reads region files from workspace/regions/ (autokernel/regions/store.py); the state beside them
+    # stays unreadable, and the regions stay read-only.
+    repo = tmp_path / "repo"
+    (repo / "workspace" / "regions").mkdir(parents=True)
+    (repo / "workspace" / "regions" / "region_1.json").write_text("{}")
+    (repo / "workspace" / "state.json").write_text("{}")
+    attack = """
+        for path, mode in [("workspace/regions/region_1.json", "r"), ("workspace/regions/region_1.json", "a"),
+                           ("workspace/state.json", "r")]:
+            try:
+                open(path, mode).close()
+                print(path, mode, "allowed")
+            except OSError:
+                print(path, mode, "refused")
+    """
+    result = runner.run_child(_python(attack), timeout_s=60, cwd=repo, readable=[repo / "workspace" / "regions"])
+    assert result.stdout.splitlines() == ["workspace/regions/region_1.json r allowed",
+                                          "workspace/regions/region_1.json a refused",
+                                          "workspace/state.json r refused"], result.stderr
+
+
 @pytest.mark.parametrize("namespace", ["1", "0"])
 def test_a_daemon_in_its_own_session_dies_with_the_run(tmp_path, monkeypatch, namespace):
     # With a PID namespace (where the machine allows one) and without it (the subreaper's walk).

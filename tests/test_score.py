@@ -30,12 +30,16 @@ from torch import nn
 
 
 class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3)
+
     def forward(self, x):
-        return torch.cumsum(x, dim=1)       # a scan: no kernel type covers it
+        return self.conv(x)                 # a convolution: no kernel type covers it, and it is no region
 
 
 def get_inputs():
-    return [torch.randn(4, 8, 16)]
+    return [torch.randn(2, 4, 8, 8)]
 
 
 def get_init_inputs():
@@ -104,18 +108,18 @@ def test_score_runs_every_problem_and_a_broken_one_costs_only_its_row(tmp_path, 
     folder.mkdir()
     (folder / "softmax_rows.py").write_text(textwrap.dedent(SOFTMAX_PROBLEM))
     (folder / "broken.py").write_text(textwrap.dedent(BROKEN_PROBLEM))
-    (folder / "cumsum_middle.py").write_text(textwrap.dedent(UNPLANNED_PROBLEM))
+    (folder / "conv_only.py").write_text(textwrap.dedent(UNPLANNED_PROBLEM))
     (folder / "helpers.py").write_text("X = 1\n")           # not a problem file: skipped
     out = tmp_path / "scores.json"
     code = cli.main(["score", str(folder), "--no-compile", "--json-out", str(out)])
     assert code == 0
     written = json.loads(out.read_text())
     rows = {row["problem"]: row for row in written["scores"]}
-    assert set(rows) == {"softmax_rows", "broken", "cumsum_middle"}
+    assert set(rows) == {"softmax_rows", "broken", "conv_only"}
     assert rows["softmax_rows"]["correct"] and rows["softmax_rows"]["timings_meaningful"] is False
     assert not rows["broken"]["correct"] and "verify exited 2" in rows["broken"]["error"]
     # Nothing to plug in: the user keeps PyTorch's path, correct at 1.0x, and nothing was timed.
-    unplanned = rows["cumsum_middle"]
+    unplanned = rows["conv_only"]
     assert unplanned["correct"] and unplanned["speedup_vs_eager"] == unplanned["speedup_vs_compile"] == 1.0
     assert unplanned["timings_meaningful"] is None and unplanned["verdict"].startswith("not planned")
     assert written["summary"]["problems"] == 3 and written["summary"]["correct"] == pytest.approx(2 / 3)
@@ -126,3 +130,44 @@ def test_score_runs_every_problem_and_a_broken_one_costs_only_its_row(tmp_path, 
 def test_a_folder_without_problem_files_is_refused(tmp_path, capsys):
     assert cli.main(["score", str(tmp_path)]) == cli.EXIT_ERROR
     assert "is not a folder of problem files" in capsys.readouterr().err
+
+
+def test_a_scoring_run_goes_on_from_its_state_and_scores_problems_side_by_side(tmp_path, monkeypatch):
+    folder = tmp_path / "problems"
+    folder.mkdir()
+    for name in ("a", "b", "c", "d"):
+        (folder / f"{name}.py").write_text(textwrap.dedent(SOFTMAX_PROBLEM))
+    seen = []
+
+    def fake_problem(file, run, log, gpu):
+        seen.append((file.stem, gpu))
+        return score.ProblemScore(file.stem, True, 2.0, 1.5, "faster", True, 0.1)
+
+    monkeypatch.setattr(score, "score_problem", fake_problem)
+    state = tmp_path / "state.jsonl"
+    first = score.score_folder(folder, budget=None, top=1, extra_args=[], compile_enabled=False, log=lambda line: None,
+                               state=state, stop_after_s=0.0)
+    assert first == [] and seen == []                   # stopped before any problem started
+    state.write_text(json.dumps(score.ProblemScore("b", True, 1.0, 1.0, "no gain", True, 0.1).to_json()) + "\n")
+    rows = score.score_folder(folder, budget=None, top=1, extra_args=[], compile_enabled=False,
+                              log=lambda line: None, state=state, gpus=2)
+    assert [row.problem for row in rows] == ["a", "b", "c", "d"]
+    assert sorted(name for name, _ in seen) == ["a", "c", "d"] and {gpu for _, gpu in seen} <= {0, 1}
+    assert sorted(row.problem for row in score.read_state(state)) == ["a", "b", "c", "d"]
+    again = score.score_folder(folder, budget=None, top=1, extra_args=[], compile_enabled=False,
+                               log=lambda line: None, state=state)
+    assert len(seen) == 3 and [row.speedup_vs_eager for row in again] == [2.0, 1.0, 2.0, 2.0]
+
+
+def test_only_the_named_problems_are_scored_and_a_wrong_name_is_refused(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "problems"
+    folder.mkdir()
+    for name in ("a", "b"):
+        (folder / f"{name}.py").write_text(textwrap.dedent(SOFTMAX_PROBLEM))
+    monkeypatch.setattr(score, "score_problem",
+                        lambda file, run, log, gpu: score.ProblemScore(file.stem, True, 1.0, 1.0, "ok", True, 0.1))
+    rows = score.score_folder(folder, budget=None, top=1, extra_args=[], compile_enabled=False, log=lambda line: None,
+                              only=["b"])
+    assert [row.problem for row in rows] == ["b"]
+    assert cli.main(["score", str(folder), "--problems", "b,c"]) == cli.EXIT_ERROR
+    assert "no problem files named c" in capsys.readouterr().err

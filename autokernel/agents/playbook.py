@@ -7,7 +7,8 @@ markdown is rendered, that says which jobs its section is for:
     ### Softmax <!-- for: type:softmax -->
     ### Latency-bound shapes <!-- for: regime:latency -->
 
-Words name a backend (triton, cuda), `type:<kernel type>` or `regime:<latency|memory|compute>`, or
+Words name a backend (triton, cuda), `type:<kernel type>` (`type:region` for any of a model's
+regions) or `regime:<latency|memory|compute>`, or
 `people`: a section for people reading the file (running bench.py by hand), never sent. A
 section is for a job when, in each of those three kinds its note names, it names the job's; a
 section without a note is for every job, and a `###` section is only shown where its `##` section
@@ -68,7 +69,9 @@ def is_for(tags: set[str], *, kernel_type: str, backend: str, regime: str | None
         raise ValueError(f"program.md: unknown section tags {sorted(unknown)}; use {', '.join(BACKENDS)}, "
                          f"type:<kernel type> or regime:<{'|'.join(REGIMES)}>")
     job_backends = set(BACKENDS) if backend == "any" else {backend}
-    return ((not backends or bool(backends & job_backends)) and (not types or kernel_type in types)
+    # `type:region` is for every region of a model (autokernel/regions/: types named region_<digest>).
+    family = "region" if kernel_type.startswith("region_") else kernel_type
+    return ((not backends or bool(backends & job_backends)) and (not types or kernel_type in types or family in types)
             and (not regimes or regime is None or regime in regimes))
 
 

@@ -75,7 +75,8 @@ def _job_section(ctx: AgentContext, platform: hardware.Platform, regime: str) ->
         BACKEND_LINES[job.get("backend", "triton")],
         REGIME_LINES[regime],
         "kernel_fn must compute exactly what this PyTorch reference computes (reference.py):",
-        fenced(inspect.getsource(kernel_type.reference)),
+        _reference_text(kernel_type),
+        *_region_lines(kernel_type, job),
         "Shapes the model calls it with (most time first): "
         + ("; ".join(registry.format_shape(shape) for shape in shapes) or "unknown") + ".",
         "The goal is the model's own shapes: beat the faster of PyTorch eager and torch.compile at them, in GPU "
@@ -100,6 +101,24 @@ def build_turn(ctx: AgentContext, gpu: hardware.GPUSpec) -> str:
         _your_turn(ctx),
     ]
     return "\n\n".join(section for section in sections if section)
+
+
+# ---------------------------------------------------------------- regions (issue 25): kept apart from the rest
+def _reference_text(kernel_type) -> str:
+    """The reference as the LLM reads it: its source, or, for a region of the model (autokernel/regions/), the model's
+    PyTorch source lines it covers and the ATen ops the judge runs as its reference (KernelType.source)."""
+    return fenced(kernel_type.source if kernel_type.source is not None else inspect.getsource(kernel_type.reference))
+
+
+def _region_lines(kernel_type, job: dict) -> list[str]:
+    """What a region's job adds: where its starter came from, its share of the profile, and what may move."""
+    if not kernel_type.name.startswith("region_"):
+        return []
+    return [f"This region is {job.get('share', 0.0):.1%} of the model's profiled time (made 2x faster: "
+            f"{job.get('amdahl_2x', 1.0):.3f}x end to end). kernel.py started as the Triton code torch.compile's "
+            "Inductor generated for it, so it begins at torch.compile's speed: fuse further (one kernel where Inductor "
+            "launched two, an epilogue into a GEMM), change the tiling, or rewrite it. It is judged, and routed, at "
+            "exactly the shapes, strides and dtype above."]
 
 
 def _latest_pass(ctx: AgentContext) -> dict | None:

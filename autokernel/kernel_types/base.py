@@ -158,6 +158,16 @@ class KernelType:
     recognise: Recognition = Recognition()
     route: Routing = Routing()
     fold: FoldType | None = None
+    # The dtypes the type can be judged in (None: every one of dtypes.DTYPES). A region
+    # (autokernel/regions/) is judged in the model's own dtype only, since it is routed only there.
+    dtypes: tuple[str, ...] | None = None
+    # What the reference computes, shown to the LLM where inspect cannot read the reference's source
+    # (a region's: the model's source lines it covers and its ATen ops).
+    source: str | None = None
+
+    def supports(self, dtype: torch.dtype) -> bool:
+        """Whether the type is judged in this dtype."""
+        return self.dtypes is None or str(dtype).removeprefix("torch.") in self.dtypes
 
     def inputs(self, shape: Shape, dtype: torch.dtype, seed: int, device: str) -> Inputs:
         """Fresh random inputs for one call, reproducible from the seed."""

@@ -1,0 +1,18 @@
+"""Cumulative sum along each row: a scan (KernelBench level 1 style)."""
+import torch
+from torch import nn
+
+ROWS, COLS = 4096, 4096
+
+
+class Model(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(ROWS, COLS)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,43 @@
+"""Region starters made once per test session (Inductor takes seconds per region on a CPU), for the region tests."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton.jit runs: CPU tensors need the interpreter
+
+import torch  # noqa: E402
+
+from autokernel.regions import inductor, starter, store  # noqa: E402
+from autokernel.regions.find import find_regions  # noqa: E402
+from tests.regions import models  # noqa: E402
+
+EXAMPLES = {
+    "gemm_sigmoid_rowsum": (models.GemmSigmoidRowSum, lambda: (models.rows(),)),
+    "tanh_gelu": (models.TanhGelu, lambda: (models.rows(),)),
+    "hinge": (models.Hinge, lambda: (models.rows(), models.rows().sign())),
+    "log_softmax": (models.LogSoftmax, lambda: (models.rows(),)),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def made(example: str, folder: str):
+    """(region, the starter's path) for one example model, its region saved in folder."""
+    make_model, make_inputs = EXAMPLES[example]
+    [region] = find_regions(make_model(), make_inputs()).regions
+    store.save(region, folder)
+    out = inductor.generate(region.definition, torch.device("cpu"))
+    path = Path(folder) / f"{example}_starter.py"
+    path.write_text(starter.write(region, out.code, out.configs, generated_on=out.device, versions=out.versions))
+    return region, path
+
+
+def starter_for(region, folder: str) -> Path:
+    """A starter file for any region (saved in folder, which the store must search)."""
+    store.save(region, folder)
+    out = inductor.generate(region.definition, torch.device("cpu"))
+    path = Path(folder) / f"{region.name}_starter.py"
+    path.write_text(starter.write(region, out.code, out.configs, generated_on=out.device, versions=out.versions))
+    return path

@@ -1,0 +1,109 @@
+"""Routing regions: a kept region kernel runs wherever the model computes its region, eagerly and under torch.compile,
+and only where the decision says so."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from autokernel import plugin
+from autokernel.contracts import ManifestEntry
+from autokernel.regions import matching, store
+from autokernel.regions.capture import capture
+from tests.regions import models
+from tests.regions.starters import made
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    """An optimized-kernels folder holding the GEMM -> sigmoid -> row-sum region's starter."""
+    folder = tmp_path_factory.mktemp("optimized")
+    region, path = made("gemm_sigmoid_rowsum", str(folder))
+    store.add_folder(folder)
+    store.copy_to(region.name, folder)
+    entry = ManifestEntry(file=path.name, kernel_type=region.name, rank=1, shapes=[region.shape()],
+                          dtypes=["float32"]).to_json()
+    plugin.write_manifest(folder / "manifest.json", {f"1_{region.name}": entry})
+    return folder, region
+
+
+class Twice(nn.Module):
+    """The region twice, on two inputs, and a value computed beside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = models.GemmSigmoidRowSum(), models.GemmSigmoidRowSum()
+
+    def forward(self, x, y):
+        return self.first(x) + self.second(y), torch.relu(x).mean()
+
+
+class ReadsInside(nn.Module):
+    """The region's GEMM result is also returned: replacing the region would not remove it."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(32, 48)
+
+    def forward(self, x):
+        product = self.linear(x)
+        return torch.sigmoid(product).sum(dim=1, keepdim=True), product
+
+
+def test_the_region_is_found_each_time_the_model_computes_it_and_nowhere_else(kernels):
+    _, region = kernels
+    [graph] = capture(Twice(), (models.rows(), models.rows()))
+    assert len(matching.find(graph.module.graph, region.definition)) == 2
+    [graph] = capture(ReadsInside(), (models.rows(),))
+    assert matching.find(graph.module.graph, region.definition) == []
+
+
+def test_eagerly_the_kernel_runs_in_the_regions_place(kernels):
+    folder, region = kernels
+    model, x, y = Twice(), models.rows(), models.rows()
+    with torch.no_grad():
+        expected = model(x, y)
+        plugin.plug_in(model, folder, policy="all")
+        try:
+            first, second = model(x, y), model(x, y)      # the first call resolves the routes as it is
+            summary = plugin.router_of(model).summary()
+        finally:
+            plugin.unplug(model)
+    for got in (first, second):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    [kernel] = summary["kernels"]
+    assert kernel["hits"] == 2 and summary["regions"][0]["replaced"] == 2
+
+
+def test_the_measured_policy_routes_no_region_without_a_measurement(kernels):
+    folder, _ = kernels
+    model, x = models.GemmSigmoidRowSum(), models.rows()
+    with torch.no_grad():
+        plugin.plug_in(model, folder)                       # "measured": nothing measured on this CPU
+        try:
+            model(x), model(x)
+            summary = plugin.router_of(model).summary()
+        finally:
+            plugin.unplug(model)
+    # With no region routed eagerly the model runs as it is, not through the rewritten graph.
+    assert summary["kernels"][0]["hits"] == 0 and summary["regions"][0]["replaced"] == 0
+
+
+def test_under_torch_compile_the_regions_backend_puts_the_kernels_op_in_the_graph(kernels):
+    folder, _ = kernels
+    model, x = models.GemmSigmoidRowSum(), models.rows()
+    with torch.no_grad():
+        expected = model(x)
+        plugin.plug_in(model, folder, policy="all")
+        try:
+            model(x)
+            compiled = torch.compile(model, backend=plugin.compile_backend(model))
+            got = compiled(x)
+            router = plugin.router_of(model)
+            replaced, op_kind = router.regions.replaced.copy(), router.kernels[0].op_kind
+        finally:
+            plugin.unplug(model)
+            torch._dynamo.reset()
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    assert sum(replaced.values()) == 1 and op_kind.startswith("custom_op")

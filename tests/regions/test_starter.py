@@ -1,0 +1,124 @@
+"""Region starters: Inductor's code for a region as a plain kernel file, which computes the region and passes the judge."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+from autokernel import registry, runner
+from autokernel.agents.tunables import read_tunables
+from autokernel.kernel_file import import_file
+from autokernel.regions import store
+from tests.regions.starters import made
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("regions"))
+
+
+@pytest.fixture(autouse=True)
+def region_folder(folder, monkeypatch):
+    monkeypatch.setenv(store.FOLDERS_VARIABLE, folder)
+
+
+def test_a_starter_is_inductors_kernels_with_their_configs_as_tunables(folder):
+    region, path = made("gemm_sigmoid_rowsum", folder)
+    source = path.read_text()
+    tree = ast.parse(source)
+    jitted = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.decorator_list]
+    assert len(jitted) == 2 and jitted[0].startswith("triton_tem_") and jitted[1].startswith("triton_per_")
+    assert f'KERNEL_TYPE = "{region.name}"' in source and "def kernel_fn(weight, bias, x):" in source
+    tunables, choices = read_tunables(source)
+    assert tunables["k1_XBLOCK"] in choices["k1_XBLOCK"] and {"k0_num_warps", "k1_num_stages"} <= set(tunables)
+    assert "extern_kernels" not in source and "async_compile" not in source
+
+
+@pytest.mark.parametrize("example", ["gemm_sigmoid_rowsum", "tanh_gelu", "hinge", "log_softmax"])
+def test_a_starter_computes_its_region(folder, example):
+    region, path = made(example, folder)
+    module = import_file(path, f"region_starter_{example}")
+    kt = registry.get(region.name)
+    inputs = kt.inputs(kt.smoke_shape, torch.float32, 11, "cpu")
+    torch.testing.assert_close(module.kernel_fn(**inputs), kt.reference(**inputs), rtol=1e-4, atol=1e-5)
+
+
+def test_a_region_starter_passes_the_judges_five_stages(folder):
+    region, path = made("gemm_sigmoid_rowsum", folder)
+    result = runner.run_bench(path, shapes=[region.shape()], dtype="float32", timeout_s=300, seed=5,
+                              extra_args=["--quick"])
+    assert result["correctness"] == "PASS", result["message"]
+    assert [s["stage"] for s in result["stages"]] == ["smoke", "shape sweep", "stability", "determinism",
+                                                      "edge shapes"]
+    assert result["kernel_type"] == region.name and result["stages"][2]["cases"] >= 2
+
+
+def test_the_judge_refuses_another_dtype_than_the_regions(folder):
+    region, path = made("tanh_gelu", folder)
+    result = runner.run_bench(path, shapes=[region.shape()], dtype="float16", timeout_s=300, seed=5,
+                              extra_args=["--quick"])
+    assert result["correctness"] == "FAIL" and "judged in float32 only" in result["message"]
+
+
+def test_a_kernel_that_rewrites_its_regions_reference_is_refused(folder, tmp_path, monkeypatch):
+    # The attack: at import, make the region's reference something easier (here: tanh for its first op),
+    # keeping the file's name. Without Landlock the write succeeds; the judge refuses the file, whose
+    # definition no longer has the digest its name says. (Under Landlock the write itself is refused.)
+    region, path = made("tanh_gelu", folder)
+    region_file = Path(folder) / f"{region.name}.json"          # the judge's folder (AUTOKERNEL_REGION_DIRS)
+    attack = tmp_path / "kernel.py"
+    attack.write_text(path.read_text().replace("\nimport os\n", f'''
+import json
+import os
+_file = {str(region_file)!r}
+_data = json.load(open(_file))
+_data["definition"]["nodes"][0]["op"] = "aten.tanh.default"
+open(_file, "w").write(json.dumps(_data))
+''', 1))
+    original = region_file.read_text()
+    monkeypatch.setenv(runner.CONFINE_ENV, "0")
+    try:
+        result = runner.run_bench(attack, shapes=[region.shape()], dtype="float32", timeout_s=300, seed=5,
+                                  extra_args=["--quick"])
+    finally:
+        region_file.write_text(original)
+    assert result["correctness"] == "CRASH" and "changed after it was written" in result["message"]
+
+
+def test_a_gemm_templates_tiles_are_tunables_and_any_choice_computes_the_region(folder):
+    from autokernel.agents.tunables import rewrite_tunables
+
+    region, path = made("gemm_sigmoid_rowsum", folder)
+    source = path.read_text()
+    tunables, choices = read_tunables(source)
+    assert {"k0_BLOCK_M", "k0_BLOCK_N", "k0_BLOCK_K", "k0_GROUP_M"} <= set(tunables)
+    assert "BLOCK_M : tl.constexpr = " not in source and choices["k0_BLOCK_K"] == [16, 32]      # K = 32: unmasked
+    changed = path.with_name("gemm_retiled.py")
+    changed.write_text(rewrite_tunables(source, {**tunables, "k0_BLOCK_M": 32, "k0_BLOCK_N": 16, "k0_BLOCK_K": 16,
+                                                 "k0_GROUP_M": 1}))
+    module = import_file(changed, "region_starter_retiled")
+    kt = registry.get(region.name)
+    inputs = kt.inputs(kt.smoke_shape, torch.float32, 12, "cpu")
+    torch.testing.assert_close(module.kernel_fn(**inputs), kt.reference(**inputs), rtol=1e-4, atol=1e-5)
+
+
+def test_a_reducing_regions_job_starter_holds_inductors_other_ways_and_each_computes_the_region(folder):
+    from autokernel.agents.tunables import rewrite_tunables
+    from autokernel.regions import jobs
+
+    region, _ = made("log_softmax", folder)
+    store.add_folder(folder)
+    source = jobs.starter_source(region.name, torch.device("cpu"), variants=True)
+    tunables, choices = read_tunables(source)
+    assert tunables["reduction"] == "inductor" and choices["reduction"][0] == "inductor"
+    assert len(choices["reduction"]) >= 2, "persistent reductions off gives other code for rows of 32"
+    kt = registry.get(region.name)
+    inputs = kt.inputs(kt.smoke_shape, torch.float32, 13, "cpu")
+    for index, variant in enumerate(choices["reduction"]):
+        path = folder + f"/log_softmax_{variant}.py"
+        open(path, "w").write(rewrite_tunables(source, {**tunables, "reduction": variant}))
+        module = import_file(path, f"region_starter_variant_{index}")
+        torch.testing.assert_close(module.kernel_fn(**inputs), kt.reference(**inputs), rtol=1e-4, atol=1e-5)
