@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from autokernel import paths, runner
+from autokernel.regions import store as region_store
 
 # Set in the sandboxed child: autokernel.optimize called there (a script without a __main__ guard) refuses.
 CHILD_VARIABLE = "AUTOKERNEL_SANDBOXED_CHILD"
@@ -155,10 +156,14 @@ def compare_in_sandbox(model, inputs: tuple, optimized_dir: Path, *, on_gpu: boo
         cmd = [sys.executable, "-m", "autokernel.isolated", "--payload", str(folder / "payload.pt"),
                "--optimized-dir", str(optimized_dir), "--main", main, "--compile-backend", compile_backend or "",
                *(["--on-gpu"] if on_gpu else []), "--fd"]
-        # This process's import path, as multiprocessing passes it on: the model's classes are found where they were.
+        # This process's import path, as multiprocessing passes it on: the model's classes are found where they were;
+        # and the folders it reads regions from (the kept kernels may be regions of the model).
         search_path = [entry for entry in sys.path if entry and os.path.isdir(entry)]
-        child, answer = _run_sandboxed(cmd, readable=_readable_for(main or None, folder, optimized_dir, *search_path),
-                                       writable=[], on_line=log, env={"PYTHONPATH": os.pathsep.join(search_path)})
+        regions = [str(found) for found in region_store.folders() if found.is_dir()]
+        child, answer = _run_sandboxed(
+            cmd, readable=_readable_for(main or None, folder, optimized_dir, *search_path, *regions), writable=[],
+            on_line=log, env={"PYTHONPATH": os.pathsep.join(search_path),
+                              region_store.FOLDERS_VARIABLE: os.pathsep.join(regions)})
         if not isinstance(answer, dict) or not isinstance(answer.get("compared"), dict):
             raise SandboxedCheckFailed(f"the sandboxed check {child.exit_description()} without a result: "
                                        f"{child.stderr.strip().splitlines()[-1:] or ''}")

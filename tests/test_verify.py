@@ -101,12 +101,16 @@ def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_p
     plan = json.loads((workspace / PLAN_FILE).read_text())
     assert (plan["model"], plan["device"], plan["dtype"]) == ("llama.py:Model", "cpu", "float32")
     manifest = plugin.read_manifest(workspace / verify.STARTER_MANIFEST_DIR / MANIFEST_NAME)
-    # A region's starter is Inductor's code for it, written beside the manifest (autokernel/regions/jobs.py).
+    # A region's starter is Inductor's code for it, written beside the manifest (autokernel/regions/jobs.py) and
+    # named relative to it: the sandboxed child made it in a folder of its own, and this process copied it here.
     starters = workspace / verify.STARTER_MANIFEST_DIR
     assert manifest == {f"{e['rank']}_{e['kernel_type']}": {
-        "file": str(starters / f"{e['kernel_type']}.py" if e["kernel_type"].startswith("region_")
-                    else starter_path(e["kernel_type"])), "kernel_type": e["kernel_type"], "rank": e["rank"],
-        "shapes": e["shapes"], "dtypes": ["float32"]} for e in plan["entries"]}
+        "file": f"{e['kernel_type']}.py" if e["kernel_type"].startswith("region_") else str(starter_path(e["kernel_type"])),
+        "kernel_type": e["kernel_type"], "rank": e["rank"], "shapes": e["shapes"], "dtypes": ["float32"]}
+        for e in plan["entries"]}
+    regions = [e["kernel_type"] for e in plan["entries"] if e["kernel_type"].startswith("region_")]
+    assert regions and all((starters / f"{name}.py").is_file() and (starters / "regions" / f"{name}.json").is_file()
+                           for name in regions)
     report = read_report(workspace)
     assert report["correctness"]["passed"] and report["plan"].endswith("profiled now")
     assert report["optimized_dir"] == str(workspace / verify.STARTER_MANIFEST_DIR)

@@ -67,11 +67,11 @@ def test_verify_fits_in_a_forward_pass_and_a_bounded_margin(tmp_path):
     model, x = Scale(), torch.randn(OUTPUT_MIB * 2**20 // 4)
     with torch.no_grad():
         # Everything verify imports and compiles once is loaded before measuring (a small call).
-        handover.compare_and_record(model, (torch.randn(8),), tmp_path, on_gpu=False, compile_backend=None)
+        handover.compare(model, (torch.randn(8),), tmp_path, on_gpu=False, compile_backend=None)
         with PeakGrowth() as forward:
             y = model(x)
         del y
         with PeakGrowth() as verify:
-            handover.compare_and_record(model, (x,), tmp_path, on_gpu=False, compile_backend=None)
+            handover.compare(model, (x,), tmp_path, on_gpu=False, compile_backend=None)
     assert forward.mib >= OUTPUT_MIB * 0.9
     assert verify.mib <= forward.mib + OUTPUT_MIB + MARGIN_MIB, (forward.mib, verify.mib)

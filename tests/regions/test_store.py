@@ -91,7 +91,7 @@ def test_the_llm_prompt_of_a_region_job_gives_its_source_lines_its_ops_and_its_s
            "amdahl_2x": 1.27}
     context = AgentContext(kernel_type=region.name, kernel_source=f'KERNEL_TYPE = "{region.name}"\n', last_result=None,
                            history=[], best_versions=[], program="PLAYBOOK", job=job)
-    _, user = build_messages(context)
+    user = build_messages(context).user
     assert "torch.sigmoid(self.linear(x)).sum(dim=1, keepdim=True)" in user        # the model's own source line
     assert "aten.addmm.default" in user and "aten.sigmoid.default" in user         # the ops the reference runs
     assert "42.0% of the model's profiled time" in user and "Inductor generated for it" in user
