@@ -38,10 +38,11 @@ def test_the_file_declares_the_cuda_backend(starter):
     assert all(starter.TUNABLES[name] in values for name, values in starter.TUNABLE_CHOICES.items())
 
 
-def test_the_row_layouts_are_choices_and_the_defaults_keep_floats_until_a_gpu_measures_them():
+def test_the_row_layouts_are_choices_and_the_defaults_are_the_ones_an_h100_measured_faster():
     assert LITERALS["TUNABLE_CHOICES"]["PACKED_ROW"] == [False, True]
     assert LITERALS["TUNABLE_CHOICES"]["LOCAL_MAX"] == [False, True]
-    assert LITERALS["TUNABLES"]["PACKED_ROW"] is False and LITERALS["TUNABLES"]["LOCAL_MAX"] is False
+    # benchmarks/results/2026-11-27_NVIDIA-H100_cuda_softmax/: 0.97 and 0.95 of copy, against 0.94 and 0.78.
+    assert LITERALS["TUNABLES"]["PACKED_ROW"] is True and LITERALS["TUNABLES"]["LOCAL_MAX"] is True
 
 
 def static_asserts(source: str) -> list[tuple[str, str]]:
