@@ -12,7 +12,7 @@ import torch  # noqa: E402
 
 from autokernel.regions import inductor, starter, store  # noqa: E402
 from autokernel.regions.find import find_regions  # noqa: E402
-from tests.regions import models  # noqa: E402
+from tests.regions import small_models as models  # noqa: E402
 
 EXAMPLES = {
     "gemm_sigmoid_rowsum": (models.GemmSigmoidRowSum, lambda: (models.rows(),)),

@@ -10,7 +10,7 @@ from autokernel import plugin, runner
 from autokernel.contracts import ManifestEntry
 from autokernel.regions import store
 from autokernel.regions.find import find_regions
-from tests.regions import models
+from tests.regions import small_models as models
 from tests.regions.starters import starter_for
 
 KINDS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from autokernel.regions.find import find_regions
-from tests.regions import models
+from tests.regions import small_models as models
 
 
 def only_region(model, *inputs):

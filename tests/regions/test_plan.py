@@ -14,7 +14,7 @@ from autokernel import jobs, profiler  # noqa: E402
 from autokernel.contracts import PlanEntry  # noqa: E402
 from autokernel.regions import store  # noqa: E402
 from autokernel.regions.record import RegionEntry  # noqa: E402
-from tests.regions import models  # noqa: E402
+from tests.regions import small_models as models  # noqa: E402
 
 
 class Mixed(nn.Module):

@@ -11,7 +11,7 @@ from autokernel import plugin
 from autokernel.contracts import ManifestEntry
 from autokernel.regions import matching, store
 from autokernel.regions.capture import capture
-from tests.regions import models
+from tests.regions import small_models as models
 from tests.regions.starters import made
 
 

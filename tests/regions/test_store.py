@@ -11,7 +11,7 @@ from autokernel import registry
 from autokernel.correctness import reference_outputs
 from autokernel.regions import store
 from autokernel.regions.find import find_regions
-from tests.regions import models
+from tests.regions import small_models as models
 
 
 @pytest.fixture
