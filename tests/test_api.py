@@ -54,6 +54,7 @@ def project(tmp_path, monkeypatch):
     return runs, sources
 
 
+@pytest.mark.slow
 def test_optimize_profiles_extracts_runs_the_loop_checks_and_hands_over_the_fastest_path(project):
     runs, _ = project
     torch.manual_seed(0)
@@ -83,6 +84,7 @@ def test_optimize_profiles_extracts_runs_the_loop_checks_and_hands_over_the_fast
         assert torch.equal(returned(x), expected)
 
 
+@pytest.mark.slow
 def test_optimize_takes_the_kernels_out_when_the_output_differs(project):
     _, sources = project
     # Both types are wrong: a softmax too quick to register in the CPU profile may not become a job.
@@ -95,6 +97,7 @@ def test_optimize_takes_the_kernels_out_when_the_output_differs(project):
     assert plugin.router_of(model) is None
 
 
+@pytest.mark.slow
 def test_optimize_warns_when_the_budget_cut_a_kernel_short(project, recwarn):
     _, sources = project
     sources["done"] = False
@@ -105,6 +108,7 @@ def test_optimize_warns_when_the_budget_cut_a_kernel_short(project, recwarn):
         "and optimize(..., resume=True) goes on"]
 
 
+@pytest.mark.slow
 def test_optimize_warns_when_the_inputs_need_gradients(project):
     # The kernels are inference only: a model meant to be differentiated keeps PyTorch's path.
     with pytest.warns(UserWarning, match="sample inputs need gradients"):

@@ -42,6 +42,7 @@ def test_every_attack_file_has_an_expected_verdict():
     assert files == set(ATTACKS) | set(RUNNER_ATTACKS) and not set(ATTACKS) & set(RUNNER_ATTACKS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, mode", [(n, "quick") for n in CPU_ATTACKS] + [(n, "full") for n in FULL_TOO])
 def test_judge_rejects_attack(name, mode, tmp_path):
     correctness, stages, message, _ = ATTACKS[name]
@@ -55,12 +56,14 @@ def test_judge_rejects_attack(name, mode, tmp_path):
     assert len(results) == 1 and f"correctness={correctness}" in results[0]
 
 
+@pytest.mark.slow
 def test_forged_result_file_is_replaced_by_the_judges(tmp_path):
     result, proc = judge("forge_result_at_import", tmp_path)
     assert result["correctness"] == "CRASH" and result["latency_us"] is None
     assert "kernel| RESULT kernel_type=softmax correctness=PASS" in proc.stderr
 
 
+@pytest.mark.slow
 def test_forged_result_file_does_not_fool_the_loop():
     result = runner.run_bench(ATTACK_DIR / "forge_result_at_import.py", shapes=[], dtype="float16", timeout_s=300,
                               seed=7, extra_args=["--quick"])
@@ -68,6 +71,7 @@ def test_forged_result_file_does_not_fool_the_loop():
     assert result["speedup_vs_pytorch"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("namespace", ["1", "0"])
 @pytest.mark.parametrize("name", sorted(RUNNER_ATTACKS))
 def test_a_daemon_that_outlives_the_judge_is_void_and_dies_before_the_verdict_is_read(name, namespace, tmp_path,
@@ -88,6 +92,7 @@ def test_a_daemon_that_outlives_the_judge_is_void_and_dies_before_the_verdict_is
     assert not child_env.cache_folder_of(kernel).exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(landlock.abi() < 1, reason="the worker's own write layer needs Landlock")
 def test_the_worker_writes_its_own_folders_and_nothing_of_the_judges(tmp_path, monkeypatch):
     # The judge compiles torch.compile's reference in its own caches, beside the worker's folder: a candidate that

@@ -38,6 +38,7 @@ def wrapped(extra: str) -> str:
     return BASE + "\n\n_correct = kernel_fn\n" + extra
 
 
+@pytest.mark.slow
 def test_base_fixture_passes(tmp_path):
     result, proc = run_bench(BASE, tmp_path)
     assert result["correctness"] == "PASS", result["message"]
@@ -91,6 +92,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_judge_rejects_broken_kernel(name, tmp_path):
     source, correctness, stage, message = CASES[name]
@@ -102,6 +104,7 @@ def test_judge_rejects_broken_kernel(name, tmp_path):
     assert f"RESULT kernel_type=softmax correctness={correctness}" in proc.stdout or stage == "load"
 
 
+@pytest.mark.slow
 def test_the_screen_checks_the_runs_dtype_only_and_the_full_judge_every_dtype(tmp_path):
     # The loop screens candidates with --screen, which skips the other dtypes' compiles; a kernel
     # wrong only in bfloat16 passes that screen, and the full judge (which decides a keep) fails it.
@@ -114,6 +117,7 @@ def test_the_screen_checks_the_runs_dtype_only_and_the_full_judge_every_dtype(tm
     assert full["correctness"] == "FAIL" and "bfloat16" in full["message"], full["message"]
 
 
+@pytest.mark.slow
 def test_a_job_of_an_op_returning_a_pair_is_checked_and_timed_tensor_by_tensor(tmp_path):
     # reduce's max_dim (torch.max(x, dim): values and indices) as the job: determinism and the timed
     # calls' checks, whole outputs and samples, go through both tensors; the honest starter passes.
@@ -124,6 +128,7 @@ def test_a_job_of_an_op_returning_a_pair_is_checked_and_timed_tensor_by_tensor(t
     assert next(s for s in result["stages"] if s["stage"] == "determinism")["cases"] == 3
 
 
+@pytest.mark.slow
 def test_hang_is_reported_as_timeout(tmp_path):
     source = wrapped("import time\n\ndef kernel_fn(x):\n    time.sleep(3600)\n")
     # 0.1: the load stage (importing torch and Triton in the worker) keeps room on a loaded machine,
@@ -143,6 +148,7 @@ def test_missing_kernel_file_is_a_clear_crash(tmp_path):
     assert "kernel file not found" in result["message"]
 
 
+@pytest.mark.slow
 def test_seed_is_printed_and_reproduces_inputs(tmp_path):
     source = wrapped("import torch\n_seen = []\n\ndef kernel_fn(x):\n"
                      "    print('FIRST', float(x.flatten()[0]), flush=True) if not _seen else None\n"

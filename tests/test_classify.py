@@ -242,6 +242,7 @@ def test_gpu_trace_counts_kernels_once_and_reports_unattributed_time():
     assert linear_root.module_calls[0].input_shape == (4, 8)
 
 
+@pytest.mark.slow
 def test_a_real_hugging_face_llama_is_attributed_by_kernel_type(tmp_path):
     pytest.importorskip("transformers", reason="transformers is the optional [hf] extra")
     from autokernel.models import load_model

@@ -152,6 +152,7 @@ def test_missing_model_file_is_one_line(project):
     assert "no_such_model.py" in line
 
 
+@pytest.mark.slow
 def test_after_an_unfinished_run_the_commands_own_errors_come_first_and_new_is_offered(project):
     jobs = [Job(rank=1, kernel_type="softmax", dtype="float32", shapes=[], path="kernel_1.py")]
     state_path = project / "workspace" / "state.json"
@@ -184,6 +185,7 @@ def test_outside_any_repository_optimize_refuses_and_creates_nothing(project, tm
     assert (lock.stat().st_mtime_ns if lock.exists() else None) == before, "nothing touched in the clone"
 
 
+@pytest.mark.slow
 def test_missing_api_key_is_one_line(project):
     line = _one_error_line(_autokernel(project, "optimize", "../model.py", "--agent", "anthropic"))
     assert "ANTHROPIC_API_KEY" in line

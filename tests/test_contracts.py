@@ -59,6 +59,7 @@ def test_jobs_round_trip_through_jobs_json(workspace):
     assert all(isinstance(job, Job) and job.bench_args[-2:] == ["--dtype", job.dtype] for job in jobs)
 
 
+@pytest.mark.slow
 def test_bench_result_round_trips_through_the_json_bench_writes(tmp_path):
     out = tmp_path / "result.json"
     kernel = tmp_path / "kernel.py"

@@ -3,6 +3,8 @@
 import json
 import sys
 
+import pytest
+
 from autokernel.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -10,6 +12,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import fusion_check_mlp  # noqa: E402
 
 
+@pytest.mark.slow
 def test_the_check_times_and_checks_every_implementation(tmp_path, capsys):
     out = tmp_path / "check.json"
     assert fusion_check_mlp.main(["--tokens", "3", "--dim", "32", "--hidden", "48", "--out", str(out)]) == 0

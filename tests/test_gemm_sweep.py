@@ -9,6 +9,8 @@ import json
 import shutil
 import sys
 
+import pytest
+
 from autokernel import starter_blocks
 from autokernel.paths import TOOL_DIR
 
@@ -26,6 +28,7 @@ def test_the_models_gemms_include_the_gqa_projections_and_the_dual_mlp():
     assert any("bert" in use for use in gemms[(512, 768, 768, "plain")].uses)     # shared shapes listed once
 
 
+@pytest.mark.slow
 def test_a_dry_run_checks_every_plan_and_writes_a_table_the_starters_accept(tmp_path):
     out = tmp_path / "out"
     assert gemm_sweep.main(["--out", str(out), "--dry-run", "--limit", "2", "--workers", "2"]) == 0

@@ -77,6 +77,7 @@ def project(tmp_path, monkeypatch):
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("confined", [True, False], ids=["landlock", "checks only"])
 def test_every_attack_is_undone_and_never_kept(project, tmp_path, monkeypatch, confined):
     if confined and landlock.abi() < 1:

@@ -17,6 +17,7 @@ import sys  # noqa: E402
 import threading  # noqa: E402
 import uuid  # noqa: E402
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import verify  # noqa: E402
@@ -24,6 +25,9 @@ from autokernel import api, paths, session  # noqa: E402
 from autokernel.contracts import RunState  # noqa: E402
 from tests.test_plugin import reference_kernel, write_optimized  # noqa: E402
 from tests.test_verify import SOFTMAX_MODEL  # noqa: E402
+
+# Every test here starts real judges or the loop in child processes: the full suite's, not the fast tier's.
+pytestmark = pytest.mark.slow
 
 PAYLOAD = '''
 import glob as _glob, os as _os, socket as _socket

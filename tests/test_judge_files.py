@@ -14,6 +14,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from autokernel import judge_files
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -109,6 +111,7 @@ def _judge_unconfined(project: Path, kernel_body: str, before: dict[str, str]) -
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_candidate_that_changes_the_judge_for_good_is_void_and_the_judge_restored(tmp_path):
     project = _copy_project(tmp_path)
     original = (project / "autokernel" / "correctness.py").read_text()
@@ -121,6 +124,7 @@ def test_a_candidate_that_changes_the_judge_for_good_is_void_and_the_judge_resto
     assert (project / "autokernel" / "correctness.py").read_text() == original
 
 
+@pytest.mark.slow
 def test_a_judge_changed_and_put_back_within_one_bench_is_caught_by_what_it_compiled(tmp_path):
     project = _copy_project(tmp_path)
     target = project / "autokernel" / "correctness.py"

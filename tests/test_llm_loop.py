@@ -63,6 +63,7 @@ def user_text(request) -> str:
     return "\n".join(text_of(m["content"]) for m in request.body["messages"] if m["role"] == "user")
 
 
+@pytest.mark.slow
 @KINDS
 def test_after_a_crash_and_a_fail_the_model_sees_the_candidate_and_its_whole_error_and_its_fixes_are_judged(
         kind, project):

@@ -267,6 +267,7 @@ def test_a_baseline_whose_second_run_cannot_be_paid_for_stands_on_one(project, m
     assert "1_softmax's baseline stands on one run" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_bench_cut_short_by_the_budget_leaves_no_row(project, monkeypatch):
     limits = []
 
@@ -298,6 +299,7 @@ def _openai_agent(url: str) -> OpenAIAgent:
     return OpenAIAgent("gpt-6.1-sol", base_url=url, api_key="test-key", retry=RetryPolicy(base_delay_s=0.5))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trouble", ["429 with a long Retry-After", "repeated 500s", "refused connection",
                                      "slow reply"])
 def test_llm_trouble_ends_the_run_within_its_budget(project, trouble):

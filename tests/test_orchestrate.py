@@ -21,6 +21,9 @@ from autokernel import process_tree, results
 from tests.fake_llm_server import FakeLLMServer
 from tests.processes import all_gone_within, gone_within, marked
 
+# Every test here starts real judges or the loop in child processes: the full suite's, not the fast tier's.
+pytestmark = pytest.mark.slow
+
 PROJECT = Path(__file__).resolve().parents[1]
 
 TINY_MODEL = '''

@@ -80,6 +80,7 @@ def test_the_wheel_holds_the_package_alone_with_the_tool_files_inside_it(wheel):
         assert needed in names
 
 
+@pytest.mark.slow
 def test_installed_profile_and_optimize_work_in_a_new_repository_outside_the_clone(venv, tmp_path):
     repo = tmp_path / "user_project"
     repo.mkdir()
@@ -156,3 +157,17 @@ def test_every_dependency_is_imported_and_every_import_is_declared():
     assert "matplotlib" in core, "autokernel report draws progress.png with matplotlib: a core dependency"
     assert core - NEEDED_BY_OTHERS <= imported, f"declared but never imported: {sorted(core - NEEDED_BY_OTHERS - imported)}"
     assert imported <= core | optional, f"imported but not declared: {sorted(imported - core - optional)}"
+
+
+def test_ci_runs_the_readmes_test_command_and_the_fast_tier_leaves_out_a_registered_marker():
+    """.ci/run runs the Quick start's test command word for word (the whole suite, in parallel); the Development
+    section's fast tier leaves out the `slow` marker that pyproject.toml registers (--strict-markers)."""
+    readme = (PROJECT / "README.md").read_text()
+    quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    [test_command] = [line for line in quick_start.splitlines() if line.startswith("pip install") and "pytest" in line]
+    ci_lines = [line.strip() for line in (PROJECT / ".ci" / "run").read_text().splitlines()]
+    assert test_command in ci_lines and "-n auto" in test_command
+    development = readme.split("## Development", 1)[1]
+    assert 'python -m pytest -q -n auto -m "not slow"' in development
+    options = tomllib.loads((PROJECT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "--strict-markers" in options["addopts"] and any(marker.startswith("slow:") for marker in options["markers"])

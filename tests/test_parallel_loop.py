@@ -71,6 +71,7 @@ def _job_times_at_finish(root: Path, found: list):
     return capture
 
 
+@pytest.mark.slow
 def test_two_jobs_run_side_by_side_on_two_gpus_and_still_read_as_one_run(tmp_path):
     root = make_repo(tmp_path / "project")
     job_times = []
@@ -113,6 +114,7 @@ def test_two_jobs_run_side_by_side_on_two_gpus_and_still_read_as_one_run(tmp_pat
     assert throughput.wall_s > 0 and all(use.busy_s > 0 for use in throughput.gpus.values())
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_experiment_is_a_crash_row_and_the_run_goes_on(tmp_path):
     root = make_repo(tmp_path / "project")
     killed = []
@@ -156,6 +158,7 @@ def _llm_with_replies_held(hold: threading.Event) -> FakeLLMServer:
     return server
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("agent, stop", [("builtin", signal.SIGKILL), ("llm", signal.SIGKILL), ("llm", signal.SIGTERM)],
                          ids=["builtin-sigkill", "llm-sigkill", "llm-sigterm"])
 def test_the_orchestrator_killed_or_stopped_with_two_jobs_in_flight_resumes_without_losing_a_kept_experiment(
@@ -226,6 +229,7 @@ def test_malformed_replies_and_broken_contracts_are_recorded_at_once_each_on_its
     assert not agent.script, "every scripted step was asked for, and nothing more"
 
 
+@pytest.mark.slow
 def test_the_candidates_of_one_reply_are_judged_side_by_side(tmp_path, monkeypatch):
     from autokernel.agents.openai_agent import OpenAIAgent
     from autokernel.agents.reply import format_reply
@@ -248,6 +252,7 @@ def test_the_candidates_of_one_reply_are_judged_side_by_side(tmp_path, monkeypat
     assert state.done and "over its baseline" in state.finished[0]["stopped_because"]
 
 
+@pytest.mark.slow
 def test_a_revert_of_one_job_never_undoes_another_jobs_keep_and_each_job_has_its_own_rules(tmp_path, monkeypatch):
     from autokernel.agents.base import WaitForResults
     from autokernel.contracts import RunSettings, RunState
@@ -297,6 +302,7 @@ def test_a_revert_of_one_job_never_undoes_another_jobs_keep_and_each_job_has_its
                      "2_reduce.py": "the agent has nothing left to try (reduce: the script is done)"}
 
 
+@pytest.mark.slow
 def test_the_budget_stops_every_job_in_flight_and_resume_goes_on_with_each(tmp_path, monkeypatch):
     from autokernel import session
     from autokernel.agents.builtin import BuiltinAgent

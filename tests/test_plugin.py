@@ -213,6 +213,7 @@ def test_module_route_is_dropped_when_its_first_call_differs(tmp_path):
 
 
 # --------------------------------------------------------------------------- torch.compile
+@pytest.mark.slow
 def test_a_routed_llama_compiles_into_one_graph_with_the_kernels_ops_in_it(tmp_path):
     # The recording backend traces through the ops' fake implementations; fullgraph=True fails on any graph break.
     from torch._dynamo.utils import counters

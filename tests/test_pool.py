@@ -14,6 +14,9 @@ from autokernel import paths
 from autokernel.pool import LocalPool
 from tests.pool_helpers import kernel, make_repo, task
 
+# Every test here starts real judges or the loop in child processes: the full suite's, not the fast tier's.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def pool(tmp_path, monkeypatch):

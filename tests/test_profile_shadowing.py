@@ -13,6 +13,8 @@ import sysconfig
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from autokernel import paths
 
 STDLIB_PROFILE = Path(sysconfig.get_paths()["stdlib"]) / "profile.py"
@@ -30,6 +32,7 @@ def test_project_profile_py_really_is_first_on_the_path():
     assert first_entry == "" and Path(origin).resolve() == paths.ROOT / "profile.py"
 
 
+@pytest.mark.slow
 def test_cprofile_and_torch_compile_work_from_the_project_root():
     code = textwrap.dedent("""
         import cProfile, io, pstats, sysconfig
@@ -68,6 +71,7 @@ def test_help_works():
     assert "usage: profile.py" in result.stdout and "--input-shape" in result.stdout
 
 
+@pytest.mark.slow
 def test_profile_command_writes_the_plan(tmp_path):
     model_file = tmp_path / "tiny_model.py"
     model_file.write_text(textwrap.dedent("""

@@ -131,6 +131,7 @@ def test_the_wait_for_a_verdict_ends_as_soon_as_a_reply_is_back(tmp_path, monkey
 
 
 # ---------------------------------------------------------------------- in a parallel run
+@pytest.mark.slow
 def test_one_jobs_slow_reply_holds_up_neither_the_other_jobs_verdicts_nor_their_commits(tmp_path, monkeypatch):
     repo = parallel_project(tmp_path / "project", monkeypatch)
     root = repo.root
@@ -183,6 +184,7 @@ def _one_gpu_run(repo, state, agent):
                            budget=Budget(600)).run()
 
 
+@pytest.mark.slow
 def test_a_malformed_reply_and_a_broken_contract_back_from_the_thread_are_recorded_as_with_one_gpu(
         tmp_path, monkeypatch):
     recorded = {}
@@ -213,6 +215,7 @@ def test_a_malformed_reply_and_a_broken_contract_back_from_the_thread_are_record
     assert [status for status, *_ in recorded[2][0]] == ["revert"] * 3 and recorded[2][1] == 25 + 12 + 300
 
 
+@pytest.mark.slow
 def test_a_verdict_back_while_the_agent_said_wait_gets_it_asked_again_and_a_reply_after_the_jobs_end_is_not_judged(
         tmp_path, monkeypatch):
     repo = parallel_project(tmp_path / "project", monkeypatch)

@@ -24,6 +24,7 @@ def cluster():
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_a_ray_run_gives_the_same_kind_of_results_and_history_as_the_local_pool(cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
     root = make_repo(tmp_path / "project")
@@ -37,6 +38,7 @@ def test_a_ray_run_gives_the_same_kind_of_results_and_history_as_the_local_pool(
     assert set(state.throughput.gpus) == gpus
 
 
+@pytest.mark.slow
 def test_actors_are_pinned_keyless_and_one_that_dies_is_a_crash(cluster, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     pool = ray_pool.connect("auto", 2)

@@ -103,6 +103,7 @@ def test_fast_p_counts_only_correct_problems_faster_than_the_threshold():
     assert "| eager | 50% | 50% | 25% |" in table and "4 problems, 75% correct." in table
 
 
+@pytest.mark.slow
 def test_score_runs_every_problem_and_a_broken_one_costs_only_its_row(tmp_path, capsys):
     folder = tmp_path / "problems"
     folder.mkdir()

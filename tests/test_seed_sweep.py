@@ -16,6 +16,7 @@ SWEEP = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / 
 SEEDS = 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel_type", list(registry.REGISTRY))
 def test_honest_starters_pass_every_adversarial_case_at_every_seed(kernel_type):
     rows = SWEEP["sweep_type"]((kernel_type, SEEDS))

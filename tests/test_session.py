@@ -78,6 +78,7 @@ def _checkpoints(project: Path, monkeypatch) -> list[str]:
     return seen
 
 
+@pytest.mark.slow
 def test_a_kill_at_any_write_step_loses_nothing_and_numbers_nothing_twice(tmp_path, monkeypatch):
     reference = make_project(tmp_path / "reference", monkeypatch)
     monkeypatch.setattr(loop.runner, "run_bench", fake_run_bench([]))

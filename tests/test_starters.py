@@ -10,6 +10,9 @@ import pytest
 from autokernel import registry
 from autokernel.paths import ROOT, starter_path
 
+# Every test here starts real judges or the loop in child processes: the full suite's, not the fast tier's.
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("name", list(registry.REGISTRY))
 def test_starter_passes_the_judge(name, tmp_path: Path):

@@ -50,6 +50,7 @@ def read_report(workspace) -> dict:
     return json.loads((workspace / verify.REPORT_FILE).read_text())
 
 
+@pytest.mark.slow
 def test_tiny_llama_with_the_starter_kernels_passes(tmp_path, capsys):
     folder = write_optimized(tmp_path / "opt", LLAMA_SHAPES)
     workspace = tmp_path / "ws"
@@ -88,6 +89,7 @@ def test_tiny_llama_with_the_starter_kernels_passes(tmp_path, capsys):
     assert "…" not in out and "module layers.0" in out
 
 
+@pytest.mark.slow
 def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_path, capsys):
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -128,6 +130,7 @@ def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_p
     assert "profiling llama.py:Model first" in out and "PASS" in out
 
 
+@pytest.mark.slow
 def test_starters_reuse_this_models_plan(tmp_path, capsys):
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -151,6 +154,7 @@ def test_starters_reuse_this_models_plan(tmp_path, capsys):
         verification.write_starter_manifest({"model": "llama.py:Model", "entries": []}, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_wrong_kernel_fails_the_check_and_compile_is_timed(tmp_path, capsys):
     model_file = tmp_path / "softmax_model.py"
     model_file.write_text(textwrap.dedent(SOFTMAX_MODEL))
@@ -204,6 +208,7 @@ def test_a_plan_profiled_at_other_inputs_is_not_this_models(tmp_path):
     assert plan == old_plan
 
 
+@pytest.mark.slow
 def test_missing_kernels_or_model_exit_with_a_message(tmp_path, capsys):
     code = verify.main([*TINY_LLAMA_ARGS, "--optimized-dir", str(tmp_path / "none"), "--workspace", str(tmp_path)])
     assert code == verify.EXIT_ERROR

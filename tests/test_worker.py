@@ -93,6 +93,7 @@ def test_a_crash_message_names_the_kernel_line_of_a_syntax_error_and_keeps_the_w
                        "raise ValueError('first line\\nsecond line')) -- its own detail")
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_is_a_crash_with_its_last_words_marked(tmp_path):
     sink = io.StringIO()
     failure = failure_of_a_call(tmp_path, HONEST + "\n\nimport os\n\ndef kernel_fn(x):\n    print('bye', flush=True)\n"

@@ -269,6 +269,7 @@ def test_repeated_server_errors_stop_at_the_deadline(kind, server):
     assert clock() <= 1020.0 and 2 <= len(server.requests) < 9
 
 
+@pytest.mark.slow
 @LLM_KINDS
 def test_a_slow_reply_is_cut_at_the_deadline(kind, server):
     server.add_kernel_reply("too late", KERNEL, delay_s=30)

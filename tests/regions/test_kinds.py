@@ -13,6 +13,9 @@ from autokernel.regions.find import find_regions
 from tests.regions import small_models as models
 from tests.regions.starters import starter_for
 
+# Every test here starts real judges or the loop in child processes: the full suite's, not the fast tier's.
+pytestmark = pytest.mark.slow
+
 KINDS = {
     "gelu": (models.Gelu, lambda: (models.rows(),)),
     "tanh_gelu_in_ops": (models.TanhGelu, lambda: (models.rows(),)),

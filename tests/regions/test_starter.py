@@ -46,6 +46,7 @@ def test_a_starter_computes_its_region(folder, example):
     torch.testing.assert_close(module.kernel_fn(**inputs), kt.reference(**inputs), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_region_starter_passes_the_judges_five_stages(folder):
     region, path = made("gemm_sigmoid_rowsum", folder)
     result = runner.run_bench(path, shapes=[region.shape()], dtype="float32", timeout_s=300, seed=5,
@@ -56,6 +57,7 @@ def test_a_region_starter_passes_the_judges_five_stages(folder):
     assert result["kernel_type"] == region.name and result["stages"][2]["cases"] >= 2
 
 
+@pytest.mark.slow
 def test_the_judge_refuses_another_dtype_than_the_regions(folder):
     region, path = made("tanh_gelu", folder)
     result = runner.run_bench(path, shapes=[region.shape()], dtype="float16", timeout_s=300, seed=5,
@@ -63,6 +65,7 @@ def test_the_judge_refuses_another_dtype_than_the_regions(folder):
     assert result["correctness"] == "FAIL" and "judged in float32 only" in result["message"]
 
 
+@pytest.mark.slow
 def test_a_kernel_that_rewrites_its_regions_reference_is_refused(folder, tmp_path, monkeypatch):
     # The attack: at import, make the region's reference something easier (here: tanh for its first op),
     # keeping the file's name. Without Landlock the write succeeds; the judge refuses the file, whose

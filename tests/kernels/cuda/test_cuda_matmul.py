@@ -89,6 +89,7 @@ def test_empty_outputs_and_bad_arguments(starter):
         starter.kernel_fn(torch.randn(2, 4, 8), torch.randn(8, 5))
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_cuda_source_compiles_for_sm90a(tmp_path):
     nvcc_compiles("matmul", tmp_path)
@@ -99,6 +100,7 @@ def test_the_starter_passes_the_judge(tmp_path):
     judge_passes("matmul", tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the judge's answer on a machine without a GPU")
 def test_without_a_gpu_the_judge_says_why(tmp_path):
     judge_crashes_without_a_gpu("matmul", tmp_path)

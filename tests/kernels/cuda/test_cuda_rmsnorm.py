@@ -53,6 +53,7 @@ def test_dim_one_of_a_4d_tensor_and_bad_arguments(starter):
         starter.kernel_fn(x, weight, 1e-6, 4)
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_cuda_source_compiles_for_sm90a(tmp_path):
     nvcc_compiles("rmsnorm", tmp_path)
@@ -63,6 +64,7 @@ def test_the_starter_passes_the_judge(tmp_path):
     judge_passes("rmsnorm", tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the judge's answer on a machine without a GPU")
 def test_without_a_gpu_the_judge_says_why(tmp_path):
     judge_crashes_without_a_gpu("rmsnorm", tmp_path)

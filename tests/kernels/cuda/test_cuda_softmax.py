@@ -83,11 +83,13 @@ def test_strided_empty_and_batched_inputs(starter):
     assert starter.kernel_fn(torch.empty(0, 5)).shape == (0, 5)
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_cuda_source_compiles_for_sm90a(tmp_path):
     nvcc_compiles("softmax", tmp_path)
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_packed_rows_with_local_maxima_compile_for_sm90a(tmp_path):
     nvcc_compiles("softmax", tmp_path, {"PACKED_ROW": True, "LOCAL_MAX": True})
@@ -141,6 +143,7 @@ def test_the_starter_passes_the_judge(tmp_path):
     judge_passes("softmax", tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the judge's answer on a machine without a GPU")
 def test_without_a_gpu_the_judge_says_why(tmp_path):
     judge_crashes_without_a_gpu("softmax", tmp_path)
