@@ -86,10 +86,17 @@ def compiled() -> dict[str, str]:
 
 # ---------------------------------------------------------------------- the loop's side (runner.run_bench)
 def judge_files(bench_script: Path, package_dir: Path = PACKAGE_DIR) -> list[Path]:
-    """bench.py, reference.py beside it, and every file of the package (sources and bytecode)."""
+    """bench.py, reference.py beside it, and every file of the package (sources and bytecode).
+
+    Not a bytecode cache's other files: Python writes a .pyc as `<name>.pyc.<number>` first and renames it, so
+    another process's import shows one for a moment, and nothing imports such a file."""
     files = [bench_script, bench_script.with_name("reference.py")]
-    files += sorted(path for path in package_dir.rglob("*") if path.is_file())
+    files += sorted(path for path in package_dir.rglob("*") if path.is_file() and not _being_written(path))
     return [path for path in files if path.is_file()]
+
+
+def _being_written(path: Path) -> bool:
+    return path.parent.name == "__pycache__" and not path.name.endswith(".pyc")
 
 
 class Digest:
@@ -131,8 +138,13 @@ class Digest:
 
 
 def _is_compiled_from_its_source(path: str) -> bool:
-    """Whether a .pyc holds exactly the code Python compiles from its source file as it is now."""
+    """Whether a .pyc holds exactly the code Python compiles from its source file as it is now.
+
+    The code objects are compared (bytecode, constants, names, line table; nested functions too), not marshal's
+    bytes: those depend on the process that wrote them (which strings it had interned, reference counts), so
+    another process's honest import (another loop, a test worker) writes other bytes for the same code."""
     import importlib.util
+    import io
     import marshal
 
     if not path.endswith(".pyc"):
@@ -144,9 +156,13 @@ def _is_compiled_from_its_source(path: str) -> bool:
         header = importlib._bootstrap_external._code_to_timestamp_pyc(   # noqa: SLF001 (the header Python writes)
             compile(b"", source, "exec"), stat.st_mtime, stat.st_size)[:16]
         code = compile(Path(source).read_bytes(), source, "exec", dont_inherit=True)
-    except (OSError, ValueError, SyntaxError, AttributeError):
+        if data[:16] != header:
+            return False
+        stream = io.BytesIO(data[16:])
+        written = marshal.load(stream)
+    except (OSError, ValueError, SyntaxError, AttributeError, EOFError, TypeError):
         return False
-    return data[:16] == header and data[16:] == marshal.dumps(code)
+    return written == code and stream.tell() == len(data) - 16       # nothing after the code either
 
 
 def _read(path: str) -> bytes | None:

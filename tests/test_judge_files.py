@@ -58,6 +58,22 @@ def test_bytecode_python_wrote_is_no_change_and_planted_bytecode_is(tmp_path):
     assert os.path.realpath(honest) in digest.changed()
 
 
+def test_bytecode_another_process_wrote_by_importing_is_no_change(tmp_path):
+    # marshal writes a string as interned where it is: a one-character string is one object in a process, interned
+    # once anything interns it. So another process's honest import (a test worker, a second loop) may write other
+    # bytes than this process would for the same code.
+    (tmp_path / "home.py").write_text('HOME = "~"\n')
+    digest = judge_files.Digest(tmp_path / "bench.py", tmp_path)
+    sys.intern("~")
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-c", "import home"], cwd=tmp_path, env={**env, "PYTHONPATH": str(tmp_path)},
+                   check=True)
+    assert list(tmp_path.rglob("home*.pyc")) and digest.changed() == []
+    # Python writes `<name>.pyc.<number>` first and renames it: seen mid-write, it is no change either.
+    (tmp_path / "__pycache__" / "home.cpython-311.pyc.140213").write_bytes(b"\xa7\r\r\n")
+    assert digest.changed() == []
+
+
 def test_what_the_judge_compiled_is_checked_against_the_digest(tmp_path):
     bench, package = _package(tmp_path)
     digest = judge_files.Digest(bench, package)

@@ -285,7 +285,8 @@ def test_a_slow_reply_is_cut_at_the_deadline(kind, server):
 @LLM_KINDS
 def test_two_questions_to_one_agent_overlap_and_each_gets_its_own_reply(kind, server):
     # With several GPUs two jobs' questions run on two threads at once (autokernel/proposals.py), over the one
-    # SDK client: the first reply is held until the second question has arrived, and is answered after it.
+    # SDK client: the first reply is held until the second question has arrived and been answered (an order, not a
+    # race between the two answers on a loaded machine).
     both_asked = threading.Event()
     server.add_kernel_reply("first", KERNEL, hold=both_asked, tokens_in=1, tokens_out=1)
     server.add_kernel_reply("second", KERNEL.replace("x\n", "x * 1\n"), tokens_in=2, tokens_out=2)
@@ -295,7 +296,7 @@ def test_two_questions_to_one_agent_overlap_and_each_gets_its_own_reply(kind, se
         thread.start()
     try:
         deadline = time.monotonic() + 30
-        while len(server.requests) < 2 and time.monotonic() < deadline:
+        while not (len(server.requests) == 2 and server.requests[1].answered_s) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(server.requests) == 2, "the second question waited for the first reply"
     finally:
