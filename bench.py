@@ -5,7 +5,7 @@
                     [--result-fd N]
 
 The agent never edits this file. The kernel file never runs in this process: a worker process
-(autokernel/worker.py) imports it and runs kernel_fn when asked, and sends back only outputs and
+(autokernel/judge/candidate/worker.py) imports it and runs kernel_fn when asked, and sends back only outputs and
 timings. This process makes its own copy of every input, computes the reference, compares, and
 writes the verdict. The stages, in order (the first failure ends the run):
   1. smoke          one small input, twice with fresh values (a cached result fails the second);
@@ -14,9 +14,9 @@ writes the verdict. The stages, in order (the first failure ends the run):
   3. stability      adversarial inputs: huge logits, near-zero variance, high dynamic range...;
   4. determinism    the same input three times must give bitwise identical, correct outputs;
   5. edge shapes    non-powers of two (1023, 4097, 1537) and size 1.
-An output is compared by the one rule of autokernel/correctness.py; where the reference returns a
+An output is compared by the one rule of autokernel/judge/correctness.py; where the reference returns a
 tuple (torch.max(x, dim)'s values and indices) each of its tensors is, and indices must be exact.
-Every call in the worker runs under its guards (autokernel/worker_guards.py): no PyTorch compute
+Every call in the worker runs under its guards (autokernel/judge/candidate/worker_guards.py): no PyTorch compute
 inside kernel_fn, at least one Triton launch of its own, poisoned allocations in checked calls,
 inputs unchanged, a fresh plain tensor returned, no thread left running, no change to torch's
 global state or to the worker's timer. Inputs are fresh random values each run; the seed is printed.
@@ -40,12 +40,12 @@ import sys
 
 if __name__ == "__main__":
     # First, before any candidate runs: every module of the judge is compiled from its source and its digest
-    # kept, for the verdict (autokernel/judge_files.py). Then, before anything heavy: seal this process and
+    # kept, for the verdict (autokernel/judge/judge_files.py). Then, before anything heavy: seal this process and
     # start the kernel's worker, which imports torch, Triton and the kernel file while this process imports
-    # its own (autokernel/worker_process.py).
-    from autokernel import judge_files
+    # its own (autokernel/judge/candidate/worker_process.py).
+    from autokernel.judge import judge_files
     judge_files.record_compiled()
-    from autokernel import worker_process
+    from autokernel.judge.candidate import worker_process
     worker_process.start_early(sys.argv[1:])
 
 import argparse
@@ -67,12 +67,15 @@ if not ON_GPU:
     # cost more than they give. (The worker runs Triton's interpreter; this process runs no Triton.)
     torch.set_num_threads(1)
 
-from autokernel import cuda_launches, hardware, limits, registry, timing, worker_process  # noqa: E402
-from autokernel.contracts import CRASH, FAIL, PASS, TIMEOUT, VERDICTS  # noqa: E402
-from autokernel.correctness import (DTYPES, CheckFailure, case_inputs, compare_outputs, dtype_name,  # noqa: E402
-                                    output_parts, reference_outputs, same_bits)
-from autokernel.dtypes import pytorch_fp32_matmul_uses_tf32  # noqa: E402
-from autokernel.judge_link import CandidateWorker, WorkerFailure  # noqa: E402
+from autokernel.core import hardware  # noqa: E402
+from autokernel.core.contracts import CRASH, FAIL, PASS, TIMEOUT, VERDICTS  # noqa: E402
+from autokernel.core.dtypes import pytorch_fp32_matmul_uses_tf32  # noqa: E402
+from autokernel.judge import cuda_launches, limits, timing  # noqa: E402
+from autokernel.judge.candidate import worker_process  # noqa: E402
+from autokernel.judge.correctness import (DTYPES, CheckFailure, case_inputs, compare_outputs,  # noqa: E402
+                                           dtype_name, output_parts, reference_outputs, same_bits)
+from autokernel.judge.judge_link import CandidateWorker, WorkerFailure  # noqa: E402
+from autokernel.kernel_types import registry  # noqa: E402
 
 EXIT_CODES = {verdict: code for code, verdict in enumerate(VERDICTS)}     # PASS 0, FAIL 1, CRASH 2, TIMEOUT 3
 # Seconds each stage may take before the run is reported as TIMEOUT; the first stage includes
@@ -80,7 +83,7 @@ EXIT_CODES = {verdict: code for code, verdict in enumerate(VERDICTS)}     # PASS
 STAGE_LIMITS_S = {"load": 60, "smoke": 60, "shape sweep": 180, "stability": 90, "determinism": 90,
                   "edge shapes": 180, "timing": 240}
 INTERPRETER_SLACK = 1 if ON_GPU else 3
-# A CUDA C++ kernel file (autokernel/cuda_build.py) compiles while it loads: nvcc and the host compiler
+# A CUDA C++ kernel file (autokernel/judge/cuda_build.py) compiles while it loads: nvcc and the host compiler
 # take about a minute for a new source (none for a cached build), so its load stage gets this much more.
 CUDA_BUILD_S = 240
 # Timed calls per shape: (fewest, most), full and --quick; the count aims at TIMING_BUDGET_MS of calls.
@@ -354,7 +357,8 @@ def time_kernel(judge: Judge) -> dict:
         else None
     total = timing.roofline(kt, judge.timing_shapes(), judge.dtype, ours_us / 1e3, gpu)
     compiled = judge.worker.compiled()
-    # For the agent only, never the verdict: achieved bandwidth and FLOP/s, bound and occupancy (autokernel/limits.py).
+    # For the agent only, never the verdict: achieved bandwidth and FLOP/s, bound and occupancy
+    # (autokernel/judge/limits.py).
     summary = limits.summarize(kt, judge.dtype, gpu, [(shape, row["latency_us"]) for shape, row in
                                                       zip(judge.timing_shapes(), rows)],
                                compiled, tf32=pytorch_fp32_matmul_uses_tf32(),
@@ -439,7 +443,7 @@ class Report:
         r = self.result
         # The nonce (from the runner, never seen by the worker) marks the verdict as this judge's; the digests
         # of the judge's own sources let the runner check that the judge that ran is the run's.
-        from autokernel import judge_files
+        from autokernel.judge import judge_files
         marks = {"nonce": self.nonce, judge_files.JUDGE_SOURCES: judge_files.compiled()} if self.nonce else {}
         written = json.dumps({**r, **marks}, indent=2)
         if self.args.result_fd is not None:

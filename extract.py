@@ -5,7 +5,7 @@
 For each planned kernel type in rank order, the starter kernels/<type>.py is copied to
 workspace/kernel_<rank>_<type>.py with a `JOB = {...}` literal after its docstring (the model's
 shapes and the exact bench.py arguments), and workspace/jobs.json lists the jobs for the
-optimization loop. The work is done by autokernel/jobs.py.
+optimization loop. The work is done by autokernel/profile/jobs.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from autokernel import jobs as kernel_jobs, paths
+from autokernel.core import paths
+from autokernel.profile import jobs as kernel_jobs
 
 
 def main(argv: list[str] | None = None) -> int:

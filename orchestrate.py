@@ -5,10 +5,10 @@
 For each kernel job, in Amdahl order:
   1. the job's starter is copied into kernel.py, committed as the baseline and benched twice;
   2. the agent proposes a complete new kernel.py, committed as "exp N: <description>";
-  3. bench.py judges it in the sandbox (autokernel/runner.py, autokernel/sandbox.py) with a time
+  3. bench.py judges it in the sandbox (autokernel/judge/runner.py, autokernel/sandbox/launcher.py) with a time
      limit: first the quick judge (fewer sweep and edge shapes) as a screen, then, only for a
      candidate that passes it and looks faster, the full judge, whose verdict and timing count;
-     around the bench, autokernel/integrity.py checks the candidate changed nothing but kernel.py;
+     around the bench, autokernel/search/integrity.py checks the candidate changed nothing but kernel.py;
   4. the candidate is KEPT when it passes and beats the best so far by more than the noise, otherwise
      `git reset --hard` returns to the last kept commit. Every experiment gets a results.tsv row.
 
@@ -27,10 +27,10 @@ With --gpus N (N > 1) each GPU gets a judge worker, several candidates of a job 
 and the jobs run side by side, at most one per GPU, each with its own best and rules; their commits
 interleave on the one branch, each naming its job ("exp N (1_softmax): ...").
 
-Where the pieces live: autokernel/session.py (checks, start, resume, return to the user's branch),
-autokernel/loop.py (the loop and the order of its writes), autokernel/parallel_loop.py (several
-GPUs), autokernel/run_state.py (state.json), autokernel/budget.py (the clock and bench limits),
-autokernel/planning.py (profile and extract).
+Where the pieces live: autokernel/search/session.py (checks, start, resume, return to the user's branch),
+autokernel/search/loop.py (the loop and the order of its writes), autokernel/search/parallel_loop.py (several
+GPUs), autokernel/search/run_state.py (state.json), autokernel/search/budget.py (the clock and bench limits),
+autokernel/profile/planning.py (profile and extract).
 """
 
 import sys

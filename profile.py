@@ -6,7 +6,7 @@
 
 Writes workspace/profile_report.json (every op, its time, shapes and kernel type) and
 workspace/optimization_plan.json (kernel types ranked by end-to-end impact), then prints the
-plan. The work is done by autokernel/profiler.py; extract.py turns the plan into kernel jobs.
+plan. The work is done by autokernel/profile/profiler.py; extract.py turns the plan into kernel jobs.
 
 A note on this file's name: it is also the name of the standard library's `profile` module,
 which cProfile imports, and torch.compile imports cProfile. With the project root first on
@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from autokernel.model_args import add_model_arguments, load_model_keywords
+from autokernel.profile.model_args import add_model_arguments, load_model_keywords
 
 if __name__ == "profile":
     # Imported as the module `profile` (by cProfile, hence torch.compile), not run as a script:
@@ -57,10 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Imported here, not at the top: torch is slow to import, and --help should not wait for it.
-    from autokernel import interpreter, paths, profiler
+    from autokernel.core import interpreter, paths
+    from autokernel.profile import profiler
 
     interpreter.choose()        # first: no GPU means Triton's interpreter
-    from autokernel.models import ModelLoadError, load_model
+    from autokernel.profile.models import ModelLoadError, load_model
 
     try:
         loaded = load_model(**load_model_keywords(args))

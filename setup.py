@@ -3,7 +3,7 @@
 pyproject.toml holds the metadata; this file only adds one step to build_py. The judge (bench.py),
 the front doors, the playbook (program.md) and the starter kernels (kernels/) live at the top of
 the clone, where the layout puts them. An installed package needs them too, so the wheel carries
-copies in autokernel/_layout/, where autokernel/paths.py looks when there is no clone around the
+copies in autokernel/_layout/, where autokernel/core/paths.py looks when there is no clone around the
 package. An editable install (pip install -e .) uses the clone's own files and copies nothing.
 """
 

@@ -11,7 +11,7 @@
 The model is loaded as profile.py loads it (same seed: same weights and inputs). In one process,
 on those inputs, it is run and timed six ways: PyTorch eager, torch.compile, torch.compile with
 CUDA graphs (mode="reduce-overhead"), and each of the three with our kernels plugged in
-(autokernel/endtoend.py). Between the two halves:
+(autokernel/verify/endtoend.py). Between the two halves:
   - every kernel is plugged in wherever it was verified, and the model's output must match the
     original's: the correctness check;
   - at every call signature the model makes, our kernel is timed against what PyTorch runs there,
@@ -21,7 +21,7 @@ CUDA graphs (mode="reduce-overhead"), and each of the three with our kernels plu
     autokernel.plug_in follows from then on.
 The verdict names PyTorch's best and AutoKernel's best and says which to use: "faster by X", or
 "no gain: use <PyTorch's best>". --overhead also sets the all-routed model's latency against the
-sum of its parts (autokernel/overhead.py). --starters verifies the starter kernels/<type>.py of
+sum of its parts (autokernel/verify/overhead.py). --starters verifies the starter kernels/<type>.py of
 every kernel type in the model's plan (profiled first when there is none), at the plan's shapes.
 
 The error check: for every tensor of the output, max |ours - original| / max |original| must be at
@@ -31,10 +31,10 @@ timings are wall-clock and NOT MEANINGFUL, and nothing is routed by measurement.
 The report is printed and written to workspace/verify_report.json.
 
 The kernels are code an LLM wrote, so all of this runs in a sandboxed child process
-(autokernel/isolated.py): no API key in its environment, no home folder, no network, writes only to
+(autokernel/verify/isolated.py): no API key in its environment, no home folder, no network, writes only to
 a folder of its own. This process starts it, shows its output, and records what it hands back: the
 route tables into the kernels' manifest, the plan and the report into the workspace. The logic is
-autokernel/verification.py.
+autokernel/verify/verification.py.
 Exit code: 0 the error check passes, 1 it fails, 2 verify could not run (bad model, no kernels).
 A verdict of "no gain" is not a failure: the exit code is about correctness.
 """
@@ -47,11 +47,15 @@ import sys
 from pathlib import Path
 
 
-from autokernel import interpreter, isolated, models, paths, plugin
-from autokernel.model_args import add_model_arguments, load_model_keywords
-from autokernel.verification import (EXIT_ERROR, EXIT_FAIL, EXIT_NOTHING_TO_PLUG_IN, EXIT_PASS,  # noqa: F401 (API)
-                                     REPORT_FILE, STARTER_MANIFEST_DIR, NothingToPlugIn, Outcome, run)
-from autokernel.verify_report import print_report, report_console
+from autokernel.core import interpreter, paths
+from autokernel.profile import models
+from autokernel.profile.model_args import add_model_arguments, load_model_keywords
+from autokernel.routing import plugin
+from autokernel.verify import isolated
+from autokernel.verify.verification import (EXIT_ERROR, EXIT_FAIL, EXIT_NOTHING_TO_PLUG_IN,  # noqa: F401 (API)
+                                             EXIT_PASS, REPORT_FILE, STARTER_MANIFEST_DIR, NothingToPlugIn, Outcome,
+                                             run)
+from autokernel.verify.verify_report import print_report, report_console
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants (slow on CPU)")
     parser.add_argument("--compile-backend", default="inductor",
                         help="torch.compile backend (default inductor; the CUDA-graph variants need inductor)")
-    # The sandboxed child's own two (autokernel/isolated.py): where it writes, and the pipe it answers on.
+    # The sandboxed child's own two (autokernel/verify/isolated.py): where it writes, and the pipe it answers on.
     parser.add_argument("--write-to", help=argparse.SUPPRESS)
     parser.add_argument("--sandboxed-fd", type=int, help=argparse.SUPPRESS)
     return parser
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _in_sandbox(args) -> int:
-    """The child's side: verify, print the report, and answer on the pipe (autokernel/isolated.py)."""
+    """The child's side: verify, print the report, and answer on the pipe (autokernel/verify/isolated.py)."""
     interpreter.choose()        # first, before any kernel file is imported: no GPU means Triton's interpreter
     console = report_console()       # a terminal's width (the parent passes it); whole tables in a log or a pipe
     try:

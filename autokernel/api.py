@@ -4,16 +4,16 @@
     model = autokernel.optimize(model, sample_inputs, budget_hours=2)   # profile, optimize, plug in
     model = autokernel.plug_in(model)                                   # kernels from optimized_kernels/
 
-optimize() runs what `autokernel optimize` runs (autokernel/session.py), with the same run
+optimize() runs what `autokernel optimize` runs (autokernel/search/session.py), with the same run
 settings: it checks everything first (the repository, the agent and its endpoint) and writes
 nothing before those checks pass; then the profiler on the model object (writing
 workspace/optimization_plan.json), extract.py for the `top` hottest kernel types, and the
 keep-or-revert loop, which needs a git repository: the one the program runs in, or the folder
-AUTOKERNEL_WORKDIR names (autokernel/paths.py). It commits every experiment on a branch
+AUTOKERNEL_WORKDIR names (autokernel/core/paths.py). It commits every experiment on a branch
 autokernel/<tag>, leaves that branch checked out, since optimized_kernels/ is there, and writes
 optimized_kernels/. It logs how each kernel really ended
 (done, cut short by the budget, skipped, not started) and warns when not all were finished.
-Then it does what `autokernel verify` does on sample_inputs (autokernel/handover.py): checks that
+Then it does what `autokernel verify` does on sample_inputs (autokernel/verify/handover.py): checks that
 the model's output with every kernel plugged in matches the original's within the dtype's
 tolerance, and compares PyTorch eager, torch.compile and torch.compile with CUDA graphs, each with
 and without the kernels. What comes back is the fastest correct of those paths, never slower than
@@ -30,8 +30,9 @@ import warnings
 import torch
 from torch import nn
 
-from autokernel import handover, isolated, paths
-from autokernel.plugin import PlugInError, compile_backend, plug_in, unplug
+from autokernel.core import paths
+from autokernel.routing.plugin import PlugInError, compile_backend, plug_in, unplug
+from autokernel.verify import handover, isolated
 
 __all__ = ["optimize", "plug_in", "unplug", "compile_backend"]
 BACKENDS = paths.BACKENDS
@@ -63,9 +64,11 @@ def optimize(model: nn.Module, sample_inputs, backend: str = "triton", budget_ho
     torch.compile of it; its `autokernel_choice` says which and why (autokernel.unplug restores
     the model). Without a GPU nothing is timed for real, so PyTorch's own path comes back.
     """
-    from autokernel import interpreter, planning, session
-    from autokernel.live import ProgressView
-    from autokernel.contracts import RunSettings
+    from autokernel.core import interpreter
+    from autokernel.core.contracts import RunSettings
+    from autokernel.core.live import ProgressView
+    from autokernel.profile import planning
+    from autokernel.search import session
 
     interpreter.choose()        # first: no GPU means Triton's interpreter
     if os.environ.get(isolated.CHILD_VARIABLE):

@@ -16,8 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from autokernel import contracts, paths, results
-from autokernel.model_args import add_model_arguments, load_model_keywords
+from autokernel.core import contracts, paths
+from autokernel.profile.model_args import add_model_arguments, load_model_keywords
+from autokernel.search import results
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -159,7 +160,7 @@ def _build_parser() -> argparse.ArgumentParser:
 def _cmd_score(args, started: float) -> int:
     from pathlib import Path
 
-    from autokernel import score
+    from autokernel.verify import score
 
     folder = Path(args.folder)
     if not folder.is_dir() or not score.problem_files(folder):
@@ -188,7 +189,7 @@ def _cmd_score(args, started: float) -> int:
 
 def _model_spec(args) -> dict:
     """The model the flags name, the file checked now: the command's own errors come before any about the repository."""
-    from autokernel import models
+    from autokernel.profile import models
 
     if (args.model is None) == (args.hf is None):
         raise models.ModelLoadError("give exactly one model: a model file (like models/llama.py) or --hf NAME")
@@ -208,8 +209,10 @@ SETTING_FLAGS = {"budget": "budget_s", "experiment_timeout": "experiment_timeout
 
 
 def _cmd_optimize(args, started: float) -> int:
-    from autokernel import interpreter, planning, session
-    from autokernel.contracts import RunSettings
+    from autokernel.core import interpreter
+    from autokernel.core.contracts import RunSettings
+    from autokernel.profile import planning
+    from autokernel.search import session
 
     interpreter.choose()        # first: no GPU means Triton's interpreter (bench.py's worker chooses for itself)
 
@@ -248,7 +251,7 @@ def _run_script(command: str, extra: list[str]) -> int:
 def _resumable(args) -> bool:
     """Whether the run this command started or resumed is saved for --resume (a new run's checks that failed
     leave another run's state in place: that one is not this command's to hint at)."""
-    from autokernel.run_state import resumable
+    from autokernel.search.run_state import resumable
 
     try:
         state = resumable()
@@ -258,8 +261,8 @@ def _resumable(args) -> bool:
 
 
 def _cmd_status(args, started: float) -> int:
-    from autokernel import run_state, session
-    from autokernel.run_state import state_file
+    from autokernel.search import run_state, session
+    from autokernel.search.run_state import state_file
 
     if not state_file().exists():
         if args.json:
@@ -280,7 +283,7 @@ def _cmd_status(args, started: float) -> int:
 
 
 def _cmd_report(args, started: float) -> int:
-    from autokernel import report
+    from autokernel.reports import report
 
     if not Path(args.results).exists():
         raise results.ResultsFileError(f"no results file at {args.results}: run `autokernel optimize` first, "
@@ -303,7 +306,7 @@ def _cmd_report(args, started: float) -> int:
 
 def _run_throughput(rows: list[dict]):
     """The saved run's pace (state.json), when that run is the one these rows are from; else None."""
-    from autokernel import run_state
+    from autokernel.search import run_state
 
     try:
         state = run_state.load()
@@ -314,10 +317,14 @@ def _run_throughput(rows: list[dict]):
 
 def _user_errors() -> tuple[type[Exception], ...]:
     """The exceptions whose message is meant for the user; imported late so `autokernel report` stays light."""
-    from autokernel import gitops, lock, models, report, runner
     from autokernel.agents.base import AgentError
-    from autokernel.jobs import PlanError
-    from autokernel.run_state import OptimizationError
+    from autokernel.core import lock
+    from autokernel.judge import runner
+    from autokernel.profile import models
+    from autokernel.profile.jobs import PlanError
+    from autokernel.reports import report
+    from autokernel.search import gitops
+    from autokernel.core.errors import OptimizationError
 
     return (OptimizationError, gitops.GitOpsError, models.ModelLoadError, AgentError, PlanError,
             results.ResultsFileError, report.ReportError, lock.RunLocked, runner.SandboxError)

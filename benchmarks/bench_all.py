@@ -24,8 +24,8 @@ import triton
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autokernel import registry  # noqa: E402
-from autokernel.paths import starter_path  # noqa: E402
+from autokernel.core.paths import starter_path  # noqa: E402
+from autokernel.kernel_types import registry  # noqa: E402
 
 
 def run_judge(kernel_type: str, dtype: str, compare_compile: bool) -> tuple[dict, float]:

@@ -30,8 +30,8 @@ import triton.testing
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autokernel import registry  # noqa: E402
-from autokernel.paths import starter_path  # noqa: E402
+from autokernel.core.paths import starter_path  # noqa: E402
+from autokernel.kernel_types import registry  # noqa: E402
 
 # The public paper's sizes, and the target ratio for our starter (against the copy limit for
 # memory-bound kernels, against the named peer for compute-bound ones).

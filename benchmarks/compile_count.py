@@ -61,7 +61,7 @@ def record_launches(keys: Counter):
 
 def cases(kt, job_shapes: list[dict], job_dtype) -> list[tuple[dict, object, str | None]]:
     """(shape, dtype, adversarial name) of every check of a full judge run on a GPU, as bench.py makes them."""
-    from autokernel.dtypes import DTYPES
+    from autokernel.core.dtypes import DTYPES
     dtypes = list(DTYPES.values())
     timing = job_shapes or [kt.timing_shape]
     found = [(kt.smoke_shape, job_dtype, None)] * 2
@@ -77,10 +77,10 @@ def cases(kt, job_shapes: list[dict], job_dtype) -> list[tuple[dict, object, str
 def count(kernel_file: Path, kernel_type: str | None, job_shapes: list[dict], dtype_name: str) -> Counter:
     import torch
 
-    from autokernel import registry
-    from autokernel.correctness import case_inputs
-    from autokernel.dtypes import DTYPES
-    from autokernel.worker import load_kernel
+    from autokernel.core.dtypes import DTYPES
+    from autokernel.judge.candidate.worker import load_kernel
+    from autokernel.judge.correctness import case_inputs
+    from autokernel.kernel_types import registry
     keys: Counter = Counter()
     record_launches(keys)
     module, _ = load_kernel(kernel_file)
@@ -103,7 +103,7 @@ def main() -> int:
     parser.add_argument("--shape", action="append", default=[], help="a job shape, as bench.py takes it")
     parser.add_argument("--dtype", default="float16")
     args = parser.parse_args()
-    from autokernel import registry
+    from autokernel.kernel_types import registry
     keys = count(args.kernel, args.type, [registry.parse_shape(s) for s in args.shape], args.dtype)
     per_kernel = Counter(name for name, *_ in keys)
     print(f"{args.kernel}: {len(keys)} compilations in one full judge run "

@@ -33,10 +33,10 @@ import triton
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autokernel import plugin  # noqa: E402
-from autokernel.outputs import tensors_of  # noqa: E402
-from autokernel.paths import MANIFEST_NAME, starter_path  # noqa: E402
-from autokernel.worker import load_kernel  # noqa: E402
+from autokernel.core.paths import MANIFEST_NAME, starter_path  # noqa: E402
+from autokernel.judge.candidate.worker import load_kernel  # noqa: E402
+from autokernel.routing import plugin  # noqa: E402
+from autokernel.routing.outputs import tensors_of  # noqa: E402
 
 PROBLEMS = ["sum_middle", "max_middle", "max_indices_middle", "rmsnorm_dim1", "layernorm_last3"]
 

@@ -3,7 +3,7 @@
     python benchmarks/cuda_check.py --out benchmarks/results/cuda_check_h100.json [--skip-attacks]
 
 1. Builds every CUDA kernel file below (the starters in kernels/cuda/, the CUDA attack kernels in
-   tests/attacks/) in parallel, through autokernel/cuda_build.py, so the judge's runs find them cached;
+   tests/attacks/) in parallel, through autokernel/judge/cuda_build.py, so the judge's runs find them cached;
    each build's seconds (or its compile error) are reported.
 2. Judges them with the real bench.py: each starter must PASS the full verdict, each attack must be
    rejected at its stage with its message (tests/attacks/expected.py). The starters run one at a
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from autokernel import registry  # noqa: E402
+from autokernel.kernel_types import registry  # noqa: E402
 
 STARTERS = ["rmsnorm", "softmax", "matmul"]
 MEMORY_BOUND = ["rmsnorm", "softmax"]

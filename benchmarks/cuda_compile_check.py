@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autokernel import cuda_build, cuda_launches  # noqa: E402
+from autokernel.judge import cuda_build, cuda_launches  # noqa: E402
 
 TOOLS_ENV = "AUTOKERNEL_CUDA_TOOLS"
 TEMPLATE_TYPES = ("__half", "__nv_bfloat16")   # the types a `template <typename T>` kernel is checked with

@@ -2,13 +2,13 @@
 
     python benchmarks/cuda_gemm_check.py [--out gemm.json] [--time-limit 420]
 
-1. Builds kernels/cuda/matmul.py through autokernel/cuda_build.py (on an sm_90 GPU with its sm_90a
+1. Builds kernels/cuda/matmul.py through autokernel/judge/cuda_build.py (on an sm_90 GPU with its sm_90a
    flags: the wgmma + TMA kernel) and names the kernels a float16 call launches (torch.profiler).
 2. EDGE_SHAPES, small shapes that cut the tiles at every edge (M, N and K off the tile, K under one
    K step, a B tile whose last boxes lie wholly past N, more tiles than SMs so the persistent blocks
    wrap the pipeline across tiles), plus a transposed and a broadcast operand, in float16, bfloat16
    and float32: each output compared with the reference under the judge's own rule
-   (autokernel/correctness.py: the dtype's tolerance, against a float32 or float64 oracle).
+   (autokernel/judge/correctness.py: the dtype's tolerance, against a float32 or float64 oracle).
 3. GEMM_SHAPES (those of benchmarks/cuda_check.py) in the three dtypes: the same check, then
    triton.testing.do_bench (median, L2 flushed between calls) of the CUDA starter, the Triton starter
    (kernels/matmul.py) and cuBLAS (torch.matmul); "of cuBLAS" is cuBLAS's time over the starter's.
@@ -45,7 +45,8 @@ def load(path: Path, name: str):
 
 def checked(fn, a, b) -> tuple[str, float]:
     """("ok" or what is wrong, the share of the tolerance used) for fn(a, b) under the judge's rule."""
-    from autokernel import correctness, registry
+    from autokernel.judge import correctness
+    from autokernel.kernel_types import registry
 
     expected, oracle, allowance = correctness.reference_outputs(registry.get("matmul"), {"a": a, "b": b}, a.dtype)
     try:
@@ -61,7 +62,7 @@ def launched_kernels(fn) -> list[str]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from autokernel.cuda_launches import is_kernel_event
+    from autokernel.judge.cuda_launches import is_kernel_event
 
     a = torch.randn(1024, 1024, device="cuda", dtype=torch.float16)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -130,7 +131,7 @@ def timed(cuda_fn, triton_fn) -> list[dict]:
 def run_checks(out: Path | None) -> int:
     import torch
 
-    from autokernel import cuda_build
+    from autokernel.judge import cuda_build
 
     if not torch.cuda.is_available():
         sys.exit("cuda_gemm_check: torch sees no GPU")

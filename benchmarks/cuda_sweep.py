@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
-from autokernel import registry  # noqa: E402
+from autokernel.kernel_types import registry  # noqa: E402
 from cuda_check import TIMED_SHAPES, load, median_us  # noqa: E402
 
 

@@ -76,7 +76,7 @@ def main() -> int:
     parser.add_argument("--ws", action="store_true", help="with Triton's warp specialization")
     parser.add_argument("--epilogues", default=",".join(EPILOGUES), help="comma-separated, of: " + ", ".join(EPILOGUES))
     args = parser.parse_args()
-    from autokernel.kernel_file import import_file
+    from autokernel.core.kernel_file import import_file
     engine = import_file(ROOT / "kernels" / "_gemm_engine.py", "_compile_check_engine")
     print("| plan | epilogue | registers | spilled bytes | shared KB | stages | wgmma ops |\n|---|---|---|---|---|---|---|")
     bad = 0

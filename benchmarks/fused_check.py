@@ -46,7 +46,7 @@ def cases(tiny: bool) -> list[tuple[str, dict]]:
 
 def load_starters(names: set[str], plans: dict | None) -> dict:
     """The starters, with `plans` (a sweep's table) in place of their own GEMM_TABLE where given."""
-    from autokernel.kernel_file import import_file
+    from autokernel.core.kernel_file import import_file
     modules = {}
     for name in names:
         module = import_file(ROOT / "kernels" / f"{name}.py", f"_fused_check_{name}")
@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import triton.testing
 
-    from autokernel import registry
-    from autokernel.correctness import reference_outputs, tolerance_used
+    from autokernel.judge.correctness import reference_outputs, tolerance_used
+    from autokernel.kernel_types import registry
     gpu = torch.cuda.is_available() and not args.dry_run
     device = "cuda" if gpu else "cpu"
 

@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import reference  # noqa: E402
-from autokernel import registry  # noqa: E402
-from autokernel.correctness import TOLERANCES  # noqa: E402
-from autokernel.dtypes import DTYPES  # noqa: E402
-from autokernel.paths import starter_path  # noqa: E402
-from autokernel.worker import load_kernel  # noqa: E402
+from autokernel.core.dtypes import DTYPES  # noqa: E402
+from autokernel.core.paths import starter_path  # noqa: E402
+from autokernel.judge.candidate.worker import load_kernel  # noqa: E402
+from autokernel.judge.correctness import TOLERANCES  # noqa: E402
+from autokernel.kernel_types import registry  # noqa: E402
 
 ROWS = (1, 16, 512, 4096)
 K = 2048

@@ -12,7 +12,7 @@ computes fused_mlp(rmsnorm(x, g, eps), ...) on the same inputs:
   - torch.compile: the same reference compiled (Inductor fuses the norm's pointwise work, but
     not the reduction into the cuBLAS GEMMs).
 Each is timed with triton.testing.do_bench (median, L2 flushed) and its output checked against
-the float32 oracle under the judge's own tolerance rule (autokernel.correctness.tolerance_used:
+the float32 oracle under the judge's own tolerance rule (autokernel.judge.correctness.tolerance_used:
 1.0 is the limit), so a fast wrong answer cannot top the table. Prints a table; writes JSON to
 --out, else to $OUT/fusion_check_mlp.json when $OUT is set. On a machine without a GPU it runs
 through Triton's interpreter at whatever sizes it is given, with timings that mean nothing (the
@@ -40,11 +40,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import reference  # noqa: E402
-from autokernel import registry  # noqa: E402
-from autokernel.correctness import tolerance_used  # noqa: E402
-from autokernel.dtypes import DTYPES  # noqa: E402
-from autokernel.paths import starter_path  # noqa: E402
-from autokernel.worker import load_kernel  # noqa: E402
+from autokernel.core.dtypes import DTYPES  # noqa: E402
+from autokernel.core.paths import starter_path  # noqa: E402
+from autokernel.judge.candidate.worker import load_kernel  # noqa: E402
+from autokernel.judge.correctness import tolerance_used  # noqa: E402
+from autokernel.kernel_types import registry  # noqa: E402
 
 IMPLEMENTATIONS = ("ours", "unfused starters", "eager", "torch.compile")
 

@@ -14,7 +14,7 @@ so the timing loop only loads them.
     python benchmarks/gemm_sweep.py --out OUT [--budget-s 330] [--workers 12]
     python benchmarks/gemm_sweep.py --out OUT --dry-run        # CPU: the interpreter, the tiny models
 
-Writes OUT/gemm_table.json (the plans, for `python -m autokernel.starter_blocks --table`, and every
+Writes OUT/gemm_table.json (the plans, for `python -m autokernel.core.starter_blocks --table`, and every
 measurement) after each shape, and OUT/gemm_table.md; prints progress and the table. No new shape
 starts past --budget-s; what was measured is kept.
 """
@@ -43,7 +43,7 @@ MIN_K_PER_SPLIT = 512
 
 
 def _engine():
-    from autokernel.kernel_file import import_file
+    from autokernel.core.kernel_file import import_file
     return import_file(ROOT / "kernels" / "_gemm_engine.py", "_sweep_gemm_engine")
 
 
@@ -106,7 +106,7 @@ class Sweep:
         return statistics.median(times)
 
     def check(self, out, expected, oracle, dtype) -> str | None:
-        from autokernel.correctness import tolerance_used
+        from autokernel.judge.correctness import tolerance_used
         used = tolerance_used(out, expected, oracle, dtype)
         return None if used <= 1.0 else f"wrong: {used:.2f}x the judge's tolerance"
 

@@ -36,8 +36,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from autokernel import registry, runner  # noqa: E402
-from autokernel.paths import starter_path  # noqa: E402
+from autokernel.core.paths import starter_path  # noqa: E402
+from autokernel.judge import runner  # noqa: E402
+from autokernel.kernel_types import registry  # noqa: E402
 
 ATTACK_DIR = ROOT / "tests" / "attacks"
 ATTACKS, RUNNER_ATTACKS, BENCH_ARGS = (runpy.run_path(str(ATTACK_DIR / "expected.py"))[name]

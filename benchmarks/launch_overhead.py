@@ -22,10 +22,11 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from autokernel import registry, worker_guards as guards  # noqa: E402
-from autokernel.correctness import case_inputs  # noqa: E402
-from autokernel.paths import starter_path  # noqa: E402
-from autokernel.worker import load_kernel  # noqa: E402
+from autokernel.core.paths import starter_path  # noqa: E402
+from autokernel.judge.candidate import worker_guards as guards  # noqa: E402
+from autokernel.judge.candidate.worker import load_kernel  # noqa: E402
+from autokernel.judge.correctness import case_inputs  # noqa: E402
+from autokernel.kernel_types import registry  # noqa: E402
 
 
 def host_and_gpu_us(fn, inputs, calls=100) -> tuple[float, float, float]:

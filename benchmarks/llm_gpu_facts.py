@@ -26,11 +26,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autokernel import hardware, limits, registry  # noqa: E402
 from autokernel.agents.base import AgentContext  # noqa: E402
 from autokernel.agents.feedback import describe_result  # noqa: E402
 from autokernel.agents.prompt import build_messages  # noqa: E402
-from autokernel.paths import PROGRAM_MD, starter_path  # noqa: E402
+from autokernel.core import hardware  # noqa: E402
+from autokernel.core.paths import PROGRAM_MD, starter_path  # noqa: E402
+from autokernel.judge import limits  # noqa: E402
+from autokernel.kernel_types import registry  # noqa: E402
 
 
 def judge(kernel: Path, shape: str, work: Path) -> dict:

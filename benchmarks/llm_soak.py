@@ -40,9 +40,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autokernel import results  # noqa: E402
 from autokernel.agents.edits import unified  # noqa: E402
 from autokernel.agents.reply import format_reply  # noqa: E402
+from autokernel.search import results  # noqa: E402
 from tests.fake_llm_server import FakeLLMServer, ScriptedReply, _is_check  # noqa: E402
 
 CHEAT_MARK = "soak-cheat"
@@ -141,7 +141,7 @@ def cheat(source: str, behaviour: str) -> str:
     signature = ast.unparse(fn.args)
     names = [a.arg for a in fn.args.args]
     if behaviour == "cheat_pytorch":
-        body = (f"    from autokernel import references\n"
+        body = (f"    from autokernel.kernel_types import references\n"
                 f"    return getattr(references, {kernel_type!r})({', '.join(names)})\n")
     else:
         body = (f"    out = _honest_kernel_fn({', '.join(names)})\n"

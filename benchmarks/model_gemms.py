@@ -23,7 +23,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autokernel.kernel_file import import_file  # noqa: E402
+from autokernel.core.kernel_file import import_file  # noqa: E402
 from autokernel.kernel_types.mlps import mlp_linears  # noqa: E402
 
 # The Hugging Face model of benchmarks/end_to_end.py (HF_GQA), as a config.

@@ -29,10 +29,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from autokernel import latency  # noqa: E402
-from autokernel.headroom import Headroom, group_times, kernel_group, profile_kernels  # noqa: E402
-from autokernel.model_args import add_model_arguments, load_model_keywords  # noqa: E402
-from autokernel.models import load_model  # noqa: E402
+from autokernel.profile.model_args import add_model_arguments, load_model_keywords  # noqa: E402
+from autokernel.profile.models import load_model  # noqa: E402
+from autokernel.verify import latency  # noqa: E402
+from autokernel.verify.headroom import Headroom, group_times, kernel_group, profile_kernels  # noqa: E402
 
 
 def top_kernels(kernel_us: dict[str, float], count: int = 12) -> list[tuple[str, float]]:

@@ -93,7 +93,7 @@ def one_run(gpus: int, budget_s: int, out: Path, *, part: str = "whole", stop_af
             shutil.copyfile(work / name, out / f"{gpus}gpu_{Path(name).name}")
     state = json.loads((work / "workspace" / "state.json").read_text())
     sys.path.insert(0, str(ROOT))
-    from autokernel import results
+    from autokernel.search import results
 
     rows = [row for row in results.read_rows(work / "results.tsv")]
     throughput = state["throughput"]

@@ -5,8 +5,8 @@
 
 For each problem file (benchmarks/problems/, float32, at its own shapes), in order, until --budget is
 spent (no problem starts after it):
-  1. its regions are found as the profiler finds them (autokernel/regions/find.py);
-  2. each region's starter is generated on this GPU (autokernel/regions/jobs.py: Inductor compiles the
+  1. its regions are found as the profiler finds them (autokernel/profile/regions/find.py);
+  2. each region's starter is generated on this GPU (autokernel/profile/regions/jobs.py: Inductor compiles the
      region with fullgraph=True, autotunes it on drawn inputs, and its kernels, grids and chosen
      configs are written as a plain kernel file), timed;
   3. bench.py judges the starter in the sandbox, as the loop does (--quick --compare-compile): the
@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autokernel import interpreter  # noqa: E402
+from autokernel.core import interpreter  # noqa: E402
 
 DEFAULT_PROBLEMS = ["tanh_gelu_in_ops", "log_softmax", "l1_norm", "kl_div_loss", "hinge_loss", "gemm_sigmoid_rowsum",
                     "gemm_gelu_scale", "cumsum_rows", "multihead_attention"]
@@ -60,10 +60,10 @@ def parse_duration(text: str) -> float:
 def check_problem(name: str, divisor: int, device, folder: Path, log) -> list[dict]:
     import torch
 
-    from autokernel import runner
-    from autokernel.regions import jobs as region_jobs
-    from autokernel.regions import store
-    from autokernel.regions.find import find_regions
+    from autokernel.judge import runner
+    from autokernel.kernel_types.regions import store
+    from autokernel.profile.regions import jobs as region_jobs
+    from autokernel.profile.regions.find import find_regions
 
     module = load_problem(name, divisor)
     torch.manual_seed(0)
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     import torch
     import triton
 
-    from autokernel.regions import store
+    from autokernel.kernel_types.regions import store
 
     on_gpu = torch.cuda.is_available()
     if not on_gpu and not args.dry_run:

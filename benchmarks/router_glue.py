@@ -23,15 +23,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autokernel import interpreter  # noqa: E402
+from autokernel.core import interpreter  # noqa: E402
 
 interpreter.choose()
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel import manifest, plugin  # noqa: E402
-from autokernel.router import _FunctionRouting  # noqa: E402
+from autokernel.routing import manifest, plugin  # noqa: E402
+from autokernel.routing.router import _FunctionRouting  # noqa: E402
 
 NO_OP_KERNEL = '''"""A stand-in matmul that does no work: it returns a tensor made at import (router_glue.py)."""
 import torch

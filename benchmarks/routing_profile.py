@@ -19,14 +19,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autokernel import interpreter  # noqa: E402
+from autokernel.core import interpreter  # noqa: E402
 
 interpreter.choose()
 
 import torch  # noqa: E402
 
 
-from autokernel import latency, models, plugin, profiler, verification  # noqa: E402
+from autokernel.profile import models, profiler  # noqa: E402
+from autokernel.routing import plugin  # noqa: E402
+from autokernel.verify import latency, verification  # noqa: E402
 
 
 def main() -> None:

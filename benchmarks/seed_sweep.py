@@ -4,9 +4,9 @@ judge's own tolerance rule. An honest kernel must never fail by chance.
     python benchmarks/seed_sweep.py [--seeds 200] [--types softmax,matmul] [--dtypes float32] [--jobs 2] [--out FILE]
 
 Each case is what bench.py's stability stage checks: the case's inputs from its seed
-(autokernel.correctness.case_inputs), PyTorch's reference and the upcast oracle, and
-autokernel.correctness.compare_outputs (indices exact). The starter's kernel_fn is called directly (this is a test of the
-numbers, not of the worker). For each case the log gives the failures (there must be none) and
+(autokernel.judge.correctness.case_inputs), PyTorch's reference and the upcast oracle, and
+autokernel.judge.correctness.compare_outputs (indices exact). The starter's kernel_fn is called directly (this is a
+test of the numbers, not of the worker). For each case the log gives the failures (there must be none) and
 the largest share of its allowance any seed used (1.0 is the limit; of the floating tensors, where an
 output is values and indices), with the seed that used it.
 Without a GPU the kernels run through Triton's interpreter. Writes a markdown log.
@@ -33,10 +33,10 @@ if not torch.cuda.is_available():
 
 import triton  # noqa: E402
 
-from autokernel import registry  # noqa: E402
-from autokernel.correctness import (DTYPES, CheckFailure, case_inputs, compare_outputs, output_parts,  # noqa: E402
-                                    reference_outputs, tolerance_used)
-from autokernel.paths import starter_path  # noqa: E402
+from autokernel.core.paths import starter_path  # noqa: E402
+from autokernel.judge.correctness import (DTYPES, CheckFailure, case_inputs, compare_outputs,  # noqa: E402
+                                           output_parts, reference_outputs, tolerance_used)
+from autokernel.kernel_types import registry  # noqa: E402
 
 # The case that failed an honest kernel before issue 12 (bench --seed 2110533320: case 29).
 KNOWN_FLAKY = {("flash_attention", "large scores", "float32"): 2110533320 + 29}

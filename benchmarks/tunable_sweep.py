@@ -24,11 +24,11 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.testing  # noqa: E402
 
-from autokernel import registry  # noqa: E402
-from autokernel.correctness import CheckFailure, compare_outputs, output_parts, reference_outputs  # noqa: E402
-from autokernel.dtypes import DTYPES  # noqa: E402
-from autokernel.paths import starter_path  # noqa: E402
-from autokernel.worker import load_kernel  # noqa: E402
+from autokernel.core.dtypes import DTYPES  # noqa: E402
+from autokernel.core.paths import starter_path  # noqa: E402
+from autokernel.judge.candidate.worker import load_kernel  # noqa: E402
+from autokernel.judge.correctness import CheckFailure, compare_outputs, output_parts, reference_outputs  # noqa: E402
+from autokernel.kernel_types import registry  # noqa: E402
 
 
 def parse_overrides(text: str) -> dict:

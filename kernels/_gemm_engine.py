@@ -4,7 +4,7 @@ kernels/matmul.py, fused_mlp.py, rmsnorm_mlp.py and rmsnorm_linear.py each hold 
 the block between the ENGINE markers below. A starter is copied whole into kernel.py and later into
 optimized_kernels/, and the agent edits that one file: the engine is the lever that matters at the
 model's shapes, so it must be in the file the agent edits, and a kept kernel must not change when
-this file does. `python -m autokernel.starter_blocks` writes this block into the starters (and the
+this file does. `python -m autokernel.core.starter_blocks` writes this block into the starters (and the
 measured table, kernels/gemm_table.json, into GEMM_TABLE); tests/test_starter_blocks.py fails while
 a copy differs. This file is no starter (its name starts with "_"): tests and the GPU sweep import it.
 """
@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-# ==== GEMM ENGINE: begin (kernels/_gemm_engine.py; `python -m autokernel.starter_blocks` copies it) ====
+# ==== GEMM ENGINE: begin (kernels/_gemm_engine.py; `python -m autokernel.core.starter_blocks` copies it) ====
 # C = epilogue(prologue(A) @ B): a persistent Triton GEMM, one program per SM walking (tile, K slice)
 # units in GROUP_M order. Operands move by TMA where the copy engine can describe them (Hopper, unit
 # last stride, 16-byte rows), by pointer loads elsewhere; B is read as (K, N) rows or as the

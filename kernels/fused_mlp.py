@@ -48,7 +48,7 @@ TUNABLE_CHOICES = {
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 ACTIVATIONS = ("silu", "gelu", "relu2")
 
-# ==== GEMM ENGINE: begin (kernels/_gemm_engine.py; `python -m autokernel.starter_blocks` copies it) ====
+# ==== GEMM ENGINE: begin (kernels/_gemm_engine.py; `python -m autokernel.core.starter_blocks` copies it) ====
 # C = epilogue(prologue(A) @ B): a persistent Triton GEMM, one program per SM walking (tile, K slice)
 # units in GROUP_M order. Operands move by TMA where the copy engine can describe them (Hopper, unit
 # last stride, 16-byte rows), by pointer loads elsewhere; B is read as (K, N) rows or as the

@@ -255,7 +255,7 @@ def _sum_splits_kernel(partials_ptr, c_ptr, elements, splits, BLOCK: tl.constexp
     tl.store(c_ptr + offsets, total.to(c_ptr.dtype.element_ty), mask=inside)
 
 
-# ==== GEMM ENGINE: begin (kernels/_gemm_engine.py; `python -m autokernel.starter_blocks` copies it) ====
+# ==== GEMM ENGINE: begin (kernels/_gemm_engine.py; `python -m autokernel.core.starter_blocks` copies it) ====
 # C = epilogue(prologue(A) @ B): a persistent Triton GEMM, one program per SM walking (tile, K slice)
 # units in GROUP_M order. Operands move by TMA where the copy engine can describe them (Hopper, unit
 # last stride, 16-byte rows), by pointer loads elsewhere; B is read as (K, N) rows or as the
@@ -725,7 +725,7 @@ def pytorch_uses_tf32() -> bool:
     """Whether PyTorch's own float32 matmuls may use TF32 now: torch.get_float32_matmul_precision()
     is "high" or "medium". Torch 2.9+ raises there when the per-backend API was used; then ask it.
 
-    The same rule as autokernel/dtypes.py's, by which the judge sets its float32 tolerance; a kernel
+    The same rule as autokernel/core/dtypes.py's, by which the judge sets its float32 tolerance; a kernel
     file stands alone (the agent edits it, the model loads it), so it keeps its own copy, and
     tests/kernels/test_matmul.py holds the two in step."""
     try:

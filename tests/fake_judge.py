@@ -1,6 +1,6 @@
 """A stand-in for bench.py, for the pool and parallel-loop tests: the runner's protocol, none of the judging.
 
-It is started exactly as bench.py is (autokernel/runner.py: the sandbox, the allow-listed environment,
+It is started exactly as bench.py is (autokernel/judge/runner.py: the sandbox, the allow-listed environment,
 the nonce) and answers from the candidate file itself: its TUNABLES give the latency
 (100 / A + 10 * B microseconds, so the built-in search has somewhere to go), `# fake-sleep: S` how long
 the judging takes, `# fake-wait-for: PATH` a file to wait for first (up to a minute: a test orders

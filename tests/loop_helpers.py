@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import loop, paths
 from autokernel.agents.base import Proposal
-from autokernel.contracts import Job
+from autokernel.core import paths
+from autokernel.core.contracts import Job
+from autokernel.search import loop
 
 GITIGNORE = "results.tsv\nworkspace/\n__pycache__/\n"
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from autokernel import plugin
-from autokernel.paths import MANIFEST_NAME, starter_path
+from autokernel.core.paths import MANIFEST_NAME, starter_path
+from autokernel.routing import plugin
 
 
 def write_optimized(folder: Path, kernels: dict, dtypes=("float32",), sources: dict | None = None) -> Path:

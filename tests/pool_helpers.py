@@ -12,8 +12,9 @@ import json
 import sys
 from pathlib import Path
 
-from autokernel import paths, results
-from autokernel.contracts import Job, JudgeTask, RunSettings
+from autokernel.core import paths
+from autokernel.core.contracts import Job, JudgeTask, RunSettings
+from autokernel.search import results
 from tests.loop_helpers import git, make_repo  # noqa: F401 (the tests' shared repository)
 
 FAKE_JUDGE = Path(__file__).resolve().parent / "fake_judge.py"
@@ -55,8 +56,8 @@ def run(root: Path, *, resume: bool = False, gpus: int = 2, ray: str | None = No
     """A whole run on root with the fake judge (paths pointed at root, bench.py replaced, both put back after)."""
     import os
 
-    from autokernel import session
-    from autokernel.live import ProgressView
+    from autokernel.core.live import ProgressView
+    from autokernel.search import session
 
     saved_paths, saved_env = dict(vars(paths)), os.environ.get(paths.WORKDIR_VARIABLE)
     paths.use_workdir(root)
@@ -107,7 +108,7 @@ class JobScriptAgent:
 
 def parallel_project(root: Path, monkeypatch):
     """A project paths point at (tests/loop_helpers.py make_project), judged by the fake judge, on branch autokernel/par."""
-    from autokernel import gitops
+    from autokernel.search import gitops
     from tests.loop_helpers import make_project
 
     make_project(root, monkeypatch)
@@ -119,10 +120,10 @@ def parallel_project(root: Path, monkeypatch):
 
 def parallel_run(repo, state, agent, budget=None, checkpoint=None):
     """ParallelRun over two local workers, in this process, on a parallel_project."""
-    from autokernel.budget import Budget
-    from autokernel.live import ProgressView
-    from autokernel.parallel_loop import ParallelRun
-    from autokernel.pool import LocalPool
+    from autokernel.core.live import ProgressView
+    from autokernel.fleet.pool import LocalPool
+    from autokernel.search.budget import Budget
+    from autokernel.search.parallel_loop import ParallelRun
 
     with LocalPool([0, 1]) as pool:
         return ParallelRun(state, pool=pool, repo=repo, agent=agent, checkpoint=checkpoint,

@@ -1,6 +1,6 @@
 """What tests that start processes share: waiting for one to be gone, found by pid or by a token in its command line.
 
-A candidate runs in a PID namespace of its own where the machine allows one (autokernel/namespaces.py):
+A candidate runs in a PID namespace of its own where the machine allows one (autokernel/sandbox/namespaces.py):
 the pids it sees are not this process's, so a test finds its processes from outside by a token it
 puts in their command line (`marked`), which children started by fork keep.
 """

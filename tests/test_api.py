@@ -10,9 +10,12 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import autokernel  # noqa: E402
-from autokernel import api, paths, plugin, session  # noqa: E402
+from autokernel import api  # noqa: E402
 from autokernel.agents.base import AgentError  # noqa: E402
-from autokernel.contracts import RunState  # noqa: E402
+from autokernel.core import paths  # noqa: E402
+from autokernel.core.contracts import RunState  # noqa: E402
+from autokernel.routing import plugin  # noqa: E402
+from autokernel.search import session  # noqa: E402
 from tests.loop_helpers import git, make_project  # noqa: E402
 from tests.test_plugin import reference_kernel, write_optimized  # noqa: E402
 

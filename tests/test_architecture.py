@@ -1,20 +1,34 @@
-"""The package's structure, read from its source with ast: no module imports a top-level script, and no
-two modules import each other round a loop (docs/architecture.md draws what may import what)."""
+"""The package's structure, read from its source with ast: every module sits in a layer, no layer imports one above
+it, no module imports a top-level script, and no two modules import each other round a loop (docs/architecture.md,
+"The house", draws what may import what)."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+import re
 from pathlib import Path
 
 import pytest
 
-from autokernel.starter_blocks import ENGINE_FILE, block_lines
+from autokernel.core.starter_blocks import ENGINE_FILE, block_lines
+from autokernel.kernel_types import TYPES
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "autokernel"
 # The top-level files: the layout's front doors and the one file the agent edits. The package may import none.
 TOP_LEVEL_SCRIPTS = {path.stem for path in ROOT.glob("*.py")}
 LONGEST_FILE = 400                      # lines; bench.py, the judge, may be longer
+# The layers, bottom up: one subpackage each. A module imports its own layer and the layers below it, never one
+# above; the few modules at the package's top level (the doors) may import any layer, and none imports them.
+LAYERS = ["core", "sandbox", "kernel_types", "judge", "routing", "profile", "agents", "fleet", "search", "verify",
+          "reports"]
+# The doors, and the two paths kernel files written before the layers import (the layers' modules under old names).
+OLD_KERNEL_IMPORTS = {"autokernel.cuda_build": "autokernel.judge.cuda_build",
+                      "autokernel.interpreter_libdevice": "autokernel.core.interpreter_libdevice"}
+TOP_LEVEL_MODULES = {"autokernel", "autokernel.api", "autokernel.cli", *OLD_KERNEL_IMPORTS}
+MOST_TOP_LEVEL_MODULES = 15
+DEEPEST_LAYER_CHAIN = 9                 # layers, the top level counted as one
 # The CUDA GEMM starter holds three kernels in its one CUDA_SOURCE literal (Hopper's wgmma + TMA pipeline,
 # mma.sync for other GPUs, IEEE float32 on the CUDA cores): a starter is one file, its source one string.
 # The Triton GEMM starter likewise holds four kernels (pointer tiles, float32 by TMA with B K-major, B's
@@ -128,7 +142,7 @@ def test_no_module_of_the_package_imports_a_top_level_script():
 
 def test_the_package_has_no_import_loop():
     graph = import_graph(PACKAGE, ROOT)
-    assert len(graph) > 50 and "autokernel.loop" in graph["autokernel.session"]
+    assert len(graph) > 50 and "autokernel.search.loop" in graph["autokernel.search.session"]
     assert find_cycles(graph) == []
 
 
@@ -146,6 +160,108 @@ def test_the_cycle_check_finds_a_loop_through_a_function_level_import(tmp_path):
     assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
 
 
+def layer_of(module: str, layers: list[str]) -> int:
+    """The module's place in the order: its layer's index, or len(layers) for a module at the package's top level."""
+    parts = module.split(".")
+    return layers.index(parts[1]) if len(parts) > 1 and parts[1] in layers else len(layers)
+
+
+def upward_imports(graph: dict[str, set[str]], layers: list[str]) -> list[str]:
+    """Each import of a module from a layer above the importer's (the top level counted above every layer)."""
+    return sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
+                  if layer_of(target, layers) > layer_of(module, layers))
+
+
+def layer_depth(graph: dict[str, set[str]], layers: list[str]) -> int:
+    """The longest chain of layers importing one another (a layer on its own is 1; the top level counts as one)."""
+    below = {index: set() for index in range(len(layers) + 1)}
+    for module, targets in graph.items():
+        below[layer_of(module, layers)] |= {layer_of(target, layers) for target in targets} - {layer_of(module, layers)}
+    depth: dict[int, int] = {}
+    for index in sorted(below):          # no upward import: every layer a layer imports comes before it
+        depth[index] = 1 + max((depth[lower] for lower in below[index]), default=0)
+    return max(depth.values())
+
+
+def test_every_module_sits_in_a_layer_but_the_doors_at_the_top_level():
+    graph = import_graph(PACKAGE, ROOT)
+    top_level = {module for module in graph if layer_of(module, LAYERS) == len(LAYERS)}
+    assert top_level == TOP_LEVEL_MODULES and len(top_level) <= MOST_TOP_LEVEL_MODULES
+    assert sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py")) == sorted(LAYERS)
+
+
+@pytest.mark.parametrize("old, module", sorted(OLD_KERNEL_IMPORTS.items()))
+def test_a_kernel_file_written_before_the_layers_imports_the_same_module_by_its_old_path(old, module):
+    assert importlib.import_module(old) is importlib.import_module(module)
+
+
+def test_no_layer_imports_a_layer_above_it():
+    graph = import_graph(PACKAGE, ROOT)
+    assert "autokernel.kernel_types.registry" in graph["autokernel.judge.correctness"]
+    assert upward_imports(graph, LAYERS) == []
+    assert layer_depth(graph, LAYERS) <= DEEPEST_LAYER_CHAIN
+
+
+def test_the_layer_check_finds_an_upward_import_in_a_function_and_measures_the_depth(tmp_path):
+    package = tmp_path / "pkg"
+    for layer in ("low", "mid", "high"):
+        (package / layer).mkdir(parents=True)
+        (package / layer / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "door.py").write_text("from pkg.high import h\n")
+    (package / "low" / "l.py").write_text("def later():\n    from pkg.mid import m\n")
+    (package / "mid" / "m.py").write_text("from pkg.low import l\n")
+    (package / "high" / "h.py").write_text("from pkg.mid import m\nimport pkg.door\n")
+    graph = import_graph(package, tmp_path)
+    assert upward_imports(graph, ["low", "mid", "high"]) == ["pkg.high.h -> pkg.door", "pkg.low.l -> pkg.mid",
+                                                           "pkg.low.l -> pkg.mid.m"]
+    (package / "low" / "l.py").write_text("")
+    (package / "high" / "h.py").write_text("from pkg.mid import m\n")
+    graph = import_graph(package, tmp_path)
+    assert upward_imports(graph, ["low", "mid", "high"]) == [] and layer_depth(graph, ["low", "mid", "high"]) == 4
+
+
+def _table(header: str) -> list[list[str]]:
+    """The rows of docs/architecture.md's table under this header line, as lists of cells."""
+    lines = (ROOT / "docs" / "architecture.md").read_text().splitlines()
+    rows = []
+    for line in lines[lines.index(header) + 2:]:
+        if not line.startswith("| "):
+            return rows
+        rows.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
+    return rows
+
+
+def _named(cell: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", cell)
+
+
+def test_the_documented_layers_are_the_folders_in_order_and_import_what_they_say():
+    imports = {layer: set() for layer in LAYERS}
+    for module, targets in import_graph(PACKAGE, ROOT).items():
+        for target in targets:
+            own, other = layer_of(module, LAYERS), layer_of(target, LAYERS)
+            if own < len(LAYERS) and other != own:
+                imports[LAYERS[own]].add(LAYERS[other])
+    rows = _table("| layer | rooms | imports |")
+    assert [row[0] for row in rows] == [f"`{layer}/`" for layer in LAYERS]
+    for layer, row in zip(LAYERS, rows):
+        assert [name.rstrip("/") for name in _named(row[2])] == [lower for lower in LAYERS if lower in imports[layer]]
+
+
+def test_the_documented_modules_are_the_packages_each_named_once():
+    covered = []
+    for name in (name for row in _table("| module | job |") for name in _named(row[0])):
+        if name == "kernel_types/<type>.py":
+            covered += [PACKAGE / "kernel_types" / f"{kernel_type}.py" for kernel_type in TYPES]
+        elif name.endswith("/"):
+            covered += [path for path in (PACKAGE / name).rglob("*.py") if path.name != "__init__.py"]
+        else:
+            covered.append(PACKAGE / name)
+    assert len(covered) == len(set(covered))
+    assert sorted(covered) == sorted(path for path in PACKAGE.rglob("*.py") if path.name != "__init__.py")
+
+
 def test_the_script_check_sees_a_lazy_import_of_a_script(tmp_path):
     source = "def main():\n    import extract\n    from bench import main as judge\n"
     names = [target for node in imports_of(ast.parse(source)) for target in imported_names(node, "autokernel.x", False)]
@@ -153,9 +269,11 @@ def test_the_script_check_sees_a_lazy_import_of_a_script(tmp_path):
 
 
 # Every folder of the project that holds Python: the package, the starters, the benchmarks, the tests.
-PROJECT_FOLDERS = [".", "autokernel", "autokernel/agents", "autokernel/kernel_types", "kernels", "kernels/cuda",
-                   "benchmarks", "benchmarks/notes", "benchmarks/problems", "models", "tests", "tests/agents",
-                   "tests/attacks", "tests/judge_fixtures", "tests/kernel_types", "tests/kernels", "tests/kernels/cuda"]
+PROJECT_FOLDERS = [".", "autokernel", *(f"autokernel/{layer}" for layer in LAYERS), "autokernel/judge/candidate",
+                   "autokernel/kernel_types/regions", "autokernel/profile/regions", "autokernel/routing/regions",
+                   "kernels", "kernels/cuda", "benchmarks", "benchmarks/notes", "benchmarks/problems", "models",
+                   "tests", "tests/agents", "tests/attacks", "tests/judge_fixtures", "tests/kernel_types",
+                   "tests/kernels", "tests/kernels/cuda", "tests/regions"]
 
 
 @pytest.mark.parametrize("folder", PROJECT_FOLDERS)
@@ -170,3 +288,14 @@ def test_no_file_is_over_the_length_bar(folder):
         if lines > LONGEST_FILE and relative not in LONG_FILES_ALLOWED:
             too_long[relative] = lines
     assert too_long == {}
+
+
+def test_every_folder_that_holds_python_is_held_to_the_length_bar():
+    # benchmarks/results/ holds what GPU runs wrote (their kernels among them): records, not code of ours. Hidden
+    # folders, build/ and a wheel's _layout/ are not the project's sources.
+    def skipped(part: str) -> bool:
+        return part.startswith(".") or part in ("results", "build", "_layout", "__pycache__")
+
+    folders = {str(path.parent.relative_to(ROOT)) for path in ROOT.rglob("*.py")
+               if not any(skipped(part) for part in path.relative_to(ROOT).parts)}
+    assert folders == set(PROJECT_FOLDERS)

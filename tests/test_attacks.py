@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import child_env, landlock, namespaces, runner
+from autokernel.judge import runner
+from autokernel.sandbox import child_env, landlock, namespaces
 from tests.processes import all_gone_within
 
 ROOT = Path(__file__).resolve().parents[1]

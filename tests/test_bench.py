@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import registry
+from autokernel.kernel_types import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = (ROOT / "tests" / "judge_fixtures" / "row_softmax.py").read_text()
@@ -168,7 +168,8 @@ def test_a_torch_compile_failure_leaves_the_bar_at_eager_and_is_not_the_kernels_
     script = (
         "import runpy, types, torch\n"
         "bench = runpy.run_path('bench.py', run_name='not_main')\n"
-        "from autokernel import registry, timing\n"
+        "from autokernel.judge import timing\n"
+        "from autokernel.kernel_types import registry\n"
         "judge = types.SimpleNamespace(kt=registry.get('softmax'), device='cpu', dtype=torch.float32, seed=1,\n"
         "                              next_case=lambda shape, dtype: {'shape': shape, 'dtype': 'float32', 'seed': 1,\n"
         "                                                              'adversarial': None})\n"

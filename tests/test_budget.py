@@ -1,8 +1,8 @@
-"""Tests for autokernel/budget.py: the run's clock across resumes, and bench limits from measured durations."""
+"""Tests for autokernel/search/budget.py: the run's clock across resumes, and bench limits from measured durations."""
 
 import pytest
 
-from autokernel.budget import BENCH_LIMIT_SLACK_S, ONE_RUN_BASELINE, BenchTimes, Budget, bench_limit
+from autokernel.search.budget import BENCH_LIMIT_SLACK_S, ONE_RUN_BASELINE, BenchTimes, Budget, bench_limit
 
 
 class Clock:

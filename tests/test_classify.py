@@ -1,4 +1,5 @@
-"""Tests for autokernel/classify.py: decomposed ops attributed to kernel types with registry shapes; the trace read."""
+"""Tests for autokernel/profile/classify.py: decomposed ops attributed to kernel types with registry shapes; the trace
+read."""
 
 import sys
 from types import SimpleNamespace
@@ -9,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd import DeviceType
 
-from autokernel import classify, profiler
+from autokernel.profile import classify, profiler
 
 BATCH, SEQ, DIM, HEADS, HIDDEN, VOCAB = 2, 8, 32, 4, 48, 50
 HEAD_DIM = DIM // HEADS
@@ -245,7 +246,7 @@ def test_gpu_trace_counts_kernels_once_and_reports_unattributed_time():
 @pytest.mark.slow
 def test_a_real_hugging_face_llama_is_attributed_by_kernel_type(tmp_path):
     pytest.importorskip("transformers", reason="transformers is the optional [hf] extra")
-    from autokernel.models import load_model
+    from autokernel.profile.models import load_model
 
     loaded = load_model(hf="llama", device="cpu", input_shape=(1, 32), hf_overrides=dict(
         vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4))

@@ -10,8 +10,10 @@ import sys
 
 import pytest
 
-from autokernel import cli, paths, results, run_state
-from autokernel.contracts import Job, JobProgress, RunSettings, RunState
+from autokernel import cli
+from autokernel.core import paths
+from autokernel.core.contracts import Job, JobProgress, RunSettings, RunState
+from autokernel.search import results, run_state
 from tests.test_orchestrate import TINY_MODEL, copy_project
 
 
@@ -219,7 +221,8 @@ def test_a_foreign_results_file_is_one_line_and_creates_nothing(project):
 
 
 def test_backend_reaches_the_planner_and_bad_ones_are_refused(monkeypatch, capsys, tmp_path):
-    from autokernel import planning, session
+    from autokernel.profile import planning
+    from autokernel.search import session
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model.py").write_text(TINY_MODEL)

@@ -1,4 +1,4 @@
-"""Tests for autokernel/contracts.py: every record round-trips through the JSON file its stage really writes
+"""Tests for autokernel/core/contracts.py: every record round-trips through the JSON file its stage really writes
 (the plan, jobs.json, bench.py's result, the manifest, state.json), and a malformed one is refused by name."""
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from autokernel import gitops, loop, paths, profiler, run_state
-from autokernel import jobs as kernel_jobs
-from autokernel.budget import Budget
-from autokernel.contracts import (PASS, VERDICTS, BenchResult, ContractError, Job, ManifestEntry, PlanEntry,
-                                  RunSettings, RunState)
-from autokernel.live import ProgressView
+from autokernel.core import paths
+from autokernel.core.contracts import (PASS, VERDICTS, BenchResult, ContractError, Job, ManifestEntry, PlanEntry,
+                                        RunSettings, RunState)
+from autokernel.core.live import ProgressView
+from autokernel.profile import jobs as kernel_jobs, profiler
+from autokernel.search import gitops, loop, run_state
+from autokernel.search.budget import Budget
 from tests.loop_helpers import ScriptedAgent, fake_run_bench, make_job, make_project, proposal, result, source
 from tests.test_jobs import SoftmaxHead
 
@@ -52,7 +53,7 @@ def test_jobs_round_trip_through_jobs_json(workspace):
     jobs = kernel_jobs.read_jobs(workspace)
     assert [job.to_json() for job in jobs] == written
     # The region's job, or, where Inductor's CPU backend has no GEMM template for a GEMM this small, the menu's jobs
-    # for the calls the region took (autokernel/jobs.py).
+    # for the calls the region took (autokernel/profile/jobs.py).
     planned = {entry["kernel_type"] for entry in json.loads((workspace / profiler.PLAN_FILE).read_text())["entries"]}
     assert {job.kernel_type for job in jobs} in (planned, {"matmul", "softmax"})
     assert all(Path(job.path).is_file() and job.name == f"{job.rank}_{job.kernel_type}" for job in jobs)

@@ -7,9 +7,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from autokernel import registry  # noqa: E402
-from autokernel.correctness import (CheckFailure, case_inputs, compare, compare_outputs, library_error,  # noqa: E402
-                                    reference_outputs, same_bits)
+from autokernel.judge.correctness import (CheckFailure, case_inputs, compare, compare_outputs,  # noqa: E402
+                                           library_error, reference_outputs, same_bits)
+from autokernel.kernel_types import registry  # noqa: E402
 
 
 def test_within_tolerance_passes_and_outside_fails_with_location():

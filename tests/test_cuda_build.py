@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import cuda_build, worker
+from autokernel.judge import cuda_build
+from autokernel.judge.candidate import worker
 
 SOURCE = """
 #include <torch/types.h>
@@ -129,7 +130,7 @@ def test_a_compile_error_names_the_first_error_and_its_line_in_cuda_source(fake_
 
 def test_the_judge_reports_a_compile_error_as_a_crash_with_that_line(fake_compiler, tmp_path):
     kernel = tmp_path / "kernel.py"
-    kernel.write_text('from autokernel.cuda_build import load_cuda\nKERNEL_TYPE = "softmax"\n'
+    kernel.write_text('from autokernel.judge.cuda_build import load_cuda\nKERNEL_TYPE = "softmax"\n'
                       f'_ext = load_cuda({SOURCE!r}, ["scale"], {{"SCALE": 2}})\n'
                       "def kernel_fn(x):\n    return _ext.scale(x)\n")
     fake_compiler.fail = True
@@ -189,8 +190,8 @@ def test_real_nvcc_reports_lines_of_cuda_source(tmp_path):
 def test_a_sandboxed_child_builds_in_a_cache_of_its_own_that_is_gone_after(tmp_path):
     import sys
 
-    from autokernel import runner
-    from autokernel.paths import ROOT
+    from autokernel.core.paths import ROOT
+    from autokernel.judge import runner
 
     probe = ("import os\nfrom autokernel import cuda_build\n"
              "folder = cuda_build.cache_root() / 'autokernel_cuda_probe'\n"

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from autokernel import cuda_launches
-from autokernel.paths import ROOT
+from autokernel.core.paths import ROOT
+from autokernel.judge import cuda_launches
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import cuda_compile_check as ccc  # noqa: E402

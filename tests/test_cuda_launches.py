@@ -6,8 +6,8 @@ The profiling itself needs a GPU: benchmarks/cuda_check.py and the GPU-only atta
 import pytest
 import torch
 
-from autokernel import cuda_launches as cl
-from autokernel.cuda_launches import KernelEvent
+from autokernel.judge import cuda_launches as cl
+from autokernel.judge.cuda_launches import KernelEvent
 
 SOURCE = r"""
 // __global__ void commented_out(float* y)
@@ -91,7 +91,7 @@ def test_sources_whose_kernels_cannot_be_told_apart_are_refused(source, expected
 
 
 def test_the_starters_sources_are_accepted():
-    from autokernel.paths import ROOT
+    from autokernel.core.paths import ROOT
 
     for name in ("rmsnorm", "softmax", "matmul"):
         literals = cl.file_literals((ROOT / "kernels" / "cuda" / f"{name}.py").read_text())
@@ -115,7 +115,7 @@ def test_qualified_names():
 
 
 def test_the_judges_marker_kernel_carries_the_marker_name():
-    from autokernel import stream_marker
+    from autokernel.judge import stream_marker
 
     assert stream_marker._autokernel_stream_marker.__name__ == cl.MARKER_KERNEL
 
@@ -127,7 +127,7 @@ def test_watch_for_only_cuda_files_on_a_gpu(tmp_path):
     triton_file.write_text('KERNEL_TYPE = "softmax"\nBACKEND = "triton"\n')
     assert cl.watch_for(triton_file, torch.device("cuda", 0)) is None
     assert cl.watch_for(tmp_path / "missing.py", torch.device("cuda", 0)) is None
-    from autokernel.paths import STARTERS_DIR
+    from autokernel.core.paths import STARTERS_DIR
 
     assert cl.watch_for(STARTERS_DIR / "cuda" / "softmax.py", torch.device("cpu")) is None
 

@@ -4,7 +4,7 @@ summary of repeated timings (the timing itself needs a GPU: the sweep runs there
 import ast
 import sys
 
-from autokernel.paths import ROOT
+from autokernel.core.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import cuda_sweep  # noqa: E402

@@ -1,4 +1,4 @@
-"""Tests for autokernel/endtoend.py: PyTorch's best against AutoKernel's best, and the path handed to the user.
+"""Tests for autokernel/verify/endtoend.py: PyTorch's best against AutoKernel's best, and the path handed to the user.
 
 Speed is never measured here (the CPU interpreter's timings mean nothing): where a test needs a
 GPU's verdict, the timer is replaced by one that reports chosen figures.
@@ -11,9 +11,10 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from autokernel import endtoend, latency, plugin, route_table  # noqa: E402
-from autokernel.latency import Latency  # noqa: E402
-from autokernel.variants import VariantResult  # noqa: E402
+from autokernel.routing import plugin  # noqa: E402
+from autokernel.verify import endtoend, latency, route_table  # noqa: E402
+from autokernel.verify.latency import Latency  # noqa: E402
+from autokernel.verify.variants import VariantResult  # noqa: E402
 from tests.test_plugin import LLAMA_SHAPES, reference_sources, tiny_llama, write_optimized  # noqa: E402
 
 

@@ -8,8 +8,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel import plugin  # noqa: E402
-from autokernel.decisions import NOT_MEASURED  # noqa: E402
+from autokernel.routing import plugin  # noqa: E402
+from autokernel.routing.decisions import NOT_MEASURED  # noqa: E402
 from tests.test_plugin import (LLAMA_SHAPES, SEQ, kernel_stats, one_forward_stats, recorded_calls,  # noqa: E402
                                reference_sources, tiny_llama, write_optimized)
 from tests.plugin_helpers import recording_backend  # noqa: E402
@@ -231,7 +231,8 @@ def test_the_search_watches_the_real_first_forward_and_folds_from_the_next(tmp_p
 
 def test_the_profilers_plan_and_the_router_agree_on_the_folds(tmp_path):
     # The shapes the profiler plans for rmsnorm_linear are exactly the calls the router folds.
-    from autokernel import hardware, profiler
+    from autokernel.core import hardware
+    from autokernel.profile import profiler
 
     model, inputs = tiny_llama()
     with torch.no_grad():
@@ -270,7 +271,7 @@ def test_a_use_the_function_routing_takes_to_a_kernel_still_refutes_the_fold(tmp
 
 def test_a_hugging_face_llamas_input_norms_fold_into_q_k_v(tmp_path):
     pytest.importorskip("transformers", reason="transformers is the optional [hf] extra")
-    from autokernel.models import load_model
+    from autokernel.profile.models import load_model
 
     loaded = load_model(hf="llama", device="cpu", input_shape=(1, 8), hf_overrides=dict(
         vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4))

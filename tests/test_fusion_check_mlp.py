@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from autokernel.paths import ROOT
+from autokernel.core.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 

@@ -1,5 +1,5 @@
 """The GPU sweep's CPU path (benchmarks/gemm_sweep.py --dry-run): it measures the models' GEMMs, checks every
-plan, and leaves a table the starters accept (autokernel/starter_blocks.py); model_gemms finds the GQA shapes."""
+plan, and leaves a table the starters accept (autokernel/core/starter_blocks.py); model_gemms finds the GQA shapes."""
 
 import os
 
@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from autokernel import starter_blocks
-from autokernel.paths import TOOL_DIR
+from autokernel.core import starter_blocks
+from autokernel.core.paths import TOOL_DIR
 
 sys.path.insert(0, str(TOOL_DIR / "benchmarks"))
 

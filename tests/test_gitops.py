@@ -1,10 +1,10 @@
-"""Tests for autokernel/gitops.py in a throwaway git repository."""
+"""Tests for autokernel/search/gitops.py in a throwaway git repository."""
 
 import subprocess
 
 import pytest
 
-from autokernel import gitops
+from autokernel.search import gitops
 
 
 def _git(root, *args) -> str:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from autokernel import hardware
+from autokernel.core import hardware
 
 
 @pytest.mark.parametrize("device_name, expected", [

@@ -1,10 +1,10 @@
-"""Tests for autokernel/headroom.py: sorting a compiled forward's kernels and the ceiling they leave."""
+"""Tests for autokernel/verify/headroom.py: sorting a compiled forward's kernels and the ceiling they leave."""
 
 import pytest
 import torch
 from rich.console import Console
 
-from autokernel import headroom, verify_report
+from autokernel.verify import headroom, verify_report
 
 # Kernel names as the H100's profiler printed them for the LLaMA 4x1024 under torch.compile.
 H100_KERNELS = {

@@ -1,4 +1,4 @@
-"""Tests for autokernel/integrity.py: candidates that reach past kernel.py are caught, and the tree restored.
+"""Tests for autokernel/search/integrity.py: candidates that reach past kernel.py are caught, and the tree restored.
 
 Each attack is a kernel file whose import does the damage, judged by the real loop through the
 real sandbox (runner.run_child) with a stand-in bench.py that imports it the way bench.py does.
@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import gitops, integrity, landlock, loop, results, runner
-from autokernel.budget import Budget
-from autokernel.live import ProgressView
-from autokernel.contracts import RunSettings, RunState
+from autokernel.core.contracts import RunSettings, RunState
+from autokernel.core.live import ProgressView
+from autokernel.judge import runner
+from autokernel.sandbox import landlock
+from autokernel.search import gitops, integrity, loop, results
+from autokernel.search.budget import Budget
 from tests.loop_helpers import ScriptedAgent, git, make_job, make_project, proposal
 
 STAND_IN_BENCH = '''
@@ -166,7 +168,7 @@ def kernel_fn(x):
 
 def test_a_cuda_kernel_file_keeps_the_contract():
     integrity.check_contract(CUDA_KERNEL, "softmax")
-    from autokernel.paths import ROOT
+    from autokernel.core.paths import ROOT
 
     for name in ("rmsnorm", "softmax", "matmul"):
         integrity.check_contract((ROOT / "kernels" / "cuda" / f"{name}.py").read_text(), name)

@@ -1,4 +1,4 @@
-"""Tests for autokernel/interrupts.py: every stop signal held back inside a critical section, raised at its end."""
+"""Tests for autokernel/core/interrupts.py: every stop signal held back inside a critical section, raised at its end."""
 
 import os
 import signal
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from autokernel.interrupts import InterruptGuard, Interrupted
+from autokernel.core.interrupts import InterruptGuard, Interrupted
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])

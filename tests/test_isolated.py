@@ -1,5 +1,5 @@
-"""Tests for autokernel/isolated.py: a kept kernel's import-time payload, run by verify and by autokernel.optimize,
-finds no key anywhere and writes nothing outside its sandbox (issue 24).
+"""Tests for autokernel/verify/isolated.py: a kept kernel's import-time payload, run by verify and by
+autokernel.optimize, finds no key anywhere and writes nothing outside its sandbox (issue 24).
 
 The payload looks where an outside review found the key before: os.environ, /proc/self/environ, its parent's
 and every other process's environment, a key file in the home folder; it tries to write what it found to /tmp,
@@ -21,8 +21,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import verify  # noqa: E402
-from autokernel import api, paths, session  # noqa: E402
-from autokernel.contracts import RunState  # noqa: E402
+from autokernel import api  # noqa: E402
+from autokernel.core import paths  # noqa: E402
+from autokernel.core.contracts import RunState  # noqa: E402
+from autokernel.search import session  # noqa: E402
 from tests.test_plugin import reference_kernel, write_optimized  # noqa: E402
 from tests.test_verify import SOFTMAX_MODEL  # noqa: E402
 

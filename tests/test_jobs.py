@@ -1,5 +1,5 @@
-"""Tests for autokernel/jobs.py (and its front door extract.py): kernel job files stamped with the model's shapes,
-jobs.json, and bad plans."""
+"""Tests for autokernel/profile/jobs.py (and its front door extract.py): kernel job files stamped with the model's
+shapes, jobs.json, and bad plans."""
 
 import ast
 import json
@@ -9,7 +9,9 @@ import torch
 from torch import nn
 
 import extract
-from autokernel import hardware, jobs as kernel_jobs, paths, profiler, registry
+from autokernel.core import hardware, paths
+from autokernel.kernel_types import registry
+from autokernel.profile import jobs as kernel_jobs, profiler
 
 NORM_SHAPES = [{"M": 512, "N": 2048}, {"M": 1, "N": 2048}]
 MATMUL_SHAPES = [{"M": 512, "N": 5632, "K": 2048}]

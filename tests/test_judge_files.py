@@ -1,4 +1,5 @@
-"""Tests for autokernel/judge_files.py: the judge that runs is the judge the run started with, in every sandbox mode.
+"""Tests for autokernel/judge/judge_files.py: the judge that runs is the judge the run started with, in every sandbox
+mode.
 
 The end-to-end tests judge a kernel with the file rules off (AUTOKERNEL_SANDBOX_FS=0), in a copy of the
 project, so a candidate really can write the judge's files there: once it changes them for good, once it
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import judge_files
+from autokernel.judge import judge_files
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -99,7 +100,7 @@ def kernel_fn(x):
 RUN = '''
 import json, sys
 from pathlib import Path
-from autokernel import judge_files, runner
+from autokernel.judge import judge_files, runner
 judge_files.digest_of(Path("bench.py"))         # the run's start
 for path, text in json.loads(sys.argv[2]).items():
     Path(path).write_text(text)                  # what happened between the start and this bench
@@ -130,20 +131,20 @@ def _judge_unconfined(project: Path, kernel_body: str, before: dict[str, str]) -
 @pytest.mark.slow
 def test_a_candidate_that_changes_the_judge_for_good_is_void_and_the_judge_restored(tmp_path):
     project = _copy_project(tmp_path)
-    original = (project / "autokernel" / "correctness.py").read_text()
+    original = (project / "autokernel" / "judge" / "correctness.py").read_text()
     result = _judge_unconfined(project, '''
-        with open(os.path.join(os.getcwd(), "autokernel", "correctness.py"), "a") as handle:
+        with open(os.path.join(os.getcwd(), "autokernel", "judge", "correctness.py"), "a") as handle:
             handle.write("\\nALWAYS_PASS = True\\n")
     ''', before={})
     assert result["correctness"] == "CRASH", result["message"]
     assert "judge's own files changed" in result["message"] and "correctness.py" in result["message"]
-    assert (project / "autokernel" / "correctness.py").read_text() == original
+    assert (project / "autokernel" / "judge" / "correctness.py").read_text() == original
 
 
 @pytest.mark.slow
 def test_a_judge_changed_and_put_back_within_one_bench_is_caught_by_what_it_compiled(tmp_path):
     project = _copy_project(tmp_path)
-    target = project / "autokernel" / "correctness.py"
+    target = project / "autokernel" / "judge" / "correctness.py"
     original = target.read_text()
     (tmp_path / "original.txt").write_text(original)
     # The judge's file is changed after the run's start; the candidate puts it back as soon as it runs, so

@@ -1,4 +1,5 @@
-"""Tests for autokernel/judge_worker.py: a candidate judged in a private folder, the full judge only when earned."""
+"""Tests for autokernel/fleet/judge_worker.py: a candidate judged in a private folder, the full judge only when
+earned."""
 
 import glob
 import io
@@ -6,8 +7,8 @@ import json
 import tempfile
 from dataclasses import replace
 
-from autokernel import judge_worker
-from autokernel.contracts import JudgeOutcome
+from autokernel.core.contracts import JudgeOutcome
+from autokernel.fleet import judge_worker
 from tests.pool_helpers import kernel, task
 
 

@@ -1,11 +1,11 @@
-"""Tests for autokernel/kernel_file.py: a kernel file becomes a module by its path, under the caller's name."""
+"""Tests for autokernel/core/kernel_file.py: a kernel file becomes a module by its path, under the caller's name."""
 
 import sys
 
 import pytest
 
-from autokernel.kernel_file import import_file
-from autokernel.paths import starter_path
+from autokernel.core.kernel_file import import_file
+from autokernel.core.paths import starter_path
 
 
 def test_a_file_is_imported_by_path_under_the_given_name_and_left_out_of_sys_modules(tmp_path):

@@ -1,4 +1,4 @@
-"""Tests for autokernel/kernel_ops.py: which kernels a file launches, and the ops torch.compile traces."""
+"""Tests for autokernel/routing/kernel_ops.py: which kernels a file launches, and the ops torch.compile traces."""
 
 import os
 
@@ -6,8 +6,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch  # noqa: E402
 
-from autokernel import kernel_ops, plugin  # noqa: E402
-from autokernel.paths import starter_path  # noqa: E402
+from autokernel.core.paths import starter_path  # noqa: E402
+from autokernel.routing import kernel_ops, plugin  # noqa: E402
 from tests.plugin_helpers import write_optimized  # noqa: E402
 from tests.test_plugin import reference_sources  # noqa: E402
 
@@ -53,7 +53,7 @@ def test_without_a_gpu_the_graph_op_is_the_opaque_custom_op_with_the_reference_s
 
 CUDA_SOFTMAX = '''
 import torch
-from autokernel.cuda_build import load_cuda
+from autokernel.judge.cuda_build import load_cuda
 
 KERNEL_TYPE = "softmax"
 BACKEND = "cuda"
@@ -81,7 +81,7 @@ def test_a_cuda_kernel_file_is_an_opaque_custom_op_with_a_fake_and_routes_like_a
 
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from autokernel import cuda_build
+    from autokernel.judge import cuda_build
 
     monkeypatch.setattr(cuda_build, "load_cuda", lambda source, functions, tunables=None, **kw: SimpleNamespace(
         softmax_rows=lambda x: torch.softmax(x, dim=-1)))

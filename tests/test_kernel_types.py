@@ -12,22 +12,25 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import classify, kernel_types, registry, routes
-from autokernel.fold_routing import FOLD_TYPES
+from autokernel import kernel_types
+from autokernel.kernel_types import registry
 from autokernel.kernel_types.base import FoldType
+from autokernel.profile import classify
+from autokernel.routing import routes
+from autokernel.routing.fold_routing import FOLD_TYPES
 
 ROOT = Path(__file__).resolve().parents[1]
 # The modules that iterate over the types: none may name one.
-GENERIC_MODULES = ["autokernel/registry.py", "autokernel/classify.py", "autokernel/routes.py", "autokernel/router.py",
-                   "autokernel/decisions.py", "autokernel/fold_routing.py", "autokernel/norm_folding.py",
-                   "autokernel/route_table.py", "autokernel/kernel_types/__init__.py",
-                   "autokernel/kernel_types/base.py"]
+GENERIC_MODULES = ["autokernel/kernel_types/registry.py", "autokernel/profile/classify.py", "autokernel/routing/routes.py",
+                   "autokernel/routing/router.py", "autokernel/routing/decisions.py", "autokernel/routing/fold_routing.py",
+                   "autokernel/routing/norm_folding.py", "autokernel/verify/route_table.py",
+                   "autokernel/kernel_types/__init__.py", "autokernel/kernel_types/base.py"]
 TYPE_NAMES = sorted(registry.REGISTRY, key=len, reverse=True)
 
 
 def _package_modules() -> dict[str, object]:
     return {info.name: importlib.import_module(f"autokernel.kernel_types.{info.name}")
-            for info in pkgutil.iter_modules(kernel_types.__path__)}
+            for info in pkgutil.iter_modules(kernel_types.__path__) if info.name not in kernel_types.NOT_TYPES}
 
 
 HELPER_MODULES = {f"autokernel.kernel_types.{name}" for name, module in _package_modules().items()
@@ -62,6 +65,9 @@ def test_every_type_is_the_module_named_after_it_and_every_such_module_is_regist
         assert module.KERNEL_TYPE is registry.get(name) and module.KERNEL_TYPE.name == name
     assert HELPER_MODULES == {"autokernel.kernel_types.base", "autokernel.kernel_types.mlps",
                               "autokernel.kernel_types.norms"}
+    # The layer's modules that are not types (the registry, the references, regions/) define none.
+    assert not any(hasattr(importlib.import_module(f"autokernel.kernel_types.{name}"), "KERNEL_TYPE")
+                   for name in kernel_types.NOT_TYPES)
 
 
 @pytest.mark.parametrize("name", sorted(registry.REGISTRY))

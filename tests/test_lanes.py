@@ -1,8 +1,8 @@
-"""Tests for autokernel/lanes.py: what the live view says of the jobs in flight and their GPUs."""
+"""Tests for autokernel/search/lanes.py: what the live view says of the jobs in flight and their GPUs."""
 
 from autokernel.agents.base import Proposal
-from autokernel.contracts import Job, JobProgress
-from autokernel.lanes import Flight, Lane, lanes_line
+from autokernel.core.contracts import Job, JobProgress
+from autokernel.search.lanes import Flight, Lane, lanes_line
 
 LABELS = ["gpu0", "gpu1", "gpu2"]
 

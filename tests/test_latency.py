@@ -1,9 +1,9 @@
-"""Tests for autokernel/latency.py: medians of repeats with their spread; no CUDA graph without a GPU."""
+"""Tests for autokernel/verify/latency.py: medians of repeats with their spread; no CUDA graph without a GPU."""
 
 import pytest
 import torch
 
-from autokernel import latency
+from autokernel.verify import latency
 
 
 def test_wall_clock_gives_the_median_and_range_of_its_repeats():

@@ -1,9 +1,12 @@
-"""Tests for autokernel/limits.py: achieved figures, roofline bound and theoretical occupancy, against hand-worked numbers."""
+"""Tests for autokernel/judge/limits.py: achieved figures, roofline bound and theoretical occupancy, against hand-worked
+numbers."""
 
 import pytest
 import torch
 
-from autokernel import hardware, limits, registry
+from autokernel.core import hardware
+from autokernel.judge import limits
+from autokernel.kernel_types import registry
 
 H100 = hardware.lookup("NVIDIA H100 80GB HBM3")
 A100 = hardware.lookup("NVIDIA A100-SXM4-80GB")

@@ -1,4 +1,4 @@
-"""Tests for autokernel/live.py: the panel says what the loop is doing, and native output stays out of it."""
+"""Tests for autokernel/core/live.py: the panel says what the loop is doing, and native output stays out of it."""
 
 import io
 import logging
@@ -7,7 +7,7 @@ import time
 
 from rich.console import Console
 
-from autokernel import live
+from autokernel.core import live
 
 
 def test_the_panel_shows_the_phase_tokens_cost_and_when_the_budget_ends():
@@ -57,8 +57,8 @@ def test_native_output_goes_to_the_log_file_not_the_terminal(tmp_path, capfd):
 
 
 def test_the_gpus_line_gives_each_gpus_pace_and_idle_time():
-    from autokernel.contracts import GpuUse, Throughput
-    from autokernel.live import throughput_line
+    from autokernel.core.contracts import GpuUse, Throughput
+    from autokernel.core.live import throughput_line
 
     throughput = Throughput(wall_s=3000.0, gpus={"gpu1": GpuUse(experiments=40, busy_s=3000.0),
                                                  "gpu0": GpuUse(experiments=50, busy_s=2400.0)})
@@ -71,7 +71,7 @@ def test_the_gpus_line_gives_each_gpus_pace_and_idle_time():
 
 
 def test_the_panel_shows_one_rate_the_runs():
-    from autokernel.contracts import GpuUse, Throughput
+    from autokernel.core.contracts import GpuUse, Throughput
 
     status = live.LoopStatus(deadline=time.monotonic() + 60)
     status.gpus = live.throughput_line(Throughput(wall_s=3600.0, gpus={"cpu": GpuUse(experiments=90, busy_s=3000.0)}))

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import gitops, loop, results
 from autokernel.agents.anthropic_agent import AnthropicAgent
 from autokernel.agents.base import RetryPolicy
 from autokernel.agents.edits import unified
 from autokernel.agents.openai_agent import OpenAIAgent
-from autokernel.budget import Budget
-from autokernel.contracts import RunSettings, RunState
-from autokernel.live import ProgressView
+from autokernel.core.contracts import RunSettings, RunState
+from autokernel.core.live import ProgressView
+from autokernel.search import gitops, loop, results
+from autokernel.search.budget import Budget
 from tests.fake_llm_server import FakeLLMServer, system_of, text_of
 from tests.loop_helpers import fake_run_bench, make_job, make_project, result, source
 

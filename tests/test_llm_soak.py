@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import integrity, results
+from autokernel.search import integrity, results
 from benchmarks import llm_soak
 
 # The starters (kernels/_*.py are shared blocks copied into them, not starters).

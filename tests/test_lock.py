@@ -1,4 +1,4 @@
-"""Tests for autokernel/lock.py: one run per repository, the holder named, and no stale lock after a kill."""
+"""Tests for autokernel/core/lock.py: one run per repository, the holder named, and no stale lock after a kill."""
 
 import subprocess
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.lock import RunLock, RunLocked
+from autokernel.core.lock import RunLock, RunLocked
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ def test_a_killed_holder_leaves_no_stale_lock_and_children_do_not_inherit_it(tmp
         import subprocess, sys, time
         sys.path.insert(0, {str(PROJECT)!r})
         from pathlib import Path
-        from autokernel.lock import RunLock
+        from autokernel.core.lock import RunLock
         RunLock(Path({str(path)!r})).acquire()
         child = subprocess.Popen(["sleep", "60"], close_fds=False)
         print(child.pid, flush=True)

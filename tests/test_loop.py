@@ -1,4 +1,4 @@
-"""Tests for autokernel/loop.py: the keep rule, the stopping rules, the budget, and the order of the writes.
+"""Tests for autokernel/search/loop.py: the keep rule, the stopping rules, the budget, and the order of the writes.
 
 The loop runs in this process on a throwaway repository (tests/loop_helpers.py) with a fake judge
 and scripted agents, or the real LLM agents against the fake LLM server; the end-to-end runs of the
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import gitops, loop, results, run_state
 from autokernel.agents.base import AgentError, MalformedReply, RetryPolicy
 from autokernel.agents.openai_agent import OpenAIAgent
-from autokernel.budget import Budget
-from autokernel.live import ProgressView
-from autokernel.contracts import RunSettings, RunState
+from autokernel.core.contracts import RunSettings, RunState
+from autokernel.core.live import ProgressView
+from autokernel.search import gitops, loop, results, run_state
+from autokernel.search.budget import Budget
 from tests.fake_llm_server import FakeLLMServer
 from tests.loop_helpers import (ScriptedAgent, fake_run_bench, git, make_job, make_project, proposal, result, source,
                                 subjects)
@@ -339,7 +339,7 @@ def _timed(latency: float, eager: float, compiled: float | None = None) -> dict:
 
 
 def test_a_kernel_slower_than_torch_compile_is_no_gain_and_is_not_saved(project, monkeypatch):
-    from autokernel import session
+    from autokernel.search import session
 
     monkeypatch.setattr(loop.torch.cuda, "is_available", lambda: True)
     calls, fake = [], fake_run_bench([])

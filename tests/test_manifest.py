@@ -1,4 +1,5 @@
-"""Tests for autokernel/manifest.py: the manifest's entries, its route tables, and clear errors for bad folders."""
+"""Tests for autokernel/routing/manifest.py: the manifest's entries, its route tables, and clear errors for bad
+folders."""
 
 import os
 
@@ -9,10 +10,10 @@ import json  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from autokernel import manifest, plugin  # noqa: E402
-from autokernel.contracts import Job  # noqa: E402
-from autokernel.manifest import RouteRecord  # noqa: E402
-from autokernel.paths import MANIFEST_NAME, starter_path  # noqa: E402
+from autokernel.core.contracts import Job  # noqa: E402
+from autokernel.core.paths import MANIFEST_NAME, starter_path  # noqa: E402
+from autokernel.routing import manifest, plugin  # noqa: E402
+from autokernel.routing.manifest import RouteRecord  # noqa: E402
 from tests.test_plugin import reference_kernel, reference_sources, write_optimized  # noqa: E402
 
 

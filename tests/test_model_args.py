@@ -4,8 +4,8 @@ import argparse
 
 import pytest
 
-from autokernel.model_args import add_model_arguments, load_model_keywords
-from autokernel.models import ModelLoadError
+from autokernel.profile.model_args import add_model_arguments, load_model_keywords
+from autokernel.profile.models import ModelLoadError
 
 
 def parse(argv, **options):

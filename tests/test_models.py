@@ -1,4 +1,4 @@
-"""Tests for autokernel/models.py (every loading form and failure) and the shipped models in models/."""
+"""Tests for autokernel/profile/models.py (every loading form and failure) and the shipped models in models/."""
 
 import importlib.util
 import sys
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import reference
-from autokernel.models import LoadedModel, ModelLoadError, load_model, parse_dtype, parse_input_shape
+from autokernel.profile.models import LoadedModel, ModelLoadError, load_model, parse_dtype, parse_input_shape
 
 MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
 TINY_SHAPE = (2, 16)

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from autokernel.norm_folding import find_folds, is_metadata_read
+from autokernel.routing.norm_folding import find_folds, is_metadata_read
 from models import llama
 
 

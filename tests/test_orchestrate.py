@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import process_tree, results
+from autokernel.sandbox import process_tree
+from autokernel.search import results
 from tests.fake_llm_server import FakeLLMServer
 from tests.processes import all_gone_within, gone_within, marked
 
@@ -181,7 +182,7 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
         loop = _start_loop(project, model, "openai", server.openai_base_url, caches, "--max-reverts", "4",
                            "--target-speedup", "100", "--budget", "1h", "--experiment-timeout", "90s")
         _wait_for_marker(caches, "hang1", loop, within_s=150)
-        assert _children(loop.pid, "autokernel.sandbox"), "candidate code ran inside the loop process"
+        assert _children(loop.pid, "autokernel.sandbox.launcher"), "candidate code ran inside the loop process"
         loop.send_signal(signal.SIGHUP)
         output, _ = loop.communicate(timeout=60)
         assert loop.returncode == 128 + signal.SIGHUP, output
@@ -204,7 +205,7 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
         server.add_kernel_reply("wait for inspiration again", _hanging("hang2"))
         loop = _start_loop(project, None, "anthropic", server.anthropic_base_url, caches)
         _wait_for_marker(caches, "hang2", loop, within_s=150)
-        [launcher] = _children(loop.pid, "autokernel.sandbox")
+        [launcher] = _children(loop.pid, "autokernel.sandbox.launcher")
         loop.kill()
         output, _ = loop.communicate(timeout=60)
         assert "--agent anthropic overrides the run's openai" in output and "--max-reverts 4" in output

@@ -1,11 +1,11 @@
-"""Tests for autokernel/outputs.py: a model output's error relative to its scale, and its tolerance."""
+"""Tests for autokernel/routing/outputs.py: a model output's error relative to its scale, and its tolerance."""
 
 import math
 
 import pytest
 import torch
 
-from autokernel.outputs import detached_copy, output_error, tolerance
+from autokernel.routing.outputs import detached_copy, output_error, tolerance
 
 
 def test_output_error_is_relative_to_the_output_scale():

@@ -1,6 +1,6 @@
 """The installed tool, not the clone: build the wheel, install it into a fresh venv, and run `autokernel profile`
 and a short `autokernel optimize` on CPU inside a new git repository outside the clone (pyproject.toml, setup.py,
-autokernel/paths.py); and the declared dependencies are exactly what the code imports."""
+autokernel/core/paths.py); and the declared dependencies are exactly what the code imports."""
 
 from __future__ import annotations
 
@@ -75,8 +75,8 @@ def test_the_wheel_holds_the_package_alone_with_the_tool_files_inside_it(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/")[0] for name in names}
     assert top_level == {"autokernel", "autokernel-0.1.0.dist-info"}, top_level
-    for needed in ("autokernel/_layout/bench.py", "autokernel/_layout/program.md",
-                   "autokernel/_layout/kernels/softmax.py", "autokernel/references.py", "autokernel/jobs.py"):
+    for needed in ("autokernel/_layout/bench.py", "autokernel/_layout/program.md", "autokernel/_layout/kernels/softmax.py",
+                   "autokernel/kernel_types/references.py", "autokernel/profile/jobs.py"):
         assert needed in names
 
 

@@ -1,6 +1,6 @@
-"""Tests for autokernel/parallel_loop.py: a run over two logical GPUs reads as one run, and survives its faults.
+"""Tests for autokernel/search/parallel_loop.py: a run over two logical GPUs reads as one run, and survives its faults.
 
-The workers are real processes (autokernel/pool.py) running the real runner and sandbox, the agent is
+The workers are real processes (autokernel/fleet/pool.py) running the real runner and sandbox, the agent is
 the real built-in search, and the judge is tests/fake_judge.py, which times a candidate by its
 TUNABLES. Faults: a worker killed in mid-experiment (a CRASH row, the run goes on), and the
 orchestrator killed with SIGKILL, or stopped with SIGTERM while its LLM agent's replies are still
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import results, run_state
+from autokernel.search import results, run_state
 from tests.fake_llm_server import FakeLLMServer
 from tests.pool_helpers import git, kept_rows, kernel, make_repo, run
 
@@ -34,7 +34,7 @@ def _workers_of(parent: int) -> list[int]:
             ppid = int(open(f"/proc/{name}/stat").read().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        if b"autokernel.judge_worker" in cmdline and ppid == parent:
+        if b"autokernel.fleet.judge_worker" in cmdline and ppid == parent:
             found.append(int(name))
     return found
 
@@ -210,7 +210,7 @@ def test_the_orchestrator_killed_or_stopped_with_two_jobs_in_flight_resumes_with
 
 def test_malformed_replies_and_broken_contracts_are_recorded_at_once_each_on_its_own_count(tmp_path, monkeypatch):
     from autokernel.agents.base import MalformedReply
-    from autokernel.contracts import RunSettings, RunState
+    from autokernel.core.contracts import RunSettings, RunState
     from tests.loop_helpers import ScriptedAgent, proposal
     from tests.pool_helpers import jobs, parallel_project, parallel_run
 
@@ -233,7 +233,7 @@ def test_malformed_replies_and_broken_contracts_are_recorded_at_once_each_on_its
 def test_the_candidates_of_one_reply_are_judged_side_by_side(tmp_path, monkeypatch):
     from autokernel.agents.openai_agent import OpenAIAgent
     from autokernel.agents.reply import format_reply
-    from autokernel.contracts import RunSettings, RunState
+    from autokernel.core.contracts import RunSettings, RunState
     from tests.pool_helpers import jobs, parallel_project, parallel_run
 
     repo = parallel_project(tmp_path / "project", monkeypatch)
@@ -255,7 +255,7 @@ def test_the_candidates_of_one_reply_are_judged_side_by_side(tmp_path, monkeypat
 @pytest.mark.slow
 def test_a_revert_of_one_job_never_undoes_another_jobs_keep_and_each_job_has_its_own_rules(tmp_path, monkeypatch):
     from autokernel.agents.base import WaitForResults
-    from autokernel.contracts import RunSettings, RunState
+    from autokernel.core.contracts import RunSettings, RunState
     from tests.loop_helpers import proposal
     from tests.pool_helpers import JobScriptAgent, jobs, kernel, parallel_project, parallel_run
 
@@ -304,11 +304,11 @@ def test_a_revert_of_one_job_never_undoes_another_jobs_keep_and_each_job_has_its
 
 @pytest.mark.slow
 def test_the_budget_stops_every_job_in_flight_and_resume_goes_on_with_each(tmp_path, monkeypatch):
-    from autokernel import session
     from autokernel.agents.builtin import BuiltinAgent
-    from autokernel.budget import Budget
-    from autokernel.contracts import RunSettings, RunState
-    from autokernel.loop import BUDGET_SPENT
+    from autokernel.core.contracts import RunSettings, RunState
+    from autokernel.search import session
+    from autokernel.search.budget import Budget
+    from autokernel.search.loop import BUDGET_SPENT
     from tests.pool_helpers import jobs, parallel_project, parallel_run
 
     repo = parallel_project(tmp_path / "project", monkeypatch)

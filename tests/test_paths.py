@@ -1,11 +1,12 @@
-"""Tests for autokernel/paths.py: the run's files follow the user (the git repository, or --workdir), the
+"""Tests for autokernel/core/paths.py: the run's files follow the user (the git repository, or --workdir), the
 tool's own files are found beside the package in a clone."""
 
 from pathlib import Path
 
 import pytest
 
-from autokernel import cli, paths
+from autokernel import cli
+from autokernel.core import paths
 
 CLONE = Path(__file__).resolve().parents[1]
 

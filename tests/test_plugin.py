@@ -1,4 +1,5 @@
-"""Tests for autokernel/plugin.py: plugging kernels into a model, by policy, with fallbacks, under torch.compile."""
+"""Tests for autokernel/routing/plugin.py: plugging kernels into a model, by policy, with fallbacks, under
+torch.compile."""
 
 import os
 
@@ -8,10 +9,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel import manifest, plugin  # noqa: E402
-from autokernel.manifest import RouteRecord  # noqa: E402
-from autokernel.models import load_model  # noqa: E402
-from autokernel.paths import MANIFEST_NAME, ROOT  # noqa: E402
+from autokernel.core.paths import MANIFEST_NAME, ROOT  # noqa: E402
+from autokernel.profile.models import load_model  # noqa: E402
+from autokernel.routing import manifest, plugin  # noqa: E402
+from autokernel.routing.manifest import RouteRecord  # noqa: E402
 from tests.plugin_helpers import (kernel_stats, one_forward_stats, recording_backend,  # noqa: E402
                                   write_optimized)
 

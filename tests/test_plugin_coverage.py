@@ -1,4 +1,4 @@
-"""Tests for autokernel/plugin.py, continued: the forms real models and KernelBench problem files use
+"""Tests for autokernel/routing/plugin.py, continued: the forms real models and KernelBench problem files use
 (reductions over any dim, norms over dim 1 and the last dims, inline norms), planned by the profiler
 and routed by their starters, eagerly and under torch.compile (issue 11.4)."""
 
@@ -10,8 +10,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel import plugin  # noqa: E402
-from autokernel.paths import ROOT  # noqa: E402
+from autokernel.core.paths import ROOT  # noqa: E402
+from autokernel.routing import plugin  # noqa: E402
 from tests.plugin_helpers import one_forward_stats, recording_backend, write_optimized  # noqa: E402
 
 
@@ -29,7 +29,7 @@ def load_problem(name: str):
 
 def planned_sites(model, inputs) -> dict:
     """kernel type -> [(module path, shape)] the profiler plans for this model."""
-    from autokernel import profiler
+    from autokernel.profile import profiler
     report = profiler.profile_model(model, inputs, warmup=1, iters=1, name="problem")
     sites = {}
     for site in report.call_sites:

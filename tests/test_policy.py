@@ -1,9 +1,9 @@
-"""Tests for autokernel/policy.py: the keep rule, the noise, when a kernel is done, and how a verdict reads."""
+"""Tests for autokernel/search/policy.py: the keep rule, the noise, when a kernel is done, and how a verdict reads."""
 
 import pytest
 
-from autokernel import policy
-from autokernel.contracts import NO_GAIN, SPEED_UNKNOWN, WINNER, JobProgress, RunSettings
+from autokernel.core.contracts import NO_GAIN, SPEED_UNKNOWN, WINNER, JobProgress, RunSettings
+from autokernel.search import policy
 
 
 def test_keep_rule_needs_a_pass_faster_by_more_than_the_noise():

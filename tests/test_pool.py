@@ -1,4 +1,4 @@
-"""Tests for autokernel/pool.py: one worker per (logical) GPU, side by side, and a worker killed mid-experiment.
+"""Tests for autokernel/fleet/pool.py: one worker per (logical) GPU, side by side, and a worker killed mid-experiment.
 
 The workers are real processes running the real runner and sandbox; the judge is tests/fake_judge.py,
 so a bench takes what the candidate asks for (`# fake-sleep`) and nothing else.
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from autokernel import paths
-from autokernel.pool import LocalPool
+from autokernel.core import paths
+from autokernel.fleet.pool import LocalPool
 from tests.pool_helpers import kernel, make_repo, task
 
 # Every test here starts real judges or the loop in child processes: the full suite's, not the fast tier's.

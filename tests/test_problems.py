@@ -10,10 +10,10 @@ import sys
 import pytest
 import torch
 
-from autokernel import profiler
-from autokernel.paths import ROOT
-from autokernel.regions import store
-from autokernel.score import problem_files
+from autokernel.core.paths import ROOT
+from autokernel.kernel_types.regions import store
+from autokernel.profile import profiler
+from autokernel.verify.score import problem_files
 
 FOLDER = ROOT / "benchmarks" / "problems"
 KEPT = {"HEADS"}                   # an embedding must stay divisible by its heads

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import paths
+from autokernel.core import paths
 
 STDLIB_PROFILE = Path(sysconfig.get_paths()["stdlib"]) / "profile.py"
 

@@ -1,4 +1,4 @@
-"""Tests for autokernel/profiler.py: the report's totals, the recorded inputs, Amdahl ranking, plan outputs."""
+"""Tests for autokernel/profile/profiler.py: the report's totals, the recorded inputs, Amdahl ranking, plan outputs."""
 
 import json
 import math
@@ -7,8 +7,10 @@ import pytest
 import torch
 from rich.console import Console
 
-from autokernel import hardware, profiler, registry
-from autokernel.profiler import CallSite, ProfileReport
+from autokernel.core import hardware
+from autokernel.kernel_types import registry
+from autokernel.profile import profiler
+from autokernel.profile.profiler import CallSite, ProfileReport
 # The profiled tiny Llama is shared with the attribution tests.
 from tests.test_classify import BATCH, SEQ, llama_report, one_thread  # noqa: F401
 

@@ -1,4 +1,4 @@
-"""Tests for autokernel/proposals.py: with several GPUs the agent is asked off the orchestrator's thread, and the
+"""Tests for autokernel/search/proposals.py: with several GPUs the agent is asked off the orchestrator's thread, and the
 orchestrator goes on collecting and committing verdicts meanwhile; what a reply leads to is recorded as before.
 
 The parallel runs are tests/pool_helpers.py's: two real worker processes and tests/fake_judge.py. The LLM is
@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import results, run_state
 from autokernel.agents.base import (AgentContext, AgentError, MalformedReply, RetryPolicy, SearchExhausted,
                                     WaitForResults)
 from autokernel.agents.openai_agent import OpenAIAgent
-from autokernel.budget import Budget
-from autokernel.contracts import Job, RunSettings, RunState
-from autokernel.lanes import Lane
-from autokernel.loop import BUDGET_SPENT, OptimizationRun
-from autokernel.pool import LocalPool
-from autokernel.proposals import Proposals, Reply
+from autokernel.core.contracts import Job, RunSettings, RunState
+from autokernel.fleet.pool import LocalPool
+from autokernel.search import results, run_state
+from autokernel.search.budget import Budget
+from autokernel.search.lanes import Lane
+from autokernel.search.loop import BUDGET_SPENT, OptimizationRun
+from autokernel.search.proposals import Proposals, Reply
 from tests.fake_llm_server import FakeLLMServer
 from tests.loop_helpers import proposal
 from tests.pool_helpers import git, jobs, kernel, parallel_project, parallel_run, task
@@ -115,7 +115,7 @@ def test_an_instant_agent_answers_on_the_callers_thread_and_any_other_on_threads
 
 def test_the_wait_for_a_verdict_ends_as_soon_as_a_reply_is_back(tmp_path, monkeypatch):
     # A worker judges a candidate for 20 s; the reply comes back first: the wait returns it, not the verdict.
-    from autokernel import paths
+    from autokernel.core import paths
     from tests.pool_helpers import make_repo
 
     monkeypatch.setattr(paths, "ROOT", make_repo(tmp_path / "project"))
@@ -178,7 +178,7 @@ def test_one_jobs_slow_reply_holds_up_neither_the_other_jobs_verdicts_nor_their_
 
 
 def _one_gpu_run(repo, state, agent):
-    from autokernel.live import ProgressView
+    from autokernel.core.live import ProgressView
 
     return OptimizationRun(state, repo=repo, agent=agent, view=ProgressView(interactive=False),
                            budget=Budget(600)).run()

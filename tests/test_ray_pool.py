@@ -1,4 +1,4 @@
-"""Tests for autokernel/ray_pool.py: the same run on a local Ray cluster with two logical GPUs, and its errors.
+"""Tests for autokernel/fleet/ray_pool.py: the same run on a local Ray cluster with two logical GPUs, and its errors.
 
 Ray is in the test extra; the cluster is started here with ray.init(num_gpus=2) on the CPU, and the
 run is `--ray auto` against it: the same worker function, the same results.tsv and git history as
@@ -9,8 +9,8 @@ import builtins
 
 import pytest
 
-from autokernel import ray_pool
-from autokernel.run_state import OptimizationError
+from autokernel.core.errors import OptimizationError
+from autokernel.fleet import ray_pool
 from tests.pool_helpers import kernel, make_repo, run, task
 from tests.test_parallel_loop import _check_one_run
 

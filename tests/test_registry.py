@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from autokernel import registry
-from autokernel.correctness import output_parts
-from autokernel.paths import starter_path
+from autokernel.core.paths import starter_path
+from autokernel.judge.correctness import output_parts
+from autokernel.kernel_types import registry
 
 TYPES = list(registry.REGISTRY)
 

@@ -1,8 +1,9 @@
-"""Tests for autokernel/results.py: the exact columns, appending, sanitizing, reading back and the summary."""
+"""Tests for autokernel/search/results.py: the exact columns, appending, sanitizing, reading back and the summary."""
 
 import pytest
 
-from autokernel import contracts, results
+from autokernel.core import contracts
+from autokernel.search import results
 
 PASS_RESULT = {"correctness": "PASS", "throughput": 812.25, "latency_us": 41.3, "pct_peak": 24.6,
                "speedup_vs_pytorch": 1.37, "speedup_vs_compile": 0.9, "timings_meaningful": True,

@@ -1,4 +1,4 @@
-"""Tests for autokernel/route_table.py: the noise rule, and no routing by timings that mean nothing."""
+"""Tests for autokernel/verify/route_table.py: the noise rule, and no routing by timings that mean nothing."""
 
 import os
 
@@ -6,8 +6,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch  # noqa: E402
 
-from autokernel import plugin, route_table  # noqa: E402
-from autokernel.latency import Latency  # noqa: E402
+from autokernel.routing import plugin  # noqa: E402
+from autokernel.verify import route_table  # noqa: E402
+from autokernel.verify.latency import Latency  # noqa: E402
 from tests.test_plugin import LLAMA_SHAPES, reference_sources, tiny_llama, write_optimized  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""Tests for autokernel/router.py: one decision per call signature, function routing only where it is needed."""
+"""Tests for autokernel/routing/router.py: one decision per call signature, function routing only where it is needed."""
 
 import os
 
@@ -8,8 +8,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel import plugin  # noqa: E402
-from autokernel.router import call_signature  # noqa: E402
+from autokernel.routing import plugin  # noqa: E402
+from autokernel.routing.router import call_signature  # noqa: E402
 from tests.test_plugin import LLAMA_SHAPES, SEQ, reference_sources, tiny_llama, write_optimized  # noqa: E402
 
 

@@ -1,4 +1,5 @@
-"""Tests for autokernel/routes.py: torch calls and modules read as the registry shape and the kernel's arguments."""
+"""Tests for autokernel/routing/routes.py: torch calls and modules read as the registry shape and the kernel's
+arguments."""
 
 import os
 
@@ -9,7 +10,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel import plugin, registry, routes  # noqa: E402
+from autokernel.kernel_types import registry  # noqa: E402
+from autokernel.routing import plugin, routes  # noqa: E402
 from tests.test_plugin import (SEQ, kernel_stats, recorded_calls, reference_sources, tiny_llama,  # noqa: E402
                                write_optimized)
 

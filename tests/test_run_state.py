@@ -1,12 +1,12 @@
-"""Tests for autokernel/run_state.py: the run's settings and state round-trip, overrides say what changed."""
+"""Tests for autokernel/search/run_state.py: the run's settings and state round-trip, overrides say what changed."""
 
 import json
 
 import pytest
 
-from autokernel import paths
-from autokernel.contracts import Job, JobProgress, RunSettings, RunState
-from autokernel.run_state import StateError, load, resumable, save, state_file
+from autokernel.core import paths
+from autokernel.core.contracts import Job, JobProgress, RunSettings, RunState
+from autokernel.search.run_state import StateError, load, resumable, save, state_file
 
 
 def _state(**fields) -> RunState:
@@ -61,7 +61,7 @@ def test_resumable_is_the_unfinished_saved_run(tmp_path, monkeypatch):
 
 
 def test_jobs_side_by_side_end_in_any_order_and_job_index_moves_past_every_ended_one(tmp_path):
-    from autokernel import run_state
+    from autokernel.search import run_state
 
     jobs = [Job(rank=rank, kernel_type=kind, dtype="float32", shapes=[{"M": 4}], path=f"k{rank}.py")
             for rank, kind in ((1, "softmax"), (2, "reduce"), (3, "matmul"), (4, "rmsnorm"))]

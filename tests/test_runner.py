@@ -1,4 +1,5 @@
-"""Tests for autokernel/runner.py: time limits that kill whole process trees, the allow-listed environment, results.
+"""Tests for autokernel/judge/runner.py: time limits that kill whole process trees, the allow-listed environment,
+results.
 
 The sandbox's confinement itself (what a child cannot read, write, reach or leave behind) is in tests/test_sandbox.py.
 """
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import child_output, runner, sandbox_checks
-from autokernel.contracts import BenchResult
+from autokernel.core import child_output
+from autokernel.core.contracts import BenchResult
+from autokernel.judge import runner
+from autokernel.search import sandbox_checks
 from tests.processes import all_gone_within, new_token
 
 

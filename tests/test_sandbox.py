@@ -1,4 +1,4 @@
-"""Tests for autokernel/sandbox.py: each way a candidate could reach past its bench run, tried and refused.
+"""Tests for autokernel/sandbox/launcher.py: each way a candidate could reach past its bench run, tried and refused.
 
 Every attack runs as real code in a child started by runner.run_child, as bench.py's candidate
 would be. The attacks that need a secret in the loop's own environment run the "loop" as a helper
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import landlock, namespaces, runner, sandbox
+from autokernel.judge import runner
+from autokernel.sandbox import landlock, namespaces, launcher as sandbox
 from tests.processes import all_gone_within, gone_within, marked, new_token
 
 ABI = landlock.abi()
@@ -36,7 +37,7 @@ def _run(code: str, cwd: Path, **options) -> runner.ChildResult:
 
 LOOP_HELPER = """
 import json, sys
-from autokernel import runner
+from autokernel.judge import runner
 code, cwd = sys.argv[1], sys.argv[2]
 result = runner.run_child([sys.executable, "-c", code], timeout_s=60, cwd=cwd, writable=[cwd])
 print(json.dumps({"stdout": result.stdout, "stderr": result.stderr, "returncode": result.returncode}))
@@ -127,8 +128,8 @@ def test_the_repository_its_git_config_and_its_state_are_read_only(tmp_path):
 
 @needs_landlock
 def test_a_folder_named_readable_inside_the_workspace_is_readable_and_the_rest_of_it_is_not(tmp_path):
-    # The judge reads region files from workspace/regions/ (autokernel/regions/store.py); the state beside them
-    # stays unreadable, and the regions stay read-only.
+    # The judge reads region files from workspace/regions/ (autokernel/kernel_types/regions/store.py); the state
+    # beside them stays unreadable, and the regions stay read-only.
     repo = tmp_path / "repo"
     (repo / "workspace" / "regions").mkdir(parents=True)
     (repo / "workspace" / "regions" / "region_1.json").write_text("{}")
@@ -257,7 +258,7 @@ def test_the_child_dies_when_the_loop_is_killed(tmp_path, namespace):
     while not (child_started.exists() and daemon_started.exists()):
         assert time.monotonic() < deadline and loop.poll() is None
         time.sleep(0.05)
-    launchers = [pid for pid in marked("autokernel.sandbox") if _parent(pid) == loop.pid]
+    launchers = [pid for pid in marked("autokernel.sandbox.launcher") if _parent(pid) == loop.pid]
     assert len(marked(token)) >= 2 and len(launchers) == 1
     loop.send_signal(signal.SIGKILL)
     loop.wait()

@@ -1,11 +1,12 @@
-"""Tests for autokernel/score.py and `autokernel score`: fast_p over a folder of problem files."""
+"""Tests for autokernel/verify/score.py and `autokernel score`: fast_p over a folder of problem files."""
 
 import json
 import textwrap
 
 import pytest
 
-from autokernel import cli, score
+from autokernel import cli
+from autokernel.verify import score
 
 SOFTMAX_PROBLEM = '''
 import torch

@@ -10,7 +10,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
 
-from autokernel import registry  # noqa: E402
+from autokernel.kernel_types import registry  # noqa: E402
 
 SWEEP = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "seed_sweep.py"))
 SEEDS = 3

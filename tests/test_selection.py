@@ -1,11 +1,11 @@
-"""Tests for autokernel/selection.py: a kernel keeps its routes only if the whole model gets faster with them."""
+"""Tests for autokernel/verify/selection.py: a kernel keeps its routes only if the whole model gets faster with them."""
 
 import pytest
 
-from autokernel import selection
-from autokernel.latency import Latency, _summary
-from autokernel.manifest import RouteRecord
-from autokernel.variants import VariantResult
+from autokernel.routing.manifest import RouteRecord
+from autokernel.verify import selection
+from autokernel.verify.latency import Latency, _summary
+from autokernel.verify.variants import VariantResult
 
 
 def latency(ms: float) -> Latency:

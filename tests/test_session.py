@@ -1,4 +1,4 @@
-"""Tests for autokernel/session.py: the checks before anything is written, resume, and the user's branch.
+"""Tests for autokernel/search/session.py: the checks before anything is written, resume, and the user's branch.
 
 The runs go through session.run_optimization in this process, on a throwaway repository with the
 fake judge and scripted agents of tests/loop_helpers.py. The kill test forks: the child runs the
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import budget, gitops, loop, results, run_state, session
 from autokernel.agents.base import MalformedReply
-from autokernel.live import ProgressView
-from autokernel.lock import RunLocked
-from autokernel.contracts import RunSettings, RunState
-from autokernel.run_state import OptimizationError
+from autokernel.core.contracts import RunSettings, RunState
+from autokernel.core.errors import OptimizationError
+from autokernel.core.live import ProgressView
+from autokernel.core.lock import RunLocked
+from autokernel.search import budget, gitops, loop, results, run_state, session
 from tests.loop_helpers import TableAgent, fake_run_bench, git, make_job, make_project, proposal, result, source
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -199,7 +199,7 @@ def test_a_second_run_in_the_same_repository_is_refused_naming_the_holder(projec
         import sys, time
         sys.path.insert(0, {str(PROJECT)!r})
         from pathlib import Path
-        from autokernel.lock import RunLock
+        from autokernel.core.lock import RunLock
         lock = RunLock(Path({str(project / "workspace" / "run.lock")!r})).acquire()
         print("held", flush=True)
         time.sleep(60)

@@ -1,5 +1,5 @@
 """The GEMM engine block: every GEMM starter carries kernels/_gemm_engine.py's block verbatim, and a measured
-table installs into it (autokernel/starter_blocks.py)."""
+table installs into it (autokernel/core/starter_blocks.py)."""
 
 import ast
 import json
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import starter_blocks
-from autokernel.kernel_file import import_file
-from autokernel.paths import TOOL_DIR
+from autokernel.core import starter_blocks
+from autokernel.core.kernel_file import import_file
+from autokernel.core.paths import TOOL_DIR
 
 GEMM_STARTERS = {"kernels/matmul.py", "kernels/fused_mlp.py", "kernels/rmsnorm_mlp.py", "kernels/rmsnorm_linear.py"}
 
@@ -18,7 +18,7 @@ GEMM_STARTERS = {"kernels/matmul.py", "kernels/fused_mlp.py", "kernels/rmsnorm_m
 def test_every_gemm_starter_carries_the_engine_block_as_its_source_has_it():
     carriers = {str(path.relative_to(TOOL_DIR)) for path in starter_blocks.starters_with_block()}
     assert carriers == GEMM_STARTERS
-    assert starter_blocks.stale_copies() == [], "run: python -m autokernel.starter_blocks"
+    assert starter_blocks.stale_copies() == [], "run: python -m autokernel.core.starter_blocks"
 
 
 def _copy_layout(tmp_path: Path) -> Path:

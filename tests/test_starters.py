@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import registry
-from autokernel.paths import ROOT, starter_path
+from autokernel.core.paths import ROOT, starter_path
+from autokernel.kernel_types import registry
 
 # Every test here starts real judges or the loop in child processes: the full suite's, not the fast tier's.
 pytestmark = pytest.mark.slow

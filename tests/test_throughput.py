@@ -1,6 +1,6 @@
-"""Tests for autokernel/throughput.py: the run's pace round-trips through state.json, older states included."""
+"""Tests for autokernel/core/throughput.py: the run's pace round-trips through state.json, older states included."""
 
-from autokernel.throughput import GpuUse, JobSpan, Throughput
+from autokernel.core.throughput import GpuUse, JobSpan, Throughput
 
 
 def test_the_pace_and_the_jobs_spans_round_trip_and_an_older_state_reads_without_spans():

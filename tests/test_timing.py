@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from autokernel import registry, timing
-from autokernel.hardware import CPU_INTERPRETER, GPUSpec
-from autokernel.timing import TimedCall, speed_of_light_ms, speed_of_light_problem, timing_problem
+from autokernel.core.hardware import CPU_INTERPRETER, GPUSpec
+from autokernel.judge import timing
+from autokernel.judge.timing import TimedCall, speed_of_light_ms, speed_of_light_problem, timing_problem
+from autokernel.kernel_types import registry
 
 H100 = GPUSpec("NVIDIA H100 SXM", 989.4, 989.4, 66.9, 3350.0)
 

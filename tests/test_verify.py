@@ -16,9 +16,12 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import verify  # noqa: E402
-from autokernel import hardware, models, plugin, profiler, verification  # noqa: E402
-from autokernel.paths import MANIFEST_NAME, ROOT, starter_path  # noqa: E402
-from autokernel.profiler import PLAN_FILE  # noqa: E402
+from autokernel.core import hardware  # noqa: E402
+from autokernel.core.paths import MANIFEST_NAME, ROOT, starter_path  # noqa: E402
+from autokernel.profile import models, profiler  # noqa: E402
+from autokernel.profile.profiler import PLAN_FILE  # noqa: E402
+from autokernel.routing import plugin  # noqa: E402
+from autokernel.verify import verification  # noqa: E402
 from tests.test_plugin import LLAMA_SHAPES, reference_kernel, write_optimized  # noqa: E402
 
 TINY_LLAMA_ARGS = [str(ROOT / "models" / "llama.py"), "--input-shape", "1,8", "--device", "cpu",
@@ -103,7 +106,7 @@ def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_p
     plan = json.loads((workspace / PLAN_FILE).read_text())
     assert (plan["model"], plan["device"], plan["dtype"]) == ("llama.py:Model", "cpu", "float32")
     manifest = plugin.read_manifest(workspace / verify.STARTER_MANIFEST_DIR / MANIFEST_NAME)
-    # A region's starter is Inductor's code for it, written beside the manifest (autokernel/regions/jobs.py) and
+    # A region's starter is Inductor's code for it, written beside the manifest (autokernel/profile/regions/jobs.py) and
     # named relative to it: the sandboxed child made it in a folder of its own, and this process copied it here.
     starters = workspace / verify.STARTER_MANIFEST_DIR
     assert manifest == {f"{e['rank']}_{e['kernel_type']}": {

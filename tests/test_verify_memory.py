@@ -20,7 +20,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel import handover, plugin  # noqa: E402
+from autokernel.routing import plugin  # noqa: E402
+from autokernel.verify import handover  # noqa: E402
 
 OUTPUT_MIB = 64
 MARGIN_MIB = 48           # the comparison's slices (outputs.CHUNK elements at a time) and the allocator's rounding

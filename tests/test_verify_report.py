@@ -1,4 +1,4 @@
-"""Tests for autokernel/verify_report.py: verify's printed report, whole in a log file or a pipe.
+"""Tests for autokernel/verify/verify_report.py: verify's printed report, whole in a log file or a pipe.
 
 verify.py prints through report_console(); under nohup, in CI or from a parent reading a pipe its
 stdout is no terminal, and rich's default there (80 columns) cut every wide cell ("torch.comp…").
@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from autokernel.variants import VARIANTS
-from autokernel.verify_report import PLAIN_OUTPUT_VARIABLE, print_report, report_console
+from autokernel.verify.variants import VARIANTS
+from autokernel.verify.verify_report import PLAIN_OUTPUT_VARIABLE, print_report, report_console
 
 SITE = "module layers.0.mlp.down_proj (Linear) inside the decoder's third residual block"
 

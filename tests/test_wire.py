@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from autokernel import wire
+from autokernel.core import wire
 
 
 @pytest.fixture

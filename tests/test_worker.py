@@ -1,4 +1,4 @@
-"""The candidate's worker process, driven through the judge's side of the link (autokernel/judge_link.py)."""
+"""The candidate's worker process, driven through the judge's side of the link (autokernel/judge/judge_link.py)."""
 
 import io
 import os
@@ -9,9 +9,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from autokernel import registry  # noqa: E402
-from autokernel.correctness import case_inputs, compare, compare_outputs, reference_outputs  # noqa: E402
-from autokernel.judge_link import CandidateWorker, WorkerFailure  # noqa: E402
+from autokernel.judge.correctness import case_inputs, compare, compare_outputs, reference_outputs  # noqa: E402
+from autokernel.judge.judge_link import CandidateWorker, WorkerFailure  # noqa: E402
+from autokernel.kernel_types import registry  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 HONEST = (ROOT / "tests" / "judge_fixtures" / "row_softmax.py").read_text()
@@ -69,7 +69,7 @@ def test_an_exception_in_kernel_fn_is_a_crash_with_the_kernel_line(tmp_path):
 
 
 def test_a_crash_message_names_the_kernel_line_of_a_syntax_error_and_keeps_the_whole_error(tmp_path):
-    from autokernel.worker import crash_message
+    from autokernel.judge.candidate.worker import crash_message
 
     kernel = tmp_path / "kernel.py"
     try:

@@ -11,8 +11,9 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from autokernel.worker_guards import (VIOLATIONS, LaunchCounter, LibraryCompute, NoLibraryCompute,  # noqa: E402
-                                      compiled_figures, guard_cost_ms, output_problem, poisoned_allocations)
+from autokernel.judge.candidate.worker_guards import (VIOLATIONS, LaunchCounter, LibraryCompute,  # noqa: E402
+                                                       NoLibraryCompute, compiled_figures, guard_cost_ms,
+                                                       output_problem, poisoned_allocations)
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from autokernel.worker_tampering import Fingerprint, global_state, state_changes
+from autokernel.judge.candidate.worker_tampering import Fingerprint, global_state, state_changes
 
 
 def _timer():
@@ -64,7 +64,7 @@ def test_audit_hook_refuses_reaching_into_the_process():
     # An audit hook cannot be removed, so this runs in a process of its own.
     code = textwrap.dedent("""
         import gc, sys
-        from autokernel import worker_guards as guards, worker_tampering as tampering
+        from autokernel.judge.candidate import worker_guards as guards, worker_tampering as tampering
         sys.addaudithook(tampering.refuse_introspection)
         for attempt in (gc.get_objects, lambda: gc.get_referrers(sys), lambda: sys.settrace(None),
                         lambda: setattr(tampering.global_state, "__code__", (lambda: {}).__code__)):

@@ -1,12 +1,13 @@
-"""Tests for autokernel/workers.py: which workers a run gets, and the runs it refuses."""
+"""Tests for autokernel/fleet/workers.py: which workers a run gets, and the runs it refuses."""
 
 import pytest
 
-from autokernel import runner, workers
-from autokernel.contracts import RunSettings
-from autokernel.live import ProgressView
-from autokernel.pool import LocalPool
-from autokernel.run_state import OptimizationError
+from autokernel.core.contracts import RunSettings
+from autokernel.core.errors import OptimizationError
+from autokernel.core.live import ProgressView
+from autokernel.fleet import workers
+from autokernel.fleet.pool import LocalPool
+from autokernel.judge import runner
 
 
 def test_one_gpu_is_the_one_gpu_loop_and_two_logical_gpus_a_local_pool(monkeypatch):

@@ -2,7 +2,7 @@
 
 Each tunable is classified by its name, by the first pattern of AXIS_KINDS its whole name matches
 (case-insensitively); a name no pattern matches is "other". When the judge's summary of the
-latest passing result (bench.py's `limits`, autokernel/limits.py) says the kernel is memory-bound
+latest passing result (bench.py's `limits`, autokernel/judge/limits.py) says the kernel is memory-bound
 at the shape where most of its time goes, the kinds that change how memory is moved come first;
 when it is compute-bound, the pipeline depth and the warps come first, then the tiles (see KIND_ORDER). Within
 a kind, and without a bound (no passing result yet, or the CPU interpreter, which has none), the
@@ -30,10 +30,10 @@ import inspect
 import logging
 import re
 
-from autokernel.contracts import PASS
-from autokernel.dtypes import DTYPES
-from autokernel.kernel_file import import_file
-from autokernel.paths import starter_path
+from autokernel.core.contracts import PASS
+from autokernel.core.dtypes import DTYPES
+from autokernel.core.kernel_file import import_file
+from autokernel.core.paths import starter_path
 
 log = logging.getLogger(__name__)
 

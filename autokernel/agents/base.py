@@ -10,9 +10,9 @@ on to the next kernel), or no reply before the context's deadline (OutOfTime: th
 spent; the loop ends cleanly). With several GPUs the loop asks while other candidates are being
 judged (ctx.in_flight names them), tells an agent that has `judged(job, source, result)` each
 verdict, and waits when the agent raises WaitForResults. There it asks an agent that is not
-`instant` on a thread of its own, one question per job (autokernel/proposals.py): two jobs'
+`instant` on a thread of its own, one question per job (autokernel/search/proposals.py): two jobs'
 questions may overlap, so such an agent must be safe to share between threads. The LLM agents
-are: they keep nothing between calls but their SDK client (autokernel/proposals.py says why).
+are: they keep nothing between calls but their SDK client (autokernel/search/proposals.py says why).
 
 The budget binds the LLM agents: every call's timeout is the time left to the deadline, and a retry
 or a Retry-After wait that would end past it is not made. Before a run, `check_endpoint()` makes one
@@ -32,7 +32,7 @@ from typing import Callable, Protocol
 
 from autokernel.agents import prompt, reply
 from autokernel.agents.usage import REASONING_LEVELS, Prices, Usage, cost_usd
-from autokernel.hardware import Platform
+from autokernel.core.hardware import Platform
 
 log = logging.getLogger(__name__)
 

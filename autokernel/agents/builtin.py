@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from autokernel.agents import axis_order
 from autokernel.agents.base import AgentContext, Proposal, SearchExhausted, WaitForResults
 from autokernel.agents.tunables import format_literal, read_tunables, rewrite_tunables
-from autokernel.contracts import PASS
+from autokernel.core.contracts import PASS
 
 
 def score(result: dict | None) -> float | None:

@@ -14,7 +14,9 @@ import math
 
 import torch
 
-from autokernel import hardware, limits, registry
+from autokernel.core import hardware
+from autokernel.judge import limits
+from autokernel.kernel_types import registry
 
 # Before the judge has measured a launch floor: the GPU time of one small launch as events time it is a
 # few microseconds on current GPUs; a shape whose roofline time is under this is taken as latency-bound.

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 
-from autokernel import hardware
 from autokernel.agents import edits, facts
 from autokernel.agents.reply import MAX_FIX_TURNS, fenced
-from autokernel.contracts import PASS
+from autokernel.core import hardware
+from autokernel.core.contracts import PASS
 
 HISTORY_WINDOW = 12                 # experiments shown in full, newest last
 MAX_SUMMARY_LINES = 80              # older experiments summarised one line each (the newest of them)

@@ -69,7 +69,7 @@ def is_for(tags: set[str], *, kernel_type: str, backend: str, regime: str | None
         raise ValueError(f"program.md: unknown section tags {sorted(unknown)}; use {', '.join(BACKENDS)}, "
                          f"type:<kernel type> or regime:<{'|'.join(REGIMES)}>")
     job_backends = set(BACKENDS) if backend == "any" else {backend}
-    # `type:region` is for every region of a model (autokernel/regions/: types named region_<digest>).
+    # `type:region` is for every region of a model (autokernel/kernel_types/regions/: types named region_<digest>).
     family = "region" if kernel_type.startswith("region_") else kernel_type
     return ((not backends or bool(backends & job_backends)) and (not types or kernel_type in types or family in types)
             and (not regimes or regime is None or regime in regimes))

@@ -19,10 +19,12 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from autokernel import hardware, limits, registry
 from autokernel.agents import edits, facts, feedback, playbook
 from autokernel.agents.reply import MAX_FIX_TURNS, fenced, format_reply
-from autokernel.contracts import PASS
+from autokernel.core import hardware
+from autokernel.core.contracts import PASS
+from autokernel.judge import limits
+from autokernel.kernel_types import registry
 
 if TYPE_CHECKING:
     from autokernel.agents.base import AgentContext
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 BACKEND_LINES = {
     "triton": "Backend: Triton (keep kernel.py a Triton kernel file).",
     "cuda": 'Backend: CUDA C++. kernel.py keeps BACKEND = "cuda": the kernels live in the CUDA_SOURCE string, '
-            'compiled by autokernel.cuda_build.load_cuda; the playbook\'s "CUDA C++ kernels" says what the judge '
+            'compiled by autokernel.judge.cuda_build.load_cuda; the playbook\'s "CUDA C++ kernels" says what the judge '
             "requires.",
     "any": 'Backend: any. Keep Triton, or turn kernel.py into a CUDA C++ kernel file (BACKEND = "cuda", see '
            'the playbook\'s "CUDA C++ kernels") where CUDA C++ can do what Triton cannot.',
@@ -105,8 +107,8 @@ def build_turn(ctx: AgentContext, gpu: hardware.GPUSpec) -> str:
 
 # ---------------------------------------------------------------- regions (issue 25): kept apart from the rest
 def _reference_text(kernel_type) -> str:
-    """The reference as the LLM reads it: its source, or, for a region of the model (autokernel/regions/), the model's
-    PyTorch source lines it covers and the ATen ops the judge runs as its reference (KernelType.source)."""
+    """The reference as the LLM reads it: its source, or, for a region of the model (autokernel/kernel_types/regions/),
+    the model's PyTorch source lines it covers and the ATen ops the judge runs as its reference (KernelType.source)."""
     return fenced(kernel_type.source if kernel_type.source is not None else inspect.getsource(kernel_type.reference))
 
 

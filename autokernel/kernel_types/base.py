@@ -5,13 +5,13 @@ holds everything the tool knows about it:
   - the registry entry: its PyTorch reference (in reference.py, the oracle), how to make inputs
     for a shape, the shapes to check and time, the adversarial inputs, the bytes and FLOPs one call
     must move and do, the aten ops the profiler counts as a call of it (read by bench, extract and
-    the registry, autokernel/registry.py);
-  - `recognise`: how the profiler tells a call of it in a trace (autokernel/classify.py walks the
+    the registry, autokernel/kernel_types/registry.py);
+  - `recognise`: how the profiler tells a call of it in a trace (autokernel/profile/classify.py walks the
     trace and asks every type);
   - `route`: how verify reads a call of it and launches a kernel in its place
-    (autokernel/routes.py and autokernel/router.py ask every type);
+    (autokernel/routing/routes.py and autokernel/routing/router.py ask every type);
   - `fold`: for a type that folds a norm into the modules that read its output, which norms and
-    consumers, and how a consumer's call on the norm's raw input reads (autokernel/fold_routing.py).
+    consumers, and how a consumer's call on the norm's raw input reads (autokernel/routing/fold_routing.py).
 
 A shape is a dict of named sizes, for example {"M": 4096, "N": 4096, "K": 4096}; some types also
 carry flags in it (attention's "causal", the MLPs' "act", reduce's "op").
@@ -41,7 +41,7 @@ class Reading:
     launch: Callable        # function routes: launch(fn, *args, **kwargs); module routes: launch(fn, x)
     per_call_check: Callable | None = None   # a data-dependent condition re-checked on every call; None if none
     # Whether torch.compile may run the launch through the kernel's graph op, whose schema is the
-    # reference's one-tensor result (autokernel/kernel_ops.py); torch.max(x, dim)'s pair cannot.
+    # reference's one-tensor result (autokernel/routing/kernel_ops.py); torch.max(x, dim)'s pair cannot.
     traceable: bool = True
 
 
@@ -59,7 +59,7 @@ class ModuleVariant:
 
 @dataclass(frozen=True)
 class Routing:
-    """How verify runs this type in place of PyTorch's op (autokernel/routes.py reads every type's)."""
+    """How verify runs this type in place of PyTorch's op (autokernel/routing/routes.py reads every type's)."""
     # torch function -> a reader of its call's arguments, returning a Reading or why the call cannot run
     functions: dict[Callable, Callable] = field(default_factory=dict)
     # (module, the shapes kernels of this type were verified at) -> the ways the module could run as one
@@ -71,7 +71,7 @@ class Routing:
 @dataclass(frozen=True)
 class FoldType:
     """A fused type that takes a norm's raw input: which norms and consumers, how a consumer's call reads,
-    and how the profiler shapes a site of it (autokernel/fold_routing.py, autokernel/classify.py)."""
+    and how the profiler shapes a site of it (autokernel/routing/fold_routing.py, autokernel/profile/classify.py)."""
     kernel_type: str
     is_norm: Callable[[nn.Module], bool]
     is_consumer: Callable[[nn.Module], bool]
@@ -105,7 +105,7 @@ class FunctionRecognition:
 
 @dataclass(frozen=True)
 class Recognition:
-    """How the profiler tells calls of this type in a trace (autokernel/classify.py asks every type)."""
+    """How the profiler tells calls of this type in a trace (autokernel/profile/classify.py asks every type)."""
     # (op name, its torch profiler event, its recorded input shapes) -> the shape of an op this type
     # claims (its profiled_ops and claims_op); None leaves the op as "other"
     op_shape: Callable[[str, object, list[list[int]]], Shape | None] | None = None
@@ -146,7 +146,7 @@ class KernelType:
     tolerance_scale: float = 1.0     # multiplies the per-dtype tolerances, for types that need slack
     matrix: bool = False             # its FLOPs are matrix products (tensor cores), not float32-lane arithmetic
     # The aten ops the profiler counts as a call of this type when no module of a kernel type of its
-    # own encloses them (autokernel/classify.py); an op belongs to one type at most.
+    # own encloses them (autokernel/profile/classify.py); an op belongs to one type at most.
     profiled_ops: frozenset[str] = frozenset()
     # Extra absolute error each output element may carry beyond the dtype's tolerance, for a type
     # whose PyTorch result itself carries more under a global setting (matmul under TF32):
@@ -159,7 +159,7 @@ class KernelType:
     route: Routing = Routing()
     fold: FoldType | None = None
     # The dtypes the type can be judged in (None: every one of dtypes.DTYPES). A region
-    # (autokernel/regions/) is judged in the model's own dtype only, since it is routed only there.
+    # (autokernel/kernel_types/regions/) is judged in the model's own dtype only, since it is routed only there.
     dtypes: tuple[str, ...] | None = None
     # What the reference computes, shown to the LLM where inspect cannot read the reference's source
     # (a region's: the model's source lines it covers and its ATen ops).

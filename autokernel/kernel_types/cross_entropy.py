@@ -9,7 +9,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from autokernel import references as reference
+from autokernel.kernel_types import references as reference
 from autokernel.kernel_types.base import Adversarial, KernelType, Reading, Recognition, Routing, randn
 
 _LOG_SOFTMAX_OPS = {"aten::log_softmax", "aten::_log_softmax"}

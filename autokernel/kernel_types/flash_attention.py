@@ -8,7 +8,7 @@ import math
 
 import torch.nn.functional as F
 
-from autokernel import references as reference
+from autokernel.kernel_types import references as reference
 from autokernel.kernel_types.base import (Adversarial, KernelType, Reading, Recognition, Routing, Shape, bhsd,
                                           randn, recorded_argument)
 

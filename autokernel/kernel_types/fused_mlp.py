@@ -9,7 +9,7 @@ import math
 
 from torch import nn
 
-from autokernel import references as reference
+from autokernel.kernel_types import references as reference
 from autokernel.kernel_types.base import (Adversarial, KernelType, ModuleMatch, ModuleVariant, Reading,
                                           Recognition, Routing, randn)
 from autokernel.kernel_types.mlps import gated_mlp_dims, mlp_linears

@@ -8,8 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autokernel import references as reference
-from autokernel.kernel_types import norms
+from autokernel.kernel_types import norms, references as reference
 from autokernel.kernel_types.base import Adversarial, KernelType, ModuleVariant, Recognition, Routing
 
 

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autokernel import references as reference
-from autokernel.dtypes import pytorch_fp32_matmul_uses_tf32
+from autokernel.core.dtypes import pytorch_fp32_matmul_uses_tf32
+from autokernel.kernel_types import references as reference
 from autokernel.kernel_types.base import (Adversarial, Inputs, KernelType, ModuleVariant, Reading, Recognition,
                                           Routing, rand_uniform, randn)
 

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from autokernel import references as reference
+from autokernel.kernel_types import references as reference
 from autokernel.kernel_types.base import Adversarial, KernelType, Reading, Recognition, Routing, Shape, \
     recorded_argument
 

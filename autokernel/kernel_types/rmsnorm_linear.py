@@ -1,7 +1,7 @@
 """rmsnorm_linear: RMSNorm folded into the linear layer after it, rmsnorm(x, norm_weight, eps) @ weight.T in one
 kernel. Inputs, shapes and overflow cases; an RMSNorm whose output only nn.Linear layers read counts with them
 (one site per linear, the norm's time with the first); such a norm and its linears routed as a fold
-(autokernel/fold_routing.py).
+(autokernel/routing/fold_routing.py).
 
 A shape is {"M": rows, "N": output features, "K": input features}, named as matmul's are: the
 profiler and the router build it from an nn.Linear the same way.
@@ -14,8 +14,7 @@ import math
 import torch
 from torch import nn
 
-from autokernel import references as reference
-from autokernel.kernel_types import norms
+from autokernel.kernel_types import norms, references as reference
 from autokernel.kernel_types.base import Adversarial, FoldType, KernelType, Reading, normal
 
 

@@ -1,6 +1,6 @@
 """rmsnorm_mlp: RMSNorm folded into the gated MLP it feeds, fused_mlp(rmsnorm(x, norm_weight, eps), ...) in one
 kernel. Inputs, shapes and the cases folding gets wrong; an RMSNorm whose output only a gated MLP reads counts
-with it; such a norm and its MLP routed as a fold (autokernel/fold_routing.py).
+with it; such a norm and its MLP routed as a fold (autokernel/routing/fold_routing.py).
 
 Shapes are fused_mlp's {M, D, F, act}: the norm runs over D, and its weight is one more (D,)
 input. The adversarial inputs aim at what folding the norm into the gate/up GEMMs can get
@@ -16,8 +16,7 @@ import math
 import torch
 from torch import nn
 
-from autokernel import references as reference
-from autokernel.kernel_types import norms
+from autokernel.kernel_types import norms, references as reference
 from autokernel.kernel_types.base import Adversarial, FoldType, KernelType, Reading, normal
 from autokernel.kernel_types.mlps import is_gated_mlp_module, mlp_activation, mlp_linears
 

@@ -12,8 +12,7 @@ import re
 import torch
 from torch import nn
 
-from autokernel import references as reference
-from autokernel.kernel_types import matmul
+from autokernel.kernel_types import matmul, references as reference
 from autokernel.kernel_types.base import (Adversarial, FunctionRecognition, KernelType, ModuleMatch, ModuleVariant,
                                           Reading, Recognition, Routing, bhsd, randn)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from autokernel import references as reference
+from autokernel.kernel_types import references as reference
 from autokernel.kernel_types.base import Adversarial, KernelType, Reading, Recognition, Routing, randn, rows
 
 

@@ -48,8 +48,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import reference  # noqa: E402
-from autokernel import registry  # noqa: E402
-from autokernel.kernel_types import matmul  # noqa: E402
+from autokernel.kernel_types import matmul, registry  # noqa: E402
 
 # KernelBench level 1 (float32): 1 square, 2 standard (M=2048, K=8192, N=4096), 6 large K,
 # 8 irregular (M=8205, K=2949, N=5921), 9 tall-skinny (A 32768 x 32 times B 32 x 32768, so K=32).

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import compare  # noqa: E402
-from autokernel import registry  # noqa: E402
+from autokernel.kernel_types import registry  # noqa: E402
 
 MAX_ERROR = 3e-2   # a fast variant that is this wrong is reported, not ranked
 

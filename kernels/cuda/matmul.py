@@ -34,7 +34,7 @@ rows (the padding is never read).
 
 import torch
 
-from autokernel.cuda_build import load_cuda, sm90a_flags
+from autokernel.judge.cuda_build import load_cuda, sm90a_flags
 
 KERNEL_TYPE = "matmul"
 BACKEND = "cuda"

@@ -21,7 +21,7 @@ channels, one thread per position walks its channels and reads x twice.
 
 import torch
 
-from autokernel.cuda_build import load_cuda
+from autokernel.judge.cuda_build import load_cuda
 
 KERNEL_TYPE = "rmsnorm"
 BACKEND = "cuda"

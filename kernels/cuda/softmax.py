@@ -24,7 +24,7 @@ Both default off (the layout measured on an H100) until a GPU times them: benchm
 
 import torch
 
-from autokernel.cuda_build import load_cuda
+from autokernel.judge.cuda_build import load_cuda
 
 KERNEL_TYPE = "softmax"
 BACKEND = "cuda"

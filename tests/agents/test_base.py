@@ -15,9 +15,9 @@ import pytest
 from autokernel.agents import AgentContext, AgentError, MalformedReply, RetryPolicy, make_agent
 from autokernel.agents.anthropic_agent import AnthropicAgent
 from autokernel.agents.base import OutOfTime, retry_after_s
-from autokernel.agents.usage import Price, Usage, cost_usd
 from autokernel.agents.builtin import BuiltinAgent
 from autokernel.agents.openai_agent import OpenAIAgent
+from autokernel.agents.usage import Price, Usage, cost_usd
 from tests.fake_llm_server import FakeLLMServer
 
 KERNEL = 'KERNEL_TYPE = "softmax"\n\ndef kernel_fn(x):\n    return x\n'
@@ -284,7 +284,7 @@ def test_a_slow_reply_is_cut_at_the_deadline(kind, server):
 
 @LLM_KINDS
 def test_two_questions_to_one_agent_overlap_and_each_gets_its_own_reply(kind, server):
-    # With several GPUs two jobs' questions run on two threads at once (autokernel/proposals.py), over the one
+    # With several GPUs two jobs' questions run on two threads at once (autokernel/search/proposals.py), over the one
     # SDK client: the first reply is held until the second question has arrived and been answered (an order, not a
     # race between the two answers on a loaded machine).
     both_asked = threading.Event()

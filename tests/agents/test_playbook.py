@@ -6,11 +6,13 @@ import re
 
 import pytest
 
-from autokernel import correctness, dtypes, hardware, registry, timing
 from autokernel.agents import playbook
 from autokernel.agents.base import AgentContext
 from autokernel.agents.prompt import build_messages
-from autokernel.paths import PROGRAM_MD, ROOT
+from autokernel.core import dtypes, hardware
+from autokernel.core.paths import PROGRAM_MD, ROOT
+from autokernel.judge import correctness, timing
+from autokernel.kernel_types import registry
 
 PROGRAM = PROGRAM_MD.read_text()
 SYSTEM_LIMIT = 12_000
@@ -95,7 +97,8 @@ def test_what_program_md_says_is_timed_is_what_the_judge_times():
     bench = (ROOT / "bench.py").read_text()
     assert 'ours = statistics.median(c.record["kernel_ms"] for c in calls)' in bench
     assert '"latency_us": ours_us' in bench and '"call_latency_us"' in bench
-    assert 'record["kernel_ms"] = clock.elapsed(after_flush, after_call)' in (ROOT / "autokernel" / "timing.py").read_text()
+    timing_source = (ROOT / "autokernel" / "judge" / "timing.py").read_text()
+    assert 'record["kernel_ms"] = clock.elapsed(after_flush, after_call)' in timing_source
     job = build_messages(AgentContext(kernel_type="softmax", kernel_source="", last_result=None, history=[],
                                       best_versions=[], program=PROGRAM, job={"kernel_type": "softmax"},
                                       platform=H100)).job

@@ -6,11 +6,14 @@ Replies are read in tests/agents/test_reply.py; the playbook's selection in test
 import pytest
 import torch
 
-from autokernel import hardware, limits, policy, registry
 from autokernel.agents.base import AgentContext
 from autokernel.agents.feedback import HISTORY_WINDOW, describe_result
 from autokernel.agents.prompt import build_messages
-from autokernel.paths import PROGRAM_MD
+from autokernel.core import hardware
+from autokernel.core.paths import PROGRAM_MD
+from autokernel.judge import limits
+from autokernel.kernel_types import registry
+from autokernel.search import policy
 
 # A kernel file long enough that a small change is shorter as a diff than whole, as real kernels are.
 HELPERS = "".join(f"\n\ndef _helper_{n}(x):\n    return x  # a line of a real kernel\n" for n in range(8))

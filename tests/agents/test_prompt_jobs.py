@@ -6,9 +6,11 @@ import os
 import pytest
 import torch
 
-from autokernel import hardware, limits, registry
 from autokernel.agents.base import AgentContext
 from autokernel.agents.prompt import build_messages
+from autokernel.core import hardware
+from autokernel.judge import limits
+from autokernel.kernel_types import registry
 
 H100 = hardware.Platform(hardware.lookup("NVIDIA H100 80GB HBM3"), triton="3.6.0", cuda="13.0", torch="2.11.0")
 PASS = {"correctness": "PASS", "throughput": 1234.5678, "throughput_unit": "GB/s", "latency_us": 81.0,
@@ -19,9 +21,8 @@ FAIL = {"correctness": "FAIL", "failed_stage": "edge shapes", "message": "wrong"
 @pytest.fixture(scope="module")
 def extracted_job(tmp_path_factory) -> dict:
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    from autokernel import jobs as kernel_jobs
-    from autokernel import models, profiler
-    from autokernel.paths import ROOT
+    from autokernel.core.paths import ROOT
+    from autokernel.profile import jobs as kernel_jobs, models, profiler
 
     workspace = tmp_path_factory.mktemp("workspace")
     loaded = models.load_model(ROOT / "models" / "llama.py", input_shape=(1, 8), device="cpu",

@@ -7,7 +7,7 @@ and the loop's contract check refuses the file before it is benched.
 
 import torch
 
-from autokernel.cuda_build import load_cuda
+from autokernel.judge.cuda_build import load_cuda
 
 KERNEL_TYPE = "matmul"
 BACKEND = "cuda"

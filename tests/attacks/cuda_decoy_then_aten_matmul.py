@@ -6,7 +6,7 @@ guard sees it. Rejected in smoke, naming the op.
 
 import torch
 
-from autokernel.cuda_build import load_cuda
+from autokernel.judge.cuda_build import load_cuda
 
 KERNEL_TYPE = "matmul"
 BACKEND = "cuda"

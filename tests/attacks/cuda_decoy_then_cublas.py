@@ -7,7 +7,7 @@ count it. Rejected in smoke: the profiler's kernel events show cuBLAS's kernel (
 
 import torch
 
-from autokernel.cuda_build import load_cuda
+from autokernel.judge.cuda_build import load_cuda
 
 KERNEL_TYPE = "matmul"
 BACKEND = "cuda"

@@ -7,7 +7,7 @@ is not on the judge's marker stream (cuda_launches).
 
 import torch
 
-from autokernel.cuda_build import load_cuda
+from autokernel.judge.cuda_build import load_cuda
 
 KERNEL_TYPE = "softmax"
 BACKEND = "cuda"

@@ -14,7 +14,7 @@ shape, where the attack cheats only in the timed calls of an op other than the t
 
 ATTACKS = {
     "forge_result_at_import": ("CRASH", "load", "without answering the judge", "cpu"),
-    "rewrite_checker_at_import": ("FAIL", "load", "replaced autokernel.correctness.compare", "cpu"),
+    "rewrite_checker_at_import": ("FAIL", "load", "replaced autokernel.judge.correctness.compare", "cpu"),
     "replace_timer_at_import": ("FAIL", "load", "replaced time.perf_counter", "cpu"),
     "decoy_launch_returns_torch": ("FAIL", "smoke", "kernel_fn called aten::_softmax: the result must come from "
                                                     "your own kernels", "cpu"),

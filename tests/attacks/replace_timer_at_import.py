@@ -1,6 +1,6 @@
 """Attack 3: when imported, replace the timer the judge is known to use; the kernel itself is correct.
 
-Replaces triton.testing.do_bench, autokernel.timing's functions and time.perf_counter with ones
+Replaces triton.testing.do_bench, autokernel.judge.timing's functions and time.perf_counter with ones
 that report a microsecond, so the old judge printed a huge speedup. Rejected at load: the worker
 bound its clock before the import and reports the replacement.
 """
@@ -31,7 +31,7 @@ def _fast_bench(*args, **kwargs):
 
 triton.testing.do_bench = _fast_bench
 time.perf_counter = _slow_clock
-for _name in ("__main__", "bench", "autokernel.timing"):
+for _name in ("__main__", "bench", "autokernel.judge.timing"):
     _module = sys.modules.get(_name)
     if _module is not None and hasattr(_module, "median_latency_ms"):
         _module.median_latency_ms = lambda *args, **kwargs: 0.001

@@ -1,8 +1,8 @@
 """Attack 2: when imported, rewrite the judge's checker, wherever it can be found, then return garbage.
 
 The old judge imported the kernel into its own process, so replacing `check_case` in bench.py
-(__main__) and `compare` in autokernel.correctness made every check pass. kernel_fn returns zeros
-from a real Triton launch. Rejected at load: the worker watches autokernel.correctness (and the
+(__main__) and `compare` in autokernel.judge.correctness made every check pass. kernel_fn returns zeros
+from a real Triton launch. Rejected at load: the worker watches autokernel.judge.correctness (and the
 checker that decides lives in the judge's process, which the kernel never reaches).
 """
 
@@ -23,7 +23,7 @@ def _compare(*args, **kwargs):
     return None
 
 
-for _name in ("__main__", "bench", "autokernel.correctness"):
+for _name in ("__main__", "bench", "autokernel.judge.correctness"):
     _module = sys.modules.get(_name)
     for _attr, _fake in (("check_case", _check_case), ("compare", _compare)):
         if _module is not None and hasattr(_module, _attr):

@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from autokernel import registry, routes
-from autokernel.kernel_types import matmul
+from autokernel.kernel_types import matmul, registry
+from autokernel.routing import routes
 
 
 @pytest.fixture

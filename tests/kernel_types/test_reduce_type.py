@@ -7,8 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from autokernel import registry
-from autokernel.kernel_types import reduce
+from autokernel.kernel_types import reduce, registry
 
 
 @pytest.mark.parametrize("dims, planned", [
@@ -136,7 +135,7 @@ class MaxesAndMins(nn.Module):
 
 
 def test_a_real_profile_plans_max_and_min_over_a_dim_with_indices():
-    from autokernel import profiler
+    from autokernel.profile import profiler
     x = torch.randn(3, 20, 9)
     report = profiler.profile_model(MaxesAndMins().eval(), (x, torch.randn_like(x)), warmup=1, iters=1)
     planned = sorted((site.shape["op"], site.shape["O"], site.shape["R"], site.shape["I"])

@@ -4,7 +4,8 @@ with them as rmsnorm_linear, one site per linear (the router's side: tests/test_
 import torch
 from torch import nn
 
-from autokernel import hardware, profiler
+from autokernel.core import hardware
+from autokernel.profile import profiler
 from tests.test_classify import DIM, ROWS, PlainNorm, _sites, one_thread  # noqa: F401 (a fixture)
 
 

@@ -11,9 +11,10 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import reference  # noqa: E402
-from autokernel import plugin, profiler, registry  # noqa: E402
-from autokernel.hardware import detect  # noqa: E402
-from autokernel.kernel_types import mlps, rmsnorm_mlp  # noqa: E402
+from autokernel.core.hardware import detect  # noqa: E402
+from autokernel.kernel_types import mlps, registry, rmsnorm_mlp  # noqa: E402
+from autokernel.profile import profiler  # noqa: E402
+from autokernel.routing import plugin  # noqa: E402
 from tests.test_classify import DIM, HIDDEN, ROWS, PlainNorm, _sites, one_thread  # noqa: E402,F401 (a fixture)
 from tests.test_fold_routing import (FOLD_SHAPES, RMSNorm, _compiled_llama_graph_ops, _folds,  # noqa: E402
                                      _plugged_stats)
@@ -304,9 +305,9 @@ def test_an_mlp_folded_llama_compiles_into_one_graph_with_the_fused_op(tmp_path)
 
 
 def test_verify_gets_an_rmsnorm_mlp_site_to_time_against_the_norm_and_mlp(tmp_path):
-    # The route table (autokernel/route_table.py) times each site's run_ours against run_pytorch:
+    # The route table (autokernel/verify/route_table.py) times each site's run_ours against run_pytorch:
     # for the fold, the fused kernel on a copy of the raw input against norm + MLP run by PyTorch.
-    from autokernel import route_table
+    from autokernel.verify import route_table
 
     model, inputs = tiny_llama()
     folder = write_optimized(tmp_path / "opt", {"rmsnorm_mlp": MLP_FOLD_SHAPES})
@@ -326,7 +327,7 @@ def test_verify_gets_an_rmsnorm_mlp_site_to_time_against_the_norm_and_mlp(tmp_pa
 
 def test_a_hugging_face_llamas_mlp_norm_folds_into_its_mlp(tmp_path):
     pytest.importorskip("transformers", reason="transformers is the optional [hf] extra")
-    from autokernel.models import load_model
+    from autokernel.profile.models import load_model
 
     loaded = load_model(hf="llama", device="cpu", input_shape=(1, 8), hf_overrides=dict(
         vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4))

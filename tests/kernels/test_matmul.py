@@ -9,9 +9,9 @@ import random
 import pytest
 import torch
 
-from autokernel.correctness import TOLERANCES as TOLERANCE
-from autokernel.paths import starter_path
-from autokernel.worker import load_kernel
+from autokernel.core.paths import starter_path
+from autokernel.judge.candidate.worker import load_kernel
+from autokernel.judge.correctness import TOLERANCES as TOLERANCE
 
 matmul, _ = load_kernel(starter_path("matmul"))
 CPU = torch.device("cpu")
@@ -319,7 +319,7 @@ def test_bad_inputs_get_clear_errors():
 
 @pytest.mark.parametrize("precision", ["highest", "high", "medium"])
 def test_the_starter_reads_pytorchs_precision_as_the_judge_does(precision):
-    from autokernel import dtypes
+    from autokernel.core import dtypes
 
     before = torch.get_float32_matmul_precision()
     try:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from autokernel.regions import store
+from autokernel.kernel_types.regions import store
 
 
 @pytest.fixture(autouse=True)

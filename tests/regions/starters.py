@@ -10,8 +10,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton.jit runs: CPU te
 
 import torch  # noqa: E402
 
-from autokernel.regions import inductor, starter, store  # noqa: E402
-from autokernel.regions.find import find_regions  # noqa: E402
+from autokernel.kernel_types.regions import store  # noqa: E402
+from autokernel.profile.regions import inductor, starter  # noqa: E402
+from autokernel.profile.regions.find import find_regions  # noqa: E402
 from tests.regions import small_models as models  # noqa: E402
 
 EXAMPLES = {

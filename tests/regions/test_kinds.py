@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autokernel import plugin, runner
-from autokernel.contracts import ManifestEntry
-from autokernel.regions import store
-from autokernel.regions.find import find_regions
+from autokernel.core.contracts import ManifestEntry
+from autokernel.judge import runner
+from autokernel.kernel_types.regions import store
+from autokernel.profile.regions.find import find_regions
+from autokernel.routing import plugin
 from tests.regions import small_models as models
 from tests.regions.starters import starter_for
 

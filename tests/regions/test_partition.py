@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autokernel.regions.find import find_regions
+from autokernel.profile.regions.find import find_regions
 from tests.regions import small_models as models
 
 

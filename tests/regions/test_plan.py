@@ -10,10 +10,10 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel import jobs, profiler  # noqa: E402
-from autokernel.contracts import PlanEntry  # noqa: E402
-from autokernel.regions import store  # noqa: E402
-from autokernel.regions.record import RegionEntry  # noqa: E402
+from autokernel.core.contracts import PlanEntry  # noqa: E402
+from autokernel.kernel_types.regions import store  # noqa: E402
+from autokernel.kernel_types.regions.record import RegionEntry  # noqa: E402
+from autokernel.profile import jobs, profiler  # noqa: E402
 from tests.regions import small_models as models  # noqa: E402
 
 
@@ -59,8 +59,8 @@ def test_a_region_job_starts_from_inductors_code(tmp_path):
 
 
 def test_a_region_without_a_starter_gives_the_menu_back_the_calls_it_took(tmp_path, monkeypatch):
-    from autokernel.regions import jobs as region_jobs
-    from autokernel.regions.starter_code import StarterError
+    from autokernel.profile.regions import jobs as region_jobs
+    from autokernel.profile.regions.starter_code import StarterError
 
     def no_starter(name, on=None, *, variants=False):
         raise StarterError("Inductor's code for it runs `extern_kernels.mm(...)`")

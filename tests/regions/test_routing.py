@@ -7,10 +7,11 @@ import pytest
 import torch
 from torch import nn
 
-from autokernel import plugin
-from autokernel.contracts import ManifestEntry
-from autokernel.regions import matching, store
-from autokernel.regions.capture import capture
+from autokernel.core.contracts import ManifestEntry
+from autokernel.kernel_types.regions import store
+from autokernel.kernel_types.regions.capture import capture
+from autokernel.routing import plugin
+from autokernel.routing.regions import matching
 from tests.regions import small_models as models
 from tests.regions.starters import made
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from autokernel import registry, runner
 from autokernel.agents.tunables import read_tunables
-from autokernel.kernel_file import import_file
-from autokernel.regions import store
+from autokernel.core.kernel_file import import_file
+from autokernel.judge import runner
+from autokernel.kernel_types import registry
+from autokernel.kernel_types.regions import store
 from tests.regions.starters import made
 
 
@@ -110,7 +111,7 @@ def test_a_gemm_templates_tiles_are_tunables_and_any_choice_computes_the_region(
 
 def test_a_reducing_regions_job_starter_holds_inductors_other_ways_and_each_computes_the_region(folder):
     from autokernel.agents.tunables import rewrite_tunables
-    from autokernel.regions import jobs
+    from autokernel.profile.regions import jobs
 
     region, _ = made("log_softmax", folder)
     store.add_folder(folder)

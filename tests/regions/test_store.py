@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from autokernel import registry
-from autokernel.correctness import reference_outputs
-from autokernel.regions import store
-from autokernel.regions.find import find_regions
+from autokernel.judge.correctness import reference_outputs
+from autokernel.kernel_types import registry
+from autokernel.kernel_types.regions import store
+from autokernel.profile.regions.find import find_regions
 from tests.regions import small_models as models
 
 

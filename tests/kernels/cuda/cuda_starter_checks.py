@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import cuda_build, cuda_launches
-from autokernel.paths import ROOT
+from autokernel.core.paths import ROOT
+from autokernel.judge import cuda_build, cuda_launches
 
 NVCC = shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"] if Path(p).exists()), None)
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="needs nvcc (CI has none): compiles CUDA_SOURCE for sm_90a")
@@ -97,8 +97,8 @@ def judge_crashes_without_a_gpu(name: str, tmp_path: Path) -> None:
 def search_can_tune(name: str) -> None:
     """The built-in agent reads TUNABLE_CHOICES and rewrites TUNABLES; every choice keeps the file's contract,
     and only the #defines (so the build hash) change."""
-    from autokernel import integrity
     from autokernel.agents.tunables import read_tunables, rewrite_tunables
+    from autokernel.search import integrity
 
     source = starter_path(name).read_text()
     tunables, choices = read_tunables(source)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import reference
-from autokernel import registry
+from autokernel.kernel_types import registry
 from cuda_starter_checks import (import_with, judge_crashes_without_a_gpu, judge_passes, needs_gpu, needs_nvcc,
                                  nvcc_compiles, search_can_tune)
 
@@ -34,7 +34,7 @@ def starter(monkeypatch):
 
 
 def test_on_an_sm90_gpu_the_build_targets_sm90a(monkeypatch):
-    from autokernel import cuda_build
+    from autokernel.judge import cuda_build
 
     monkeypatch.setattr(cuda_build, "sm90a_flags", lambda: list(cuda_build.SM90A_FLAGS))
     asked = {}

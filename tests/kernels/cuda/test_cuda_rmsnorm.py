@@ -7,8 +7,7 @@ import pytest
 import torch
 
 import reference
-from autokernel import registry
-from autokernel.kernel_types import norms
+from autokernel.kernel_types import norms, registry
 from cuda_starter_checks import (import_with, judge_crashes_without_a_gpu, judge_passes, needs_gpu, needs_nvcc,
                                  nvcc_compiles, search_can_tune)
 

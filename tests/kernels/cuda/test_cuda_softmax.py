@@ -12,9 +12,10 @@ import pytest
 import torch
 
 import reference
-from autokernel import cuda_launches, registry
 from autokernel.agents.tunables import rewrite_tunables
-from autokernel.dtypes import TOLERANCES
+from autokernel.core.dtypes import TOLERANCES
+from autokernel.judge import cuda_launches
+from autokernel.kernel_types import registry
 from cuda_starter_checks import (import_with, judge_crashes_without_a_gpu, judge_passes, needs_gpu, needs_nvcc,
                                  nvcc_compiles, search_can_tune, starter_path)
 

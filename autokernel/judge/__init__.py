@@ -1,0 +1,7 @@
+"""The judge: what decides whether a kernel is correct and how fast it is.
+
+bench.py's modules (the one tolerance rule, the timed call, the hardware's limits, the link to the candidate's
+worker, CUDA builds and launches, the judge's own files), `candidate/` (the candidate's process), and `runner`,
+which runs the judge and any other candidate code in the sandbox and reads the verdict (docs/architecture.md,
+"The judge"). bench.py imports judge_files first: this file imports nothing.
+"""

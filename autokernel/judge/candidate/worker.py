@@ -1,0 +1,367 @@
+"""The candidate's process: it imports the kernel file and runs kernel_fn when the judge asks.
+
+bench.py (the judge) starts this worker with one end of a socket pair and keeps the verdict to
+itself: it makes its own copy of every input, computes the reference, and compares what the
+worker sends back. The worker only computes outputs and timings. Before it imports the kernel
+file it binds the timer (autokernel/judge/timing.py's Clock) and installs its guards
+(autokernel/judge/candidate/worker_guards.py); after the import and after every call it checks that none of them
+was replaced and that torch's global state did not change.
+
+Requests (JSON, autokernel/core/wire.py) and replies:
+  call        {"case", "repeat", "poison", "parts"}
+                                           -> the outputs of `repeat` checked calls on the case's inputs,
+                                              each as its `parts` tensors (a tuple's, where parts > 1)
+  time_begin  {"case", "parts"}            -> builds the inputs the timed calls reuse
+  iterate     {"seed"} or {"empty": true}  -> writes fresh inputs (from the seed) into the same tensors,
+                                              sends {"started"}, makes one timed call, sends {"idle"} as
+                                              soon as the device is idle, checks, replies the record
+  output      {}                           -> the output of the last timed call
+  sample      {"positions"}                -> its elements at those flat positions (a list per tensor)
+  exit        {}
+A reply that is {"fail": message} or {"crash": message} ends the judging.
+"""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import triton
+import triton.testing
+import triton.runtime.interpreter
+import triton.runtime.jit
+import torch.utils._python_dispatch
+
+from autokernel.core import wire
+from autokernel.core.kernel_file import import_file
+from autokernel.judge import correctness, cuda_launches, timing
+from autokernel.judge.candidate import worker_guards as guards, worker_tampering as tampering
+from autokernel.judge.candidate.worker_guards import VIOLATIONS
+from autokernel.kernel_types import references as reference, registry
+
+
+class Rejected(Exception):
+    """kernel_fn did something the judge does not allow; the message says what."""
+
+
+def load_kernel(path: Path):
+    """Import a kernel file; returns (module, its registry entry). Only the worker does this for the judge."""
+    module = import_file(path, f"autokernel_candidate_{path.stem}")
+    kernel_type = getattr(module, "KERNEL_TYPE", None)
+    if kernel_type is None:
+        raise ValueError(f"{path} defines no KERNEL_TYPE (one of: {', '.join(registry.REGISTRY)})")
+    if not callable(getattr(module, "kernel_fn", None)):
+        raise ValueError(f"{path} defines no kernel_fn")
+    return module, registry.get(kernel_type)
+
+
+def crash_message(exc: BaseException, kernel_path: Path) -> str:
+    """The exception's type and first line, where in the kernel file it was raised, then the rest of its text
+    (a Triton compile error's source excerpt, a build log): the judge makes it one bounded line."""
+    frames = _kernel_frames(exc, kernel_path.name)
+    if frames:
+        where = f" (at {kernel_path.name}:{frames[-1].lineno}: {frames[-1].line})"
+    elif isinstance(exc, SyntaxError) and exc.lineno and Path(exc.filename or "").name == kernel_path.name:
+        where = f" (at {kernel_path.name}:{exc.lineno}: {(exc.text or '').strip()})"
+    else:
+        where = ""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    rest = " / ".join(lines[1:])
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}{where}" + (f" -- {rest}" if rest else "")
+
+
+def _kernel_frames(exc: BaseException, name: str) -> list:
+    """The kernel file's frames of the innermost exception in exc's chain that has any (Triton's interpreter
+    raises its own error from the kernel's)."""
+    found, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).name == name]
+        found = frames or found
+        exc = exc.__cause__ or exc.__context__
+    return found
+
+
+def _threads() -> int:
+    return len(sys._current_frames())
+
+
+def _empty_call():
+    return None
+
+
+def _classes_of(module) -> dict:
+    return {f"{module.__name__}.{name}": value for name, value in vars(module).items()
+            if isinstance(value, type) and value.__module__ == module.__name__}
+
+
+class Worker:
+    def __init__(self, sock: socket.socket, kernel_path: Path, device: torch.device):
+        self.sock = sock
+        self.kernel_path = kernel_path
+        self.device = device
+        self.clock = timing.Clock(device)
+        stream_of = timing_stream = None
+        if device.type == "cuda":
+            get_stream, index = torch._C._cuda_getCurrentRawStream, device.index or 0
+            stream_of, timing_stream = (lambda: get_stream(index)), self.clock.stream.cuda_stream
+        self.no_library_compute = guards.NoLibraryCompute(device.type, stream_of, timing_stream)
+        self.guard_per_call_ms, self.guard_per_op_ms = guards.guard_cost_ms(self.no_library_compute, device,
+                                                                            self.clock.perf)
+        self.counter = guards.LaunchCounter(stream_of, timing_stream).install()
+        # A CUDA kernel file's launches are read from the GPU's kernel events (autokernel/judge/cuda_launches.py).
+        self.cuda_watch = cuda_launches.watch_for(kernel_path, device)
+        self.kt: registry.KernelType | None = None
+        self.kernel_fn = None
+        self.previous_output = None         # the tensors of the last call's output
+        self.timed_case = self.timed_inputs = self.last_output = self.witness = None
+        self.timed_parts = 1
+        self.state = tampering.global_state()
+        self.fingerprint = tampering.Fingerprint()     # exists before the snapshot, which includes it
+        self.fingerprint.take(self._watched())
+        sys.addaudithook(tampering.refuse_introspection)
+
+    def _watched(self) -> dict:
+        """Everything the worker's measurements and replies rely on, as the kernel file must leave it."""
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+
+        modules = [sys.modules[__name__], guards, tampering, timing, wire, correctness, registry, reference,
+                   cuda_launches]
+        watched = {m.__name__: m for m in modules}
+        for module in modules:
+            watched.update(_classes_of(module))
+        watched.update({
+            "builtins": builtins, "the worker's clock": self.clock, "the worker": self,
+            "time": (time, ("perf_counter", "monotonic", "time", "sleep")),
+            "os": (os, ("write", "read", "getpid", "getppid", "environ", "_exit")),
+            "json": (json, ("dumps", "loads", "JSONEncoder", "_default_encoder")), "json.encoder": json.encoder,
+            "json.JSONEncoder": json.JSONEncoder,
+            "socket.socket": (socket.socket, ("sendall", "send", "recv", "recv_into", "fileno")),
+            "torch.cuda": (torch.cuda, ("synchronize", "current_stream", "Event", "Stream", "stream", "set_stream")),
+            "torch.cuda.Event": torch.cuda.Event,
+            "torch.Tensor": (torch.Tensor, ("copy_", "clone", "contiguous", "cpu", "reshape", "view", "numpy",
+                                            "detach", "untyped_storage", "data_ptr", "__torch_function__",
+                                            "__torch_dispatch__")),
+            "torch.utils._python_dispatch": (torch.utils._python_dispatch, ("_push_mode", "_pop_mode",
+                                                                            "_get_current_dispatch_mode")),
+            "TorchDispatchMode": torch.utils._python_dispatch.TorchDispatchMode,
+            "triton.testing": (triton.testing, ("do_bench", "do_bench_cudagraph")),
+            "JITFunction": (JITFunction, ("run", "__call__", "__getitem__", "warmup")),
+            "InterpretedFunction": (InterpretedFunction, ("run", "__call__", "__getitem__", "warmup"))})
+        watched.update({f"registry entry {name}": kt for name, kt in registry.REGISTRY.items()})
+        if self.cuda_watch is not None:
+            watched.update({"torch.profiler.profile": torch.profiler.profile,
+                            "_KinetoEvent": (torch._C._autograd._KinetoEvent,
+                                             ("name", "activity_type", "device_resource_id", "start_ns"))})
+        return watched
+
+    # ------------------------------------------------------------------ checks around every call
+    def _tampering(self, fingerprint: bool = True) -> str | None:
+        """Replaced attributes (a few ms to check, so timed calls leave it to the next other request),
+        changed global state, threads left running."""
+        changes = [c for c in self.fingerprint.changes() if not c.endswith(self._mutable_attributes)] \
+            if fingerprint else []
+        if changes:
+            return (f"the kernel {', '.join(changes[:5])}: a kernel may not replace what the judge's worker "
+                    "relies on (its timer, checks or channel)")
+        changed = tampering.state_changes(self.state, tampering.global_state())
+        threads = [c for c in changed if c.startswith("threads ")]
+        if threads:
+            return f"the kernel left a thread running ({threads[0]}): everything must finish before kernel_fn returns"
+        if changed:
+            return (f"the kernel changed torch's global state: {'; '.join(changed[:3])}; a kernel must not change "
+                    "settings the user's model depends on")
+        return None
+
+    # The worker's own bookkeeping, which changes from call to call.
+    _mutable_attributes = tuple(f"the worker.{name}" for name in (
+        "kt", "kernel_fn", "previous_output", "timed_case", "timed_inputs", "last_output", "witness",
+        "timed_parts"))
+
+    def _run_kernel(self, **inputs):
+        with self.no_library_compute:
+            return self.kernel_fn(**inputs)
+
+    def _watching(self):
+        return self.cuda_watch.watch() if self.cuda_watch is not None else contextlib.nullcontext()
+
+    def _after_call(self, output, inputs: dict, launches_before: int, parts: int,
+                    timed: bool = False) -> tuple[torch.Tensor, ...]:
+        """The output's tensors, once the call is found to have broken no rule."""
+        problem = (VIOLATIONS.first() or (self.cuda_watch.problem() if self.cuda_watch is not None else None)
+                   or guards.output_problem(output, inputs, self.previous_output, self.device, parts))
+        if problem is None and self.cuda_watch is None and self.counter.count == launches_before:
+            problem = ("kernel_fn launched no Triton kernel of its own: it must compute the result with its own "
+                       "kernels, not return PyTorch's")
+        problem = problem or self._tampering(fingerprint=not timed)
+        if problem:
+            raise Rejected(problem)
+        self.previous_output = guards.output_tensors(output, parts)
+        return self.previous_output
+
+    def _checked_call(self, inputs: dict, poison: bool, parts: int) -> tuple[torch.Tensor, ...]:
+        before = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+        VIOLATIONS.clear()
+        launches = self.counter.count
+        with guards.poisoned_allocations() if poison else contextlib.nullcontext(), self._watching():
+            output = self._run_kernel(**inputs)
+        self.clock.sync()
+        tensors = self._after_call(output, inputs, launches, parts)
+        for name, original in before.items():
+            if not correctness.same_bits(original, inputs[name]):
+                raise Rejected(f"kernel_fn modified its input {name!r} in place; inputs must be left unchanged")
+        return tensors
+
+    # ------------------------------------------------------------------ requests
+    def load(self) -> tuple[dict, list]:
+        VIOLATIONS.clear()
+        try:
+            module, self.kt = load_kernel(self.kernel_path)
+        finally:
+            problem = VIOLATIONS.first() or self._tampering()
+            if problem:
+                raise Rejected(problem.replace("the kernel ", f"{self.kernel_path.name} ", 1))
+        self.kernel_fn = module.kernel_fn
+        return {"kernel_type": self.kt.name}, []
+
+    def call(self, request: dict) -> tuple[dict, list]:
+        inputs = correctness.case_inputs(self.kt, request["case"], self.device.type)
+        parts = int(request.get("parts", 1))
+        outputs = [self._checked_call(inputs, bool(request.get("poison", True)), parts)
+                   for _ in range(int(request.get("repeat", 1)))]
+        return {}, [tensor for output in outputs for tensor in output]
+
+    def time_begin(self, request: dict) -> tuple[dict, list]:
+        self.timed_case = request["case"]
+        self.timed_parts = int(request.get("parts", 1))
+        self.timed_inputs = correctness.case_inputs(self.kt, self.timed_case, self.device.type)
+        self.last_output = self.witness = None
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        return {}, []
+
+    def iterate(self, request: dict) -> tuple[dict, list]:
+        if request.get("empty"):
+            # Watched like the kernel's calls, so the bracket's measured overhead includes the profiler's.
+            with self._watching():
+                _, record = timing.timed_call(self.clock, _empty_call, {}, self._started, self._idle)
+            return {"record": record}, []
+        fresh = correctness.case_inputs(self.kt, {**self.timed_case, "seed": request["seed"]}, self.device.type)
+        for name, tensor in self.timed_inputs.items():
+            if isinstance(tensor, torch.Tensor):
+                tensor.copy_(fresh[name])
+        self.last_output = None
+        VIOLATIONS.clear()
+        launches, ops = self.counter.count, self.no_library_compute.ops
+        pad_cycles = request.get("pad_cycles", 0)
+        if not isinstance(pad_cycles, int) or pad_cycles < 0:
+            raise RuntimeError(f"bad pad_cycles {pad_cycles!r}")
+        with self._watching():      # around the judge's flush and pad too: PyTorch kernels, which it allows
+            output, record = timing.timed_call(self.clock, self._run_kernel, self.timed_inputs, self._started,
+                                               self._idle, pad_cycles=pad_cycles)
+        # The host time of the call as a model pays it: without the judge's own guard (guard_cost_ms).
+        guard_ms = self.guard_per_call_ms + self.guard_per_op_ms * (self.no_library_compute.ops - ops)
+        record["launch_ms"], record["guard_ms"] = max(0.0, record["launch_ms"] - guard_ms), guard_ms
+        output = self._after_call(output, self.timed_inputs, launches, self.timed_parts, timed=True)
+        for name, tensor in self.timed_inputs.items():
+            if isinstance(tensor, torch.Tensor) and not correctness.same_bits(tensor, fresh[name]):
+                raise Rejected(f"kernel_fn modified its input {name!r} in place during timing; inputs must be "
+                               "left unchanged")
+        self._check_witness(output)
+        self.last_output = output
+        if self.device.type == "cuda":
+            record["peak_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
+        return {"record": record}, []
+
+    def sample(self, request: dict) -> tuple[dict, list]:
+        """The last timed output's elements at the flat positions the judge chose after the call, per tensor."""
+        if self.last_output is None:
+            raise RuntimeError("no timed call to sample the output of")
+        if len(request["positions"]) != len(self.last_output):
+            raise RuntimeError(f"positions for {len(request['positions'])} tensors, the output has "
+                               f"{len(self.last_output)}")
+        return {}, [tensor.reshape(-1)[torch.tensor(chosen, dtype=torch.int64, device=tensor.device)]
+                    for tensor, chosen in zip(self.last_output, request["positions"])]
+
+    def _check_witness(self, output: tuple[torch.Tensor, ...]) -> None:
+        """The first timed output is kept, with a copy: no later call may write into it."""
+        if self.witness is None:
+            self.witness = (output, tuple(tensor.clone() for tensor in output))
+            return
+        kept, copy = self.witness
+        if not all(correctness.same_bits(a, b) for a, b in zip(kept, copy)):
+            raise Rejected("kernel_fn wrote into an output it had returned on an earlier call: it returns a "
+                           "persistent buffer; each call must return a fresh tensor")
+
+    def output(self, request: dict) -> tuple[dict, list]:
+        if self.last_output is None:
+            raise RuntimeError("no timed call to send the output of")
+        problem = self._tampering()
+        if problem:
+            raise Rejected(problem)
+        return {}, list(self.last_output)
+
+    def _started(self) -> None:
+        wire.send(self.sock, {"started": True})
+
+    def _idle(self) -> None:
+        wire.send(self.sock, {"idle": True})
+
+    def _attempt(self, action) -> tuple[dict, list]:
+        try:
+            return action()
+        except Rejected as rejected:
+            return {"fail": str(rejected)}, []
+        except Exception as exc:  # the candidate's exception, or one of our guards' refusals
+            noted = VIOLATIONS.first()
+            return ({"fail": noted}, []) if noted else ({"crash": crash_message(exc, self.kernel_path)}, [])
+
+    def serve(self) -> int:
+        handlers = {"call": self.call, "time_begin": self.time_begin, "iterate": self.iterate, "output": self.output,
+                    "sample": self.sample, "compiled": lambda _: ({"compiled": self.counter.report()}, [])}
+        header, tensors = self._attempt(self.load)
+        wire.send(self.sock, header, tensors)
+        if "fail" in header or "crash" in header:
+            return 1
+        while True:
+            request, _ = wire.receive(self.sock, 0)
+            if request.get("op") == "exit" or request.get("op") not in handlers:
+                return 0
+            header, tensors = self._attempt(lambda: handlers[request["op"]](request))
+            wire.send(self.sock, header, tensors)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to kill this process when the judge dies, so a killed judge leaves no worker behind."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="the candidate's worker process (started by bench.py)")
+    parser.add_argument("--fd", type=int, required=True, help="this end of the judge's socket pair")
+    parser.add_argument("--kernel", required=True, help="the kernel file")
+    parser.add_argument("--parent", type=int, required=True, help="the judge's process id")
+    args = parser.parse_args(argv)
+    die_with_parent(args.parent)
+    sock = socket.socket(fileno=args.fd)
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    code = Worker(sock, Path(args.kernel), device).serve()
+    # Exit at once: the kernel's atexit handlers and the interpreter's teardown have nothing to add.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

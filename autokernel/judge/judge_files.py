@@ -1,0 +1,183 @@
+"""The judge's own files: the judge that runs is the judge the run started with, whatever the sandbox mode.
+
+The judge is bench.py and the autokernel package it imports. Where Landlock confines files, no
+candidate can write them. Where it does not (AUTOKERNEL_SANDBOX_FS=0, or a kernel without Landlock),
+a candidate can write wherever the user can: an outside review changed the installed judge that way,
+for good, and later runs trusted it. Two checks close that, in every mode:
+  - `Digest`: the loop reads the judge's files once (bench.py, reference.py, every file of the
+    package, bytecode included) and keeps their bytes. After every bench (runner.run_bench) it
+    compares them; a file changed, removed or added is restored and the bench is a CRASH.
+  - `record_compiled` (bench.py, first thing): from then on the judge's process compiles every
+    module of the package from its source, never from a .pyc, and keeps the sha256 of the bytes it
+    compiled; bench.py puts them in its verdict (`JUDGE_SOURCES`), and run_bench checks each against
+    the digest. So a judge file changed and put back during one bench is caught too: what was
+    compiled is what was hashed.
+What this does not cover, with the file rules off: torch, Triton and every other installed package,
+which the candidate can change like any file of the user's (the session's warning says so).
+Only the standard library is imported here: bench.py imports this module before anything else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+from pathlib import Path
+
+PACKAGE = "autokernel"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]       # autokernel/, above judge/: every layer
+JUDGE_SOURCES = "judge_sources"        # the verdict's key: {file: sha256 of the source the judge compiled}
+
+_compiled: dict[str, str] = {}
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ---------------------------------------------------------------------- the judge's side (bench.py)
+class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """Compiles a module from the bytes of its source file, and notes their digest (no bytecode is read or written)."""
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        data = self.get_data(path)
+        _compiled[os.path.realpath(path)] = _sha(data)
+        return compile(data, path, "exec", dont_inherit=True)
+
+
+class _PackageFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != PACKAGE and not fullname.startswith(PACKAGE + "."):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None and type(spec.loader) is importlib.machinery.SourceFileLoader:
+            spec.loader = _SourceOnlyLoader(spec.loader.name, spec.loader.path)
+        return spec
+
+
+def record_compiled() -> None:
+    """From now on, compile the package's modules from source and keep their digests (idempotent)."""
+    if any(isinstance(finder, _PackageFinder) for finder in sys.meta_path):
+        return
+    # The modules imported before this call (the package's __init__ and this file), read now: no
+    # candidate runs yet when bench.py starts.
+    for name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None)
+        if (name == PACKAGE or name.startswith(PACKAGE + ".")) and origin:
+            _compiled[os.path.realpath(origin)] = _sha(Path(origin).read_bytes())
+    sys.meta_path.insert(0, _PackageFinder())
+
+
+def reports_its_sources(bench_script: Path) -> bool:
+    """Whether this judge script records what it compiles (bench.py does; a test's stand-in judge need not)."""
+    try:
+        return f"{record_compiled.__name__}()" in Path(bench_script).read_text()
+    except OSError:
+        return False
+
+
+def compiled() -> dict[str, str]:
+    """Each file of the package this process compiled (or found imported), by its real path: sha256 of its bytes."""
+    return dict(_compiled)
+
+
+# ---------------------------------------------------------------------- the loop's side (runner.run_bench)
+def judge_files(bench_script: Path, package_dir: Path = PACKAGE_DIR) -> list[Path]:
+    """bench.py, reference.py beside it, and every file of the package (sources and bytecode).
+
+    Not a bytecode cache's other files: Python writes a .pyc as `<name>.pyc.<number>` first and renames it, so
+    another process's import shows one for a moment, and nothing imports such a file."""
+    files = [bench_script, bench_script.with_name("reference.py")]
+    files += sorted(path for path in package_dir.rglob("*") if path.is_file() and not _being_written(path))
+    return [path for path in files if path.is_file()]
+
+
+def _being_written(path: Path) -> bool:
+    return path.parent.name == "__pycache__" and not path.name.endswith(".pyc")
+
+
+class Digest:
+    """The judge's files as the run found them: their bytes, to compare and to put back."""
+
+    def __init__(self, bench_script: Path, package_dir: Path = PACKAGE_DIR):
+        self.bench_script, self.package_dir = bench_script, package_dir
+        self.kept = {os.path.realpath(path): path.read_bytes() for path in judge_files(bench_script, package_dir)}
+        self.shas = {path: _sha(data) for path, data in self.kept.items()}
+
+    def changed(self) -> list[str]:
+        """The judge's files that differ from the digest now: changed, removed, or new.
+
+        Bytecode that Python wrote (the loop's own later imports) is no change: a .pyc whose code is
+        its source's, compiled here, is taken into the digest; any other .pyc is one that was planted."""
+        now = {os.path.realpath(path) for path in judge_files(self.bench_script, self.package_dir)}
+        differ = [path for path in now - set(self.kept)]
+        differ += [path for path, data in self.kept.items() if path not in now or _read(path) != data]
+        honest = [path for path in differ if path in now and _is_compiled_from_its_source(path)]
+        for path in honest:
+            self.kept[path] = Path(path).read_bytes()
+            self.shas[path] = _sha(self.kept[path])
+        return sorted(set(differ) - set(honest))
+
+    def restore(self, paths: list[str]) -> None:
+        """Put each file back as the digest has it (a new one is removed)."""
+        for path in paths:
+            if path in self.kept:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                Path(path).write_bytes(self.kept[path])
+            else:
+                Path(path).unlink(missing_ok=True)
+
+    def unknown_sources(self, reported: dict) -> list[str]:
+        """The files a judge's verdict says it compiled whose bytes are not the digest's."""
+        if not isinstance(reported, dict):
+            return ["(no list of the judge's sources)"]
+        return sorted(str(path) for path, sha in reported.items() if self.shas.get(path) != sha)
+
+
+def _is_compiled_from_its_source(path: str) -> bool:
+    """Whether a .pyc holds exactly the code Python compiles from its source file as it is now.
+
+    The code objects are compared (bytecode, constants, names, line table; nested functions too), not marshal's
+    bytes: those depend on the process that wrote them (which strings it had interned, reference counts), so
+    another process's honest import (another loop, a test worker) writes other bytes for the same code."""
+    import importlib.util
+    import io
+    import marshal
+
+    if not path.endswith(".pyc"):
+        return False
+    try:
+        source = importlib.util.source_from_cache(path)
+        data = Path(path).read_bytes()
+        stat = os.stat(source)
+        header = importlib._bootstrap_external._code_to_timestamp_pyc(   # noqa: SLF001 (the header Python writes)
+            compile(b"", source, "exec"), stat.st_mtime, stat.st_size)[:16]
+        code = compile(Path(source).read_bytes(), source, "exec", dont_inherit=True)
+        if data[:16] != header:
+            return False
+        stream = io.BytesIO(data[16:])
+        written = marshal.load(stream)
+    except (OSError, ValueError, SyntaxError, AttributeError, EOFError, TypeError):
+        return False
+    return written == code and stream.tell() == len(data) - 16       # nothing after the code either
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return None
+
+
+_digests: dict[str, Digest] = {}
+
+
+def digest_of(bench_script: Path) -> Digest:
+    """This process's digest of the judge at bench_script, taken the first time it is asked for (the run's start)."""
+    key = os.path.realpath(bench_script)
+    if key not in _digests:
+        _digests[key] = Digest(Path(key))
+    return _digests[key]

@@ -1,0 +1,139 @@
+"""Regions in the optimization plan: each region a plan entry, ranked with the menu's kernel types by measured time.
+
+After the profiler has planned the menu's types (autokernel/profile/profiler.py), `add_regions` finds the
+model's regions (find.py), leaving the menu the modules it replaces whole (the plan's entries of
+types that read a module: norms, gated MLPs, rotaries) and its lone ops. Each region's time is
+measured as the profiler measures the model: the region's reference (the same ATen ops eager runs)
+under torch.profiler, GPU kernel time on a GPU, CPU op time without one, times its instances per
+forward pass. A region that took a menu op (a GEMM at the head of its epilogue, a sum in it) takes
+that op's calls and time from the menu's entry, so nothing is planned twice; the time the regions
+add beyond that comes out of "other". Every entry is then ranked again by time, with its Amdahl
+figure; a region's entry names its ops and the model's source lines it covers (`extra["region"]`),
+and its file is written to the workspace's regions/ folder.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from autokernel.core.contracts import PlanEntry
+from autokernel.kernel_types import TYPES, registry
+from autokernel.kernel_types.regions import store
+from autokernel.kernel_types.regions.inputs import make_inputs
+from autokernel.kernel_types.regions.record import Region
+from autokernel.profile.regions.find import find_regions
+
+TIMED_CALLS = 5
+
+
+def _amdahl(share: float) -> float:
+    return 1.0 / ((1.0 - share) + share / 2.0)
+
+
+def module_types() -> set[str]:
+    """The menu types that replace a module whole: their plan entries' module paths are the menu's."""
+    return {kt.name for kt in TYPES.values()
+            if kt.recognise.module is not None or kt.recognise.replaces_module is not None or kt.fold is not None}
+
+
+def region_time_ms(region: Region, device: torch.device, calls: int = TIMED_CALLS) -> float:
+    """One call's time of the region's reference: GPU kernel time on a GPU, CPU op time without one."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(0)
+    inputs = make_inputs(region.definition, gen, device)
+    on_gpu = device.type == "cuda"
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if on_gpu else [])
+    with torch.no_grad():
+        region.definition.run(inputs)                       # warm-up
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(calls):
+                region.definition.run(inputs)
+            if on_gpu:
+                torch.cuda.synchronize()
+    events = prof.events()
+    if on_gpu:
+        total_us = sum(e.self_device_time_total for e in events)
+    else:
+        total_us = sum(e.cpu_time_total for e in events if e.cpu_parent is None)
+    del inputs
+    return total_us / 1e3 / calls
+
+
+def add_regions(plan: dict, call_sites: list, model: nn.Module, inputs: tuple, workspace: str | Path,
+                log: Callable[[str], None] = lambda line: None) -> dict:
+    """The plan with the model's regions in it (see the module's docstring); region files go to workspace/regions."""
+    entries = [PlanEntry.from_json(e) for e in plan["entries"]]
+    kept_by_menu = {path for e in entries if e.kernel_type in module_types() for path in e.module_paths}
+    # A fused type's plan entry names the consumers of the norm it folds; the norms are the menu's too.
+    folds = [TYPES[e.kernel_type].fold for e in entries if e.kernel_type in TYPES and TYPES[e.kernel_type].fold]
+    kept_by_menu |= {path for path, module in model.named_modules() if any(fold.is_norm(module) for fold in folds)}
+    found = find_regions(model, inputs, name=plan.get("model", "model"),
+                         excluded=lambda path: path in kept_by_menu)
+    folder = Path(workspace) / store.FOLDER
+    store.add_folder(folder)
+    device = next((t.device for t in (*model.parameters(), *inputs) if isinstance(t, torch.Tensor)),
+                  torch.device("cpu"))
+    total = plan["total_ms"] or 1.0
+    taken_ms = _take_from_menu(entries, call_sites, found.taken, {r.name: r.about.instances for r in found.regions},
+                                total)
+    added_ms = 0.0
+    for region in found.regions:
+        store.save(region, folder)
+        time_ms = region_time_ms(region, device) * region.about.instances
+        added_ms += time_ms
+        share = min(1.0, time_ms / total)
+        entries.append(PlanEntry(rank=0, kernel_type=region.name, dtype=region.definition.dtype,
+                                 shapes=[region.shape()], share=share, amdahl_2x=_amdahl(share), time_ms=time_ms,
+                                 calls=float(region.about.instances), shape_times_ms=[time_ms],
+                                 bound=None, module_paths=region.about.module_paths,
+                                 extra={"region": {**region.entry().to_json(),
+                                                   "takes": [list(call) for call in found.taken[region.name]]}}))
+        log(f"region {region.name}: {' -> '.join(region.ops())} ({region.about.instances}x), "
+            f"{region.about.sources[0].show() if region.about.sources else 'no source line'}")
+    entries.sort(key=lambda entry: -entry.time_ms)
+    for rank, entry in enumerate(entries, start=1):
+        entry.rank = rank
+    other_ms = max(0.0, plan["other"]["time_ms"] - max(0.0, added_ms - taken_ms))
+    plan.update(entries=[entry.to_json() for entry in entries],
+                other={"time_ms": other_ms, "share": other_ms / total},
+                regions={"found": len(found.regions), "graphs": found.graphs, "skipped": found.skipped,
+                         "folder": str(folder)})
+    return plan
+
+
+def _take_from_menu(entries: list[PlanEntry], call_sites: list, taken: dict, instances: dict,
+                     total: float) -> float:
+    """Remove from the menu's entries the calls regions took (per region instance); returns the time removed."""
+    calls = defaultdict(float)
+    for site in call_sites:
+        calls[(site.kernel_type, registry.format_shape(site.shape))] += site.calls
+    wanted = defaultdict(float)
+    for name, region_calls in taken.items():
+        for kernel_type, shape in region_calls:
+            wanted[(kernel_type, registry.format_shape(shape))] += instances.get(name, 0)
+    removed_ms = 0.0
+    for entry in list(entries):
+        keep_shapes, keep_times = [], []
+        for shape, time_ms in zip(entry.shapes, entry.shape_times_ms or [0.0] * len(entry.shapes)):
+            key = (entry.kernel_type, registry.format_shape(shape))
+            profiled = calls.get(key, 0.0)
+            moved = min(wanted.get(key, 0.0), profiled)
+            fraction = moved / profiled if profiled else 0.0
+            removed_ms += time_ms * fraction
+            if fraction < 0.999:
+                keep_shapes.append(shape)
+                keep_times.append(time_ms * (1.0 - fraction))
+        if not keep_shapes:
+            entries.remove(entry)
+            continue
+        if len(keep_shapes) < len(entry.shapes) or sum(keep_times) < entry.time_ms:
+            entry.shapes, entry.shape_times_ms = keep_shapes, keep_times
+            entry.time_ms = sum(keep_times)
+            entry.share = min(1.0, entry.time_ms / total)
+            entry.amdahl_2x = _amdahl(entry.share)
+    return removed_ms

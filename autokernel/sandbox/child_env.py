@@ -1,0 +1,108 @@
+"""What a sandboxed child inherits: an allow-listed environment without secrets, and compiler caches of its own.
+
+runner.run_child gives every child `child_environment()` and private caches (`caches_in` its own
+folder); runner.run_bench gives the candidate's worker the caches of its kernel source
+(`caches_for`). The loop itself runs with the secrets taken out of its environment
+(`secrets_withheld`), once the agent holds its key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Mapping
+
+# The compiler-cache variables and their folder's names (runner.caches_in makes them for the judge).
+CACHE_FOLDERS = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "CUDA_CACHE_PATH": "nv",
+                 # CUDA C++ kernel files' builds (autokernel/judge/cuda_build.py), compiled inside the sandbox.
+                 "AUTOKERNEL_CUDA_CACHE": "cuda"}
+
+# What a child may see of the environment: what Python, the compilers and the GPU stack read.
+ALLOWED_ENV = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "PYTHONPATH", "PYTHONHASHSEED",
+               "PYTHONUNBUFFERED", "PYTHONIOENCODING", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
+               "LD_LIBRARY_PATH", "CC", "CXX", "XDG_CACHE_HOME"}
+ALLOWED_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TRITON_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "CUBLAS_",
+                        "CUDNN_", "HIP_", "ROCM_", "HSA_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "AUTOKERNEL_")
+# Never passed on, even when the allow-list would: anything that looks like a credential.
+SECRET_PATTERNS = ("ANTHROPIC_*", "OPENAI_*", "*_API_KEY", "*_TOKEN", "*SECRET*", "*PASSWORD*", "*CREDENTIAL*",
+                   "*_KEY", "*PAT", "*AUTH*")
+
+def child_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed part of the environment, without anything that matches SECRET_PATTERNS (any case)."""
+    env = dict(os.environ if base is None else base)
+    return {name: value for name, value in env.items()
+            if (name in ALLOWED_ENV or name.startswith(ALLOWED_ENV_PREFIXES)) and not is_secret(name)}
+
+
+# Candidates' compiler caches, one folder per kernel source (caches_for), the most recently used kept.
+CANDIDATE_CACHES_KEPT = 32
+
+
+def is_secret(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name.upper(), pattern) for pattern in SECRET_PATTERNS)
+
+
+@contextlib.contextmanager
+def secrets_withheld():
+    """Take every variable that looks like a credential out of this process's environment while the block runs.
+
+    The LLM agents read their key once, when they are made; the loop then runs with none in os.environ,
+    so no child of the run can inherit one. They are put back afterwards (autokernel.optimize runs in
+    the user's own process)."""
+    withheld = {name: os.environ.pop(name) for name in list(os.environ) if is_secret(name)}
+    try:
+        yield sorted(withheld)
+    finally:
+        os.environ.update(withheld)
+
+
+def candidate_cache_root() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "autokernel" / "candidates"
+
+
+def caches_in(folder: str | Path) -> dict[str, str]:
+    """The compiler-cache variables, each naming a folder under `folder` (made here)."""
+    caches = {name: str(Path(folder) / sub) for name, sub in CACHE_FOLDERS.items()}
+    for path in caches.values():
+        Path(path).mkdir(parents=True, exist_ok=True)
+    return caches
+
+
+def cache_folder_of(kernel_path: str | Path) -> Path:
+    """Where caches_for keeps the caches of this kernel source (nothing is made)."""
+    return candidate_cache_root() / hashlib.sha256(Path(kernel_path).read_bytes()).hexdigest()[:32]
+
+
+def caches_for(kernel_path: str | Path) -> Path:
+    """The compiler-cache folder of one kernel source: only a bench of these very bytes reads or writes it.
+
+    A cache a candidate wrote is code it chose (Triton's cubins and its launcher's shared object,
+    Inductor's modules, CUDA builds). Shared between experiments, one candidate could plant a
+    compiled kernel under the key of another's source, or of the kept kernel that verify loads. Keyed
+    by the file's own bytes, a folder only ever serves the same code again (a baseline's second run,
+    a screened candidate's full judge), which could have done the same thing itself. Nothing outside
+    the sandbox reads these folders: verify and plug_in compile in caches of their own. A candidate
+    that does not PASS loses its folder (runner.run_bench): nothing a rejected candidate wrote outlives it.
+    """
+    root = candidate_cache_root()
+    folder = cache_folder_of(kernel_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    os.utime(folder)
+    with contextlib.suppress(OSError):
+        kept = sorted(root.iterdir(), key=lambda entry: entry.stat().st_mtime, reverse=True)
+        for stale in kept[CANDIDATE_CACHES_KEPT:]:
+            remove_tree(str(stale))
+    return folder
+
+
+def remove_tree(folder: str) -> None:
+    def make_writable_and_retry(function, path, _exc_info):
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(path), 0o700)
+            os.chmod(path, 0o700)
+            function(path)
+    shutil.rmtree(folder, onerror=make_writable_and_retry)

@@ -1,0 +1,95 @@
+"""Process trees seen through /proc: the descendants of a process, their memory, and killing them all.
+
+The sandbox launcher (autokernel/sandbox/launcher.py) is a child subreaper, so every process its command
+starts stays below it, even one that left for a session of its own; these helpers walk that tree.
+Where the launcher has a PID namespace (autokernel/sandbox/namespaces.py), the kernel kills the tree and
+this walk only counts and measures it. Only the standard library is imported here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+KILL_ROUNDS_S = 5.0          # how long kill_tree keeps killing a tree that keeps forking
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def process_table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, state letter) for every process visible in /proc."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        table[int(name)] = (int(fields[1]), fields[0].decode())
+    return table
+
+
+def descendants(root: int, table: dict[int, tuple[int, str]] | None = None) -> list[int]:
+    table = process_table() if table is None else table
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, frontier = [], [root]
+    while frontier:
+        below = children.get(frontier.pop(), [])
+        found += below
+        frontier += below
+    return found
+
+
+def resident_bytes(pids) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm") as handle:
+                total += int(handle.read().split()[1]) * PAGE_BYTES
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def kill_tree(root: int, *, keep_zombie: int | None = None, within_s: float = KILL_ROUNDS_S) -> int:
+    """SIGKILL every live process below root, round after round until none is left; returns how many.
+
+    Zombies reparented to this process are reaped on the way, except `keep_zombie` (a Popen's own child).
+    """
+    killed: set[int] = set()
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        table = process_table()
+        live = [pid for pid in descendants(root, table) if table[pid][1] not in "ZX"]
+        if not live:
+            break
+        for pid in live:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        reap_orphans(keep_zombie)
+        time.sleep(0.01)
+    return len(killed)
+
+
+def reap_orphans(keep: int | None = None) -> None:
+    """Collect the zombies of processes that were reparented to this one (never `keep`, which Popen waits for)."""
+    me = os.getpid()
+    for pid, (ppid, state) in process_table().items():
+        if ppid == me and state == "Z" and pid != keep:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def live_descendants(root: int, *, besides: tuple[int, ...] = ()) -> list[int]:
+    """The processes below root that are still running (not zombies), other than `besides`."""
+    table = process_table()
+    return [pid for pid in descendants(root, table) if table[pid][1] not in "ZX" and pid not in besides]

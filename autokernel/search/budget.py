@@ -1,0 +1,171 @@
+"""The run's clock, and what one more bench may cost: the budget binds.
+
+A run's time counts from the moment the command starts (profiling included) and carries over
+resumes (RunState.elapsed_s). The loop starts nothing the budget left cannot pay for, judged by the
+measured duration of this job's benches (or, before the first one, the run's), and it gives a bench
+a time limit from that same measure, not the 15-minute ceiling, cut to the budget left: a bench the
+budget cuts short is no verdict, it is run again on resume. So a run ends within a bench's kill
+grace of its budget.
+
+A job's baseline is its starter benched twice. Before it starts, one run's cost is estimated
+(`baseline_run_s`): the last baseline of the same kernel type on this kind of device in
+results.tsv (this run's or an earlier one's), else the longest bench of this run so far; with
+nothing measured yet it starts, its limit cut to the budget left. Its second run starts only if
+the first one's time fits in what is left; otherwise the baseline stands on one run, and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from autokernel.core.contracts import PASS, STATUS_BASELINE
+
+# A bench may take this many times the longest clean bench of its job so far, or this much longer,
+# whichever is more (compilation and autotuning vary between candidates), up to --experiment-timeout.
+BENCH_LIMIT_FACTOR = 3.0
+BENCH_LIMIT_SLACK_S = 30.0
+# A baseline that stands on one run (the budget could not pay for a second) says so in its description.
+ONE_RUN_BASELINE = "one run"
+
+
+class Budget:
+    def __init__(self, total_s: float, *, used_before_s: float = 0.0, started: float | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.total_s = total_s
+        self.clock = clock
+        self._used_before = used_before_s
+        self._started = clock() if started is None else started
+
+    def used(self) -> float:
+        return self._used_before + self.clock() - self._started
+
+    def left(self) -> float:
+        return self.total_s - self.used()
+
+    def deadline(self) -> float:
+        """The clock reading at which the budget is spent."""
+        return self.clock() + self.left()
+
+
+def bench_limit(typical_s: float | None, ceiling_s: float) -> float:
+    """The time limit of a bench whose kind took typical_s before (None: never measured)."""
+    if not typical_s:
+        return ceiling_s
+    return min(ceiling_s, max(BENCH_LIMIT_FACTOR * typical_s, typical_s + BENCH_LIMIT_SLACK_S))
+
+
+class BenchTimes:
+    """How long benches took, by kind: what the next bench is expected to cost and the limit it gets.
+
+    A job's durations live in its progress (JobProgress.bench_seconds, saved for --resume): "quick"
+    and "full" are the longest clean bench of each kind, "cold" the first, which compiles every
+    shape. While a baseline is measured there is no progress yet, so they are kept here.
+    `typical_s` is the longest clean bench of this session, any job: the guess before a job has one.
+    """
+
+    def __init__(self):
+        self.typical_s: float | None = None
+        self.baseline: dict[str, float] = {}
+
+    def of(self, progress) -> dict[str, float]:
+        return progress.bench_seconds if progress else self.baseline
+
+    def expected(self, progress, quick: bool) -> float:
+        seconds = progress.bench_seconds if progress else {}
+        return seconds.get("quick" if quick else "full") or seconds.get("full") or self.typical_s or 0.0
+
+    def limit(self, progress, quick: bool, ceiling_s: float, left_s: float) -> tuple[float, bool]:
+        """The bench's time limit, and whether the budget left clipped it (then a TIMEOUT means "out of time")."""
+        typical = self.expected(progress, quick)
+        limit = bench_limit(typical, ceiling_s)
+        # A candidate with new tile sizes compiles every shape from scratch, as only the job's first
+        # bench did (the later ones found Triton's cache warm): its limit is at least that first
+        # bench's time. On an H100 two correct rmsnorm_mlp candidates were killed at 48 s for want of it.
+        cold = self.of(progress).get("cold")
+        limit = min(ceiling_s, max(limit, cold)) if cold else limit
+        # The budget binds every bench, measured or not: one that would run past it is cut there.
+        clipped = left_s < limit
+        return (min(limit, max(left_s, 1.0)) if clipped else limit), clipped
+
+    def baseline_run_s(self, kernel_type: str, rows: list[dict], *, meaningful: bool) -> float | None:
+        """What one baseline run of a job of this type is expected to cost (None: nothing measured yet):
+        the last passing baseline of the type in results.tsv (rows) timed on this kind of device (meaningful:
+        a GPU's timings, not the interpreter's), a row's time being its runs' (two, or one where it says so);
+        else the longest clean bench of this run so far."""
+        same = [row for row in rows if row.get("kernel_type") == kernel_type and row.get("status") == STATUS_BASELINE
+                and row.get("correctness") == PASS and bool(row.get("timings_meaningful")) == meaningful
+                and row.get("wall_seconds")]
+        if same:
+            last = same[-1]
+            return last["wall_seconds"] / (1 if ONE_RUN_BASELINE in (last.get("description") or "") else 2)
+        return self.typical_s
+
+    def first_run_s(self, store: dict[str, float]) -> float:
+        """The first baseline run's measured time (a job's or a lane's bench_seconds): what a second one costs."""
+        return max(store.values(), default=0.0)
+
+    def record(self, progress, seconds: float, *, quick: bool, compare_compile: bool) -> None:
+        """Count a bench that ran to a verdict (a hang says nothing of the cost). A run that also timed
+        torch.compile, the job's first, is not what later benches cost: it is the floor for limits."""
+        store = self.of(progress)
+        if compare_compile:
+            store["cold"] = max(store.get("cold", 0.0), seconds)
+            return
+        kind = "quick" if quick else "full"
+        store[kind] = max(store.get(kind, 0.0), seconds)
+        self.typical_s = max(self.typical_s or 0.0, seconds)
+
+
+# ---------------------------------------------------------------------- the clock across kills
+CLOCK_FILE_NAME = "clock.json"
+CLOCK_SAVE_S = 2.0       # a kill -9 loses at most this much of the run's clock
+
+
+class ClockKeeper:
+    """Writes the run's clock (time used) to workspace/clock.json every CLOCK_SAVE_S, so a kill -9 loses at most that.
+
+    The state file is saved at each decision, minutes apart on a GPU; without this, each kill charged the
+    time since then to nobody (an outside review: 65 s used, 52 s charged, after 5 kills). --resume takes
+    the larger of the state's figure and this one (`recovered_elapsed`)."""
+
+    def __init__(self, path: Path, tag: str, budget: Budget):
+        self.path, self.tag, self.budget = path, tag, budget
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep, daemon=True, name="autokernel-clock")
+
+    def __enter__(self) -> "ClockKeeper":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=CLOCK_SAVE_S)
+        self.save()
+
+    def _keep(self) -> None:
+        while not self._stop.wait(CLOCK_SAVE_S):
+            self.save()
+
+    def save(self) -> None:
+        scratch = self.path.with_suffix(".json.tmp")
+        with contextlib.suppress(OSError):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            scratch.write_text(json.dumps({"tag": self.tag, "elapsed_s": round(self.budget.used(), 3)}))
+            os.replace(scratch, self.path)
+
+
+def recovered_elapsed(path: Path, tag: str, saved_s: float) -> float:
+    """The time a run had used when it last stopped: its state's figure, or the clock file's if that is later."""
+    try:
+        clock = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return saved_s
+    if not isinstance(clock, dict) or clock.get("tag") != tag or not isinstance(clock.get("elapsed_s"), (int, float)):
+        return saved_s
+    return max(saved_s, float(clock["elapsed_s"]))

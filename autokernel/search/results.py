@@ -1,0 +1,226 @@
+"""The one results.tsv writer and reader: one row per experiment, written to disk the moment it is known.
+
+results.tsv is the lab notebook of a run: every experiment, kept or not, with the judge's numbers.
+Rows are appended and fsynced one at a time so a crash or a kill loses nothing already decided.
+It is never committed (.gitignore lists it); the git history holds only the kept kernels.
+
+The LLM's tokens are counted three ways: `llm_tokens` (all of a reply's input and output),
+`llm_cached_tokens` (of its input, what the provider's prompt cache served) and
+`llm_reasoning_tokens` (of its output, hidden reasoning or thinking); `cost_usd` prices each at its
+rate (autokernel/agents/usage.py).
+
+Files written by an older version (LEGACY_COLUMNS: without speedup_vs_compile,
+timings_meaningful and cost_usd) are still read, with those cells empty; a run refuses to append
+to one, before it creates anything (`check_writable`). A file of one of the two previous versions
+(PREVIOUS_COLUMNS, without the cached and reasoning token columns, and the one before it, without
+`gpu`) is read too, and the first row appended to it (a run resumed after an upgrade) rewrites it
+once, atomically, with the new header and those cells empty.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from pathlib import Path
+
+from autokernel.core.contracts import PASS, STATUS_BASELINE, STATUS_KEEP
+
+NO_GPU_COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
+                  "speedup_vs_compile", "correctness", "timings_meaningful", "peak_vram_mb", "description", "status",
+                  "wall_seconds", "llm_tokens", "cost_usd")
+PREVIOUS_COLUMNS = NO_GPU_COLUMNS + ("gpu",)      # gpu: the worker's GPU that judged it (empty: not judged)
+COLUMNS = PREVIOUS_COLUMNS + ("llm_cached_tokens", "llm_reasoning_tokens")
+UPGRADABLE = (PREVIOUS_COLUMNS, NO_GPU_COLUMNS)   # read, and rewritten with COLUMNS when a row is appended
+LEGACY_COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
+                  "correctness", "peak_vram_mb", "description", "status", "wall_seconds", "llm_tokens")
+INT_COLUMNS = {"experiment", "llm_tokens", "llm_cached_tokens", "llm_reasoning_tokens"}
+FLOAT_COLUMNS = {"throughput", "latency_us", "pct_peak", "speedup_vs_pytorch", "speedup_vs_compile", "peak_vram_mb",
+                 "wall_seconds", "cost_usd"}
+BOOL_COLUMNS = {"timings_meaningful"}
+# The judge's numbers copied from bench.py's JSON result into a row.
+RESULT_COLUMNS = ("throughput", "latency_us", "pct_peak", "speedup_vs_pytorch", "speedup_vs_compile", "correctness",
+                  "timings_meaningful", "peak_vram_mb")
+
+
+
+class ResultsFileError(Exception):
+    """results.tsv exists but is not one this version wrote (another header)."""
+
+
+def make_row(*, experiment: int, tag: str, kernel_type: str, result: dict, description: str, status: str,
+             wall_seconds: float, llm_tokens: int, cost_usd: float | None = None, gpu: str | None = None,
+             llm_cached_tokens: int = 0, llm_reasoning_tokens: int = 0) -> dict:
+    row = {column: result.get(column) for column in RESULT_COLUMNS}
+    row.update(experiment=experiment, tag=tag, kernel_type=kernel_type, description=description, status=status,
+               wall_seconds=wall_seconds, llm_tokens=llm_tokens, cost_usd=cost_usd, gpu=gpu or None,
+               llm_cached_tokens=llm_cached_tokens, llm_reasoning_tokens=llm_reasoning_tokens)
+    return row
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return _decimal(value)
+    # One row per line, one cell per tab: an agent's description may contain either.
+    return " ".join(str(value).split())
+
+
+def _decimal(value: float, digits: int = 6) -> str:
+    """A number as people and spreadsheets read it: plain decimals, never an exponent (3388970, not 3.38897e+06);
+    at least `digits` significant digits, and every digit of its whole part."""
+    if not math.isfinite(value) or value == 0:
+        return repr(value) if value else "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _header(path: Path) -> tuple[str, ...]:
+    with path.open(newline="") as handle:
+        return tuple(handle.readline().rstrip("\r\n").split("\t"))
+
+
+def check_writable(path: str | Path) -> None:
+    """Raise ResultsFileError unless rows can be appended to path (absent, empty, or this version's header)."""
+    path = Path(path)
+    if path.exists() and path.stat().st_size and _header(path) not in (COLUMNS, *UPGRADABLE):
+        found = _header(path)
+        which = "an older AutoKernel" if found == LEGACY_COLUMNS else "something else"
+        raise ResultsFileError(f"{path} was written by {which} (columns {list(found)}, expected {list(COLUMNS)}); "
+                               f"move it aside (say, mv {path.name} {path.stem}.old.tsv) to start a new one")
+
+
+def append_row(path: str | Path, row: dict) -> None:
+    """Append one experiment, writing the header first if the file is new; flushed and fsynced."""
+    path = Path(path)
+    unknown = set(row) - set(COLUMNS)
+    if unknown:
+        raise ValueError(f"results row has unknown columns {sorted(unknown)}")
+    is_new = not path.exists() or path.stat().st_size == 0
+    check_writable(path)
+    if not is_new and _header(path) in UPGRADABLE:
+        _upgrade(path)
+    lines = [] if not is_new else ["\t".join(COLUMNS)]
+    lines.append("\t".join(_cell(row.get(column)) for column in COLUMNS))
+    with path.open("a", newline="") as handle:
+        handle.write("\n".join(lines) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _upgrade(path: Path) -> None:
+    """Rewrite a previous version's file with this version's header (its missing cells empty): a new file, renamed
+    over."""
+    rows = read_rows(path)
+    scratch = path.with_suffix(path.suffix + ".upgrade")
+    with scratch.open("w", newline="") as handle:
+        handle.write("\n".join(["\t".join(COLUMNS)] + ["\t".join(_cell(row.get(c)) for c in COLUMNS) for row in rows])
+                     + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(scratch, path)
+
+
+def _parse(column: str, text: str):
+    if text == "":
+        return None
+    if column in INT_COLUMNS:
+        return int(text)
+    if column in FLOAT_COLUMNS:
+        return float(text)
+    if column in BOOL_COLUMNS:
+        return text == "true"
+    return text
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """Every row of results.tsv as a dict, numbers parsed and empty cells as None; [] when there is no file.
+
+    A file of a previous version reads with its missing columns as None.
+    """
+    path = Path(path)
+    if not path.exists() or path.stat().st_size == 0:
+        return []
+    if _header(path) not in (COLUMNS, *UPGRADABLE, LEGACY_COLUMNS):
+        raise ResultsFileError(f"{path} has columns {list(_header(path))}, expected {list(COLUMNS)}")
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        return [{column: _parse(column, row.get(column) or "") for column in COLUMNS} for row in reader]
+
+
+def ensure_row(path: str | Path, row: dict) -> bool:
+    """Append row unless results.tsv already has its experiment for its tag (a resumed write); True if written."""
+    if any(r["experiment"] == row["experiment"] and r["tag"] == row["tag"] for r in read_rows(path)):
+        return False
+    append_row(path, row)
+    return True
+
+
+def last_experiment(path: str | Path) -> int:
+    """The highest experiment number in results.tsv (0 when none): numbers are never used twice."""
+    return max((row["experiment"] for row in read_rows(path)), default=0)
+
+
+def speedup_vs_best(row: dict) -> float | None:
+    """The speedup over PyTorch's best: the faster of eager and torch.compile, when compile was timed."""
+    speedups = [row.get(name) for name in ("speedup_vs_pytorch", "speedup_vs_compile") if row.get(name)]
+    return min(speedups) if speedups else None
+
+
+def group_by_kernel(rows: list[dict]) -> list[list[dict]]:
+    """Split rows into one group per optimized kernel: a baseline row opens a new group."""
+    groups: list[list[dict]] = []
+    open_group: dict[tuple, list[dict]] = {}
+    for row in rows:
+        key = (row["tag"], row["kernel_type"])
+        if row["status"] == STATUS_BASELINE or key not in open_group:
+            open_group[key] = []
+            groups.append(open_group[key])
+        open_group[key].append(row)
+    return groups
+
+
+def best_version(group: list[dict]) -> dict | None:
+    """The fastest kept version of one kernel (the baseline included) that passed; None when none did."""
+    kept = [row for row in group if row["status"] in (STATUS_BASELINE, STATUS_KEEP)
+            and row["correctness"] == PASS and row["latency_us"]]
+    return min(kept, key=lambda row: row["latency_us"], default=None)
+
+
+def _number(value, digits: int = 3) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def markdown_summary(rows: list[dict]) -> str:
+    """A markdown overview (one line per kernel) followed by one table of experiments per kernel."""
+    if not rows:
+        return "No experiments recorded yet."
+    groups = group_by_kernel(rows)
+    lines = ["| kernel | tag | experiments | kept | baseline latency (us) | best latency (us) | "
+             "speedup over baseline | best speedup vs PyTorch |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for group in groups:
+        baseline = next((r for r in group if r["status"] == STATUS_BASELINE), None)
+        best = best_version(group)
+        base_latency = baseline["latency_us"] if baseline else None
+        best_latency = best["latency_us"] if best else None
+        gain = base_latency / best_latency if base_latency and best_latency else None
+        kept = sum(r["status"] == STATUS_KEEP for r in group)
+        lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {len(group)} | {kept} | "
+                     f"{_number(base_latency, 1)} | {_number(best_latency, 1)} | {_number(gain, 2)} | "
+                     f"{_number(best['speedup_vs_pytorch'] if best else None, 2)} |")
+    for group in groups:
+        lines += ["", f"## {group[0]['kernel_type']} ({group[0]['tag']}, experiments "
+                      f"{group[0]['experiment']}-{group[-1]['experiment']})", "",
+                  "| exp | status | correctness | latency (us) | speedup vs PyTorch | tokens | description |",
+                  "| ---: | --- | --- | ---: | ---: | ---: | --- |"]
+        for row in group:
+            description = (row["description"] or "").replace("|", "\\|")
+            lines.append(f"| {row['experiment']} | {row['status']} | {row['correctness']} | "
+                         f"{_number(row['latency_us'], 1)} | {_number(row['speedup_vs_pytorch'], 2)} | "
+                         f"{row['llm_tokens'] or 0} | {description} |")
+    return "\n".join(lines)

@@ -1,0 +1,193 @@
+"""The end-to-end comparison: the model as PyTorch runs it and with our kernels, in every mode a user would choose.
+
+One process, one model, the same inputs. The variants are PyTorch eager, torch.compile and
+torch.compile with CUDA graphs (mode="reduce-overhead"), and each of the three with our kernels
+plugged in. Each is timed as a whole forward call (autokernel/verify/latency.py: median of repeats and
+their spread) and its output checked against the original's. The steps:
+  1. time PyTorch's three variants;
+  2. plug every verified kernel in ("all" policy) and run once: the output must match (the
+     correctness check), and every call signature the kernels meet is noted;
+  3. time our kernel against PyTorch's op at each signature (autokernel/verify/route_table.py);
+  4. keep, mode by mode, only the winners that make the whole model faster (autokernel/verify/selection.py),
+     and time our three variants with them ("measured" policy; "all" skips 3 and 4 and routes all);
+  5. name PyTorch's best and AutoKernel's best, and say which one to use.
+With `overhead`, step 2's all-routed model is also timed eagerly and under CUDA graphs and set
+against the sum of its parts (overhead.py). Without a GPU, compile and CUDA-graph variants that
+cannot run are skipped, and every figure is labelled not meaningful.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+
+from autokernel.routing.outputs import detached_copy, output_error, tolerance
+from autokernel.routing.router import ALL, MEASURED
+from autokernel.verify import headroom, route_table, selection, variants
+from autokernel.verify.variants import HOW_TO_USE, INDUCTOR, NOISE_FLOOR, VARIANTS, VariantResult
+
+
+@dataclass
+class Verdict:
+    summary: str
+    pytorch_best: dict | None           # {"variant", "name", "ms"}
+    autokernel_best: dict | None
+    speedup: float | None               # PyTorch's best / AutoKernel's best
+    use: str                            # the variant to use: AutoKernel's best only when it is faster
+    use_code: str
+    faster: bool
+    timings_meaningful: bool
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool, routed: bool) -> Verdict:
+    """PyTorch's best, AutoKernel's best among the variants that are correct, and which of the two to use."""
+    def best(ours: bool) -> VariantResult | None:
+        usable = [r for name, r in results.items() if VARIANTS[name][1] == ours and r.ms is not None
+                  and r.error is not None and r.error <= allowed_error]
+        return min(usable, key=lambda r: r.ms, default=None)
+
+    def brief(result: VariantResult | None) -> dict | None:
+        return None if result is None else {"variant": result.variant, "name": VARIANTS[result.variant][0],
+                                            "ms": result.ms}
+
+    theirs, ours = best(False), best(True)
+    speedup = theirs.ms / ours.ms if theirs and ours else None
+    if theirs is None:
+        return Verdict("PyTorch's own variants could not be measured", None, brief(ours), None, "eager", "model",
+                       False, on_gpu)
+    noise = max(NOISE_FLOOR, theirs.latency.spread, ours.latency.spread) if ours else NOISE_FLOOR
+    faster = bool(on_gpu and ours is not None and speedup > 1 + noise)
+    name = VARIANTS[theirs.variant][0]
+    if not on_gpu:
+        summary = f"no speed verdict: CPU interpreter timings are not meaningful; use {name}"
+    elif faster:
+        summary = (f"faster by {speedup:.2f}x: {VARIANTS[ours.variant][0]} ({ours.ms:.3f} ms) against "
+                   f"PyTorch's best, {name} ({theirs.ms:.3f} ms)")
+    elif not routed:
+        summary = (f"no gain: use {name} ({theirs.ms:.3f} ms); no kernel made this model faster at its own "
+                   "call shapes")
+    else:
+        summary = (f"no gain: use {name} ({theirs.ms:.3f} ms); AutoKernel's best, "
+                   f"{VARIANTS[ours.variant][0] if ours else 'none'}, is {speedup or 0:.2f}x of it (noise {noise:.0%})")
+    use = ours.variant if faster else theirs.variant
+    return Verdict(summary, brief(theirs), brief(ours), speedup, use, HOW_TO_USE[use], faster, on_gpu)
+
+
+def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_backend: str | None = INDUCTOR,
+            policy: str = MEASURED, overhead: bool = False, log: Callable[[str], None] = lambda line: None) -> dict:
+    """Steps 1 to 5 above, as plain data; plug_in(policy, keep_examples) plugs the kernels into `model`.
+
+    compile_backend None skips the compiled variants; another backend than inductor has no CUDA-graph variant.
+    """
+    names = variants.available(on_gpu, compile_backend)
+    backend = compile_backend or INDUCTOR
+    results: dict[str, VariantResult] = {}
+    with torch.no_grad():
+        expected = detached_copy(model(*inputs))
+        allowed = tolerance(expected)
+        for variant in (v for v in names if not VARIANTS[v][1]):
+            log(f"timing {VARIANTS[variant][0]}")
+            results[variant] = variants.run(variant, model, inputs, expected, on_gpu, backend)
+        found = _headroom(model, inputs, results, on_gpu, compile_backend, log)
+        router = plug_in(policy=ALL, keep_examples=True)
+        if router.folding is not None or router.regions is not None:
+            # The first call with these inputs is watched for folded norms (run unfolded), and the first
+            # calls resolve the routes eagerly before regions are rewritten in the graph; the check and the
+            # route table need both, as every later call runs them.
+            resolve_routes(router, model, inputs)
+            router.reset_stats()
+        try:
+            checked_error = output_error(expected, model(*inputs))
+        except torch.OutOfMemoryError:       # said, not crashed: the check could not run, so it does not pass
+            checked_error = math.inf
+            log("the check with every kernel routed ran out of GPU memory: it does not pass")
+            torch.cuda.empty_cache()
+        checked = router.summary()
+        records = route_table.measure(router, on_gpu, log)
+
+    def run_ours(variant: str, paired: bool = False) -> VariantResult:
+        log(f"timing {VARIANTS[variant][0]}")
+        if VARIANTS[variant][2] is not None:
+            resolve_routes(router, model, inputs)
+        # Regions are routed by a backend of their own, which then hands the graph to Inductor.
+        ours_backend = router.regions.compile_backend if router.regions is not None and backend == INDUCTOR else backend
+        return variants.run_routed(variant, model, inputs, expected, on_gpu, ours_backend, router.kernels, log,
+                                   paired_with=router.bypassed if paired else None)
+
+    extra = {}
+    if overhead:
+        from autokernel.verify import overhead as overhead_figures
+
+        extra["overhead"] = overhead_figures.measure(router, records, results, run_ours, lambda: model(*inputs), on_gpu)
+    route_table.apply(router.kernels, records)
+    router.release_examples()
+    router.set_policy(policy)
+    trials = []
+    if policy == MEASURED and on_gpu:
+        compiled_variant = next((v for v in ("ours_cudagraphs", "ours_compile") if v in names), None)
+        for mode, variant in (("eager", "ours"), ("compiled", compiled_variant)):
+            if variant is None:
+                continue
+            kept, mode_trials = selection.select(mode, records, variant, lambda v: run_ours(v, paired=True),
+                                                 router.forget_decisions, allowed, log)
+            trials += mode_trials
+            if kept is not None:
+                results[variant] = kept
+    rows = [record for kernel_records in records.values() for record in kernel_records]
+    routed = {"ours": policy == ALL or any(r.route_eager for r in rows)}
+    routed["ours_compile"] = routed["ours_cudagraphs"] = policy == ALL or any(r.route_compiled for r in rows)
+    for variant in (v for v in names if VARIANTS[v][1] and v not in results):
+        results[variant] = run_ours(variant) if routed[variant] else VariantResult(
+            variant, failed="nothing routed: no kernel made the model faster in this mode")
+    routing = _one_forward_counts(router, model, inputs)
+    verdict = choose(results, allowed, on_gpu, any(routed.values()))
+    if router.regions is not None and verdict.use in variants.HOW_TO_USE_WITH_REGIONS:
+        verdict.use_code = variants.HOW_TO_USE_WITH_REGIONS[verdict.use]
+    return {"variants": {name: result.to_json() for name, result in results.items()},
+            "verdict": verdict.to_json(), "tolerance": allowed,
+            "checked": {"policy": ALL, "max_error": checked_error, "passed": checked_error <= allowed, **checked},
+            "routing": routing, "route_table": _table_rows(records),
+            "selection": [trial.to_json() for trial in trials], "records": records,
+            "headroom": found.to_json() if found else None, **extra}
+
+
+def resolve_routes(router, model, inputs: tuple) -> None:
+    """Make the router's decisions for these inputs on eager calls. A compiled graph only reads the
+    decisions (they are constants in it), so after the selection dropped them (forget_decisions) a
+    compiled variant traced first routed nothing, and timed PyTorch's own path as ours. With norm
+    folding the first call only watches, so it takes two."""
+    with torch.no_grad():
+        for _ in range(2 if router.folding is not None else 1):      # as routing/regions/routing.py run_model counts
+            model(*inputs)
+
+
+def _headroom(model, inputs: tuple, results: dict[str, VariantResult], on_gpu: bool, compile_backend: str | None,
+              log: Callable[[str], None]) -> headroom.Headroom | None:
+    """Where torch.compile's forward spends its GPU time (before any kernel is plugged in), on a GPU."""
+    best = [r.ms for r in results.values() if r.ms]
+    if not on_gpu or compile_backend != INDUCTOR or "compile" not in results or not best:
+        return None
+    log("profiling torch.compile's forward (where its GPU time goes)")
+    torch._dynamo.reset()
+    fn = variants.compiled(model, "default", INDUCTOR)
+    return headroom.measure(lambda: fn(*inputs), min(best))
+
+
+def _one_forward_counts(router, model, inputs) -> dict:
+    """The hits and fallbacks of exactly one forward pass, with the routes as finally decided."""
+    with torch.no_grad():
+        model(*inputs)            # resolves the routes if the decisions were dropped
+        router.reset_stats()
+        model(*inputs)
+    return router.summary()
+
+
+def _table_rows(records: dict) -> list[dict]:
+    return [{"kernel": name, **record.to_json()} for name, kernel_records in records.items()
+            for record in kernel_records]

@@ -1,0 +1,85 @@
+"""Hands the user the faster of AutoKernel's best and PyTorch's best: compare, record what was measured, build it.
+
+verify.py and autokernel.optimize both come here, each from a sandboxed child process
+(autokernel/verify/isolated.py), since the kernels are code an LLM wrote. `compare` runs the end-to-end
+comparison (autokernel/verify/endtoend.py) on the model and its inputs, and hands back, as data, each
+kernel's measured route table; `record_route_tables` (in the user's process) writes them into the
+manifest, so that a later plug_in routes exactly the calls that were measured faster. `runnable`
+builds the path the verdict chose: the model as it is, or compiled, with our kernels plugged in
+only when that path won. Never slower than what the user had: when no AutoKernel variant beats
+PyTorch's best by more than the noise, PyTorch's best is what comes back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from autokernel.routing import manifest, plugin
+from autokernel.verify import endtoend
+from autokernel.verify.variants import INDUCTOR, VARIANTS
+
+CHOICE_ATTRIBUTE = "autokernel_choice"
+# The verdict when no comparison could run: the model as it is.
+NOT_COMPARED = {"use": "eager", "summary": "not compared: the model is handed back as it is", "use_code": "model",
+                "faster": False}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which path autokernel.optimize handed over, and why."""
+    variant: str            # a key of variants.VARIANTS
+    name: str               # "torch.compile + CUDA graphs", "AutoKernel + torch.compile"...
+    summary: str            # the verdict, one line
+    use_code: str           # the same path written as code
+    faster: bool            # whether it is AutoKernel's (faster than PyTorch's best by more than the noise)
+
+
+def compare(model: nn.Module, inputs: tuple, optimized_dir: str | Path, *, on_gpu: bool,
+            compile_backend: str | None = INDUCTOR, policy: str = plugin.MEASURED, overhead: bool = False,
+            log: Callable[[str], None] = lambda line: None) -> tuple[dict, dict]:
+    """The end-to-end comparison as plain data (and the kernels' router summary), and the route tables measured
+    (on a GPU; none elsewhere) as {kernel name: {"source_sha256", "device", "records"}}; the model is left unplugged."""
+    def plug(policy: str, keep_examples: bool):
+        return plugin.router_of(plugin.plug_in(model, optimized_dir, policy=policy, keep_examples=keep_examples))
+
+    try:
+        compared = endtoend.compare(model, inputs, plug, on_gpu=on_gpu, compile_backend=compile_backend,
+                                    policy=policy, overhead=overhead, log=log)
+        router = plugin.router_of(model)
+        records = compared.pop("records")
+        tables = {kernel.name: {"source_sha256": kernel.source_sha256, "device": plugin.device_name(),
+                                "records": [record.to_json() for record in records.get(kernel.name, [])]}
+                  for kernel in router.kernels} if on_gpu else {}
+    finally:
+        plugin.unplug(model)
+    return compared, tables
+
+
+def record_route_tables(manifest_path: Path, tables: dict) -> None:
+    """Write route tables (as `compare` hands them back, checked record by record) into the manifest at manifest_path."""
+    manifest.write_route_tables(manifest_path, {
+        name: (table["source_sha256"], table["device"],
+               [manifest.RouteRecord.from_json(record) for record in table["records"]])
+        for name, table in tables.items()})
+
+
+def runnable(model: nn.Module, optimized_dir: str | Path, verdict: dict) -> nn.Module:
+    """The model to run on the verdict's path (plugged in and compiled as it says), with its Choice attached."""
+    variant = verdict["use"]
+    name, ours, mode = VARIANTS[variant]
+    if ours:
+        plugin.plug_in(model, optimized_dir)
+    backend = plugin.compile_backend(model, mode or "default") if ours else "inductor"
+    if mode is None:
+        result = model
+    elif backend != "inductor":        # routed regions: their backend, in this mode, then Inductor
+        result = torch.compile(model, backend=backend)
+    else:
+        result = torch.compile(model) if mode == "default" else torch.compile(model, mode=mode)
+    setattr(result, CHOICE_ATTRIBUTE, Choice(variant, name, verdict["summary"], verdict["use_code"], verdict["faster"]))
+    return result

@@ -1,0 +1,223 @@
+"""Kept kernels run away from the user: verify's and autokernel.optimize's end-to-end checks in a sandboxed child.
+
+A kept kernel is code an LLM wrote. The judge ran it only in its sandbox; the end-to-end check must
+too, or an import-time payload reads the user's API keys (os.environ, /proc/self/environ, other
+processes' environments) and writes them anywhere, as an outside review showed. So the user's own
+process never imports a kept kernel unless the user asks for it (`plug_in`, or the model that
+`autokernel.optimize` hands back when AutoKernel's path won):
+  - `verify_in_sandbox`: verify.py's work (autokernel/verify/verification.py) runs as `verify.py ...
+    --sandboxed-fd N --write-to DIR` under runner.run_child: the allow-listed environment (no
+    keys), Landlock (no home folder, no network, writes only to its own folders), its own PID
+    namespace. Its output is shown as it comes. It reports on a pipe only it holds; this process
+    then records the route tables and copies the files it made (by name, from a fixed list) into
+    the workspace.
+  - `compare_in_sandbox`: autokernel.optimize's comparison on the user's model object, which is
+    saved (torch.save) to a private folder and loaded by `python -m autokernel.verify.isolated` in the
+    same sandbox; a model class defined in the user's script is found as multiprocessing finds
+    it, by importing the script under another name (its `if __name__ == "__main__":` block does
+    not run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Callable
+
+from autokernel.core import paths
+from autokernel.judge import runner
+from autokernel.kernel_types.regions import store as region_store
+
+# Set in the sandboxed child: autokernel.optimize called there (a script without a __main__ guard) refuses.
+CHILD_VARIABLE = "AUTOKERNEL_SANDBOXED_CHILD"
+CHILD_TIMEOUT_S = 6 * 3600
+# What verify's child may hand back as files of the workspace (relative names), and nothing else: the plan, the
+# report, and with --starters the starters' manifest and what it names (regions' starters: Inductor's code for
+# them, and their region files).
+VERIFY_FILES = ("optimization_plan.json", "profile_report.json", "verify_report.json")
+VERIFY_FILE_PATTERNS = ("starter_kernels/manifest.json", "starter_kernels/*.py", "starter_kernels/regions/*.json")
+HF_CACHE = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+
+
+class _PipeReader(threading.Thread):
+    """Reads one JSON message from a pipe whose write end only the child holds."""
+
+    def __init__(self, fd: int):
+        super().__init__(daemon=True)
+        self.fd, self.data = fd, b""
+
+    def run(self) -> None:
+        with os.fdopen(self.fd, "rb") as pipe:
+            self.data = pipe.read()
+
+    def message(self):
+        try:
+            return json.loads(self.data) if self.data else None
+        except ValueError:
+            return None
+
+
+def _run_sandboxed(cmd: list[str], *, readable: list[Path], writable: list[Path], on_line=None,
+                   env: dict[str, str] | None = None):
+    """cmd in the sandbox with a pipe for its answer (its descriptor number appended); (ChildResult, answer or None)."""
+    read_end, write_end = os.pipe()
+    reader = _PipeReader(read_end)
+    reader.start()
+    env = {**(env or {}), CHILD_VARIABLE: "1"}
+    if sys.stdout.isatty():          # the child's output comes through a pipe: keep the user's width and colours
+        env.update(COLUMNS=str(shutil.get_terminal_size().columns), FORCE_COLOR="1")
+    try:
+        child = runner.run_child([*cmd, str(write_end)], timeout_s=CHILD_TIMEOUT_S, cwd=Path.cwd(),
+                                 readable=[p for p in readable if p.exists()], writable=writable,
+                                 pass_fds=(write_end,), env_extra=env, echo=on_line is None, on_line=on_line,
+                                 hidden_in_repo=(".git",))
+    finally:
+        os.close(write_end)
+    reader.join(timeout=runner.KILL_GRACE_S)
+    return child, reader.message()
+
+
+def _readable_for(model: str | None, *others: str | Path | None) -> list[Path]:
+    """What the child must read beyond the sandbox's default (which hides the home folder): the model's folder
+    (its sibling modules too), the Hugging Face cache, the kernels' and the workspace's folders. A folder that
+    holds the home folder itself would open all of it (keys kept in files): then only the file is given."""
+    home = Path.home().resolve()
+    found = [HF_CACHE]
+    for path in ([Path(model).resolve()] if model else []) + [Path(other).resolve() for other in others if other]:
+        folder = path.parent if path.is_file() else path
+        found.append(path if home == folder or folder in home.parents else folder)
+    return found
+
+
+# ---------------------------------------------------------------------- verify.py
+def verify_in_sandbox(argv: list[str], *, model: str | None, workspace: Path, optimized_dir: Path, starters: bool,
+                      say: Callable[[str], None] = print) -> int:
+    """Run verify.py's work (argv, its own arguments) in the sandbox; record what it measured; its exit code."""
+    from autokernel.verify import handover
+    from autokernel.verify.verification import EXIT_ERROR, STARTER_MANIFEST_DIR, Outcome
+
+    out = Path(tempfile.mkdtemp(prefix="autokernel-verify-"))
+    try:
+        cmd = [sys.executable, str(paths.script("verify.py")), *argv, "--write-to", str(out), "--sandboxed-fd"]
+        child, answer = _run_sandboxed(cmd, readable=_readable_for(model, workspace, optimized_dir), writable=[out])
+        try:
+            outcome = Outcome.from_json(answer)
+        except ValueError:
+            print(f"verify.py: the check in the sandbox {child.exit_description()} without a result"
+                  + (" (it ran past its time limit)" if child.timed_out else ""), file=sys.stderr)
+            return EXIT_ERROR
+        workspace.mkdir(parents=True, exist_ok=True)
+        for name in outcome.made:
+            if _may_hand_back(name) and (out / name).is_file() and not (out / name).is_symlink():
+                (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(out / name, workspace / name)
+        if outcome.route_tables:
+            folder = workspace / STARTER_MANIFEST_DIR if outcome.tables_for == "starters" else optimized_dir
+            handover.record_route_tables(folder / paths.MANIFEST_NAME, outcome.route_tables)
+        if "verify_report.json" in outcome.made:
+            say(f"wrote {workspace / 'verify_report.json'}")
+        return outcome.exit_code
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _may_hand_back(name: str) -> bool:
+    parts = Path(name).parts
+    return ".." not in parts and (name in VERIFY_FILES or any(fnmatch.fnmatchcase(name, pattern)
+                                                              and "/" not in name[len(pattern.split("*")[0]):]
+                                                              for pattern in VERIFY_FILE_PATTERNS))
+
+
+# ---------------------------------------------------------------------- autokernel.optimize
+class SandboxedCheckFailed(RuntimeError):
+    """The comparison could not run in the sandbox; the message says why."""
+
+
+def compare_in_sandbox(model, inputs: tuple, optimized_dir: Path, *, on_gpu: bool, compile_backend: str | None,
+                       log: Callable[[str], None]) -> dict:
+    """handover.compare on the user's model object, in the sandbox; the route tables are recorded here."""
+    import torch
+
+    from autokernel.verify import handover
+
+    folder = Path(tempfile.mkdtemp(prefix="autokernel-compare-"))
+    try:
+        try:
+            torch.save({"model": model, "inputs": inputs}, folder / "payload.pt")
+        except Exception as exc:   # a model pickle cannot save (a lambda, a local class...)
+            raise SandboxedCheckFailed(f"the model could not be saved for the sandboxed check ({exc})") from None
+        main = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+        cmd = [sys.executable, "-m", "autokernel.verify.isolated", "--payload", str(folder / "payload.pt"),
+               "--optimized-dir", str(optimized_dir), "--main", main, "--compile-backend", compile_backend or "",
+               *(["--on-gpu"] if on_gpu else []), "--fd"]
+        # This process's import path, as multiprocessing passes it on: the model's classes are found where they were;
+        # and the folders it reads regions from (the kept kernels may be regions of the model).
+        search_path = [entry for entry in sys.path if entry and os.path.isdir(entry)]
+        regions = [str(found) for found in region_store.folders() if found.is_dir()]
+        child, answer = _run_sandboxed(
+            cmd, readable=_readable_for(main or None, folder, optimized_dir, *search_path, *regions), writable=[],
+            on_line=log, env={"PYTHONPATH": os.pathsep.join(search_path),
+                              region_store.FOLDERS_VARIABLE: os.pathsep.join(regions)})
+        if not isinstance(answer, dict) or not isinstance(answer.get("compared"), dict):
+            raise SandboxedCheckFailed(f"the sandboxed check {child.exit_description()} without a result: "
+                                       f"{child.stderr.strip().splitlines()[-1:] or ''}")
+        if answer.get("tables"):
+            handover.record_route_tables(optimized_dir / paths.MANIFEST_NAME, answer["tables"])
+        return answer["compared"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _adopt_main(script: str) -> None:
+    """Make the user's script importable as __main__, as multiprocessing's spawn does, without running its main block."""
+    import runpy
+    import types
+
+    namespace = runpy.run_path(script, run_name="__mp_main__")
+    module = types.ModuleType("__mp_main__")
+    module.__dict__.update(namespace)
+    sys.modules["__main__"] = sys.modules["__mp_main__"] = module
+
+
+def _load_payload(path: str, script: str):
+    import torch
+
+    try:
+        return torch.load(path, weights_only=False)
+    except (AttributeError, ModuleNotFoundError):
+        if not script:
+            raise
+        _adopt_main(script)          # the model's class is defined in the user's script
+        return torch.load(path, weights_only=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="autokernel.optimize's end-to-end check, in the sandbox")
+    parser.add_argument("--payload", required=True)
+    parser.add_argument("--optimized-dir", required=True)
+    parser.add_argument("--main", default="")
+    parser.add_argument("--compile-backend", default="")
+    parser.add_argument("--on-gpu", action="store_true")
+    parser.add_argument("--fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    from autokernel.core import interpreter
+    from autokernel.verify import handover
+
+    interpreter.choose()
+    payload = _load_payload(args.payload, args.main)
+    compared, tables = handover.compare(payload["model"], payload["inputs"], args.optimized_dir, on_gpu=args.on_gpu,
+                                        compile_backend=args.compile_backend or None, log=print)
+    with os.fdopen(args.fd, "w") as answer:
+        json.dump({"compared": compared, "tables": tables}, answer, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""Scores a folder of problem files the way KernelBench scores its levels: fast_p, against eager and torch.compile.
+
+    autokernel score DIR [--budget-per-problem 0] [--top 1] [--dtype float16] [--no-compile] [--json-out FILE]
+                         [--state FILE] [--gpus N] [--stop-after DURATION] [--problem-timeout DURATION]
+                         [--problems NAME,NAME...]
+
+Each problem file (KernelBench's convention: `class Model`, `get_inputs()`, `get_init_inputs()`)
+goes through what a user would run, each step in a child process so that one problem's crash or
+hang costs only its row:
+  1. with a budget, `autokernel optimize FILE --budget B --top N --agent builtin` (its kernels are
+     then read from the run's branch); without one, the starter kernels at the problem's shapes;
+  2. `verify.py FILE --starters` (or `--optimized-dir` of the run), which checks the output and
+     times PyTorch eager, torch.compile and CUDA graphs, each with and without our kernels.
+A problem is correct when verify's error check passes. Its speedup against eager is eager's time
+over AutoKernel's best variant's; against torch.compile, torch.compile's over AutoKernel's best
+compiled variant. Where nothing was routed, AutoKernel's best is PyTorch's own path: 1.0.
+fast_p is the fraction of problems that are correct and faster than the baseline by more than p;
+fast_1 is "correct and faster". Without a GPU every time is the interpreter's: the table says so.
+
+A scored folder takes more GPU time than one sitting may have: `--state FILE` appends each problem's
+score to FILE as it is done and skips the problems FILE already has, so a run cut off (or stopped by
+`--stop-after`, which starts no problem after that long) goes on where it was with the same command;
+`--gpus N` scores N problems side by side, each on its own GPU (CUDA_VISIBLE_DEVICES), each optimized
+in a git repository of its own. The table covers every problem FILE holds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Callable
+
+from autokernel.core import paths
+
+THRESHOLDS = (1.0, 1.5, 2.0)
+NOTHING_TO_PLUG_IN = 3       # verify.py's exit code when no kernel type covers the model (EXIT_NOTHING_TO_PLUG_IN)
+PROBLEM_TIMEOUT_S = 900
+
+
+@dataclass
+class ProblemScore:
+    problem: str
+    correct: bool
+    speedup_vs_eager: float | None
+    speedup_vs_compile: float | None
+    verdict: str
+    timings_meaningful: bool | None      # None: nothing was timed
+    seconds: float
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> ProblemScore:
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+def read_state(path: Path | None) -> list[ProblemScore]:
+    """The problems a scoring run already scored (--state FILE: one JSON line per problem)."""
+    if path is None or not path.is_file():
+        return []
+    rows = [ProblemScore.from_json(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    return list({row.problem: row for row in rows}.values())
+
+
+def _append_state(path: Path | None, score: ProblemScore) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        handle.write(json.dumps(score.to_json()) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def problem_files(folder: Path) -> list[Path]:
+    """The KernelBench-convention files in a folder (a Model class and get_inputs), by name."""
+    files = sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))
+    return [p for p in files if "class Model" in (text := p.read_text()) and "def get_inputs" in text]
+
+
+def _best(variants: dict, names: tuple[str, ...]) -> float | None:
+    times = [variants[name]["ms"] for name in names if variants.get(name, {}).get("ms")
+             and variants[name]["error"] is not None]
+    return min(times, default=None)
+
+
+def score_report(name: str, report: dict, seconds: float) -> ProblemScore:
+    """A problem's score from verify's report."""
+    variants = report["variants"]
+    allowed = report["correctness"]["tolerance"]
+    correct_ours = {n: v for n, v in variants.items() if v["variant"].startswith("ours") and v["ms"]
+                    and v["error"] is not None and v["error"] <= allowed}
+    eager, compiled = _best(variants, ("eager",)), _best(variants, ("compile", "cudagraphs"))
+    ours_any = min((v["ms"] for v in correct_ours.values()), default=None)
+    ours_compiled = min((v["ms"] for n, v in correct_ours.items() if n != "ours"), default=None)
+    return ProblemScore(
+        problem=name, correct=report["correctness"]["passed"],
+        speedup_vs_eager=(eager / ours_any if ours_any else 1.0) if eager else None,
+        speedup_vs_compile=(compiled / ours_compiled if ours_compiled else 1.0) if compiled else None,
+        verdict=report["verdict"]["summary"], timings_meaningful=report["timings_meaningful"], seconds=seconds)
+
+
+def unplanned_score(name: str, seconds: float) -> ProblemScore:
+    """A problem no kernel type covers: the user keeps PyTorch's own path, correct and 1.0x, with nothing timed."""
+    return ProblemScore(problem=name, correct=True, speedup_vs_eager=1.0, speedup_vs_compile=1.0,
+                        verdict="not planned: no kernel type covers it; PyTorch's own path, unchanged",
+                        timings_meaningful=None, seconds=seconds)
+
+
+def fast_p(scores: list[ProblemScore], baseline: str, threshold: float) -> float:
+    """The fraction of problems correct and faster than the baseline ("eager" or "compile") by more than threshold."""
+    if not scores:
+        return 0.0
+    key = f"speedup_vs_{baseline}"
+    return sum(1 for s in scores if s.correct and (getattr(s, key) or 0.0) > threshold) / len(scores)
+
+
+def geometric_mean(scores: list[ProblemScore], baseline: str) -> float | None:
+    values = [getattr(s, f"speedup_vs_{baseline}") for s in scores if s.correct]
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summary(scores: list[ProblemScore]) -> dict:
+    table = {"problems": len(scores), "correct": sum(s.correct for s in scores) / len(scores) if scores else 0.0,
+             # A problem with nothing timed (unplanned, or failed before timing) says nothing of the clock.
+             "timings_meaningful": all(s.timings_meaningful for s in scores if s.timings_meaningful is not None)}
+    for baseline in ("eager", "compile"):
+        table[baseline] = {**{f"fast_{t:g}": fast_p(scores, baseline, t) for t in THRESHOLDS},
+                           "geomean_speedup": geometric_mean(scores, baseline)}
+    return table
+
+
+@dataclass
+class ScoringRun:
+    """How a folder is scored: with a budget or the starters; where; on how many GPUs; for how long."""
+    budget: str | None
+    top: int
+    extra_args: list[str]
+    compile_enabled: bool
+    workdir: Path | None = None
+    state: Path | None = None            # one JSON line per scored problem: a run cut off goes on from there
+    gpus: int = 1                        # problems judged side by side, one per GPU (CUDA_VISIBLE_DEVICES)
+    stop_after_s: float | None = None    # no problem starts after this long (a device call's limit)
+    problem_timeout_s: float = PROBLEM_TIMEOUT_S
+
+
+def score_folder(folder: Path, *, budget: str | None, top: int, extra_args: list[str], compile_enabled: bool,
+                 log: Callable[[str], None], workdir: Path | None = None, state: Path | None = None, gpus: int = 1,
+                 stop_after_s: float | None = None, problem_timeout_s: float = PROBLEM_TIMEOUT_S,
+                 only: list[str] | None = None) -> list[ProblemScore]:
+    """Optimize (with a budget) and verify every problem file of the folder not already in `state`, one child
+    process per step, `gpus` problems at a time (each on its own GPU); returns every problem's score so far."""
+    run = ScoringRun(budget, top, extra_args, compile_enabled, Path(workdir or tempfile.mkdtemp(
+        prefix="autokernel-score-")), state, gpus, stop_after_s, problem_timeout_s)
+    files = [file for file in problem_files(folder) if only is None or file.stem in only]
+    unknown = sorted(set(only or ()) - {file.stem for file in files})
+    if unknown:
+        raise ValueError(f"no problem files named {', '.join(unknown)} in {folder}")
+    done = [row for row in read_state(state) if row.problem in {file.stem for file in files}]
+    scored = {row.problem for row in done}
+    pending = [file for file in files if file.stem not in scored]
+    if done:
+        log(f"{len(done)} problems scored before (in {state}); {len(pending)} to go")
+    started, lock, scores = time.monotonic(), threading.Lock(), list(done)
+
+    def worker(gpu: int) -> None:
+        while True:
+            with lock:
+                if not pending or (run.stop_after_s is not None and time.monotonic() - started > run.stop_after_s):
+                    return
+                file = pending.pop(0)
+            score = score_problem(file, run, log, gpu if run.gpus > 1 else None)
+            with lock:
+                scores.append(score)
+                _append_state(run.state, score)
+                log(f"   {_row(score)}")
+
+    threads = [threading.Thread(target=worker, args=(gpu,), daemon=True) for gpu in range(max(1, run.gpus))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if pending:
+        log(f"stopped after {run.stop_after_s:.0f} s with {len(pending)} problems left: run again with --state "
+            f"{state} to go on" if state else f"stopped with {len(pending)} problems left")
+    order = [file.stem for file in files]
+    return sorted(scores, key=lambda row: order.index(row.problem) if row.problem in order else len(order))
+
+
+def score_problem(file: Path, run: ScoringRun, log: Callable[[str], None], gpu: int | None) -> ProblemScore:
+    """One problem: optimized in a git repository of its own (with a budget), then verified; on `gpu` if given."""
+    started = time.monotonic()
+    log(f"== {file.name}" + (f" (GPU {gpu})" if gpu is not None else ""))
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else None
+    workspace, optimized = run.workdir / file.stem, None
+    try:
+        optimized = _optimize(file, run, log, workspace, env) if run.budget else None
+        report = _verify(file, workspace, optimized, run, env)
+        seconds = time.monotonic() - started
+        return score_report(file.stem, report, seconds) if report is not None else unplanned_score(file.stem, seconds)
+    except _ProblemFailed as failure:
+        return ProblemScore(file.stem, False, None, None, "not scored", None, time.monotonic() - started,
+                            error=str(failure))
+    finally:
+        if optimized is not None:
+            _drop_worktree(optimized)
+
+
+class _ProblemFailed(Exception):
+    """One problem could not be optimized or verified; its row says why."""
+
+
+def _run(cmd: list[str], what: str, run: ScoringRun, env: dict | None, cwd: Path | None = None
+         ) -> subprocess.CompletedProcess:
+    try:
+        proc = subprocess.run(cmd, cwd=cwd or paths.ROOT, capture_output=True, text=True,
+                              timeout=run.problem_timeout_s, env=env)
+    except subprocess.TimeoutExpired as exc:
+        raise _ProblemFailed(f"{what} ran past {run.problem_timeout_s:.0f} s") from exc
+    return proc
+
+
+_GIT = ["git", "-c", "user.name=autokernel score", "-c", "user.email=score@autokernel.invalid"]
+
+
+def _optimize(file: Path, run: ScoringRun, log, workspace: Path, env: dict | None) -> Path:
+    """Run the loop on the problem in a git repository of its own (problems side by side never share a tree);
+    the worktree of its run's branch, where optimized_kernels/ is."""
+    repo = workspace / "repo"
+    shutil.rmtree(repo, ignore_errors=True)
+    repo.mkdir(parents=True)
+    for step in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", f"score {file.stem}"]):
+        subprocess.run([*_GIT, *step], cwd=repo, capture_output=True, check=True)
+    tag = f"score-{file.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    proc = _run([sys.executable, str(paths.script("orchestrate.py")), "--workdir", str(repo), str(file.resolve()),
+                 "--budget", run.budget, "--top", str(run.top), "--agent", "builtin", "--tag", tag, *run.extra_args],
+                "the optimization", run, env, cwd=repo)
+    if proc.returncode != 0:
+        raise _ProblemFailed(f"autokernel optimize exited {proc.returncode}: {_tail(proc.stderr or proc.stdout)}")
+    worktree = workspace / "run"
+    shutil.rmtree(worktree, ignore_errors=True)
+    added = subprocess.run([*_GIT, "worktree", "add", "--detach", str(worktree), f"autokernel/{tag}"],
+                           cwd=repo, capture_output=True, text=True)
+    if added.returncode != 0:
+        raise _ProblemFailed(f"cannot check out the run's branch autokernel/{tag}: {_tail(added.stderr)}")
+    return worktree / "optimized_kernels"
+
+
+def _drop_worktree(optimized_dir: Path) -> None:
+    subprocess.run(["git", "worktree", "remove", "--force", str(optimized_dir.parent)],
+                   cwd=optimized_dir.parent.parent / "repo", capture_output=True)
+
+
+def _verify(file: Path, workspace: Path, optimized: Path | None, run: ScoringRun, env: dict | None) -> dict:
+    kernels = ["--optimized-dir", str(optimized)] if optimized else ["--starters"]
+    cmd = [sys.executable, str(paths.script("verify.py")), str(file), *kernels, "--workspace", str(workspace),
+           *run.extra_args, *([] if run.compile_enabled else ["--no-compile"])]
+    proc = _run(cmd, "verify", run, env)
+    if proc.returncode == NOTHING_TO_PLUG_IN:
+        return None
+    report_file = workspace / "verify_report.json"
+    if proc.returncode not in (0, 1) or not report_file.is_file():
+        raise _ProblemFailed(f"verify exited {proc.returncode}: {_tail(proc.stderr or proc.stdout)}")
+    return json.loads(report_file.read_text())
+
+
+def _tail(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def _row(score: ProblemScore) -> str:
+    if score.error:
+        return f"{score.problem}: not scored: {score.error}"
+    speed = " ".join(f"{name} {value:.2f}x" for name, value in (("vs eager", score.speedup_vs_eager),
+                                                                ("vs compile", score.speedup_vs_compile)) if value)
+    return f"{score.problem}: {'correct' if score.correct else 'WRONG'}, {speed or 'not timed'}; {score.verdict}"
+
+
+def format_table(scores: list[ProblemScore]) -> str:
+    """Markdown: one row per problem, then the fast_p summary against eager and against torch.compile."""
+    lines = ["| problem | correct | vs eager | vs torch.compile | verdict |", "| --- | --- | --- | --- | --- |"]
+    for s in scores:
+        lines.append(f"| {s.problem} | {'yes' if s.correct else 'no'} | {_x(s.speedup_vs_eager)} | "
+                     f"{_x(s.speedup_vs_compile)} | {s.error or s.verdict} |")
+    table = summary(scores)
+    lines += ["", f"{table['problems']} problems, {table['correct']:.0%} correct.", "",
+              "| baseline | fast_1 | fast_1.5 | fast_2 | geometric mean speedup |", "| --- | --- | --- | --- | --- |"]
+    for baseline in ("eager", "compile"):
+        row = table[baseline]
+        lines.append(f"| {baseline} | {row['fast_1']:.0%} | {row['fast_1.5']:.0%} | {row['fast_2']:.0%} | "
+                     f"{_x(row['geomean_speedup'])} |")
+    if not table["timings_meaningful"]:
+        lines.append("\nCPU interpreter: the speedups are NOT MEANINGFUL (no GPU).")
+    return "\n".join(lines)
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"

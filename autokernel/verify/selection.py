@@ -1,0 +1,110 @@
+"""Keeps a kernel's routes only if the whole model gets faster with them: the end-to-end check of the route table.
+
+A kernel that beats PyTorch's op alone can still make the model slower: under torch.compile,
+Inductor fuses PyTorch's op with its neighbours (a residual add into a norm, a transpose into a
+rotary), which a separate kernel prevents, and the copies our launch makes to give the kernel the
+contiguous inputs it was verified on cost time too. So, mode by mode (eager, and compiled), the
+kernels with routes that won alone are tried in the model one at a time, the largest predicted
+gain first. Each trial times the routed model and PyTorch's own path in turn (paired runs:
+autokernel/verify/variants.py), so that a machine whose speed drifts between runs moves both alike; a
+kernel stays routed only if the speedup over PyTorch with it beats the best so far by more than
+the noise. A kernel that fails the test loses its routes in that mode, and its records say why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from autokernel.verify import latency
+from autokernel.verify.variants import NOISE_FLOOR, VARIANTS, VariantResult
+
+# mode -> (the record flag it sets, the record times that predict its gain: ours, PyTorch's)
+MODES = {"eager": ("route_eager", "ours_us", "pytorch_us"),
+         "compiled": ("route_compiled", "ours_gpu_us", "compiled_gpu_us")}
+
+
+@dataclass
+class Trial:
+    mode: str
+    kernel: str
+    variant: str
+    ms: float | None
+    pytorch_ms: float | None            # PyTorch's own path, timed in turn with it
+    speedup: float | None
+    best_before: float                  # the speedup over PyTorch to beat
+    kept: bool
+    why: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def predicted_gain_us(records: list, mode: str) -> float:
+    """Time one forward saves if this kernel's routes in `mode` behave in the model as they did alone."""
+    flag, ours, theirs = MODES[mode]
+    return sum(r.calls * (getattr(r, theirs) - getattr(r, ours)) for r in records
+               if getattr(r, flag) and getattr(r, ours) is not None and getattr(r, theirs) is not None)
+
+
+def select(mode: str, records: dict[str, list], variant: str, try_variant: Callable[[str], VariantResult],
+           forget: Callable[[], None], allowed_error: float,
+           log: Callable[[str], None]) -> tuple[VariantResult | None, list[Trial]]:
+    """Try each candidate kernel in `mode` in the model; returns the best routed result (None if none kept) and trials.
+
+    records: kernel name -> its route records (their flags are changed in place); try_variant(variant)
+    times the model as routed now, paired with PyTorch's own path (result.baseline); forget() drops
+    the router's cached decisions, so changed flags take effect.
+    """
+    flag = MODES[mode][0]
+    candidates = sorted((name for name, rs in records.items() if any(getattr(r, flag) for r in rs)),
+                        key=lambda name: -predicted_gain_us(records[name], mode))
+    saved = {name: [getattr(r, flag) for r in records[name]] for name in candidates}
+    for name in candidates:          # start from PyTorch's path in this mode
+        _set(records[name], flag, [False] * len(records[name]))
+    best_speedup, best_routed, trials = 1.0, None, []
+    for name in candidates:
+        _set(records[name], flag, saved[name])
+        forget()
+        log(f"end-to-end check of {name}'s {mode} routes ({VARIANTS[variant][0]}, paired with PyTorch's own)")
+        result = try_variant(variant)
+        kept, speedup, why = _judge(result, best_speedup, allowed_error)
+        trials.append(Trial(mode, name, variant, result.ms, result.baseline.median_ms if result.baseline else None,
+                            speedup, best_speedup, kept, why))
+        if kept:
+            best_speedup, best_routed = speedup, result
+            continue
+        _set(records[name], flag, [False] * len(records[name]))
+        for record, was_routed in zip(records[name], saved[name]):
+            if was_routed:
+                record.why += f"; {mode} route dropped end to end: {why}"
+    forget()
+    return best_routed, trials
+
+
+def _judge(result: VariantResult, best_speedup: float, allowed_error: float) -> tuple[bool, float | None, str]:
+    """Whether this trial beats the best speedup over PyTorch so far by more than the noise, and why.
+
+    The speedup and its noise come from the paired repeats (latency.paired_speedup): each repeat of
+    ours is set against PyTorch's repeat taken right beside it, so a machine whose speed drifts
+    during the trial widens neither. Without paired repeats, the medians and the larger spread."""
+    if result.ms is None or result.baseline is None:
+        return False, None, result.failed or "could not be timed"
+    if result.error is None or result.error > allowed_error:
+        return False, None, f"output error {result.error:.3g} over {allowed_error:g}"
+    paired = latency.paired_speedup(result.latency, result.baseline)
+    if paired is not None:
+        speedup, measured, how = *paired, "of the paired repeats"
+    else:
+        speedup, how = result.baseline.median_ms / result.ms, "of the repeats"
+        measured = max(result.latency.spread, result.baseline.spread)
+    noise = max(NOISE_FLOOR, measured)
+    kept = speedup > best_speedup * (1 + noise)
+    return kept, speedup, (f"{'faster' if kept else 'not faster'}: {speedup:.3f}x PyTorch's own path, timed in turn "
+                           f"(to beat: {best_speedup:.3f}x, noise {noise:.1%} {how}; {result.ms:.3f} ms against "
+                           f"{result.baseline.median_ms:.3f})")
+
+
+def _set(records: list, flag: str, values: list[bool]) -> None:
+    for record, value in zip(records, values):
+        setattr(record, flag, value)

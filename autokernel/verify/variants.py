@@ -1,0 +1,139 @@
+"""The six ways to run a model that verify compares, and how one of them is built, checked and timed.
+
+PyTorch eager, torch.compile and torch.compile with CUDA graphs (mode="reduce-overhead"), and each
+of the three with our kernels plugged in. A variant is timed as a whole forward call
+(autokernel/verify/latency.py: median of repeats and their spread) and its output checked against the
+original's. A variant that fails (a compiler error) is a finding to report, not a crash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, ContextManager
+
+import torch
+
+from autokernel.routing.outputs import output_error
+from autokernel.verify import latency
+
+# variant -> (its name in reports, ours or not, torch.compile mode: None eager, "default", "reduce-overhead")
+VARIANTS = {
+    "eager": ("PyTorch eager", False, None),
+    "compile": ("torch.compile", False, "default"),
+    "cudagraphs": ("torch.compile + CUDA graphs", False, "reduce-overhead"),
+    "ours": ("AutoKernel", True, None),
+    "ours_compile": ("AutoKernel + torch.compile", True, "default"),
+    "ours_cudagraphs": ("AutoKernel + torch.compile + CUDA graphs", True, "reduce-overhead"),
+}
+HOW_TO_USE = {
+    "eager": "model", "compile": "torch.compile(model)",
+    "cudagraphs": 'torch.compile(model, mode="reduce-overhead")',
+    "ours": "autokernel.plug_in(model)", "ours_compile": "torch.compile(autokernel.plug_in(model))",
+    "ours_cudagraphs": 'torch.compile(autokernel.plug_in(model), mode="reduce-overhead")',
+}
+# With regions routed, the compiled paths need their backend (autokernel/routing/regions/routing.py).
+HOW_TO_USE_WITH_REGIONS = {
+    "ours_compile": "m = autokernel.plug_in(model); torch.compile(m, backend=autokernel.compile_backend(m))",
+    "ours_cudagraphs": 'm = autokernel.plug_in(model); torch.compile(m, backend=autokernel.compile_backend(m, '
+                       '"reduce-overhead"))',
+}
+NOISE_FLOOR = 0.01
+INDUCTOR = "inductor"
+
+
+@dataclass
+class VariantResult:
+    """One variant's figures: latency per forward, error against the original, graph breaks; or why it failed."""
+    variant: str
+    latency: latency.Latency | None = None
+    error: float | None = None
+    graph_breaks: int | None = None
+    graphs: int | None = None                 # graphs Dynamo compiled for the forward (1 without breaks or recompiles)
+    failed: str | None = None
+    baseline: latency.Latency | None = None   # PyTorch's own path, timed in turn with this one (paired runs)
+
+    @property
+    def ms(self) -> float | None:
+        return self.latency.median_ms if self.latency else None
+
+    def to_json(self) -> dict:
+        return {"variant": self.variant, "name": VARIANTS[self.variant][0],
+                "latency": self.latency.to_json() if self.latency else None, "ms": self.ms,
+                "error": self.error, "graph_breaks": self.graph_breaks, "graphs": self.graphs, "failed": self.failed}
+
+
+def available(on_gpu: bool, compile_backend: str | None) -> list[str]:
+    """The variants that can run here: compiled ones when a backend is given, CUDA-graph ones with inductor on a GPU."""
+    return [name for name, (_, _, mode) in VARIANTS.items()
+            if mode is None or (compile_backend and (mode != "reduce-overhead" or on_gpu and compile_backend == INDUCTOR))]
+
+
+def compiled(model, mode: str, backend):
+    """torch.compile of the model in a variant's mode ("reduce-overhead" is inductor's CUDA-graph mode); a callable
+    backend is asked for the backend of that mode (a plugged-in model's regions:
+    autokernel/routing/regions/routing.py)."""
+    if callable(backend):
+        return torch.compile(model, backend=backend(mode))
+    if backend != INDUCTOR:
+        return torch.compile(model, backend=backend)
+    return torch.compile(model) if mode == "default" else torch.compile(model, mode=mode)
+
+
+def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str = INDUCTOR,
+        after_first_call: Callable[[], None] | None = None,
+        paired_with: Callable[[], ContextManager] | None = None) -> VariantResult:
+    """Build the variant (compiling where it asks), check its output, and time it.
+
+    paired_with() is a context in which the same model runs PyTorch's own path (the router
+    bypassed): then the two are timed in turn, repeat by repeat, and result.baseline holds
+    PyTorch's figure. A ratio of paired figures survives a machine that drifts between runs.
+    """
+    from torch._dynamo.utils import counters
+
+    mode = VARIANTS[variant][2]
+    result = VariantResult(variant)
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        fn = model if mode is None else compiled(model, mode, backend)
+        with torch.no_grad():
+            fn(*inputs)                           # compiles, or resolves the routes eagerly
+            if after_first_call is not None:
+                after_first_call()
+            for _ in range(2 if mode == "reduce-overhead" else 0):
+                fn(*inputs)                       # CUDA graphs are recorded after warm-up calls
+            # Compared at once, before any other call could reuse the output's memory: no copy of it is held.
+            result.error = output_error(expected, fn(*inputs))
+            graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+            if paired_with is None:
+                result.latency = latency.wall_clock(lambda: fn(*inputs), on_gpu)
+            else:
+                def pytorch():
+                    with paired_with():
+                        return fn(*inputs)
+                for _ in range(3 if mode == "reduce-overhead" else 1):
+                    pytorch()                     # compiles and records PyTorch's own graph too
+                result.latency, result.baseline = latency.paired(lambda: fn(*inputs), pytorch, on_gpu)
+    except Exception as exc:        # a compiler error is a finding to report, not a crash
+        result.failed = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+    if mode is not None:
+        result.graphs, result.graph_breaks = graphs, max(breaks, graphs - 1)
+    torch._dynamo.reset()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()       # what this variant cached goes back before the next one is built
+    return result
+
+
+def run_routed(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str, kernels: list,
+               log: Callable[[str], None], after_first_call: Callable[[], None] | None = None,
+               paired_with: Callable[[], ContextManager] | None = None) -> VariantResult:
+    """run(), and when a compiled variant fails with Triton ops in it, once more with those traced as opaque ops."""
+    result = run(variant, model, inputs, expected, on_gpu, backend, after_first_call, paired_with)
+    triton_ops = [k for k in kernels if k.op_kind == "triton_op"]
+    if result.failed and VARIANTS[variant][2] and triton_ops:
+        for kernel in triton_ops:
+            kernel.use_opaque_op(f"its Triton op failed in torch.compile: {result.failed[:120]}")
+        log(f"{VARIANTS[variant][0]} failed with Triton ops ({result.failed[:120]}); again with opaque custom ops")
+        result = run(variant, model, inputs, expected, on_gpu, backend, after_first_call, paired_with)
+    return result

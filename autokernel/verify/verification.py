@@ -1,0 +1,205 @@
+"""The end-to-end verification that verify.py runs: the plan, the starters, the comparison, the report.
+
+It runs inside the sandbox (autokernel/verify/isolated.py starts it there), because it imports kept
+kernels, which are code an LLM wrote. So it writes nothing of the user's: it reads the workspace
+(the plan) and writes every file it makes into `out` (the profile and the plan when it profiled, the
+starters' manifest, the report), and it hands back the route tables it measured as data. The parent,
+outside the sandbox, checks and copies what it may (isolated.py); nothing the child writes is kept
+otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from rich.console import Console
+
+from autokernel.core import paths
+from autokernel.core.contracts import PlanEntry
+from autokernel.kernel_types.regions import store as region_store
+from autokernel.profile import models, profiler
+from autokernel.profile.regions import jobs as region_jobs
+from autokernel.profile.regions.inductor import InductorFailed
+from autokernel.profile.regions.starter_code import StarterError
+from autokernel.routing import manifest, plugin
+from autokernel.routing.outputs import ERROR_DEFINITION
+from autokernel.verify import handover
+
+REPORT_FILE = "verify_report.json"
+STARTER_MANIFEST_DIR = "starter_kernels"     # under the workspace
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+# The model has no kernel type AutoKernel covers: nothing to check, and the user keeps PyTorch's path.
+EXIT_NOTHING_TO_PLUG_IN = 3
+
+
+class NothingToPlugIn(plugin.PlugInError):
+    """The plan has no kernel type AutoKernel has a kernel for."""
+
+
+@dataclass
+class Outcome:
+    """What one verification hands back: its exit code, the report, the route tables to record, and the
+    files it made (relative to the workspace; the starters' manifest and, when it profiled, the plan)."""
+    exit_code: int
+    report: dict | None = None
+    route_tables: dict = field(default_factory=dict)   # kernel name -> {"source_sha256", "device", "records"}
+    tables_for: str | None = None                      # the manifest they belong to: "optimized" or "starters"
+    made: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"exit_code": self.exit_code, "report": self.report, "route_tables": self.route_tables,
+                "tables_for": self.tables_for, "made": self.made}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Outcome":
+        if not isinstance(data, dict) or not isinstance(data.get("exit_code"), int):
+            raise ValueError("not a verification outcome")
+        return cls(exit_code=data["exit_code"], report=data.get("report"), route_tables=data.get("route_tables") or {},
+                   tables_for=data.get("tables_for"), made=list(data.get("made") or []))
+
+
+def run(loaded: models.LoadedModel, *, workspace: Path, out: Path, optimized_dir: Path | None, starters: bool,
+        compile_backend: str | None, policy: str, overhead: bool, console: Console) -> Outcome:
+    """Verify: read the plan from `workspace`, write what is made into `out`; the report is printed."""
+    region_store.add_folder(workspace / region_store.FOLDER)      # the regions a plan there names
+    plan, plan_note = read_model_plan(workspace / profiler.PLAN_FILE, loaded)
+    made: list[str] = []
+    if starters:
+        folder, plan, plan_note, made = starters_of_plan(loaded, workspace, out, plan, plan_note, console)
+    else:
+        folder = optimized_dir
+    plugin.load_kernels(folder)    # a missing or broken manifest fails before any timing
+    report, tables = verify(loaded, folder, compile_backend=compile_backend, plan=plan, plan_note=plan_note,
+                            policy=policy, overhead=overhead,
+                            log=lambda line: console.print(line, markup=False, highlight=False))
+    if starters:
+        report["optimized_dir"] = str(workspace / STARTER_MANIFEST_DIR)
+    (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    made.append(REPORT_FILE)
+    return Outcome(EXIT_PASS if report["correctness"]["passed"] else EXIT_FAIL, report, tables,
+                   "starters" if starters else "optimized", made)
+
+
+def starters_of_plan(loaded: models.LoadedModel, workspace: Path, out: Path, plan: dict | None, plan_note: str,
+                     console: Console) -> tuple[Path, dict, str, list[str]]:
+    """The starter kernels' folder (in `out`) for this model's plan, profiled first when there is none; the plan, its
+    note and the files made."""
+    made = []
+    if plan is None:
+        console.print(f"{plan_note}: profiling {loaded.name} first", markup=False)
+        _, plan = profiler.profile_to_workspace(loaded.model, loaded.inputs, name=loaded.name, workspace=out)
+        plan_note = f"{_plan_source(workspace / profiler.PLAN_FILE, plan)}, profiled now"
+        made += [profiler.PLAN_FILE, profiler.REPORT_FILE]
+    earlier = workspace / STARTER_MANIFEST_DIR / paths.MANIFEST_NAME
+    folder = write_starter_manifest(plan, out / STARTER_MANIFEST_DIR, earlier=earlier)
+    console.print(f"the starter kernels of {len(plan['entries'])} kernel types, at the plan's shapes "
+                  f"({plan['dtype']}): {workspace / STARTER_MANIFEST_DIR / paths.MANIFEST_NAME}", markup=False)
+    made += [str(path.relative_to(out)) for path in sorted(folder.rglob("*")) if path.is_file()]
+    return folder, plan, plan_note, made
+
+
+def starter_entries(plan: dict, folder: Path) -> dict[str, dict]:
+    """The manifest entries of each planned kernel type's starter, at the plan's shapes: kernels/<type>.py, or for a
+    region Inductor's code for it, generated into folder (with its region file) and named relative to it."""
+    entries = {}
+    for entry in plan["entries"]:
+        try:       # a region's starter is Inductor's code for it, generated here (autokernel/profile/regions/jobs.py)
+            starter = region_jobs.starter_file(entry["kernel_type"], folder)
+        except (InductorFailed, StarterError) as why:
+            print(f"no starter for {entry['kernel_type']}: {why}", file=sys.stderr)
+            continue
+        named = starter.name if starter.parent == folder else starter
+        entries[f"{entry['rank']}_{entry['kernel_type']}"] = plugin.manifest_entry(PlanEntry.from_json(entry), named)
+    return entries
+
+
+def write_starter_manifest(plan: dict, folder: Path, earlier: Path | None = None) -> Path:
+    """A manifest of the starter kernels of the plan, in folder/manifest.json (keeping the route tables measured
+    before for the same sources, from `earlier`, by default that file itself); the folder is returned."""
+    entries = starter_entries(plan, folder)
+    if not entries:
+        raise NothingToPlugIn(f"the plan of {plan['model']} has no kernel type AutoKernel has a kernel for, "
+                              "so there is nothing to plug in")
+    manifest_path = folder / paths.MANIFEST_NAME
+    earlier = earlier or manifest_path
+    before = manifest.read_manifest(earlier) if earlier.is_file() else {}
+    for name, entry in entries.items():
+        if manifest.ROUTE_TABLE in before.get(name, {}):
+            entry[manifest.ROUTE_TABLE] = before[name][manifest.ROUTE_TABLE]
+    plugin.write_manifest(manifest_path, entries)
+    return folder
+
+
+def verify(loaded: models.LoadedModel, optimized_dir: str | Path, *, compile_backend: str | None, plan: dict | None,
+           plan_note: str, policy: str = plugin.MEASURED, overhead: bool = False,
+           log: Callable[[str], None] = lambda line: None) -> tuple[dict, dict]:
+    """The end-to-end comparison and checks (autokernel/verify/handover.py) as plain data, and the route tables
+    measured."""
+    on_gpu = loaded.device.type == "cuda"
+    compared, tables = handover.compare(loaded.model, loaded.inputs, optimized_dir, on_gpu=on_gpu,
+                                        compile_backend=compile_backend, policy=policy, overhead=overhead, log=log)
+    routing = compared.pop("routing")
+    shares = {entry["kernel_type"]: entry["share"] for entry in plan["entries"]} if plan else {}
+    for kernel in routing["kernels"]:
+        kernel["share"] = shares.get(kernel["kernel_type"])
+    errors = [v["error"] for v in compared["variants"].values() if v["variant"].startswith("ours") and v["ms"]]
+    allowed = compared["tolerance"]
+    passed = compared["checked"]["passed"] and all(error <= allowed for error in errors)
+    report = {
+        "model": loaded.name, "device": str(loaded.device), "device_name": plugin.device_name(),
+        "dtype": str(loaded.dtype).removeprefix("torch."), "inputs": profiler.describe_inputs(loaded.inputs),
+        "versions": {"torch": torch.__version__, "triton": _triton_version()},
+        "optimized_dir": str(optimized_dir),
+        "plan": plan_note if plan else f"{plan_note}: shares unknown (run profile.py on this model)",
+        "replaced_share": sum({k["kernel_type"]: k["share"] or 0.0 for k in routing["kernels"] if k["hits"]}.values())
+                          if shares else None,
+        **routing, **compared,
+        "correctness": {"max_error": compared["checked"]["max_error"], "variant_max_error": max(errors, default=None),
+                        "tolerance": allowed, "passed": passed, "definition": ERROR_DEFINITION},
+        "timings_meaningful": on_gpu,
+    }
+    return report, tables
+
+
+def _triton_version() -> str:
+    import triton
+
+    return triton.__version__
+
+
+def read_model_plan(plan_path: Path, loaded: models.LoadedModel) -> tuple[dict | None, str]:
+    """The plan at plan_path if it is this model's, else None; and a note on which.
+
+    This model's plan has the same name, device and dtype, and, when the plan records them (older
+    plans do not), the same inputs: a plan profiled at another --input-shape has other shapes.
+    """
+    if not plan_path.is_file():
+        return None, f"no plan at {plan_path}"
+    try:
+        plan = json.loads(plan_path.read_text())
+    except json.JSONDecodeError:
+        return None, f"{plan_path} is not valid JSON"
+    if not isinstance(plan, dict) or not isinstance(plan.get("entries"), list):
+        return None, f"{plan_path} is not an optimization plan"
+    this_model = (loaded.name, loaded.device.type, str(loaded.dtype).removeprefix("torch."))
+    planned = (plan.get("model"), plan.get("device"), plan.get("dtype"))
+    if planned != this_model:
+        return None, f"{plan_path} is the plan of {_describe(*planned)}, not of {_describe(*this_model)}"
+    these_inputs = profiler.describe_inputs(loaded.inputs)
+    if "inputs" in plan and plan["inputs"] != these_inputs:
+        return None, (f"{plan_path} is the plan of {_describe(*planned)} with inputs {json.dumps(plan['inputs'])}, "
+                      f"not {json.dumps(these_inputs)}")
+    return plan, _plan_source(plan_path, plan)
+
+
+def _describe(model_name, device, dtype) -> str:
+    return f"{model_name} ({device}, {dtype})"
+
+
+def _plan_source(plan_path: Path, plan: dict) -> str:
+    return f"shares from {plan_path} ({plan.get('timing', 'measured time')} on {plan.get('device_name', '?')})"
