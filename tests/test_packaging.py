@@ -75,8 +75,9 @@ def test_the_wheel_holds_the_package_alone_with_the_tool_files_inside_it(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/")[0] for name in names}
     assert top_level == {"autokernel", "autokernel-0.1.0.dist-info"}, top_level
-    for needed in ("autokernel/_layout/bench.py", "autokernel/_layout/program.md", "autokernel/_layout/kernels/softmax.py",
-                   "autokernel/kernel_types/references.py", "autokernel/profile/jobs.py"):
+    for needed in ("autokernel/_layout/bench.py", "autokernel/_layout/program.md",
+                   "autokernel/_layout/kernels/softmax.py", "autokernel/kernel_types/references.py",
+                   "autokernel/profile/jobs.py"):
         assert needed in names
 
 
@@ -171,3 +172,11 @@ def test_ci_runs_the_readmes_test_command_and_the_fast_tier_leaves_out_a_registe
     assert 'python -m pytest -q -n auto -m "not slow"' in development
     options = tomllib.loads((PROJECT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert "--strict-markers" in options["addopts"] and any(marker.startswith("slow:") for marker in options["markers"])
+
+
+def test_the_wheel_lists_every_subpackage_of_the_package():
+    """pyproject.toml names the packages the wheel carries: every folder of autokernel/ with an __init__.py (a layer
+    left out installs a package that cannot import it)."""
+    listed = tomllib.loads((PROJECT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    found = {".".join(path.parent.relative_to(PROJECT).parts) for path in (PROJECT / "autokernel").rglob("__init__.py")}
+    assert sorted(listed) == sorted(found)
