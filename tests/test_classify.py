@@ -251,7 +251,7 @@ def test_a_real_hugging_face_llama_is_attributed_by_kernel_type(tmp_path):
     loaded = load_model(hf="llama", device="cpu", input_shape=(1, 32), hf_overrides=dict(
         vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4))
     _, plan = profiler.profile_to_workspace(loaded.model, loaded.inputs, name=loaded.name, workspace=tmp_path)
-    shapes = {entry["kernel_type"]: entry["shapes"][0] for entry in plan["entries"]}
+    shapes = {entry.kernel_type: entry.shapes[0] for entry in plan.entries}
     # HF's LlamaRMSNorm (pow/mean/rsqrt/mul) and apply_rotary_pos_emb (slices, neg, cat, muls) are one op each.
     assert shapes["rmsnorm"] == {"M": 32, "N": 64}
     # input_layernorm feeds only q_proj, k_proj and v_proj; post_attention_layernorm only the MLP
@@ -260,7 +260,7 @@ def test_a_real_hugging_face_llama_is_attributed_by_kernel_type(tmp_path):
     assert shapes["rotary_embedding"] == {"B": 1, "H": 4, "S": 32, "D": 16}
     assert shapes["rmsnorm_mlp"] == {"M": 32, "D": 64, "F": 128, "act": "silu"} and "fused_mlp" not in shapes
     assert shapes["flash_attention"]["causal"] == 1
-    assert plan["coverage"] >= 0.95
+    assert plan.coverage >= 0.95
 
 
 class WideNormGroupedAttention(nn.Module):

@@ -15,6 +15,7 @@ from autokernel.core import paths
 from autokernel.core.contracts import (PASS, VERDICTS, BenchResult, ContractError, Job, ManifestEntry, PlanEntry,
                                         RunSettings, RunState)
 from autokernel.core.live import ProgressView
+from autokernel.core.plan import Plan, PlanError, read_plan
 from autokernel.profile import jobs as kernel_jobs, profiler
 from autokernel.search import gitops, loop, run_state
 from autokernel.search.budget import Budget
@@ -46,6 +47,26 @@ def test_plan_entries_round_trip_through_the_plan_the_profiler_writes(workspace)
     for entry in entries:
         record = PlanEntry.from_json(entry)
         assert record.to_json() == entry and record.shapes and record.rank >= 1
+
+
+def test_the_plan_round_trips_through_the_file_the_profiler_writes_and_reads_older_plans(workspace):
+    written = json.loads((workspace / profiler.PLAN_FILE).read_text())
+    plan = read_plan(workspace / profiler.PLAN_FILE)
+    assert isinstance(plan, Plan) and plan.to_json() == written       # every key kept, the policies' among them
+    assert plan.model == "head" and plan.regions["found"] >= 1 and "fold_policy" in plan.extra
+    assert plan.shares() == {entry.kernel_type: entry.share for entry in plan.entries}
+    # An older plan listed the time no kernel names as an entry "other": read, it is the plan's other_ms.
+    older = {key: value for key, value in written.items() if key != "other"}
+    older["entries"] = [*written["entries"], {"rank": 9, "kernel_type": "other", "time_ms": 0.25, "share": 0.1}]
+    assert Plan.from_json(older).other_ms == 0.25 and Plan.from_json(older).entries == plan.entries
+    # What is not a plan is refused by name, and read_plan says what to do.
+    for broken, why in (({"model": "m"}, "no \"entries\" list"), ({"entries": []}, "needs model, device, dtype"),
+                        ({**written, "entries": [{"kernel_type": "softmax"}]}, "a PlanEntry needs")):
+        with pytest.raises(ContractError, match=why):
+            Plan.from_json(broken)
+    (workspace / "broken_plan.json").write_text(json.dumps({"model": "m"}))
+    with pytest.raises(PlanError, match="not an optimization plan .* run profile.py again"):
+        read_plan(workspace / "broken_plan.json")
 
 
 def test_jobs_round_trip_through_jobs_json(workspace):

@@ -237,13 +237,13 @@ def test_the_profilers_plan_and_the_router_agree_on_the_folds(tmp_path):
     model, inputs = tiny_llama()
     with torch.no_grad():
         report = profiler.profile_model(model, inputs, warmup=1, iters=1)
-    entry = next(e for e in profiler.build_plan(report, hardware.detect())["entries"]
-                 if e["kernel_type"] == "rmsnorm_linear")
-    assert entry["calls"] == 4      # q, k, v and the lm_head: the MLP's norm feeds a fused_mlp module
-    shapes = {"rmsnorm_linear": entry["shapes"], "fused_mlp": LLAMA_SHAPES["fused_mlp"]}
+    entry = next(e for e in profiler.build_plan(report, hardware.detect()).entries
+                 if e.kernel_type == "rmsnorm_linear")
+    assert entry.calls == 4      # q, k, v and the lm_head: the MLP's norm feeds a fused_mlp module
+    shapes = {"rmsnorm_linear": entry.shapes, "fused_mlp": LLAMA_SHAPES["fused_mlp"]}
     folder = write_optimized(tmp_path / "opt", shapes, sources=reference_sources("fused_mlp"))
     with torch.no_grad():
-        assert _plugged_stats(model, inputs, folder) == {"rmsnorm_linear": (entry["calls"], 0), "fused_mlp": (1, 0)}
+        assert _plugged_stats(model, inputs, folder) == {"rmsnorm_linear": (entry.calls, 0), "fused_mlp": (1, 0)}
 
 
 class SoftmaxToo(Block):

@@ -19,7 +19,7 @@ SOFTMAX_SHAPES = [{"M": 4096, "N": 512}]
 
 
 def _plan(entries):
-    return {"model": "llama.py:Model", "dtype": "float16", "total_ms": 10.0, "coverage": 1.0,
+    return {"model": "llama.py:Model", "device": "cuda", "dtype": "float16", "total_ms": 10.0, "coverage": 1.0,
             "other": {"time_ms": 1.0, "share": 0.1}, "entries": entries}
 
 

@@ -46,7 +46,7 @@ def test_every_problem_is_planned(path, tmp_path):
     model, inputs = small_problem(path)
     with torch.no_grad():
         _, plan = profiler.profile_to_workspace(model, inputs, name=path.stem, workspace=tmp_path, warmup=1, iters=1)
-    types = [entry["kernel_type"] for entry in plan["entries"]]
-    assert types, plan.get("regions")
+    types = [entry.kernel_type for entry in plan.entries]
+    assert types, plan.regions
     if path.stem in NEW - MENU_ONLY:
-        assert any(store.is_region(t) for t in types), (types, plan.get("regions"))
+        assert any(store.is_region(t) for t in types), (types, plan.regions)

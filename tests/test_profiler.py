@@ -8,6 +8,7 @@ import torch
 from rich.console import Console
 
 from autokernel.core import hardware
+from autokernel.core.plan import read_plan
 from autokernel.kernel_types import registry
 from autokernel.profile import profiler
 from autokernel.profile.profiler import CallSite, ProfileReport
@@ -53,32 +54,33 @@ def _handmade_report(device="cpu"):
 
 def test_plan_ranks_by_time_with_exact_shares_and_amdahl():
     plan = profiler.build_plan(_handmade_report(), hardware.lookup("H100"))
-    first, second = plan["entries"]
-    assert (first["rank"], first["kernel_type"], second["rank"], second["kernel_type"]) == (1, "matmul", 2, "rmsnorm")
-    assert first["time_ms"] == pytest.approx(4.0) and first["share"] == pytest.approx(0.4)
-    assert first["amdahl_2x"] == pytest.approx(1 / (0.6 + 0.2))
-    assert second["share"] == pytest.approx(0.2) and second["amdahl_2x"] == pytest.approx(1 / 0.9)
+    first, second = plan.entries
+    assert (first.rank, first.kernel_type, second.rank, second.kernel_type) == (1, "matmul", 2, "rmsnorm")
+    assert first.time_ms == pytest.approx(4.0) and first.share == pytest.approx(0.4)
+    assert first.amdahl_2x == pytest.approx(1 / (0.6 + 0.2))
+    assert second.share == pytest.approx(0.2) and second.amdahl_2x == pytest.approx(1 / 0.9)
     # Shapes merge across call sites and come most time first.
-    assert first["shapes"] == [{"M": 4096, "N": 4096, "K": 4096}, {"M": 64, "N": 64, "K": 64}]
-    assert first["shape_times_ms"] == pytest.approx([3.0, 1.0])
-    assert first["calls"] == 4 and first["module_paths"] == ["a", "b", "c"]
-    assert plan["other"] == {"time_ms": 3.5, "share": pytest.approx(0.35)}
-    assert plan["coverage"] == pytest.approx(0.95)
-    assert (plan["dtype"], plan["gpu"], plan["model"]) == ("float16", "NVIDIA H100 SXM", "handmade")
-    assert plan["inputs"] == [{"shape": [1, 8], "dtype": "int64"}]
+    assert first.shapes == [{"M": 4096, "N": 4096, "K": 4096}, {"M": 64, "N": 64, "K": 64}]
+    assert first.shape_times_ms == pytest.approx([3.0, 1.0])
+    assert first.calls == 4 and first.module_paths == ["a", "b", "c"]
+    assert (plan.other_ms, plan.other_share) == (3.5, pytest.approx(0.35))
+    assert plan.to_json()["other"] == {"time_ms": 3.5, "share": pytest.approx(0.35)}
+    assert plan.coverage == pytest.approx(0.95)
+    assert (plan.dtype, plan.gpu, plan.model) == ("float16", "NVIDIA H100 SXM", "handmade")
+    assert plan.inputs == [{"shape": [1, 8], "dtype": "int64"}]
 
 
 def test_plan_places_entries_on_the_gpu_roofline():
     plan = profiler.build_plan(_handmade_report(), hardware.lookup("H100"))
-    bounds = {entry["kernel_type"]: entry["bound"] for entry in plan["entries"]}
+    bounds = {entry.kernel_type: entry.bound for entry in plan.entries}
     assert bounds == {"matmul": "compute", "rmsnorm": "memory"}
-    assert all(entry["pct_peak"] is None for entry in plan["entries"])     # CPU times say nothing about a GPU
+    assert all(entry.pct_peak is None for entry in plan.entries)     # CPU times say nothing about a GPU
     on_gpu = profiler.build_plan(_handmade_report(device="cuda"), hardware.lookup("H100"))
-    norm = next(entry for entry in on_gpu["entries"] if entry["kernel_type"] == "rmsnorm")
+    norm = next(entry for entry in on_gpu.entries if entry.kernel_type == "rmsnorm")
     moved_gb = registry.get("rmsnorm").bytes_moved({"M": 8192, "N": 4096}, 2) / 1e9
-    assert norm["pct_peak"] == pytest.approx(100 * moved_gb / 2e-3 / 3350.0)
+    assert norm.pct_peak == pytest.approx(100 * moved_gb / 2e-3 / 3350.0)
     no_gpu = profiler.build_plan(_handmade_report(), hardware.CPU_INTERPRETER)
-    assert {entry["bound"] for entry in no_gpu["entries"]} == {None}
+    assert {entry.bound for entry in no_gpu.entries} == {None}
 
 
 def test_outputs_are_written_and_printed(llama_report, tmp_path):
@@ -94,8 +96,9 @@ def test_outputs_are_written_and_printed(llama_report, tmp_path):
     times = [entry["time_ms"] for entry in saved_plan["entries"]]
     assert times == sorted(times, reverse=True)
     assert sum(times) + saved_plan["other"]["time_ms"] >= profiler.COVERAGE_TARGET * saved_plan["total_ms"]
+    assert read_plan(plan_path) == plan          # the file holds the plan whole: read back, it is the same record
     console = Console(record=True, width=160)
-    profiler.print_plan(saved_plan, top=2, console=console)
+    profiler.print_plan(read_plan(plan_path), top=2, console=console)
     text = console.export_text()
     assert saved_plan["entries"][0]["kernel_type"] in text and "coverage: 100.0%" in text
     assert saved_plan["entries"][2]["kernel_type"] not in text      # only the top 2 rows are shown

@@ -18,6 +18,7 @@ import torch  # noqa: E402
 import verify  # noqa: E402
 from autokernel.core import hardware  # noqa: E402
 from autokernel.core.paths import MANIFEST_NAME, ROOT, starter_path  # noqa: E402
+from autokernel.core.plan import Plan  # noqa: E402
 from autokernel.profile import models, profiler  # noqa: E402
 from autokernel.profile.profiler import PLAN_FILE  # noqa: E402
 from autokernel.routing import plugin  # noqa: E402
@@ -60,8 +61,10 @@ def test_tiny_llama_with_the_starter_kernels_passes(tmp_path, capsys):
     workspace.mkdir()
     (workspace / "optimization_plan.json").write_text(json.dumps({
         "model": "llama.py:Model", "device": "cpu", "dtype": "float32", "timing": "CPU op time", "device_name": "cpu",
-        "entries": [{"kernel_type": "matmul", "share": 0.5}, {"kernel_type": "rmsnorm", "share": 0.1},
-                    {"kernel_type": "rotary_embedding", "share": 0.05}]}))
+        "entries": [{"rank": rank, "kernel_type": kernel_type, "dtype": "float32", "shapes": [], "share": share,
+                     "amdahl_2x": 1 / (1 - share / 2)}
+                    for rank, (kernel_type, share) in enumerate((("matmul", 0.5), ("rmsnorm", 0.1),
+                                                                  ("rotary_embedding", 0.05)), start=1)]}))
 
     code = verify.main([*TINY_LLAMA_ARGS, "--optimized-dir", str(folder), "--workspace", str(workspace),
                         "--no-compile", "--route", "all"])
@@ -98,7 +101,9 @@ def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_p
     workspace.mkdir()
     # The plan of another dtype is not this model's: the model is profiled again.
     (workspace / PLAN_FILE).write_text(json.dumps({"model": "llama.py:Model", "device": "cpu", "dtype": "float16",
-                                                   "entries": [{"kernel_type": "softmax", "rank": 1}]}))
+                                                   "entries": [{"kernel_type": "softmax", "rank": 1, "dtype": "float16",
+                                                                "shapes": [{"M": 8, "N": 100}], "share": 0.5,
+                                                                "amdahl_2x": 1.33}]}))
 
     code = verify.main([*TINY_LLAMA_ARGS, "--starters", "--workspace", str(workspace), "--no-compile"])
 
@@ -154,7 +159,8 @@ def test_starters_reuse_this_models_plan(tmp_path, capsys):
         (f"{e['rank']}_{e['kernel_type']}", str(starter_path(e["kernel_type"])), e["share"]) for e in entries]
     assert all(k["hits"] > 0 and k["fallbacks"] == 0 for k in report["kernels"])
     with pytest.raises(verify.NothingToPlugIn, match="nothing to plug in"):
-        verification.write_starter_manifest({"model": "llama.py:Model", "entries": []}, tmp_path)
+        verification.write_starter_manifest(Plan(model="llama.py:Model", device="cpu", dtype="float32", entries=[]),
+                                            tmp_path)
 
 
 @pytest.mark.slow
@@ -197,7 +203,7 @@ def test_a_plan_profiled_at_other_inputs_is_not_this_models(tmp_path):
     plan_path = tmp_path / PLAN_FILE
 
     plan, note = verification.read_model_plan(plan_path, loaded_at(4, 16))
-    assert plan is not None and plan["inputs"] == [{"shape": [4, 16], "dtype": "float32"}]
+    assert plan is not None and plan.inputs == [{"shape": [4, 16], "dtype": "float32"}]
     assert note.startswith(f"shares from {plan_path}")
     plan, note = verification.read_model_plan(plan_path, loaded_at(8, 16))
     assert plan is None
@@ -208,7 +214,7 @@ def test_a_plan_profiled_at_other_inputs_is_not_this_models(tmp_path):
     del old_plan["inputs"]
     plan_path.write_text(json.dumps(old_plan))
     plan, _ = verification.read_model_plan(plan_path, loaded_at(8, 16))
-    assert plan == old_plan
+    assert plan == Plan.from_json(old_plan) and plan.inputs is None
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """The records the stages hand each other, and the words they judge with: one definition each.
 
-    profile  -> optimization_plan.json  entries: PlanEntry
+    profile  -> optimization_plan.json  Plan (autokernel/core/plan.py), its entries PlanEntry
     extract  -> jobs.json, state.json    Job
     bench.py -> its JSON result          BenchResult (verdict: PASS, FAIL, CRASH or TIMEOUT)
     loop     -> results.tsv              status: baseline, keep or revert (autokernel/search/results.py writes rows)

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from torch import nn
 from torch.autograd import DeviceType
 
+from autokernel.core.plan import OTHER  # noqa: F401 (the time no kernel type names: its name in the plan)
 from autokernel.kernel_types import TYPES
 from autokernel.kernel_types.base import ModuleMatch
 from autokernel.routing.fold_routing import FOLD_TYPES
 
-OTHER = "other"
 RANGE_PREFIX = "autokernel::"
 FUNCTION_RANGE_PREFIX = "autokernel.fn: "     # "<prefix><name>": its tail after ": " is the function's name
 

@@ -16,28 +16,12 @@ from pathlib import Path
 from typing import Callable
 
 from autokernel.core import paths
-from autokernel.core.contracts import ContractError, Job, PlanEntry
+from autokernel.core.contracts import Job, PlanEntry
+from autokernel.core.plan import PlanError, read_plan  # noqa: F401 (PlanError: extract's and the CLI's error)
 from autokernel.kernel_types import registry
 from autokernel.kernel_types.regions import store
 
 JOBS_FILE = "jobs.json"
-
-
-class PlanError(Exception):
-    """The plan file is missing or not a plan; the message says what to do."""
-
-
-def read_plan(plan_path: str | Path) -> dict:
-    path = Path(plan_path)
-    if not path.is_file():
-        raise PlanError(f"no plan at {path}: run `python profile.py MODEL` first")
-    try:
-        plan = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise PlanError(f"{path} is not valid JSON ({error}); run profile.py again") from error
-    if not isinstance(plan, dict) or not isinstance(plan.get("entries"), list):
-        raise PlanError(f"{path} is not an optimization plan (no \"entries\" list); run profile.py again")
-    return plan
 
 
 def bench_args(shapes: list[dict], dtype: str) -> list[str]:
@@ -69,16 +53,6 @@ def stamp_starter(source: str, job: Job) -> str:
     return "".join(lines[:split_line]) + header + "".join(lines[split_line:])
 
 
-def plan_entries(plan: dict) -> list[PlanEntry]:
-    """The plan's kernel entries ("other" is not a kernel) as records, by rank; PlanError for a malformed one."""
-    try:
-        entries = [PlanEntry.from_json(e) for e in plan["entries"] if not isinstance(e, dict) or
-                   e.get("kernel_type") != "other"]
-    except ContractError as error:
-        raise PlanError(f"the plan has a malformed entry ({error}); run profile.py again") from error
-    return sorted(entries, key=lambda entry: entry.rank)
-
-
 def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path, backend: str = "triton",
                  log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> list[Job]:
     """Write one kernel file per planned kernel type (the top `top` by rank) and jobs.json; return the jobs.
@@ -95,14 +69,14 @@ def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path, backend
     folder.mkdir(parents=True, exist_ok=True)
     jobs = []
     store.add_folder(folder / store.FOLDER)
-    for entry in plan_entries(plan):
+    for entry in plan.entries:
         if len(jobs) == top:
             break
         registry.get(entry.kernel_type)
         if not entry.shapes:
             raise PlanError(f"plan entry rank {entry.rank} ({entry.kernel_type}) has no shapes; run profile.py again")
         if store.is_region(entry.kernel_type):
-            jobs += _region_jobs(entry, plan.get("model", "unknown"), folder, log)[:top - len(jobs)]
+            jobs += _region_jobs(entry, plan.model, folder, log)[:top - len(jobs)]
             continue
         starter = paths.starter_path(entry.kernel_type, backend)
         if not starter.is_file() and backend == "cuda":
@@ -112,7 +86,7 @@ def extract_jobs(plan_path: str | Path, top: int, workspace: str | Path, backend
         if not starter.is_file():
             raise PlanError(f"no starter kernel for {entry.kernel_type}: expected {starter}")
         target = folder / f"kernel_{entry.rank}_{entry.kernel_type}.py"
-        job = make_job(entry, plan.get("model", "unknown"), target, backend)
+        job = make_job(entry, plan.model, target, backend)
         target.write_text(stamp_starter(starter.read_text(), job))
         jobs.append(job)
     (folder / JOBS_FILE).write_text(json.dumps([job.to_json() for job in jobs], indent=2) + "\n")

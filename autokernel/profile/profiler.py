@@ -29,6 +29,7 @@ from torch import nn
 
 from autokernel.core import hardware, paths
 from autokernel.core.contracts import PlanEntry
+from autokernel.core.plan import Plan, write_plan
 from autokernel.judge.timing import roofline
 from autokernel.kernel_types import registry
 from autokernel.kernel_types.fused_mlp import MLP_POLICY
@@ -256,7 +257,7 @@ def _op_times(roots: list[RootOp], iters: int) -> list[OpTime]:
 
 
 # --------------------------------------------------------------------------- the plan
-def build_plan(report: ProfileReport, gpu: hardware.GPUSpec) -> dict:
+def build_plan(report: ProfileReport, gpu: hardware.GPUSpec) -> Plan:
     """Kernel types ranked by measured time, each with its Amdahl figure and roofline placement."""
     dtype = getattr(torch, report.dtype)
     by_type: dict[str, list[CallSite]] = defaultdict(list)
@@ -266,15 +267,10 @@ def build_plan(report: ProfileReport, gpu: hardware.GPUSpec) -> dict:
     entries.sort(key=lambda entry: -entry.time_ms)
     for rank, entry in enumerate(entries, start=1):
         entry.rank = rank
-    other_share = report.other_ms / report.total_ms if report.total_ms > 0 else 0.0
-    return {
-        "model": report.model_name, "device": report.device, "device_name": report.device_name,
-        "gpu": gpu.name, "dtype": report.dtype, "inputs": report.inputs, "timing": report.timing,
-        "total_ms": report.total_ms, "wall_ms": report.wall_ms, "coverage": report.coverage,
-        "coverage_target": COVERAGE_TARGET, "mlp_policy": MLP_POLICY,
-        "fold_policy": FOLD_POLICY,
-        "other": {"time_ms": report.other_ms, "share": other_share}, "entries": [entry.to_json() for entry in entries],
-    }
+    return Plan(model=report.model_name, device=report.device, dtype=report.dtype, entries=entries,
+                total_ms=report.total_ms, other_ms=report.other_ms, device_name=report.device_name, gpu=gpu.name,
+                inputs=report.inputs, timing=report.timing, wall_ms=report.wall_ms, coverage=report.coverage,
+                extra={"coverage_target": COVERAGE_TARGET, "mlp_policy": MLP_POLICY, "fold_policy": FOLD_POLICY})
 
 
 def _plan_entry(kernel_type: str, sites: list[CallSite], report: ProfileReport, dtype: torch.dtype,
@@ -304,19 +300,19 @@ def _plan_entry(kernel_type: str, sites: list[CallSite], report: ProfileReport, 
 
 
 # --------------------------------------------------------------------------- output
-def write_outputs(report: ProfileReport, plan: dict, workspace: str | Path | None = None) -> tuple[Path, Path]:
+def write_outputs(report: ProfileReport, plan: Plan, workspace: str | Path | None = None) -> tuple[Path, Path]:
     """Write profile_report.json and optimization_plan.json into the workspace; return their paths."""
     folder = Path(workspace) if workspace is not None else paths.WORKSPACE
     folder.mkdir(parents=True, exist_ok=True)
     report_path, plan_path = folder / REPORT_FILE, folder / PLAN_FILE
     report_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    plan_path.write_text(json.dumps(plan, indent=2) + "\n")
+    write_plan(plan, plan_path)
     return report_path, plan_path
 
 
 def profile_to_workspace(model: nn.Module, inputs, *, name: str, workspace: str | Path | None = None,
                          warmup: int = 3, iters: int = 10, gpu: hardware.GPUSpec | None = None
-                         ) -> tuple[ProfileReport, dict]:
+                         ) -> tuple[ProfileReport, Plan]:
     """Profile, plan against this machine's GPU (or `gpu`), and write both JSON files into the workspace."""
     report = profile_model(model, inputs, warmup=warmup, iters=iters, name=name)
     plan = build_plan(report, gpu or hardware.detect())
@@ -325,7 +321,7 @@ def profile_to_workspace(model: nn.Module, inputs, *, name: str, workspace: str 
     return report, plan
 
 
-def plan_regions(plan: dict, report: ProfileReport, model: nn.Module, inputs, workspace: str | Path | None) -> dict:
+def plan_regions(plan: Plan, report: ProfileReport, model: nn.Module, inputs, workspace: str | Path | None) -> Plan:
     """The plan with the model's regions ranked in it (autokernel/profile/regions/plan.py); where the model cannot be
     captured, the menu's plan as it was, and why."""
     from autokernel.profile.regions.plan import add_regions
@@ -334,32 +330,31 @@ def plan_regions(plan: dict, report: ProfileReport, model: nn.Module, inputs, wo
     try:
         return add_regions(plan, report.call_sites, model, inputs, workspace if workspace is not None else paths.WORKSPACE)
     except Exception as exc:       # a model Dynamo cannot capture still gets the menu's plan
-        plan["regions"] = {"found": 0, "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+        plan.regions = {"found": 0, "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
         return plan
 
 
-def print_plan(plan: dict, top: int | None = None, console: Console | None = None) -> None:
+def print_plan(plan: Plan, top: int | None = None, console: Console | None = None) -> None:
     console = console or Console()
-    table = Table(title=f"Where {plan['model']} spends its time ({plan['timing']}, {plan['dtype']}, "
-                        f"{plan['total_ms']:.3f} ms per forward pass)")
+    table = Table(title=f"Where {plan.model} spends its time ({plan.timing}, {plan.dtype}, "
+                        f"{plan.total_ms:.3f} ms per forward pass)")
     for column in ("#", "kernel type", "ms", "share", "2x gives", "bound"):
         table.add_column(column, justify="left" if column in ("kernel type", "bound") else "right", no_wrap=True)
     table.add_column("main shape, or a region's source line", overflow="fold", min_width=12)
-    for entry in plan["entries"][:top]:
-        region = entry.get("region")
+    for entry in plan.entries[:top]:
+        region = entry.extra.get("region")
         ops = region["ops"] if region else []
         what = f"region: {' -> '.join(ops[:3])}{f' (+{len(ops) - 3})' if len(ops) > 3 else ''}" if region \
-            else entry["kernel_type"]
-        where = (region["sources"][0] if region["sources"] else "") if region else registry.format_shape(entry["shapes"][0])
-        table.add_row(str(entry["rank"]), what, f"{entry['time_ms']:.3f}", f"{entry['share']:.1%}",
-                      f"{entry['amdahl_2x']:.3f}x", entry["bound"] or "-", where)
-    other = plan["other"]
-    table.add_row("", OTHER, f"{other['time_ms']:.3f}", f"{other['share']:.1%}",
-                  f"{amdahl_speedup(other['share']):.3f}x", "-", "")
+            else entry.kernel_type
+        where = (region["sources"][0] if region["sources"] else "") if region else registry.format_shape(entry.shapes[0])
+        table.add_row(str(entry.rank), what, f"{entry.time_ms:.3f}", f"{entry.share:.1%}",
+                      f"{entry.amdahl_2x:.3f}x", entry.bound or "-", where)
+    table.add_row("", OTHER, f"{plan.other_ms:.3f}", f"{plan.other_share:.1%}",
+                  f"{amdahl_speedup(plan.other_share):.3f}x", "-", "")
     console.print(table)
-    coverage = plan["coverage"]
+    coverage = plan.coverage or 0.0
     style = "green" if coverage >= COVERAGE_TARGET else "bold red"
     console.print(f"[{style}]coverage: {coverage:.1%} of measured time attributed "
                   f"(target {COVERAGE_TARGET:.0%})[/{style}]")
-    if plan["device"] != "cuda":
+    if plan.device != "cuda":
         console.print("[yellow]no GPU: times are CPU op times, only useful for testing the pipeline[/yellow]")

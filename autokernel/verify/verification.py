@@ -20,7 +20,8 @@ import torch
 from rich.console import Console
 
 from autokernel.core import paths
-from autokernel.core.contracts import PlanEntry
+from autokernel.core.contracts import ContractError
+from autokernel.core.plan import Plan
 from autokernel.kernel_types.regions import store as region_store
 from autokernel.profile import models, profiler
 from autokernel.profile.regions import jobs as region_jobs
@@ -85,7 +86,7 @@ def run(loaded: models.LoadedModel, *, workspace: Path, out: Path, optimized_dir
                    "starters" if starters else "optimized", made)
 
 
-def starters_of_plan(loaded: models.LoadedModel, workspace: Path, out: Path, plan: dict | None, plan_note: str,
+def starters_of_plan(loaded: models.LoadedModel, workspace: Path, out: Path, plan: Plan | None, plan_note: str,
                      console: Console) -> tuple[Path, dict, str, list[str]]:
     """The starter kernels' folder (in `out`) for this model's plan, profiled first when there is none; the plan, its
     note and the files made."""
@@ -97,33 +98,33 @@ def starters_of_plan(loaded: models.LoadedModel, workspace: Path, out: Path, pla
         made += [profiler.PLAN_FILE, profiler.REPORT_FILE]
     earlier = workspace / STARTER_MANIFEST_DIR / paths.MANIFEST_NAME
     folder = write_starter_manifest(plan, out / STARTER_MANIFEST_DIR, earlier=earlier)
-    console.print(f"the starter kernels of {len(plan['entries'])} kernel types, at the plan's shapes "
-                  f"({plan['dtype']}): {workspace / STARTER_MANIFEST_DIR / paths.MANIFEST_NAME}", markup=False)
+    console.print(f"the starter kernels of {len(plan.entries)} kernel types, at the plan's shapes "
+                  f"({plan.dtype}): {workspace / STARTER_MANIFEST_DIR / paths.MANIFEST_NAME}", markup=False)
     made += [str(path.relative_to(out)) for path in sorted(folder.rglob("*")) if path.is_file()]
     return folder, plan, plan_note, made
 
 
-def starter_entries(plan: dict, folder: Path) -> dict[str, dict]:
+def starter_entries(plan: Plan, folder: Path) -> dict[str, dict]:
     """The manifest entries of each planned kernel type's starter, at the plan's shapes: kernels/<type>.py, or for a
     region Inductor's code for it, generated into folder (with its region file) and named relative to it."""
     entries = {}
-    for entry in plan["entries"]:
+    for entry in plan.entries:
         try:       # a region's starter is Inductor's code for it, generated here (autokernel/profile/regions/jobs.py)
-            starter = region_jobs.starter_file(entry["kernel_type"], folder)
+            starter = region_jobs.starter_file(entry.kernel_type, folder)
         except (InductorFailed, StarterError) as why:
-            print(f"no starter for {entry['kernel_type']}: {why}", file=sys.stderr)
+            print(f"no starter for {entry.kernel_type}: {why}", file=sys.stderr)
             continue
         named = starter.name if starter.parent == folder else starter
-        entries[f"{entry['rank']}_{entry['kernel_type']}"] = plugin.manifest_entry(PlanEntry.from_json(entry), named)
+        entries[f"{entry.rank}_{entry.kernel_type}"] = plugin.manifest_entry(entry, named)
     return entries
 
 
-def write_starter_manifest(plan: dict, folder: Path, earlier: Path | None = None) -> Path:
+def write_starter_manifest(plan: Plan, folder: Path, earlier: Path | None = None) -> Path:
     """A manifest of the starter kernels of the plan, in folder/manifest.json (keeping the route tables measured
     before for the same sources, from `earlier`, by default that file itself); the folder is returned."""
     entries = starter_entries(plan, folder)
     if not entries:
-        raise NothingToPlugIn(f"the plan of {plan['model']} has no kernel type AutoKernel has a kernel for, "
+        raise NothingToPlugIn(f"the plan of {plan.model} has no kernel type AutoKernel has a kernel for, "
                               "so there is nothing to plug in")
     manifest_path = folder / paths.MANIFEST_NAME
     earlier = earlier or manifest_path
@@ -135,7 +136,7 @@ def write_starter_manifest(plan: dict, folder: Path, earlier: Path | None = None
     return folder
 
 
-def verify(loaded: models.LoadedModel, optimized_dir: str | Path, *, compile_backend: str | None, plan: dict | None,
+def verify(loaded: models.LoadedModel, optimized_dir: str | Path, *, compile_backend: str | None, plan: Plan | None,
            plan_note: str, policy: str = plugin.MEASURED, overhead: bool = False,
            log: Callable[[str], None] = lambda line: None) -> tuple[dict, dict]:
     """The end-to-end comparison and checks (autokernel/verify/handover.py) as plain data, and the route tables
@@ -144,7 +145,7 @@ def verify(loaded: models.LoadedModel, optimized_dir: str | Path, *, compile_bac
     compared, tables = handover.compare(loaded.model, loaded.inputs, optimized_dir, on_gpu=on_gpu,
                                         compile_backend=compile_backend, policy=policy, overhead=overhead, log=log)
     routing = compared.pop("routing")
-    shares = {entry["kernel_type"]: entry["share"] for entry in plan["entries"]} if plan else {}
+    shares = plan.shares() if plan else {}
     for kernel in routing["kernels"]:
         kernel["share"] = shares.get(kernel["kernel_type"])
     errors = [v["error"] for v in compared["variants"].values() if v["variant"].startswith("ours") and v["ms"]]
@@ -172,7 +173,7 @@ def _triton_version() -> str:
     return triton.__version__
 
 
-def read_model_plan(plan_path: Path, loaded: models.LoadedModel) -> tuple[dict | None, str]:
+def read_model_plan(plan_path: Path, loaded: models.LoadedModel) -> tuple[Plan | None, str]:
     """The plan at plan_path if it is this model's, else None; and a note on which.
 
     This model's plan has the same name, device and dtype, and, when the plan records them (older
@@ -181,18 +182,18 @@ def read_model_plan(plan_path: Path, loaded: models.LoadedModel) -> tuple[dict |
     if not plan_path.is_file():
         return None, f"no plan at {plan_path}"
     try:
-        plan = json.loads(plan_path.read_text())
+        plan = Plan.from_json(json.loads(plan_path.read_text()))
     except json.JSONDecodeError:
         return None, f"{plan_path} is not valid JSON"
-    if not isinstance(plan, dict) or not isinstance(plan.get("entries"), list):
-        return None, f"{plan_path} is not an optimization plan"
+    except ContractError as error:
+        return None, f"{plan_path} is not an optimization plan ({error})"
     this_model = (loaded.name, loaded.device.type, str(loaded.dtype).removeprefix("torch."))
-    planned = (plan.get("model"), plan.get("device"), plan.get("dtype"))
+    planned = (plan.model, plan.device, plan.dtype)
     if planned != this_model:
         return None, f"{plan_path} is the plan of {_describe(*planned)}, not of {_describe(*this_model)}"
     these_inputs = profiler.describe_inputs(loaded.inputs)
-    if "inputs" in plan and plan["inputs"] != these_inputs:
-        return None, (f"{plan_path} is the plan of {_describe(*planned)} with inputs {json.dumps(plan['inputs'])}, "
+    if plan.inputs is not None and plan.inputs != these_inputs:
+        return None, (f"{plan_path} is the plan of {_describe(*planned)} with inputs {json.dumps(plan.inputs)}, "
                       f"not {json.dumps(these_inputs)}")
     return plan, _plan_source(plan_path, plan)
 
@@ -201,5 +202,5 @@ def _describe(model_name, device, dtype) -> str:
     return f"{model_name} ({device}, {dtype})"
 
 
-def _plan_source(plan_path: Path, plan: dict) -> str:
-    return f"shares from {plan_path} ({plan.get('timing', 'measured time')} on {plan.get('device_name', '?')})"
+def _plan_source(plan_path: Path, plan: Plan) -> str:
+    return f"shares from {plan_path} ({plan.timing} on {plan.device_name})"

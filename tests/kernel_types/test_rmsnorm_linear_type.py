@@ -29,9 +29,9 @@ def test_llama_norms_feeding_only_linears_count_as_rmsnorm_linear(one_thread):
     assert _sites(report, "rmsnorm") == {} and _sites(report, "fused_mlp") == {}
     assert set(_sites(report, "matmul")) == {"layers.0.attention.o_proj", "layers.1.attention.o_proj"}
     plan = profiler.build_plan(report, hardware.detect())
-    entry = next(e for e in plan["entries"] if e["kernel_type"] == "rmsnorm_linear")
-    assert entry["calls"] == 7 and {"M": 16, "N": 64, "K": 64} in entry["shapes"]
-    assert "rmsnorm_linear" in plan["fold_policy"]
+    entry = next(e for e in plan.entries if e.kernel_type == "rmsnorm_linear")
+    assert entry.calls == 7 and {"M": 16, "N": 64, "K": 64} in entry.shapes
+    assert "rmsnorm_linear" in plan.extra["fold_policy"]
 
 
 class RMSNorm(PlainNorm):

@@ -90,11 +90,11 @@ def test_llama_mlp_norms_count_with_their_mlps_as_rmsnorm_mlp(one_thread):
     # Amdahl sees the norm's time and the MLP's together, under the fused type.
     norm_and_mlp_ms = sum(row.time_ms for row in report.ops if row.kernel_type == "rmsnorm_mlp")
     plan = profiler.build_plan(report, detect())
-    entry = next(e for e in plan["entries"] if e["kernel_type"] == "rmsnorm_mlp")
-    assert entry["time_ms"] == pytest.approx(norm_and_mlp_ms) and entry["time_ms"] > 0
-    assert entry["calls"] == 2 and entry["shapes"] == [{"M": 16, "D": 64, "F": 176, "act": "silu"}]
-    assert not any(e["kernel_type"] in ("fused_mlp", "rmsnorm") for e in plan["entries"])
-    assert "rmsnorm_mlp" in plan["fold_policy"]
+    entry = next(e for e in plan.entries if e.kernel_type == "rmsnorm_mlp")
+    assert entry.time_ms == pytest.approx(norm_and_mlp_ms) and entry.time_ms > 0
+    assert entry.calls == 2 and entry.shapes == [{"M": 16, "D": 64, "F": 176, "act": "silu"}]
+    assert not any(e.kernel_type in ("fused_mlp", "rmsnorm") for e in plan.entries)
+    assert "rmsnorm_mlp" in plan.extra["fold_policy"]
 
 
 class NamedRMSNorm(PlainNorm):
@@ -181,12 +181,12 @@ def test_the_profiler_plans_rmsnorm_mlp_where_the_router_folds_it(tmp_path):
     model, inputs = tiny_llama()
     with torch.no_grad():
         report = profiler.profile_model(model, inputs, warmup=1, iters=1)
-    entry = next(e for e in profiler.build_plan(report, detect())["entries"]
-                 if e["kernel_type"] == "rmsnorm_mlp")
-    assert entry["shapes"] == MLP_FOLD_SHAPES and entry["calls"] == 1
-    folder = write_optimized(tmp_path / "opt", {"rmsnorm_mlp": entry["shapes"]})
+    entry = next(e for e in profiler.build_plan(report, detect()).entries
+                 if e.kernel_type == "rmsnorm_mlp")
+    assert entry.shapes == MLP_FOLD_SHAPES and entry.calls == 1
+    folder = write_optimized(tmp_path / "opt", {"rmsnorm_mlp": entry.shapes})
     with torch.no_grad():
-        assert _plugged_stats(model, inputs, folder) == {"rmsnorm_mlp": (entry["calls"], 0)}
+        assert _plugged_stats(model, inputs, folder) == {"rmsnorm_mlp": (entry.calls, 0)}
 
 
 def test_the_mlp_kernel_gets_the_raw_residual_stream_and_the_norm_weight(tmp_path):

@@ -36,7 +36,7 @@ def plan_of(tmp_path):
 
 def test_the_plan_holds_the_region_with_its_source_lines_and_leaves_the_menu_its_lone_op(tmp_path):
     plan = plan_of(tmp_path)
-    entries = [PlanEntry.from_json(entry) for entry in plan["entries"]]
+    entries = plan.entries
     types = [entry.kernel_type for entry in entries]
     regions = [entry for entry in entries if store.is_region(entry.kernel_type)]
     assert len(regions) == 1 and "softmax" in types

@@ -14,6 +14,7 @@ and its file is written to the workspace's regions/ folder.
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from pathlib import Path
 from typing import Callable
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from autokernel.core.contracts import PlanEntry
+from autokernel.core.plan import Plan
 from autokernel.kernel_types import TYPES, registry
 from autokernel.kernel_types.regions import store
 from autokernel.kernel_types.regions.inputs import make_inputs
@@ -64,21 +66,21 @@ def region_time_ms(region: Region, device: torch.device, calls: int = TIMED_CALL
     return total_us / 1e3 / calls
 
 
-def add_regions(plan: dict, call_sites: list, model: nn.Module, inputs: tuple, workspace: str | Path,
-                log: Callable[[str], None] = lambda line: None) -> dict:
+def add_regions(plan: Plan, call_sites: list, model: nn.Module, inputs: tuple, workspace: str | Path,
+                log: Callable[[str], None] = lambda line: None) -> Plan:
     """The plan with the model's regions in it (see the module's docstring); region files go to workspace/regions."""
-    entries = [PlanEntry.from_json(e) for e in plan["entries"]]
+    entries = copy.deepcopy(plan.entries)      # the plan stays as it was if anything below fails
     kept_by_menu = {path for e in entries if e.kernel_type in module_types() for path in e.module_paths}
     # A fused type's plan entry names the consumers of the norm it folds; the norms are the menu's too.
     folds = [TYPES[e.kernel_type].fold for e in entries if e.kernel_type in TYPES and TYPES[e.kernel_type].fold]
     kept_by_menu |= {path for path, module in model.named_modules() if any(fold.is_norm(module) for fold in folds)}
-    found = find_regions(model, inputs, name=plan.get("model", "model"),
+    found = find_regions(model, inputs, name=plan.model,
                          excluded=lambda path: path in kept_by_menu)
     folder = Path(workspace) / store.FOLDER
     store.add_folder(folder)
     device = next((t.device for t in (*model.parameters(), *inputs) if isinstance(t, torch.Tensor)),
                   torch.device("cpu"))
-    total = plan["total_ms"] or 1.0
+    total = plan.total_ms or 1.0
     taken_ms = _take_from_menu(entries, call_sites, found.taken, {r.name: r.about.instances for r in found.regions},
                                 total)
     added_ms = 0.0
@@ -98,11 +100,9 @@ def add_regions(plan: dict, call_sites: list, model: nn.Module, inputs: tuple, w
     entries.sort(key=lambda entry: -entry.time_ms)
     for rank, entry in enumerate(entries, start=1):
         entry.rank = rank
-    other_ms = max(0.0, plan["other"]["time_ms"] - max(0.0, added_ms - taken_ms))
-    plan.update(entries=[entry.to_json() for entry in entries],
-                other={"time_ms": other_ms, "share": other_ms / total},
-                regions={"found": len(found.regions), "graphs": found.graphs, "skipped": found.skipped,
-                         "folder": str(folder)})
+    plan.other_ms = max(0.0, plan.other_ms - max(0.0, added_ms - taken_ms))
+    plan.entries = entries
+    plan.regions = {"found": len(found.regions), "graphs": found.graphs, "skipped": found.skipped, "folder": str(folder)}
     return plan
 
 
