@@ -7,6 +7,7 @@ import pytest
 
 from autokernel import cli
 from autokernel.verify import score
+from autokernel.verify.report_record import ErrorCheck, Verdict, VerifyReport
 
 SOFTMAX_PROBLEM = '''
 import torch
@@ -64,7 +65,7 @@ def get_init_inputs():
 '''
 
 
-def report(eager, compiled, ours=None, ours_compile=None, passed=True, error=0.0, meaningful=True) -> dict:
+def report(eager, compiled, ours=None, ours_compile=None, passed=True, error=0.0, meaningful=True) -> VerifyReport:
     def variant(name, ms):
         return {"variant": name, "ms": ms, "error": None if ms is None else error}
     variants = {"eager": variant("eager", eager), "compile": variant("compile", compiled)}
@@ -72,8 +73,13 @@ def report(eager, compiled, ours=None, ours_compile=None, passed=True, error=0.0
         variants["ours"] = variant("ours", ours)
     if ours_compile is not None:
         variants["ours_compile"] = variant("ours_compile", ours_compile)
-    return {"variants": variants, "correctness": {"passed": passed, "tolerance": 1e-2},
-            "verdict": {"summary": "v"}, "timings_meaningful": meaningful}
+    verdict = Verdict(summary="v", pytorch_best=None, autokernel_best=None, speedup=None, use="compile",
+                      use_code="torch.compile(model)", faster=False, timings_meaningful=meaningful)
+    check = ErrorCheck(max_error=error, variant_max_error=error, tolerance=1e-2, passed=passed, definition="")
+    return VerifyReport(model="m", device="cuda", device_name="gpu", dtype="float32", inputs=[], versions={},
+                        optimized_dir="", plan="", replaced_share=None, kernels=[], checked={}, route_table=[],
+                        variants=variants, verdict=verdict, correctness=check, tolerance=1e-2,
+                        timings_meaningful=meaningful)
 
 
 def test_speedups_are_against_eager_and_compile_and_nothing_routed_is_pytorchs_own_path():

@@ -9,6 +9,8 @@ import re
 
 import pytest
 
+from autokernel.core.contracts import ContractError
+from autokernel.verify.report_record import VerifyReport
 from autokernel.verify.variants import VARIANTS
 from autokernel.verify.verify_report import PLAIN_OUTPUT_VARIABLE, print_report, report_console
 
@@ -20,23 +22,38 @@ def _variant(ms: float) -> dict:
             "graphs": 1, "failed": None}
 
 
-def _report() -> dict:
-    """A verify report with the fields print_report reads, its cells wider than an 80-column table allows."""
-    kernel = {"name": "1_rmsnorm_linear", "hits": 4, "fallbacks": 0, "share": 0.524,
+def _report() -> VerifyReport:
+    """A verify report, its cells wider than an 80-column table allows."""
+    kernel = {"name": "1_rmsnorm_linear", "kernel_type": "rmsnorm_linear", "hits": 4, "fallbacks": 0, "share": 0.524,
               "graph_op": "autokernel::rmsnorm_linear_1_rmsnorm_linear", "fallback_reasons": {}}
     route = {"kernel": "1_rmsnorm_linear", "shape": {"M": 512, "N": 1000, "K": 64}, "site": SITE, "calls": 1,
              "ours_us": 1851227.4, "pytorch_us": 87.5, "ours_gpu_us": None, "compiled_gpu_us": None,
              "route_eager": False, "route_compiled": False}
-    return {"model": "llama.py:Model", "dtype": "float32", "device_name": "cpu (Triton interpreter)",
-            "checked": {"kernels": [{"name": "1_rmsnorm_linear", "hits": 4}], "module_routes": []},
-            "kernels": [kernel], "plan": "plan: workspace/optimization_plan.json", "replaced_share": 0.524,
-            "route_table": [route], "timings_meaningful": False, "selection": [],
-            "variants": {name: _variant(7.787 + index) for index, name in enumerate(VARIANTS)},
-            "overhead": None, "headroom": None,
-            "verdict": {"faster": False, "summary": "no gain: use torch.compile (7.787 ms)",
-                        "pytorch_best": {"variant": "compile", "ms": 7.787}, "use_code": "torch.compile(model)"},
-            "correctness": {"passed": True, "max_error": 1.2e-3, "variant_max_error": 1.3e-3, "tolerance": 0.01,
-                            "definition": "max |ours - eager| / RMS(eager)"}}
+    return VerifyReport.from_json({
+        "model": "llama.py:Model", "device": "cpu", "dtype": "float32", "device_name": "cpu (Triton interpreter)",
+        "inputs": [{"shape": [1, 8], "dtype": "int64"}], "versions": {"torch": "2.13.0", "triton": "3.7.0"},
+        "optimized_dir": "optimized_kernels", "tolerance": 0.01,
+        "checked": {"kernels": [{"name": "1_rmsnorm_linear", "hits": 4}], "module_routes": []},
+        "kernels": [kernel], "plan": "plan: workspace/optimization_plan.json", "replaced_share": 0.524,
+        "route_table": [route], "timings_meaningful": False, "selection": [],
+        "variants": {name: _variant(7.787 + index) for index, name in enumerate(VARIANTS)},
+        "headroom": None,
+        "verdict": {"faster": False, "summary": "no gain: use torch.compile (7.787 ms)",
+                    "pytorch_best": {"variant": "compile", "ms": 7.787}, "autokernel_best": None, "speedup": None,
+                    "use": "compile", "use_code": "torch.compile(model)", "timings_meaningful": False},
+        "correctness": {"passed": True, "max_error": 1.2e-3, "variant_max_error": 1.3e-3, "tolerance": 0.01,
+                        "definition": "max |ours - eager| / RMS(eager)"}})
+
+
+def test_a_report_round_trips_through_its_json_and_a_malformed_one_is_refused():
+    report = _report()
+    assert VerifyReport.from_json(report.to_json()) == report
+    assert report.passed and not report.faster and report.speedup is None
+    assert "overhead" not in report.to_json()         # written only when measured (--overhead)
+    with pytest.raises(ContractError, match="needs model"):
+        VerifyReport.from_json({key: value for key, value in report.to_json().items() if key != "model"})
+    with pytest.raises(ContractError, match="verdict or error check is malformed"):
+        VerifyReport.from_json({**report.to_json(), "verdict": {"summary": "no use key"}})
 
 
 class _Terminal(io.StringIO):

@@ -19,7 +19,6 @@ cannot run are skipped, and every figure is labelled not meaningful.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 from typing import Callable
 
 import torch
@@ -27,22 +26,8 @@ import torch
 from autokernel.routing.outputs import detached_copy, output_error, tolerance
 from autokernel.routing.router import ALL, MEASURED
 from autokernel.verify import headroom, route_table, selection, variants
+from autokernel.verify.report_record import Verdict
 from autokernel.verify.variants import HOW_TO_USE, INDUCTOR, NOISE_FLOOR, VARIANTS, VariantResult
-
-
-@dataclass
-class Verdict:
-    summary: str
-    pytorch_best: dict | None           # {"variant", "name", "ms"}
-    autokernel_best: dict | None
-    speedup: float | None               # PyTorch's best / AutoKernel's best
-    use: str                            # the variant to use: AutoKernel's best only when it is faster
-    use_code: str
-    faster: bool
-    timings_meaningful: bool
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool, routed: bool) -> Verdict:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 from autokernel.core import paths
+from autokernel.verify.report_record import VerifyReport
 
 THRESHOLDS = (1.0, 1.5, 2.0)
 NOTHING_TO_PLUG_IN = 3       # verify.py's exit code when no kernel type covers the model (EXIT_NOTHING_TO_PLUG_IN)
@@ -95,20 +96,20 @@ def _best(variants: dict, names: tuple[str, ...]) -> float | None:
     return min(times, default=None)
 
 
-def score_report(name: str, report: dict, seconds: float) -> ProblemScore:
+def score_report(name: str, report: VerifyReport, seconds: float) -> ProblemScore:
     """A problem's score from verify's report."""
-    variants = report["variants"]
-    allowed = report["correctness"]["tolerance"]
+    variants = report.variants
+    allowed = report.correctness.tolerance
     correct_ours = {n: v for n, v in variants.items() if v["variant"].startswith("ours") and v["ms"]
                     and v["error"] is not None and v["error"] <= allowed}
     eager, compiled = _best(variants, ("eager",)), _best(variants, ("compile", "cudagraphs"))
     ours_any = min((v["ms"] for v in correct_ours.values()), default=None)
     ours_compiled = min((v["ms"] for n, v in correct_ours.items() if n != "ours"), default=None)
     return ProblemScore(
-        problem=name, correct=report["correctness"]["passed"],
+        problem=name, correct=report.passed,
         speedup_vs_eager=(eager / ours_any if ours_any else 1.0) if eager else None,
         speedup_vs_compile=(compiled / ours_compiled if ours_compiled else 1.0) if compiled else None,
-        verdict=report["verdict"]["summary"], timings_meaningful=report["timings_meaningful"], seconds=seconds)
+        verdict=report.verdict.summary, timings_meaningful=report.timings_meaningful, seconds=seconds)
 
 
 def unplanned_score(name: str, seconds: float) -> ProblemScore:
@@ -263,7 +264,8 @@ def _drop_worktree(optimized_dir: Path) -> None:
                    cwd=optimized_dir.parent.parent / "repo", capture_output=True)
 
 
-def _verify(file: Path, workspace: Path, optimized: Path | None, run: ScoringRun, env: dict | None) -> dict:
+def _verify(file: Path, workspace: Path, optimized: Path | None, run: ScoringRun, env: dict | None
+            ) -> VerifyReport | None:
     kernels = ["--optimized-dir", str(optimized)] if optimized else ["--starters"]
     cmd = [sys.executable, str(paths.script("verify.py")), str(file), *kernels, "--workspace", str(workspace),
            *run.extra_args, *([] if run.compile_enabled else ["--no-compile"])]
@@ -273,7 +275,10 @@ def _verify(file: Path, workspace: Path, optimized: Path | None, run: ScoringRun
     report_file = workspace / "verify_report.json"
     if proc.returncode not in (0, 1) or not report_file.is_file():
         raise _ProblemFailed(f"verify exited {proc.returncode}: {_tail(proc.stderr or proc.stdout)}")
-    return json.loads(report_file.read_text())
+    try:
+        return VerifyReport.from_json(json.loads(report_file.read_text()))
+    except ValueError as error:        # not JSON, or not a report (a ContractError)
+        raise _ProblemFailed(f"verify wrote a report that is not one: {error}") from error
 
 
 def _tail(text: str) -> str:

@@ -30,6 +30,7 @@ from autokernel.profile.regions.starter_code import StarterError
 from autokernel.routing import manifest, plugin
 from autokernel.routing.outputs import ERROR_DEFINITION
 from autokernel.verify import handover
+from autokernel.verify.report_record import ErrorCheck, Verdict, VerifyReport
 
 REPORT_FILE = "verify_report.json"
 STARTER_MANIFEST_DIR = "starter_kernels"     # under the workspace
@@ -47,20 +48,22 @@ class Outcome:
     """What one verification hands back: its exit code, the report, the route tables to record, and the
     files it made (relative to the workspace; the starters' manifest and, when it profiled, the plan)."""
     exit_code: int
-    report: dict | None = None
+    report: VerifyReport | None = None
     route_tables: dict = field(default_factory=dict)   # kernel name -> {"source_sha256", "device", "records"}
     tables_for: str | None = None                      # the manifest they belong to: "optimized" or "starters"
     made: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"exit_code": self.exit_code, "report": self.report, "route_tables": self.route_tables,
-                "tables_for": self.tables_for, "made": self.made}
+        return {"exit_code": self.exit_code, "report": self.report.to_json() if self.report else None,
+                "route_tables": self.route_tables, "tables_for": self.tables_for, "made": self.made}
 
     @classmethod
     def from_json(cls, data: dict) -> "Outcome":
+        """The outcome the sandboxed child sent; ValueError (a ContractError for the report) when it is not one."""
         if not isinstance(data, dict) or not isinstance(data.get("exit_code"), int):
             raise ValueError("not a verification outcome")
-        return cls(exit_code=data["exit_code"], report=data.get("report"), route_tables=data.get("route_tables") or {},
+        report = VerifyReport.from_json(data["report"]) if data.get("report") is not None else None
+        return cls(exit_code=data["exit_code"], report=report, route_tables=data.get("route_tables") or {},
                    tables_for=data.get("tables_for"), made=list(data.get("made") or []))
 
 
@@ -79,10 +82,10 @@ def run(loaded: models.LoadedModel, *, workspace: Path, out: Path, optimized_dir
                             policy=policy, overhead=overhead,
                             log=lambda line: console.print(line, markup=False, highlight=False))
     if starters:
-        report["optimized_dir"] = str(workspace / STARTER_MANIFEST_DIR)
-    (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+        report.optimized_dir = str(workspace / STARTER_MANIFEST_DIR)
+    (out / REPORT_FILE).write_text(json.dumps(report.to_json(), indent=2) + "\n")
     made.append(REPORT_FILE)
-    return Outcome(EXIT_PASS if report["correctness"]["passed"] else EXIT_FAIL, report, tables,
+    return Outcome(EXIT_PASS if report.passed else EXIT_FAIL, report, tables,
                    "starters" if starters else "optimized", made)
 
 
@@ -138,32 +141,33 @@ def write_starter_manifest(plan: Plan, folder: Path, earlier: Path | None = None
 
 def verify(loaded: models.LoadedModel, optimized_dir: str | Path, *, compile_backend: str | None, plan: Plan | None,
            plan_note: str, policy: str = plugin.MEASURED, overhead: bool = False,
-           log: Callable[[str], None] = lambda line: None) -> tuple[dict, dict]:
-    """The end-to-end comparison and checks (autokernel/verify/handover.py) as plain data, and the route tables
+           log: Callable[[str], None] = lambda line: None) -> tuple[VerifyReport, dict]:
+    """The end-to-end comparison and checks (autokernel/verify/handover.py) as the report, and the route tables
     measured."""
     on_gpu = loaded.device.type == "cuda"
     compared, tables = handover.compare(loaded.model, loaded.inputs, optimized_dir, on_gpu=on_gpu,
                                         compile_backend=compile_backend, policy=policy, overhead=overhead, log=log)
     routing = compared.pop("routing")
+    kernels = routing.pop("kernels")
     shares = plan.shares() if plan else {}
-    for kernel in routing["kernels"]:
+    for kernel in kernels:
         kernel["share"] = shares.get(kernel["kernel_type"])
     errors = [v["error"] for v in compared["variants"].values() if v["variant"].startswith("ours") and v["ms"]]
     allowed = compared["tolerance"]
-    passed = compared["checked"]["passed"] and all(error <= allowed for error in errors)
-    report = {
-        "model": loaded.name, "device": str(loaded.device), "device_name": plugin.device_name(),
-        "dtype": str(loaded.dtype).removeprefix("torch."), "inputs": profiler.describe_inputs(loaded.inputs),
-        "versions": {"torch": torch.__version__, "triton": _triton_version()},
-        "optimized_dir": str(optimized_dir),
-        "plan": plan_note if plan else f"{plan_note}: shares unknown (run profile.py on this model)",
-        "replaced_share": sum({k["kernel_type"]: k["share"] or 0.0 for k in routing["kernels"] if k["hits"]}.values())
-                          if shares else None,
-        **routing, **compared,
-        "correctness": {"max_error": compared["checked"]["max_error"], "variant_max_error": max(errors, default=None),
-                        "tolerance": allowed, "passed": passed, "definition": ERROR_DEFINITION},
-        "timings_meaningful": on_gpu,
-    }
+    check = ErrorCheck(max_error=compared["checked"]["max_error"], variant_max_error=max(errors, default=None),
+                       tolerance=allowed, passed=compared["checked"]["passed"] and all(e <= allowed for e in errors),
+                       definition=ERROR_DEFINITION)
+    report = VerifyReport(
+        model=loaded.name, device=str(loaded.device), device_name=plugin.device_name(),
+        dtype=str(loaded.dtype).removeprefix("torch."), inputs=profiler.describe_inputs(loaded.inputs),
+        versions={"torch": torch.__version__, "triton": _triton_version()}, optimized_dir=str(optimized_dir),
+        plan=plan_note if plan else f"{plan_note}: shares unknown (run profile.py on this model)",
+        replaced_share=sum({k["kernel_type"]: k["share"] or 0.0 for k in kernels if k["hits"]}.values())
+                       if shares else None,
+        kernels=kernels, checked=compared["checked"], route_table=compared["route_table"],
+        variants=compared["variants"], verdict=Verdict(**compared["verdict"]), correctness=check, tolerance=allowed,
+        timings_meaningful=on_gpu, selection=compared["selection"], headroom=compared["headroom"],
+        overhead=compared.get("overhead"), extra=routing)
     return report, tables
 
 

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from autokernel.verify.report_record import VerifyReport
 from autokernel.verify.variants import VARIANTS
 
 
@@ -46,52 +47,52 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def print_report(report: dict, console: Console) -> None:
+def print_report(report: VerifyReport, console: Console) -> None:
     _print_kernels(report, console)
     _print_route_table(report, console)
-    for trial in report.get("selection", []):
+    for trial in report.selection:
         verdict = "[green]kept[/green]" if trial["kept"] else "[yellow]dropped[/yellow]"
         console.print(f"end-to-end check of {escape(trial['kernel'])}'s {trial['mode']} routes: {verdict}: "
                       f"{escape(trial['why'])}")
     _print_variants(report, console)
-    _print_overhead(report.get("overhead"), console)
-    verdict = report["verdict"]
-    colour = "green" if verdict["faster"] else "yellow"
-    console.print(f"[bold {colour}]verdict: {escape(verdict['summary'])}[/bold {colour}]")
+    _print_overhead(report.overhead, console)
+    verdict = report.verdict
+    colour = "green" if verdict.faster else "yellow"
+    console.print(f"[bold {colour}]verdict: {escape(verdict.summary)}[/bold {colour}]")
     _print_headroom(report, console)
-    console.print(f"use: {escape(verdict['use_code'])}")
-    check = report["correctness"]
-    result = "[bold green]PASS[/bold green]" if check["passed"] else "[bold red]FAIL[/bold red]"
-    variants = (f", at most {check['variant_max_error']:.3g} in the AutoKernel variants"
-                if check["variant_max_error"] is not None else "")
+    console.print(f"use: {escape(verdict.use_code)}")
+    check = report.correctness
+    result = "[bold green]PASS[/bold green]" if check.passed else "[bold red]FAIL[/bold red]"
+    variants = (f", at most {check.variant_max_error:.3g} in the AutoKernel variants"
+                if check.variant_max_error is not None else "")
     console.print(f"end-to-end error check: {result}: every verified call routed, max error "
-                  f"{check['max_error']:.3g}{variants} (tolerance {check['tolerance']:g}; {check['definition']})")
+                  f"{check.max_error:.3g}{variants} (tolerance {check.tolerance:g}; {check.definition})")
 
 
-def _print_kernels(report: dict, console: Console) -> None:
-    checked = {k["name"]: k for k in report["checked"]["kernels"]}
-    table = Table(title=f"Kernels plugged into {report['model']} ({report['dtype']}, {report['device_name']}), "
+def _print_kernels(report: VerifyReport, console: Console) -> None:
+    checked = {k["name"]: k for k in report.checked["kernels"]}
+    table = Table(title=f"Kernels plugged into {report.model} ({report.dtype}, {report.device_name}), "
                         f"one forward pass")
     for column in ("kernel", "calls it was verified for", "routed (measured)", "fell back", "share of model time",
                    "graph op", "main fallback reason"):
         table.add_column(column, no_wrap=column != "main fallback reason")
-    for kernel in report["kernels"]:
+    for kernel in report.kernels:
         reasons = kernel["fallback_reasons"]
         table.add_row(kernel["name"], str(checked[kernel["name"]]["hits"]), str(kernel["hits"]),
                       str(kernel["fallbacks"]), _percent(kernel["share"]), escape(kernel["graph_op"] or "-"),
                       escape(next(iter(reasons), "-")))
     console.print(table)
-    console.print(escape(report["plan"]))
-    if report["replaced_share"] is not None:
-        console.print(f"the kernels that took calls cover {_percent(report['replaced_share'])} of the profiled time")
-    for route in report["checked"]["module_routes"]:
+    console.print(escape(report.plan))
+    if report.replaced_share is not None:
+        console.print(f"the kernels that took calls cover {_percent(report.replaced_share)} of the profiled time")
+    for route in report.checked["module_routes"]:
         for rejection in route["rejections"]:
             console.print(f"[yellow]module {escape(route['path'])} ({escape(route['class'])}) not routed as "
                           f"{escape(rejection)}[/yellow]")
 
 
-def _print_route_table(report: dict, console: Console) -> None:
-    rows = report["route_table"]
+def _print_route_table(report: VerifyReport, console: Console) -> None:
+    rows = report.route_table
     if not rows:
         return
     table = Table(title="Route table: our kernel against PyTorch at each call signature (us per call)")
@@ -105,13 +106,13 @@ def _print_route_table(report: dict, console: Console) -> None:
                       _us(row["pytorch_us"]), _us(row["ours_gpu_us"]), _us(row["compiled_gpu_us"]),
                       "routed" if row["route_eager"] else "-", "routed" if row["route_compiled"] else "-")
     console.print(table)
-    if not report["timings_meaningful"]:
+    if not report.timings_meaningful:
         console.print("[yellow]no GPU: nothing timed, so nothing is routed by measurement[/yellow]")
 
 
-def _print_variants(report: dict, console: Console) -> None:
-    variants = report["variants"]
-    best = report["verdict"]["pytorch_best"]
+def _print_variants(report: VerifyReport, console: Console) -> None:
+    variants = report.variants
+    best = report.verdict.pytorch_best
     table = Table(title="End-to-end latency per forward pass (median of repeats, range in brackets)")
     for column in ("variant", "ms", "vs eager", "vs PyTorch's best", "max error", "graph breaks"):
         table.add_column(column, justify="left" if column == "variant" else "right")
@@ -129,15 +130,15 @@ def _print_variants(report: dict, console: Console) -> None:
                       f"{best['ms'] / ms:.2f}x" if best else "-", f"{variant['error']:.3g}",
                       "-" if variant["graph_breaks"] is None else f"{variant['graph_breaks']} ({variant['graphs']} graphs)")
     console.print(table)
-    if not report["timings_meaningful"]:
+    if not report.timings_meaningful:
         console.print("[bold yellow]CPU run through Triton's interpreter: wall-clock timings, NOT MEANINGFUL"
                       "[/bold yellow]")
 
 
-def _print_headroom(report: dict, console: Console) -> None:
+def _print_headroom(report: VerifyReport, console: Console) -> None:
     """Why a model can or cannot get much faster than torch.compile (autokernel/verify/headroom.py)."""
-    if report.get("headroom"):
-        console.print(f"headroom: {escape(report['headroom']['summary'])}")
+    if report.headroom:
+        console.print(f"headroom: {escape(report.headroom['summary'])}")
 
 
 def _print_overhead(overhead: dict | None, console: Console) -> None:

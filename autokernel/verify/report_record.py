@@ -1,0 +1,107 @@
+"""verify's report as one record: what verification.verify builds, verify.py prints (verify_report.py), the
+sandboxed child hands back on its pipe (isolated.py), and `autokernel score` reads from verify_report.json.
+JSON only at the file and the pipe; the file's keys are the record's fields, so older readers read it unchanged.
+
+The sections the router and the comparison describe in their own words (each kernel's hits and fallbacks, the
+route table's rows, each variant's figures) stay JSON-shaped inside it: they are shown and stored, never computed
+on. What is decided from the report is typed: the verdict, the error check, and the figures derived from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, asdict, dataclass, field, fields
+
+from autokernel.core.contracts import ContractError
+
+
+@dataclass
+class Verdict:
+    """Which path to use: PyTorch's best, or AutoKernel's best only where it is faster by more than the noise."""
+    summary: str
+    pytorch_best: dict | None           # {"variant", "name", "ms"}
+    autokernel_best: dict | None
+    speedup: float | None               # PyTorch's best / AutoKernel's best
+    use: str                            # the variant to use: AutoKernel's best only when it is faster
+    use_code: str
+    faster: bool
+    timings_meaningful: bool
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ErrorCheck:
+    """The end-to-end error check: the model with every verified call routed, against its own output."""
+    max_error: float
+    variant_max_error: float | None    # the largest error among the AutoKernel variants that ran
+    tolerance: float
+    passed: bool
+    definition: str                    # how the error is measured (routing/outputs.py ERROR_DEFINITION)
+
+
+@dataclass
+class VerifyReport:
+    """One model verified: its kernels and their routes, the variants timed, the verdict, the error check."""
+    model: str
+    device: str
+    device_name: str
+    dtype: str
+    inputs: list
+    versions: dict                     # {"torch", "triton"}
+    optimized_dir: str
+    plan: str                          # where the kernels' shares came from, or why they are unknown
+    replaced_share: float | None       # the profiled time the kernels that took calls cover
+    kernels: list[dict]                # per kernel: its calls routed and fallen back in one forward, and its share
+    checked: dict                      # the check with every kernel routed: the router's summary there
+    route_table: list[dict]            # ours against PyTorch at each call signature
+    variants: dict[str, dict]          # each variant's figures (variants.VariantResult's JSON)
+    verdict: Verdict
+    correctness: ErrorCheck
+    tolerance: float
+    timings_meaningful: bool
+    selection: list[dict] = field(default_factory=list)   # the end-to-end trials of each mode's routes
+    headroom: dict | None = None       # where torch.compile's forward spends its GPU time (on a GPU)
+    overhead: dict | None = None       # with --overhead: the routing's own cost
+    extra: dict = field(default_factory=dict)    # the router summary's other sections (module routes, folds, ...)
+
+    @property
+    def passed(self) -> bool:
+        return self.correctness.passed
+
+    @property
+    def faster(self) -> bool:
+        """AutoKernel's best beats PyTorch's best by more than the noise (never on CPU)."""
+        return self.verdict.faster
+
+    @property
+    def speedup(self) -> float | None:
+        """PyTorch's best over AutoKernel's best, where both were measured."""
+        return self.verdict.speedup
+
+    def to_json(self) -> dict:
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("verdict", "correctness",
+                                                                                        "overhead", "extra")}
+        data.update(verdict=self.verdict.to_json(), correctness=vars(self.correctness).copy())
+        if self.overhead is not None:
+            data["overhead"] = self.overhead
+        return {**data, **self.extra}
+
+    @classmethod
+    def from_json(cls, data: dict) -> VerifyReport:
+        """The report in data; ContractError says what is missing or malformed."""
+        if not isinstance(data, dict):
+            raise ContractError(f"a VerifyReport is a JSON object, got {type(data).__name__}")
+        names = {f.name for f in fields(cls)}
+        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise ContractError(f"a VerifyReport needs {', '.join(missing)}")
+        try:
+            verdict, correctness = Verdict(**data["verdict"]), ErrorCheck(**data["correctness"])
+        except TypeError as error:
+            raise ContractError(f"a VerifyReport's verdict or error check is malformed ({error})") from error
+        return cls(**{key: value for key, value in data.items() if key in names - {"verdict", "correctness", "extra"}},
+                   verdict=verdict, correctness=correctness,
+                   extra={key: value for key, value in data.items() if key not in names})
+
