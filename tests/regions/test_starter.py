@@ -126,3 +126,25 @@ def test_a_reducing_regions_job_starter_holds_inductors_other_ways_and_each_comp
         open(path, "w").write(rewrite_tunables(source, {**tunables, "reduction": variant}))
         module = import_file(path, f"region_starter_variant_{index}")
         torch.testing.assert_close(module.kernel_fn(**inputs), kt.reference(**inputs), rtol=1e-4, atol=1e-5)
+
+
+def test_finding_inductors_module_reads_python_sources_alone(tmp_path, monkeypatch):
+    """The loaded module Inductor ran is found among every module by its source; an extension module (a .so, no text)
+    is passed over. Reading one as UTF-8 cost the tanh-GELU region its starter on an H100 (UnicodeDecodeError)."""
+    import sys
+    import types
+
+    from autokernel.profile.regions import inductor
+
+    binary, code = tmp_path / "ext.cpython-311-x86_64-linux-gnu.so", "def kernel():\n    return 1\n"
+    binary.write_bytes(bytes(range(256)) * 4)                    # not UTF-8 from its first high byte
+    python_file = tmp_path / "inductor_output.py"
+    python_file.write_text(code)
+    extension, output = types.ModuleType("ext_module"), types.ModuleType("inductor_output")
+    extension.__file__, output.__file__ = str(binary), str(python_file)
+    output.kernel = types.SimpleNamespace(launchers=[types.SimpleNamespace(
+        config=types.SimpleNamespace(kwargs={"XBLOCK": 64}, num_warps=4, num_stages=1))])
+    monkeypatch.setitem(sys.modules, "inductor_output", output)
+    monkeypatch.setitem(sys.modules, "ext_module", extension)         # later in sys.modules: read first
+    assert inductor._chosen_configs(code) == {"kernel": {"XBLOCK": 64, "num_warps": 4, "num_stages": 1}}
+    assert inductor._chosen_configs("code no module has") == {}

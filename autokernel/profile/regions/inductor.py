@@ -168,8 +168,14 @@ def _chosen_configs(code: str) -> dict[str, dict]:
 
 
 def _source(module) -> str | None:
+    """A Python module's source text; None for anything else. Extension modules (torch._C, Triton's compiled
+    launchers) have a .so for __file__, which is no text: reading one as UTF-8 raised UnicodeDecodeError and cost
+    the tanh-GELU region its starter on an H100 (benchmarks/results/2026-11-27_NVIDIA-H100_region_starters)."""
+    file = getattr(module, "__file__", None)
+    if not isinstance(file, str) or not file.endswith(".py"):
+        return None
     try:
-        with open(module.__file__) as handle:
+        with open(file, encoding="utf-8") as handle:
             return handle.read()
-    except (OSError, TypeError):
+    except (OSError, ValueError):          # ValueError: UnicodeDecodeError, a file that is not UTF-8 after all
         return None
