@@ -20,6 +20,7 @@ EXAMPLES = {
     "tanh_gelu": (models.TanhGelu, lambda: (models.rows(),)),
     "hinge": (models.Hinge, lambda: (models.rows(), models.rows().sign())),
     "log_softmax": (models.LogSoftmax, lambda: (models.rows(),)),
+    "cumsum": (models.CumSum, lambda: (models.rows(),)),
 }
 
 

@@ -38,8 +38,10 @@ def test_a_starter_is_inductors_kernels_with_their_configs_as_tunables(folder):
     assert "extern_kernels" not in source and "async_compile" not in source
 
 
-@pytest.mark.parametrize("example", ["gemm_sigmoid_rowsum", "tanh_gelu", "hinge", "log_softmax"])
+@pytest.mark.parametrize("example", ["gemm_sigmoid_rowsum", "tanh_gelu", "hinge", "log_softmax", "cumsum"])
 def test_a_starter_computes_its_region(folder, example):
+    """Each starter computes its region; the scan's carries the combine function Inductor wrote beside its kernel (a
+    starter without it failed on an H100: benchmarks/results/2026-11-27_NVIDIA-H100_region_starters)."""
     region, path = made(example, folder)
     module = import_file(path, f"region_starter_{example}")
     kt = registry.get(region.name)

@@ -13,6 +13,7 @@ come from autokernel/core/interpreter_libdevice.py.
 from __future__ import annotations
 
 import ast
+import re
 
 import torch
 import triton
@@ -114,7 +115,15 @@ def _variant_body(region: Region, wrapper: Wrapper, configs: dict, suffix: str, 
             lines.append(ast.unparse(_Rewrite(renames).visit(step)))
     returned = [ast.unparse(_Rewrite(renames).visit(value)) for value in wrapper.returns]
     lines.append(f"return {returned[0]}" if len(returned) == 1 else f"return ({', '.join(returned)})")
-    kernels += [f"@triton.jit\n{wrapper.kernels[name].source}" for name in order]
+    for name in order:          # the helpers a kernel calls first, each once (a later variant's renamed like its kernels)
+        kernel = wrapper.kernels[name]
+        for helper, source in kernel.helpers.items():
+            if suffix:
+                kernel.source = re.sub(rf"\b{helper}\b", helper + suffix, kernel.source)
+                source = re.sub(rf"\b{helper}\b", helper + suffix, source)
+            if source not in kernels:
+                kernels.append(source)
+        kernels.append(f"@triton.jit\n{kernel.source}")
     legend += [f"#   {short[name]}: {name + suffix}" for name in order]
     return [f"device = {region.definition.inputs[0].name}.device"] + lines
 

@@ -36,6 +36,7 @@ class Kernel:
     origin: str = ""                 # Inductor's comment: the source nodes and ATen ops it covers
     fixed_numel: dict = field(default_factory=dict)  # ints the body assigns: xnumel, r0_numel, a GEMM's M, N, K
     body_constexprs: dict = field(default_factory=dict)  # NAME: tl.constexpr = value, in the body
+    helpers: dict[str, str] = field(default_factory=dict)  # the @triton.jit functions it calls (a scan's combine)
 
 
 @dataclass
@@ -74,7 +75,7 @@ def fingerprint(code: str) -> str:
     wrapper = read(code)
     sources = []
     for index, (name, kernel) in enumerate(wrapper.kernels.items()):
-        sources.append(kernel.source.replace(name, f"kernel{index}"))
+        sources += [*kernel.helpers.values(), kernel.source.replace(name, f"kernel{index}")]
     steps = [f"{step.kernel}{[ast.unparse(a) for a in step.args]}" if isinstance(step, Launch) else ast.unparse(step)
              for step in wrapper.steps]
     text = "\n".join(sources + steps)
@@ -118,7 +119,20 @@ def _kernel(name: str, source: str, origin: str) -> Kernel:
                 and isinstance(statement.value, ast.Constant):
             body_constexprs[statement.target.id] = statement.value.value
     return Kernel(name, text, heuristics.func.attr, parameters, constexprs, grid_type, decorator, origin, fixed,
-                  body_constexprs)
+                  body_constexprs, _helpers(tree, function, lines))
+
+
+def _helpers(tree: ast.Module, kernel: ast.FunctionDef, lines: list[str]) -> dict[str, str]:
+    """The other @triton.jit functions of a kernel's source that it calls, decorator and all (Inductor writes a
+    scan's combine function, `_triton_helper_fn_add0`, beside the kernel that passes it to tl.associative_scan)."""
+    called = {node.id for node in ast.walk(kernel) if isinstance(node, ast.Name)}
+    helpers = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node is not kernel and node.name in called \
+                and any("jit" in ast.unparse(decorator) for decorator in node.decorator_list):
+            start = min(decorator.lineno for decorator in node.decorator_list)
+            helpers[node.name] = "\n".join(lines[start - 1:node.end_lineno])
+    return helpers
 
 
 def _entry(node: ast.expr | None, key: str):
