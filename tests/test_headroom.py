@@ -1,10 +1,13 @@
 """Tests for autokernel/verify/headroom.py: sorting a compiled forward's kernels and the ceiling they leave."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from rich.console import Console
 
 from autokernel.verify import headroom, verify_report
+from tests.test_verify_report import wide_report
 
 # Kernel names as the H100's profiler printed them for the LLaMA 4x1024 under torch.compile.
 H100_KERNELS = {
@@ -53,9 +56,9 @@ def test_without_a_gpu_there_is_no_headroom_to_measure(monkeypatch):
 def test_verify_prints_the_headroom_under_its_verdict():
     found = headroom.Headroom(5462.4, 423.3, 1141.4, 7.69).to_json()
     console = Console(record=True, width=300)
-    verify_report._print_headroom({"headroom": found}, console)
+    verify_report._print_headroom(replace(wide_report(), headroom=found), console)
     text = console.export_text()
     assert "headroom: torch.compile's forward spends its GPU kernel time on GEMMs 78%" in text
     assert "at most 1.41x" in text
-    verify_report._print_headroom({"headroom": None}, console)
+    verify_report._print_headroom(replace(wide_report(), headroom=None), console)
     assert console.export_text() == ""

@@ -22,7 +22,7 @@ def _variant(ms: float) -> dict:
             "graphs": 1, "failed": None}
 
 
-def _report() -> VerifyReport:
+def wide_report() -> VerifyReport:
     """A verify report, its cells wider than an 80-column table allows."""
     kernel = {"name": "1_rmsnorm_linear", "kernel_type": "rmsnorm_linear", "hits": 4, "fallbacks": 0, "share": 0.524,
               "graph_op": "autokernel::rmsnorm_linear_1_rmsnorm_linear", "fallback_reasons": {}}
@@ -46,7 +46,7 @@ def _report() -> VerifyReport:
 
 
 def test_a_report_round_trips_through_its_json_and_a_malformed_one_is_refused():
-    report = _report()
+    report = wide_report()
     assert VerifyReport.from_json(report.to_json()) == report
     assert report.passed and not report.faster and report.speedup is None
     assert "overhead" not in report.to_json()         # written only when measured (--overhead)
@@ -62,7 +62,7 @@ class _Terminal(io.StringIO):
 
 
 def _printed(stream) -> str:
-    print_report(_report(), report_console(stream))
+    print_report(wide_report(), report_console(stream))
     return stream.getvalue()
 
 
