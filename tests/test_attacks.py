@@ -22,11 +22,18 @@ from tests.processes import all_gone_within
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTACK_DIR = ROOT / "tests" / "attacks"
-ATTACKS, RUNNER_ATTACKS, BENCH_ARGS = (runpy.run_path(str(ATTACK_DIR / "expected.py"))[name]
-                                       for name in ("ATTACKS", "RUNNER_ATTACKS", "BENCH_ARGS"))
+ATTACKS, RUNNER_ATTACKS, BENCH_ARGS, OPEN_HOLES = (runpy.run_path(str(ATTACK_DIR / "expected.py"))[name]
+                                                   for name in ("ATTACKS", "RUNNER_ATTACKS", "BENCH_ARGS", "OPEN_HOLES"))
 CPU_ATTACKS = [name for name, expected in ATTACKS.items() if expected[3] == "cpu"]
 # The loop screens every candidate with --quick; these also go through the full verdict.
 FULL_TOO = ["stale_output_when_called_often", "decoy_launch_returns_torch", "cache_by_data_pointer"]
+
+
+def _case(name: str, mode: str):
+    """An attack's test case; one the judge does not reject yet is expected to fail, strictly (a fix shows)."""
+    if name in OPEN_HOLES:
+        return pytest.param(name, mode, marks=pytest.mark.xfail(strict=True, reason=OPEN_HOLES[name]))
+    return (name, mode)
 
 
 def judge(name: str, tmp_path: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
@@ -41,10 +48,11 @@ def judge(name: str, tmp_path: Path, *extra: str) -> tuple[dict, subprocess.Comp
 def test_every_attack_file_has_an_expected_verdict():
     files = {p.stem for p in ATTACK_DIR.glob("*.py") if not p.stem.startswith("_") and p.stem != "expected"}
     assert files == set(ATTACKS) | set(RUNNER_ATTACKS) and not set(ATTACKS) & set(RUNNER_ATTACKS)
+    assert set(OPEN_HOLES) <= set(ATTACKS) | set(RUNNER_ATTACKS)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, mode", [(n, "quick") for n in CPU_ATTACKS] + [(n, "full") for n in FULL_TOO])
+@pytest.mark.parametrize("name, mode", [_case(n, "quick") for n in CPU_ATTACKS] + [_case(n, "full") for n in FULL_TOO])
 def test_judge_rejects_attack(name, mode, tmp_path):
     correctness, stages, message, _ = ATTACKS[name]
     result, proc = judge(name, tmp_path, *(["--quick"] if mode == "quick" else []))

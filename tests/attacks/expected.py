@@ -45,6 +45,9 @@ ATTACKS = {
     # Issue 24: the verdict out of the candidate's reach (its pipe, its descriptors, the judge's /proc entries).
     "writes_verdict_through_proc_fd": ("FAIL", "load", "another process's fd", "cpu"),
     "thread_outlives_kernel_fn": ("FAIL", "smoke", "left a thread running", "cpu"),
+    # Red team: PyTorch's compute where the worker's dispatch mode does not see it (OPEN_HOLES, below).
+    "torch_compute_in_a_thread": ("FAIL", "smoke", "the result must come from your own kernels", "cpu"),
+    "torch_compute_with_modes_disabled": ("FAIL", "smoke", "the result must come from your own kernels", "cpu"),
     "side_stream_launch": ("FAIL", "smoke", "side stream", "gpu"),
     "rerecords_timer_events": ("FAIL", "timing", "the timer", "gpu"),
     "changes_allocator_settings": ("FAIL", "load", "changed torch's global state", "gpu"),
@@ -62,6 +65,15 @@ ATTACKS = {
 RUNNER_ATTACKS = {
     "daemon_rewrites_verdict": ("CRASH", "left 1 process(es) running after the judge finished"),
     "daemon_writes_after_the_run": ("CRASH", "left 1 process(es) running after the judge finished"),
+}
+
+# Attacks the judge does not yet reject (each is a PASS today): tests/test_attacks.py expects them to fail, strictly,
+# so a fix shows. The guard against library compute is a TorchDispatchMode, which is per thread and can be set
+# aside from Python; a fix needs an observer the kernel cannot switch off (the profiler's record of every op, from
+# every thread, or the GPU's kernel events as autokernel/judge/cuda_launches.py reads them for CUDA files).
+OPEN_HOLES = {
+    "torch_compute_in_a_thread": "dispatch modes are per thread: a thread started in kernel_fn runs torch ops unseen",
+    "torch_compute_with_modes_disabled": "_disable_current_modes / _DisableTorchDispatch set the guard aside",
 }
 
 BENCH_ARGS = {
