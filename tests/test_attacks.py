@@ -126,3 +126,27 @@ def test_the_worker_writes_its_own_folders_and_nothing_of_the_judges(tmp_path, m
     assert result["correctness"] == "PASS", result["message"]
     seen = (runner.caches_for(kernel) / "probe").read_text().splitlines()
     assert seen == ["own tmp written", "own cache written", "judge refused", "judge caches refused"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(landlock.abi() < 6, reason="Landlock signal scoping needs ABI 6")
+@pytest.mark.parametrize("confine", ["1", "0"])
+def test_the_worker_cannot_signal_the_judge_even_with_the_file_rules_off(confine, tmp_path, monkeypatch):
+    # The judge is the worker's parent: a pid the kernel can name, in the namespace too. Stopped while it times
+    # PyTorch, or killed, it would judge wrongly or not at all. With the file rules off (red team) the worker had no
+    # Landlock layer of its own and shared the judge's domain, so its signals reached it; SIGCONT here is harmless.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv(runner.CONFINE_ENV, confine)
+    kernel = tmp_path / "probe.py"
+    kernel.write_text(textwrap.dedent("""
+        import os, signal
+        try:
+            os.kill(os.getppid(), signal.SIGCONT)
+            _seen = "signalled"
+        except PermissionError:
+            _seen = "refused"
+        open(os.path.join(os.path.dirname(os.environ["TRITON_CACHE_DIR"]), "probe"), "w").write(_seen)
+    """) + (ATTACK_DIR.parent / "judge_fixtures" / "row_softmax.py").read_text())
+    result = runner.run_bench(kernel, shapes=[], dtype="float16", timeout_s=300, seed=7, extra_args=["--quick"])
+    assert result["correctness"] == "PASS", result["message"]
+    assert (runner.caches_for(kernel) / "probe").read_text() == "refused"
