@@ -22,8 +22,9 @@ from tests.processes import all_gone_within
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTACK_DIR = ROOT / "tests" / "attacks"
-ATTACKS, RUNNER_ATTACKS, BENCH_ARGS, OPEN_HOLES = (runpy.run_path(str(ATTACK_DIR / "expected.py"))[name]
-                                                   for name in ("ATTACKS", "RUNNER_ATTACKS", "BENCH_ARGS", "OPEN_HOLES"))
+_EXPECTED = runpy.run_path(str(ATTACK_DIR / "expected.py"))
+ATTACKS, RUNNER_ATTACKS, BENCH_ARGS, OPEN_HOLES = (_EXPECTED[name] for name in ("ATTACKS", "RUNNER_ATTACKS",
+                                                                                "BENCH_ARGS", "OPEN_HOLES"))
 CPU_ATTACKS = [name for name, expected in ATTACKS.items() if expected[3] == "cpu"]
 # The loop screens every candidate with --quick; these also go through the full verdict.
 FULL_TOO = ["stale_output_when_called_often", "decoy_launch_returns_torch", "cache_by_data_pointer"]
