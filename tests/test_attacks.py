@@ -22,11 +22,19 @@ from tests.processes import all_gone_within
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTACK_DIR = ROOT / "tests" / "attacks"
-ATTACKS, RUNNER_ATTACKS, BENCH_ARGS = (runpy.run_path(str(ATTACK_DIR / "expected.py"))[name]
-                                       for name in ("ATTACKS", "RUNNER_ATTACKS", "BENCH_ARGS"))
+_EXPECTED = runpy.run_path(str(ATTACK_DIR / "expected.py"))
+ATTACKS, RUNNER_ATTACKS, BENCH_ARGS, OPEN_HOLES = (_EXPECTED[name] for name in ("ATTACKS", "RUNNER_ATTACKS",
+                                                                                "BENCH_ARGS", "OPEN_HOLES"))
 CPU_ATTACKS = [name for name, expected in ATTACKS.items() if expected[3] == "cpu"]
 # The loop screens every candidate with --quick; these also go through the full verdict.
 FULL_TOO = ["stale_output_when_called_often", "decoy_launch_returns_torch", "cache_by_data_pointer"]
+
+
+def _case(name: str, mode: str):
+    """An attack's test case; one the judge does not reject yet is expected to fail, strictly (a fix shows)."""
+    if name in OPEN_HOLES:
+        return pytest.param(name, mode, marks=pytest.mark.xfail(strict=True, reason=OPEN_HOLES[name]))
+    return (name, mode)
 
 
 def judge(name: str, tmp_path: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
@@ -41,10 +49,11 @@ def judge(name: str, tmp_path: Path, *extra: str) -> tuple[dict, subprocess.Comp
 def test_every_attack_file_has_an_expected_verdict():
     files = {p.stem for p in ATTACK_DIR.glob("*.py") if not p.stem.startswith("_") and p.stem != "expected"}
     assert files == set(ATTACKS) | set(RUNNER_ATTACKS) and not set(ATTACKS) & set(RUNNER_ATTACKS)
+    assert set(OPEN_HOLES) <= set(ATTACKS) | set(RUNNER_ATTACKS)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, mode", [(n, "quick") for n in CPU_ATTACKS] + [(n, "full") for n in FULL_TOO])
+@pytest.mark.parametrize("name, mode", [_case(n, "quick") for n in CPU_ATTACKS] + [_case(n, "full") for n in FULL_TOO])
 def test_judge_rejects_attack(name, mode, tmp_path):
     correctness, stages, message, _ = ATTACKS[name]
     result, proc = judge(name, tmp_path, *(["--quick"] if mode == "quick" else []))
@@ -118,3 +127,27 @@ def test_the_worker_writes_its_own_folders_and_nothing_of_the_judges(tmp_path, m
     assert result["correctness"] == "PASS", result["message"]
     seen = (runner.caches_for(kernel) / "probe").read_text().splitlines()
     assert seen == ["own tmp written", "own cache written", "judge refused", "judge caches refused"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(landlock.abi() < 6, reason="Landlock signal scoping needs ABI 6")
+@pytest.mark.parametrize("confine", ["1", "0"])
+def test_the_worker_cannot_signal_the_judge_even_with_the_file_rules_off(confine, tmp_path, monkeypatch):
+    # The judge is the worker's parent: a pid the kernel can name, in the namespace too. Stopped while it times
+    # PyTorch, or killed, it would judge wrongly or not at all. With the file rules off (red team) the worker had no
+    # Landlock layer of its own and shared the judge's domain, so its signals reached it; SIGCONT here is harmless.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv(runner.CONFINE_ENV, confine)
+    kernel = tmp_path / "probe.py"
+    kernel.write_text(textwrap.dedent("""
+        import os, signal
+        try:
+            os.kill(os.getppid(), signal.SIGCONT)
+            _seen = "signalled"
+        except PermissionError:
+            _seen = "refused"
+        open(os.path.join(os.path.dirname(os.environ["TRITON_CACHE_DIR"]), "probe"), "w").write(_seen)
+    """) + (ATTACK_DIR.parent / "judge_fixtures" / "row_softmax.py").read_text())
+    result = runner.run_bench(kernel, shapes=[], dtype="float16", timeout_s=300, seed=7, extra_args=["--quick"])
+    assert result["correctness"] == "PASS", result["message"]
+    assert (runner.caches_for(kernel) / "probe").read_text() == "refused"

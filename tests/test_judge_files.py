@@ -75,6 +75,92 @@ def test_bytecode_another_process_wrote_by_importing_is_no_change(tmp_path):
     assert digest.changed() == []
 
 
+
+def _specialized(pyc: Path) -> None:
+    """Rewrite pyc so every COMPARE_OP is COMPARE_OP_INT_JUMP with a mask that never jumps: an `if a > b:` whose body
+    always runs. The code still equals its source's by code.__eq__ (it undoes specializations, skips inline caches)."""
+    import dis
+    import marshal
+    import types
+
+    data = pyc.read_bytes()
+    code = marshal.loads(data[16:])
+    body = data[16:]
+
+    def swap(co):
+        nonlocal body
+        raw = bytearray(co.co_code)
+        for i in range(0, len(raw), 2):
+            if raw[i] == dis.opmap["COMPARE_OP"]:
+                raw[i], raw[i + 4], raw[i + 5] = dis._all_opmap["COMPARE_OP_INT_JUMP"], 0, 0   # cache 2: the mask
+        if bytes(raw) != co.co_code:
+            assert body.count(co.co_code) == 1
+            body = body.replace(co.co_code, bytes(raw))
+        for const in co.co_consts:
+            if isinstance(const, types.CodeType):
+                swap(const)
+    swap(code)
+    pyc.write_bytes(data[:16] + body)
+    assert marshal.loads(body) == code, "the planted code must still equal its source's by code.__eq__"
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="COMPARE_OP_INT_JUMP keeps its mask in a cache in 3.11")
+def test_bytecode_equal_to_its_source_but_for_its_inline_caches_is_planted(tmp_path):
+    # An outside review's question: can a .pyc pass as Python's own and still do something else? In 3.11 it could:
+    # code.__eq__ compares instructions with specializations undone and skips inline caches, so a planted .pyc
+    # whose comparison never jumps was taken into the digest as honest bytecode, and every later import ran it.
+    bench, package = _package(tmp_path)
+    (package / "keep.py").write_text("def keep(speedup, best):\n    if speedup > best:\n        return 'keep'\n"
+                                     "    return 'revert'\n")
+    digest = judge_files.Digest(bench, package)
+    planted = Path(py_compile.compile(str(package / "keep.py"), doraise=True))
+    _specialized(planted)
+    runs = subprocess.run([sys.executable, "-c", "import keep; print(keep.keep(1, 5))"], cwd=package,
+                          env={**os.environ, "PYTHONPATH": str(package)}, capture_output=True, text=True, check=True)
+    assert runs.stdout.strip() == "keep", "the planted bytecode does change what runs"
+    assert digest.changed() == [os.path.realpath(planted)]
+
+
+def test_a_folder_linked_into_the_package_is_planted(tmp_path):
+    # Path.rglob lists a link to a folder without looking inside, and it is no file: the digest did not see it. Yet
+    # a folder named like a module comes before the module (judge/limits/ before judge/limits.py), and its
+    # __init__.pyc, with no source, ran in every later judge (a kernel returning zeros was then a PASS).
+    bench, package = _package(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "__init__.pyc").write_bytes(b"planted")
+    digest = judge_files.Digest(bench, package)
+    (package / "timing").symlink_to(elsewhere, target_is_directory=True)
+    changed = digest.changed()
+    assert changed == [os.path.join(os.path.realpath(package), "timing")]
+    digest.restore(changed)
+    assert not (package / "timing").exists() and elsewhere.is_dir() and digest.changed() == []
+
+
+def test_the_judge_never_runs_a_module_of_its_package_that_has_no_source(tmp_path):
+    # A link made before the run's start is in its digest: what keeps a sourceless module of the package out of the
+    # judge then is its finder, which refuses it (recorded, it could erase its own record once running).
+    (tmp_path / "planted").mkdir()
+    (tmp_path / "planted" / "source.py").write_text("RAN = True\n")
+    py_compile.compile(str(tmp_path / "planted" / "source.py"), cfile=str(tmp_path / "planted" / "__init__.pyc"),
+                       doraise=True)
+    (tmp_path / "planted" / "source.py").unlink()
+    probe = textwrap.dedent(f"""
+        from autokernel.judge import judge_files
+        judge_files.record_compiled()
+        import autokernel.judge
+        autokernel.judge.__path__.insert(0, {str(tmp_path)!r})
+        try:
+            import autokernel.judge.planted
+            print("ran")
+        except ImportError as exc:
+            print("refused:", exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(PROJECT)}).stdout
+    assert out.startswith("refused: the judge imports its own modules from source only"), out
+
+
 def test_what_the_judge_compiled_is_checked_against_the_digest(tmp_path):
     bench, package = _package(tmp_path)
     digest = judge_files.Digest(bench, package)

@@ -55,6 +55,11 @@ class _PackageFinder(importlib.abc.MetaPathFinder):
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is not None and type(spec.loader) is importlib.machinery.SourceFileLoader:
             spec.loader = _SourceOnlyLoader(spec.loader.name, spec.loader.path)
+        elif spec is not None and spec.loader is not None and spec.origin not in (None, "namespace"):
+            # A module of the package with no source to compile (a sourceless .pyc, a shared object: planted, for
+            # instance in a folder linked into the package, which no digest reads). Recording it would not help: once
+            # it runs in the judge it can rewrite the record. So it never runs.
+            raise ImportError(f"the judge imports its own modules from source only, not {spec.origin}", name=fullname)
         return spec
 
 
@@ -95,6 +100,14 @@ def judge_files(bench_script: Path, package_dir: Path = PACKAGE_DIR) -> list[Pat
     return [path for path in files if path.is_file()]
 
 
+def links_to_folders(package_dir: Path = PACKAGE_DIR) -> list[str]:
+    """Entries of the package that are links to folders (or to nothing): rglob lists them without looking inside,
+    and a file inside one is a module of the package all the same (`judge/limits/` -> anywhere, a package that
+    comes before limits.py). By the link's own path, never where it leads."""
+    return sorted(os.path.join(os.path.realpath(path.parent), path.name) for path in package_dir.rglob("*")
+                  if path.is_symlink() and not path.is_file())
+
+
 def _being_written(path: Path) -> bool:
     return path.parent.name == "__pycache__" and not path.name.endswith(".pyc")
 
@@ -106,6 +119,7 @@ class Digest:
         self.bench_script, self.package_dir = bench_script, package_dir
         self.kept = {os.path.realpath(path): path.read_bytes() for path in judge_files(bench_script, package_dir)}
         self.shas = {path: _sha(data) for path, data in self.kept.items()}
+        self.links = set(links_to_folders(package_dir))
 
     def changed(self) -> list[str]:
         """The judge's files that differ from the digest now: changed, removed, or new.
@@ -114,6 +128,7 @@ class Digest:
         its source's, compiled here, is taken into the digest; any other .pyc is one that was planted."""
         now = {os.path.realpath(path) for path in judge_files(self.bench_script, self.package_dir)}
         differ = [path for path in now - set(self.kept)]
+        differ += [path for path in links_to_folders(self.package_dir) if path not in self.links]
         differ += [path for path, data in self.kept.items() if path not in now or _read(path) != data]
         honest = [path for path in differ if path in now and _is_compiled_from_its_source(path)]
         for path in honest:
@@ -162,7 +177,27 @@ def _is_compiled_from_its_source(path: str) -> bool:
         written = marshal.load(stream)
     except (OSError, ValueError, SyntaxError, AttributeError, EOFError, TypeError):
         return False
-    return written == code and stream.tell() == len(data) - 16       # nothing after the code either
+    return _same_code(written, code) and stream.tell() == len(data) - 16       # nothing after the code either
+
+
+# What code equality (code.__eq__) leaves out and still decides what runs. It compares instructions with their
+# specializations undone and skips their inline caches, so a .pyc may hold COMPARE_OP_INT_JUMP with a mask of its
+# choosing (`if a < b` that never jumps) or LOAD_GLOBAL_MODULE with an index to another global, and still equal its
+# source's code (tests/test_judge_files.py plants one). The raw instructions, caches included, must be the
+# compiler's; so must the variable kinds (cell, free) and the stack size, which equality does not look at either.
+_RAW_FIELDS = ("co_varnames", "co_cellvars", "co_freevars", "co_nlocals", "co_stacksize", "co_qualname")
+
+
+def _same_code(written, code) -> bool:
+    import types
+
+    if written != code or getattr(written, "_co_code_adaptive", written.co_code) != \
+            getattr(code, "_co_code_adaptive", code.co_code):
+        return False
+    if any(getattr(written, name, None) != getattr(code, name, None) for name in _RAW_FIELDS):
+        return False
+    return all(_same_code(a, b) for a, b in zip(written.co_consts, code.co_consts)
+               if isinstance(a, types.CodeType) or isinstance(b, types.CodeType))
 
 
 def _read(path: str) -> bytes | None:

@@ -45,6 +45,13 @@ ATTACKS = {
     # Issue 24: the verdict out of the candidate's reach (its pipe, its descriptors, the judge's /proc entries).
     "writes_verdict_through_proc_fd": ("FAIL", "load", "another process's fd", "cpu"),
     "thread_outlives_kernel_fn": ("FAIL", "smoke", "left a thread running", "cpu"),
+    # Red team: PyTorch's compute where the worker's dispatch mode does not see it (OPEN_HOLES, below).
+    "torch_compute_in_a_thread": ("FAIL", "smoke", "the result must come from your own kernels", "cpu"),
+    "torch_compute_with_modes_disabled": ("FAIL", "smoke", "the result must come from your own kernels", "cpu"),
+    # Red team: timings forged in the candidate's process, which reports them (OPEN_HOLES). What a fix says, and at
+    # which stage, is not known yet: any FAIL at load or in timing will do.
+    "silences_the_tamper_check": ("FAIL", ("load", "timing"), "", "cpu"),
+    "forges_timing_through_a_relay": ("FAIL", ("load", "timing"), "", "cpu"),
     "side_stream_launch": ("FAIL", "smoke", "side stream", "gpu"),
     "rerecords_timer_events": ("FAIL", "timing", "the timer", "gpu"),
     "changes_allocator_settings": ("FAIL", "load", "changed torch's global state", "gpu"),
@@ -62,6 +69,20 @@ ATTACKS = {
 RUNNER_ATTACKS = {
     "daemon_rewrites_verdict": ("CRASH", "left 1 process(es) running after the judge finished"),
     "daemon_writes_after_the_run": ("CRASH", "left 1 process(es) running after the judge finished"),
+}
+
+# Attacks the judge does not yet reject (each is a PASS today): tests/test_attacks.py expects them to fail, strictly,
+# so a fix shows. The guard against library compute is a TorchDispatchMode, which is per thread and can be set
+# aside from Python; a fix needs an observer the kernel cannot switch off (the profiler's record of every op, from
+# every thread, or the GPU's kernel events as autokernel/judge/cuda_launches.py reads them for CUDA files).
+OPEN_HOLES = {
+    "torch_compute_in_a_thread": "dispatch modes are per thread: a thread started in kernel_fn runs torch ops unseen",
+    "torch_compute_with_modes_disabled": "_disable_current_modes / _DisableTorchDispatch set the guard aside",
+    # Every time the judge reports comes from the worker, the candidate's own process, and so does the bracket the
+    # judge checks them with (the worker's "started" and "idle"). A check inside that process can be switched off
+    # from Python (Fingerprint.changes, or _same, or the snapshot itself), and its channel to the judge replaced.
+    "silences_the_tamper_check": "the worker's tamper check is itself a replaceable method: timings forged",
+    "forges_timing_through_a_relay": "the worker's socket can be dup2'd to a relay process: timings forged",
 }
 
 BENCH_ARGS = {

@@ -96,13 +96,17 @@ def worker_environment() -> tuple[dict[str, str], list[str]]:
 def _write_layer(folders: list[str]):
     """A Landlock layer for the worker, stacked on the sandbox's: writing only under `folders` and to devices.
 
-    Only writing is decided here: what the worker may read is the sandbox's rule already. None where
-    files are not confined (the mode that gives that up, or no Landlock)."""
+    Only writing is decided here: what the worker may read is the sandbox's rule already. Where files are not
+    confined (the mode that gives that up), a layer that scopes signals alone, where the kernel can; else None."""
     from autokernel.sandbox import landlock
 
     version = landlock.abi()
-    if os.environ.get(CONFINE_ENV, "1") == "0" or version < 1:
+    if version < 1:
         return None
+    if os.environ.get(CONFINE_ENV, "1") == "0":
+        # Files are left alone, but a layer of its own still keeps the worker's signals off the judge (its parent,
+        # which it can name): without one it shares the judge's Landlock domain, and could stop or kill it.
+        return landlock.Ruleset(version, handled_fs=0, deny_tcp=False) if version >= 6 else None
     writes = landlock.write_rights(version)
     ruleset = landlock.Ruleset(version, handled_fs=writes, deny_tcp=False)
     ruleset.allow(folders, writes)
