@@ -214,11 +214,13 @@ def _handler_for(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 for name, value in (headers or {}).items():
                     self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(data)
+                # Noted before the body goes out: once the client has it, a test may read answered_s at once.
                 if request is not None:
                     request.answered_s = time.monotonic()
+                self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):
-                pass            # the client gave up waiting (a slow reply past its timeout)
+                if request is not None:
+                    request.answered_s = None     # the client gave up waiting (a slow reply past its timeout)
 
         def log_message(self, *args):
             """Quiet: pytest shows the requests through `server.requests` when a test needs them."""
