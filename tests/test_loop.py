@@ -259,7 +259,8 @@ def test_a_baseline_whose_second_run_cannot_be_paid_for_stands_on_one(project, m
     monkeypatch.setattr(loop.runner, "run_bench", slow_bench)
     started = time.monotonic()
     state = _run(project, [make_job(project, 1, source(result(100.0)))], ScriptedAgent(), budget_s=1.5)
-    assert time.monotonic() - started < 1.5 + 1.0, "no second run past the budget"
+    # The row below shows the one run; the clock only shows the run did not wait past its budget for long.
+    assert time.monotonic() - started < 1.5 + 5, "no second run past the budget"
     (row,) = results.read_rows(project / "results.tsv")
     assert row["status"] == "baseline" and row["description"] == "baseline (one run: no time for a second; noise " \
                                                                   "floor 2.0%)"
@@ -279,7 +280,7 @@ def test_a_bench_cut_short_by_the_budget_leaves_no_row(project, monkeypatch):
     monkeypatch.setattr(loop.runner, "run_bench", bench_until_its_limit)
     started = time.monotonic()
     state = _run(project, [make_job(project, 1, source(result(100.0)))], ScriptedAgent(), budget_s=2.0)
-    assert time.monotonic() - started < 2.0 + 1.5
+    assert time.monotonic() - started < 2.0 + 5      # not the 15-minute ceiling (slack for a loaded machine)
     assert limits and limits[0] <= 2.0, "the first bench's limit is the budget left, not the 15-minute ceiling"
     assert not state.done and state.job_index == 0 and state.current is None and state.experiment == 0
     assert _statuses(project) == [], "a budget cut is no TIMEOUT verdict"
@@ -319,7 +320,8 @@ def test_llm_trouble_ends_the_run_within_its_budget(project, trouble):
         state = _run(project, [make_job(project, 1, source(result(100.0)))], _openai_agent(url), budget_s=budget_s)
         elapsed = time.monotonic() - started
     # The fake judge takes no time, so one bench limit adds nothing here: the budget itself binds.
-    assert elapsed < budget_s + 1.5, f"{trouble}: {elapsed:.1f} s on a {budget_s} s budget"
+    # Far below what waiting would take (a 60 s reply, a 3600 s Retry-After); the slack is a loaded machine's.
+    assert elapsed < budget_s + 5, f"{trouble}: {elapsed:.1f} s on a {budget_s} s budget"
     assert loop.is_run_stop(state.stopped_because) and not state.done and state.current is not None
     assert _statuses(project) == [(1, "baseline", "PASS")], "no bogus row for an experiment never judged"
     assert run_state.load().stopped_because == state.stopped_because

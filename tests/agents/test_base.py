@@ -279,7 +279,7 @@ def test_a_slow_reply_is_cut_at_the_deadline(kind, server):
     agent.retry.sleep = time.sleep
     with pytest.raises(OutOfTime):
         agent.propose(AgentContext(**{**CONTEXT.__dict__, "deadline": time.monotonic() + 2.5}))
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15     # cut at its deadline, long before the 30 s reply (loaded-machine slack)
 
 
 @LLM_KINDS
@@ -325,7 +325,7 @@ def test_an_unreachable_endpoint_fails_its_check_within_seconds_naming_the_url(k
     started = time.monotonic()
     with pytest.raises(AgentError, match=f"cannot reach http://127.0.0.1:{closed_port}/v1.*--base-url"):
         agent.check_endpoint()
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 10     # a refused connection fails at once; the slack is a loaded machine's
 
 
 @LLM_KINDS
