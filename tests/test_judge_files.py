@@ -59,6 +59,20 @@ def test_bytecode_python_wrote_is_no_change_and_planted_bytecode_is(tmp_path):
     assert os.path.realpath(honest) in digest.changed()
 
 
+def test_bytecode_planted_before_the_run_is_removed_when_the_digest_is_taken(tmp_path):
+    """bench.py's first imports still load their .pyc: one planted before the run (an earlier run killed before its
+    check, with the file rules off) must not become the judge the digest protects."""
+    bench, package = _package(tmp_path)
+    honest = Path(py_compile.compile(str(package / "timing.py"), doraise=True))
+    planted = Path(py_compile.compile(str(package / "correctness.py"), doraise=True))
+    other = compile("TOLERANCE = 1e9\n", str(package / "correctness.py"), "exec")
+    planted.write_bytes(planted.read_bytes()[:16] + __import__("marshal").dumps(other))
+    digest = judge_files.Digest(bench, package)
+    assert not planted.exists() and honest.exists()
+    assert os.path.realpath(honest) in digest.kept and os.path.realpath(planted) not in digest.kept
+    assert digest.changed() == []
+
+
 def test_bytecode_another_process_wrote_by_importing_is_no_change(tmp_path):
     # marshal writes a string as interned where it is: a one-character string is one object in a process, interned
     # once anything interns it. So another process's honest import (a test worker, a second loop) may write other

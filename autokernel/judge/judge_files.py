@@ -117,6 +117,7 @@ class Digest:
 
     def __init__(self, bench_script: Path, package_dir: Path = PACKAGE_DIR):
         self.bench_script, self.package_dir = bench_script, package_dir
+        _remove_planted_bytecode(package_dir)
         self.kept = {os.path.realpath(path): path.read_bytes() for path in judge_files(bench_script, package_dir)}
         self.shas = {path: _sha(data) for path, data in self.kept.items()}
         self.links = set(links_to_folders(package_dir))
@@ -198,6 +199,21 @@ def _same_code(written, code) -> bool:
         return False
     return all(_same_code(a, b) for a, b in zip(written.co_consts, code.co_consts)
                if isinstance(a, types.CodeType) or isinstance(b, types.CodeType))
+
+
+def _remove_planted_bytecode(package_dir: Path) -> None:
+    """Before the digest is taken: remove this interpreter's bytecode of the package that is not what its source
+    compiles to. bench.py's first imports (the package's __init__ and this module) still load their .pyc, and a
+    digest that took a planted one as the judge's (left by an earlier run with the file rules off, killed before
+    its check, or by anything else that wrote there) would protect it. Python writes honest bytecode again on the
+    next import."""
+    tag = f".{sys.implementation.cache_tag}."
+    for path in package_dir.rglob("*.pyc"):
+        if tag in path.name and path.is_file() and not _is_compiled_from_its_source(str(path)):
+            try:
+                path.unlink()
+            except OSError:       # not ours to remove (a read-only install): the judge's own check names it then
+                pass
 
 
 def _read(path: str) -> bytes | None:
