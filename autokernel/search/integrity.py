@@ -43,6 +43,15 @@ class ContractError(Exception):
 def check_contract(source: str, kernel_type: str) -> None:
     """KERNEL_TYPE is the job's and kernel_fn takes the reference's parameters, read from the source."""
     try:
+        _check_contract(source, kernel_type)
+    except (RecursionError, MemoryError, UnicodeError, ValueError) as exc:
+        # The agent wrote the source: nesting too deep for the parser (or ast.unparse, literal_eval), a lone
+        # surrogate. Any of these raised out of the loop and ended the run; now the candidate fails.
+        raise ContractError(f"the source cannot be read as Python ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+
+def _check_contract(source: str, kernel_type: str) -> None:
+    try:
         tree = ast.parse(source)
     except SyntaxError:
         return                      # bench.py reports a file that does not parse, with its line

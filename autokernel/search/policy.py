@@ -150,7 +150,11 @@ def older_entry(entry: dict) -> dict:
 
 
 def one_line(text: str, limit: int = DESCRIPTION_CHARS) -> str:
-    return " ".join(str(text).split())[:limit] or "(no description)"
+    # The agent writes descriptions, and they become commit messages and results.tsv cells: a null byte or a lone
+    # surrogate would make git's command line (and the file's UTF-8) raise out of the loop; escapes and bidi
+    # controls would rewrite the terminal or hide text in `git log`. Only printable characters are kept.
+    text = "".join(c if c.isprintable() else " " for c in str(text))
+    return " ".join(text.split())[:limit] or "(no description)"
 
 
 def job_stop_reason(progress: JobProgress, settings: RunSettings) -> str | None:

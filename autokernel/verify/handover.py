@@ -61,11 +61,27 @@ def compare(model: nn.Module, inputs: tuple, optimized_dir: str | Path, *, on_gp
 
 
 def record_route_tables(manifest_path: Path, tables: dict) -> None:
-    """Write route tables (as `compare` hands them back, checked record by record) into the manifest at manifest_path."""
-    manifest.write_route_tables(manifest_path, {
-        name: (table["source_sha256"], table["device"],
-               [manifest.RouteRecord.from_json(record) for record in table["records"]])
-        for name, table in tables.items()})
+    """Write route tables (as `compare` hands them back, checked record by record) into the manifest at manifest_path;
+    ValueError, before anything is written, when they are not route tables."""
+    manifest.write_route_tables(manifest_path, checked_tables(tables))
+
+
+def checked_tables(tables) -> dict[str, tuple[str, str, list[manifest.RouteRecord]]]:
+    """Route tables from a sandboxed child, whose JSON a kept kernel may have written: name -> (sha256, device,
+    records); ValueError for anything else, so that the user's process reports it instead of a traceback."""
+    if not isinstance(tables, dict):
+        raise ValueError("route tables are not an object")
+    checked = {}
+    for name, table in tables.items():
+        if not isinstance(table, dict) or not isinstance(table.get("source_sha256"), str) \
+                or not isinstance(table.get("device"), str) or not isinstance(table.get("records"), list):
+            raise ValueError(f"route table {name!r} is not {{source_sha256, device, records}}")
+        try:
+            records = [manifest.RouteRecord.from_json(record) for record in table["records"]]
+        except (AttributeError, TypeError) as exc:
+            raise ValueError(f"route table {name!r} holds a record that is not one ({exc})") from None
+        checked[name] = (table["source_sha256"], table["device"], records)
+    return checked
 
 
 def runnable(model: nn.Module, optimized_dir: str | Path, verdict: dict) -> nn.Module:

@@ -38,10 +38,13 @@ from autokernel.kernel_types.regions import store as region_store
 # Set in the sandboxed child: autokernel.optimize called there (a script without a __main__ guard) refuses.
 CHILD_VARIABLE = "AUTOKERNEL_SANDBOXED_CHILD"
 CHILD_TIMEOUT_S = 6 * 3600
-# What verify's child may hand back as files of the workspace (relative names), and nothing else: the plan, the
-# report, and with --starters the starters' manifest and what it names (regions' starters: Inductor's code for
-# them, and their region files).
-VERIFY_FILES = ("optimization_plan.json", "profile_report.json", "verify_report.json")
+# What verify's child may hand back as files of the workspace (relative names), and nothing else: the report, and
+# with --starters the plan (when it profiled), the starters' manifest and what it names (regions' starters:
+# Inductor's code for them, and their region files). Without --starters the child imported the kept kernels, so it
+# hands back the report alone: else a kept kernel could plant a starters' manifest naming code of its own, that a
+# later plug_in of starter_kernels/ would import into the user's process.
+VERIFY_REPORT = "verify_report.json"
+VERIFY_FILES = ("optimization_plan.json", "profile_report.json", VERIFY_REPORT)
 VERIFY_FILE_PATTERNS = ("starter_kernels/manifest.json", "starter_kernels/*.py", "starter_kernels/regions/*.json")
 HF_CACHE = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
 
@@ -115,11 +118,9 @@ def verify_in_sandbox(argv: list[str], *, model: str | None, workspace: Path, op
             return EXIT_ERROR
         workspace.mkdir(parents=True, exist_ok=True)
         for name in outcome.made:
-            if _may_hand_back(name) and (out / name).is_file() and not (out / name).is_symlink():
-                (workspace / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(out / name, workspace / name)
-        if outcome.route_tables:
-            folder = workspace / STARTER_MANIFEST_DIR if outcome.tables_for == "starters" else optimized_dir
+            _hand_back(out, workspace, name, starters=starters)
+        if outcome.route_tables:        # the manifest verify was asked about, whatever the child says
+            folder = workspace / STARTER_MANIFEST_DIR if starters else optimized_dir
             handover.record_route_tables(folder / paths.MANIFEST_NAME, outcome.route_tables)
         if "verify_report.json" in outcome.made:
             say(f"wrote {workspace / 'verify_report.json'}")
@@ -128,7 +129,32 @@ def verify_in_sandbox(argv: list[str], *, model: str | None, workspace: Path, op
         shutil.rmtree(out, ignore_errors=True)
 
 
-def _may_hand_back(name: str) -> bool:
+def _hand_back(out: Path, workspace: Path, name: str, *, starters: bool) -> bool:
+    """Copy the child's file `name` from out into the workspace, if it may hand it back; whether it was copied.
+    The child owns `out`: a folder of it may be a link to anywhere this process can read (a folder the child's
+    Landlock hides, the home folder's), so the file must resolve inside `out`; and what it lands on must resolve
+    inside the workspace (a link there would write elsewhere)."""
+    if not _may_hand_back(name, starters=starters):
+        return False
+    source, target = out / name, workspace / name
+    if source.is_symlink() or not source.is_file() or not _inside(source, out):
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_symlink() or not _inside(target, workspace):
+        return False
+    shutil.copyfile(source, target)
+    return True
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def _may_hand_back(name: str, *, starters: bool) -> bool:
+    if not isinstance(name, str):
+        return False
+    if not starters:
+        return name == VERIFY_REPORT
     parts = Path(name).parts
     return ".." not in parts and (name in VERIFY_FILES or any(fnmatch.fnmatchcase(name, pattern)
                                                               and "/" not in name[len(pattern.split("*")[0]):]
@@ -169,7 +195,10 @@ def compare_in_sandbox(model, inputs: tuple, optimized_dir: Path, *, on_gpu: boo
             raise SandboxedCheckFailed(f"the sandboxed check {child.exit_description()} without a result: "
                                        f"{child.stderr.strip().splitlines()[-1:] or ''}")
         if answer.get("tables"):
-            handover.record_route_tables(optimized_dir / paths.MANIFEST_NAME, answer["tables"])
+            try:
+                handover.record_route_tables(optimized_dir / paths.MANIFEST_NAME, answer["tables"])
+            except ValueError as exc:        # the child (a kept kernel runs in it) sent what is not route tables
+                raise SandboxedCheckFailed(f"the sandboxed check handed back no route tables ({exc})") from None
         return answer["compared"]
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -60,11 +60,16 @@ class Outcome:
     @classmethod
     def from_json(cls, data: dict) -> "Outcome":
         """The outcome the sandboxed child sent; ValueError (a ContractError for the report) when it is not one."""
-        if not isinstance(data, dict) or not isinstance(data.get("exit_code"), int):
+        if not isinstance(data, dict) or type(data.get("exit_code")) is not int:
             raise ValueError("not a verification outcome")
+        made, tables = data.get("made") or [], data.get("route_tables") or {}
+        # The child imported kept kernels: its JSON is checked here, so a malformed one is an error, not a traceback.
+        if not isinstance(made, list) or not all(isinstance(name, str) for name in made):
+            raise ValueError("its files made are not a list of names")
+        handover.checked_tables(tables)
         report = VerifyReport.from_json(data["report"]) if data.get("report") is not None else None
-        return cls(exit_code=data["exit_code"], report=report, route_tables=data.get("route_tables") or {},
-                   tables_for=data.get("tables_for"), made=list(data.get("made") or []))
+        return cls(exit_code=data["exit_code"], report=report, route_tables=tables,
+                   tables_for=data.get("tables_for"), made=made)
 
 
 def run(loaded: models.LoadedModel, *, workspace: Path, out: Path, optimized_dir: Path | None, starters: bool,
