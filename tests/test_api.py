@@ -105,8 +105,11 @@ def test_optimize_warns_when_the_budget_cut_a_kernel_short(project, recwarn):
     _, sources = project
     sources["done"] = False
     api.optimize(TinyClassifier().eval().requires_grad_(False), torch.randn(4, 16), top=1)
-    # (torch's own deprecation warnings, from Inductor making a region's starter, are not the point here)
-    assert [str(w.message) for w in recwarn if not issubclass(w.category, DeprecationWarning)] == [
+    # Torch's own warnings (deprecations; Inductor's "no active CPU backend", given once per process, so to whichever
+    # test first makes a region's starter in it) are not the point here.
+    torch_folder = str(Path(torch.__file__).parent)
+    assert [str(w.message) for w in recwarn
+            if not issubclass(w.category, DeprecationWarning) and not w.filename.startswith(torch_folder)] == [
         "not every kernel was optimized (the run's time budget is spent); the ones saved are compared end to end, "
         "and optimize(..., resume=True) goes on"]
 

@@ -82,3 +82,29 @@ def test_route_tables_that_are_not_are_refused_before_the_manifest_is_touched(tm
     with pytest.raises(ValueError, match="not a record|not one"):
         handover.record_route_tables(manifest, {"k": {"source_sha256": "s", "device": "cpu", "records": [[]]}})
     assert manifest.read_text() == '{"kernels": {"k": {"file": "k.py"}}}'
+
+
+_VERDICT = {"summary": "no gain: use torch.compile", "pytorch_best": None, "autokernel_best": None, "speedup": None,
+            "use": "compile", "use_code": "torch.compile(model)", "faster": False, "timings_meaningful": False}
+_COMPARED = {"checked": {"passed": True, "max_error": 0.0}, "tolerance": 1e-2, "verdict": _VERDICT}
+
+
+@pytest.mark.parametrize("compared", [
+    {**_COMPARED, "checked": {"passed": "False", "max_error": 9.0}},
+    {**_COMPARED, "tolerance": "1e9"},
+    {**_COMPARED, "verdict": {**_VERDICT, "use": "os.system"}},
+    {**_COMPARED, "verdict": {"summary": "faster", "use": "ours"}},
+    {**_COMPARED, "verdict": {**_VERDICT, "faster": "yes"}},
+    {key: value for key, value in _COMPARED.items() if key != "checked"},
+], ids=["passed-not-bool", "tolerance-not-number", "use-not-a-variant", "verdict-short", "faster-not-bool",
+        "no-check"])
+def test_a_comparison_that_is_not_one_fails_the_sandboxed_check(tmp_path, monkeypatch, compared):
+    """autokernel.optimize's check runs the kept kernels in the child: what it sends back is read as data, checked,
+    and anything else fails the check (optimize then hands back PyTorch's own path), never a KeyError or a string
+    "False" read as a pass."""
+    monkeypatch.setattr(isolated, "_run_sandboxed", lambda cmd, **_: (_Child(), {"compared": compared}))
+    with pytest.raises(isolated.SandboxedCheckFailed, match="a comparison that is not one"):
+        isolated.compare_in_sandbox(None, (), tmp_path, on_gpu=False, compile_backend=None, log=lambda line: None)
+    monkeypatch.setattr(isolated, "_run_sandboxed", lambda cmd, **_: (_Child(), {"compared": _COMPARED}))
+    assert isolated.compare_in_sandbox(None, (), tmp_path, on_gpu=False, compile_backend=None,
+                                       log=lambda line: None) == _COMPARED

@@ -199,9 +199,29 @@ def compare_in_sandbox(model, inputs: tuple, optimized_dir: Path, *, on_gpu: boo
                 handover.record_route_tables(optimized_dir / paths.MANIFEST_NAME, answer["tables"])
             except ValueError as exc:        # the child (a kept kernel runs in it) sent what is not route tables
                 raise SandboxedCheckFailed(f"the sandboxed check handed back no route tables ({exc})") from None
-        return answer["compared"]
+        return _checked_comparison(answer["compared"])
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _checked_comparison(compared: dict) -> dict:
+    """The comparison the child sent, with the figures autokernel.optimize reads checked (a kept kernel runs in the
+    child and may have written it): SandboxedCheckFailed, so PyTorch's path is handed back, for anything else."""
+    from autokernel.verify.report_record import Verdict
+    from autokernel.verify.variants import VARIANTS
+
+    checked, verdict = compared.get("checked"), compared.get("verdict")
+    try:
+        usable = (isinstance(checked, dict) and type(checked.get("passed")) is bool
+                  and isinstance(checked.get("max_error"), (int, float))
+                  and isinstance(compared.get("tolerance"), (int, float)) and isinstance(verdict, dict)
+                  and Verdict(**verdict).use in VARIANTS and isinstance(verdict["summary"], str)
+                  and isinstance(verdict["use_code"], str) and type(verdict["faster"]) is bool)
+    except TypeError:              # a verdict without the fields a Verdict has, or with others
+        usable = False
+    if not usable:
+        raise SandboxedCheckFailed("the sandboxed check handed back a comparison that is not one")
+    return compared
 
 
 def _adopt_main(script: str) -> None:
