@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from autokernel.agents import edits
+from autokernel.core.live import printable_line
 
 MAX_DESCRIPTION_CHARS = 200
 MAX_HYPOTHESIS_CHARS = 400
@@ -248,13 +249,8 @@ def _candidate(draft: _Draft, number: int, count: int, current: str, failure: di
         source.encode()
     except UnicodeEncodeError:      # a lone surrogate (JSON's \ud800): kernel.py could not be written
         raise ReplyError(f"{which}the kernel holds a character that is not UTF-8 (a lone surrogate)") from None
-    hypothesis = _printable(" ".join(draft.keys.get("hypothesis", "").split()))[:MAX_HYPOTHESIS_CHARS]
-    return Candidate(_printable(description)[:MAX_DESCRIPTION_CHARS], source, hypothesis, fix_of, form)
-
-
-def _printable(line: str) -> str:
-    """line without control characters or lone surrogates (they reach commit messages, results.tsv, the terminal)."""
-    return " ".join("".join(c if c.isprintable() else " " for c in line).split())
+    hypothesis = printable_line(draft.keys.get("hypothesis", ""))[:MAX_HYPOTHESIS_CHARS]
+    return Candidate(printable_line(description)[:MAX_DESCRIPTION_CHARS], source, hypothesis, fix_of, form)
 
 
 def _fix_base(value: str | None, current: str, failure: dict | None, which: str) -> tuple[int | None, str]:

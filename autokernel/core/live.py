@@ -79,6 +79,14 @@ def throughput_line(throughput, unsaved_wall_s: float = 0.0) -> str:
     return rate + f"; {', '.join(parts)}"
 
 
+def printable_line(text: object) -> str:
+    """text as one line of printable characters, whitespace collapsed. An agent writes descriptions and hypotheses,
+    and they become commit messages, results.tsv cells and terminal lines: a null byte or a lone surrogate would make
+    git's command line (and the file's UTF-8) raise out of the loop; escapes and bidi controls would rewrite the
+    terminal or hide text in `git log`."""
+    return " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
+
+
 def format_duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"

@@ -10,7 +10,7 @@ of the hardware peak (the run's budget and cost cap are checked by the loop itse
 from __future__ import annotations
 
 from autokernel.core.contracts import NO_GAIN, PASS, SPEED_UNKNOWN, STATUS_REVERT, WINNER, JobProgress, RunSettings
-from autokernel.core.live import format_duration
+from autokernel.core.live import format_duration, printable_line
 
 DESCRIPTION_CHARS = 200
 
@@ -150,11 +150,7 @@ def older_entry(entry: dict) -> dict:
 
 
 def one_line(text: str, limit: int = DESCRIPTION_CHARS) -> str:
-    # The agent writes descriptions, and they become commit messages and results.tsv cells: a null byte or a lone
-    # surrogate would make git's command line (and the file's UTF-8) raise out of the loop; escapes and bidi
-    # controls would rewrite the terminal or hide text in `git log`. Only printable characters are kept.
-    text = "".join(c if c.isprintable() else " " for c in str(text))
-    return " ".join(text.split())[:limit] or "(no description)"
+    return printable_line(text)[:limit] or "(no description)"
 
 
 def job_stop_reason(progress: JobProgress, settings: RunSettings) -> str | None:
