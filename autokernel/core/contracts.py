@@ -37,7 +37,8 @@ def _required(cls) -> list[str]:
     return [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
 
 
-def _check_keys(cls, data) -> None:
+def check_keys(cls, data) -> None:
+    """ContractError unless data is a JSON object holding every field of the dataclass cls that has no default."""
     if not isinstance(data, dict):
         raise ContractError(f"a {cls.__name__} is a JSON object, got {type(data).__name__}")
     missing = [name for name in _required(cls) if name not in data]
@@ -55,7 +56,7 @@ class _OpenRecord:
 
     @classmethod
     def from_json(cls, data: dict):
-        _check_keys(cls, data)
+        check_keys(cls, data)
         known = {f.name for f in fields(cls)} - {"extra"}
         return cls(**{key: value for key, value in data.items() if key in known},
                    extra={key: value for key, value in data.items() if key not in known})
@@ -107,7 +108,7 @@ class Job:
 
     @classmethod
     def from_json(cls, data: dict) -> Job:
-        _check_keys(cls, data)
+        check_keys(cls, data)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -276,7 +277,7 @@ class JudgeTask:
 
     @classmethod
     def from_json(cls, data: dict) -> JudgeTask:
-        _check_keys(cls, data)
+        check_keys(cls, data)
         return cls(**data)
 
 
@@ -291,7 +292,7 @@ class JudgeOutcome:
 
     @classmethod
     def from_json(cls, data: dict) -> JudgeOutcome:
-        _check_keys(cls, data)
+        check_keys(cls, data)
         BenchResult.from_json(data["result"])
         return cls(**data)
 

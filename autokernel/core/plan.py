@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from autokernel.core.contracts import ContractError, PlanEntry
+from autokernel.core.contracts import ContractError, PlanEntry, check_keys
 
 OTHER = "other"        # the kernel type older plans gave the time no kernel names
 
@@ -60,9 +60,7 @@ class Plan:
         """The plan in data; ContractError says what is missing or malformed."""
         if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
             raise ContractError("a Plan is a JSON object with an \"entries\" list; this has no \"entries\" list")
-        missing = [name for name in ("model", "device", "dtype") if name not in data]
-        if missing:
-            raise ContractError(f"a Plan needs {', '.join(missing)}")
+        check_keys(cls, data)
         if not all(isinstance(entry, dict) for entry in data["entries"]):
             raise ContractError("a Plan's entries are JSON objects")
         entries = [PlanEntry.from_json(entry) for entry in data["entries"] if entry.get("kernel_type") != OTHER]

@@ -9,9 +9,9 @@ on. What is decided from the report is typed: the verdict, the error check, and 
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 
-from autokernel.core.contracts import ContractError
+from autokernel.core.contracts import ContractError, check_keys
 
 
 @dataclass
@@ -90,13 +90,8 @@ class VerifyReport:
     @classmethod
     def from_json(cls, data: dict) -> VerifyReport:
         """The report in data; ContractError says what is missing or malformed."""
-        if not isinstance(data, dict):
-            raise ContractError(f"a VerifyReport is a JSON object, got {type(data).__name__}")
+        check_keys(cls, data)
         names = {f.name for f in fields(cls)}
-        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
-        missing = [name for name in required if name not in data]
-        if missing:
-            raise ContractError(f"a VerifyReport needs {', '.join(missing)}")
         try:
             verdict, correctness = Verdict(**data["verdict"]), ErrorCheck(**data["correctness"])
         except TypeError as error:
