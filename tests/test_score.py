@@ -179,3 +179,39 @@ def test_only_the_named_problems_are_scored_and_a_wrong_name_is_refused(tmp_path
     assert [row.problem for row in rows] == ["b"]
     assert cli.main(["score", str(folder), "--problems", "b,c"]) == cli.EXIT_ERROR
     assert "no problem files named c" in capsys.readouterr().err
+
+
+def _fake_optimize(saves_a_kernel: bool):
+    """score._run standing in for orchestrate.py: it commits the run's branch as a run does, with or without a
+    saved kernel in optimized_kernels/."""
+    import subprocess
+
+    def run(cmd, what, scoring, env, cwd=None):
+        tag = cmd[cmd.index("--tag") + 1]
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid"]
+        subprocess.run([*git, "checkout", "-q", "-b", f"autokernel/{tag}"], cwd=cwd, check=True)
+        if saves_a_kernel:
+            (cwd / "optimized_kernels").mkdir()
+            (cwd / "optimized_kernels" / "manifest.json").write_text(json.dumps({"kernels": {"1_softmax": {}}}))
+            subprocess.run([*git, "add", "-A"], cwd=cwd, check=True)
+        subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "the run"], cwd=cwd, check=True)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+    return run
+
+
+@pytest.mark.parametrize("saves_a_kernel", [True, False])
+def test_a_budgeted_problem_is_verified_against_what_its_run_saved_even_when_that_is_nothing(
+        tmp_path, monkeypatch, saves_a_kernel):
+    problem = tmp_path / "softmax.py"
+    problem.write_text(textwrap.dedent(SOFTMAX_PROBLEM))
+    monkeypatch.setattr(score, "_run", _fake_optimize(saves_a_kernel))
+    run = score.ScoringRun("1m", 1, [], False, tmp_path / "work")
+    lines = []
+    folder = score._optimize(problem, run, lines.append, tmp_path / "work" / "softmax", None)
+    kernels = json.loads((folder / "manifest.json").read_text())["kernels"]
+    if saves_a_kernel:       # the run's own optimized_kernels/, from its branch
+        assert folder.name == "optimized_kernels" and list(kernels) == ["1_softmax"] and lines == []
+    else:                    # no "manifest does not exist" failure: the user's model stays PyTorch's, and is timed so
+        assert kernels == {} and "saved no kernel" in lines[0]
+    score._drop_worktree(folder)
+    assert not (tmp_path / "work" / "softmax" / "run").exists()

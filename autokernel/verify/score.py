@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 from autokernel.core import paths
+from autokernel.search import gitops
 from autokernel.verify.report_record import VerifyReport
 
 THRESHOLDS = (1.0, 1.5, 2.0)
@@ -238,7 +239,9 @@ _GIT = ["git", "-c", "user.name=autokernel score", "-c", "user.email=score@autok
 
 def _optimize(file: Path, run: ScoringRun, log, workspace: Path, env: dict | None) -> Path:
     """Run the loop on the problem in a git repository of its own (problems side by side never share a tree);
-    the worktree of its run's branch, where optimized_kernels/ is."""
+    the folder verify reads: optimized_kernels/ in the worktree of the run's branch, or, where the run saved no
+    kernel (none beat PyTorch's best), a manifest of no kernels, so the problem is scored as the user has it then:
+    PyTorch's own paths, timed."""
     repo = workspace / "repo"
     shutil.rmtree(repo, ignore_errors=True)
     repo.mkdir(parents=True)
@@ -256,7 +259,14 @@ def _optimize(file: Path, run: ScoringRun, log, workspace: Path, env: dict | Non
                            cwd=repo, capture_output=True, text=True)
     if added.returncode != 0:
         raise _ProblemFailed(f"cannot check out the run's branch autokernel/{tag}: {_tail(added.stderr)}")
-    return worktree / "optimized_kernels"
+    kept = worktree / gitops.OPTIMIZED_DIR_NAME
+    if (kept / paths.MANIFEST_NAME).is_file():
+        return kept
+    log(f"   {file.stem}: the run saved no kernel (none beat PyTorch's best); verified as PyTorch's own paths")
+    nothing = worktree / "kept_nothing"
+    nothing.mkdir()
+    (nothing / paths.MANIFEST_NAME).write_text(json.dumps({"kernels": {}}))
+    return nothing
 
 
 def _drop_worktree(optimized_dir: Path) -> None:
