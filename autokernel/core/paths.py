@@ -20,6 +20,7 @@ WORKDIR_VARIABLE = "AUTOKERNEL_WORKDIR"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]       # autokernel/, above core/
 PACKAGED_LAYOUT = PACKAGE_DIR / "_layout"
 MANIFEST_NAME = "manifest.json"
+OPTIMIZED_DIR_NAME = "optimized_kernels"     # the kept kernels and their manifest, on the run's branch
 
 
 def _tool_dir() -> Path:
@@ -83,7 +84,7 @@ def use_workdir(folder: str | Path | None = None) -> Path:
     ROOT = find_workdir()
     KERNEL_FILE = ROOT / "kernel.py"
     WORKSPACE = ROOT / "workspace"
-    OPTIMIZED_DIR = ROOT / "optimized_kernels"
+    OPTIMIZED_DIR = ROOT / OPTIMIZED_DIR_NAME
     MANIFEST_FILE = OPTIMIZED_DIR / MANIFEST_NAME
     RESULTS_TSV = ROOT / "results.tsv"
     return ROOT

@@ -23,11 +23,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from autokernel.core.paths import OPTIMIZED_DIR_NAME
 from autokernel.judge import runner
 
 BRANCH_PREFIX = "autokernel/"
 KERNEL_FILE_NAME = "kernel.py"
-OPTIMIZED_DIR_NAME = "optimized_kernels"
 AUTOKERNEL_TRAILER = "AutoKernel-Run"
 # Used only when git has no identity configured, so an unattended run on a fresh box can commit.
 FALLBACK_IDENTITY = {"name": "AutoKernel", "email": "autokernel@localhost"}

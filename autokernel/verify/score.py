@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Callable
 
 from autokernel.core import paths
-from autokernel.search import gitops
 from autokernel.verify.report_record import VerifyReport
 
 THRESHOLDS = (1.0, 1.5, 2.0)
@@ -259,7 +258,7 @@ def _optimize(file: Path, run: ScoringRun, log, workspace: Path, env: dict | Non
                            cwd=repo, capture_output=True, text=True)
     if added.returncode != 0:
         raise _ProblemFailed(f"cannot check out the run's branch autokernel/{tag}: {_tail(added.stderr)}")
-    kept = worktree / gitops.OPTIMIZED_DIR_NAME
+    kept = worktree / paths.OPTIMIZED_DIR_NAME
     if (kept / paths.MANIFEST_NAME).is_file():
         return kept
     log(f"   {file.stem}: the run saved no kernel (none beat PyTorch's best); verified as PyTorch's own paths")
