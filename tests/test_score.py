@@ -65,7 +65,8 @@ def get_init_inputs():
 '''
 
 
-def report(eager, compiled, ours=None, ours_compile=None, passed=True, error=0.0, meaningful=True) -> VerifyReport:
+def report(eager, compiled, ours=None, ours_compile=None, passed=True, error=0.0, meaningful=True,
+           pytorch_best=None) -> VerifyReport:
     def variant(name, ms):
         return {"variant": name, "ms": ms, "error": None if ms is None else error}
     variants = {"eager": variant("eager", eager), "compile": variant("compile", compiled)}
@@ -73,7 +74,7 @@ def report(eager, compiled, ours=None, ours_compile=None, passed=True, error=0.0
         variants["ours"] = variant("ours", ours)
     if ours_compile is not None:
         variants["ours_compile"] = variant("ours_compile", ours_compile)
-    verdict = Verdict(summary="v", pytorch_best=None, autokernel_best=None, speedup=None, use="compile",
+    verdict = Verdict(summary="v", pytorch_best=pytorch_best, autokernel_best=None, speedup=None, use="compile",
                       use_code="torch.compile(model)", faster=False, timings_meaningful=meaningful)
     check = ErrorCheck(max_error=error, variant_max_error=error, tolerance=1e-2, passed=passed, definition="")
     return VerifyReport(model="m", device="cuda", device_name="gpu", dtype="float32", inputs=[], versions={},
@@ -87,6 +88,10 @@ def test_speedups_are_against_eager_and_compile_and_nothing_routed_is_pytorchs_o
     assert (routed.speedup_vs_eager, routed.speedup_vs_compile) == (4.0, 1.25)
     unrouted = score.score_report("b", report(eager=4.0, compiled=2.0), 1.0)
     assert (unrouted.speedup_vs_eager, unrouted.speedup_vs_compile) == (1.0, 1.0)
+    # Nothing of ours ran (a run that kept nothing): the user is handed PyTorch's best, here torch.compile.
+    handed_back = score.score_report("b", report(eager=4.0, compiled=2.0, pytorch_best={
+        "variant": "compile", "name": "torch.compile", "ms": 2.0}), 1.0)
+    assert (handed_back.speedup_vs_eager, handed_back.speedup_vs_compile) == (2.0, 1.0)
     wrong = score.score_report("c", report(eager=4.0, compiled=2.0, ours=1.0, error=0.5, passed=False), 1.0)
     assert not wrong.correct and wrong.speedup_vs_eager == 1.0     # a wrong variant is no speedup
 

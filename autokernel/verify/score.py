@@ -105,9 +105,11 @@ def score_report(name: str, report: VerifyReport, seconds: float) -> ProblemScor
     eager, compiled = _best(variants, ("eager",)), _best(variants, ("compile", "cudagraphs"))
     ours_any = min((v["ms"] for v in correct_ours.values()), default=None)
     ours_compiled = min((v["ms"] for n, v in correct_ours.items() if n != "ours"), default=None)
+    # Where none of ours ran (nothing routed, or a run that kept nothing), the user is handed PyTorch's best.
+    handed = ours_any or (report.verdict.pytorch_best or {}).get("ms")
     return ProblemScore(
         problem=name, correct=report.passed,
-        speedup_vs_eager=(eager / ours_any if ours_any else 1.0) if eager else None,
+        speedup_vs_eager=(eager / handed if handed else 1.0) if eager else None,
         speedup_vs_compile=(compiled / ours_compiled if ours_compiled else 1.0) if compiled else None,
         verdict=report.verdict.summary, timings_meaningful=report.timings_meaningful, seconds=seconds)
 
