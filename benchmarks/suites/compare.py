@@ -1,6 +1,6 @@
 """Measure every starter against PyTorch eager, torch.compile, Liger-Kernel and the hardware limit, in one run.
 
-    python benchmarks/compare.py [--types rmsnorm,matmul] [--dtypes float16,bfloat16] [--repeats 3]
+    python benchmarks/kernels.py compare [--types rmsnorm,matmul] [--dtypes float16,bfloat16] [--repeats 3]
                                  [--out benchmarks/results]
 
 The limits are measured in the same process on the same GPU: device-to-device copy bandwidth
@@ -16,20 +16,12 @@ kernels are also placed against a copy moving the same number of bytes, timed th
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib.util
-import json
-import statistics
 import sys
-from pathlib import Path
 
 import torch
-import triton
-import triton.testing
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from benchmarks.common import RESULTS, dated_path, do_bench_ms, fmt, latency_stats, load_module, run_info, \
+    table_header, write_json, write_text
 from autokernel.core.paths import starter_path  # noqa: E402
 from autokernel.kernel_types import registry  # noqa: E402
 
@@ -50,14 +42,10 @@ EXTRA_SHAPES = {"matmul": [{"M": 8192, "N": 8192, "K": 8192}]}
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def median_ms(fn) -> float:
-    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
-
-
 def copy_bandwidth_gbs() -> float:
     src = torch.randn(2**28, device="cuda", dtype=torch.float32)   # 1 GiB
     dst = torch.empty_like(src)
-    ms = median_ms(lambda: dst.copy_(src))
+    ms = do_bench_ms(lambda: dst.copy_(src))
     return 2 * src.numel() * 4 / (ms / 1e3) / 1e9
 
 
@@ -67,14 +55,11 @@ def same_size_copy_ms(bytes_moved: float) -> float:
     lines do_bench's flush leaves) that a kernel of a few hundred MB cannot."""
     src = torch.empty(int(bytes_moved) // 2, device="cuda", dtype=torch.uint8)
     dst = torch.empty_like(src)
-    return median_ms(lambda: dst.copy_(src))
+    return do_bench_ms(lambda: dst.copy_(src))
 
 
 def load_starter(kernel_type: str):
-    spec = importlib.util.spec_from_file_location(f"starter_{kernel_type}", starter_path(kernel_type))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.kernel_fn
+    return load_module(starter_path(kernel_type), f"starter_{kernel_type}").kernel_fn
 
 
 def liger_impl(kernel_type: str):
@@ -120,12 +105,6 @@ def max_rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-6))
 
 
-def latency_stats(times_ms: list[float]) -> dict:
-    """The median over repeats (used for every ratio and verdict) and their spread, in microseconds."""
-    return {"latency_us": statistics.median(times_ms) * 1e3,
-            "latency_min_us": min(times_ms) * 1e3, "latency_max_us": max(times_ms) * 1e3}
-
-
 def measure(kernel_type: str, shape: dict, dtype: torch.dtype, limits: dict,
             repeats: int) -> tuple[list[dict], dict | None]:
     """Rows for every implementation, and the same-size copy (None for compute-bound kernels)."""
@@ -144,7 +123,7 @@ def measure(kernel_type: str, shape: dict, dtype: torch.dtype, limits: dict,
         for name, fn in list(impls.items()):  # same order every repeat; one that fails is dropped
             try:
                 errors[name] = max(errors[name], max_rel_error(fn(**inputs), expected))
-                times[name].append(median_ms(lambda: fn(**inputs)))
+                times[name].append(do_bench_ms(lambda: fn(**inputs)))
             except Exception as exc:
                 print(f"{kernel_type} {name}: failed ({type(exc).__name__}: {str(exc)[:200]})")
                 del impls[name]
@@ -198,30 +177,26 @@ def target_verdict(kernel_type: str, rows: list[dict], copy: dict | None) -> str
     return f"{ratio:.2f}x {against} (target {target}) {'MET' if ratio >= target else 'MISSED'}"
 
 
-def fmt(value, spec) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--types", default=",".join(TARGETS))
     parser.add_argument("--dtypes", default="float16,bfloat16")
     parser.add_argument("--repeats", type=int, default=3, help="measurements per implementation, each on fresh inputs")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
-    args = parser.parse_args()
+    parser.add_argument("--out", default=str(RESULTS))
+
+
+def main(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
-        sys.exit("compare.py needs a GPU: it measures against the hardware's limits")
+        sys.exit("kernels.py compare needs a GPU: it measures against the hardware's limits")
     types = args.types.split(",")
     dtypes = [DTYPES[d] for d in args.dtypes.split(",")]
     limits = {"copy": copy_bandwidth_gbs(), "cublas": {}}
-    device = torch.cuda.get_device_name()
-    lines = [f"# Starters vs eager, torch.compile, Liger-Kernel and the hardware limit: {device}", "",
-             f"date {datetime.date.today()}, torch {torch.__version__}, triton {triton.__version__}. "
+    info = run_info()
+    lines = [f"# Starters vs eager, torch.compile, Liger-Kernel and the hardware limit: {info.device}", "",
+             f"date {info.date}, {info.versions()}. "
              f"Median over {args.repeats} repeats, each on freshly allocated inputs, of the median of do_bench "
-             f"(L2 flushed). Copy bandwidth (read + write, 1 GiB): {limits['copy']:.0f} GB/s.",
-             "", "| kernel | shape | dtype | impl | latency us | min–max us | throughput | of limit "
-                 "| of same-size copy | vs best peer | max rel err |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"(L2 flushed). Copy bandwidth (read + write, 1 GiB): {limits['copy']:.0f} GB/s.", "",
+             *table_header(["kernel", "shape", "dtype", "impl", "latency us", "min–max us", "throughput", "of limit",
+                            "of same-size copy", "vs best peer", "max rel err"])]
     verdicts, records, copies, copy_lines = [], [], {}, []
     for kernel_type in types:
         for shape in [TARGETS[kernel_type][0]] + EXTRA_SHAPES.get(kernel_type, []):
@@ -247,17 +222,10 @@ def main() -> int:
                 print(verdicts[-1], flush=True)
     cublas = ", ".join(f"{s} {str(d)[6:]} {v:.0f} TFLOP/s" for (s, d), v in limits["cublas"].items())
     lines += [""] + copy_lines + ["", f"cuBLAS: {cublas or 'not measured'}", "", "## Targets", ""] + verdicts
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{datetime.date.today()}_{device.replace(' ', '-')}_compare"
-    (out_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
-    (out_dir / f"{stem}.json").write_text(json.dumps({"device": device, "torch": torch.__version__,
-                                                      "triton": triton.__version__, "repeats": args.repeats,
-                                                      "copy_gbs": limits["copy"], "same_size_copy": copies,
-                                                      "rows": records}, indent=1))
-    print(f"wrote {out_dir / stem}.md")
+    stem = dated_path(args.out, info, "compare")
+    write_text(f"{stem}.md", "\n".join(lines) + "\n")
+    write_json(f"{stem}.json", {**info.as_dict(), "repeats": args.repeats, "copy_gbs": limits["copy"],
+                                "same_size_copy": copies, "rows": records}, indent=1)
+    print(f"wrote {stem}.md")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,21 +11,16 @@ alignment, each integer argument's specialization (== 1, divisible by 16) unless
 declares it do_not_specialize, and each tensor descriptor's block. A file with the GEMM engine plans
 as on an H100 (its engine_on_gpu and device figures replaced); other files plan as they do on the CPU.
 
-    python benchmarks/compile_count.py KERNEL_FILE [--type TYPE] [--shape M=4096,D=2048,F=5632,act=silu ...]
+    python benchmarks/end_to_end.py compile-count KERNEL_FILE [--type TYPE] [--shape M=4096,D=2048,F=5632,act=silu ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections import Counter
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "1"     # the launches are caught before they run; planning is an H100's
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 H100_SHARED_BYTES, H100_SMS = 232448, 132
 
 
@@ -96,13 +91,17 @@ def count(kernel_file: Path, kernel_type: str | None, job_shapes: list[dict], dt
     return keys
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("kernel", type=Path)
     parser.add_argument("--type", help="the kernel type (default: the file's KERNEL_TYPE)")
     parser.add_argument("--shape", action="append", default=[], help="a job shape, as bench.py takes it")
     parser.add_argument("--dtype", default="float16")
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
+    # The launches are caught before they run; planning is an H100's. Set when the subcommand runs (its kernels
+    # are loaded after this), not when the module is imported, so that no other subcommand meets it.
+    os.environ["TRITON_INTERPRET"] = "1"
     from autokernel.kernel_types import registry
     keys = count(args.kernel, args.type, [registry.parse_shape(s) for s in args.shape], args.dtype)
     per_kernel = Counter(name for name, *_ in keys)
@@ -110,6 +109,3 @@ def main() -> int:
           f"({', '.join(f'{name} {n}' for name, n in per_kernel.most_common())}); {sum(keys.values())} launches")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

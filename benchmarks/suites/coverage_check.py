@@ -1,6 +1,6 @@
 """Issue 11.4 on a GPU: the problem files that needed new coverage, our starter against eager and torch.compile.
 
-    python benchmarks/coverage_check.py [--problems sum_middle,max_middle,max_indices_middle,rmsnorm_dim1,...]
+    python benchmarks/kernels.py coverage-check [--problems sum_middle,max_middle,max_indices_middle,rmsnorm_dim1,...]
 
 For each problem file in benchmarks/problems/ at its own shapes (float32): the starter kernel called
 directly (kernels/<type>.py, the way the router calls it: the same reshapes and arguments), the
@@ -20,33 +20,20 @@ so "plug_in" is the eager model with the kernel routed).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
-import triton
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from autokernel.core.paths import MANIFEST_NAME, starter_path  # noqa: E402
-from autokernel.judge.candidate.worker import load_kernel  # noqa: E402
-from autokernel.routing import plugin  # noqa: E402
-from autokernel.routing.outputs import tensors_of  # noqa: E402
+from autokernel.core.paths import MANIFEST_NAME, starter_path
+from autokernel.judge.candidate.worker import load_kernel
+from autokernel.routing import plugin
+from autokernel.routing.outputs import tensors_of
+from benchmarks.common import do_bench_ms as bench_ms, env_out, load_problem, run_info, table_header, write_json
 
 PROBLEMS = ["sum_middle", "max_middle", "max_indices_middle", "rmsnorm_dim1", "layernorm_last3"]
-
-
-def load_problem(name: str):
-    spec = importlib.util.spec_from_file_location(f"problem_{name}", ROOT / "benchmarks" / "problems" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module        # torch.compile looks the model's module up by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def starter_call(name: str, model, x: torch.Tensor):
@@ -80,10 +67,6 @@ def errors(got, expected) -> tuple[float, int]:
     pairs = list(zip(tensors_of(got), tensors_of(expected), strict=True))
     error = max((float((g - e).abs().max()) for g, e in pairs if e.is_floating_point()), default=0.0)
     return error, sum(int((g != e).sum()) for g, e in pairs if not e.is_floating_point())
-
-
-def bench_ms(fn) -> float:
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
 def plugged_in(model, kernel_type: str, shape: dict, x: torch.Tensor, folder: Path):
@@ -129,10 +112,11 @@ def run(name: str) -> dict:
     return row
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--problems", default=",".join(PROBLEMS))
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         print("coverage_check: needs a CUDA GPU (the starters' timings under the CPU interpreter mean nothing)",
               file=sys.stderr)
@@ -144,10 +128,10 @@ def main() -> int:
         except Exception as exc:     # one problem's failure must not hide the others' figures
             rows.append({"problem": name, "error": f"{type(exc).__name__}: {exc}"})
         print(json.dumps(rows[-1]), flush=True)
-    lines = [f"# issue 11.4 coverage: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-             f"triton {triton.__version__}, float32; do_bench median, L2 flushed", "",
-             "| problem | shape | kernel | max abs err (wrong indices) | ours us | eager us | compile us | vs eager "
-             "| vs compile | plug_in us (hits) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    info = run_info()
+    lines = [f"# issue 11.4 coverage: {info.device}, {info.versions()}, float32; do_bench median, L2 flushed", "",
+             *table_header(["problem", "shape", "kernel", "max abs err (wrong indices)", "ours us", "eager us",
+                            "compile us", "vs eager", "vs compile", "plug_in us (hits)"])]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['problem']} | ERROR: {r['error'][:200]} |||||||||")
@@ -157,13 +141,8 @@ def main() -> int:
                      f"{r['ours_us']:.1f} | {r['eager_us']:.1f} | {r['compile_us']:.1f} | {r['vs_eager']:.2f}x | "
                      f"{r['vs_compile']:.2f}x | {r['plug_in_us']:.1f} ({r['plug_in_hits']}) |")
     print("\n".join(lines))
-    out = os.environ.get("OUT")
+    out = env_out("coverage_check.json")
     if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "coverage_check.json").write_text(json.dumps({"device": torch.cuda.get_device_name(),
-                                                                    "rows": rows}, indent=1))
+        write_json(out, {**info.as_dict(), "rows": rows}, indent=1)
     return 1 if any("error" in r for r in rows) else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """The CUDA C++ backend on a GPU: build, judge, anti-cheat and speed, in about four minutes.
 
-    python benchmarks/cuda_check.py --out benchmarks/results/cuda_check_h100.json [--skip-attacks]
+    python benchmarks/cuda_check.py backend --out benchmarks/results/cuda_check_h100.json [--skip-attacks]
 
 1. Builds every CUDA kernel file below (the starters in kernels/cuda/, the CUDA attack kernels in
    tests/attacks/) in parallel, through autokernel/judge/cuda_build.py, so the judge's runs find them cached;
@@ -23,7 +23,6 @@ not as expected.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 import runpy
@@ -33,12 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from autokernel.kernel_types import registry  # noqa: E402
+from autokernel.kernel_types import registry
+from benchmarks.common import ROOT, do_bench_us as median_us, load_module as load, run_info, write_json
 
 STARTERS = ["rmsnorm", "softmax", "matmul"]
 MEMORY_BOUND = ["rmsnorm", "softmax"]
@@ -83,11 +80,8 @@ def preflight() -> dict:
                             "point CUDA_HOME at a toolkit of the same major version")
     if problems:
         sys.exit("cuda_check: " + "; ".join(problems))
-    import triton
-
-    return {"device": torch.cuda.get_device_name(),
-            "capability": ".".join(map(str, torch.cuda.get_device_capability())), "torch": torch.__version__,
-            "torch_cuda": torch.version.cuda, "triton": triton.__version__, "cuda_home": cpp_extension.CUDA_HOME,
+    return {**run_info().as_dict(), "capability": ".".join(map(str, torch.cuda.get_device_capability())),
+            "torch_cuda": torch.version.cuda, "cuda_home": cpp_extension.CUDA_HOME,
             "nvcc": nvcc_version(Path(cpp_extension.CUDA_HOME) / "bin" / "nvcc")}
 
 
@@ -159,19 +153,6 @@ def _judged(kernel: str, expected: tuple, out: Path, proc: subprocess.Popen) -> 
     return row
 
 
-def load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def median_us(fn) -> float:
-    import triton.testing
-
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
-
-
 def time_gemm() -> list[dict]:
     """The CUDA GEMM starter and the Triton one against cuBLAS (torch.matmul), TFLOP/s and ratios."""
     rows = []
@@ -233,13 +214,14 @@ def time_all() -> list[dict]:
     return rows
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="where to write the JSON results")
     parser.add_argument("--skip-attacks", action="store_true", help="only the starters")
     parser.add_argument("--skip-timing", action="store_true", help="no speed comparison")
     parser.add_argument("--skip-gemm-timing", action="store_true", help="no GEMM timing against cuBLAS")
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     began = time.monotonic()
     environment = preflight()
     print(f"cuda_check on {environment['device']} (sm {environment['capability']}), torch {environment['torch']} "
@@ -252,12 +234,8 @@ def main(argv=None) -> int:
     report["seconds"] = round(time.monotonic() - began, 1)
     report["ok"] = all(b["built"] or "attacks" in b["file"] for b in report["builds"]) and all(
         j["ok"] for j in report["judge"])
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report)
     print(f"{'all as expected' if report['ok'] else 'NOT ALL AS EXPECTED'} in {report['seconds']} s; "
           f"JSON in {args.out}", flush=True)
     return 0 if report["ok"] else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """A CUDA starter's device code through NVRTC and ptxas for sm_90a, without a GPU: registers, spills, shared memory.
 
-    python benchmarks/cuda_compile_check.py [--kernel kernel.py] [--set WG_STAGES=3 ...] [--all]
+    python benchmarks/cuda_check.py compile [--kernel kernel.py] [--set WG_STAGES=3 ...] [--all]
 
 CUDA_SOURCE's device code (everything outside its `#ifndef __CUDACC_RTC__` host part) is compiled by
 NVRTC to PTX for compute_90a, with the tunables as #defines and AUTOKERNEL_SM90A defined (as
@@ -40,10 +40,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from autokernel.judge import cuda_build, cuda_launches  # noqa: E402
+from autokernel.judge import cuda_build, cuda_launches
+from benchmarks.common import ROOT
 
 TOOLS_ENV = "AUTOKERNEL_CUDA_TOOLS"
 TEMPLATE_TYPES = ("__half", "__nv_bfloat16")   # the types a `template <typename T>` kernel is checked with
@@ -339,14 +337,15 @@ def _parse_sets(items: list[str]) -> dict:
     return values
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kernel", type=Path, default=ROOT / "kernels" / "cuda" / "matmul.py",
                         help="the CUDA kernel file (default: the GEMM starter)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a tunable's value")
     parser.add_argument("--all", action="store_true",
                         help="every combination of the WG_* choices (the softmax starter: see the docstring)")
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     tools, why = find_tools()
     if tools is None:
         sys.exit(f"cuda_compile_check: {why}")
@@ -376,6 +375,3 @@ def main(argv=None) -> int:
     print("\nall clean" if ok else "\nNOT ALL CLEAN")
     return 0 if ok else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

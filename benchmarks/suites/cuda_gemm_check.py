@@ -1,6 +1,6 @@
 """The CUDA GEMM starter on a GPU: right at every tile edge, and its speed against cuBLAS and the Triton starter.
 
-    python benchmarks/cuda_gemm_check.py [--out gemm.json] [--time-limit 420]
+    python benchmarks/cuda_check.py gemm [--out gemm.json] [--time-limit 420]
 
 1. Builds kernels/cuda/matmul.py through autokernel/judge/cuda_build.py (on an sm_90 GPU with its sm_90a
    flags: the wgmma + TMA kernel) and names the kernels a float16 call launches (torch.profiler).
@@ -9,7 +9,7 @@
    wrap the pipeline across tiles), plus a transposed and a broadcast operand, in float16, bfloat16
    and float32: each output compared with the reference under the judge's own rule
    (autokernel/judge/correctness.py: the dtype's tolerance, against a float32 or float64 oracle).
-3. GEMM_SHAPES (those of benchmarks/cuda_check.py) in the three dtypes: the same check, then
+3. GEMM_SHAPES (those of benchmarks/cuda_check.py backend) in the three dtypes: the same check, then
    triton.testing.do_bench (median, L2 flushed between calls) of the CUDA starter, the Triton starter
    (kernels/matmul.py) and cuBLAS (torch.matmul); "of cuBLAS" is cuBLAS's time over the starter's.
 Everything runs in a child process under --time-limit seconds: a deadlocked pipeline (an mbarrier
@@ -20,27 +20,17 @@ Exit code 1 when an output is wrong, a kernel fails, or the time limit is reache
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import ROOT, do_bench_us, load_module as load, run_info, write_json
 
 EDGE_SHAPES = [(1, 1, 1), (7, 13, 5), (64, 64, 64), (128, 256, 64), (129, 257, 65), (300, 200, 100),
                (256, 384, 1000), (1000, 2949, 77), (517, 1031, 4099), (4096, 4096, 320)]
 GEMM_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 1024, 4096), (8205, 2949, 5921)]
 DTYPES = ("float16", "bfloat16", "float32")
-
-
-def load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def checked(fn, a, b) -> tuple[str, float]:
@@ -98,11 +88,8 @@ def edge_checks(cuda_fn) -> list[dict]:
 
 def timed(cuda_fn, triton_fn) -> list[dict]:
     import torch
-    import triton.testing
 
-    def median_us(fn) -> float:
-        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
-
+    median_us = do_bench_us
     rows = []
     print(f"\n{'M x N x K':<18} {'dtype':<9} {'CUDA':>7} {'Triton':>7} {'cuBLAS':>7}  TFLOP/s   "
           f"{'CUDA/cuBLAS':>11} {'Triton/cuBLAS':>13}  check", flush=True)
@@ -142,27 +129,28 @@ def run_checks(out: Path | None) -> int:
     cuda_fn = load(ROOT / "kernels" / "cuda" / "matmul.py", "cuda_matmul").kernel_fn
     print(f"built (or found built) in {time.monotonic() - began:.1f} s; a float16 call launches "
           f"{launched_kernels(cuda_fn)}", flush=True)
-    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
-              "flags": flags, "edges": edge_checks(cuda_fn)}
+    report = {**run_info().as_dict(), "cuda": torch.version.cuda, "flags": flags, "edges": edge_checks(cuda_fn)}
     triton_fn = load(ROOT / "kernels" / "matmul.py", "triton_matmul").kernel_fn
     report["timings"] = timed(cuda_fn, triton_fn)
     report["seconds"] = round(time.monotonic() - began, 1)
     report["ok"] = all(row["status"] == "ok" for row in report["edges"] + report["timings"])
     if out:
-        out.write_text(json.dumps(report, indent=2) + "\n")
+        write_json(out, report)
     print(f"\n{'all outputs right' if report['ok'] else 'SOME OUTPUTS WRONG'} in {report['seconds']} s", flush=True)
     return 0 if report["ok"] else 1
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
     parser.add_argument("--time-limit", type=float, default=420, help="seconds before the child is stopped")
     parser.add_argument("--in-child", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     if args.in_child:
         return run_checks(args.out)
-    command = [sys.executable, __file__, "--in-child", *(["--out", str(args.out)] if args.out else [])]
+    command = [sys.executable, str(ROOT / "benchmarks" / "cuda_check.py"), "gemm", "--in-child",
+               *(["--out", str(args.out)] if args.out else [])]
     child = subprocess.Popen(command, cwd=ROOT)
     try:
         return child.wait(timeout=args.time_limit)
@@ -173,6 +161,3 @@ def main(argv=None) -> int:
               "check that finished", flush=True)
         return 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

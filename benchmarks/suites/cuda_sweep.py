@@ -1,7 +1,7 @@
 """A CUDA starter's tunables on a GPU: which settings reach copy bandwidth at cuda_check.py's shapes.
 
-    python benchmarks/cuda_sweep.py kernels/cuda/softmax.py --try BLOCK_THREADS=1024,MAX_PACKS=4 --try ...
-    python benchmarks/cuda_sweep.py kernels/cuda/softmax.py --shape M=4096,N=2048 --shape M=256,N=32768 \
+    python benchmarks/cuda_check.py sweep kernels/cuda/softmax.py --try BLOCK_THREADS=1024,MAX_PACKS=4 --try ...
+    python benchmarks/cuda_check.py sweep kernels/cuda/softmax.py --shape M=4096,N=2048 --shape M=256,N=32768 \
         --repeat 5 --try PACKED_ROW=1 --try LOCAL_MAX=1 --try PACKED_ROW=1,LOCAL_MAX=1
 
 A CUDA starter's TUNABLES are #defines, so each setting is its own build: every variant (the
@@ -9,7 +9,7 @@ defaults, then each --try on top of them; a value is a number, or True / False) 
 temporary copy of the file with `TUNABLES.update(...)` right after the dict, and all are built at
 once in separate processes (nvcc is the slow part; the builds are cached by source hash, so the
 timing process only loads them). Each variant is then checked against the reference and timed at
-the kernel type's rows of benchmarks/cuda_check.py (TIMED_SHAPES, float16), or at the --shape rows
+the kernel type's rows of benchmarks/cuda_check.py backend (TIMED_SHAPES, float16), or at the --shape rows
 alone, against a device copy of the same tensor. With --repeat R the variants are timed R times in
 turn (all of them, then all again), so drift over the run touches each alike; each cell gives the
 median fraction of copy bandwidth over the rounds and its range.
@@ -25,14 +25,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+import torch
 
-import torch  # noqa: E402
-
-from autokernel.kernel_types import registry  # noqa: E402
-from cuda_check import TIMED_SHAPES, load, median_us  # noqa: E402
+from autokernel.kernel_types import registry
+from benchmarks.common import ROOT, do_bench_us as median_us, load_module as load, median_range
+from benchmarks.suites.cuda_backend import TIMED_SHAPES
 
 
 def variant_source(source: str, overrides: dict) -> str:
@@ -59,18 +56,18 @@ def parse_shape(text: str) -> dict:
 
 def summary(fractions: list[float]) -> str:
     """The median fraction of copy bandwidth over the rounds, with its range when there are several."""
-    return f"{statistics.median(fractions):.2f}" + (
-        f" ({min(fractions):.2f}-{max(fractions):.2f})" if len(fractions) > 1 else "")
+    return median_range(fractions, ".2f")
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("kernel", help="a CUDA starter, like kernels/cuda/softmax.py")
     parser.add_argument("--try", dest="tries", action="append", default=[], help="NAME=VALUE,... on top of the defaults")
     parser.add_argument("--shape", dest="shapes", action="append", default=[], type=parse_shape,
                         help="time this row alone, like M=256,N=32768 (repeatable; default: TIMED_SHAPES')")
     parser.add_argument("--repeat", type=int, default=1, help="rounds of timing over all the variants")
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     path = (ROOT / args.kernel).resolve()
     source = path.read_text()
     folder = Path(tempfile.mkdtemp(prefix="cuda_sweep_"))
@@ -113,6 +110,3 @@ def main(argv=None) -> int:
         print(f"{label:<36} " + " | ".join(cells), flush=True)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

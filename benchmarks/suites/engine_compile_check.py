@@ -6,7 +6,7 @@ the local Triton for sm_90 (`triton.compile(..., target=GPUTarget("cuda", 90, 32
 cuobjdump for the resources) for each plan, kind and epilogue; it runs on the CPU machine. The GPU's
 Triton (3.6) may compile differently from the local one: this screens, the GPU sweep decides.
 
-    python benchmarks/engine_compile_check.py [--dtype float16] [--ws]
+    python benchmarks/cuda_check.py engine-compile [--dtype float16] [--ws]
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import ROOT  # noqa: E402
 
 TRITON_TYPES = {"float16": "fp16", "bfloat16": "bf16"}
 # Each epilogue the starters use, as the engine's constexprs (the rest off).
@@ -70,12 +69,13 @@ def compile_plan(engine, text: str, dtype: str, epilogue: dict, warp_specialize:
             "wgmma": kernel.asm["ttgir"].count("warp_group_dot ")}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="float16", choices=list(TRITON_TYPES))
     parser.add_argument("--ws", action="store_true", help="with Triton's warp specialization")
     parser.add_argument("--epilogues", default=",".join(EPILOGUES), help="comma-separated, of: " + ", ".join(EPILOGUES))
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
     from autokernel.core.kernel_file import import_file
     engine = import_file(ROOT / "kernels" / "_gemm_engine.py", "_compile_check_engine")
     print("| plan | epilogue | registers | spilled bytes | shared KB | stages | wgmma ops |\n|---|---|---|---|---|---|---|")
@@ -96,6 +96,3 @@ def main() -> int:
                 print(f"| {text} | {name} | compile failed: {type(exc).__name__}: {str(exc)[:150]} | | | | |", flush=True)
     return 1 if bad else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """Probe: can float32 GEMMs at PyTorch's default "highest" precision beat cuBLAS's SGEMM in Triton?
 
 Question (issue 11's bar: every KernelBench float32 GEMM shape >= 0.9x eager). Triton's IEEE path
-(CUDA-core FMAs) reached 0.83x cuBLAS at 4096^3 and tf32x3 only 0.69x (benchmarks/notes/model_shapes.md).
+(CUDA-core FMAs) reached 0.83x cuBLAS at 4096^3 and tf32x3 only 0.69x (docs/notes/model_shapes.md).
 Hypothesis: tf32 (and so tf32x3) was slow because B was loaded N-major: Hopper's wgmma takes 32-bit
 operands from shared memory only K-major, so Triton fell back to the Ampere mma.sync path. With B
 transposed to (N, K) first (one extra pass over B), tf32x3 should run on wgmma: expected ~2x cuBLAS's
@@ -9,7 +9,7 @@ SGEMM at 4096^3, with an error against a float64 product no larger than cuBLAS's
 
 Prints, per shape and variant: median whole-call time (do_bench, L2 flushed), TFLOP/s, ratio to
 cuBLAS SGEMM, and max |C - C64| over the RMS of C64, beside cuBLAS's own error.
-Run: python benchmarks/notes/fp32_probe.py [--quick]
+Run: python benchmarks/kernels.py fp32-probe [--quick]
 """
 
 import argparse
@@ -98,10 +98,11 @@ def err(c, ref):
     return ((c.double() - ref).abs().max() / ref.pow(2).mean().sqrt()).item()
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true")
+
+
+def main(args: argparse.Namespace) -> int:
     torch.manual_seed(0)
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__} "
           f"precision {torch.get_float32_matmul_precision()}")
@@ -138,6 +139,3 @@ def main():
             except Exception as exc:  # a config that does not compile or fit is a result too
                 print(f"  {cfg}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
 
-
-if __name__ == "__main__":
-    main()

@@ -9,8 +9,8 @@ triton.testing.do_bench medians (L2 flushed), the final ratio the median of thre
 repeats of our best variant and torch.compile (default mode, one compiled function per type and
 dynamic shapes after the first, as torch.compile makes them).
 
-    python benchmarks/fused_check.py --table OUT/gemm_table.json --out OUT [--budget-s 150]
-    python benchmarks/fused_check.py --dry-run --out OUT              # CPU: the interpreter, tiny shapes
+    python benchmarks/kernels.py fused-check --table OUT/gemm_table.json --out OUT [--budget-s 150]
+    python benchmarks/kernels.py fused-check --dry-run --out OUT              # CPU: the interpreter, tiny shapes
 """
 
 from __future__ import annotations
@@ -19,13 +19,10 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.common import ROOT, run_info, timer_ms, write_json
 
 MLP_VARIANTS = ("dual", "two_launch")
 NORMED_LINEARS = ("q_proj", "k_proj", "v_proj", "lm_head")
@@ -34,7 +31,7 @@ REPEATS = 3
 
 def cases(tiny: bool) -> list[tuple[str, dict]]:
     """(type, shape) at the LLaMA models' gated MLPs and normed linears (GPT-2 and BERT normalize with LayerNorm)."""
-    from model_gemms import model_gemms
+    from benchmarks.suites.model_gemms import model_gemms
     found = []
     for gemm in model_gemms(tiny=tiny, only=["llama 4x1024", "hf llama GQA 4x1024", "llama 1x512"]):
         if gemm.kind == "dual":
@@ -57,29 +54,25 @@ def load_starters(names: set[str], plans: dict | None) -> dict:
     return modules
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--table", type=Path, help="a gemm_sweep.py gemm_table.json to install (default: the starters')")
     parser.add_argument("--budget-s", type=float, default=150.0, help="start no new case after this many seconds")
     parser.add_argument("--dry-run", action="store_true", help="CPU: the interpreter at the tiny models' shapes")
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
-    import triton.testing
 
     from autokernel.judge.correctness import reference_outputs, tolerance_used
     from autokernel.kernel_types import registry
     gpu = torch.cuda.is_available() and not args.dry_run
     device = "cuda" if gpu else "cpu"
 
-    def time_ms(fn) -> float:
-        if gpu:
-            return triton.testing.do_bench(fn, warmup=5, rep=50, return_mode="median")
-        start = time.perf_counter()
-        fn()
-        return (time.perf_counter() - start) * 1e3
+    time_ms = timer_ms(gpu, warmup=5, rep=50, cpu_calls=1)
+    info = run_info(on_gpu=gpu)
 
     plans = json.loads(args.table.read_text())["plans"] if args.table else None
     todo = cases(args.dry_run)
@@ -127,9 +120,7 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"{v} {r.get('us') or 0:.1f} us" for v, r in row["variants"].items())
               + f"; eager {row['eager_us']:.1f}, compile {row.get('compile_us', 0):.1f}: "
               f"{row.get('vs_compile', 0):.3f}x torch.compile", flush=True)
-        (args.out / "fused_check.json").write_text(json.dumps({"device": torch.cuda.get_device_name(0) if gpu else
-                                                                "cpu (interpreter: timings meaningless)",
-                                                                "torch": torch.__version__, "rows": rows}, indent=1))
+        write_json(args.out / "fused_check.json", {**info.as_dict(), "rows": rows}, indent=1)
     print("\n| type | shape | " + " | ".join(f"ours {v} us" for v in MLP_VARIANTS) + " | eager us | torch.compile us "
           "| ours best us | vs torch.compile |\n|---|---|---|---|---|---|---|---|")
     for row in rows:
@@ -138,6 +129,3 @@ def main(argv: list[str] | None = None) -> int:
               f"{row.get('compile_us', 0):.1f} | {row.get('ours_us', 0):.1f} | {row.get('vs_compile', 0):.3f} |")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

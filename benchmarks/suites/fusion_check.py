@@ -1,6 +1,6 @@
 """Does folding RMSNorm into the next linear pay? The rmsnorm_linear starter against eager and torch.compile.
 
-    python benchmarks/fusion_check.py [--dtype float16] [--out DIR]     (a GPU is required)
+    python benchmarks/kernels.py fusion-check [--dtype float16] [--out DIR]     (a GPU is required)
 
 At LLaMA shapes (M tokens in 1, 16, 512, 4096; K = 2048; N = 2048 for q/k/v/o, 5632 for gate/up)
 three implementations of y = rmsnorm(x, g) @ W^T are timed with triton.testing.do_bench (median,
@@ -16,34 +16,25 @@ when set. About a minute on an H100, most of it torch.compile.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import triton
-import triton.testing
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import reference  # noqa: E402
-from autokernel.core.dtypes import DTYPES  # noqa: E402
-from autokernel.core.paths import starter_path  # noqa: E402
-from autokernel.judge.candidate.worker import load_kernel  # noqa: E402
-from autokernel.judge.correctness import TOLERANCES  # noqa: E402
-from autokernel.kernel_types import registry  # noqa: E402
+import reference
+from autokernel.core.dtypes import DTYPES
+from autokernel.core.paths import starter_path
+from autokernel.judge.candidate.worker import load_kernel
+from autokernel.judge.correctness import TOLERANCES
+from autokernel.kernel_types import registry
+from benchmarks.common import do_bench_ms as _ms, run_info, write_json
 
 ROWS = (1, 16, 512, 4096)
 K = 2048
 COLUMNS = (2048, 5632)
 DEVICE = "cuda"
-
-
-def _ms(fn) -> float:
-    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
 
 def _share_of_tolerance(out: torch.Tensor, oracle: torch.Tensor, dtype: torch.dtype) -> float:
@@ -53,11 +44,12 @@ def _share_of_tolerance(out: torch.Tensor, oracle: torch.Tensor, dtype: torch.dt
     return float(((out.float() - oracle).abs() / (tol * rms + tol * oracle.abs())).max())
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     parser.add_argument("--out", default=os.environ.get("OUT"), help="folder for fusion_check.json (default $OUT)")
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         print("fusion_check needs a GPU: the CPU interpreter's timings mean nothing", file=sys.stderr)
         return 2
@@ -91,14 +83,11 @@ def main() -> int:
                     row[f"vs_{base}"] = row[f"{base}_us"] / row["starter_us"] if row[f"{base}_us"] else None
             rows.append(row)
             print(_line(row), flush=True)
-    device = torch.cuda.get_device_name()
-    print(f"\n{device}, torch {torch.__version__}, triton {triton.__version__}, {args.dtype}; "
+    info = run_info()
+    print(f"\n{info.device}, {info.versions()}, {args.dtype}; "
           "do_bench median, L2 flushed; 'x' = their time / the starter's (> 1: the starter is faster)")
     if args.out:
-        out = Path(args.out) / "fusion_check.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"device": device, "torch": torch.__version__, "triton": triton.__version__,
-                                   "rows": rows}, indent=2) + "\n")
+        out = write_json(Path(args.out) / "fusion_check.json", {**info.as_dict(), "rows": rows})
         print(f"wrote {out}")
     return 0
 
@@ -119,6 +108,3 @@ def _line(row: dict) -> str:
             f"{us('compile_us'):>10} | {ratio('vs_eager'):>8} {ratio('vs_compile'):>10} | {tflops} {gbps} | "
             f"{row['starter_tolerance_used']:.3f}")
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Does folding RMSNorm into the gated MLP pay? The rmsnorm_mlp starter against PyTorch and the unfused starters.
 
-    python benchmarks/fusion_check_mlp.py [--tokens 1,16,512,4096] [--dim 2048] [--hidden 5632]
+    python benchmarks/kernels.py fusion-check-mlp [--tokens 1,16,512,4096] [--dim 2048] [--hidden 5632]
                                           [--dtype float16] [--act silu] [--out FILE.json]
 
 At the LLaMA-style sizes (D=2048, F=5632) from one decode token to a long prefill, each of these
@@ -22,22 +22,12 @@ JSON says so): that is for testing the script, not for numbers.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import sys
-import time
-from pathlib import Path
 
 import torch
 
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
-
-import triton.testing  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 import reference  # noqa: E402
 from autokernel.core.dtypes import DTYPES  # noqa: E402
@@ -45,19 +35,13 @@ from autokernel.core.paths import starter_path  # noqa: E402
 from autokernel.judge.candidate.worker import load_kernel  # noqa: E402
 from autokernel.judge.correctness import tolerance_used  # noqa: E402
 from autokernel.kernel_types import registry  # noqa: E402
+from benchmarks.common import env_out, run_info, timer_ms, write_json  # noqa: E402
 
 IMPLEMENTATIONS = ("ours", "unfused starters", "eager", "torch.compile")
 
 
 def median_ms(fn, on_gpu: bool) -> float:
-    if on_gpu:
-        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return timer_ms(on_gpu, cpu_calls=3)(fn)
 
 
 def implementations(inputs: dict) -> dict:
@@ -106,19 +90,21 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", default="1,16,512,4096", help="values of M, comma-separated")
     parser.add_argument("--dim", type=int, default=2048)
     parser.add_argument("--hidden", type=int, default=5632)
     parser.add_argument("--dtype", default="float16", choices=sorted(DTYPES))
     parser.add_argument("--act", default="silu", choices=["silu", "gelu", "relu2"])
     parser.add_argument("--out", help="JSON file (default: $OUT/fusion_check_mlp.json when $OUT is set)")
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     on_gpu = torch.cuda.is_available()
     device = "cuda" if on_gpu else "cpu"
     dtype = DTYPES[args.dtype]
-    where = torch.cuda.get_device_name() if on_gpu else "CPU, Triton interpreter: timings mean nothing"
+    info = run_info("CPU, Triton interpreter: timings mean nothing")
+    where = info.device
     print(f"rmsnorm_mlp fusion check on {where}: D={args.dim}, F={args.hidden}, {args.dtype}, {args.act}", flush=True)
     rows = []
     for tokens in (int(m) for m in args.tokens.split(",")):
@@ -129,14 +115,9 @@ def main(argv=None) -> int:
     failed = [row["shape"] for row in rows if max(row["tolerance_used"].values()) > 1.0]
     if failed:
         print(f"OUTPUT CHECK FAILED (tolerance used above 1.0) at {', '.join(failed)}")
-    out = args.out or (str(Path(os.environ["OUT"]) / "fusion_check_mlp.json") if os.environ.get("OUT") else None)
+    out = env_out("fusion_check_mlp.json", args.out)
     if out:
-        record = {"device": where, "timings_meaningful": on_gpu, "dtype": args.dtype, "torch": torch.__version__,
-                  "triton": triton.__version__, "rows": rows}
-        Path(out).write_text(json.dumps(record, indent=2))
+        write_json(out, {**info.as_dict(), "timings_meaningful": on_gpu, "dtype": args.dtype, "rows": rows})
         print(f"wrote {out}")
     return 1 if failed else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

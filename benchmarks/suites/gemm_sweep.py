@@ -1,7 +1,7 @@
 """The GEMM engine against cuBLAS at every GEMM shape of the five models, and the measured plan table it leaves.
 
 For each distinct GEMM of models/llama.py (4 x 1024 and 1 x 512), the Hugging Face GQA LLaMA (4 x 1024),
-models/gpt2.py and models/bert.py (benchmarks/model_gemms.py), in float16: every plan of the engine's
+models/gpt2.py and models/bert.py (benchmarks/kernels.py model-gemms), in float16: every plan of the engine's
 bounded space (ENGINE_PLANS of its kind, with split-K where the tiles leave SMs idle), then Triton's
 warp specialization and other GROUP_M on the three best; in bfloat16 the three best float16 plans.
 Every plan's output is checked against a float32 product by the judge's tolerance rule before it is
@@ -11,8 +11,8 @@ same random inputs, in this process); the final ratio is the median of three alt
 the best plan and cuBLAS. Plans compile first in --workers processes (Triton's cache is shared),
 so the timing loop only loads them.
 
-    python benchmarks/gemm_sweep.py --out OUT [--budget-s 330] [--workers 12]
-    python benchmarks/gemm_sweep.py --out OUT --dry-run        # CPU: the interpreter, the tiny models
+    python benchmarks/kernels.py gemm-sweep --out OUT [--budget-s 330] [--workers 12]
+    python benchmarks/kernels.py gemm-sweep --out OUT --dry-run        # CPU: the interpreter, the tiny models
 
 Writes OUT/gemm_table.json (the plans, for `python -m autokernel.core.starter_blocks --table`, and every
 measurement) after each shape, and OUT/gemm_table.md; prints progress and the table. No new shape
@@ -22,19 +22,15 @@ starts past --budget-s; what was measured is kept.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import multiprocessing
 import os
 import statistics
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.common import ROOT, run_info, timer_ms, write_text
 
 TOP = 3                      # plans carried from the first pass to the second, and to bfloat16
 REPEATS = 3                  # alternating repeats of the best plan and cuBLAS for the final ratio
@@ -95,15 +91,7 @@ class Sweep:
 
     # ------------------------------------------------------------------ timing and checking
     def time_ms(self, fn) -> float:
-        if self.gpu:
-            import triton.testing
-            return triton.testing.do_bench(fn, warmup=5, rep=self.args.rep_ms, return_mode="median")
-        times = []
-        for _ in range(2):
-            start = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - start) * 1e3)
-        return statistics.median(times)
+        return timer_ms(self.gpu, warmup=5, rep=self.args.rep_ms, cpu_calls=2)(fn)
 
     def check(self, out, expected, oracle, dtype) -> str | None:
         from autokernel.judge.correctness import tolerance_used
@@ -204,15 +192,11 @@ class Sweep:
 
     # ------------------------------------------------------------------ output
     def write(self, out: Path) -> None:
-        import torch
-        import triton
-        table = {"device": torch.cuda.get_device_name(0) if self.gpu else "cpu (interpreter: timings meaningless)",
-                 "date": datetime.date.today().isoformat(), "torch": torch.__version__, "triton": triton.__version__,
-                 "plans": self.plans, "rows": self.rows}
+        table = {**run_info(on_gpu=self.gpu).as_dict(), "plans": self.plans, "rows": self.rows}
         tmp = out / "gemm_table.json.tmp"
         tmp.write_text(json.dumps(table, indent=1))
-        os.replace(tmp, out / "gemm_table.json")
-        (out / "gemm_table.md").write_text(markdown(table))
+        os.replace(tmp, out / "gemm_table.json")      # a reader never sees half a table
+        write_text(out / "gemm_table.md", markdown(table))
 
 
 def markdown(table: dict) -> str:
@@ -231,18 +215,19 @@ def markdown(table: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget-s", type=float, default=330.0, help="start no new shape after this many seconds")
     parser.add_argument("--workers", type=int, default=12, help="processes compiling plans before they are timed")
     parser.add_argument("--rep-ms", type=float, default=40.0, help="do_bench's timing window per plan")
     parser.add_argument("--dry-run", action="store_true", help="CPU: the interpreter at the tiny models' shapes")
     parser.add_argument("--limit", type=int, default=None, help="only the first N shapes")
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"
-    from model_gemms import model_gemms
+    from benchmarks.suites.model_gemms import model_gemms
     args.out.mkdir(parents=True, exist_ok=True)
     gemms = [{"M": g.M, "N": g.N, "K": g.K, "kind": g.kind, "uses": g.uses} for g in model_gemms(tiny=args.dry_run)]
     sweep = Sweep(args)
@@ -264,6 +249,3 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(json.loads((args.out / "gemm_table.json").read_text())))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

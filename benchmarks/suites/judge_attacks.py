@@ -1,6 +1,6 @@
 """The judge against every attack kernel in tests/attacks, every starter, and its own wall time.
 
-    python benchmarks/judge_attacks.py [--only attacks,runner,starters,wall] [--old-judge 7d5c824] [--out DIR]
+    python benchmarks/judge.py attacks [--only attacks,runner,starters,wall] [--old-judge 7d5c824] [--out DIR]
 
 1. Every attack kernel (tests/attacks/, expectations in tests/attacks/expected.py) through the
    real bench.py in the loop's quick screen, and those rejected in timing or needing a GPU in the
@@ -20,8 +20,6 @@ Run it on the GPU; on CPU it runs too, and skips the GPU-only attacks. Writes on
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import runpy
 import subprocess
@@ -30,15 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-
-from autokernel.core.paths import starter_path  # noqa: E402
-from autokernel.judge import runner  # noqa: E402
-from autokernel.kernel_types import registry  # noqa: E402
+from autokernel.core.paths import starter_path
+from autokernel.judge import runner
+from autokernel.kernel_types import registry
+from benchmarks.common import RESULTS, ROOT, dated_path, run_info, run_judge, write_text
 
 ATTACK_DIR = ROOT / "tests" / "attacks"
 ATTACKS, RUNNER_ATTACKS, BENCH_ARGS = (runpy.run_path(str(ATTACK_DIR / "expected.py"))[name]
@@ -49,16 +44,11 @@ MEMORY_BOUND = ["softmax", "layernorm", "rmsnorm", "cross_entropy", "rotary_embe
 
 
 def bench(kernel: Path, *extra: str, judge_root: Path = ROOT) -> tuple[dict, float]:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "result.json"
-        started = time.monotonic()
-        proc = subprocess.run([sys.executable, str(judge_root / "bench.py"), "--kernel", str(kernel), "--json-out",
-                               str(out), *extra], cwd=judge_root, capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": str(judge_root)})
-        wall = time.monotonic() - started
-        if not out.exists():
-            return {"correctness": "NO RESULT", "failed_stage": None, "message": proc.stderr[-400:]}, wall
-        return json.loads(out.read_text()), wall
+    result, wall, proc = run_judge(kernel, *extra, judge_root=judge_root,
+                                   env={**os.environ, "PYTHONPATH": str(judge_root)})
+    if result is None:
+        return {"correctness": "NO RESULT", "failed_stage": None, "message": proc.stderr[-400:]}, wall
+    return result, wall
 
 
 def one_line(text, limit=160) -> str:
@@ -177,20 +167,20 @@ def old_judge(ref: str) -> Path | None:
     return folder
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--old-judge", help="also time the judge of this git commit (before/after)")
     parser.add_argument("--only", default="attacks,runner,starters,wall", help="which parts to run (comma-separated)")
     parser.add_argument("--names", default="", help="only these attacks / starters / kernels (comma-separated)")
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
     parts = set(args.only.split(","))
     names = set(filter(None, args.names.split(","))) or None
     on_gpu = torch.cuda.is_available()
-    device = torch.cuda.get_device_name() if on_gpu else "cpu-interpreter"
-    lines = [f"# The judge against the attack kernels: {device}", "",
-             f"date {datetime.date.today()}, torch {torch.__version__}, triton {triton.__version__}; "
-             "`python benchmarks/judge_attacks.py`", ""]
+    info = run_info("cpu-interpreter", on_gpu)
+    lines = [f"# The judge against the attack kernels: {info.device}", "",
+             f"date {info.date}, {info.versions()}; `python benchmarks/judge.py attacks`", ""]
     bad = 0
     if "attacks" in parts:
         attack_lines, bad = attack_rows(on_gpu, names)
@@ -209,11 +199,7 @@ def main() -> int:
             lines += wall_rows(f"the judge of {args.old_judge} (before issue 12)", old)
     lines += ["", f"**{bad} unexpected outcomes.**"]
     name = "_".join(sorted(parts)) + ("_" + "-".join(sorted(names)) if names else "")
-    out = Path(args.out) / f"{datetime.date.today()}_{device.replace(' ', '-')}_judge_{name}.md"
-    out.write_text("\n".join(lines) + "\n")
+    out = write_text(dated_path(args.out, info, f"judge_{name}.md"), "\n".join(lines) + "\n")
     print(f"wrote {out}: {bad} unexpected outcomes")
     return 1 if bad else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

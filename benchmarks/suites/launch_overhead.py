@@ -1,6 +1,6 @@
 """Where the host time of a kernel_fn call goes in the judge's worker: plain, and under each guard.
 
-    python benchmarks/launch_overhead.py [--kernel softmax] [--shape M=8192,N=8192]
+    python benchmarks/end_to_end.py launch-overhead [--kernel softmax] [--shape M=8192,N=8192]
 
 Times the starter's kernel_fn host time (call to return, device idle before each call) and its
 GPU time, as a plain call and with the worker's guards added one at a time: the launch counter,
@@ -14,19 +14,15 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-
-from autokernel.core.paths import starter_path  # noqa: E402
-from autokernel.judge.candidate import worker_guards as guards  # noqa: E402
-from autokernel.judge.candidate.worker import load_kernel  # noqa: E402
-from autokernel.judge.correctness import case_inputs  # noqa: E402
-from autokernel.kernel_types import registry  # noqa: E402
+from autokernel.core.paths import starter_path
+from autokernel.judge.candidate import worker_guards as guards
+from autokernel.judge.candidate.worker import load_kernel
+from autokernel.judge.correctness import case_inputs
+from autokernel.kernel_types import registry
+from benchmarks.common import run_info
 
 
 def host_and_gpu_us(fn, inputs, calls=100) -> tuple[float, float, float]:
@@ -46,17 +42,19 @@ def host_and_gpu_us(fn, inputs, calls=100) -> tuple[float, float, float]:
     return statistics.median(host), statistics.median(gpu), min(host)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kernel", default="softmax")
     parser.add_argument("--shape", default="M=8192,N=8192")
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> None:
     kt = registry.get(args.kernel)
     shape = registry.parse_shape(args.shape)
     inputs = case_inputs(kt, {"shape": shape, "dtype": "float16", "seed": 1, "adversarial": None}, "cuda")
     module, _ = load_kernel(starter_path(args.kernel))
     fn = module.kernel_fn
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+    info = run_info()
+    print(f"{info.device}, {info.versions()}, "
           f"{args.kernel} {args.shape} float16; median host us / median GPU us / min host us over 100 calls")
     print("pytorch eager  ", *(f"{v:8.1f}" for v in host_and_gpu_us(kt.reference, inputs)))
     print("plain          ", *(f"{v:8.1f}" for v in host_and_gpu_us(fn, inputs)))
@@ -76,6 +74,3 @@ def main() -> None:
     counter.uninstall()
     print("-launch counter", *(f"{v:8.1f}" for v in host_and_gpu_us(guarded, inputs)))
 
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """What the LLM agent is told on a real GPU: the judge's launch grids and launch floor, and the prompt it renders.
 
-    python benchmarks/llm_gpu_facts.py --out DIR [--kernel softmax] [--shape M=64,N=512 --shape M=8192,N=8192]
+    python benchmarks/loop.py llm-facts --out DIR [--kernel softmax] [--shape M=64,N=512 --shape M=8192,N=8192]
 
 Runs the real judge (bench.py --quick, float16) on the starter at each shape, one shape per run, and prints:
 the compiled figures and launch grid of each kernel, the launch floor (`launch_floor_us`: the GPU time of the
@@ -17,40 +17,32 @@ Writes DIR/facts.json and DIR/prompt_<shape>.md. No LLM package is needed (the S
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from autokernel.agents.base import AgentContext  # noqa: E402
-from autokernel.agents.feedback import describe_result  # noqa: E402
-from autokernel.agents.prompt import build_messages  # noqa: E402
-from autokernel.core import hardware  # noqa: E402
-from autokernel.core.paths import PROGRAM_MD, starter_path  # noqa: E402
-from autokernel.judge import limits  # noqa: E402
-from autokernel.kernel_types import registry  # noqa: E402
+from autokernel.agents.base import AgentContext
+from autokernel.agents.feedback import describe_result
+from autokernel.agents.prompt import build_messages
+from autokernel.core import hardware
+from autokernel.core.paths import PROGRAM_MD, starter_path
+from autokernel.judge import limits
+from autokernel.kernel_types import registry
+from benchmarks.common import run_info, run_judge, write_json
 
 
-def judge(kernel: Path, shape: str, work: Path) -> dict:
-    out = work / f"result_{shape.replace('=', '').replace(',', '_')}.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--kernel", str(kernel), "--shape", shape,
-                           "--dtype", "float16", "--quick", "--seed", "1", "--json-out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    if not out.exists():
+def judge(kernel: Path, shape: str) -> dict:
+    result, _, proc = run_judge(kernel, "--shape", shape, "--dtype", "float16", "--quick", "--seed", "1", timeout=300)
+    if result is None:
         raise SystemExit(f"bench.py wrote no result for {shape}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return json.loads(out.read_text())
+    return result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kernel", default="softmax")
     parser.add_argument("--shape", action="append", help="a timed shape (repeatable); default 64x512 and 8192^2")
     parser.add_argument("--out", required=True)
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     shapes = args.shape or (["M=64,N=512", "M=8192,N=8192"] if args.kernel == "softmax"
@@ -58,33 +50,29 @@ def main() -> int:
     platform = hardware.platform()
     print(f"{platform.gpu.name}: {platform.gpu.sm_count} SMs, L2 {platform.gpu.l2_bytes}, capability "
           f"{platform.gpu.capability}; Triton {platform.triton}, CUDA {platform.cuda}, torch {platform.torch}")
-    facts = {"platform": {"gpu": platform.gpu.name, "sm_count": platform.gpu.sm_count, "l2_bytes": platform.gpu.l2_bytes,
+    facts = {"date": run_info().date, "platform": {"gpu": platform.gpu.name, "sm_count": platform.gpu.sm_count, "l2_bytes": platform.gpu.l2_bytes,
                           "triton": platform.triton, "cuda": platform.cuda, "torch": platform.torch}, "shapes": {}}
     kernel = starter_path(args.kernel)
-    with tempfile.TemporaryDirectory() as scratch:
-        for shape in shapes:
-            result = judge(kernel, shape, Path(scratch))
-            print(f"\n=== {args.kernel} {shape}: {result['correctness']} {result.get('message') or ''}")
-            print(describe_result(result, platform.gpu))
-            print("\n".join(limits.describe(result.get("limits"))))
-            job = {"rank": 1, "kernel_type": args.kernel, "model": "llm_gpu_facts", "dtype": "float16",
-                   "shapes": [registry.parse_shape(shape)], "baseline": result}
-            source = kernel.read_text()
-            messages = build_messages(AgentContext(
-                kernel_type=args.kernel, kernel_source=source, last_result=result, history=[],
-                best_versions=[(source, result)], program=PROGRAM_MD.read_text(), job=job, platform=platform))
-            print(f"request: system {len(messages.system)} chars, job {len(messages.job)}, turn {len(messages.turn)}")
-            print(messages.job)
-            (out / f"prompt_{shape.replace('=', '').replace(',', '_')}.md").write_text(
-                f"# system\n\n{messages.system}\n\n# user\n\n{messages.user}\n")
-            facts["shapes"][shape] = {key: result.get(key) for key in (
-                "correctness", "latency_us", "launch_floor_us", "compiled", "limits", "pct_peak", "bound")}
-            facts["shapes"][shape]["request_chars"] = {"system": len(messages.system), "job": len(messages.job),
-                                                       "turn": len(messages.turn)}
-    (out / "facts.json").write_text(json.dumps(facts, indent=2))
+    for shape in shapes:
+        result = judge(kernel, shape)
+        print(f"\n=== {args.kernel} {shape}: {result['correctness']} {result.get('message') or ''}")
+        print(describe_result(result, platform.gpu))
+        print("\n".join(limits.describe(result.get("limits"))))
+        job = {"rank": 1, "kernel_type": args.kernel, "model": "llm_gpu_facts", "dtype": "float16",
+               "shapes": [registry.parse_shape(shape)], "baseline": result}
+        source = kernel.read_text()
+        messages = build_messages(AgentContext(
+            kernel_type=args.kernel, kernel_source=source, last_result=result, history=[],
+            best_versions=[(source, result)], program=PROGRAM_MD.read_text(), job=job, platform=platform))
+        print(f"request: system {len(messages.system)} chars, job {len(messages.job)}, turn {len(messages.turn)}")
+        print(messages.job)
+        (out / f"prompt_{shape.replace('=', '').replace(',', '_')}.md").write_text(
+            f"# system\n\n{messages.system}\n\n# user\n\n{messages.user}\n")
+        facts["shapes"][shape] = {key: result.get(key) for key in (
+            "correctness", "latency_us", "launch_floor_us", "compiled", "limits", "pct_peak", "bound")}
+        facts["shapes"][shape]["request_chars"] = {"system": len(messages.system), "job": len(messages.job),
+                                                   "turn": len(messages.turn)}
+    write_json(out / "facts.json", facts)
     print(f"\nwritten: {out / 'facts.json'} and the prompts")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """A night with an unreliable LLM, in minutes: the loop against a local server that misbehaves, killed and resumed.
 
-    python benchmarks/llm_soak.py [--minutes 20] [--kills 2] [--agent openai|anthropic] [--seed 0] [--out DIR]
+    python benchmarks/loop.py llm-soak [--minutes 20] [--kills 2] [--agent openai|anthropic] [--seed 0] [--out DIR]
 
 A local server on 127.0.0.1 speaks the real API (tests/fake_llm_server.py; the real SDK client
 talks to it through --base-url). It answers each proposal request from the kernel.py in the prompt,
@@ -37,8 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import ROOT  # noqa: E402
 
 from autokernel.agents.edits import unified  # noqa: E402
 from autokernel.agents.reply import format_reply  # noqa: E402
@@ -219,17 +218,16 @@ def check(work: Path, out: Path, log: str, exits: list[int], kills: int, served:
     return summary
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--minutes", type=int, default=20)
     parser.add_argument("--kills", type=int, default=2)
     parser.add_argument("--agent", choices=["openai", "anthropic"], default="openai")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
-    summary = run_soak(parser.parse_args())
+
+
+def main(args: argparse.Namespace) -> int:
+    summary = run_soak(args)
     print(json.dumps(summary, indent=2))
     return 1 if summary["failures"] else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

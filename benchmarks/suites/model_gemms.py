@@ -7,7 +7,7 @@ features, K in features); each gated MLP also gives the "dual" GEMM that compute
 projections together (the engine's SwiGLU plan). `--tiny` gives the same models at their CPU test
 sizes, for the scripts' dry runs.
 
-    python benchmarks/model_gemms.py [--tiny]      # prints the table of shapes
+    python benchmarks/kernels.py model-gemms [--tiny]      # prints the table of shapes
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import ROOT  # noqa: E402
 
 from autokernel.core.kernel_file import import_file  # noqa: E402
 from autokernel.kernel_types.mlps import mlp_linears  # noqa: E402
 
-# The Hugging Face model of benchmarks/end_to_end.py (HF_GQA), as a config.
+# The Hugging Face model of benchmarks/end_to_end.py models (HF_GQA), as a config.
 HF_GQA = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=8, num_attention_heads=16,
               num_key_value_heads=4, max_position_embeddings=4096, use_cache=False)
 HF_GQA_TINY = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=1, num_attention_heads=4,
@@ -120,14 +119,12 @@ def _short_uses(gemm: Gemm) -> str:
     return "; ".join(f"{model}: {', '.join(sorted(paths))}" for model, paths in models.items())
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tiny", action="store_true", help="the models at their CPU test sizes")
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> None:
     print("| M x N x K | kind | used by |\n|---|---|---|")
     for gemm in model_gemms(args.tiny):
         print(f"| {gemm.M} x {gemm.N} x {gemm.K} | {gemm.kind} | {_short_uses(gemm)} |")
 
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """How much faster than torch.compile can a model get? The ceiling, measured on a GPU.
 
-    python benchmarks/model_headroom.py models/llama.py --model-arg batch=4 --model-arg seq=1024 \
+    python benchmarks/end_to_end.py headroom models/llama.py --model-arg batch=4 --model-arg seq=1024 \
         [--dtype float16] [--out DIR]
 
 1. Times one whole forward eager, under torch.compile, and under torch.compile + CUDA graphs
@@ -20,30 +20,28 @@ and the report should say so with this table rather than promise it.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from autokernel.profile.model_args import add_model_arguments, load_model_keywords  # noqa: E402
-from autokernel.profile.models import load_model  # noqa: E402
-from autokernel.verify import latency  # noqa: E402
-from autokernel.verify.headroom import Headroom, group_times, kernel_group, profile_kernels  # noqa: E402
+from autokernel.profile.model_args import add_model_arguments, load_model_keywords
+from autokernel.profile.models import load_model
+from autokernel.verify import latency
+from autokernel.verify.headroom import Headroom, group_times, kernel_group, profile_kernels
+from benchmarks.common import run_info, write_json
 
 
 def top_kernels(kernel_us: dict[str, float], count: int = 12) -> list[tuple[str, float]]:
     return sorted(kernel_us.items(), key=lambda row: -row[1])[:count]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser, with_device=False)
     parser.add_argument("--out", help="folder for headroom.json")
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         print("model_headroom needs a GPU", file=sys.stderr)
         return 2
@@ -62,8 +60,9 @@ def main() -> int:
     groups = group_times(kernel_us)
     best_ms = min(t.median_ms for t in times.values())
     headroom = Headroom(groups["gemm"], groups["attention"], groups["other"], best_ms)
+    info = run_info()
     print(f"{loaded.name} {args.dtype} inputs {[tuple(t.shape) for t in inputs if hasattr(t, 'shape')]} "
-          f"on {torch.cuda.get_device_name()}, torch {torch.__version__}")
+          f"on {info.device}, torch {info.torch}")
     for mode, t in times.items():
         print(f"  {mode:24s} {t.median_ms:8.3f} ms  (range {t.low_ms:.3f}-{t.high_ms:.3f}, {t.repeats} repeats)")
     total_us = sum(groups.values())
@@ -75,17 +74,11 @@ def main() -> int:
     for name, us in top_kernels(kernel_us):
         print(f"    {us:9.1f}  [{kernel_group(name)}] {name[:110]}")
     if args.out:
-        out = Path(args.out) / "headroom.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({
-            "model": loaded.name, "model_args": args.model_arg, "dtype": args.dtype,
-            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+        out = write_json(Path(args.out) / "headroom.json", {
+            "model": loaded.name, "model_args": args.model_arg, "dtype": args.dtype, **info.as_dict(),
             "times_ms": {mode: t.to_json() for mode, t in times.items()},
             "headroom": headroom.to_json(),
-            "top_kernels": [{"name": n, "us": us} for n, us in top_kernels(kernel_us, 40)]}, indent=2) + "\n")
+            "top_kernels": [{"name": n, "us": us} for n, us in top_kernels(kernel_us, 40)]})
         print(f"wrote {out}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Time the matmul and flash attention starters at model and KernelBench shapes against PyTorch, in one run.
 
-    python benchmarks/notes/sweep_model_shapes.py [--only gemm32,attention,gemm16] [--budget-s 230]
+    python benchmarks/kernels.py model-shapes [--only gemm32,attention,gemm16] [--budget-s 230]
                                                   [--out sweep_model_shapes.json]
 
 For each shape, every implementation is timed twice:
@@ -9,7 +9,7 @@ For each shape, every implementation is timed twice:
 - "gpu": triton.testing.do_bench's median, L2 flushed before each call (GPU time only).
 Ratios are PyTorch's time over ours (above 1: ours is faster), on the call time.
 
-GEMM (benchmarks/notes/model_shapes.md says why these shapes):
+GEMM (docs/notes/model_shapes.md says why these shapes):
 - float32 at KernelBench's level-1 shapes: eager (cuBLAS at PyTorch's default precision,
   "highest") and cuBLAS under TF32 ("high"); ours as kernel_fn plans it under each setting, with
   fp32_highest = "tf32x3" and "ieee", and other buckets / split-K choices as explicit plans.
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import math
 import sys
@@ -41,14 +40,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import triton
-import triton.testing
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-import reference  # noqa: E402
-from autokernel.kernel_types import matmul, registry  # noqa: E402
+import reference
+from autokernel.kernel_types import matmul, registry
+from benchmarks.common import ROOT, do_bench_us, load_module, run_info
 
 # KernelBench level 1 (float32): 1 square, 2 standard (M=2048, K=8192, N=4096), 6 large K,
 # 8 irregular (M=8205, K=2949, N=5921), 9 tall-skinny (A 32768 x 32 times B 32 x 32768, so K=32).
@@ -81,10 +76,7 @@ DEVICE = "cuda"
 
 
 def load(path: str):
-    spec = importlib.util.spec_from_file_location(Path(path).stem + "_starter", ROOT / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(ROOT / path, Path(path).stem + "_starter")
 
 
 @contextlib.contextmanager
@@ -129,7 +121,7 @@ def call_us(fn) -> float:
 
 
 def gpu_us(fn) -> float:
-    return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")) * 1e3
+    return do_bench_us(fn, warmup=10, rep=40)
 
 
 class Table:
@@ -137,9 +129,9 @@ class Table:
 
     def __init__(self, out: Path | None, started: float):
         self.records, self.out, self.started = [], out, started
-        self.environment = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                            "triton": triton.__version__, "date": time.strftime("%Y-%m-%d %H:%M")}
-        print(f"{self.environment['device']}, torch {torch.__version__}, triton {triton.__version__}; "
+        info = run_info()
+        self.environment = {**info.as_dict(), "date": time.strftime("%Y-%m-%d %H:%M")}
+        print(f"{info.device}, {info.versions()}; "
               "us per whole call (warm) and GPU us (L2 flushed); x = PyTorch's call time / ours", flush=True)
 
     def start(self, title: str, budget_s: float) -> bool:
@@ -340,14 +332,15 @@ def sweep_attention(table: Table, fa, budget_s: float) -> None:
         torch.cuda.empty_cache()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts, in order: {', '.join(PARTS)}")
     parser.add_argument("--budget-s", type=float, default=200.0, help="start no new shape after this many seconds")
     parser.add_argument("--out", default="sweep_model_shapes.json")
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
-        print("sweep_model_shapes: needs a CUDA GPU (timings under the interpreter mean nothing)", file=sys.stderr)
+        print("kernels.py model-shapes: needs a CUDA GPU (timings under the interpreter mean nothing)", file=sys.stderr)
         return 2
     table = Table(Path(args.out) if args.out else None, time.monotonic())
     mm, fa = load("kernels/matmul.py"), load("kernels/flash_attention.py")
@@ -361,6 +354,3 @@ def main() -> int:
     print(f"\ndone in {time.monotonic() - table.started:.0f} s; {len(table.records)} records -> {args.out}", flush=True)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Experiments per hour with one GPU and with several: the same run of the built-in agent, --gpus 1 then --gpus N.
 
-    python benchmarks/multi_gpu_throughput.py [--gpus 2] [--budget 180] [--runs 1,2] [--out DIR]
+    python benchmarks/loop.py throughput [--gpus 2] [--budget 180] [--runs 1,2] [--out DIR]
 
 Each run is `autokernel optimize models/llama.py --model-arg batch=4 --model-arg seq=1024 --dtype
 float16 --top 3 --agent builtin --budget B` in a fresh git repository of its own (--workdir), with
@@ -16,8 +16,8 @@ Two runs of 240 s and their start (profiling, the sandbox's GPU check) fit in ab
 longer runs, one per call: `--runs 1 --budget 480 --out DIR`, then `--runs 2 --budget 480 --out DIR`;
 each run is saved as DIR/run_<gpus>gpu.json, and the summary is made from those there whenever both exist.
 Runs longer than one call (the bar's 10 minutes), on a machine of 3+ GPUs, both runs side by side:
-    python benchmarks/multi_gpu_throughput.py --budget 600 --side-by-side --part first --stop-after 420 --out DIR
-    python benchmarks/multi_gpu_throughput.py --budget 600 --side-by-side --part rest --out DIR   # next call
+    python benchmarks/loop.py throughput --budget 600 --side-by-side --part first --stop-after 420 --out DIR
+    python benchmarks/loop.py throughput --budget 600 --side-by-side --part rest --out DIR   # next call
 (the first part stops each run cleanly; the second resumes it on the same warm machine, whose
 .multi_gpu_work/ folder of ignored files is kept between calls).
 """
@@ -25,7 +25,6 @@ Runs longer than one call (the bar's 10 minutes), on a machine of 3+ GPUs, both 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import shutil
@@ -37,7 +36,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import RESULTS, ROOT, dated_path, run_info, write_json, write_text
+
 MODEL_ARGS = ["--model-arg", "batch=4", "--model-arg", "seq=1024", "--dtype", "float16", "--top", "3"]
 GIT = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
 
@@ -144,8 +144,7 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus", type=int, default=2)
     parser.add_argument("--budget", type=int, default=180, help="seconds per run, profiling included (default 180)")
     parser.add_argument("--runs", help="which runs to make now, as GPU counts (default: 1 and --gpus)")
@@ -156,18 +155,18 @@ def main() -> int:
     parser.add_argument("--stop-after", type=float, default=None, help="seconds the first part runs")
     parser.add_argument("--side-by-side", action="store_true",
                         help="make the runs at once, each on its own GPUs (1 GPU and --gpus need 1 + --gpus of them)")
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
     if args.part == "first" and args.stop_after is None:
-        parser.error("--part first needs --stop-after SECONDS")
+        args.parser.error("--part first needs --stop-after SECONDS")
     import torch
-    import triton
 
     if not torch.cuda.is_available() or torch.cuda.device_count() < args.gpus:
         print(f"needs {args.gpus} CUDA GPUs, this machine has {torch.cuda.device_count()}", file=sys.stderr)
         return 2
-    device = torch.cuda.get_device_name(0)
-    date = datetime.date.today().isoformat()
-    out = Path(args.out or ROOT / "benchmarks" / "results" / f"{date}_{device.replace(' ', '-')}_multi_gpu")
+    info = run_info()
+    out = Path(args.out or dated_path(RESULTS, info, "multi_gpu"))
     out.mkdir(parents=True, exist_ok=True)
     counts = [int(n) for n in args.runs.split(",")] if args.runs else [1, args.gpus]
     devices: dict[int, str | None] = dict.fromkeys(counts)
@@ -185,7 +184,7 @@ def main() -> int:
         print(f"--gpus {gpus} ({args.part}, devices {devices[gpus] or 'all'}): budget {args.budget} s ...", flush=True)
         run = one_run(gpus, args.budget, out, part=args.part, stop_after_s=args.stop_after, devices=devices[gpus])
         if run is not None:
-            (out / f"run_{gpus}gpu.json").write_text(json.dumps(run, indent=2) + "\n")
+            write_json(out / f"run_{gpus}gpu.json", run)
             print(json.dumps(run, indent=1), flush=True)
 
     if args.side_by_side:
@@ -204,14 +203,10 @@ def main() -> int:
         return 0
     speedup = (round(multi["experiments_per_hour"] / single["experiments_per_hour"], 2)
                if single["experiments_per_hour"] and multi["experiments_per_hour"] else None)
-    summary = {"device": device, "date": date, "torch": torch.__version__, "triton": triton.__version__,
-               "gpus": args.gpus, "budget_s": args.budget, "runs": [single, multi], "speedup": speedup,
+    summary = {**info.as_dict(), "gpus": args.gpus, "budget_s": args.budget, "runs": [single, multi], "speedup": speedup,
                "same_jobs": single["jobs"] == multi["jobs"]}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "summary.md").write_text(markdown(summary))
+    write_json(out / "summary.json", summary)
+    write_text(out / "summary.md", markdown(summary))
     print(markdown(summary))
     return 0 if speedup is not None else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

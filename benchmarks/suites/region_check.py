@@ -1,7 +1,7 @@
 """Issue 25 on a GPU: regions of the new problem files, their starters made from Inductor's code, judged against it.
 
-    python benchmarks/region_check.py --out DIR [--problems tanh_gelu_in_ops,log_softmax,...] [--budget 7m]
-    python benchmarks/region_check.py --dry-run --out DIR      # the same steps on CPU, sizes divided by 64
+    python benchmarks/kernels.py region-check --out DIR [--problems tanh_gelu_in_ops,log_softmax,...] [--budget 7m]
+    python benchmarks/kernels.py region-check --dry-run --out DIR      # the same steps on CPU, sizes divided by 64
 
 For each problem file (benchmarks/problems/, float32, at its own shapes), in order, until --budget is
 spent (no problem starts after it):
@@ -22,17 +22,13 @@ it early. Without a GPU, --dry-run runs the same steps through Triton's interpre
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from autokernel.core import interpreter  # noqa: E402
+from autokernel.core import interpreter
+from benchmarks.common import load_problem as _load_problem, run_info, write_json, write_text
 
 DEFAULT_PROBLEMS = ["tanh_gelu_in_ops", "log_softmax", "l1_norm", "kl_div_loss", "hinge_loss", "gemm_sigmoid_rowsum",
                     "gemm_gelu_scale", "cumsum_rows", "multihead_attention"]
@@ -41,15 +37,7 @@ KEPT = {"HEADS"}
 
 
 def load_problem(name: str, divisor: int):
-    spec = importlib.util.spec_from_file_location(f"problem_{name}", ROOT / "benchmarks" / "problems" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    if divisor > 1:
-        for key, value in list(vars(module).items()):
-            if key.isupper() and isinstance(value, int) and key not in KEPT:
-                setattr(module, key, max(2, value // divisor))
-    return module
+    return _load_problem(name, divisor, KEPT)
 
 
 def parse_duration(text: str) -> float:
@@ -120,22 +108,22 @@ def table(rows: list[dict], meaningful: bool) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="folder for region_check.md, region_check.json and the kernels")
     parser.add_argument("--problems", default=",".join(DEFAULT_PROBLEMS))
     parser.add_argument("--budget", default="7m", help="start no problem after this long (default 7m)")
     parser.add_argument("--dry-run", action="store_true", help="on CPU, sizes divided by 64 (checks the script)")
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     interpreter.choose()
     import torch
-    import triton
 
     from autokernel.kernel_types.regions import store
 
     on_gpu = torch.cuda.is_available()
     if not on_gpu and not args.dry_run:
-        print("region_check.py: no GPU; pass --dry-run to check the script on CPU", file=sys.stderr)
+        print("kernels.py region-check: no GPU; pass --dry-run to check the script on CPU", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -150,16 +138,11 @@ def main(argv=None) -> int:
         print(f"== {name}", flush=True)
         rows += check_problem(name, DRY_RUN_DIVISOR if args.dry_run else 1, device, out, lambda line: print(line, flush=True))
     text = table(rows, on_gpu)
-    header = (f"region_check.py on {torch.cuda.get_device_name() if on_gpu else 'cpu (dry run)'}, "
-              f"{time.strftime('%Y-%m-%d')}, torch {torch.__version__}, Triton {triton.__version__}, "
+    info = run_info("cpu (dry run)", on_gpu)
+    header = (f"region_check.py on {info.device}, {info.date}, torch {info.torch}, Triton {info.triton}, "
               f"{time.monotonic() - started:.0f} s\n\n")
     print(header + text)
-    (out / "region_check.md").write_text(header + text + "\n")
-    (out / "region_check.json").write_text(json.dumps({"device": torch.cuda.get_device_name() if on_gpu else "cpu",
-                                                       "torch": torch.__version__, "triton": triton.__version__,
-                                                       "rows": rows}, indent=2) + "\n")
+    write_text(out / "region_check.md", header + text + "\n")
+    write_json(out / "region_check.json", {**info.as_dict(), "rows": rows})
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

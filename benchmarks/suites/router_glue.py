@@ -1,6 +1,6 @@
 """What the router itself costs per routed call, free of kernel time and of a noisy machine's drift.
 
-    python benchmarks/router_glue.py [--calls 50000]
+    python benchmarks/end_to_end.py router-glue [--calls 50000]
 
 A linear layer is plugged in with a stand-in kernel that does no work (it returns a tensor made
 beforehand), so every microsecond left is routing: the patched forward, the signature lookup, the
@@ -15,15 +15,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from autokernel.core import interpreter  # noqa: E402
+from autokernel.core import interpreter
 
 interpreter.choose()
 
@@ -55,10 +51,11 @@ def per_call_us(fn, calls: int) -> float:
     return statistics.median(samples)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=50_000)
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     folder = Path(tempfile.mkdtemp()) / "opt"
     folder.mkdir()
@@ -90,6 +87,3 @@ def main() -> None:
     print(f"a torch call (x.view) outside / inside the routing mode {plain_op:6.2f} / {moded_op:.2f} us: "
           f"{moded_op - plain_op:.2f} us per call the mode sees")
 
-
-if __name__ == "__main__":
-    main()

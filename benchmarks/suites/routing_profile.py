@@ -1,6 +1,6 @@
 """Where an eager routed forward spends its time: the router, the launch glue, the kernels' Python, Triton's launcher.
 
-    python benchmarks/routing_profile.py [--model models/llama.py] [--model-arg batch=1 ...] [--forwards 20]
+    python benchmarks/end_to_end.py routing-profile [--model models/llama.py] [--model-arg batch=1 ...] [--forwards 20]
 
 Plugs every starter into the model at its profiled shapes ("all" policy) and prints, per forward
 pass (wall clock, GPU): the model unplugged; plugged in but bypassed (the patched forwards alone);
@@ -16,10 +16,8 @@ import pstats
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from autokernel.core import interpreter  # noqa: E402
+from autokernel.core import interpreter
+from benchmarks.common import ROOT
 
 interpreter.choose()
 
@@ -31,13 +29,14 @@ from autokernel.routing import plugin  # noqa: E402
 from autokernel.verify import latency, verification  # noqa: E402
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=str(ROOT / "models" / "llama.py"))
     parser.add_argument("--model-arg", action="append", default=[])
     parser.add_argument("--forwards", type=int, default=20)
     parser.add_argument("--workspace", default="/tmp/autokernel_routing_profile")
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> None:
     loaded = models.load_model(args.model, dtype="float16",
                                model_kwargs=dict(models.parse_model_arg(a) for a in args.model_arg) or None)
     model, inputs, on_gpu = loaded.model, loaded.inputs, loaded.device.type == "cuda"
@@ -96,6 +95,3 @@ def _one_kernel(router, on_gpu: bool) -> None:
 def triton_next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
-
-if __name__ == "__main__":
-    main()

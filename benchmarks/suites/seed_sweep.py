@@ -1,7 +1,7 @@
 """Seed sweep: every starter on every adversarial case, in every dtype, over many seeds, under the
 judge's own tolerance rule. An honest kernel must never fail by chance.
 
-    python benchmarks/seed_sweep.py [--seeds 200] [--types softmax,matmul] [--dtypes float32] [--jobs 2] [--out FILE]
+    python benchmarks/loop.py seed-sweep [--seeds 200] [--types softmax,matmul] [--dtypes float32] [--jobs 2] [--out FILE]
 
 Each case is what bench.py's stability stage checks: the case's inputs from its seed
 (autokernel.judge.correctness.case_inputs), PyTorch's reference and the upcast oracle, and
@@ -15,28 +15,22 @@ Without a GPU the kernels run through Triton's interpreter. Writes a markdown lo
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib.util
 import multiprocessing
 import os
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import torch  # noqa: E402
+import torch
 
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
-
-import triton  # noqa: E402
 
 from autokernel.core.paths import starter_path  # noqa: E402
 from autokernel.judge.correctness import (DTYPES, CheckFailure, case_inputs, compare_outputs,  # noqa: E402
                                            output_parts, reference_outputs, tolerance_used)
 from autokernel.kernel_types import registry  # noqa: E402
+from benchmarks.common import RESULTS, load_module, run_info, table_header, write_text  # noqa: E402
 
 # The case that failed an honest kernel before issue 12 (bench --seed 2110533320: case 29).
 KNOWN_FLAKY = {("flash_attention", "large scores", "float32"): 2110533320 + 29}
@@ -48,10 +42,7 @@ def sweep_seeds(count: int) -> list[int]:
 
 
 def load_kernel_fn(kernel_type: str):
-    spec = importlib.util.spec_from_file_location(f"starter_{kernel_type}", starter_path(kernel_type))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.kernel_fn
+    return load_module(starter_path(kernel_type), f"starter_{kernel_type}").kernel_fn
 
 
 def run_case(kernel_fn, kt: registry.KernelType, adversarial: registry.Adversarial, dtype: str,
@@ -97,18 +88,19 @@ def sweep_type(job: tuple) -> list[dict]:
     return rows
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=200)
     parser.add_argument("--types", default=",".join(registry.REGISTRY))
     parser.add_argument("--dtypes", default=",".join(DTYPES))
     parser.add_argument("--jobs", type=int, default=2, help="processes (one kernel type each at a time)")
     parser.add_argument("--out", help="markdown log (default: benchmarks/results/<date>_<device>_seed_sweep_...)")
-    args = parser.parse_args()
-    device = torch.cuda.get_device_name().replace(" ", "-") if torch.cuda.is_available() else "cpu-interpreter"
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
-        f"{datetime.date.today()}_{device}_seed_sweep_torch-{torch.__version__.split('+')[0]}"
-        f"_triton-{triton.__version__}.md")
+
+
+def main(args: argparse.Namespace) -> int:
+    info = run_info("cpu-interpreter")
+    device = info.slug
+    out = Path(args.out) if args.out else RESULTS / (
+        f"{info.date}_{device}_seed_sweep_torch-{info.torch.split('+')[0]}_triton-{info.triton}.md")
     types = args.types.split(",")
     started = time.monotonic()
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
@@ -116,21 +108,18 @@ def main() -> int:
         rows = [row for rows in pool.map(sweep_type, jobs, chunksize=1) for row in rows]
     failures = sum(len(r["failures"]) for r in rows)
     lines = [f"# Seed sweep of the adversarial cases: {device}", "",
-             f"date {datetime.date.today()}, torch {torch.__version__}, triton {triton.__version__}; "
+             f"date {info.date}, {info.versions()}; "
              f"{args.seeds} seeds per case (plus the seed that used to fail, where there is one); starters "
              f"{', '.join(types)}; every adversarial case of the registry; {args.dtypes.replace(',', ', ')}; "
-             f"`python benchmarks/seed_sweep.py {' '.join(sys.argv[1:])}` in {time.monotonic() - started:.0f} s.",
+             f"`python benchmarks/loop.py {' '.join(sys.argv[1:])}` in {time.monotonic() - started:.0f} s.",
              "", f"**{failures} failures** in {sum(r['seeds'] for r in rows)} checked calls.", "",
-             "| kernel | adversarial case | dtype | seeds | failures | most of the allowance used | at seed |",
-             "|---|---|---|---|---|---|---|"]
+             *table_header(["kernel", "adversarial case", "dtype", "seeds", "failures", "most of the allowance used",
+                            "at seed"])]
     lines += [f"| {r['kernel_type']} | {r['case']} | {r['dtype']} | {r['seeds']} | {len(r['failures'])} | "
               f"{r['worst']:.3f} | {r['worst_seed']} |" for r in rows]
     for r in rows:
         lines += [f"- FAIL {r['kernel_type']} {r['case']} {r['dtype']} {f}" for f in r["failures"]]
-    out.write_text("\n".join(lines) + "\n")
+    write_text(out, "\n".join(lines) + "\n")
     print(f"wrote {out}: {failures} failures")
     return 1 if failures else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

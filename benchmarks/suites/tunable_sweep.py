@@ -1,6 +1,6 @@
 """A starter's tunables at a model's shapes, on a GPU: which settings beat its defaults, and by how much.
 
-    python benchmarks/tunable_sweep.py rmsnorm_linear --shape M=4096,N=2048,K=2048 \
+    python benchmarks/kernels.py tunable-sweep rmsnorm_linear --shape M=4096,N=2048,K=2048 \
         --try large_BLOCK_N=256 --try large_stages=4,large_warps=8 [--dtype float16] [--out DIR]
 
 For every shape: the starter with its defaults, then with each --try applied on top of them,
@@ -13,22 +13,17 @@ this shows a setting faster at the shapes the models call.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.testing  # noqa: E402
-
-from autokernel.core.dtypes import DTYPES  # noqa: E402
-from autokernel.core.paths import starter_path  # noqa: E402
-from autokernel.judge.candidate.worker import load_kernel  # noqa: E402
-from autokernel.judge.correctness import CheckFailure, compare_outputs, output_parts, reference_outputs  # noqa: E402
-from autokernel.kernel_types import registry  # noqa: E402
+from autokernel.core.dtypes import DTYPES
+from autokernel.core.paths import starter_path
+from autokernel.judge.candidate.worker import load_kernel
+from autokernel.judge.correctness import CheckFailure, compare_outputs, output_parts, reference_outputs
+from autokernel.kernel_types import registry
+from benchmarks.common import do_bench_us, run_info, write_json
 
 
 def parse_overrides(text: str) -> dict:
@@ -38,12 +33,8 @@ def parse_overrides(text: str) -> dict:
             for name, value in registry.parse_shape(text).items()}
 
 
-def time_us(fn) -> float:
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
-
-
 def sweep(kernel_type: str, shapes: list[dict], tries: list[dict], dtype: torch.dtype,
-          device: str = "cuda", timer=time_us) -> list[dict]:
+          device: str = "cuda", timer=do_bench_us) -> list[dict]:
     module, kt = load_kernel(starter_path(kernel_type))
     defaults = dict(module.TUNABLES)
     compiled = torch.compile(kt.reference, dynamic=False)
@@ -90,28 +81,24 @@ def _line(row: dict, setting: dict) -> str:
             f"compile {row['compile_us']:8.1f}  vs compile {row['compile_us'] / setting['us']:5.2f}x  {vs_default}")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("kernel_type", choices=sorted(registry.REGISTRY))
     parser.add_argument("--shape", action="append", required=True, type=registry.parse_shape)
     parser.add_argument("--try", dest="tries", action="append", default=[], type=parse_overrides)
     parser.add_argument("--dtype", default="float16", choices=sorted(DTYPES))
     parser.add_argument("--out", help="folder for tunable_sweep_<type>.json")
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
-        print("tunable_sweep needs a GPU: the CPU interpreter's timings mean nothing", file=sys.stderr)
+        print("kernels.py tunable-sweep needs a GPU: the CPU interpreter's timings mean nothing", file=sys.stderr)
         return 2
     torch._dynamo.config.cache_size_limit = 64
     rows = sweep(args.kernel_type, args.shape, args.tries, DTYPES[args.dtype])
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, {args.dtype}; "
-          "do_bench median, L2 flushed")
+    info = run_info()
+    print(f"{info.device}, {info.versions()}, {args.dtype}; do_bench median, L2 flushed")
     if args.out:
-        out = Path(args.out) / f"tunable_sweep_{args.kernel_type}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                   "triton": triton.__version__, "dtype": args.dtype, "rows": rows}, indent=2) + "\n")
+        write_json(Path(args.out) / f"tunable_sweep_{args.kernel_type}.json",
+                   {**info.as_dict(), "dtype": args.dtype, "rows": rows})
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

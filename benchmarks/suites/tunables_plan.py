@@ -1,6 +1,6 @@
 """Time variants of starter kernels (any kernel file, any TUNABLES overrides) against the copy limit, in one run.
 
-    python benchmarks/notes/sweep_tunables.py PLAN.json [--out results.json]
+    python benchmarks/kernels.py tunables-plan PLAN.json [--out results.json]
 
 PLAN.json is a list of variants: {"type": "rmsnorm", "file": "kernels/rmsnorm.py", "label": "...",
 "tunables": {"TILE_ELEMS": 8192}, "dtypes": ["float16"]}; {"type": ..., "peers": true} times eager,
@@ -18,20 +18,17 @@ for occupancy, and how many of their global loads and stores are 16 bytes wide.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-import compare  # noqa: E402
-from autokernel.kernel_types import registry  # noqa: E402
+from autokernel.kernel_types import registry
+from benchmarks import common
+from benchmarks.common import do_bench_ms, run_info, write_json
+from benchmarks.suites import compare
 
 MAX_ERROR = 3e-2   # a fast variant that is this wrong is reported, not ranked
 
@@ -50,7 +47,7 @@ def read_probe(copy_gbs: float) -> None:
     for block in (8192, 16384, 32768):
         out = torch.empty(x.numel() // block, device="cuda", dtype=torch.float32)
         for warps in (8, 16, 32):
-            ms = compare.median_ms(lambda: _read_probe[(out.numel(),)](x, out, BLOCK=block, num_warps=warps))
+            ms = do_bench_ms(lambda: _read_probe[(out.numel(),)](x, out, BLOCK=block, num_warps=warps))
             gbs = x.numel() * 2 / (ms / 1e3) / 1e9
             print(f"read probe BLOCK={block:6d} warps={warps:2d}  {gbs:7.0f} GB/s {gbs / copy_gbs:5.3f} of copy",
                   flush=True)
@@ -61,7 +58,7 @@ def copy_sizes(copy_gbs: float) -> None:
     for moved_mb in (67, 134, 268, 537, 2147):
         src = torch.empty(moved_mb * 10**6 // 2, device="cuda", dtype=torch.uint8).random_()
         dst = torch.empty_like(src)
-        ms = compare.median_ms(lambda: dst.copy_(src))
+        ms = do_bench_ms(lambda: dst.copy_(src))
         gbs = 2 * src.numel() / (ms / 1e3) / 1e9
         print(f"copy moving {moved_mb:5d} MB  {ms * 1e3:8.1f} us {gbs:7.0f} GB/s {gbs / copy_gbs:5.3f} of the 1 GiB copy",
               flush=True)
@@ -84,7 +81,7 @@ def mlp_split(variant: dict, module_cache: dict) -> None:
                      "ours up*act(g)": lambda: module._gemm(x, w_up, gate=gate),
                      "ours down": lambda: module._gemm(hidden, w_down), "cuBLAS h@Wd.T": lambda: hidden @ w_down.T}
             for name, fn in parts.items():
-                ms = compare.median_ms(fn)
+                ms = do_bench_ms(fn)
                 print(f"mlp split {dtype_name:8s} {variant.get('label', '')[:30]:30s} {name:14s} {ms * 1e3:8.1f} us "
                       f"{gemm_flop / (ms / 1e3) / 1e12:6.1f} TFLOP/s", flush=True)
     finally:
@@ -94,10 +91,7 @@ def mlp_split(variant: dict, module_cache: dict) -> None:
 
 def load_module(path: str, cache: dict):
     if path not in cache:
-        spec = importlib.util.spec_from_file_location(f"variant_{len(cache)}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        cache[path] = module
+        cache[path] = common.load_module(path, f"variant_{len(cache)}")
     return cache[path]
 
 
@@ -141,7 +135,7 @@ def run_variant(variant: dict, inputs: dict, expected, module_cache: dict) -> li
             if module:
                 module.TUNABLES.update(variant.get("tunables", {}))
             error = compare.max_rel_error(fn(**inputs), expected)
-            ms = compare.median_ms(lambda: fn(**inputs))
+            ms = do_bench_ms(lambda: fn(**inputs))
             new = [v for k, v in compiled_kernels(module).items() if k not in before] if module else []
             results.append((name, ms, error, " ".join(new)))
         except Exception as exc:  # a variant that fails to compile or run is reported and skipped
@@ -153,11 +147,12 @@ def run_variant(variant: dict, inputs: dict, expected, module_cache: dict) -> li
     return results
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("plan")
     parser.add_argument("--out")
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
     plan = json.loads(Path(args.plan).read_text())
     copy_before = compare.copy_bandwidth_gbs()
     print(f"copy bandwidth {copy_before:.0f} GB/s on {torch.cuda.get_device_name()}", flush=True)
@@ -198,10 +193,7 @@ def main() -> int:
     copy_after = compare.copy_bandwidth_gbs()
     print(f"copy bandwidth after: {copy_after:.0f} GB/s", flush=True)
     if args.out:
-        Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "copy_gbs_before": copy_before,
-                                              "copy_gbs_after": copy_after, "records": records}, indent=1))
+        write_json(args.out, {**run_info().as_dict(), "copy_gbs_before": copy_before, "copy_gbs_after": copy_after,
+                              "records": records}, indent=1)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

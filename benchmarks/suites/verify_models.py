@@ -1,7 +1,7 @@
 """End to end on a GPU: every model, in every mode, PyTorch's best against AutoKernel's best (verify.py --starters).
 
-    python benchmarks/end_to_end.py run OUT_DIR [--only NAME ...] [--timeout 900] [--no-overhead]
-    python benchmarks/end_to_end.py summarize OUT_DIR > table.md
+    python benchmarks/end_to_end.py models run OUT_DIR [--only NAME ...] [--timeout 900] [--no-overhead]
+    python benchmarks/end_to_end.py models summarize OUT_DIR > table.md
 
 `run` calls verify.py once per model in a child process (one model's crash or hang costs only
 its row), in fp16, with the starter kernels at the model's profiled shapes, and appends each
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import ROOT  # noqa: E402
 HF_GQA = ["--hf", "llama", "--model-arg", "hidden_size=2048", "--model-arg", "intermediate_size=5632",
           "--model-arg", "num_hidden_layers=8", "--model-arg", "num_attention_heads=16",
           "--model-arg", "num_key_value_heads=4", "--model-arg", "max_position_embeddings=4096",
@@ -111,8 +111,7 @@ def summarize(reports: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     run_parser = commands.add_parser("run")
     run_parser.add_argument("out", type=Path)
@@ -124,12 +123,11 @@ def main() -> None:
                             help="skip verify's routing-overhead measurement (--overhead): the verdicts without it")
     summary_parser = commands.add_parser("summarize")
     summary_parser.add_argument("out", type=Path)
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> None:
     if args.command == "run":
         run(args.out, args.only or list(MODELS), args.timeout, args.stop_after, overhead=not args.no_overhead)
     else:
         print(summarize(json.loads((args.out / "reports.json").read_text())))
 
-
-if __name__ == "__main__":
-    main()
