@@ -10,6 +10,7 @@ imported lazily here for the same reason, and so that nothing needs a GPU to imp
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime
 import importlib
 import importlib.util
@@ -173,33 +174,37 @@ def run_judge(kernel: str | Path, *extra: str, judge_root: Path = ROOT, env: dic
 
 
 # ---------------------------------------------------------------------------------------------- entry points
-@dataclass(frozen=True)
-class Subcommand:
-    module: str          # under benchmarks.suites
-    help: str            # one line, for the entry point's --help
+def suite(module: str):
+    return importlib.import_module(f"benchmarks.suites.{module}")
 
 
-def suite(name: str):
-    return importlib.import_module(f"benchmarks.suites.{name}")
+def summary_line(module: str) -> str:
+    """The first paragraph of a suite's docstring, read from its file: listing the subcommands imports none."""
+    source = (ROOT / "benchmarks" / "suites" / f"{module}.py").read_text()
+    return " ".join((ast.get_docstring(ast.parse(source)) or "").split("\n\n")[0].split())
 
 
-def build_parser(description: str, subcommands: dict[str, Subcommand], chosen: str | None) -> argparse.ArgumentParser:
-    """The entry point's parser; only the chosen subcommand's module is imported to add its options."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser(description: str, subcommands: dict[str, str], chosen: str | None,
+                 prog: str | None = None) -> argparse.ArgumentParser:
+    """The entry point's parser (subcommand -> suite module); only the chosen one's module is imported."""
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
-    for name, entry in subcommands.items():
-        sub = commands.add_parser(name, help=entry.help, description=entry.help,
+    for name, module_name in subcommands.items():
+        sub = commands.add_parser(name, help=summary_line(module_name),
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         if name == chosen:
-            module = suite(entry.module)
+            module = suite(module_name)
             sub.description = module.__doc__
             module.add_arguments(sub)
             sub.set_defaults(run=module.main, parser=sub)
     return parser
 
 
-def run_subcommand(description: str, subcommands: dict[str, Subcommand], argv: list[str] | None = None) -> int:
+def run_subcommand(description: str, subcommands: dict[str, str], argv: list[str] | None = None,
+                   prog: str | None = None) -> int:
+    """Parse argv (default: the command line) and run the chosen subcommand's main(args): its exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)
-    args = build_parser(description, subcommands, chosen).parse_args(argv)
+    args = build_parser(description, subcommands, chosen, prog).parse_args(argv)
     return args.run(args) or 0

@@ -1,51 +1,29 @@
-"""Per-kernel comparisons: the starters against PyTorch eager, torch.compile, Liger-Kernel, cuBLAS and the copy limit.
+"""Per-kernel comparisons: starters against PyTorch eager, torch.compile, Liger-Kernel, cuBLAS and the copy limit.
 
-    python benchmarks/kernels.py SUBCOMMAND [options]        (python benchmarks/kernels.py SUBCOMMAND --help)
+    python benchmarks/kernels.py SUBCOMMAND [options]        (SUBCOMMAND --help: what it measures, its options)
 
-Each subcommand is a module of benchmarks/suites/ (its docstring says what it measures and against what).
-Timing is triton.testing.do_bench's median with the L2 cache flushed (benchmarks/common.py); every result
-names the device, date, torch and Triton versions. All need a GPU but those marked "CPU: --dry-run".
+Each subcommand is a module of benchmarks/suites/; timing is triton.testing.do_bench's median with the L2
+cache flushed (benchmarks/common.py), and every result names the device, date, torch and Triton versions.
+A GPU is needed but for: model-gemms; gemm-sweep, fused-check and region-check with --dry-run and
+fusion-check-mlp without a GPU (Triton's interpreter: the script's path is checked, timings mean nothing).
 """
-
-from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # run as a script: the repository's packages
+from benchmarks.common import run_subcommand  # noqa: E402
 
-from benchmarks.common import Subcommand, run_subcommand  # noqa: E402
-
-SUBCOMMANDS = {
-    "compare": Subcommand("compare",
-                          "every starter vs eager, torch.compile, Liger and the hardware limit (copy, cuBLAS)"),
-    "bench-all": Subcommand("bench_all",
-                            "the judge (bench.py) on every starter: correctness, latency, speedups, wall time"),
-    "gemm-sweep": Subcommand("gemm_sweep",
-                             "the GEMM engine vs cuBLAS at every model GEMM; writes the plan table (CPU: --dry-run)"),
-    "model-gemms": Subcommand("model_gemms", "print every distinct GEMM of the five benchmark models (CPU)"),
-    "tunable-sweep": Subcommand("tunable_sweep",
-                                "a starter's tunables at given shapes vs its defaults, eager and torch.compile"),
-    "tunables-plan": Subcommand("tunables_plan",
-                                "variants of starters from a JSON plan vs the copy limit (docs/notes/)"),
-    "model-shapes": Subcommand("model_shapes",
-                               "matmul and flash attention at model and KernelBench shapes vs PyTorch (docs/notes/)"),
-    "fp32-probe": Subcommand("fp32_probe",
-                             "probe: float32 GEMMs in Triton (tf32x3, IEEE) vs cuBLAS SGEMM (docs/notes/)"),
-    "fused-check": Subcommand("fused_check",
-                              "fused GEMM starters vs eager and torch.compile at the LLaMA shapes (CPU: --dry-run)"),
-    "fusion-check": Subcommand("fusion_check", "rmsnorm_linear vs eager and torch.compile: does folding RMSNorm pay"),
-    "fusion-check-mlp": Subcommand("fusion_check_mlp",
-                                   "rmsnorm_mlp vs eager, torch.compile and the unfused starters (CPU: interpreter)"),
-    "coverage-check": Subcommand("coverage_check",
-                                 "issue 11.4's problem files: starter vs eager, torch.compile and plug_in"),
-    "region-check": Subcommand("region_check",
-                               "regions' Inductor-made starters judged against torch.compile (CPU: --dry-run)"),
-}
+# subcommand -> its module in benchmarks/suites/ (whose docstring's first line is the subcommand's help)
+SUBCOMMANDS = {"compare": "compare", "bench-all": "bench_all", "gemm-sweep": "gemm_sweep",
+               "model-gemms": "model_gemms", "tunable-sweep": "tunable_sweep", "tunables-plan": "tunables_plan",
+               "model-shapes": "model_shapes", "fp32-probe": "fp32_probe", "fused-check": "fused_check",
+               "fusion-check": "fusion_check", "fusion-check-mlp": "fusion_check_mlp",
+               "coverage-check": "coverage_check", "region-check": "region_check"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_subcommand(__doc__, SUBCOMMANDS, argv)
+    return run_subcommand(__doc__, SUBCOMMANDS, argv, prog=Path(__file__).name)
 
 
 if __name__ == "__main__":
