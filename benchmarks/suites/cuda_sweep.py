@@ -1,4 +1,4 @@
-"""A CUDA starter's tunables on a GPU: which settings reach copy bandwidth at cuda_check.py's shapes.
+"""A CUDA starter's tunables on a GPU: which settings reach copy bandwidth at cuda_check.py backend's shapes.
 
     python benchmarks/cuda_check.py sweep kernels/cuda/softmax.py --try BLOCK_THREADS=1024,MAX_PACKS=4 --try ...
     python benchmarks/cuda_check.py sweep kernels/cuda/softmax.py --shape M=4096,N=2048 --shape M=256,N=32768 \

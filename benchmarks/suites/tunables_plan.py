@@ -8,8 +8,8 @@ torch.compile and Liger for the type instead; {"probe": "read"} times a plain st
 of 1 GiB (the read side of the bandwidth limit, which read-only kernels like reduce are held to);
 {"probe": "copy_sizes"} times device copies of 67 MB to 2 GB; {"probe": "mlp_split", "file": ...}
 times the fused MLP starter's three launches apart, next to cuBLAS.
-Each variant runs at compare.py's target shape on the same random inputs, is checked against the
-reference (max relative error), timed with compare.py's do_bench median, and placed against the
+Each variant runs at compare's target shape on the same random inputs, is checked against the
+reference (max relative error), timed with compare's do_bench median, and placed against the
 device-to-device copy bandwidth measured in the same process (before and after, to see drift).
 Compute-bound types print TFLOP/s instead. Each line also gives the registers, spills and warps of the Triton kernels the variant compiled,
 for occupancy, and how many of their global loads and stores are 16 bytes wide.
