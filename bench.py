@@ -320,7 +320,7 @@ def time_kernel(judge: Judge) -> dict:
     device never waits for the host inside them: timing.Clock.pad_cycles).
     call_latency_us is the call as a model's host pays it too (timing.call_ms): reported, not yet
     acted on, because inside the judge's worker the host time of a call measured 280-365 us on an
-    H100, about 200 us more than the same call in a model (benchmarks/notes/objective.md).
+    H100, about 200 us more than the same call in a model (docs/notes/objective.md).
     """
     kt, gpu = judge.kt, hardware.detect()
     clock = timing.Clock(torch.device(judge.device))

@@ -18,9 +18,9 @@ On Hopper, for calls of at least `tma_min_gflop` of work, and when q, k, v and t
 unit last stride and 16-byte-aligned strides, the tiles move by TMA (tensor descriptors), which
 frees the registers pointer arithmetic takes: on the H200 at B4 H32 S2048 D128 causal (69 GFLOP),
 396 vs 382 TFLOP/s (fp16) and 419 vs 388 (bf16) at the same blocks
-(benchmarks/notes/compute_bound.md). At model shapes the pointer path was faster on an H100: at
+(docs/notes/compute_bound.md). At model shapes the pointer path was faster on an H100: at
 B4 H16 S1024 D128 causal (17 GFLOP) 63.5 against 90.8 us, 1.56x SDPA's flash backend where the TMA
-path was 0.86x (benchmarks/notes/model_shapes.md); hence the 64-GFLOP threshold. Small calls take
+path was 0.86x (docs/notes/model_shapes.md); hence the 64-GFLOP threshold. Small calls take
 the pointer path anyway: building the four descriptors costs about 15 us of host time.
 """
 

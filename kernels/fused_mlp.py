@@ -7,9 +7,9 @@
 
 `gate_up` "two_launch" is the previous plan instead: G = x W_gate^T is stored, and the up GEMM
 multiplies act(G) into its accumulator in the epilogue (one extra write and read of G). On the H200
-that beat a dual GEMM whose two 128 x 256 accumulators spilled (benchmarks/notes/compute_bound.md);
+that beat a dual GEMM whose two 128 x 256 accumulators spilled (docs/notes/compute_bound.md);
 the engine's dual plans keep the two accumulators at one plain 128 x 256 tile's registers, and the
-GPU sweep (benchmarks/gemm_sweep.py) times both.
+GPU sweep (benchmarks/kernels.py gemm-sweep) times both.
 
 The GEMM engine (the block between the ENGINE markers, shared with the other GEMM starters and kept in
 step with kernels/_gemm_engine.py) picks each launch's plan from GEMM_TABLE, measured per shape on a
@@ -358,7 +358,7 @@ def _engine_sms(device: torch.device) -> int:
 
 
 def engine_on_gpu(t: torch.Tensor) -> bool:
-    """Whether t's kernels run on a GPU (not Triton's CPU interpreter); benchmarks/compile_count.py replaces it."""
+    """Whether t's kernels run on a GPU (not Triton's CPU interpreter); end_to_end.py compile-count replaces it."""
     return t.device.type == "cuda"
 
 

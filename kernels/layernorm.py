@@ -7,7 +7,7 @@ A row that fits in one block is read once and written once, with an exact two-pa
 registers; short rows are packed several to a program. One program per tile, with few registers,
 lets six 8-warp programs share a multiprocessor, and their loads are what keeps memory busy on
 Hopper (a persistent grid that pipelines tiles, and loading weight and bias together with x,
-cost registers and were measured slower: see benchmarks/notes/memory_bound.md). x streams through
+cost registers and were measured slower: see docs/notes/memory_bound.md). x streams through
 L2 marked evict-first while weight and bias, which every program rereads, are kept (evict-last).
 Rows longer than MAX_BLOCK_N are read twice: per-chunk mean and squared deviations merged with
 Chan's parallel formula, then the write. When such rows are also few (fewer than the GPU has

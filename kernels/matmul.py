@@ -33,7 +33,7 @@ How a shape is planned (`plan`):
   Ampere path (TF32 at 87 TFLOP/s, tf32x3 at 0.69x cuBLAS's SGEMM). So B is first transposed to
   (N, K) rows by a copy kernel (skipped when B already is the transpose of such rows, as an
   nn.Linear weight is), and both operands stream in by TMA. H100, 2048 x 8192 x 4096: tf32x3 at
-  1.56x cuBLAS's SGEMM, transpose included (benchmarks/notes/fp32_probe.py). Where TMA is missing
+  1.56x cuBLAS's SGEMM, transpose included (benchmarks/kernels.py fp32-probe). Where TMA is missing
   (before Hopper), "tf32x3" falls back to "ieee", which was the faster of the two there.
 - Operands whose row step is not a multiple of 16 elements (K = 2949) are copied to padded rows
   first when each of their elements feeds enough output: Triton then knows every row is aligned
@@ -117,7 +117,7 @@ ENGINE_ROW_MULTIPLE = 8
 SUM_BLOCK = 1024
 # A CUDA-core (ieee) tile keeps at least this many outputs per thread, so a tile clamped to a
 # narrow output gets fewer warps: at M=32768, N=32, K=4096 the 128 x 32 tile ran at 0.88x cuBLAS
-# with 8 warps (16 outputs each) and 1.01x with 4 (H100, benchmarks/tunable_sweep.py).
+# with 8 warps (16 outputs each) and 1.01x with 4 (H100, benchmarks/kernels.py tunable-sweep).
 IEEE_MIN_OUTPUTS_PER_THREAD = 32
 # A padded copy of an operand is made only when each of its elements feeds at least this many
 # outputs (the other side of the product), so the copy is a small part of the work.
@@ -565,7 +565,7 @@ def _engine_sms(device: torch.device) -> int:
 
 
 def engine_on_gpu(t: torch.Tensor) -> bool:
-    """Whether t's kernels run on a GPU (not Triton's CPU interpreter); benchmarks/compile_count.py replaces it."""
+    """Whether t's kernels run on a GPU (not Triton's CPU interpreter); end_to_end.py compile-count replaces it."""
     return t.device.type == "cuda"
 
 

@@ -7,7 +7,7 @@ memory busy on Hopper (a persistent grid that pipelines tiles was measured slowe
 loaded twice, as torch.compile's kernel does: the load for the sum of squares marks x evict-last
 so that the load for the normalized write hits the cache, and marks it evict-first on the way
 out; x then need not stay in registers across the reduction (measured 4% faster on an H200 than
-one load held in registers, benchmarks/notes/memory_bound.md). The weight, which every program
+one load held in registers, docs/notes/memory_bound.md). The weight, which every program
 rereads, is kept (evict-last). Rows longer than MAX_BLOCK_N take two passes: a sum of squares
 over column chunks, then the normalized write.
 

@@ -349,7 +349,7 @@ def _engine_sms(device: torch.device) -> int:
 
 
 def engine_on_gpu(t: torch.Tensor) -> bool:
-    """Whether t's kernels run on a GPU (not Triton's CPU interpreter); benchmarks/compile_count.py replaces it."""
+    """Whether t's kernels run on a GPU (not Triton's CPU interpreter); end_to_end.py compile-count replaces it."""
     return t.device.type == "cuda"
 
 

@@ -5,7 +5,7 @@ cos and sin rows of its positions once and reuses them for every head in the gro
 reads both halves of each head row, so x is read once and written once. x streams through L2
 marked evict-first while the cos and sin tables, which programs share, are kept (evict-last).
 One program per tile, with few registers, lets four 16-warp programs share a multiprocessor (a
-persistent grid that pipelines tiles was measured slower: see benchmarks/notes/memory_bound.md).
+persistent grid that pipelines tiles was measured slower: see docs/notes/memory_bound.md).
 Arithmetic is in float32.
 x may be any strided view whose last dimension is contiguous (a transposed (B, S, H, D)
 projection, say); the output is a fresh contiguous tensor, like the reference's.

@@ -3,7 +3,7 @@ stage and with their message, on CPU through the Triton interpreter, in the loop
 and in the full verdict alike (both go through the same worker and checks).
 
 The GPU-only attacks (side streams, CUDA events, allocator settings) run in
-benchmarks/judge_attacks.py on a GPU.
+benchmarks/judge.py attacks on a GPU.
 """
 
 import json

@@ -1,18 +1,15 @@
-"""benchmarks/cuda_compile_check.py: reading ptxas's report, naming every kernel instance, walking the Hopper
+"""benchmarks/cuda_check.py compile: reading ptxas's report, naming every kernel instance, walking the Hopper
 tunables and the softmax starter's; and, where NVRTC and ptxas are found (not in CI's dependencies:
 $AUTOKERNEL_CUDA_TOOLS, the nvidia wheels, Triton's ptxas, CUDA_HOME), the CUDA GEMM and softmax starters'
 device code built for sm_90a without a spill."""
 
 import math
-import sys
 
 import pytest
 
 from autokernel.core.paths import ROOT
 from autokernel.judge import cuda_launches
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import cuda_compile_check as ccc  # noqa: E402
+from benchmarks.suites import cuda_compile_check as ccc
 
 MATMUL = cuda_launches.file_literals((ROOT / "kernels" / "cuda" / "matmul.py").read_text())
 SOFTMAX = cuda_launches.file_literals((ROOT / "kernels" / "cuda" / "softmax.py").read_text())

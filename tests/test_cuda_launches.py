@@ -1,7 +1,7 @@
 """cuda_launches: a CUDA kernel file's own kernels are told apart from libraries', PyTorch's and
 foreign ones, from the demangled names the profiler reports (here: synthetic lists of real-looking
 names), and a call passes only with an own kernel, no library or foreign one, all on the timer's stream.
-The profiling itself needs a GPU: benchmarks/cuda_check.py and the GPU-only attack tests run it."""
+The profiling itself needs a GPU: benchmarks/cuda_check.py backend and the GPU-only attack tests run it."""
 
 import pytest
 import torch

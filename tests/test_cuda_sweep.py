@@ -1,13 +1,10 @@
-"""benchmarks/cuda_sweep.py without a GPU: reading --try and --shape, the variant files it builds, and the
+"""benchmarks/cuda_check.py sweep without a GPU: reading --try and --shape, the variant files it builds, and the
 summary of repeated timings (the timing itself needs a GPU: the sweep runs there)."""
 
 import ast
-import sys
 
 from autokernel.core.paths import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import cuda_sweep  # noqa: E402
+from benchmarks.suites import cuda_sweep
 
 
 def test_a_try_takes_numbers_and_booleans():

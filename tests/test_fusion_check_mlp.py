@@ -1,21 +1,17 @@
-"""benchmarks/fusion_check_mlp.py runs end to end (under the interpreter here) and checks every output it times."""
+"""benchmarks/kernels.py fusion-check-mlp runs end to end (under the interpreter here), checking every output it times."""
 
 import json
-import sys
 
 import pytest
 
-from autokernel.core.paths import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import fusion_check_mlp  # noqa: E402
+from benchmarks import kernels
+from benchmarks.suites import fusion_check_mlp
 
 
 @pytest.mark.slow
 def test_the_check_times_and_checks_every_implementation(tmp_path, capsys):
     out = tmp_path / "check.json"
-    assert fusion_check_mlp.main(["--tokens", "3", "--dim", "32", "--hidden", "48", "--out", str(out)]) == 0
+    assert kernels.main(["fusion-check-mlp", "--tokens", "3", "--dim", "32", "--hidden", "48", "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["timings_meaningful"] is False and "timings mean nothing" in record["device"]
     (row,) = record["rows"]
@@ -34,4 +30,5 @@ def test_a_wrong_output_fails_the_check(tmp_path, monkeypatch):
         calls["ours"] = lambda: right() * 1.1
         return calls
     monkeypatch.setattr(fusion_check_mlp, "implementations", with_a_wrong_kernel)
-    assert fusion_check_mlp.main(["--tokens", "2", "--dim", "16", "--hidden", "16", "--out", str(tmp_path / "x.json")]) == 1
+    assert kernels.main(["fusion-check-mlp", "--tokens", "2", "--dim", "16", "--hidden", "16",
+                         "--out", str(tmp_path / "x.json")]) == 1

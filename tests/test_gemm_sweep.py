@@ -1,4 +1,4 @@
-"""The GPU sweep's CPU path (benchmarks/gemm_sweep.py --dry-run): it measures the models' GEMMs, checks every
+"""The GPU sweep's CPU path (benchmarks/kernels.py gemm-sweep --dry-run): it measures the models' GEMMs, checks every
 plan, and leaves a table the starters accept (autokernel/core/starter_blocks.py); model_gemms finds the GQA shapes."""
 
 import os
@@ -7,17 +7,13 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton.jit runs: CPU te
 
 import json
 import shutil
-import sys
 
 import pytest
 
 from autokernel.core import starter_blocks
 from autokernel.core.paths import TOOL_DIR
-
-sys.path.insert(0, str(TOOL_DIR / "benchmarks"))
-
-import gemm_sweep  # noqa: E402
-import model_gemms  # noqa: E402
+from benchmarks import kernels
+from benchmarks.suites import gemm_sweep, model_gemms
 
 
 def test_the_models_gemms_include_the_gqa_projections_and_the_dual_mlp():
@@ -31,7 +27,7 @@ def test_the_models_gemms_include_the_gqa_projections_and_the_dual_mlp():
 @pytest.mark.slow
 def test_a_dry_run_checks_every_plan_and_writes_a_table_the_starters_accept(tmp_path):
     out = tmp_path / "out"
-    assert gemm_sweep.main(["--out", str(out), "--dry-run", "--limit", "2", "--workers", "2"]) == 0
+    assert kernels.main(["gemm-sweep", "--out", str(out), "--dry-run", "--limit", "2", "--workers", "2"]) == 0
     table = json.loads((out / "gemm_table.json").read_text())
     assert [(row["M"], row["kind"], row["dtype"]) for row in table["rows"]] == [
         (32, "plain", "float16"), (32, "plain", "bfloat16"), (32, "dual", "float16"), (32, "dual", "bfloat16")]
@@ -53,6 +49,6 @@ def test_a_plan_that_does_not_match_is_never_chosen(tmp_path, monkeypatch):
         out = real(engine, gemm, a, weights, plan)
         return out * 1.5 if plan.block_n == 256 else out      # 128x256x64/w8/s3, the space's first plan
     monkeypatch.setattr(gemm_sweep, "_run_ours", wrong_for_one_plan)
-    assert gemm_sweep.main(["--out", str(tmp_path), "--dry-run", "--limit", "1", "--workers", "1"]) == 0
+    assert kernels.main(["gemm-sweep", "--out", str(tmp_path), "--dry-run", "--limit", "1", "--workers", "1"]) == 0
     row = json.loads((tmp_path / "gemm_table.json").read_text())["rows"][0]
     assert "128x256x64/w8/s3/g8/k1/ws0" in row["failures"] and row["plan"] == "256x128x64/w8/s3/g8/k1/ws0"

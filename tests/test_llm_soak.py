@@ -1,4 +1,4 @@
-"""Tests for benchmarks/llm_soak.py: its honest proposals are valid moves, its cheats reach the judge, its checks bite."""
+"""Tests for benchmarks/loop.py llm-soak: its honest proposals are valid moves, its cheats reach the judge, its checks bite."""
 
 import ast
 import random
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from autokernel.search import integrity, results
-from benchmarks import llm_soak
+from benchmarks.suites import llm_soak
 
 # The starters (kernels/_*.py are shared blocks copied into them, not starters).
 KERNELS = sorted(path for path in Path(__file__).resolve().parents[1].joinpath("kernels").glob("*.py")

@@ -1,25 +1,23 @@
 """A small seed sweep in CI: every starter on every adversarial case, every dtype, a few seeds and
-the seed that used to fail an honest kernel. benchmarks/seed_sweep.py runs the same function over
+the seed that used to fail an honest kernel. benchmarks/loop.py seed-sweep runs the same function over
 200 seeds; its log is in benchmarks/results/."""
 
 import os
-import runpy
-from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
 
 from autokernel.kernel_types import registry  # noqa: E402
+from benchmarks.suites import seed_sweep  # noqa: E402
 
-SWEEP = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "seed_sweep.py"))
 SEEDS = 3
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel_type", list(registry.REGISTRY))
 def test_honest_starters_pass_every_adversarial_case_at_every_seed(kernel_type):
-    rows = SWEEP["sweep_type"]((kernel_type, SEEDS))
+    rows = seed_sweep.sweep_type((kernel_type, SEEDS))
     assert rows, "every kernel type has adversarial cases"
     failures = [f"{r['case']} {r['dtype']} {failure}" for r in rows for failure in r["failures"]]
     assert failures == []
@@ -27,6 +25,6 @@ def test_honest_starters_pass_every_adversarial_case_at_every_seed(kernel_type):
 
 
 def test_the_seed_that_used_to_fail_is_in_the_sweep():
-    rows = SWEEP["sweep_type"](("flash_attention", 0))
+    rows = seed_sweep.sweep_type(("flash_attention", 0))
     float32 = next(r for r in rows if r["dtype"] == "float32")
     assert float32["seeds"] == 1 and float32["failures"] == []

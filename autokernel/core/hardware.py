@@ -3,7 +3,7 @@
 Figures are dense (no structured sparsity) datasheet peaks: half-precision rates are tensor-core
 rates with float32 accumulation, float32 is the plain (non-tensor-core) rate. They are ceilings
 for "% of peak", not promises: measured copy bandwidth and cuBLAS are the practical limits
-(benchmarks/compare.py measures both). A GPU that is not listed gets an estimate from its
+(benchmarks/kernels.py compare measures both). A GPU that is not listed gets an estimate from its
 multiprocessor count, clock and compute capability, and says so.
 
 Each NVIDIA record also names its compute capability, whose per-multiprocessor limits (registers,

@@ -186,7 +186,7 @@ def _median(values) -> float:
 def call_ms(record: dict) -> float:
     """What one call costs a model that launches op after op: its GPU time or, where the host takes
     longer to launch it than the GPU to run it (small shapes), the host's time. bench.py reports it
-    as call_latency_us; the speedups use GPU time (benchmarks/notes/objective.md says why)."""
+    as call_latency_us; the speedups use GPU time (docs/notes/objective.md says why)."""
     return max(record["kernel_ms"], record.get("launch_ms", 0.0))
 
 

@@ -59,7 +59,7 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 CUDA_SOURCE = r"""
 // The device code comes first and compiles on its own (no torch headers: NVRTC compiles it for
-// benchmarks/cuda_compile_check.py); the torch entry point follows, for nvcc only.
+// benchmarks/cuda_check.py compile); the torch entry point follows, for nvcc only.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 

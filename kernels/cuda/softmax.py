@@ -19,7 +19,7 @@ How a thread keeps its pieces of the row (two tunables):
   row's, so it starts them as soon as its own loads land, with no barrier before them (they overlap
   other warps' loads); the group takes the row's max and the sum after them, each thread's sum
   scaled by exp(its max - the row's max). LOCAL_MAX off: the row's max first, then the exponentials.
-Both default off (the layout measured on an H100) until a GPU times them: benchmarks/cuda_sweep.py.
+Both default off (the layout measured on an H100) until a GPU times them: benchmarks/cuda_check.py sweep.
 """
 
 import torch
@@ -47,7 +47,7 @@ TUNABLE_CHOICES = {"BLOCK_THREADS": [128, 256, 512, 1024], "WARP_ROW_MAX_N": [0,
 
 CUDA_SOURCE = r"""
 // The device code comes first and compiles on its own (no torch headers: NVRTC compiles it for
-// benchmarks/cuda_compile_check.py); the torch entry point follows, for nvcc only.
+// benchmarks/cuda_check.py compile); the torch entry point follows, for nvcc only.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <math_constants.h>     // CUDART_INF_F, CUDART_MAX_NORMAL_F
@@ -96,7 +96,7 @@ template <int GROUP> constexpr int block_threads = GROUP == WARP ? WARP * ROWS_P
 // estimate allows (an SM runs at most 2048 threads in 32 blocks): __launch_bounds__ holds ptxas to 65536 /
 // (threads * blocks) registers; left to itself, ptxas spilled a few bytes of small blocks' kernels to local
 // memory to fit more blocks than that. (ptxas -v for sm_90a, CUDA 12.9 and 13.0: no spill in any float16,
-// bfloat16 or float32 instance of any choice: `python benchmarks/cuda_compile_check.py --kernel
+// bfloat16 or float32 instance of any choice: `python benchmarks/cuda_check.py compile --kernel
 // kernels/cuda/softmax.py --all`.) So a 64 KB row (32768 x 16 bits) over 512 threads, 8 pieces each, is
 // 8 * 14 + 16 = 128 registers estimated (ptxas: 110) kept as floats: one block, one row, per SM, and 256 rows take
 // two waves on 132 SMs; kept packed, 8 * 6 + 16 = 64 (ptxas: 56): two blocks (57344 of the 65536 registers), one

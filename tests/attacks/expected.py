@@ -4,7 +4,7 @@ ATTACKS are judged by bench.py itself; RUNNER_ATTACKS, below, through the runner
 
 name -> (correctness, failed stage or stages, a piece of the message, where it runs). "cpu" attacks run in
 CI through the Triton interpreter and on the GPU; "gpu" attacks need CUDA streams and events and
-run in benchmarks/judge_attacks.py. Every attack got a PASS (or got past the checks it targets)
+run in benchmarks/judge.py attacks. Every attack got a PASS (or got past the checks it targets)
 from the judge before issue 12; tests/test_attacks.py says which. The reduce attacks on
 torch.max(x, dim)'s indices (issue 11) got past a judge that compared one tensor per output.
 
@@ -55,7 +55,7 @@ ATTACKS = {
     "side_stream_launch": ("FAIL", "smoke", "side stream", "gpu"),
     "rerecords_timer_events": ("FAIL", "timing", "the timer", "gpu"),
     "changes_allocator_settings": ("FAIL", "load", "changed torch's global state", "gpu"),
-    # CUDA C++ kernel files (BACKEND = "cuda"): they need nvcc and a GPU (benchmarks/cuda_check.py runs them too).
+    # CUDA C++ kernel files (BACKEND = "cuda"): they need nvcc and a GPU (benchmarks/cuda_check.py backend runs them too).
     # "ran the library kernel <name>" where the name carries a library's mark, else "ran the kernel <name>,
     # which is neither ...": rejected either way; the message names the kernel.
     "cuda_decoy_then_cublas": ("FAIL", "smoke", "kernel_fn ran the", "gpu"),

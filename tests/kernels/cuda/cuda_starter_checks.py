@@ -19,7 +19,7 @@ NVCC = shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"] if 
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="needs nvcc (CI has none): compiles CUDA_SOURCE for sm_90a")
 GPU_AND_NVCC = NVCC is not None and __import__("torch").cuda.is_available()
 needs_gpu = pytest.mark.skipif(not GPU_AND_NVCC, reason="needs an NVIDIA GPU and nvcc: the judge runs the "
-                                                        "compiled kernels (benchmarks/cuda_check.py does on the GPU)")
+                                                        "compiled kernels (benchmarks/cuda_check.py backend does on the GPU)")
 
 
 def starter_path(name: str) -> Path:

@@ -1,7 +1,7 @@
 """kernels/cuda/softmax.py: its Python side on CPU (the C++ entry point stood in for), its tunables against
 CUDA_SOURCE's own constraints, its CUDA_SOURCE through nvcc for sm_90a where nvcc exists (both row layouts), and
 on a GPU the judge's PASS and every row layout right on rows that reach each kernel, masked rows included.
-(benchmarks/cuda_compile_check.py's tests build each kernel any choice can launch without a spill.)"""
+(benchmarks/cuda_check.py compile's tests build each kernel any choice can launch without a spill.)"""
 
 import importlib.util
 import itertools
