@@ -12,7 +12,8 @@ import pytest
 
 from autokernel import cli
 from autokernel.core import paths
-from autokernel.core.contracts import Job, JobProgress, RunSettings, RunState
+from autokernel.core.contracts import Job, RunSettings
+from autokernel.core.run_records import JobProgress, RunState
 from autokernel.search import results, run_state
 from tests.test_orchestrate import TINY_MODEL, copy_project
 

@@ -13,7 +13,8 @@ import torch
 
 from autokernel.core import paths
 from autokernel.core.contracts import (PASS, VERDICTS, BenchResult, ContractError, Job, ManifestEntry, PlanEntry,
-                                        RunSettings, RunState)
+                                        RunSettings)
+from autokernel.core.run_records import RunState
 from autokernel.core.live import ProgressView
 from autokernel.core.plan import Plan, PlanError, read_plan
 from autokernel.profile import jobs as kernel_jobs, profiler

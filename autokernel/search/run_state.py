@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 
 from autokernel.core import paths
-from autokernel.core.contracts import JobProgress, RunState
+from autokernel.core.run_records import JobProgress, RunState
 from autokernel.core.errors import OptimizationError
 from autokernel.search import results
 
