@@ -18,8 +18,8 @@ from autokernel.core.live import ProgressView
 from autokernel.search import gitops, loop, results, run_state
 from autokernel.search.budget import Budget
 from tests.fake_llm_server import FakeLLMServer
-from tests.loop_helpers import (ScriptedAgent, bench_result, fake_run_bench, git, make_job, make_project, proposal, result, source,
-                                subjects)
+from tests.loop_helpers import (ScriptedAgent, bench_result, fake_run_bench, git, make_job, make_project, proposal,
+                                result, source, subjects)
 
 
 @pytest.fixture
@@ -239,8 +239,8 @@ def test_a_keep_whose_speedup_vs_pytorch_fell_says_why_in_its_row(project):
 def test_a_baseline_the_budget_left_cannot_pay_for_is_not_started(project, monkeypatch, capsys):
     # An earlier run here measured this type's baseline: 2 runs in 20 s. With 3 s left, none starts.
     results.append_row(project / "results.tsv", results.make_row(
-        experiment=1, tag="earlier", kernel_type="softmax", result=bench_result(100.0), description="baseline (noise 2.0%)",
-        status="baseline", wall_seconds=20.0, llm_tokens=0))
+        experiment=1, tag="earlier", kernel_type="softmax", result=bench_result(100.0),
+        description="baseline (noise 2.0%)", status="baseline", wall_seconds=20.0, llm_tokens=0))
     judged = []
     monkeypatch.setattr(loop.runner, "run_bench", lambda *args, **kwargs: judged.append(1) or bench_result(100.0))
     state = _run(project, [make_job(project, 1, source(result(100.0)))], ScriptedAgent(), budget_s=3.0)

@@ -268,7 +268,8 @@ class OptimizationRun(LoopRecords):
         try:
             integrity.check_contract(proposal.kernel_source, job.kernel_type)
         except integrity.ContractError as exc:         # not judged: no GPU's experiment
-            result, gpu = JudgedResult(runner.synthesized_result(FAIL, f"contract: {exc}", kernel_type=job.kernel_type)), ""
+            failed = runner.synthesized_result(FAIL, f"contract: {exc}", kernel_type=job.kernel_type)
+            result, gpu = JudgedResult(failed), ""
         else:
             result, gpu = self._judge_candidate(job, progress, number, proposal.kernel_source, description), self.gpu
         if result is None:

@@ -113,7 +113,8 @@ def keep_note(result: JudgedResult, previous: JudgedResult) -> str:
         return "-" if value is None else f"{value:.1f} us"
     return (f" [kept for its latency, {us(result.latency_us)} against the best's "
             f"{us(previous.latency_us)}; its speedup vs PyTorch is lower because PyTorch eager timed "
-            f"{us(result.bench.pytorch_latency_us)} in this bench, {us(previous.bench.pytorch_latency_us)} in the best's]")
+            f"{us(result.bench.pytorch_latency_us)} in this bench, {us(previous.bench.pytorch_latency_us)} in the "
+            f"best's]")
 
 
 def history_entry(number: int, description: str, status: str, result: JudgedResult, *,
