@@ -14,7 +14,7 @@ import pytest
 
 from autokernel.agents.base import Proposal
 from autokernel.core import paths
-from autokernel.core.contracts import Job
+from autokernel.core.contracts import BenchResult, Job
 from autokernel.search import loop
 
 GITIGNORE = "results.tsv\nworkspace/\n__pycache__/\n"
@@ -33,6 +33,11 @@ def result(latency: float | None, correctness: str = "PASS", pct_peak: float | N
             "message": None if correctness == "PASS" else "wrong values"}
 
 
+def bench_result(latency: float | None, correctness: str = "PASS", pct_peak: float | None = None) -> BenchResult:
+    """result(...) as run_bench returns it."""
+    return BenchResult.from_json(result(latency, correctness, pct_peak))
+
+
 def source(*bench_results: dict) -> str:
     """A candidate whose successive bench runs give these results (the last one repeats)."""
     return (f"KERNEL_TYPE = 'softmax'\n# fake-results: {json.dumps(list(bench_results))}\n\n\n"
@@ -45,7 +50,7 @@ def fake_run_bench(judged: list[str]):
         planned = json.loads(text.split("# fake-results: ", 1)[1].splitlines()[0])
         runs_before = judged.count(text)
         judged.append(text)
-        return planned[min(runs_before, len(planned) - 1)]
+        return BenchResult.from_json(planned[min(runs_before, len(planned) - 1)])
     return run_bench
 
 

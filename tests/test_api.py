@@ -13,7 +13,7 @@ import autokernel  # noqa: E402
 from autokernel import api  # noqa: E402
 from autokernel.agents.base import AgentError  # noqa: E402
 from autokernel.core import paths  # noqa: E402
-from autokernel.core.contracts import RunState  # noqa: E402
+from autokernel.core.run_records import RunState  # noqa: E402
 from autokernel.routing import plugin  # noqa: E402
 from autokernel.search import session  # noqa: E402
 from tests.loop_helpers import git, make_project  # noqa: E402

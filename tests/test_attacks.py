@@ -77,8 +77,8 @@ def test_forged_result_file_is_replaced_by_the_judges(tmp_path):
 def test_forged_result_file_does_not_fool_the_loop():
     result = runner.run_bench(ATTACK_DIR / "forge_result_at_import.py", shapes=[], dtype="float16", timeout_s=300,
                               seed=7, extra_args=["--quick"])
-    assert result["correctness"] == "CRASH"
-    assert result["speedup_vs_pytorch"] is None
+    assert result.correctness == "CRASH"
+    assert result.speedup_vs_pytorch is None
 
 
 @pytest.mark.slow
@@ -93,8 +93,8 @@ def test_a_daemon_that_outlives_the_judge_is_void_and_dies_before_the_verdict_is
     kernel.write_text((ATTACK_DIR / f"{name}.py").read_text())
     correctness, message = RUNNER_ATTACKS[name]
     result = runner.run_bench(kernel, shapes=[], dtype="float16", timeout_s=300, seed=7, extra_args=["--quick"])
-    assert result["correctness"] == correctness and message in result["message"], result["message"]
-    assert result["latency_us"] is None and result["speedup_vs_pytorch"] is None
+    assert result.correctness == correctness and message in result.message, result.message
+    assert result.latency_us is None and result.speedup_vs_pytorch is None
     assert all_gone_within(str(kernel), within_s=1.0), "a process of the run outlived it"
     # The CRASH says the daemon existed; its folder, the one place it could write that outlives a bench, is gone
     # with the verdict, and stays gone past the daemon's own wait: nothing it wrote, or would write, survives.
@@ -124,7 +124,7 @@ def test_the_worker_writes_its_own_folders_and_nothing_of_the_judges(tmp_path, m
         open(os.path.join(_cache, "probe"), "w").write("\\n".join(_seen))
     """) + (ATTACK_DIR.parent / "judge_fixtures" / "row_softmax.py").read_text())
     result = runner.run_bench(kernel, shapes=[], dtype="float16", timeout_s=300, seed=7, extra_args=["--quick"])
-    assert result["correctness"] == "PASS", result["message"]
+    assert result.correctness == "PASS", result.message
     seen = (runner.caches_for(kernel) / "probe").read_text().splitlines()
     assert seen == ["own tmp written", "own cache written", "judge refused", "judge caches refused"]
 
@@ -149,5 +149,5 @@ def test_the_worker_cannot_signal_the_judge_even_with_the_file_rules_off(confine
         open(os.path.join(os.path.dirname(os.environ["TRITON_CACHE_DIR"]), "probe"), "w").write(_seen)
     """) + (ATTACK_DIR.parent / "judge_fixtures" / "row_softmax.py").read_text())
     result = runner.run_bench(kernel, shapes=[], dtype="float16", timeout_s=300, seed=7, extra_args=["--quick"])
-    assert result["correctness"] == "PASS", result["message"]
+    assert result.correctness == "PASS", result.message
     assert (runner.caches_for(kernel) / "probe").read_text() == "refused"

@@ -12,7 +12,8 @@ import pytest
 
 from autokernel import cli
 from autokernel.core import paths
-from autokernel.core.contracts import Job, JobProgress, RunSettings, RunState
+from autokernel.core.contracts import BenchResult, Job, JudgedResult, RunSettings
+from autokernel.core.run_records import JobProgress, RunState
 from autokernel.search import results, run_state
 from tests.test_orchestrate import TINY_MODEL, copy_project
 
@@ -50,7 +51,7 @@ def test_report_prints_markdown_of_a_results_file(tmp_path, capsys):
     tsv = tmp_path / "results.tsv"
     for number, status, latency in [(1, "baseline", 20.0), (2, "keep", 10.0)]:
         results.append_row(tsv, results.make_row(
-            experiment=number, tag="night", kernel_type="rmsnorm", result={"correctness": "PASS", "latency_us": latency},
+            experiment=number, tag="night", kernel_type="rmsnorm", result=BenchResult("PASS", latency_us=latency),
             description="d", status=status, wall_seconds=1.0, llm_tokens=5))
     assert cli.main(["report", "--results", str(tsv)]) == 0
     assert "| rmsnorm | night | 2 | 1 | 20.0 | 10.0 | 2.00 |" in capsys.readouterr().out
@@ -69,7 +70,7 @@ def test_report_prints_markdown_of_a_results_file(tmp_path, capsys):
 def test_report_without_matplotlib_still_writes_report_md(tmp_path, capsys, monkeypatch):
     tsv = tmp_path / "results.tsv"
     results.append_row(tsv, results.make_row(
-        experiment=1, tag="night", kernel_type="rmsnorm", result={"correctness": "PASS", "latency_us": 20.0},
+        experiment=1, tag="night", kernel_type="rmsnorm", result=BenchResult("PASS", latency_us=20.0),
         description="d", status="baseline", wall_seconds=1.0, llm_tokens=0))
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert cli.main(["report", "--results", str(tsv), "--out", str(tmp_path / "report")]) == 0
@@ -87,8 +88,9 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
     assert cli.main(["status", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"state": None, "results": None, "outcome": []}
 
-    progress = JobProgress(baseline={"latency_us": 30.0}, noise=0.02, experiments=3,
-                           best={"latency_us": 20.0, "timings_meaningful": True, "wins_at": ["M=1"]})
+    progress = JobProgress(baseline=JudgedResult(BenchResult("PASS", latency_us=30.0)), noise=0.02, experiments=3,
+                           best=JudgedResult(BenchResult("PASS", latency_us=20.0, timings_meaningful=True),
+                                             wins_at=["M=1"]))
     finished = {"file": "1_matmul.py", "speedup_over_baseline": 1.8, "best_speedup_vs_pytorch": 1.1,
                 "experiments": 9, "stopped_because": "5 reverts in a row"}
     jobs = [Job(rank=rank, kernel_type=kernel_type, dtype="float16", shapes=[], path=f"kernel_{rank}.py")
@@ -98,7 +100,7 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
              llm_cached_tokens=700, llm_reasoning_tokens=100,
              stopped_because="the run's time budget is spent"))
     results.append_row(paths.RESULTS_TSV, results.make_row(
-        experiment=14, tag="night", kernel_type="softmax", result={"correctness": "PASS"}, description="d",
+        experiment=14, tag="night", kernel_type="softmax", result=BenchResult("PASS"), description="d",
         status="keep", wall_seconds=1.0, llm_tokens=0))
     assert cli.main(["status"]) == 0
     out = capsys.readouterr().out
@@ -117,7 +119,7 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
     # manifest entry that said "winner" for a CPU run reads the same.
     state = run_state.load()
     state.finished[0].update(timings_meaningful=False, verdict="winner")
-    state.current.best["timings_meaningful"] = False
+    state.current.best.bench.timings_meaningful = False
     run_state.save(state)
     assert cli.main(["status"]) == 0
     out = capsys.readouterr().out

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from autokernel.core import paths
-from autokernel.core.contracts import (PASS, VERDICTS, BenchResult, ContractError, Job, ManifestEntry, PlanEntry,
-                                        RunSettings, RunState)
+from autokernel.core.contracts import (PASS, VERDICTS, BenchResult, ContractError, Job, JudgedResult, JudgeOutcome,
+                                        KeptVersion, ManifestEntry, PlanEntry, RunSettings)
+from autokernel.core.run_records import RunState
 from autokernel.core.live import ProgressView
 from autokernel.core.plan import Plan, PlanError, read_plan
 from autokernel.profile import jobs as kernel_jobs, profiler
@@ -132,7 +133,23 @@ def test_records_say_what_is_missing_or_wrong():
         ManifestEntry.from_json({"file": "a.py", "kernel_type": "softmax", "rank": 1, "shapes": []})
     with pytest.raises(ContractError, match="JSON object"):
         PlanEntry.from_json(["not", "an", "entry"])
+    with pytest.raises(ContractError, match="a BenchResult needs correctness"):
+        JudgedResult.from_json({"latency_us": 1.0, "wins_at": []})
+    with pytest.raises(ContractError, match="a KeptVersion needs result"):
+        KeptVersion.from_json({"commit": "abc"})
+    with pytest.raises(ContractError, match="correctness is one of"):
+        JudgeOutcome.from_json({"result": {"correctness": "OK"}, "gpu": "gpu0", "seconds": 1.0})
     assert VERDICTS == ("PASS", "FAIL", "CRASH", "TIMEOUT")
+
+
+def test_a_judge_workers_outcome_crosses_the_pipe_as_json_and_arrives_a_bench_result():
+    result = BenchResult(PASS, kernel_type="softmax", latency_us=12.5, timings=[{"shape": "M=4,N=64"}],
+                         extra={"newer_field": 1})
+    outcome = JudgeOutcome(result=result, gpu="gpu1", seconds=3.0, bench_seconds={"quick": 2.5})
+    line = json.dumps(outcome.to_json())
+    assert json.loads(line)["result"] == result.to_json() and "extra" not in json.loads(line)["result"]
+    back = JudgeOutcome.from_json(json.loads(line))
+    assert back == outcome and isinstance(back.result, BenchResult) and back.result.extra == {"newer_field": 1}
 
 
 def test_open_records_keep_keys_they_do_not_know():

@@ -9,6 +9,7 @@ import pytest
 
 from autokernel.agents import reply
 from autokernel.agents.base import Proposal
+from autokernel.core.contracts import BenchResult
 from autokernel.search import gitops, integrity, results
 from autokernel.search.loop_records import LoopRecords
 from tests.test_gitops import _subjects, project  # noqa: F401 (a fixture)
@@ -29,7 +30,8 @@ def test_a_hostile_description_is_committed_and_recorded_as_a_printable_line(pro
     repo.commit_kernel(f"exp 1: {description}", "t")        # a null byte here raised ValueError out of the loop
     assert _subjects(project)[0] == "exp 1: faster --amend [2J done"
     tsv = tmp_path / "results.tsv"
-    results.append_row(tsv, results.make_row(experiment=1, tag="t", kernel_type="softmax", result={},
+    results.append_row(tsv, results.make_row(experiment=1, tag="t", kernel_type="softmax",
+                                             result=BenchResult("FAIL"),
                                              description=description, status="revert", wall_seconds=1.0,
                                              llm_tokens=0))
     assert results.read_rows(tsv)[0]["description"] == description

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.core.contracts import RunSettings, RunState
+from autokernel.core.contracts import RunSettings
+from autokernel.core.run_records import RunState
 from autokernel.core.live import ProgressView
 from autokernel.judge import runner
 from autokernel.sandbox import landlock

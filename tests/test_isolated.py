@@ -23,7 +23,7 @@ import torch  # noqa: E402
 import verify  # noqa: E402
 from autokernel import api  # noqa: E402
 from autokernel.core import paths  # noqa: E402
-from autokernel.core.contracts import RunState  # noqa: E402
+from autokernel.core.run_records import RunState  # noqa: E402
 from autokernel.search import session  # noqa: E402
 from tests.test_plugin import reference_kernel, write_optimized  # noqa: E402
 from tests.test_verify import SOFTMAX_MODEL  # noqa: E402

@@ -205,7 +205,7 @@ judge_files.digest_of(Path("bench.py"))         # the run's start
 for path, text in json.loads(sys.argv[2]).items():
     Path(path).write_text(text)                  # what happened between the start and this bench
 print(json.dumps(runner.run_bench(sys.argv[1], shapes=[], dtype="float16", timeout_s=300, seed=3,
-                                  extra_args=["--quick"], bench_script=Path("bench.py").resolve())))
+                                  extra_args=["--quick"], bench_script=Path("bench.py").resolve()).to_json()))
 '''
 
 

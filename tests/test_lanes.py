@@ -1,7 +1,8 @@
 """Tests for autokernel/search/lanes.py: what the live view says of the jobs in flight and their GPUs."""
 
 from autokernel.agents.base import Proposal
-from autokernel.core.contracts import Job, JobProgress
+from autokernel.core.contracts import Job
+from autokernel.core.run_records import JobProgress
 from autokernel.search.lanes import Flight, Lane, lanes_line
 
 LABELS = ["gpu0", "gpu1", "gpu2"]

@@ -16,7 +16,8 @@ from autokernel.agents.anthropic_agent import AnthropicAgent
 from autokernel.agents.base import RetryPolicy
 from autokernel.agents.edits import unified
 from autokernel.agents.openai_agent import OpenAIAgent
-from autokernel.core.contracts import RunSettings, RunState
+from autokernel.core.contracts import RunSettings
+from autokernel.core.run_records import RunState
 from autokernel.core.live import ProgressView
 from autokernel.search import gitops, loop, results
 from autokernel.search.budget import Budget

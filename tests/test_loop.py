@@ -12,13 +12,14 @@ import pytest
 
 from autokernel.agents.base import AgentError, MalformedReply, RetryPolicy
 from autokernel.agents.openai_agent import OpenAIAgent
-from autokernel.core.contracts import RunSettings, RunState
+from autokernel.core.contracts import RunSettings
+from autokernel.core.run_records import RunState
 from autokernel.core.live import ProgressView
 from autokernel.search import gitops, loop, results, run_state
 from autokernel.search.budget import Budget
 from tests.fake_llm_server import FakeLLMServer
-from tests.loop_helpers import (ScriptedAgent, fake_run_bench, git, make_job, make_project, proposal, result, source,
-                                subjects)
+from tests.loop_helpers import (ScriptedAgent, bench_result, fake_run_bench, git, make_job, make_project, proposal,
+                                result, source, subjects)
 
 
 @pytest.fixture
@@ -69,7 +70,8 @@ def test_noise_decides_and_target_speedup_moves_on_to_the_next_kernel(project):
     assert third.kernel_source == beyond_noise
     assert [h["status"] for h in third.history] == ["revert", "keep"]
     assert [text for text, _ in third.best_versions] == [beyond_noise, Path(jobs[0].path).read_text()]
-    assert third.job["baseline"]["latency_us"] == 100.0 and third.last_result["latency_us"] == 80.0
+    assert third.baseline.latency_us == 100.0 and third.last_result.latency_us == 80.0
+    assert "baseline" not in third.job, "the job is the Job's JSON; its measured baseline is a record of its own"
 
 
 def test_reverts_in_a_row_malformed_replies_and_failing_starters(project):
@@ -120,7 +122,7 @@ def test_a_candidate_of_another_type_or_signature_is_not_benched(project, monkey
     _run(project, [make_job(project, 1, source(result(100.0)))], agent, max_consecutive_reverts=4)
     assert [r["correctness"] for r in results.read_rows(project / "results.tsv")] == ["PASS", "FAIL", "FAIL", "FAIL"]
     assert len(judged) == 2, "only the baseline was benched"
-    messages = [ctx.last_result["message"] for ctx in agent.contexts[1:]]
+    messages = [ctx.last_result.message for ctx in agent.contexts[1:]]
     assert "KERNEL_TYPE must be assigned once, as the literal 'softmax' (this job's type); found 'matmul'" in messages[0]
     assert "found 'soft' + 'max'" in messages[1]
     assert "kernel_fn must take the reference's parameters (x); it takes (x, scale=...)" in messages[2]
@@ -237,10 +239,10 @@ def test_a_keep_whose_speedup_vs_pytorch_fell_says_why_in_its_row(project):
 def test_a_baseline_the_budget_left_cannot_pay_for_is_not_started(project, monkeypatch, capsys):
     # An earlier run here measured this type's baseline: 2 runs in 20 s. With 3 s left, none starts.
     results.append_row(project / "results.tsv", results.make_row(
-        experiment=1, tag="earlier", kernel_type="softmax", result=result(100.0), description="baseline (noise 2.0%)",
-        status="baseline", wall_seconds=20.0, llm_tokens=0))
+        experiment=1, tag="earlier", kernel_type="softmax", result=bench_result(100.0),
+        description="baseline (noise 2.0%)", status="baseline", wall_seconds=20.0, llm_tokens=0))
     judged = []
-    monkeypatch.setattr(loop.runner, "run_bench", lambda *args, **kwargs: judged.append(1) or result(100.0))
+    monkeypatch.setattr(loop.runner, "run_bench", lambda *args, **kwargs: judged.append(1) or bench_result(100.0))
     state = _run(project, [make_job(project, 1, source(result(100.0)))], ScriptedAgent(), budget_s=3.0)
     assert judged == [] and state.current is None
     assert state.stopped_because.startswith(loop.BUDGET_TOO_SHORT) and state.stopped_because.endswith(
@@ -275,7 +277,7 @@ def test_a_bench_cut_short_by_the_budget_leaves_no_row(project, monkeypatch):
     def bench_until_its_limit(kernel_path, *, timeout_s, **kwargs):
         limits.append(timeout_s)
         time.sleep(timeout_s)
-        return result(None, "TIMEOUT")
+        return bench_result(None, "TIMEOUT")
 
     monkeypatch.setattr(loop.runner, "run_bench", bench_until_its_limit)
     started = time.monotonic()

@@ -210,7 +210,8 @@ def test_the_orchestrator_killed_or_stopped_with_two_jobs_in_flight_resumes_with
 
 def test_malformed_replies_and_broken_contracts_are_recorded_at_once_each_on_its_own_count(tmp_path, monkeypatch):
     from autokernel.agents.base import MalformedReply
-    from autokernel.core.contracts import RunSettings, RunState
+    from autokernel.core.contracts import RunSettings
+    from autokernel.core.run_records import RunState
     from tests.loop_helpers import ScriptedAgent, proposal
     from tests.pool_helpers import jobs, parallel_project, parallel_run
 
@@ -233,7 +234,8 @@ def test_malformed_replies_and_broken_contracts_are_recorded_at_once_each_on_its
 def test_the_candidates_of_one_reply_are_judged_side_by_side(tmp_path, monkeypatch):
     from autokernel.agents.openai_agent import OpenAIAgent
     from autokernel.agents.reply import format_reply
-    from autokernel.core.contracts import RunSettings, RunState
+    from autokernel.core.contracts import RunSettings
+    from autokernel.core.run_records import RunState
     from tests.pool_helpers import jobs, parallel_project, parallel_run
 
     repo = parallel_project(tmp_path / "project", monkeypatch)
@@ -255,7 +257,8 @@ def test_the_candidates_of_one_reply_are_judged_side_by_side(tmp_path, monkeypat
 @pytest.mark.slow
 def test_a_revert_of_one_job_never_undoes_another_jobs_keep_and_each_job_has_its_own_rules(tmp_path, monkeypatch):
     from autokernel.agents.base import WaitForResults
-    from autokernel.core.contracts import RunSettings, RunState
+    from autokernel.core.contracts import RunSettings
+    from autokernel.core.run_records import RunState
     from tests.loop_helpers import proposal
     from tests.pool_helpers import JobScriptAgent, jobs, kernel, parallel_project, parallel_run
 
@@ -305,7 +308,8 @@ def test_a_revert_of_one_job_never_undoes_another_jobs_keep_and_each_job_has_its
 @pytest.mark.slow
 def test_the_budget_stops_every_job_in_flight_and_resume_goes_on_with_each(tmp_path, monkeypatch):
     from autokernel.agents.builtin import BuiltinAgent
-    from autokernel.core.contracts import RunSettings, RunState
+    from autokernel.core.contracts import RunSettings
+    from autokernel.core.run_records import RunState
     from autokernel.search import session
     from autokernel.search.budget import Budget
     from autokernel.search.loop import BUDGET_SPENT

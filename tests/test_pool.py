@@ -31,12 +31,12 @@ def test_two_workers_judge_side_by_side_each_pinned_to_its_gpu_and_without_keys(
     pool.judge_all([task(kernel(1, 1)), task(kernel(1, 1))])          # both workers up (they import torch)
     started = time.monotonic()
     outcomes = pool.judge_all([task(kernel(1, 4, sleep=2.0)), task(kernel(2, 4, sleep=2.0))])
-    assert [o.result["correctness"] for o in outcomes] == ["PASS", "PASS"]
-    assert [o.result["latency_us"] for o in outcomes] == [140.0, 90.0], "each judged its own candidate"
+    assert [o.result.correctness for o in outcomes] == ["PASS", "PASS"]
+    assert [o.result.latency_us for o in outcomes] == [140.0, 90.0], "each judged its own candidate"
     assert sorted(o.gpu for o in outcomes) == ["gpu0", "gpu1"]
-    pinned = {o.gpu: o.result["message"].split("CUDA_VISIBLE_DEVICES=")[1] for o in outcomes}
+    pinned = {o.gpu: o.result.message.split("CUDA_VISIBLE_DEVICES=")[1] for o in outcomes}
     assert pinned == {"gpu0": "0", "gpu1": "1"}
-    assert all("keys seen: none" in o.result["message"] for o in outcomes), "the judge saw an API key"
+    assert all("keys seen: none" in o.result.message for o in outcomes), "the judge saw an API key"
     # Side by side, not in turn: the two judgings overlapped (in turn, the whole would take their sum).
     assert time.monotonic() - started < sum(o.seconds for o in outcomes)
     for pid in pool.pids().values():
@@ -58,10 +58,10 @@ def test_a_worker_killed_mid_experiment_loses_only_its_candidate(pool):
     victim = pool.pids()[pool.labels[slow]]
     os.kill(victim, signal.SIGKILL)
     finished = {f.token: f for f in (pool.next_finished(20), pool.next_finished(20))}
-    assert finished["slow"].outcome.result["correctness"] == "CRASH"
-    assert "died in mid-experiment" in finished["slow"].outcome.result["message"]
-    assert "SIGKILL" in finished["slow"].outcome.result["message"] or "signal 9" in finished["slow"].outcome.result["message"]
-    assert finished["quick"].outcome.result["correctness"] == "PASS"
+    assert finished["slow"].outcome.result.correctness == "CRASH"
+    assert "died in mid-experiment" in finished["slow"].outcome.result.message
+    assert "SIGKILL" in finished["slow"].outcome.result.message or "signal 9" in finished["slow"].outcome.result.message
+    assert finished["quick"].outcome.result.correctness == "PASS"
     assert pool.pids()[pool.labels[slow]] != victim, "a new worker took the GPU"
     (again,) = pool.judge_all([task(kernel(4, 1))])
-    assert again.result["correctness"] == "PASS" and again.result["latency_us"] == 35.0
+    assert again.result.correctness == "PASS" and again.result.latency_us == 35.0

@@ -15,7 +15,8 @@ import pytest
 from autokernel.agents.base import (AgentContext, AgentError, MalformedReply, RetryPolicy, SearchExhausted,
                                     WaitForResults)
 from autokernel.agents.openai_agent import OpenAIAgent
-from autokernel.core.contracts import Job, RunSettings, RunState
+from autokernel.core.contracts import Job, RunSettings
+from autokernel.core.run_records import RunState
 from autokernel.fleet.pool import LocalPool
 from autokernel.search import results, run_state
 from autokernel.search.budget import Budget

@@ -44,16 +44,16 @@ def test_actors_are_pinned_keyless_and_one_that_dies_is_a_crash(cluster, monkeyp
     pool = ray_pool.connect("auto", 2)
     try:
         outcomes = pool.judge_all([task(kernel(1, 4)), task(kernel(2, 4))])
-        assert [o.result["correctness"] for o in outcomes] == ["PASS", "PASS"]
-        assert all("keys seen: none" in o.result["message"] for o in outcomes)
-        assert sorted(o.result["message"].split("CUDA_VISIBLE_DEVICES=")[1] for o in outcomes) == ["0", "1"]
+        assert [o.result.correctness for o in outcomes] == ["PASS", "PASS"]
+        assert all("keys seen: none" in o.result.message for o in outcomes)
+        assert sorted(o.result.message.split("CUDA_VISIBLE_DEVICES=")[1] for o in outcomes) == ["0", "1"]
         slot = pool.submit(task(kernel(1, 4, sleep=30.0)), "slow")
         ray.kill(pool.actors[slot])
         finished = pool.next_finished(60)
-        assert finished.token == "slow" and finished.outcome.result["correctness"] == "CRASH"
-        assert "died in mid-experiment" in finished.outcome.result["message"]
+        assert finished.token == "slow" and finished.outcome.result.correctness == "CRASH"
+        assert "died in mid-experiment" in finished.outcome.result.message
         (again,) = pool.judge_all([task(kernel(8, 1))])
-        assert again.result["correctness"] == "PASS", "a new actor took the GPU"
+        assert again.result.correctness == "PASS", "a new actor took the GPU"
     finally:
         pool.close()
 

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from autokernel.core.contracts import BenchResult
 from autokernel.reports import report
 from autokernel.search import results
 
@@ -13,9 +14,8 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def add_row(path, experiment, kernel_type, status, correctness, speedup=None, throughput=None, latency=None,
             meaningful=True, vs_compile=None):
-    result = {"correctness": correctness, "speedup_vs_pytorch": speedup, "speedup_vs_compile": vs_compile,
-              "throughput": throughput,
-              "latency_us": latency, "timings_meaningful": meaningful if correctness == "PASS" else None}
+    result = BenchResult(correctness, speedup_vs_pytorch=speedup, speedup_vs_compile=vs_compile, throughput=throughput,
+                         latency_us=latency, timings_meaningful=meaningful if correctness == "PASS" else None)
     results.append_row(path, results.make_row(experiment=experiment, tag="run1", kernel_type=kernel_type,
                                               result=result, description=f"exp {experiment}", status=status,
                                               wall_seconds=2.0, llm_tokens=100))

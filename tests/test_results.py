@@ -11,7 +11,7 @@ PASS_RESULT = {"correctness": "PASS", "throughput": 812.25, "latency_us": 41.3, 
 
 
 def _row(experiment, status, latency, kernel_type="softmax", description="try", correctness="PASS"):
-    result = dict(PASS_RESULT, latency_us=latency, correctness=correctness)
+    result = contracts.BenchResult.from_json(dict(PASS_RESULT, latency_us=latency, correctness=correctness))
     return results.make_row(experiment=experiment, tag="t1", kernel_type=kernel_type, result=result,
                             description=description, status=status, wall_seconds=3.5, llm_tokens=120)
 
@@ -43,7 +43,7 @@ def test_header_written_once_and_rows_read_back_typed(tmp_path):
 
 def test_missing_numbers_are_empty_cells_and_none(tmp_path):
     path = tmp_path / "results.tsv"
-    crash = results.make_row(experiment=3, tag="t1", kernel_type="softmax", result={"correctness": "CRASH"},
+    crash = results.make_row(experiment=3, tag="t1", kernel_type="softmax", result=contracts.BenchResult("CRASH"),
                              description="bad", status=contracts.STATUS_REVERT, wall_seconds=0.5, llm_tokens=0)
     results.append_row(path, crash)
     row = results.read_rows(path)[0]

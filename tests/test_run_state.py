@@ -1,17 +1,30 @@
 """Tests for autokernel/search/run_state.py: the run's settings and state round-trip, overrides say what changed."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from autokernel.core import paths
-from autokernel.core.contracts import Job, JobProgress, RunSettings, RunState
+from autokernel.core.contracts import BenchResult, Job, JudgedResult, KeptVersion, RunSettings
+from autokernel.core.run_records import JobProgress, RunState
 from autokernel.search.run_state import StateError, load, resumable, save, state_file
 
 
+# A state.json as AutoKernel wrote it while the loop held its results as dicts (BenchResult's JSON with the
+# policy's figures added), made by that version's own code: a run it left must still resume.
+STATE_WRITTEN_BEFORE = Path(__file__).parent / "state_files" / "state_written_before_typed_results.json"
+
+
+def _judged(latency_us: float, **figures) -> JudgedResult:
+    return JudgedResult(BenchResult(correctness="PASS", latency_us=latency_us, timings_meaningful=True), **figures)
+
+
 def _state(**fields) -> RunState:
-    progress = JobProgress(baseline={"latency_us": 80.0}, best={"latency_us": 40.0}, noise=0.03, experiments=4,
-                           history=[{"experiment": 2}], bench_seconds={"quick": 3.5}, finishing=None)
+    baseline, best = _judged(80.0), _judged(40.0, speedup_vs_best=1.5, wins_at=["M=4,N=64"])
+    progress = JobProgress(baseline=baseline, best=best, noise=0.03, experiments=4,
+                           history=[{"experiment": 2}], bench_seconds={"quick": 3.5}, finishing=None,
+                           last_result=best, kept=[KeptVersion("a" * 40, baseline), KeptVersion("b" * 40, best)])
     return RunState(tag="t", jobs=[Job(rank=1, kernel_type="softmax", dtype="float16", shapes=[{"M": 4, "N": 64}], path="k.py")], kept_commit="abc", return_to="main", experiment=5, current=progress,
                     settings=RunSettings(budget_s=60.0, agent="openai", llm_model="m", base_url="http://h/v1",
                                          max_cost_usd=2.5, max_consecutive_reverts=100),
@@ -27,6 +40,24 @@ def test_state_round_trips_with_every_setting(tmp_path):
     assert loaded == state and loaded.current.gain() == 2.0
     assert json.loads(path.read_text())["settings"]["base_url"] == "http://h/v1"
     assert not list(tmp_path.glob("*.tmp")), "the scratch file is renamed into place"
+
+
+def test_a_state_written_with_dict_results_resumes_as_records_and_is_written_back_the_same(tmp_path):
+    path = tmp_path / "state.json"
+    path.write_text(STATE_WRITTEN_BEFORE.read_text())
+    state = load(path)
+    progress = state.current
+    assert isinstance(progress.baseline, JudgedResult) and isinstance(progress.last_result.bench, BenchResult)
+    assert [kept.commit for kept in progress.kept] == ["a" * 40, "b" * 40]
+    assert progress.best == progress.kept[-1].result
+    assert progress.best.latency_us == 8.0 and progress.best.wins_at == ["M=4,N=64"]
+    assert progress.best.speedup_vs_best == pytest.approx(11.0 / 8.0)
+    assert progress.best.bench.timings[0]["pytorch_best_us"] == 11.0 and progress.gain() == pytest.approx(10.0 / 8.0)
+    assert progress.last_result.bench.correctness == "FAIL" and progress.last_result.wins_at is None
+    assert state.ahead["2_rmsnorm"].best.bench.kernel_type == "softmax"
+    save(state, path)
+    assert json.loads(path.read_text()) == json.loads(STATE_WRITTEN_BEFORE.read_text()), \
+        "every key the older version wrote is written back, and no other"
 
 
 def test_bad_or_foreign_state_is_a_clear_error(tmp_path):
@@ -66,7 +97,7 @@ def test_jobs_side_by_side_end_in_any_order_and_job_index_moves_past_every_ended
     jobs = [Job(rank=rank, kernel_type=kind, dtype="float32", shapes=[{"M": 4}], path=f"k{rank}.py")
             for rank, kind in ((1, "softmax"), (2, "reduce"), (3, "matmul"), (4, "rmsnorm"))]
     state = RunState(tag="t", jobs=jobs, kept_commit="abc", settings=RunSettings())
-    second, third = (JobProgress(baseline={"latency_us": x}, best={"latency_us": x}, noise=0.02) for x in (2.0, 3.0))
+    second, third = (JobProgress(baseline=_judged(x), best=_judged(x), noise=0.02) for x in (2.0, 3.0))
     run_state.set_progress(state, 1, second)          # jobs 2 and 3 started beside job 1, still in its baseline
     run_state.set_progress(state, 2, third)
     assert state.current is None and set(state.ahead) == {"2_reduce", "3_matmul"}

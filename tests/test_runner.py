@@ -109,17 +109,17 @@ def test_run_bench_returns_the_json_bench_wrote(tmp_path):
     """)
     result = runner.run_bench(tmp_path / "kernel.py", shapes=[{"M": 4, "N": 8}, {"M": 2, "N": 2}],
                               dtype="float32", timeout_s=30, seed=7, extra_args=["--quick"], bench_script=bench)
-    assert result["correctness"] == "PASS"
-    assert result["latency_us"] == 12.5
-    args = result["args"]
+    assert result.correctness == "PASS"
+    assert result.latency_us == 12.5
+    args = result.extra["args"]
     assert args[:2] == ["--kernel", str(tmp_path / "kernel.py")]
     assert [args[i + 1] for i, a in enumerate(args) if a == "--shape"] == ["M=4,N=8", "M=2,N=2"]
     assert args[args.index("--dtype") + 1] == "float32"
     assert args[args.index("--seed") + 1] == "7"
     assert "--json-out" not in args      # no path to a verdict on any command line
     assert args[-1] == "--quick"
-    assert result["wall_seconds"] > 0
-    assert "nonce" not in result
+    assert result.wall_seconds > 0
+    assert "nonce" not in result.to_json()
 
 
 def test_a_result_file_without_the_runs_nonce_is_a_crash(tmp_path):
@@ -130,9 +130,9 @@ def test_a_result_file_without_the_runs_nonce_is_a_crash(tmp_path):
         json.dump({"correctness": "PASS", "latency_us": 0.5, "nonce": "guessed"}, out)
     """)
     result = runner.run_bench("kernel.py", shapes=[], dtype="float16", timeout_s=30, bench_script=bench)
-    assert result["correctness"] == "CRASH"
-    assert "not written by the judge" in result["message"]
-    assert result["latency_us"] is None
+    assert result.correctness == "CRASH"
+    assert "not written by the judge" in result.message
+    assert result.latency_us is None
 
 
 def test_a_pass_with_a_failing_exit_code_is_a_crash(tmp_path):
@@ -144,8 +144,8 @@ def test_a_pass_with_a_failing_exit_code_is_a_crash(tmp_path):
         sys.exit(1)
     """)
     result = runner.run_bench("kernel.py", shapes=[], dtype="float16", timeout_s=30, bench_script=bench)
-    assert result["correctness"] == "CRASH"
-    assert "says PASS but bench.py exited with code 1" in result["message"]
+    assert result.correctness == "CRASH"
+    assert "says PASS but bench.py exited with code 1" in result.message
 
 
 def test_run_bench_without_json_is_a_crash_with_stderr_tail(tmp_path):
@@ -156,20 +156,20 @@ def test_run_bench_without_json_is_a_crash_with_stderr_tail(tmp_path):
         sys.exit(2)
     """)
     result = runner.run_bench("kernel.py", shapes=[], dtype="float16", timeout_s=30, bench_script=bench)
-    assert result["correctness"] == "CRASH"
-    assert "exited with code 2" in result["message"]
-    assert "SyntaxError: invalid syntax in kernel.py" in result["message"]
-    assert "noise 0\n" not in result["message"]
-    assert {f.name for f in fields(BenchResult)} - {"extra"} <= set(result)
-    assert result["latency_us"] is None
+    assert result.correctness == "CRASH"
+    assert "exited with code 2" in result.message
+    assert "SyntaxError: invalid syntax in kernel.py" in result.message
+    assert "noise 0\n" not in result.message
+    assert {f.name for f in fields(BenchResult)} - {"extra"} == set(result.to_json())
+    assert result.latency_us is None
 
 
 def test_run_bench_that_hangs_is_a_timeout(tmp_path):
     bench = _fake_bench(tmp_path, "time.sleep(60)\n")
     started = time.monotonic()
     result = runner.run_bench("kernel.py", shapes=[], dtype="float16", timeout_s=1, bench_script=bench)
-    assert result["correctness"] == "TIMEOUT"
-    assert "1 s limit" in result["message"]
+    assert result.correctness == "TIMEOUT"
+    assert "1 s limit" in result.message
     assert time.monotonic() - started < 1 + runner.KILL_GRACE_S + 5
 
 
@@ -217,9 +217,9 @@ def test_a_segfault_is_a_crash_that_names_its_signal(tmp_path):
         os.kill(os.getpid(), signal.SIGSEGV)
     """)
     result = runner.run_bench("kernel.py", shapes=[], dtype="float16", timeout_s=30, bench_script=bench)
-    assert result["correctness"] == "CRASH"
-    assert "bench.py was killed by signal SIGSEGV (Segmentation fault) without a result" in result["message"]
-    assert "about to fault" in result["message"]
+    assert result.correctness == "CRASH"
+    assert "bench.py was killed by signal SIGSEGV (Segmentation fault) without a result" in result.message
+    assert "about to fault" in result.message
 
 
 def test_a_watcher_sees_each_line_as_the_child_prints_it(tmp_path):

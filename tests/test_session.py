@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from autokernel.agents.base import MalformedReply
-from autokernel.core.contracts import RunSettings, RunState
+from autokernel.core.contracts import RunSettings
+from autokernel.core.run_records import RunState
 from autokernel.core.errors import OptimizationError
 from autokernel.core.live import ProgressView
 from autokernel.core.lock import RunLocked

@@ -30,7 +30,7 @@ import inspect
 import logging
 import re
 
-from autokernel.core.contracts import PASS
+from autokernel.core.contracts import BenchResult
 from autokernel.core.dtypes import DTYPES
 from autokernel.core.kernel_file import import_file
 from autokernel.core.paths import starter_path
@@ -81,11 +81,11 @@ def paired_warps(name: str, names: list[str]) -> str | None:
     return warps[0] if len(warps) == 1 else None
 
 
-def bound_of(results: list[dict | None]) -> str | None:
+def bound_of(results: list[BenchResult | None]) -> str | None:
     """The roofline bound in the judge's summary of the first passing result that has one."""
     for result in results:
-        if result and result.get("correctness") == PASS:
-            bound = (result.get("limits") or {}).get("bound")
+        if result is not None and result.passed:
+            bound = (result.limits or {}).get("bound")
             if bound in KIND_ORDER:
                 return bound
     return None

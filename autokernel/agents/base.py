@@ -32,6 +32,7 @@ from typing import Callable, Protocol
 
 from autokernel.agents import prompt, reply
 from autokernel.agents.usage import REASONING_LEVELS, Prices, Usage, cost_usd
+from autokernel.core.contracts import BenchResult
 from autokernel.core.hardware import Platform
 
 log = logging.getLogger(__name__)
@@ -49,12 +50,12 @@ class AgentContext:
     """Everything an agent sees when it proposes the next experiment on one kernel."""
     kernel_type: str
     kernel_source: str                          # the current kernel.py (last kept version)
-    last_result: dict | None                    # bench.py JSON of the previous experiment; None at start
+    last_result: BenchResult | None             # bench.py's result on the previous experiment; None at start
     history: list[dict]                         # recent experiments: experiment, description, status,
                                                 # correctness, throughput, speedup_vs_pytorch, message
-    best_versions: list[tuple[str, dict]]       # up to 3 best kept (source, bench result), best first
+    best_versions: list[tuple[str, BenchResult]]    # up to 3 best kept (source, bench result), best first
     program: str                                # program.md text
-    job: dict                                   # contracts.Job.to_json(), and "baseline": its measured result
+    job: dict                                   # contracts.Job.to_json()
     deadline: float | None = None               # time.monotonic() by which a proposal must be back
     in_flight: list[str] | None = None          # with several GPUs: the candidates being judged now (descriptions)
     failure: dict | None = None                 # the last candidate, if it failed: experiment, description,
@@ -62,6 +63,7 @@ class AgentContext:
     older: list[dict] | None = None             # one-line summaries of experiments older than `history`
     max_candidates: int = 1                     # how many candidates one reply may hold (the free GPUs)
     platform: Platform | None = None            # the machine the prompt describes (None: this process's)
+    baseline: BenchResult | None = None         # the job's starter, as measured (None: not yet)
 
 
 @dataclass

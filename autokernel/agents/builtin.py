@@ -26,17 +26,21 @@ from dataclasses import asdict, dataclass, field
 from autokernel.agents import axis_order
 from autokernel.agents.base import AgentContext, Proposal, SearchExhausted, WaitForResults
 from autokernel.agents.tunables import format_literal, read_tunables, rewrite_tunables
-from autokernel.core.contracts import PASS
+from autokernel.core.contracts import PASS, BenchResult
 
 
-def score(result: dict | None) -> float | None:
+def score(result: BenchResult | None) -> float | None:
     """Higher is better: a PASS's throughput, else its negated latency; None for a failure or no timing."""
-    if not result or result.get("correctness") != PASS:
+    return None if result is None else _score(result.correctness, result.throughput, result.latency_us)
+
+
+def _score(correctness: str | None, throughput: float | None, latency_us: float | None) -> float | None:
+    if correctness != PASS:
         return None
-    if result.get("throughput") is not None:
-        return float(result["throughput"])
-    if result.get("latency_us") is not None:
-        return -float(result["latency_us"])
+    if throughput is not None:
+        return float(throughput)
+    if latency_us is not None:
+        return -float(latency_us)
     return None
 
 
@@ -68,10 +72,9 @@ class CoordinateSearch:
     buckets: list[str] | None = None            # the shape buckets the job's shapes use, where planned by bucket
     waiting: list[dict] = field(default_factory=list)   # with several GPUs: configurations being judged now
 
-    def record(self, result: dict | None, config: dict | None = None) -> None:
-        """Learns the outcome of the pending proposal (or of `config`, one of those being judged)."""
+    def record(self, outcome: float | None, config: dict | None = None) -> None:
+        """Learns the outcome (its score) of the pending proposal (or of `config`, one of those being judged)."""
         config = self.pending if config is None else config
-        outcome = score(result)
         self.scores[config_key(config)] = outcome
         if outcome is not None and (self.best_score is None or outcome > self.best_score):
             self.best, self.best_score, self.stale_axes = config, outcome, 0
@@ -149,7 +152,7 @@ class BuiltinAgent:
             self._searches[key] = CoordinateSearch(**entry)
             self._searches[key].forget_waiting()
 
-    def judged(self, job: dict, source: str, result: dict | None) -> None:
+    def judged(self, job: dict, source: str, result: BenchResult | None) -> None:
         """With several GPUs: the verdict on one of the candidates proposed while others were being judged."""
         search = self._searches.get((job.get("kernel_type"), job.get("rank")))
         try:
@@ -157,7 +160,7 @@ class BuiltinAgent:
         except ValueError:
             return
         if search is not None and any(config_key(entry) == config_key(config) for entry in search.waiting):
-            search.record(result, config)
+            search.record(score(result), config)
 
     def propose(self, ctx: AgentContext) -> Proposal:
         job_key = (ctx.kernel_type, ctx.job.get("rank"))
@@ -165,7 +168,7 @@ class BuiltinAgent:
         if search is None:
             search = self._searches[job_key] = _start_search(ctx)
         elif search.pending is not None:
-            search.record(_outcome_of_pending(ctx, search.pending_description))
+            search.record(_score_of_pending(ctx, search.pending_description))
         candidate = search.next_config()
         if candidate is None and search.waiting:
             raise WaitForResults(f"{len(search.waiting)} configurations are being judged; their results decide the next")
@@ -188,7 +191,7 @@ def _start_search(ctx: AgentContext) -> CoordinateSearch:
     tunables, choices = _read(ctx.kernel_source)
     if not choices:
         raise SearchExhausted(f"{ctx.kernel_type}: kernel.py lists no TUNABLE_CHOICES, so there is nothing to search")
-    bound = axis_order.bound_of([ctx.last_result, *(result for _, result in ctx.best_versions), ctx.job.get("baseline")])
+    bound = axis_order.bound_of([ctx.last_result, *(result for _, result in ctx.best_versions), ctx.baseline])
     buckets = axis_order.buckets_used(ctx.kernel_type, tunables, ctx.job.get("shapes") or [], ctx.job.get("dtype"))
     search = CoordinateSearch(choices=choices, best=tunables, best_score=None, bound=bound, buckets=buckets,
                               order=axis_order.axis_order(list(choices), bound, buckets,
@@ -201,18 +204,18 @@ def _start_search(ctx: AgentContext) -> CoordinateSearch:
             continue
         search.scores.setdefault(config_key(config), score(result))
     start = config_key(tunables)
-    search.best_score = search.scores[start] if start in search.scores else score(ctx.job.get("baseline"))
+    search.best_score = search.scores[start] if start in search.scores else score(ctx.baseline)
     search.scores[start] = search.best_score
     return search
 
 
-def _outcome_of_pending(ctx: AgentContext, description: str) -> dict | None:
-    """The bench result of the previous proposal: the last result, else its row in the history."""
+def _score_of_pending(ctx: AgentContext, description: str) -> float | None:
+    """The score of the previous proposal: its bench result's (the last result), else its row's in the history."""
     if ctx.last_result is not None:
-        return ctx.last_result
+        return score(ctx.last_result)
     for entry in reversed(ctx.history):
         if entry.get("description") == description:
-            return entry
+            return _score(entry.get("correctness"), entry.get("throughput"), entry.get("latency_us"))
     return None
 
 

@@ -15,6 +15,7 @@ import math
 import torch
 
 from autokernel.core import hardware
+from autokernel.core.contracts import BenchResult
 from autokernel.judge import limits
 from autokernel.kernel_types import registry
 
@@ -47,9 +48,10 @@ def platform_lines(platform: hardware.Platform) -> list[str]:
     return lines
 
 
-def regime(job: dict, gpu: hardware.GPUSpec) -> str:
-    """"latency", "memory" or "compute": what bounds the job's time (see the module's docstring)."""
-    measured = ((job.get("baseline") or {}).get("limits") or {}).get("shapes") or []
+def regime(job: dict, gpu: hardware.GPUSpec, baseline: BenchResult | None = None) -> str:
+    """"latency", "memory" or "compute": what bounds the job's time (see the module's docstring), measured on
+    its baseline where it has one."""
+    measured = ((baseline.limits if baseline is not None else None) or {}).get("shapes") or []
     if measured:
         slowest = max(measured, key=lambda shape: shape.get("latency_us") or 0.0)
         return "latency" if slowest.get("limit") == "launch" else slowest.get("bound") or "memory"

@@ -14,7 +14,7 @@ import re
 from autokernel.agents import edits, facts
 from autokernel.agents.reply import MAX_FIX_TURNS, fenced
 from autokernel.core import hardware
-from autokernel.core.contracts import PASS
+from autokernel.core.contracts import BenchResult
 
 HISTORY_WINDOW = 12                 # experiments shown in full, newest last
 MAX_SUMMARY_LINES = 80              # older experiments summarised one line each (the newest of them)
@@ -26,32 +26,31 @@ _ERROR_LINE = re.compile(r"kernel\.py(?:\"?, line |:)(\d+)|\(kernel\.py, line (\
 _CUDA_LINE = re.compile(r"CUDA_SOURCE(?:\"?, line | line |:)(\d+)")
 
 
-def describe_result(result: dict | None, gpu: hardware.GPUSpec | None = None) -> str:
+def describe_result(result: BenchResult | None, gpu: hardware.GPUSpec | None = None) -> str:
     """A bench.py result in a few lines: the failing stage and message, or the speed and the launches."""
     if result is None:
         return "None yet: this is the first experiment on this kernel."
-    correctness = result.get("correctness", "?")
-    if correctness != PASS:
-        stage = result.get("failed_stage") or "unknown stage"
-        message = shorten(str(result.get("message") or "(no message)"), MAX_MESSAGE_CHARS)
-        return f"correctness={correctness} at {stage}:\n{message}"
-    unit = result.get("throughput_unit") or ""
-    lines = [f"correctness=PASS, throughput {number(result.get('throughput'))} {unit}, "
-             f"latency {number(result.get('latency_us'))} us, {number(result.get('pct_peak'))}% of peak "
-             f"({result.get('bound') or 'unknown'}-bound), speedup {number(result.get('speedup_vs_pytorch'))}x "
-             f"vs PyTorch eager, {number(result.get('speedup_vs_compile'))}x vs torch.compile"]
-    if result.get("timing_shapes"):
-        lines.append(f"timed at {'; '.join(result['timing_shapes'])}, dtype {result.get('dtype', '?')}")
-    for kernel in result.get("compiled") or []:
+    if not result.passed:
+        stage = result.failed_stage or "unknown stage"
+        message = shorten(str(result.message or "(no message)"), MAX_MESSAGE_CHARS)
+        return f"correctness={result.correctness} at {stage}:\n{message}"
+    unit = result.throughput_unit or ""
+    lines = [f"correctness=PASS, throughput {number(result.throughput)} {unit}, "
+             f"latency {number(result.latency_us)} us, {number(result.pct_peak)}% of peak "
+             f"({result.bound or 'unknown'}-bound), speedup {number(result.speedup_vs_pytorch)}x "
+             f"vs PyTorch eager, {number(result.speedup_vs_compile)}x vs torch.compile"]
+    if result.timing_shapes:
+        lines.append(f"timed at {'; '.join(result.timing_shapes)}, dtype {result.dtype}")
+    for kernel in result.compiled or []:
         if "num_warps" in kernel or "registers" in kernel:
             lines.append(f"compiled {kernel.get('kernel', '?')}: {number(kernel.get('registers'))} registers per "
                          f"thread, {number(kernel.get('spills'))} spilled, {number(kernel.get('shared_bytes'))} bytes "
                          f"of shared memory, {number(kernel.get('num_warps'))} warps, "
                          f"{number(kernel.get('num_stages'))} stages")
-    lines += facts.launch_lines(result.get("compiled"), gpu or hardware.CPU_INTERPRETER)
-    if result.get("launch_floor_us"):
-        lines.append(f"launch floor: {number(result['launch_floor_us'])} us, the GPU time of the smallest launch")
-    if result.get("timings_meaningful") is False:
+    lines += facts.launch_lines(result.compiled, gpu or hardware.CPU_INTERPRETER)
+    if result.launch_floor_us:
+        lines.append(f"launch floor: {number(result.launch_floor_us)} us, the GPU time of the smallest launch")
+    if result.timings_meaningful is False:
         lines.append("(timed under the CPU interpreter: the numbers say nothing about GPU speed)")
     return "\n".join(lines)
 

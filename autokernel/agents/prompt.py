@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from autokernel.agents import edits, facts, feedback, playbook
 from autokernel.agents.reply import MAX_FIX_TURNS, fenced, format_reply
 from autokernel.core import hardware
-from autokernel.core.contracts import PASS
+from autokernel.core.contracts import BenchResult
 from autokernel.judge import limits
 from autokernel.kernel_types import registry
 
@@ -60,7 +60,7 @@ class Messages:
 def build_messages(ctx: AgentContext) -> Messages:
     platform = ctx.platform or hardware.platform()
     backend = ctx.job.get("backend", "triton")
-    regime = facts.regime({**ctx.job, "kernel_type": ctx.kernel_type}, platform.gpu)
+    regime = facts.regime({**ctx.job, "kernel_type": ctx.kernel_type}, platform.gpu, ctx.baseline)
     system = playbook.for_job(ctx.program, kernel_type=ctx.kernel_type, backend=backend, regime=regime)
     return Messages(system, _job_section(ctx, platform, regime), build_turn(ctx, platform.gpu))
 
@@ -85,8 +85,8 @@ def _job_section(ctx: AgentContext, platform: hardware.Platform, regime: str) ->
         "time (the judge's events around one call, L2 flushed; the host's launch time is not in it), not only "
         "the starting version.",
     ]
-    if job.get("baseline") is not None:
-        lines.append("The starter kernel scored: " + feedback.describe_result(job["baseline"], platform.gpu))
+    if ctx.baseline is not None:
+        lines.append("The starter kernel scored: " + feedback.describe_result(ctx.baseline, platform.gpu))
     return "\n".join(lines)
 
 
@@ -123,23 +123,23 @@ def _region_lines(kernel_type, job: dict) -> list[str]:
             "exactly the shapes, strides and dtype above."]
 
 
-def _latest_pass(ctx: AgentContext) -> dict | None:
+def _latest_pass(ctx: AgentContext) -> BenchResult | None:
     """The last passing result with timings (the best kept one when the last failed)."""
-    for result in [ctx.last_result, *(result for _, result in ctx.best_versions), ctx.job.get("baseline")]:
-        if result and result.get("correctness") == PASS and result.get("timings"):
+    for result in [ctx.last_result, *(result for _, result in ctx.best_versions), ctx.baseline]:
+        if result is not None and result.passed and result.timings:
             return result
     return None
 
 
 def _latest_timings(ctx: AgentContext) -> list[dict]:
     latest = _latest_pass(ctx)
-    return latest["timings"] if latest else []
+    return latest.timings if latest else []
 
 
 def _limits_section(ctx: AgentContext) -> str:
     """What limits the kernel, from the judge's summary of the latest passing result (bench.py's `limits`)."""
     latest = _latest_pass(ctx)
-    lines = limits.describe(latest.get("limits")) if latest else []
+    lines = limits.describe(latest.limits) if latest else []
     if not lines:
         return ""
     which = "the last experiment" if latest is ctx.last_result else "the latest passing version"

@@ -3,9 +3,11 @@
     profile  -> optimization_plan.json  Plan (autokernel/core/plan.py), its entries PlanEntry
     extract  -> jobs.json, state.json    Job
     bench.py -> its JSON result          BenchResult (verdict: PASS, FAIL, CRASH or TIMEOUT)
+    loop     -> its policy, the agents    JudgedResult: a BenchResult and the policy's figures; KeptVersion
     loop     -> results.tsv              status: baseline, keep or revert (autokernel/search/results.py writes rows)
     loop     -> manifest.json            ManifestEntry per kept kernel (verify adds its route table)
-    loop     -> state.json               RunState (RunSettings, JobProgress, the jobs, Throughput: throughput.py)
+    loop     -> state.json               RunState (RunSettings, JobProgress, the jobs, Throughput: throughput.py;
+                                         RunState and JobProgress are in autokernel/core/run_records.py)
     loop     -> a judge worker           JudgeTask, and back JudgeOutcome (autokernel/fleet/judge_worker.py)
 Each has to_json and from_json. from_json checks what the record needs and says what is wrong
 (ContractError, a ValueError); PlanEntry, BenchResult and ManifestEntry keep any other keys they
@@ -161,6 +163,51 @@ class BenchResult(_OpenRecord):
         return self.correctness == PASS
 
 
+@dataclass
+class JudgedResult:
+    """A bench result as the loop holds it: bench.py's BenchResult (its timing rows given PyTorch's best beside
+    ours, search/policy.against_pytorch_best) and the figures the loop's policy adds. Its JSON (state.json) is
+    BenchResult's with those figures beside its fields, as the state has always held a result."""
+    bench: BenchResult
+    speedup_vs_best: float | None = None    # PyTorch's best (the faster of eager and torch.compile) over ours
+    wins_at: list[str] | None = None        # the job's shapes where ours beats PyTorch's best by more than the noise
+
+    FIGURES = ("speedup_vs_best", "wins_at")
+
+    @property
+    def passed(self) -> bool:
+        return self.bench.passed
+
+    @property
+    def latency_us(self) -> float | None:
+        return self.bench.latency_us
+
+    def to_json(self) -> dict:
+        figures = {name: getattr(self, name) for name in self.FIGURES if getattr(self, name) is not None}
+        return {**self.bench.to_json(), **figures}
+
+    @classmethod
+    def from_json(cls, data: dict) -> JudgedResult:
+        check_keys(BenchResult, data)
+        bench = BenchResult.from_json({key: value for key, value in data.items() if key not in cls.FIGURES})
+        return cls(bench, **{name: data[name] for name in cls.FIGURES if name in data})
+
+
+@dataclass
+class KeptVersion:
+    """A kept version of a job's kernel: the commit that holds it and its judged result."""
+    commit: str
+    result: JudgedResult
+
+    def to_json(self) -> dict:
+        return {"commit": self.commit, "result": self.result.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> KeptVersion:
+        check_keys(cls, data)
+        return cls(commit=data["commit"], result=JudgedResult.from_json(data["result"]))
+
+
 # ---------------------------------------------------------------------- the manifest
 @dataclass
 class ManifestEntry(_OpenRecord):
@@ -283,114 +330,18 @@ class JudgeTask:
 
 @dataclass
 class JudgeOutcome:
-    """A worker's answer: bench.py's result (BenchResult's JSON), the GPU it ran on, how long each bench took."""
-    result: dict
+    """A worker's answer: bench.py's result, the GPU it ran on, how long each bench took. On the wire (the
+    worker's pipe, Ray) it is JSON, the result BenchResult's."""
+    result: BenchResult
     gpu: str
     seconds: float                               # the worker's time on it, every bench included
     bench_seconds: dict[str, float] = field(default_factory=dict)   # "quick", "full": each bench that ran
-    to_json = asdict
+
+    def to_json(self) -> dict:
+        return {"result": self.result.to_json(), "gpu": self.gpu, "seconds": self.seconds,
+                "bench_seconds": dict(self.bench_seconds)}
 
     @classmethod
     def from_json(cls, data: dict) -> JudgeOutcome:
         check_keys(cls, data)
-        BenchResult.from_json(data["result"])
-        return cls(**data)
-
-
-@dataclass
-class JobProgress:
-    """Where the loop stands on the current kernel job."""
-    baseline: dict
-    best: dict
-    noise: float
-    experiments: int = 0
-    consecutive_reverts: int = 0
-    elapsed_s: float = 0.0            # its own wall time: its experiments' spans, overlapping ones counted once
-    last_result: dict | None = None
-    history: list[dict] = field(default_factory=list)
-    kept: list[dict] = field(default_factory=list)    # {"commit", "result"} per kept version, baseline first
-    bench_seconds: dict[str, float] = field(default_factory=dict)   # "quick"/"full": the longest clean bench;
-    #                                                                  "cold": the first, compiling every shape
-    finishing: str | None = None      # set while the job's best is being saved: the reason it stopped
-    compile_us: dict[str, float] = field(default_factory=dict)   # torch.compile's call time per shape (baseline)
-    older: list[dict] = field(default_factory=list)   # experiments that left `history`, one summary line each
-    failure: dict | None = None       # the last verdict, when it failed a candidate: shown, and fixable, next turn
-    queued: list[dict] = field(default_factory=list)  # candidates of a reply waiting to be judged (Proposal fields)
-    malformed_in_a_row: int = 0       # unreadable replies since the last readable one (--max-malformed)
-
-    def gain(self) -> float | None:
-        """Baseline latency over best latency: how much faster the best version is."""
-        base, best = self.baseline.get("latency_us"), self.best.get("latency_us")
-        return base / best if base and best else None
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> JobProgress:
-        return cls(**data)
-
-
-STATE_VERSION = 2
-
-
-@dataclass
-class RunState:
-    """Everything --resume needs, saved as workspace/state.json (autokernel/search/run_state.py reads and writes it)."""
-    tag: str
-    jobs: list[Job]
-    kept_commit: str                 # the tree returns here on every revert and after an interruption
-    settings: RunSettings
-    return_to: str | None = None     # the branch (or commit) the user started from
-    job_index: int = 0
-    experiment: int = 0              # the last experiment number given a results.tsv row
-    elapsed_s: float = 0.0
-    llm_tokens: int = 0
-    llm_cached_tokens: int = 0       # of llm_tokens: input read from the provider's prompt cache
-    llm_reasoning_tokens: int = 0    # of llm_tokens: reasoning or thinking output
-    cost_usd: float = 0.0
-    cost_unknown_calls: int = 0      # calls to a model without a price: cost_usd leaves them out
-    current: JobProgress | None = None
-    finished: list[dict] = field(default_factory=list)
-    done: bool = False
-    stopped_because: str | None = None
-    in_flight: dict | None = None    # {"step": "baseline"|"experiment"|"finish", "number": N}
-    pending_row: dict | None = None  # a decided results.tsv row that may not be written yet
-    agent_state: dict | None = None  # the built-in agent's search, so a resumed run never repeats a configuration
-    throughput: Throughput = field(default_factory=Throughput)
-    # With several GPUs, jobs after job_index run side by side with it (autokernel/search/run_state.py reads these):
-    ahead: dict[str, JobProgress] = field(default_factory=dict)    # started ones, by job name
-    ended_ahead: list[str] = field(default_factory=list)           # finished or skipped ones
-    version: int = STATE_VERSION
-
-    def to_json(self) -> dict:
-        data = asdict(self)
-        data.update(jobs=[job.to_json() for job in self.jobs], settings=self.settings.to_json(),
-                    current=self.current.to_json() if self.current else None, throughput=self.throughput.to_json(),
-                    ahead={name: progress.to_json() for name, progress in self.ahead.items()})
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict) -> RunState:
-        if data.get("version") != STATE_VERSION:
-            raise ValueError(f"state version {data.get('version')!r}, this AutoKernel writes {STATE_VERSION}")
-        data = dict(data)
-        settings = RunSettings.from_json(data.pop("settings"))
-        current = data.pop("current")
-        jobs = [Job.from_json(job) for job in data.pop("jobs")]
-        throughput = Throughput.from_json(data.pop("throughput", None) or {})   # absent in older states
-        ahead = {name: JobProgress.from_json(progress) for name, progress in (data.pop("ahead", None) or {}).items()}
-        return cls(**data, jobs=jobs, settings=settings, current=JobProgress.from_json(current) if current else None,
-                   throughput=throughput, ahead=ahead)
-
-    def job(self) -> Job:
-        return self.jobs[self.job_index]
-
-    def account(self, tokens: int, cost: float | None, *, cached: int = 0, reasoning: int = 0) -> None:
-        """Count an LLM call's tokens (cached and reasoning ones also apart) and cost (None: a model without a
-        known price)."""
-        self.llm_tokens += tokens
-        self.llm_cached_tokens += cached
-        self.llm_reasoning_tokens += reasoning
-        self.cost_usd += cost or 0.0
-        self.cost_unknown_calls += int(cost is None and tokens > 0)
+        return cls(**{**data, "result": BenchResult.from_json(data["result"])})

@@ -54,7 +54,7 @@ class LoopStatus:
         """The numbers of the kernel being optimized (progress: its JobProgress)."""
         self.experiments, self.kernel_experiments, self.deadline = experiments, progress.experiments, deadline
         self.best_speedup = progress.gain()
-        self.best_vs_pytorch = progress.best.get("speedup_vs_best") or progress.best.get("speedup_vs_pytorch")
+        self.best_vs_pytorch = progress.best.speedup_vs_best or progress.best.bench.speedup_vs_pytorch
 
     def time_left_s(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()

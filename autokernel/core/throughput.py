@@ -1,4 +1,4 @@
-"""The run's pace, a part of its state (contracts.RunState.throughput, saved in workspace/state.json).
+"""The run's pace, a part of its state (run_records.RunState.throughput, saved in workspace/state.json).
 
 Throughput keeps, across resumes, the loop's wall time with the workers up and each GPU's use
 (GpuUse, by its label); with several GPUs, also when each job was in flight and where its benches

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from autokernel.core import paths
-from autokernel.core.contracts import PASS, JudgeOutcome, JudgeTask
+from autokernel.core.contracts import BenchResult, JudgeOutcome, JudgeTask
 from autokernel.judge import runner
 
 _PR_SET_PDEATHSIG = 1
@@ -44,7 +44,7 @@ def judge(task: JudgeTask, gpu: str) -> JudgeOutcome:
         kernel = Path(slot) / "kernel.py"
         kernel.write_text(task.kernel_source)
 
-        def bench(kind: str, extra_args: list[str], timeout_s: float) -> dict:
+        def bench(kind: str, extra_args: list[str], timeout_s: float) -> BenchResult:
             begun = time.monotonic()
             result = runner.run_bench(kernel, shapes=task.shapes, dtype=task.dtype, timeout_s=timeout_s,
                                       seed=task.seed, extra_args=extra_args, bench_script=bench_script,
@@ -53,8 +53,8 @@ def judge(task: JudgeTask, gpu: str) -> JudgeOutcome:
             return result
 
         result = bench("quick", list(task.extra_args), task.timeout_s)
-        if (task.full_timeout_s and task.full_below_us and result.get("correctness") == PASS
-                and (result.get("latency_us") or float("inf")) < task.full_below_us):
+        if (task.full_timeout_s and task.full_below_us and result.passed
+                and (result.latency_us or float("inf")) < task.full_below_us):
             result = bench("full", [arg for arg in task.extra_args if arg not in ("--screen", "--quick")],
                            task.full_timeout_s)
     finally:

@@ -10,7 +10,7 @@ environment cannot take the loop down, outlive the experiment, or leak a secret:
     closed to it (a root user's child gives up the capabilities that would open them);
   - it gets a private temporary folder, removed afterwards, and writes no Python bytecode;
   - it dies with this process, and every process it started dies with it.
-`run_bench` wraps it for the judge and always returns a bench-shaped result dict, inventing a
+`run_bench` wraps it for the judge and always returns a BenchResult (contracts), inventing a
 TIMEOUT or CRASH result when bench.py could not write one. The judge's verdict comes back on a pipe
 that only bench.py holds (never a file, never a path on a command line), and it is read only once
 the sandbox has killed everything the candidate started; a candidate that left a process running
@@ -252,10 +252,10 @@ def _line_handler(stream, on_line: Callable[[str], None] | None) -> Callable[[st
 
 def synthesized_result(correctness: str, message: str, *, kernel_type: str | None = None,
                        dtype: str | None = None, seed: int | None = None,
-                       wall_seconds: float | None = None) -> dict:
-    """A bench-shaped result (BenchResult's JSON) for a run that produced none (TIMEOUT or CRASH)."""
+                       wall_seconds: float | None = None) -> BenchResult:
+    """The result for a run that produced none (TIMEOUT or CRASH), or a verdict the loop gives itself."""
     return BenchResult(kernel_type=kernel_type, correctness=correctness, message=message, dtype=dtype, seed=seed,
-                       wall_seconds=wall_seconds, timings_meaningful=False).to_json()
+                       wall_seconds=wall_seconds, timings_meaningful=False)
 
 
 def last_lines(text: str, count: int) -> str:
@@ -300,8 +300,8 @@ class _VerdictReader(threading.Thread):
 
 def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, timeout_s: float,
               seed: int | None = None, extra_args: Sequence[str] = (),
-              bench_script: str | Path | None = None, readable: Iterable[str | Path] = ()) -> dict:
-    """Judge one kernel file with bench.py in a child process and return bench's JSON result.
+              bench_script: str | Path | None = None, readable: Iterable[str | Path] = ()) -> BenchResult:
+    """Judge one kernel file with bench.py in a child process and return its result.
 
     A bench run that times out becomes correctness TIMEOUT; one that dies without a verdict (a
     syntax error that kills the import, a segfault, an out-of-memory kill) becomes CRASH with the
@@ -346,10 +346,10 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
         return synthesized_result(CRASH, f"the judge's own files changed during the bench ({', '.join(tampered[:5])}); "
                                            "they were put back, and the verdict is void", **common)
     judged = _judged(written, child, nonce, dtype=dtype, seed=seed, timeout_s=timeout_s)
-    if candidate_caches and judged["correctness"] != PASS:
+    if candidate_caches and not judged.passed:
         remove_tree(str(candidate_caches))     # nothing a rejected candidate wrote outlives its experiment
-    sources = judged.pop(judge_files.JUDGE_SOURCES, None)
-    if (the_judge or sources is not None) and judged["correctness"] in (PASS, FAIL):
+    sources = judged.extra.pop(judge_files.JUDGE_SOURCES, None)
+    if (the_judge or sources is not None) and judged.correctness in (PASS, FAIL):
         unknown = digest.unknown_sources(sources)
         if unknown:
             return synthesized_result(CRASH, "the judge that ran is not the run's: its process compiled "
@@ -357,7 +357,8 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
     return judged
 
 
-def _judged(written: str, child: ChildResult, nonce: str, *, dtype: str, seed: int | None, timeout_s: float) -> dict:
+def _judged(written: str, child: ChildResult, nonce: str, *, dtype: str, seed: int | None,
+            timeout_s: float) -> BenchResult:
     """The verdict bench.py sent, or the CRASH or TIMEOUT that stands for it."""
     common = dict(dtype=dtype, seed=seed, wall_seconds=round(child.wall_seconds, 3))
     if child.timed_out:
@@ -387,4 +388,4 @@ def _judged(written: str, child: ChildResult, nonce: str, *, dtype: str, seed: i
                                   **common)
     if judged.wall_seconds is None:
         judged.wall_seconds = common["wall_seconds"]
-    return judged.to_json()
+    return judged

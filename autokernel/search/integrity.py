@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from autokernel.core.contracts import FAIL
+from autokernel.core.contracts import FAIL, BenchResult
 from autokernel.judge.runner import synthesized_result
 from autokernel.kernel_types import registry
 from autokernel.search import gitops
@@ -218,7 +218,8 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def checked_bench(repo: gitops.KernelRepo, kept_commit: str, kernel_type: str, bench: Callable[[], dict]) -> dict:
+def checked_bench(repo: gitops.KernelRepo, kept_commit: str, kernel_type: str,
+                  bench: Callable[[], BenchResult]) -> BenchResult:
     """bench() (bench.py's result on the committed candidate) between a snapshot and its restore: a FAIL instead
     when the candidate changed anything but kernel.py (all undone), or bench.py judged another kernel type."""
     snapshot = Snapshot.take(repo)
@@ -229,7 +230,12 @@ def checked_bench(repo: gitops.KernelRepo, kept_commit: str, kernel_type: str, b
     if changes:
         return synthesized_result(FAIL, "sandbox: the candidate " + "; ".join(changes) + " (all undone)",
                                   kernel_type=kernel_type)
-    if result.get("kernel_type") not in (None, kernel_type):
-        return synthesized_result(FAIL, f"contract: bench.py judged it as {result['kernel_type']!r}, not this job's "
+    return of_the_jobs_type(result, kernel_type)
+
+
+def of_the_jobs_type(result: BenchResult, kernel_type: str) -> BenchResult:
+    """The result, or a FAIL when bench.py judged the file as another kernel type than the job's."""
+    if result.kernel_type not in (None, kernel_type):
+        return synthesized_result(FAIL, f"contract: bench.py judged it as {result.kernel_type!r}, not this job's "
                                         f"{kernel_type!r}", kernel_type=kernel_type)
     return result

@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass, field
 
 from autokernel.agents.base import Proposal
-from autokernel.core.contracts import Job, JobProgress
+from autokernel.core.contracts import BenchResult, Job
+from autokernel.core.run_records import JobProgress
 
 
 @dataclass
@@ -34,7 +35,7 @@ class Lane:
     progress: JobProgress | None = None          # once its baseline passed (a resumed job starts with it)
     source: str = ""                             # the starter, judged as the baseline and committed as it
     started: float = field(default_factory=time.monotonic)   # when its baseline was asked for
-    runs: list[dict] = field(default_factory=list)           # the baseline runs back so far
+    runs: list[BenchResult] = field(default_factory=list)    # the baseline runs back so far
     first_slot: int | None = None                # the worker that judged the first run, and its GPU
     first_gpu: str = ""
     baseline_slot: int | None = None             # the worker judging a baseline run now

@@ -22,7 +22,8 @@ import torch
 
 from autokernel.agents.base import AgentContext, MalformedReply, OutOfTime, SearchExhausted
 from autokernel.core import child_output, contracts, paths
-from autokernel.core.contracts import FAIL, PASS, TIMEOUT, Job, JobProgress, RunState
+from autokernel.core.contracts import FAIL, TIMEOUT, BenchResult, Job, JudgedResult, KeptVersion
+from autokernel.core.run_records import JobProgress, RunState
 from autokernel.core.errors import OptimizationError
 from autokernel.core.interrupts import Interrupted, InterruptGuard
 from autokernel.core.live import LoopStatus, ProgressView, format_duration
@@ -162,14 +163,14 @@ class OptimizationRun(LoopRecords):
         return self._settle_baseline(job, runs, number, baseline_commit, started, gpu=self.gpu,
                                      bench_seconds=dict(self.bench_times.baseline))
 
-    def _settle_baseline(self, job: Job, runs: list[dict], number: int, commit: str, started: float, *, gpu: str,
+    def _settle_baseline(self, job: Job, runs: list[BenchResult], number: int, commit: str, started: float, *, gpu: str,
                          bench_seconds: dict[str, float]) -> bool:
         """Record the committed baseline's verdict: the job starts from it, or is skipped (False) when it fails."""
         baseline, passed, noise, compile_us = policy.baseline_verdict(runs, self.settings.noise_floor)
         progress = None
         if passed:
             progress = JobProgress(baseline=baseline, best=baseline, noise=noise, compile_us=compile_us,
-                                   kept=[{"commit": commit, "result": baseline}], bench_seconds=bench_seconds)
+                                   kept=[KeptVersion(commit, baseline)], bench_seconds=bench_seconds)
         description = ("baseline fails its own bench" if not passed else f"baseline (noise {noise:.1%})"
                        if len(runs) > 1 else f"baseline ({ONE_RUN_BASELINE}: no time for a second; noise floor "
                                              f"{noise:.1%})")
@@ -183,16 +184,16 @@ class OptimizationRun(LoopRecords):
             self._record(job, progress, number, baseline, description, contracts.STATUS_BASELINE, started,
                          keep=passed, gpu=gpu)
         if passed:
-            self.view.log(f"exp {number} BASELINE PASS {baseline.get('latency_us'):.1f} us, "
+            self.view.log(f"exp {number} BASELINE PASS {baseline.latency_us:.1f} us, "
                           f"noise {noise:.1%}: a candidate must be more than that much faster to be kept"
                           + self._verdict_note(job, gpu))
             self._refresh_status(progress)
         else:
             self.view.log(f"skipping {job.name}: its starter fails bench.py "
-                          f"({baseline.get('correctness')}): {one_line(baseline.get('message') or '', 300)}")
+                          f"({baseline.bench.correctness}): {one_line(baseline.bench.message or '', 300)}")
         return passed
 
-    def _baseline_runs(self, job: Job) -> list[dict] | None:
+    def _baseline_runs(self, job: Job) -> list[BenchResult] | None:
         """The starter benched twice (the second only after a PASS); None when the budget cut one short."""
         runs = []
         for attempt in (1, 2):
@@ -205,7 +206,7 @@ class OptimizationRun(LoopRecords):
             if result is None:
                 return None
             runs.append(result)
-            if result.get("correctness") != PASS:
+            if not result.passed:
                 break
         return runs
 
@@ -267,7 +268,8 @@ class OptimizationRun(LoopRecords):
         try:
             integrity.check_contract(proposal.kernel_source, job.kernel_type)
         except integrity.ContractError as exc:         # not judged: no GPU's experiment
-            result, gpu = runner.synthesized_result(FAIL, f"contract: {exc}", kernel_type=job.kernel_type), ""
+            failed = runner.synthesized_result(FAIL, f"contract: {exc}", kernel_type=job.kernel_type)
+            result, gpu = JudgedResult(failed), ""
         else:
             result, gpu = self._judge_candidate(job, progress, number, proposal.kernel_source, description), self.gpu
         if result is None:
@@ -277,14 +279,14 @@ class OptimizationRun(LoopRecords):
             if keep:
                 self.state.kept_commit = self.repo.head()
                 progress.best = result
-                progress.kept.append({"commit": self.state.kept_commit, "result": result})
+                progress.kept.append(KeptVersion(self.state.kept_commit, result))
             self._record(job, progress, number, result, description,
                          contracts.STATUS_KEEP if keep else contracts.STATUS_REVERT, started, paid=proposal,
                          keep=keep, gpu=gpu, against=against)
         return None
 
     def _judge_candidate(self, job: Job, progress: JobProgress, number: int, source: str,
-                         description: str) -> dict | None:
+                         description: str) -> JudgedResult | None:
         """Commit the candidate (its contract checked) and judge it; None when the budget cut the judging short."""
         with self.guard.critical():
             self.state.in_flight = {"step": "experiment", "number": number}
@@ -320,7 +322,7 @@ class OptimizationRun(LoopRecords):
         return False
 
     def _judge(self, job: Job, progress: JobProgress | None, *, quick: bool, screen: bool = False,
-               compare_compile: bool = False) -> dict | None:
+               compare_compile: bool = False) -> BenchResult | None:
         """bench.py on kernel.py in the sandbox, with the integrity checks around it; None when cut by the budget.
 
         compare_compile also times torch.compile of the reference; that run's duration (compilation
@@ -329,7 +331,7 @@ class OptimizationRun(LoopRecords):
         limit, clipped = self.bench_times.limit(progress, quick, self.settings.experiment_timeout_s, self.budget.left())
         timed = {}
 
-        def bench() -> dict:
+        def bench() -> BenchResult:
             started = time.monotonic()
             with child_output.watch_output(self._on_bench_line):
                 result = runner.run_bench(paths.KERNEL_FILE, shapes=job.shapes, dtype=job.dtype, timeout_s=limit,
@@ -341,9 +343,9 @@ class OptimizationRun(LoopRecords):
             return result
 
         result = integrity.checked_bench(self.repo, self.state.kept_commit, job.kernel_type, bench)
-        if result.get("correctness") == TIMEOUT and clipped:
+        if result.correctness == TIMEOUT and clipped:
             return None
-        if result.get("correctness") != TIMEOUT and result is timed.get("result"):     # bench's own verdict
+        if result.correctness != TIMEOUT and result is timed.get("result"):     # bench's own verdict
             self.bench_times.record(progress, timed["seconds"], quick=quick, compare_compile=compare_compile)
         return result
 
@@ -353,12 +355,13 @@ class OptimizationRun(LoopRecords):
             self.view.phase(f"{base} [{line[len(STAGE_PREFIX):].strip()}]")
 
     def _agent_context(self, job: Job, progress: JobProgress, *, deadline: float) -> AgentContext:
-        best_first = sorted(progress.kept, key=lambda k: k["result"].get("latency_us") or float("inf"))
-        best_versions = [(self.repo.file_at(k["commit"], KERNEL_IN_REPO), k["result"])
-                         for k in best_first[:BEST_VERSIONS_SHOWN]]
+        best_first = sorted(progress.kept, key=lambda kept: kept.result.latency_us or float("inf"))
+        best_versions = [(self.repo.file_at(kept.commit, KERNEL_IN_REPO), kept.result.bench)
+                         for kept in best_first[:BEST_VERSIONS_SHOWN]]
+        last = progress.last_result
         return AgentContext(kernel_type=job.kernel_type, kernel_source=self._kept_source(progress),
-                            last_result=progress.last_result, history=list(progress.history),
+                            last_result=last.bench if last else None, history=list(progress.history),
                             best_versions=best_versions, program=self.program,
-                            job={**job.to_json(), "baseline": progress.baseline}, deadline=deadline,
+                            job=job.to_json(), baseline=progress.baseline.bench, deadline=deadline,
                             failure=progress.failure, older=list(progress.older),
                             max_candidates=self.candidates_per_reply)

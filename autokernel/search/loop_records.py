@@ -16,7 +16,8 @@ import time
 
 from autokernel.agents.base import MalformedReply, Proposal
 from autokernel.core import contracts, paths
-from autokernel.core.contracts import FAIL, PASS, SPEED_UNKNOWN, Job, JobProgress
+from autokernel.core.contracts import FAIL, SPEED_UNKNOWN, Job, JudgedResult
+from autokernel.core.run_records import JobProgress
 from autokernel.core.live import throughput_line
 from autokernel.judge import runner
 from autokernel.kernel_types.regions import store as region_store
@@ -94,7 +95,7 @@ class LoopRecords:
                           started: float) -> None:
         """An unreadable reply (asked again once, and already paid for: _account): a row that keeps its tokens;
         nothing judged."""
-        result = runner.synthesized_result(FAIL, f"malformed reply: {error}", kernel_type=job.kernel_type)
+        result = JudgedResult(runner.synthesized_result(FAIL, f"malformed reply: {error}", kernel_type=job.kernel_type))
         with self.guard.critical():
             self._record(job, progress, number, result, "malformed reply", contracts.STATUS_REVERT, started,
                          paid=error, keep=False, gpu="", malformed=True)
@@ -108,18 +109,18 @@ class LoopRecords:
         return description
 
     # ------------------------------------------------------------------ a verdict
-    def _record(self, job: Job, progress: JobProgress | None, number: int, result: dict, description: str,
+    def _record(self, job: Job, progress: JobProgress | None, number: int, result: JudgedResult, description: str,
                 status: str, started: float, *, paid: Proposal | MalformedReply | None = None, keep: bool,
-                gpu: str, against: dict | None = None, malformed: bool = False) -> None:
+                gpu: str, against: JudgedResult | None = None, malformed: bool = False) -> None:
         """The verdict's writes, in their order (inside a critical section): state, reset, row, state.
         paid: the candidate (or unreadable reply) whose tokens and cost the row carries; gpu: where it was
         judged ("" when it was not: a malformed reply, a broken contract); against: the best it was judged
         against (the history's ratio and threshold)."""
         state = self.state
         if status == contracts.STATUS_KEEP and progress is not None and len(progress.kept) > 1:
-            description += policy.keep_note(result, progress.kept[-2]["result"])
+            description += policy.keep_note(result, progress.kept[-2].result)
         tokens = paid.tokens_in + paid.tokens_out if paid is not None else 0
-        row = results.make_row(experiment=number, tag=state.tag, kernel_type=job.kernel_type, result=result,
+        row = results.make_row(experiment=number, tag=state.tag, kernel_type=job.kernel_type, result=result.bench,
                                description=description, status=status,
                                wall_seconds=round(time.monotonic() - started, 2), llm_tokens=tokens,
                                cost_usd=paid.cost_usd if paid is not None else None, gpu=gpu,
@@ -176,7 +177,7 @@ class LoopRecords:
     def _kept_source(self, progress: JobProgress) -> str:
         """The job's working copy: its last kept commit's kernel file, read from git. (With jobs side by side
         the tree holds whichever job's verdict came last; with one GPU it holds this same file.)"""
-        return self.repo.file_at(progress.kept[-1]["commit"], gitops.KERNEL_FILE_NAME)
+        return self.repo.file_at(progress.kept[-1].commit, gitops.KERNEL_FILE_NAME)
 
     def _refresh_status(self, progress: JobProgress) -> None:
         self._status.gpus = throughput_line(self.state.throughput, time.monotonic() - self._wall_mark)
@@ -203,7 +204,7 @@ class LoopRecords:
             self._save()
             self.checkpoint("finish: in flight")
             entry = {**plugin.manifest_entry(job, f"{name}.py"),
-                     **policy.outcome(progress, reason, source_commit=progress.kept[-1]["commit"], tag=self.state.tag),
+                     **policy.outcome(progress, reason, source_commit=progress.kept[-1].commit, tag=self.state.tag),
                      "verdict": verdict}
             if saved:
                 paths.OPTIMIZED_DIR.mkdir(exist_ok=True)
@@ -231,12 +232,13 @@ def queued_entry(proposal: Proposal) -> dict:
             "hypothesis": proposal.hypothesis, "fix_of": proposal.fix_of, "fix_turn": proposal.fix_turn}
 
 
-def failure_record(number: int, description: str, result: dict, candidate: Proposal | None) -> dict | None:
+def failure_record(number: int, description: str, result: JudgedResult, candidate: Proposal | None) -> dict | None:
     """The failed candidate, as the next question shows it (a diff, the whole error) and a fix names it; None
     for a verdict that is not a failure of a candidate's code."""
-    if result.get("correctness") == PASS or candidate is None:
+    if result.passed or candidate is None:
         return None
+    bench = result.bench
     return {"experiment": number, "description": description, "hypothesis": candidate.hypothesis,
-            "source": candidate.kernel_source, "correctness": result.get("correctness"),
-            "failed_stage": result.get("failed_stage"), "message": result.get("message"),
+            "source": candidate.kernel_source, "correctness": bench.correctness,
+            "failed_stage": bench.failed_stage, "message": bench.message,
             "fix_turn": candidate.fix_turn if candidate.fix_of is not None else 0}

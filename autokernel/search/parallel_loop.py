@@ -44,7 +44,9 @@ import torch
 
 from autokernel.agents.base import MalformedReply, OutOfTime, SearchExhausted, WaitForResults
 from autokernel.core import contracts, paths
-from autokernel.core.contracts import FAIL, PASS, TIMEOUT, Job, JobProgress, JudgeOutcome, JudgeTask
+from autokernel.core.contracts import (FAIL, TIMEOUT, BenchResult, Job, JudgedResult, JudgeOutcome, JudgeTask,
+                                       KeptVersion)
+from autokernel.core.run_records import JobProgress
 from autokernel.core.errors import OptimizationError
 from autokernel.core.live import format_duration, throughput_line
 from autokernel.core.throughput import JobSpan
@@ -207,13 +209,13 @@ class ParallelRun(OptimizationRun):
 
     def _baseline_back(self, lane: Lane, finished: Finished) -> None:
         lane.baseline_slot = None
-        result = self._checked(lane.job, finished.outcome)
-        if result.get("correctness") == TIMEOUT and lane.baseline_clipped:
+        result = integrity.of_the_jobs_type(finished.outcome.result, lane.job.kernel_type)
+        if result.correctness == TIMEOUT and lane.baseline_clipped:
             self._drop(lane, f"the budget ran out while {lane.job.name}'s baseline was being benched; "
                              f"--resume benches it again")
             return
         first = not lane.runs
-        if result.get("correctness") != TIMEOUT:
+        if result.correctness != TIMEOUT:
             for seconds in finished.outcome.bench_seconds.values():      # none when its worker died
                 self.bench_times.record(lane, seconds, quick=self.quick_bench,
                                         compare_compile=first and torch.cuda.is_available())
@@ -221,7 +223,7 @@ class ParallelRun(OptimizationRun):
         if first:
             lane.first_slot, lane.first_gpu = finished.slot, finished.outcome.gpu
         lane.runs.append(result)
-        if result.get("correctness") == PASS and len(lane.runs) < 2 and self._second_run_fits(lane.job, lane.bench_seconds):
+        if result.passed and len(lane.runs) < 2 and self._second_run_fits(lane.job, lane.bench_seconds):
             return                          # the second run goes to the next free worker
         job, number = lane.job, self.state.experiment + 1
         with self.guard.critical():         # the one-GPU loop's baseline writes, the commit made now
@@ -303,7 +305,7 @@ class ParallelRun(OptimizationRun):
             integrity.check_contract(proposal.kernel_source, job.kernel_type)
         except integrity.ContractError as exc:
             flight = Flight(proposal, description, reply.started, clipped=False)
-            result = runner.synthesized_result(FAIL, f"contract: {exc}", kernel_type=job.kernel_type)
+            result = JudgedResult(runner.synthesized_result(FAIL, f"contract: {exc}", kernel_type=job.kernel_type))
             self._commit_verdict(job, progress, flight, result, gpu="")
             return False
         task, clipped = self._task(job, progress, proposal.kernel_source, quick=True)
@@ -324,10 +326,10 @@ class ParallelRun(OptimizationRun):
             # say little of it, their first runs more (a TIMEOUT there would skip the job).
             limit = min(ceiling, max(limit, self._first_run_s))
         full_limit = full_below = None
-        if progress is not None and not self.quick_bench and progress.best.get("latency_us"):
+        if progress is not None and not self.quick_bench and progress.best.latency_us:
             # The screen decides whether the full judge runs, on the same GPU, right after it.
             full_limit, full_clipped = self.bench_times.limit(progress, False, ceiling, left)
-            full_below, clipped = progress.best["latency_us"] / (1 + progress.noise), clipped or full_clipped
+            full_below, clipped = progress.best.latency_us / (1 + progress.noise), clipped or full_clipped
         screen = progress is not None and not self.quick_bench
         extra = (["--screen"] if screen else ["--quick"] * quick) + ["--compare-compile"] * compare_compile
         self._seed += 1
@@ -336,25 +338,19 @@ class ParallelRun(OptimizationRun):
                          full_below_us=full_below, bench_script=str(paths.BENCH_SCRIPT)), clipped
 
     # ------------------------------------------------------------------ a verdict
-    def _checked(self, job: Job, outcome: JudgeOutcome) -> dict:
-        result = outcome.result
-        if result.get("kernel_type") not in (None, job.kernel_type):
-            return runner.synthesized_result(FAIL, f"contract: bench.py judged it as {result['kernel_type']!r}, not "
-                                                   f"this job's {job.kernel_type!r}", kernel_type=job.kernel_type)
-        return result
-
     def _settle(self, job: Job, progress: JobProgress, flight: Flight, outcome: JudgeOutcome) -> None:
-        result = self._checked(job, outcome)
-        if result.get("correctness") == TIMEOUT and flight.clipped:
+        result = integrity.of_the_jobs_type(outcome.result, job.kernel_type)
+        if result.correctness == TIMEOUT and flight.clipped:
             self.view.log(f"{flight.description}: not finished, the budget ran out while it was judged; not recorded")
             return
-        if result.get("correctness") != TIMEOUT:
+        if result.correctness != TIMEOUT:
             for kind, seconds in outcome.bench_seconds.items():
                 self.bench_times.record(progress, seconds, quick=kind == "quick", compare_compile=False)
-        result = policy.against_pytorch_best(result, progress.compile_us, progress.noise)
-        self._commit_verdict(job, progress, flight, result, gpu=outcome.gpu)
+        judged = policy.against_pytorch_best(result, progress.compile_us, progress.noise)
+        self._commit_verdict(job, progress, flight, judged, gpu=outcome.gpu)
 
-    def _commit_verdict(self, job: Job, progress: JobProgress, flight: Flight, result: dict, *, gpu: str) -> None:
+    def _commit_verdict(self, job: Job, progress: JobProgress, flight: Flight, result: JudgedResult, *,
+                        gpu: str) -> None:
         """The one-GPU loop's experiment writes, in its order: state, kernel.py, commit, verdict (LoopRecords)."""
         number = self.state.experiment + 1
         keep, against = is_improvement(result, progress.best, progress.noise), progress.best
@@ -370,12 +366,12 @@ class ParallelRun(OptimizationRun):
             if keep:
                 self.state.kept_commit = self.repo.head()
                 progress.best = result
-                progress.kept.append({"commit": self.state.kept_commit, "result": result})
+                progress.kept.append(KeptVersion(self.state.kept_commit, result))
             self._record(job, progress, number, result, flight.description,
                          contracts.STATUS_KEEP if keep else contracts.STATUS_REVERT, flight.started,
                          paid=proposal, keep=keep, gpu=gpu, against=against)
         if hasattr(self.agent, "judged"):
-            self.agent.judged(job.to_json(), proposal.kernel_source, result)
+            self.agent.judged(job.to_json(), proposal.kernel_source, result.bench)
 
     # ------------------------------------------------------------------ each job's own
     def _verdict_note(self, job: Job, gpu: str) -> str:

@@ -9,67 +9,71 @@ of the hardware peak (the run's budget and cost cap are checked by the loop itse
 
 from __future__ import annotations
 
-from autokernel.core.contracts import NO_GAIN, PASS, SPEED_UNKNOWN, STATUS_REVERT, WINNER, JobProgress, RunSettings
+from dataclasses import replace
+
+from autokernel.core.contracts import (NO_GAIN, SPEED_UNKNOWN, STATUS_REVERT, WINNER, BenchResult, JudgedResult,
+                                       RunSettings)
+from autokernel.core.run_records import JobProgress
 from autokernel.core.live import format_duration, printable_line
 
 DESCRIPTION_CHARS = 200
 
 
-def is_improvement(result: dict, best: dict, noise: float) -> bool:
+def is_improvement(result: BenchResult | JudgedResult, best: JudgedResult, noise: float) -> bool:
     """The keep rule: a PASS whose latency beats the best by more than the noise."""
-    latency, best_latency = result.get("latency_us"), best.get("latency_us")
-    if result.get("correctness") != PASS or not latency or not best_latency:
+    latency, best_latency = result.latency_us, best.latency_us
+    if not result.passed or not latency or not best_latency:
         return False
     return best_latency / latency > 1 + noise
 
 
-def against_pytorch_best(result: dict, compile_us: dict[str, float], noise: float) -> dict:
+def against_pytorch_best(result: BenchResult, compile_us: dict[str, float], noise: float) -> JudgedResult:
     """The result with PyTorch's best beside ours, shape by shape: the faster of eager and torch.compile.
 
     Eager is timed in every bench run; torch.compile only in the job's first baseline run
     (`compile_us`, call time per shape string), because compiling the reference in every experiment
-    would cost each one tens of seconds. Adds, for a PASS with timings: each timing row's
-    `compile_latency_us` (where missing) and `pytorch_best_us`, the result's `speedup_vs_compile`
-    (where missing) and `speedup_vs_best`, and `wins_at`, the shapes where ours beats PyTorch's
-    best by more than the noise: the only shapes a kernel is a winner at.
+    would cost each one tens of seconds. For a PASS with timings: each timing row gets its
+    `compile_latency_us` (where missing) and `pytorch_best_us`, the result its `speedup_vs_compile`
+    (where missing), and the judged result `speedup_vs_best` and `wins_at`, the shapes where ours beats
+    PyTorch's best by more than the noise: the only shapes a kernel is a winner at.
     """
-    rows = result.get("timings") or []
-    if result.get("correctness") != PASS or not rows:
-        return result
+    rows = result.timings
+    if not result.passed or not rows:
+        return JudgedResult(result)
     filled = []
     for row in rows:
         compiled = row.get("compile_latency_us") or compile_us.get(row.get("shape"))
         best = min((t for t in (row.get("pytorch_latency_us"), compiled) if t), default=None)
         filled.append({**row, "compile_latency_us": compiled, "pytorch_best_us": best})
     ours = sum(row.get("latency_us") or 0.0 for row in filled)
-    result = {**result, "timings": filled}
+    bench = replace(result, timings=filled)
     if ours <= 0:
-        return result
-    if not result.get("speedup_vs_compile") and all(row["compile_latency_us"] for row in filled):
-        result["speedup_vs_compile"] = sum(row["compile_latency_us"] for row in filled) / ours
-    if all(row["pytorch_best_us"] for row in filled):
-        result["speedup_vs_best"] = sum(row["pytorch_best_us"] for row in filled) / ours
-    result["wins_at"] = [row["shape"] for row in filled if row["pytorch_best_us"] and row.get("latency_us")
-                         and row["pytorch_best_us"] / row["latency_us"] > 1 + noise]
-    return result
+        return JudgedResult(bench)
+    if not bench.speedup_vs_compile and all(row["compile_latency_us"] for row in filled):
+        bench = replace(bench, speedup_vs_compile=sum(row["compile_latency_us"] for row in filled) / ours)
+    speedup_vs_best = (sum(row["pytorch_best_us"] for row in filled) / ours
+                       if all(row["pytorch_best_us"] for row in filled) else None)
+    wins_at = [row["shape"] for row in filled if row["pytorch_best_us"] and row.get("latency_us")
+               and row["pytorch_best_us"] / row["latency_us"] > 1 + noise]
+    return JudgedResult(bench, speedup_vs_best=speedup_vs_best, wins_at=wins_at)
 
 
-def compile_times(result: dict) -> dict[str, float]:
+def compile_times(result: BenchResult) -> dict[str, float]:
     """torch.compile's call time per shape string, from a bench run made with --compare-compile."""
-    return {row["shape"]: row["compile_latency_us"] for row in result.get("timings") or []
+    return {row["shape"]: row["compile_latency_us"] for row in result.timings
             if row.get("shape") and row.get("compile_latency_us")}
 
 
-def verdict(result: dict) -> str:
+def verdict(result: JudgedResult) -> str:
     """How a job's best ends: WINNER when it beats PyTorch's best at one of the job's shapes at least,
     NO_GAIN when at none. Without meaningful timings (the CPU interpreter) nothing can be compared, so it
     is never a winner: SPEED_UNKNOWN, correct and no more."""
-    if not result.get("timings_meaningful"):
+    if not result.bench.timings_meaningful:
         return SPEED_UNKNOWN
-    return WINNER if result.get("wins_at") else NO_GAIN
+    return WINNER if result.wins_at else NO_GAIN
 
 
-def is_saved(result: dict) -> bool:
+def is_saved(result: JudgedResult) -> bool:
     """Whether a job's best goes to optimized_kernels/: a winner, or, on CPU, a correct kernel, so that the
     pipeline (verify, plug_in) can be tried without a GPU; verify routes nothing there by measurement."""
     return verdict(result) != NO_GAIN
@@ -80,61 +84,64 @@ def entry_verdict(entry: dict) -> str:
     return SPEED_UNKNOWN if entry.get("timings_meaningful") is False else entry.get("verdict") or WINNER
 
 
-def measured_noise(first: dict, second: dict, floor: float) -> float:
-    a, b = first.get("latency_us"), second.get("latency_us")
+def measured_noise(first: BenchResult, second: BenchResult, floor: float) -> float:
+    a, b = first.latency_us, second.latency_us
     if not a or not b:
         return floor
     return max(floor, abs(a - b) / min(a, b))
 
 
-def baseline_verdict(runs: list[dict], noise_floor: float) -> tuple[dict, bool, float, dict[str, float]]:
+def baseline_verdict(runs: list[BenchResult], noise_floor: float) -> tuple[JudgedResult, bool, float, dict[str, float]]:
     """A job's baseline from its starter's bench runs (the second made only after a PASS): the faster run
     (candidates must beat what the starter can do, not its bad luck) or the failing one; whether it
     passed; the noise between the runs; torch.compile's call times, which the first run measured."""
-    failure = next((run for run in runs if run.get("correctness") != PASS), None)
     noise = measured_noise(runs[0], runs[-1], noise_floor)
     compile_us = compile_times(runs[0])
-    runs = [against_pytorch_best(run, compile_us, noise) for run in runs]
-    baseline = failure or min(runs, key=lambda run: run.get("latency_us") or float("inf"))
+    judged = [against_pytorch_best(run, compile_us, noise) for run in runs]
+    failure = next((run for run in judged if not run.passed), None)
+    baseline = failure or min(judged, key=lambda run: run.latency_us or float("inf"))
     return baseline, failure is None, noise, compile_us
 
 
-def keep_note(result: dict, previous: dict) -> str:
+def keep_note(result: JudgedResult, previous: JudgedResult) -> str:
     """What a kept row adds to its description when its speedup against PyTorch eager is below the previous keep's:
     keeps go by our latency, and eager is timed afresh in every bench, so its own jitter can lower the ratio."""
-    ours, before = result.get("speedup_vs_pytorch"), previous.get("speedup_vs_pytorch")
+    ours, before = result.bench.speedup_vs_pytorch, previous.bench.speedup_vs_pytorch
     if ours is None or before is None or ours >= before:
         return ""
     def us(value) -> str:
         return "-" if value is None else f"{value:.1f} us"
-    return (f" [kept for its latency, {us(result.get('latency_us'))} against the best's "
-            f"{us(previous.get('latency_us'))}; its speedup vs PyTorch is lower because PyTorch eager timed "
-            f"{us(result.get('pytorch_latency_us'))} in this bench, {us(previous.get('pytorch_latency_us'))} in the best's]")
+    return (f" [kept for its latency, {us(result.latency_us)} against the best's "
+            f"{us(previous.latency_us)}; its speedup vs PyTorch is lower because PyTorch eager timed "
+            f"{us(result.bench.pytorch_latency_us)} in this bench, {us(previous.bench.pytorch_latency_us)} in the "
+            f"best's]")
 
 
-def history_entry(number: int, description: str, status: str, result: dict, *, against: dict | None = None,
+def history_entry(number: int, description: str, status: str, result: JudgedResult, *,
+                  against: JudgedResult | None = None,
                   noise: float = 0.0, hypothesis: str = "", reason: str | None = None) -> dict:
     """What the agent is shown of one experiment of its kernel: the judge's figures, its latency's ratio to
     the best it was judged against, the keep threshold it had to beat, why it was reverted, its hypothesis."""
-    best = (against or {}).get("latency_us")
-    latency = result.get("latency_us") if result.get("correctness") == PASS else None
+    best = against.latency_us if against is not None else None
+    latency = result.latency_us if result.passed else None
     return {"experiment": number, "description": description, "status": status,
-            **{key: result.get(key) for key in ("correctness", "throughput", "latency_us", "speedup_vs_pytorch",
-                                                "message")},
+            **{key: getattr(result.bench, key) for key in ("correctness", "throughput", "latency_us",
+                                                           "speedup_vs_pytorch", "message")},
             "ratio_to_best": latency / best if latency and best else None,
             "threshold_us": best / (1 + noise) if best else None,
             "reason": reason if reason is not None else verdict_reason(status, result, best, noise),
             "hypothesis": hypothesis}
 
 
-def verdict_reason(status: str, result: dict, best_us: float | None, noise: float) -> str:
+def verdict_reason(status: str, result: JudgedResult, best_us: float | None, noise: float) -> str:
     """Why a verdict went as it did, in a few words: kept, or what made it a revert."""
     if status != STATUS_REVERT:
         return status
-    if result.get("correctness") != PASS:
-        return f"{result.get('correctness')} at {result.get('failed_stage') or 'an unknown stage'}: " \
-               f"{one_line(result.get('message') or '', 100)}"
-    latency = result.get("latency_us")
+    bench = result.bench
+    if not bench.passed:
+        return f"{bench.correctness} at {bench.failed_stage or 'an unknown stage'}: " \
+               f"{one_line(bench.message or '', 100)}"
+    latency = bench.latency_us
     if not latency or not best_us:
         return "no timing to compare"
     if latency >= best_us:
@@ -164,7 +171,7 @@ def job_stop_reason(progress: JobProgress, settings: RunSettings) -> str | None:
     gain = progress.gain()
     if gain is not None and gain >= settings.target_speedup:
         return f"{gain:.2f}x over its baseline"
-    pct_peak = progress.best.get("pct_peak")
+    pct_peak = progress.best.bench.pct_peak
     if pct_peak is not None and pct_peak >= settings.peak_fraction_target * 100:
         return f"{pct_peak:.0f}% of the hardware peak"
     return None
@@ -172,14 +179,15 @@ def job_stop_reason(progress: JobProgress, settings: RunSettings) -> str | None:
 
 def outcome(progress: JobProgress, reason: str, *, source_commit: str, tag: str) -> dict:
     """A kernel's result, as its optimized_kernels/manifest.json entry records it (beside plugin's fields)."""
-    return {"baseline_latency_us": progress.baseline.get("latency_us"),
-            "best_latency_us": progress.best.get("latency_us"),
+    baseline, best = progress.baseline, progress.best
+    return {"baseline_latency_us": baseline.latency_us,
+            "best_latency_us": best.latency_us,
             "speedup_over_baseline": round(progress.gain() or 1.0, 4),
-            "baseline_speedup_vs_pytorch": progress.baseline.get("speedup_vs_pytorch"),
-            "best_speedup_vs_pytorch": progress.best.get("speedup_vs_pytorch"),
-            "best_speedup_vs_pytorch_best": progress.best.get("speedup_vs_best"),
-            "wins_at": progress.best.get("wins_at"),
-            "timings_meaningful": progress.best.get("timings_meaningful"),
+            "baseline_speedup_vs_pytorch": baseline.bench.speedup_vs_pytorch,
+            "best_speedup_vs_pytorch": best.bench.speedup_vs_pytorch,
+            "best_speedup_vs_pytorch_best": best.speedup_vs_best,
+            "wins_at": best.wins_at,
+            "timings_meaningful": best.bench.timings_meaningful,
             "experiments": progress.experiments, "stopped_because": reason,
             "source_commit": source_commit, "tag": tag}
 
@@ -195,19 +203,18 @@ def describe_ending(name: str, progress: JobProgress, reason: str, *, final: boo
     if ending == WINNER:
         return (f"{name} {'done' if final else 'saved so far'} ({reason}): {gain:.2f}x over its baseline after "
                 f"{progress.experiments} experiments, in optimized_kernels/{name}.py")
-    pytorch_best = sum(row.get("pytorch_best_us") or 0.0 for row in best.get("timings") or [])
+    pytorch_best = sum(row.get("pytorch_best_us") or 0.0 for row in best.bench.timings)
     return (f"{name} {'done' if final else 'stopped'} ({reason}): no gain, nothing saved: its best, "
-            f"{best.get('latency_us') or 0:.1f} us, beats PyTorch's best ({pytorch_best:.1f} us) at none of the "
+            f"{best.latency_us or 0:.1f} us, beats PyTorch's best ({pytorch_best:.1f} us) at none of the "
             f"job's shapes ({gain:.2f}x over its baseline, {progress.experiments} experiments)")
 
 
-def describe_verdict(number: int, status: str, result: dict, description: str, progress: JobProgress) -> str:
+def describe_verdict(number: int, status: str, result: JudgedResult, description: str, progress: JobProgress) -> str:
     """One log line: "exp 7 KEEP PASS 41.3 us (1.21x baseline): BLOCK 64 -> 128", or the failure's message."""
-    latency = result.get("latency_us")
-    passed = result.get("correctness") == PASS
-    timing = (f"{latency:.1f} us ({progress.baseline['latency_us'] / latency:.2f}x baseline)"
-              if passed and latency and progress.baseline.get("latency_us") else "-")
-    line = f"exp {number} {status.upper()} {result.get('correctness')} {timing}: {description}"
-    if not passed and result.get("message"):
-        line += f" [{one_line(result['message'], 160)}]"
+    latency, baseline_us, bench = result.latency_us, progress.baseline.latency_us, result.bench
+    timing = (f"{latency:.1f} us ({baseline_us / latency:.2f}x baseline)"
+              if bench.passed and latency and baseline_us else "-")
+    line = f"exp {number} {status.upper()} {bench.correctness} {timing}: {description}"
+    if not bench.passed and bench.message:
+        line += f" [{one_line(bench.message, 160)}]"
     return line

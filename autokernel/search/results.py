@@ -24,7 +24,7 @@ import math
 import os
 from pathlib import Path
 
-from autokernel.core.contracts import PASS, STATUS_BASELINE, STATUS_KEEP
+from autokernel.core.contracts import PASS, STATUS_BASELINE, STATUS_KEEP, BenchResult
 
 NO_GPU_COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
                   "speedup_vs_compile", "correctness", "timings_meaningful", "peak_vram_mb", "description", "status",
@@ -38,7 +38,7 @@ INT_COLUMNS = {"experiment", "llm_tokens", "llm_cached_tokens", "llm_reasoning_t
 FLOAT_COLUMNS = {"throughput", "latency_us", "pct_peak", "speedup_vs_pytorch", "speedup_vs_compile", "peak_vram_mb",
                  "wall_seconds", "cost_usd"}
 BOOL_COLUMNS = {"timings_meaningful"}
-# The judge's numbers copied from bench.py's JSON result into a row.
+# The judge's numbers copied from bench.py's result (BenchResult) into a row.
 RESULT_COLUMNS = ("throughput", "latency_us", "pct_peak", "speedup_vs_pytorch", "speedup_vs_compile", "correctness",
                   "timings_meaningful", "peak_vram_mb")
 
@@ -48,10 +48,10 @@ class ResultsFileError(Exception):
     """results.tsv exists but is not one this version wrote (another header)."""
 
 
-def make_row(*, experiment: int, tag: str, kernel_type: str, result: dict, description: str, status: str,
+def make_row(*, experiment: int, tag: str, kernel_type: str, result: BenchResult, description: str, status: str,
              wall_seconds: float, llm_tokens: int, cost_usd: float | None = None, gpu: str | None = None,
              llm_cached_tokens: int = 0, llm_reasoning_tokens: int = 0) -> dict:
-    row = {column: result.get(column) for column in RESULT_COLUMNS}
+    row = {column: getattr(result, column) for column in RESULT_COLUMNS}
     row.update(experiment=experiment, tag=tag, kernel_type=kernel_type, description=description, status=status,
                wall_seconds=wall_seconds, llm_tokens=llm_tokens, cost_usd=cost_usd, gpu=gpu or None,
                llm_cached_tokens=llm_cached_tokens, llm_reasoning_tokens=llm_reasoning_tokens)

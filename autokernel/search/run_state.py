@@ -1,9 +1,10 @@
 """The run is its state: workspace/state.json holds every setting and every decision `--resume` needs.
 
-The records are in autokernel/core/contracts.py:
+The records are in autokernel/core/run_records.py (RunSettings in autokernel/core/contracts.py):
   - RunSettings: what the user asked for (budget, agent, LLM model and base URL, the limits);
     `--resume` restores them, and a flag given with it overrides its setting, out loud;
-  - JobProgress: where the loop stands on the current kernel (baseline, best, noise, history...);
+  - JobProgress: where the loop stands on the current kernel (baseline, best, noise, history...); its
+    results are JudgedResults, written as the bench's JSON with the policy's figures beside its fields;
   - RunState: the whole run: the jobs, the last kept commit, the numbering, tokens and cost, the
     built-in agent's search, where each job stands, and the two markers of a write sequence in progress:
       in_flight    a step (baseline, experiment, finish) has begun touching the tree;
@@ -26,7 +27,7 @@ import os
 from pathlib import Path
 
 from autokernel.core import paths
-from autokernel.core.contracts import JobProgress, RunState
+from autokernel.core.run_records import JobProgress, RunState
 from autokernel.core.errors import OptimizationError
 from autokernel.search import results
 

@@ -27,7 +27,8 @@ import torch
 from autokernel.agents.base import AgentError
 from autokernel.agents.factory import make_agent
 from autokernel.core import paths
-from autokernel.core.contracts import NO_GAIN, SPEED_UNKNOWN, Job, RunSettings, RunState
+from autokernel.core.contracts import NO_GAIN, SPEED_UNKNOWN, Job, RunSettings
+from autokernel.core.run_records import RunState
 from autokernel.core.errors import OptimizationError
 from autokernel.core.live import ProgressView, format_duration, format_speedup
 from autokernel.core.lock import RunLock

@@ -79,7 +79,7 @@ def attack_rows(on_gpu: bool, names: set[str] | None = None) -> tuple[list[str],
     if names and "forge_result_at_import" not in names:
         return lines, bad
     result = runner.run_bench(ATTACK_DIR / "forge_result_at_import.py", shapes=[], dtype="float16", timeout_s=600,
-                              seed=7, extra_args=["--quick"])
+                              seed=7, extra_args=["--quick"]).to_json()
     ok = result["correctness"] == "CRASH"
     bad += not ok
     lines.append(f"| forge_result_at_import | runner.run_bench (the loop) | CRASH | {result['correctness']} | "
@@ -102,7 +102,7 @@ def runner_rows(on_gpu: bool, names: set[str] | None = None) -> tuple[list[str],
     for name, path, correctness, message in chosen:
         started = time.monotonic()
         result = runner.run_bench(path, shapes=[], dtype="float16", timeout_s=900, seed=1234,
-                                  extra_args=[*BENCH_ARGS.get(name, []), "--quick"])
+                                  extra_args=[*BENCH_ARGS.get(name, []), "--quick"]).to_json()
         ok = result["correctness"] == correctness and message in str(result["message"])
         if correctness == "PASS":
             ok = ok and result.get("timings_meaningful") == on_gpu

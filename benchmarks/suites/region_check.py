@@ -76,8 +76,8 @@ def check_problem(name: str, divisor: int, device, folder: Path, log) -> list[di
         kernel.write_text(source)
         started = time.monotonic()
         # The output folder may be in a home folder, which the sandbox hides: the kernel's folder is named readable.
-        result = runner.run_bench(kernel, shapes=[region.shape()], dtype=region.definition.dtype, timeout_s=300,
-                                  seed=1, extra_args=["--quick", "--compare-compile"], readable=[kernel.parent])
+        result = runner.run_bench(kernel, shapes=[region.shape()], dtype=region.definition.dtype, timeout_s=300, seed=1,
+                                  extra_args=["--quick", "--compare-compile"], readable=[kernel.parent]).to_json()
         row.update(judge=result["correctness"], judge_s=round(time.monotonic() - started, 1),
                    message=(result.get("message") or "")[:200], starter_us=result.get("latency_us"),
                    compile_us=result.get("compile_latency_us"), eager_us=result.get("pytorch_latency_us"),

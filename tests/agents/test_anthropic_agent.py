@@ -9,7 +9,7 @@ from autokernel.agents.anthropic_agent import (DEFAULT_MAX_TOKENS, DEFAULT_MODEL
 KERNEL = 'KERNEL_TYPE = "rmsnorm"\n\ndef kernel_fn(x, weight, eps=1e-6):\n    return x\n'
 CONTEXT = AgentContext(kernel_type="rmsnorm", kernel_source=KERNEL, last_result=None, history=[], best_versions=[],
                        program="PLAYBOOK FOR CLAUDE", job={"rank": 3, "kernel_type": "rmsnorm", "dtype": "bfloat16",
-                                                           "shapes": [{"M": 4, "N": 64}], "gpu": "H100", "baseline": None})
+                                                           "shapes": [{"M": 4, "N": 64}], "gpu": "H100"})
 
 
 def sent_key(request) -> str | None:

@@ -6,6 +6,7 @@ import pytest
 
 from autokernel.agents import axis_order
 from autokernel.agents.tunables import read_tunables
+from autokernel.core.contracts import BenchResult
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,11 +44,11 @@ def test_a_tile_side_is_paired_with_its_own_buckets_warps(tile, names, warps):
 
 
 def test_the_bound_comes_from_the_first_passing_result_with_a_summary():
-    failed = {"correctness": "FAIL", "limits": {"bound": "compute"}}
-    on_cpu = {"correctness": "PASS", "limits": {"gpu": None, "bound": None}}
-    on_gpu = {"correctness": "PASS", "limits": {"gpu": "NVIDIA H100 SXM", "bound": "memory"}}
+    failed = BenchResult("FAIL", limits={"bound": "compute"})
+    on_cpu = BenchResult("PASS", limits={"gpu": None, "bound": None})
+    on_gpu = BenchResult("PASS", limits={"gpu": "NVIDIA H100 SXM", "bound": "memory"})
     assert axis_order.bound_of([None, failed, on_cpu, on_gpu]) == "memory"
-    assert axis_order.bound_of([on_cpu, {"correctness": "PASS"}]) is None
+    assert axis_order.bound_of([on_cpu, BenchResult("PASS")]) is None
 
 
 def test_the_buckets_a_job_does_not_use_are_their_siblings_with_the_same_parameters():

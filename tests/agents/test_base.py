@@ -23,7 +23,7 @@ from tests.fake_llm_server import FakeLLMServer
 KERNEL = 'KERNEL_TYPE = "softmax"\n\ndef kernel_fn(x):\n    return x\n'
 CONTEXT = AgentContext(kernel_type="softmax", kernel_source=KERNEL, last_result=None, history=[], best_versions=[],
                        program="PLAYBOOK", job={"rank": 1, "kernel_type": "softmax", "shapes": [{"M": 8, "N": 8}],
-                                                "dtype": "float16", "gpu": "test GPU", "baseline": None})
+                                                "dtype": "float16", "gpu": "test GPU"})
 
 
 class Sleeps(list):

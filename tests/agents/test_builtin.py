@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from autokernel.agents import AgentContext, SearchExhausted
 from autokernel.agents.builtin import BuiltinAgent, config_key, neighbours, score
 from autokernel.agents.tunables import read_tunables, rewrite_tunables
+from autokernel.core.contracts import BenchResult
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL = '''"""A kernel with two tunables."""
@@ -22,16 +24,23 @@ def kernel_fn(x):
 '''
 
 
-def passing(throughput: float) -> dict:
-    return {"correctness": "PASS", "throughput": throughput, "throughput_unit": "GB/s", "latency_us": 1e6 / throughput}
+def passing(throughput: float) -> BenchResult:
+    return BenchResult("PASS", throughput=throughput, throughput_unit="GB/s", latency_us=1e6 / throughput)
 
 
-FAILING = {"correctness": "FAIL", "failed_stage": "edge shapes", "message": "wrong", "throughput": None}
+FAILING = BenchResult("FAIL", failed_stage="edge shapes", message="wrong", throughput=None)
+
+
+def context(*args, **fields) -> AgentContext:
+    """An AgentContext as the loop makes one: the job's JSON, and its measured baseline (here job["baseline"]) apart."""
+    ctx = AgentContext(*args, **fields)
+    return replace(ctx, job={key: value for key, value in ctx.job.items() if key != "baseline"},
+                   baseline=ctx.job.get("baseline"))
 
 
 def peak_at(block: int, warps: int):
     """A smooth throughput landscape with its single peak at (block, warps)."""
-    def bench(config: dict) -> dict:
+    def bench(config: dict) -> BenchResult:
         distance = (math.log2(config["BLOCK"] / block)) ** 2 + (math.log2(config["num_warps"] / warps)) ** 2
         return passing(1000.0 / (1.0 + distance))
     return bench
@@ -44,7 +53,7 @@ def run_loop(bench, source=KERNEL, agent=None, rank=1, max_experiments=100):
     job = {"rank": rank, "kernel_type": "softmax", "shapes": [], "dtype": "float16", "gpu": "test", "baseline": kept_result}
     last_result, history, proposals = None, [], []
     for experiment in range(1, max_experiments + 1):
-        ctx = AgentContext("softmax", kept, last_result, history[-10:], [(kept, kept_result)], "", job)
+        ctx = context("softmax", kept, last_result, history[-10:], [(kept, kept_result)], "", job)
         try:
             proposal = agent.propose(ctx)
         except SearchExhausted as exhausted:
@@ -55,8 +64,8 @@ def run_loop(bench, source=KERNEL, agent=None, rank=1, max_experiments=100):
         if improved:
             kept, kept_result = proposal.kernel_source, last_result
         history.append({"experiment": experiment, "description": proposal.description,
-                        "status": "keep" if improved else "revert", "correctness": last_result["correctness"],
-                        "throughput": last_result["throughput"], "speedup_vs_pytorch": None, "message": ""})
+                        "status": "keep" if improved else "revert", "correctness": last_result.correctness,
+                        "throughput": last_result.throughput, "speedup_vs_pytorch": None, "message": ""})
     raise AssertionError(f"the search did not stop within {max_experiments} experiments")
 
 
@@ -80,7 +89,7 @@ def test_never_proposes_a_configuration_twice_or_the_starting_one():
 
 def test_proposals_change_only_the_tunables_and_say_how():
     agent = BuiltinAgent()
-    ctx = AgentContext("softmax", KERNEL, None, [], [], "", {"rank": 1, "baseline": passing(100.0)})
+    ctx = context("softmax", KERNEL, None, [], [], "", {"rank": 1, "baseline": passing(100.0)})
     proposal = agent.propose(ctx)
     assert proposal.description == "BLOCK 64 -> 32"
     assert proposal.kernel_source == KERNEL.replace('"BLOCK": 64,', '"BLOCK": 32,')
@@ -106,7 +115,7 @@ def test_same_results_give_the_same_proposals():
 
 def test_latency_is_the_score_when_there_is_no_throughput():
     def bench(config):
-        return {"correctness": "PASS", "throughput": None, "latency_us": abs(config["num_warps"] - 2) + 10.0}
+        return BenchResult("PASS", throughput=None, latency_us=abs(config["num_warps"] - 2) + 10.0)
 
     _, kept, _ = run_loop(bench)
     assert read_tunables(kept)[0]["num_warps"] == 2
@@ -121,24 +130,24 @@ def test_exhausts_when_every_choice_is_tried():
 
 def test_each_job_has_its_own_search():
     agent = BuiltinAgent()
-    first = agent.propose(AgentContext("softmax", KERNEL, None, [], [], "", {"rank": 1}))
-    second = agent.propose(AgentContext("softmax", KERNEL, None, [], [], "", {"rank": 2}))
+    first = agent.propose(context("softmax", KERNEL, None, [], [], "", {"rank": 1}))
+    second = agent.propose(context("softmax", KERNEL, None, [], [], "", {"rank": 2}))
     assert first.kernel_source == second.kernel_source
 
 
 def test_resumed_run_does_not_repeat_kept_versions():
     older = rewrite_tunables(KERNEL, {"BLOCK": 32, "num_warps": 4})
-    ctx = AgentContext("softmax", KERNEL, None, [], [(KERNEL, passing(200.0)), (older, passing(150.0))], "", {"rank": 1})
+    ctx = context("softmax", KERNEL, None, [], [(KERNEL, passing(200.0)), (older, passing(150.0))], "", {"rank": 1})
     assert read_tunables(BuiltinAgent().propose(ctx).kernel_source)[0] == {"BLOCK": 128, "num_warps": 4}
 
 
 def test_outcome_is_read_from_history_when_there_is_no_last_result():
     agent = BuiltinAgent()
     job = {"rank": 1, "baseline": passing(100.0)}
-    proposal = agent.propose(AgentContext("softmax", KERNEL, None, [], [], "", job))
+    proposal = agent.propose(context("softmax", KERNEL, None, [], [], "", job))
     history = [{"experiment": 1, "description": proposal.description, "status": "keep", "correctness": "PASS",
                 "throughput": 500.0, "speedup_vs_pytorch": None, "message": ""}]
-    following = agent.propose(AgentContext("softmax", proposal.kernel_source, None, history, [], "", job))
+    following = agent.propose(context("softmax", proposal.kernel_source, None, history, [], "", job))
     assert read_tunables(following.kernel_source)[0] == {"BLOCK": 16, "num_warps": 4}, "walks on past an improvement"
 
 
@@ -148,12 +157,12 @@ def test_outcome_is_read_from_history_when_there_is_no_last_result():
 ])
 def test_kernels_without_a_search_space_are_exhausted_at_once(source, complaint):
     with pytest.raises(SearchExhausted, match=complaint):
-        BuiltinAgent().propose(AgentContext("softmax", source, None, [], [], "", {"rank": 1}))
+        BuiltinAgent().propose(context("softmax", source, None, [], [], "", {"rank": 1}))
 
 
 def test_searches_a_real_starter():
     source = (ROOT / "kernels" / "softmax.py").read_text()
-    proposal = BuiltinAgent().propose(AgentContext("softmax", source, None, [], [], "", {"rank": 1}))
+    proposal = BuiltinAgent().propose(context("softmax", source, None, [], [], "", {"rank": 1}))
     before, choices = read_tunables(source)
     after, _ = read_tunables(proposal.kernel_source)
     changed = {name for name in before if before[name] != after[name]}
@@ -171,7 +180,7 @@ def test_the_search_survives_a_resume_without_repeating_a_configuration():
     job = {"rank": 1, "kernel_type": "softmax", "shapes": [], "dtype": "float16", "gpu": "test",
            "baseline": bench(read_tunables(KERNEL)[0])}
     first = BuiltinAgent()
-    ctx = AgentContext("softmax", KERNEL, None, [], [(KERNEL, job["baseline"])], "", job)
+    ctx = context("softmax", KERNEL, None, [], [(KERNEL, job["baseline"])], "", job)
     seen = [first.propose(ctx)]
     ctx.last_result = bench(read_tunables(seen[0].kernel_source)[0])     # reverted: the kept kernel stays KERNEL
     seen.append(first.propose(ctx))
@@ -194,17 +203,17 @@ TUNABLE_CHOICES = {"num_stages": [1, 2, 3], "BLOCK_M": [32, 64, 128], "MAX_BLOCK
 '''
 
 
-def bound_result(bound: str | None, throughput: float = 100.0) -> dict:
+def bound_result(bound: str | None, throughput: float = 100.0) -> BenchResult:
     """A passing result whose judge's summary (bench.py's `limits`) puts the kernel on this side of the roofline."""
     limits = {"gpu": "NVIDIA H100 SXM", "bound": bound} if bound else {"gpu": None, "bound": None}
-    return {**passing(throughput), "limits": limits}
+    return replace(passing(throughput), limits=limits)
 
 
 def axes_walked(bound: str | None, source: str = ROW_KERNEL, job: dict | None = None) -> list[str]:
     """The tunables in the order the search first changes each, on a flat landscape (nothing improves)."""
     job = job or {"rank": 1, "kernel_type": "softmax", "shapes": [], "dtype": "float16"}
     agent, kept = BuiltinAgent(), read_tunables(source)[0]
-    ctx = AgentContext("softmax", source, None, [], [], "", {**job, "baseline": bound_result(bound)})
+    ctx = context("softmax", source, None, [], [], "", {**job, "baseline": bound_result(bound)})
     walked = []
     while True:
         try:
@@ -250,7 +259,7 @@ def test_a_matmul_job_walks_the_bucket_its_shapes_use_first_and_the_other_bucket
     source = source.replace('"engine_16bit": True', '"engine_16bit": False')      # the pointer tiles' buckets
     job = {"rank": 1, "kernel_type": "matmul", "shapes": [{"M": 512, "N": 4096, "K": 4096}], "dtype": "bfloat16"}
     agent = BuiltinAgent()
-    proposal = agent.propose(AgentContext("matmul", source, None, [], [], "", {**job, "baseline": bound_result("compute")}))
+    proposal = agent.propose(context("matmul", source, None, [], [], "", {**job, "baseline": bound_result("compute")}))
     [search] = agent._searches.values()
     assert search.buckets == ["mid"] and search.bound == "compute"
     assert search.order[:7] == ["mid_stages", "mid_warps", "GROUP_M", "mid_BLOCK_M", "mid_BLOCK_N", "mid_BLOCK_K",
@@ -265,7 +274,7 @@ def test_a_job_on_the_engine_walks_whole_plans_first():
     job = {"rank": 1, "kernel_type": "rmsnorm_mlp", "shapes": [{"M": 4096, "D": 2048, "F": 5632, "act": "silu"}],
            "dtype": "float16"}
     agent = BuiltinAgent()
-    proposal = agent.propose(AgentContext("rmsnorm_mlp", source, None, [], [], "",
+    proposal = agent.propose(context("rmsnorm_mlp", source, None, [], [], "",
                                           {**job, "baseline": bound_result("compute")}))
     [search] = agent._searches.values()
     assert search.order[:6] == ["gate_up", "gate_up_plan", "down_plan", "warp_specialize", "group_m", "split_k"]
@@ -279,14 +288,14 @@ def test_a_job_on_the_engine_walks_whole_plans_first():
 def test_a_resumed_search_keeps_its_order_even_when_the_results_it_sees_change():
     job = {"rank": 1, "kernel_type": "softmax", "shapes": [], "dtype": "float16", "baseline": bound_result("memory")}
     first = BuiltinAgent()
-    ctx = AgentContext("softmax", ROW_KERNEL, None, [], [], "", job)
+    ctx = context("softmax", ROW_KERNEL, None, [], [], "", job)
     first.propose(ctx)
     ctx.last_result = bound_result("memory", 50.0)
     state = json.loads(json.dumps(first.state_dict()))            # as workspace/state.json stores it
     resumed = BuiltinAgent()
     resumed.load_state(state)
     # A resumed run whose results now read compute-bound (another GPU) still walks the order it chose.
-    later = AgentContext("softmax", ROW_KERNEL, bound_result("compute", 50.0), [], [], "",
+    later = context("softmax", ROW_KERNEL, bound_result("compute", 50.0), [], [], "",
                          {**job, "baseline": bound_result("compute")})
     assert resumed.propose(later).kernel_source == first.propose(later).kernel_source
     assert resumed.state_dict() == first.state_dict()
@@ -295,7 +304,7 @@ def test_a_resumed_search_keeps_its_order_even_when_the_results_it_sees_change()
 def test_a_search_saved_before_orders_existed_resumes_in_declaration_order():
     job = {"rank": 1, "kernel_type": "softmax", "shapes": [], "dtype": "float16", "baseline": bound_result("compute")}
     agent = BuiltinAgent()
-    agent.propose(AgentContext("softmax", ROW_KERNEL, None, [], [], "", job))
+    agent.propose(context("softmax", ROW_KERNEL, None, [], [], "", job))
     state = agent.state_dict()
     for search in state["searches"]:
         for key in ("order", "bound", "buckets"):
@@ -303,7 +312,7 @@ def test_a_search_saved_before_orders_existed_resumes_in_declaration_order():
     old = BuiltinAgent()
     old.load_state(state)
     old._searches[("softmax", 1)].pending = None                   # its first proposal's outcome is unknown
-    proposal = old.propose(AgentContext("softmax", ROW_KERNEL, None, [], [], "", job))
+    proposal = old.propose(context("softmax", ROW_KERNEL, None, [], [], "", job))
     before, after = read_tunables(ROW_KERNEL)[0], read_tunables(proposal.kernel_source)[0]
     assert [name for name in before if before[name] != after[name]] == ["num_stages"]
 
@@ -316,7 +325,7 @@ def test_with_candidates_in_flight_it_proposes_other_directions_then_waits_then_
     job = {"rank": 1, "kernel_type": "softmax", "shapes": [], "dtype": "float16", "baseline": bench(read_tunables(KERNEL)[0])}
 
     def ask(in_flight):
-        return agent.propose(AgentContext("softmax", KERNEL, None, [], [(KERNEL, job["baseline"])], "", job,
+        return agent.propose(context("softmax", KERNEL, None, [], [(KERNEL, job["baseline"])], "", job,
                                           in_flight=in_flight))
 
     flying = []
@@ -340,7 +349,7 @@ def test_with_candidates_in_flight_it_proposes_other_directions_then_waits_then_
 def test_a_resumed_run_proposes_again_what_was_in_flight_when_it_was_killed():
     agent = BuiltinAgent()
     job = {"rank": 1, "kernel_type": "softmax", "shapes": [], "dtype": "float16", "baseline": passing(100.0)}
-    ctx = AgentContext("softmax", KERNEL, None, [], [(KERNEL, passing(100.0))], "", job, in_flight=[])
+    ctx = context("softmax", KERNEL, None, [], [(KERNEL, passing(100.0))], "", job, in_flight=[])
     lost = agent.propose(ctx)
     resumed = BuiltinAgent()
     resumed.load_state(json.loads(json.dumps(agent.state_dict())))

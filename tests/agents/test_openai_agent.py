@@ -8,7 +8,7 @@ from autokernel.agents.openai_agent import DEFAULT_MAX_TOKENS, DEFAULT_MODEL, LO
 KERNEL = 'KERNEL_TYPE = "reduce"\n\ndef kernel_fn(x, dim=-1, op="sum"):\n    return x\n'
 CONTEXT = AgentContext(kernel_type="reduce", kernel_source=KERNEL, last_result=None, history=[], best_versions=[],
                        program="PLAYBOOK FOR GPT", job={"rank": 1, "kernel_type": "reduce", "dtype": "float32",
-                                                        "shapes": [{"M": 4, "N": 64}], "gpu": "A100", "baseline": None})
+                                                        "shapes": [{"M": 4, "N": 64}], "gpu": "A100"})
 
 
 def test_sends_system_and_user_messages(server):

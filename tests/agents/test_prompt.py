@@ -3,6 +3,8 @@
 Replies are read in tests/agents/test_reply.py; the playbook's selection in tests/agents/test_playbook.py.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ from autokernel.agents.base import AgentContext
 from autokernel.agents.feedback import HISTORY_WINDOW, describe_result
 from autokernel.agents.prompt import build_messages
 from autokernel.core import hardware
+from autokernel.core.contracts import BenchResult, JudgedResult
 from autokernel.core.paths import PROGRAM_MD
 from autokernel.judge import limits
 from autokernel.kernel_types import registry
@@ -20,24 +23,28 @@ HELPERS = "".join(f"\n\ndef _helper_{n}(x):\n    return x  # a line of a real ke
 KERNEL = 'KERNEL_TYPE = "softmax"\nTUNABLES = {"BLOCK": 64}\n' + HELPERS + '\n\ndef kernel_fn(x):\n    return x\n'
 OLDER_KERNEL = KERNEL.replace('"BLOCK": 64', '"BLOCK": 32')
 KERNEL_FN_LINE = KERNEL.splitlines().index("def kernel_fn(x):") + 1
-PASS = {"correctness": "PASS", "throughput": 1234.5678, "throughput_unit": "GB/s", "latency_us": 81.0,
-        "pct_peak": 37.5, "bound": "memory", "speedup_vs_pytorch": 1.42, "speedup_vs_compile": 0.97,
-        "timing_shapes": ["M=8192,N=8192"], "dtype": "float16", "timings_meaningful": True}
-FAIL = {"correctness": "FAIL", "failed_stage": "edge shapes",
-        "message": "M=3,N=1023 float16: max abs error 0.5 at (2, 1022)"}
+PASS = BenchResult("PASS", throughput=1234.5678, throughput_unit="GB/s", latency_us=81.0, pct_peak=37.5, bound="memory",
+                   speedup_vs_pytorch=1.42, speedup_vs_compile=0.97, timing_shapes=["M=8192,N=8192"], dtype="float16",
+                   timings_meaningful=True)
+FAIL = BenchResult("FAIL", failed_stage="edge shapes", message="M=3,N=1023 float16: max abs error 0.5 at (2, 1022)")
 H100 = hardware.Platform(hardware.lookup("NVIDIA H100 80GB HBM3"), triton="3.6.0", cuda="13.0", torch="2.11.0")
 CPU = hardware.Platform(hardware.CPU_INTERPRETER, triton="3.9.0", cuda=None, torch="2.13.0")
 
 
+def _best(latency_us: float) -> JudgedResult:
+    """The best an experiment was judged against."""
+    return JudgedResult(BenchResult("PASS", latency_us=latency_us))
+
+
 def context(**changes) -> AgentContext:
     fields = dict(kernel_type="softmax", kernel_source=KERNEL, last_result=FAIL,
-                  history=[policy.history_entry(1, "BLOCK 32 -> 64", "keep", PASS, against={"latency_us": 90.0},
+                  history=[policy.history_entry(1, "BLOCK 32 -> 64", "keep", JudgedResult(PASS), against=_best(90.0),
                                                 noise=0.02, hypothesis="more rows per program"),
-                           policy.history_entry(2, "drop the column mask", "revert", FAIL,
-                                                against={"latency_us": 81.0}, noise=0.02)],
+                           policy.history_entry(2, "drop the column mask", "revert", JudgedResult(FAIL),
+                                                against=_best(81.0), noise=0.02)],
                   best_versions=[(KERNEL, PASS), (OLDER_KERNEL, PASS)], program="PLAYBOOK TEXT",
-                  job={"rank": 2, "kernel_type": "softmax", "shapes": [{"M": 4096, "N": 50257}], "dtype": "bfloat16",
-                       "baseline": PASS}, platform=CPU)
+                  job={"rank": 2, "kernel_type": "softmax", "shapes": [{"M": 4096, "N": 50257}], "dtype": "bfloat16"},
+                  baseline=PASS, platform=CPU)
     fields.update(changes)
     return AgentContext(**fields)
 
@@ -76,20 +83,20 @@ def test_pass_result_reports_speed_headroom_and_bound():
     text = describe_result(PASS)
     for fragment in ("throughput 1235 GB/s", "37.5% of peak", "memory-bound", "1.42x vs PyTorch", "M=8192,N=8192"):
         assert fragment in text
-    assert "say nothing about GPU speed" in describe_result({**PASS, "timings_meaningful": False})
+    assert "say nothing about GPU speed" in describe_result(replace(PASS, timings_meaningful=False))
 
 
 def test_long_error_keeps_both_ends():
     message = "stage summary " + "x" * 10000 + " root cause"
-    text = describe_result({**FAIL, "message": message})
+    text = describe_result(replace(FAIL, message=message))
     assert "stage summary" in text and "root cause" in text and "characters cut" in text
     assert len(text) < 4000
 
 
 # --------------------------------------------------------------------------- the machine and the launch
-def _launched(grid: list[int]) -> dict:
-    return {**PASS, "compiled": [{"kernel": "_softmax_rows", "registers": 32, "spills": 0, "shared_bytes": 0,
-                                  "num_warps": 4, "num_stages": 1, "grid": grid}]}
+def _launched(grid: list[int]) -> BenchResult:
+    return replace(PASS, compiled=[{"kernel": "_softmax_rows", "registers": 32, "spills": 0, "shared_bytes": 0,
+                                    "num_warps": 4, "num_stages": 1, "grid": grid}])
 
 
 def test_the_gpu_prompt_names_the_machine_and_each_kernels_grid_and_programs_per_sm():
@@ -105,18 +112,18 @@ def test_the_gpu_prompt_names_the_machine_and_each_kernels_grid_and_programs_per
     assert "launched _softmax_rows: grid (8, 1, 1) = 8 programs" in cpu.turn
 
 
-def _baseline_on_h100(shape: dict, latency_us: float, floor_us: float | None) -> dict:
+def _baseline_on_h100(shape: dict, latency_us: float, floor_us: float | None) -> BenchResult:
     summary = limits.summarize(registry.get("softmax"), torch.float16, H100.gpu, [(shape, latency_us)], [],
                                tf32=False, floor_us=floor_us)
-    return {**PASS, "limits": summary.to_json(), "launch_floor_us": floor_us,
-            "timings": [{"shape": registry.format_shape(shape), "latency_us": latency_us}]}
+    return replace(PASS, limits=summary.to_json(), launch_floor_us=floor_us,
+                   timings=[{"shape": registry.format_shape(shape), "latency_us": latency_us}])
 
 
 def test_a_latency_bound_job_gets_its_headroom_against_the_launch_floor_and_its_regimes_advice():
     shape = {"M": 64, "N": 512}                          # 128 KB in fp16 moves in 0.04 us at 3.35 TB/s
     baseline = _baseline_on_h100(shape, latency_us=6.0, floor_us=4.0)
-    job = {"rank": 1, "kernel_type": "softmax", "shapes": [shape], "dtype": "float16", "baseline": baseline}
-    messages = build_messages(context(job=job, last_result=baseline, platform=H100,
+    job = {"rank": 1, "kernel_type": "softmax", "shapes": [shape], "dtype": "float16"}
+    messages = build_messages(context(job=job, baseline=baseline, last_result=baseline, platform=H100,
                                       program=PROGRAM_MD.read_text()))
     assert "latency-bound: its roofline time, 0.0391 us, is below the launch floor (4 us measured" in messages.turn
     assert "so at most 1.5x left above that floor" in messages.turn
@@ -124,15 +131,15 @@ def test_a_latency_bound_job_gets_its_headroom_against_the_launch_floor_and_its_
     assert "### Latency-bound shapes" in messages.system and "### Memory-bound shapes" not in messages.system
     big = {"M": 8192, "N": 8192}
     bandwidth_bound = _baseline_on_h100(big, latency_us=100.0, floor_us=4.0)
-    system = build_messages(context(job={**job, "shapes": [big], "baseline": bandwidth_bound}, platform=H100,
+    system = build_messages(context(job={**job, "shapes": [big]}, baseline=bandwidth_bound, platform=H100,
                                     program=PROGRAM_MD.read_text())).system
     assert "### Memory-bound shapes" in system and "### Latency-bound shapes" not in system
 
 
 # --------------------------------------------------------------------------- memory: history and failures
 def test_history_rows_older_than_the_window_are_summarised_not_dropped():
-    history = [policy.history_entry(n, f"idea number {n}", "revert", {**PASS, "latency_us": 90.0},
-                                    against={"latency_us": 81.0}, noise=0.02) for n in range(1, 31)]
+    history = [policy.history_entry(n, f"idea number {n}", "revert", JudgedResult(replace(PASS, latency_us=90.0)),
+                                    against=_best(81.0), noise=0.02) for n in range(1, 31)]
     older = [{"experiment": 0, "status": "keep", "reason": "", "description": "the very first idea"}]
     turn = build_messages(context(history=history, older=older)).turn
     assert "## Earlier experiments (19, summarised: do not try these ideas again)" in turn
@@ -149,8 +156,8 @@ def test_a_failed_candidate_is_shown_as_a_diff_with_its_whole_error_mapped_to_it
     message = f"SyntaxError: invalid syntax (at kernel.py:{line}: y = x +) -- " + "detail " * 400 + "the end"
     failure = {"experiment": 7, "description": "fuse the add", "hypothesis": "one launch less",
                "source": failed, "correctness": "CRASH", "failed_stage": "load", "message": message, "fix_turn": 0}
-    turn = build_messages(context(failure=failure, last_result={"correctness": "CRASH", "failed_stage": "load",
-                                                                "message": message})).turn
+    turn = build_messages(context(failure=failure, last_result=BenchResult("CRASH", failed_stage="load",
+                                                                           message=message))).turn
     section = turn[turn.index("## The last candidate failed: exp 7 (fuse the add), CRASH at load"):]
     assert "Its hypothesis: one launch less" in section
     assert message in section, "the whole error, not a cut one"

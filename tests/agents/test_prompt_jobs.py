@@ -2,6 +2,7 @@
 per-shape speedups against PyTorch's best, and what limits the kernel at the job's shapes."""
 
 import os
+from dataclasses import replace
 
 import pytest
 import torch
@@ -9,13 +10,14 @@ import torch
 from autokernel.agents.base import AgentContext
 from autokernel.agents.prompt import build_messages
 from autokernel.core import hardware
+from autokernel.core.contracts import BenchResult
 from autokernel.judge import limits
 from autokernel.kernel_types import registry
 
 H100 = hardware.Platform(hardware.lookup("NVIDIA H100 80GB HBM3"), triton="3.6.0", cuda="13.0", torch="2.11.0")
-PASS = {"correctness": "PASS", "throughput": 1234.5678, "throughput_unit": "GB/s", "latency_us": 81.0,
-        "pct_peak": 37.5, "bound": "memory", "speedup_vs_pytorch": 1.42, "timings_meaningful": True}
-FAIL = {"correctness": "FAIL", "failed_stage": "edge shapes", "message": "wrong"}
+PASS = BenchResult("PASS", throughput=1234.5678, throughput_unit="GB/s", latency_us=81.0, pct_peak=37.5, bound="memory",
+                   speedup_vs_pytorch=1.42, timings_meaningful=True)
+FAIL = BenchResult("FAIL", failed_stage="edge shapes", message="wrong")
 
 
 @pytest.fixture(scope="module")
@@ -29,31 +31,31 @@ def extracted_job(tmp_path_factory) -> dict:
                                model_kwargs={"config": "tiny", "n_layers": 1, "vocab_size": 128})
     profiler.profile_to_workspace(loaded.model, loaded.inputs, name=loaded.name, workspace=workspace,
                                   warmup=0, iters=1)
-    # As the loop hands it to the agent: the Job's JSON (plus the baseline, once it is measured).
+    # As the loop hands it to the agent: the Job's JSON (its baseline, once it is measured, goes apart).
     return kernel_jobs.extract_jobs(workspace / profiler.PLAN_FILE, 1, workspace)[0].to_json()
 
 
-def context(job: dict, last_result: dict, platform=H100, best_versions=()) -> AgentContext:
+def context(job: dict, last_result: BenchResult, platform=H100, best_versions=()) -> AgentContext:
     return AgentContext(kernel_type=job["kernel_type"], kernel_source="KERNEL_TYPE = 'x'\n", last_result=last_result,
                         history=[], best_versions=list(best_versions), program="PLAYBOOK", job=job, platform=platform)
 
 
-def _judged(job: dict, gpu, latency_us: float, compiled: list[dict]) -> dict:
+def _judged(job: dict, gpu, latency_us: float, compiled: list[dict]) -> BenchResult:
     """A passing bench result for the job's first shape, its `limits` made as bench.py makes them."""
     shape = job["shapes"][0]
     summary = limits.summarize(registry.get(job["kernel_type"]), getattr(torch, job["dtype"]), gpu,
                                [(shape, latency_us)], compiled, tf32=False)
-    return {**PASS, "dtype": job["dtype"], "timing_shapes": [registry.format_shape(shape)], "compiled": compiled,
-            "timings": [{"shape": registry.format_shape(shape), "latency_us": latency_us,
-                         "pytorch_latency_us": 2 * latency_us, "compile_latency_us": None}],
-            "limits": summary.to_json(), "timings_meaningful": gpu.is_gpu}
+    return replace(PASS, dtype=job["dtype"], timing_shapes=[registry.format_shape(shape)], compiled=compiled,
+                   timings=[{"shape": registry.format_shape(shape), "latency_us": latency_us,
+                             "pytorch_latency_us": 2 * latency_us, "compile_latency_us": None}],
+                   limits=summary.to_json(), timings_meaningful=gpu.is_gpu)
 
 
 def test_the_prompt_carries_the_gpu_its_peaks_and_the_per_shape_speedups(extracted_job):
     job = extracted_job
     shape = job["shape_args"][0]
-    timed = {**PASS, "timings": [{"shape": shape, "latency_us": 40.0, "pytorch_latency_us": 60.0,
-                                  "compile_latency_us": 50.0}]}
+    timed = replace(PASS, timings=[{"shape": shape, "latency_us": 40.0, "pytorch_latency_us": 60.0,
+                                    "compile_latency_us": 50.0}])
     messages = build_messages(context(job, timed))
     assert "Peaks: fp16 989.4 TFLOP/s" in messages.job and "memory 3350 GB/s" in messages.job
     assert f"| {shape} | 40 | 60 | 50 | 1.25x |" in messages.turn      # against the faster of eager and compile

@@ -43,8 +43,8 @@ def test_a_region_of_each_kind_is_found_judged_and_routed(kind, tmp_path, monkey
 
     result = runner.run_bench(path, shapes=[region.shape()], dtype=region.definition.dtype, timeout_s=300, seed=3,
                               extra_args=["--quick"])
-    assert result["correctness"] == "PASS", result["message"]
-    assert len(result["stages"]) == 5
+    assert result.correctness == "PASS", result.message
+    assert len(result.stages) == 5
 
     folder = tmp_path / "optimized"
     store.copy_to(region.name, folder)

@@ -54,10 +54,10 @@ def test_a_region_starter_passes_the_judges_five_stages(folder):
     region, path = made("gemm_sigmoid_rowsum", folder)
     result = runner.run_bench(path, shapes=[region.shape()], dtype="float32", timeout_s=300, seed=5,
                               extra_args=["--quick"])
-    assert result["correctness"] == "PASS", result["message"]
-    assert [s["stage"] for s in result["stages"]] == ["smoke", "shape sweep", "stability", "determinism",
+    assert result.correctness == "PASS", result.message
+    assert [s["stage"] for s in result.stages] == ["smoke", "shape sweep", "stability", "determinism",
                                                       "edge shapes"]
-    assert result["kernel_type"] == region.name and result["stages"][2]["cases"] >= 2
+    assert result.kernel_type == region.name and result.stages[2]["cases"] >= 2
 
 
 @pytest.mark.slow
@@ -65,7 +65,7 @@ def test_the_judge_refuses_another_dtype_than_the_regions(folder):
     region, path = made("tanh_gelu", folder)
     result = runner.run_bench(path, shapes=[region.shape()], dtype="float16", timeout_s=300, seed=5,
                               extra_args=["--quick"])
-    assert result["correctness"] == "FAIL" and "judged in float32 only" in result["message"]
+    assert result.correctness == "FAIL" and "judged in float32 only" in result.message
 
 
 @pytest.mark.slow
@@ -91,7 +91,7 @@ open(_file, "w").write(json.dumps(_data))
                                   extra_args=["--quick"])
     finally:
         region_file.write_text(original)
-    assert result["correctness"] == "CRASH" and "changed after it was written" in result["message"]
+    assert result.correctness == "CRASH" and "changed after it was written" in result.message
 
 
 def test_a_gemm_templates_tiles_are_tunables_and_any_choice_computes_the_region(folder):
