@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
+from torch._subclasses.fake_tensor import is_fake
 
 KERNEL_TYPE = "flash_attention"
 
@@ -168,6 +169,8 @@ def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, group, seq_q, seq_k, 
                             stride_vb, stride_vh, stride_vs, stride_vd, stride_ob, stride_oh, stride_os, stride_od,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                             BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
+    # torch.compile passes a Python float as float64, which would carry the softmax and the accumulator to float64.
+    qk_scale = tl.cast(qk_scale, tl.float32)
     batch, head, kv_head, first_query, causal_shift, unmasked_stop, key_stop = _query_block(
         H, group, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
     # int64 offsets: B * H * S * D may pass 2^31.
@@ -203,6 +206,7 @@ def _flash_attention_tma_kernel(desc_q, desc_k, desc_v, desc_o, H, group, seq_q,
                                 CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
     """The same attention with every tile copied by TMA: (B, H, S, D) descriptors, so any batch and
     head strides work, and rows past S or columns past D arrive as zeros and are clipped on store."""
+    qk_scale = tl.cast(qk_scale, tl.float32)       # float64 under torch.compile, as above
     batch, head, kv_head, first_query, causal_shift, unmasked_stop, key_stop = _query_block(
         H, group, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
     queries = first_query + tl.arange(0, BLOCK_M)
@@ -234,10 +238,18 @@ def _stages_that_fit(requested: int, stage_bytes: int, fixed_bytes: int, device:
     return max(1, min(requested, (_shared_memory_bytes(device.index) - fixed_bytes) // stage_bytes))
 
 
+def _address(t: torch.Tensor) -> int:
+    """t's first element's address, for alignment checks. torch.compile traces the kernel on fake tensors, which
+    have no memory: there it is t's offset into its storage, whose base the allocator aligns to 512 bytes."""
+    if is_fake(t):
+        return t.storage_offset() * t.element_size()
+    return t.data_ptr()
+
+
 def _tma_ready(*tensors: torch.Tensor) -> bool:
     """TMA needs Hopper or later (or the interpreter), a unit last stride, 16-byte-aligned other strides and bases."""
     for t in tensors:
-        if t.stride(-1) != 1 or t.data_ptr() % 16 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
+        if t.stride(-1) != 1 or _address(t) % 16 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
             return False
     return not tensors[0].is_cuda or _capability(tensors[0].device.index)[0] >= 9
 

@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
+from torch._subclasses.fake_tensor import is_fake
 
 KERNEL_TYPE = "fused_mlp"
 
@@ -362,9 +363,17 @@ def engine_on_gpu(t: torch.Tensor) -> bool:
     return t.device.type == "cuda"
 
 
+def _engine_address(t: torch.Tensor) -> int:
+    """t's first element's address, for alignment checks. torch.compile traces the kernel on fake tensors, which
+    have no memory: there it is t's offset into its storage, whose base the allocator aligns to 512 bytes."""
+    if is_fake(t):
+        return t.storage_offset() * t.element_size()
+    return t.data_ptr()
+
+
 def _engine_tma(t: torch.Tensor) -> bool:
     """Whether TMA can describe the 2-D t as it is: Hopper (or the interpreter), unit last stride, 16-byte rows."""
-    if t.dim() != 2 or t.stride(1) != 1 or t.data_ptr() % 16 or (t.stride(0) * t.element_size()) % 16:
+    if t.dim() != 2 or t.stride(1) != 1 or _engine_address(t) % 16 or (t.stride(0) * t.element_size()) % 16:
         return False
     if t.shape[0] > 1 and t.stride(0) < t.shape[1]:
         return False

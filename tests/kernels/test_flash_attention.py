@@ -85,6 +85,56 @@ def test_tma_is_used_only_where_the_copy_engine_can_describe_the_tensors():
     assert not attention._tma_ready(q.transpose(2, 3), k, v)                     # strided head dim
 
 
+
+def test_the_tma_check_works_on_fake_tensors_as_torch_compile_traces_the_kernel():
+    """torch.compile traces kernel_fn on fake tensors, which have no data pointer: the alignment comes from the
+    storage offset there (GPT-2's routes under compile were lost to 'Cannot access data pointer')."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    q, k, v = _qkv(1, 2, 16, 64, dtype=torch.float16)
+    with FakeTensorMode() as mode:
+        fq, fk, fv = (mode.from_tensor(t) for t in (q, k, v))
+        assert attention._tma_ready(fq, fk, fv)
+        shifted = mode.from_tensor(torch.empty(2 * 16 * 64 + 1, dtype=torch.float16)[1:].view(1, 2, 16, 64))
+        assert not attention._tma_ready(shifted, fk, fv)                    # 2 bytes past a 16-byte boundary
+
+
+LOWER_WITH_A_FLOAT64_SCALE = """
+import sys
+from triton.backends import backends
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton._C.libtriton import ir
+from autokernel.core.kernel_file import import_file
+
+kernel = import_file(sys.argv[1], "_lowered_attention")._flash_attention_kernel
+constants = {"BLOCK_M": 64, "BLOCK_N": 64, "HEAD_DIM": 64, "BLOCK_D": 64, "CAUSAL": True, "UPCAST": False, "group": 1}
+signature = {name: "constexpr" if name in constants else "*fp16" if name.endswith("_ptr") else
+             "fp64" if name == "qk_scale" else "i32" for name in kernel.arg_names}
+source = ASTSource(kernel, signature, {(kernel.arg_names.index(n),): v for n, v in constants.items()})
+target = GPUTarget("cuda", 90, 32)
+backend = backends["nvidia"].compiler(target)
+options = backend.parse_options({})
+context = ir.context()
+ir.load_dialects(context)
+backend.load_dialects(context)
+module = source.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(), context)
+print("lowered", "tt.dot" in str(module))
+"""
+
+
+def test_a_float64_scale_as_torch_compile_passes_it_still_lowers_for_hopper():
+    """Inductor types a Python float argument of a user kernel float64; the kernel must still lower to Triton IR
+    for an sm_90 target (the front end only: no GPU needed, but not the interpreter, hence a child process).
+    Without the cast, tl.dot met a float64 accumulator and torch.compile failed on GPT-2 with it."""
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", LOWER_WITH_A_FLOAT64_SCALE, str(starter_path("flash_attention"))],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and "lowered True" in done.stdout, done.stderr[-2000:]
+
 def _count_descriptors(monkeypatch) -> list:
     made = []
     original = attention.TensorDescriptor.from_tensor

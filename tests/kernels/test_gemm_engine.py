@@ -183,3 +183,15 @@ def test_the_default_is_one_plan_per_kind_and_splits_k_when_tiles_are_few(monkey
 def test_tiles_are_no_wider_than_the_output():
     plan = engine.engine_plan(3, 20, 24, torch.float16, CPU)
     assert (plan.block_m, plan.block_n, plan.block_k) == (16, 32, 32)
+
+
+def test_the_tma_check_works_on_fake_tensors_as_torch_compile_traces_the_kernel():
+    """torch.compile traces kernel_fn on fake tensors, which have no data pointer (the lm_head GEMM's route was
+    lost to 'Cannot access data pointer'): the check reads the storage offset there, and agrees with real tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    flat = torch.empty(64 * 64 + 8, dtype=torch.float16)
+    aligned, shifted = flat[:64 * 64].view(64, 64), flat[1:64 * 64 + 1].view(64, 64)
+    with FakeTensorMode() as mode:
+        assert engine._engine_tma(mode.from_tensor(aligned)) == engine._engine_tma(aligned) is True
+        assert engine._engine_tma(mode.from_tensor(shifted)) == engine._engine_tma(shifted) is False
