@@ -75,3 +75,9 @@ def test_the_manifest_is_replaced_whole(tmp_path):
     manifest.write_manifest(path, {"b": {"x": 2}})
     assert manifest.read_manifest(path) == {"b": {"x": 2}}
     assert [p.name for p in tmp_path.iterdir()] == [MANIFEST_NAME]
+
+
+def test_a_missing_manifest_says_what_a_run_that_saved_nothing_means(tmp_path):
+    with pytest.raises(plugin.PlugInError) as error:
+        manifest.read_manifest(tmp_path / "optimized_kernels" / "manifest.json")
+    assert "does not exist" in str(error.value) and "saved none" in str(error.value) and "--starters" in str(error.value)

@@ -85,7 +85,9 @@ def read_manifest(manifest_path: Path) -> dict[str, dict]:
     """The manifest's kernels, name -> entry; PlugInError when it is missing or not a manifest."""
     if not manifest_path.is_file():
         raise PlugInError(f"no optimized kernels: {manifest_path} does not exist; run `autokernel optimize` "
-                          f"first, or point at the folder that holds {paths.MANIFEST_NAME}")
+                          f"first, or point at the folder that holds {paths.MANIFEST_NAME}. A run saves a kernel "
+                          "only where it beats PyTorch's best: after a run that saved none, the model is fastest "
+                          "as PyTorch runs it (`verify MODEL --starters` times PyTorch's paths beside the starters)")
     try:
         manifest = json.loads(manifest_path.read_text())
     except json.JSONDecodeError as exc:
