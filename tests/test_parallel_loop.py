@@ -276,7 +276,9 @@ def test_a_revert_of_one_job_never_undoes_another_jobs_keep_and_each_job_has_its
     agent = JobScriptAgent({
         "softmax": [proposal("quick, no faster", kernel(1, 4, sleep=0.2)), WaitForResults("wait"),
                     proposal("slow, no faster", kernel(1, 4, wait_for=keep_recorded)), WaitForResults("wait")],
-        "reduce": [proposal("A 1 -> 2", faster), proposal("A 2 -> 4", fastest)]})
+        # Job 2 waits for its first result before its second candidate: with both in flight at once, the
+        # second could take job 1's GPU between job 1's two baseline runs, and be kept before the first.
+        "reduce": [proposal("A 1 -> 2", faster), WaitForResults("wait"), proposal("A 2 -> 4", fastest)]})
 
     def mark_recorded(name):
         if name == "row settled":
