@@ -141,6 +141,11 @@ def _build_parser() -> argparse.ArgumentParser:
     score.add_argument("--problems", metavar="NAMES", help="only these problem files, by name: gelu,l2_norm,...")
     score.add_argument("--stop-after", metavar="DURATION", type=parse_duration,
                        help="start no problem after this long (with --state, the next run goes on)")
+    score.add_argument("--reports", metavar="DIR",
+                       help="keep each problem's verify report (route table, every variant's timings) as "
+                            "DIR/<problem>.json")
+    score.add_argument("--overhead", action="store_true",
+                       help="verify measures the routing's own cost too (verify.py --overhead)")
     score.add_argument("--problem-timeout", metavar="DURATION", type=parse_duration,
                        help="the most one step of one problem may take (default 15m)")
     status = commands.add_parser("status", help="where the current or last run stands")
@@ -175,7 +180,9 @@ def _cmd_score(args, started: float) -> int:
                                     state=Path(args.state) if args.state else None, gpus=args.gpus,
                                     only=args.problems.split(",") if args.problems else None,
                                     stop_after_s=args.stop_after,
-                                    problem_timeout_s=args.problem_timeout or score.PROBLEM_TIMEOUT_S)
+                                    problem_timeout_s=args.problem_timeout or score.PROBLEM_TIMEOUT_S,
+                                    reports=Path(args.reports) if args.reports else None,
+                                    verify_args=["--overhead"] if args.overhead else [])
     except ValueError as error:
         _say(f"autokernel: error: {error}")
         return EXIT_ERROR

@@ -1,7 +1,9 @@
 """Tests for autokernel/verify/score.py and `autokernel score`: fast_p over a folder of problem files."""
 
 import json
+import subprocess
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -220,3 +222,46 @@ def test_a_budgeted_problem_is_verified_against_what_its_run_saved_even_when_tha
         assert kernels == {} and "saved no kernel" in lines[0]
     score._drop_worktree(folder)
     assert not (tmp_path / "work" / "softmax" / "run").exists()
+
+
+def test_reports_keeps_each_problems_verify_report_and_overhead_reaches_verify_alone(tmp_path, monkeypatch):
+    problem = tmp_path / "softmax.py"
+    problem.write_text(textwrap.dedent(SOFTMAX_PROBLEM))
+    commands = []
+
+    def fake_verify(cmd, what, scoring, env, cwd=None):
+        commands.append(cmd)
+        workspace = cmd[cmd.index("--workspace") + 1]
+        Path(workspace).mkdir(parents=True, exist_ok=True)
+        data = report(eager=2.0, compiled=1.0, ours=0.8).to_json()
+        data["route_table"] = [{"kernel": "1_softmax", "ours_us": 12.0, "pytorch_us": 9.0}]
+        (Path(workspace) / "verify_report.json").write_text(json.dumps(data))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(score, "_run", fake_verify)
+    run = score.ScoringRun(None, 1, ["--dtype", "float32"], True, tmp_path / "work", reports=tmp_path / "reports",
+                           verify_args=["--overhead"])
+    row = score.score_problem(problem, run, lambda line: None, None)
+
+    assert row.correct and row.error is None
+    kept = json.loads((tmp_path / "reports" / "softmax.json").read_text())
+    assert kept["route_table"] == [{"kernel": "1_softmax", "ours_us": 12.0, "pytorch_us": 9.0}]
+    (verify_cmd,) = commands
+    assert "--overhead" in verify_cmd and "--starters" in verify_cmd and "--dtype" in verify_cmd
+
+
+def test_score_passes_reports_and_overhead_from_its_command_line(tmp_path, monkeypatch):
+    folder = tmp_path / "problems"
+    folder.mkdir()
+    (folder / "softmax.py").write_text(textwrap.dedent(SOFTMAX_PROBLEM))
+    seen = {}
+
+    def fake_folder(folder, **options):
+        seen.update(options)
+        return []
+
+    monkeypatch.setattr(score, "score_folder", fake_folder)
+    assert cli.main(["score", str(folder), "--reports", str(tmp_path / "r"), "--overhead"]) == 0
+    assert seen["reports"] == tmp_path / "r" and seen["verify_args"] == ["--overhead"]
+    assert cli.main(["score", str(folder)]) == 0
+    assert seen["reports"] is None and seen["verify_args"] == []

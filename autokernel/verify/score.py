@@ -2,7 +2,7 @@
 
     autokernel score DIR [--budget-per-problem 0] [--top 1] [--dtype float16] [--no-compile] [--json-out FILE]
                          [--state FILE] [--gpus N] [--stop-after DURATION] [--problem-timeout DURATION]
-                         [--problems NAME,NAME...]
+                         [--problems NAME,NAME...] [--reports DIR] [--overhead]
 
 Each problem file (KernelBench's convention: `class Model`, `get_inputs()`, `get_init_inputs()`)
 goes through what a user would run, each step in a child process so that one problem's crash or
@@ -22,6 +22,11 @@ score to FILE as it is done and skips the problems FILE already has, so a run cu
 `--stop-after`, which starts no problem after that long) goes on where it was with the same command;
 `--gpus N` scores N problems side by side, each on its own GPU (CUDA_VISIBLE_DEVICES), each optimized
 in a git repository of its own. The table covers every problem FILE holds.
+
+A score row says how fast, not why. `--reports DIR` keeps each problem's whole verify report as
+DIR/<problem>.json (the route table, ours against PyTorch per call, whole-call and GPU time; every
+variant's timings), and `--overhead` has verify measure the routing's own cost as well: what a GPU
+run needs to tell a slow kernel from a slow route.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -157,16 +162,19 @@ class ScoringRun:
     gpus: int = 1                        # problems judged side by side, one per GPU (CUDA_VISIBLE_DEVICES)
     stop_after_s: float | None = None    # no problem starts after this long (a device call's limit)
     problem_timeout_s: float = PROBLEM_TIMEOUT_S
+    reports: Path | None = None          # where each problem's verify report is kept, as <problem>.json
+    verify_args: list[str] = field(default_factory=list)   # verify's own options (--overhead)
 
 
 def score_folder(folder: Path, *, budget: str | None, top: int, extra_args: list[str], compile_enabled: bool,
                  log: Callable[[str], None], workdir: Path | None = None, state: Path | None = None, gpus: int = 1,
                  stop_after_s: float | None = None, problem_timeout_s: float = PROBLEM_TIMEOUT_S,
-                 only: list[str] | None = None) -> list[ProblemScore]:
+                 only: list[str] | None = None, reports: Path | None = None,
+                 verify_args: list[str] | None = None) -> list[ProblemScore]:
     """Optimize (with a budget) and verify every problem file of the folder not already in `state`, one child
     process per step, `gpus` problems at a time (each on its own GPU); returns every problem's score so far."""
     run = ScoringRun(budget, top, extra_args, compile_enabled, Path(workdir or tempfile.mkdtemp(
-        prefix="autokernel-score-")), state, gpus, stop_after_s, problem_timeout_s)
+        prefix="autokernel-score-")), state, gpus, stop_after_s, problem_timeout_s, reports, list(verify_args or ()))
     files = [file for file in problem_files(folder) if only is None or file.stem in only]
     unknown = sorted(set(only or ()) - {file.stem for file in files})
     if unknown:
@@ -279,13 +287,16 @@ def _verify(file: Path, workspace: Path, optimized: Path | None, run: ScoringRun
             ) -> VerifyReport | None:
     kernels = ["--optimized-dir", str(optimized)] if optimized else ["--starters"]
     cmd = [sys.executable, str(paths.script("verify.py")), str(file), *kernels, "--workspace", str(workspace),
-           *run.extra_args, *([] if run.compile_enabled else ["--no-compile"])]
+           *run.extra_args, *run.verify_args, *([] if run.compile_enabled else ["--no-compile"])]
     proc = _run(cmd, "verify", run, env)
     if proc.returncode == NOTHING_TO_PLUG_IN:
         return None
     report_file = workspace / "verify_report.json"
     if proc.returncode not in (0, 1) or not report_file.is_file():
         raise _ProblemFailed(f"verify exited {proc.returncode}: {_tail(proc.stderr or proc.stdout)}")
+    if run.reports is not None:
+        run.reports.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(report_file, run.reports / f"{file.stem}.json")
     try:
         return VerifyReport.from_json(json.loads(report_file.read_text()))
     except ValueError as error:        # not JSON, or not a report (a ContractError)
