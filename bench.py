@@ -12,7 +12,8 @@ writes the verdict. The stages, in order (the first failure ends the run):
   2. shape sweep    the registry's shapes (and any --shape) in float16, bfloat16 and float32 (a region of a
                     model, KERNEL_TYPE region_...: its one shape and dtype, the model's);
   3. stability      adversarial inputs: huge logits, near-zero variance, high dynamic range...;
-  4. determinism    the same input three times must give bitwise identical, correct outputs;
+  4. determinism    the same input three times (the 2nd and 3rd at other addresses) must give bitwise
+                    identical, correct outputs;
   5. edge shapes    non-powers of two (1023, 4097, 1537) and size 1.
 An output is compared by the one rule of autokernel/judge/correctness.py; where the reference returns a
 tuple (torch.max(x, dim)'s values and indices) each of its tensors is, and indices must be exact.
@@ -192,8 +193,9 @@ def stage_determinism(judge: Judge) -> int:
                 raise CheckFailure(f"{where}: call {i} returned a {tuple(again.shape)} {again.dtype} tensor where "
                                    f"call 1 returned a {tuple(first.shape)} {first.dtype} one")
             diff = (first.double() - again.double()).abs()
-            raise CheckFailure(f"{where}: call {i} differs from call 1 on the same input ({int((diff != 0).sum())} "
-                               f"elements, max difference {float(diff.max()):.3g}); look for atomics or a race")
+            raise CheckFailure(f"{where}: call {i} differs from call 1 on the same input values at another address "
+                               f"({int((diff != 0).sum())} elements, max difference {float(diff.max()):.3g}); look "
+                               "for atomics, a race, or a choice made from a data pointer")
     try:
         compare_outputs(outputs[0], expected, oracle, judge.dtype, judge.kt.tolerance_scale, allowance=allowance)
     except CheckFailure as failure:

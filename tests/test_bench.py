@@ -62,12 +62,14 @@ CASES = {
     "no max subtraction (overflows on large logits)": (
         broken("x = x - tl.max(x, axis=0)  # BUG-SITE: max subtraction", "x = x"),
         "FAIL", "stability", "large identical values"),
+    # Triton's interpreter can sum both splits to the same bits (it did, at some call counts), where a GPU's order
+    # would show: every other call's sum is also a relative 2^-14 off, inside the tolerance and never the same bits.
     "summation order changes between calls": (
         broken("return 0  # BUG-SITE: summation order",
                "global _calls\n    _calls = globals().get('_calls', 0) + 1\n    return _calls % n_cols",
                broken("denom = tl.sum(num, axis=0)",
-                      "denom = tl.sum(tl.where(cols < shift, num, 0.0), axis=0) + "
-                      "tl.sum(tl.where(cols >= shift, num, 0.0), axis=0)")),
+                      "denom = (tl.sum(tl.where(cols < shift, num, 0.0), axis=0) + "
+                      "tl.sum(tl.where(cols >= shift, num, 0.0), axis=0)) * (1.0 + 0.00006103515625 * (shift % 2))")),
         "FAIL", "determinism", "differs from call 1"),
     "last row never written": (
         broken("grid = (rows,)  # BUG-SITE: grid", "grid = (max(rows - 1, 1),)"),

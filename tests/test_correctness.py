@@ -168,3 +168,23 @@ def test_sampled_indices_are_judged_at_their_own_positions():
     wrong = (sample[0], torch.tensor([0, 3, int(expected.indices[6])]))      # row 1 is all 2s: index 0 wins
     with pytest.raises(CheckFailure, match=r"indices: 1 of 3 sampled elements wrong; first at index \[2\]"):
         compare_outputs(wrong, expected, oracle, torch.bfloat16, positions=positions)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.int64, torch.uint8])
+def test_relocated_inputs_hold_the_same_values_and_layout_at_addresses_that_differ_in_the_flipped_bits(dtype):
+    from autokernel.judge.correctness import ADDRESS_FLIPS, relocated, same_bits
+
+    base = (torch.randn(40, 24) * 10).to(dtype)
+    inputs = {"transposed": base.t(), "offset_view": base.reshape(-1)[3:500], "expanded": base[0].expand(5, 24),
+              "empty": base[:0], "eps": 1e-5, "dim": -1}
+    for flip in ADDRESS_FLIPS:
+        moved = relocated(inputs, flip)
+        assert moved["eps"] == 1e-5 and moved["dim"] == -1 and moved["empty"] is inputs["empty"]
+        for name in ("transposed", "offset_view", "expanded"):
+            original, copy = inputs[name], moved[name]
+            assert copy.shape == original.shape and copy.stride() == original.stride()
+            assert same_bits(copy.contiguous(), original.contiguous())
+            assert copy.untyped_storage().data_ptr() != original.untyped_storage().data_ptr()
+            assert (copy.data_ptr() ^ original.data_ptr()) % 4096 == flip, name
+    # Between them the flips set every address bit from 4 to 11, and none below 4 (16-byte alignment is kept).
+    assert ADDRESS_FLIPS[0] | ADDRESS_FLIPS[1] == 0xFF0 and not ADDRESS_FLIPS[0] & ADDRESS_FLIPS[1]

@@ -52,6 +52,35 @@ def case_inputs(kt: KernelType, case: dict, device: str) -> dict:
     return adversarial.make_inputs(case["shape"], dtype, gen, device)
 
 
+# Where the determinism stage's second and third calls find their inputs: the same values in fresh storage, each
+# tensor placed so that its address differs from the original's in these bits (4 to 11, each in one of the two).
+# The lowest 4 bits stay: every alignment a kernel may rely on is kept (Triton specializes on divisibility by 16,
+# TMA wants 16-byte addresses), so an honest kernel computes the same bits, and one whose arithmetic follows its
+# input's address computes others, as it would in a user's model.
+ADDRESS_FLIPS = (0x550, 0xAA0)
+_PAGE = 4096
+
+
+def relocated(inputs: dict, flip: int) -> dict:
+    """The inputs with every tensor's values copied into fresh storage, at an address that differs from the
+    original's by the bits of `flip` (below 4096), strides kept."""
+    moved = {}
+    for name, value in inputs.items():
+        if not isinstance(value, torch.Tensor) or value.numel() == 0:
+            moved[name] = value
+            continue
+        size = value.element_size()
+        span = 1 + sum((length - 1) * stride for length, stride in zip(value.shape, value.stride()))
+        storage = torch.empty(span + 2 * _PAGE // size, dtype=value.dtype, device=value.device)
+        wanted = (value.data_ptr() ^ flip) % _PAGE
+        offset = ((wanted - storage.data_ptr()) % _PAGE) // size
+        # The raw span of storage the tensor covers, copied whole: any layout (an expanded input's stride 0 too)
+        # comes back as it was, element for element.
+        storage[offset:offset + span].copy_(value.as_strided((span,), (1,), value.storage_offset()))
+        moved[name] = storage.as_strided(value.shape, value.stride(), offset)
+    return moved
+
+
 def oracle_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float32 else torch.float32
 

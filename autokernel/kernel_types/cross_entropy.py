@@ -29,6 +29,18 @@ def _extreme(s, dtype, gen, device):
     return inputs
 
 
+def _confident(s, dtype, gen, device):
+    # A trained model's logits: offset far from zero, the target ahead of the rest by a wide margin, so the loss is
+    # small against the logits. lse - x[target] then cancels: an lse rounded to the logits' dtype (a bandwidth trick)
+    # is off by many times the loss, where PyTorch's float32-internal loss is right.
+    inputs = ce_inputs(s, dtype, gen, device)
+    logits = 20.0 + torch.randn((s["M"], s["V"]), generator=gen, device=device)
+    rows = torch.arange(s["M"], device=device)
+    logits[rows, inputs["targets"]] = logits.max(dim=1).values + 10.0
+    inputs["logits"] = logits.to(dtype)
+    return inputs
+
+
 # --------------------------------------------------------------------------- the profiler
 def claims_op(op: str, trace_ops: set[str]) -> bool:
     """log_softmax is the loss's first half where the trace also runs an nll_loss; alone it is "other"."""
@@ -81,7 +93,9 @@ KERNEL_TYPE = KernelType(
     edge_shapes=[{"M": m, "V": v} for m, v in [(1023, 1023), (17, 4097), (1537, 1537), (1, 1), (4096, 1)]],
     cpu_edge_shapes=[{"M": m, "V": v} for m, v in [(3, 1023), (2, 4097), (5, 1537), (1, 1), (7, 1)]],
     timing_shape={"M": 8192, "V": 32768},
-    adversarial=[Adversarial("extreme logits", {"M": 16, "V": 1024}, _extreme, "logits of +-1e4")],
+    adversarial=[Adversarial("extreme logits", {"M": 16, "V": 1024}, _extreme, "logits of +-1e4"),
+                 Adversarial("confident logits", {"M": 16, "V": 1024}, _confident,
+                             "logits near 20, each target's 10 above its row's max: a small loss, lse in float32")],
     bytes_moved=lambda s, e: s["M"] * s["V"] * e + s["M"] * 8.0,
     flops=lambda s: 4.0 * s["M"] * s["V"],
     recognise=Recognition(op_shape=op_shape, claims_op=claims_op),

@@ -12,11 +12,11 @@ from autokernel.kernel_types import norms, references as reference
 from autokernel.kernel_types.base import Adversarial, KernelType, ModuleVariant, Recognition, Routing
 
 
-def layernorm_inputs(s, dtype, gen, device, x_scale=1.0, x_offset=0.0):
+def layernorm_inputs(s, dtype, gen, device, x_scale=1.0, x_offset=0.0, eps=1e-5):
     x = (torch.randn(norms.x_shape(s), generator=gen, device=device) * x_scale + x_offset).to(dtype)
     weight = (1 + 0.1 * torch.randn(s["N"], generator=gen, device=device)).to(dtype)
     bias = (0.1 * torch.randn(s["N"], generator=gen, device=device)).to(dtype)
-    return {"x": x, "weight": weight, "bias": bias, "eps": 1e-5, **({"dim": 1} if "I" in s else {})}
+    return {"x": x, "weight": weight, "bias": bias, "eps": eps, **({"dim": 1} if "I" in s else {})}
 
 
 def _near_constant(s, dtype, gen, device):
@@ -64,6 +64,7 @@ KERNEL_TYPE = KernelType(
         Adversarial("large values", {"M": 16, "N": 1024}, _large, "standard deviation 1e3"),
         Adversarial("near-zero variance over dim 1", {"M": 4, "N": 256, "I": 8}, _near_constant,
                     "mean 100, standard deviation 1e-4, each position over its 256 channels"),
+        *norms.eps_cases(layernorm_inputs),
     ],
     bytes_moved=lambda s, e: (2.0 * norms.positions(s) * s["N"] + 2.0 * s["N"]) * e,
     flops=lambda s: 8.0 * norms.positions(s) * s["N"],

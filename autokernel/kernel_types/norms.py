@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from autokernel.kernel_types import matmul
-from autokernel.kernel_types.base import ModuleMatch, ModuleVariant, Reading, recorded_argument, rows
+from autokernel.kernel_types.base import Adversarial, ModuleMatch, ModuleVariant, Reading, recorded_argument, rows
 
 LAYERNORM, RMSNORM = "layernorm", "rmsnorm"
 # The aten ops each norm type is counted by (their profiled_ops), read here too to tell the two apart.
@@ -58,6 +58,20 @@ SHAPES = {"smoke_shape": {"M": 32, "N": 128}, "sweep": SWEEP, "cpu_sweep": CPU_S
 
 
 # --------------------------------------------------------------------------- the profiler
+def eps_cases(make_inputs: Callable) -> list[Adversarial]:
+    """Adversarial cases where eps decides the result: rows whose mean square (or variance) is near eps, at two
+    eps far apart. A kernel must use the eps it is given: models differ (LLaMA 2 1e-5, BERT 1e-12, some 1e-2), and
+    one fixed eps, the judge's default or another, fails one of the two."""
+    return [Adversarial(f"eps {eps:g} near the rows' scale", {"M": 16, "N": 1024},
+                        functools.partial(_with_eps, make_inputs, x_scale=scale, eps=eps),
+                        f"eps {eps:g}, standard deviation {scale:g}: eps about half of what is normalized by")
+            for eps, scale in ((1e-5, 3e-3), (1e-2, 0.1))]
+
+
+def _with_eps(make_inputs: Callable, s, dtype, gen, device, *, x_scale: float, eps: float) -> dict:
+    return make_inputs(s, dtype, gen, device, x_scale=x_scale, eps=eps)
+
+
 def module_eps(module: nn.Module) -> float | None:
     """The module's float eps (eps or variance_epsilon), or None: what a norm module must carry to be read as one."""
     return next((value for value in (getattr(module, name, None) for name in ("eps", "variance_epsilon"))

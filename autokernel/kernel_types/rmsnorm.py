@@ -15,10 +15,10 @@ from autokernel.kernel_types.base import Adversarial, KernelType, ModuleVariant,
     randn, rows
 
 
-def rmsnorm_inputs(s, dtype, gen, device, x_scale=1.0):
+def rmsnorm_inputs(s, dtype, gen, device, x_scale=1.0, eps=1e-6):
     x = randn(norms.x_shape(s), dtype, gen, device, scale=x_scale)
     weight = (1 + 0.1 * torch.randn(s["N"], generator=gen, device=device)).to(dtype)
-    return {"x": x, "weight": weight, "eps": 1e-6, **({"dim": 1} if "I" in s else {})}
+    return {"x": x, "weight": weight, "eps": eps, **({"dim": 1} if "I" in s else {})}
 
 
 def recognise_module(module: nn.Module, ops: set[str], roots: list):
@@ -74,6 +74,7 @@ KERNEL_TYPE = KernelType(
         Adversarial("large values over dim 1", {"M": 4, "N": 256, "I": 8},
                     lambda s, d, g, dev: rmsnorm_inputs(s, d, g, dev, x_scale=1e3),
                     "standard deviation 1e3 over the channels of each position: squares overflow float16"),
+        *norms.eps_cases(rmsnorm_inputs),
     ],
     bytes_moved=lambda s, e: (2.0 * norms.positions(s) * s["N"] + s["N"]) * e,
     flops=lambda s: 4.0 * norms.positions(s) * s["N"],

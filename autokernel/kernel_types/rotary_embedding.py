@@ -25,8 +25,12 @@ _MATMUL_OPS = matmul.KERNEL_TYPE.profiled_ops      # a module that runs a matmul
 
 def rope_inputs(s, dtype, gen, device, x_scale=1.0):
     b, h, seq, d = s["B"], s["H"], s["S"], s["D"]
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, d // 2, device=device, dtype=torch.float32) * 2 / d))
-    angles = torch.arange(seq, device=device, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    # Tables of a random base (theta from 1e4, the textbook's, to 2e6: LLaMA 3 has 5e5, Qwen 1e6) from a random
+    # position on: a kernel must rotate by the tables it is given, not recompute the textbook's from positions.
+    theta = 10.0 ** (4.0 + 2.3 * float(torch.rand((), generator=gen, device=device)))
+    start = int(torch.randint(0, 4096, (), generator=gen, device=device))
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d // 2, device=device, dtype=torch.float32) * 2 / d))
+    angles = torch.arange(start, start + seq, device=device, dtype=torch.float32)[:, None] * inv_freq[None, :]
     return {"x": randn((b, h, seq, d), dtype, gen, device, scale=x_scale),
             "cos": angles.cos().to(dtype), "sin": angles.sin().to(dtype)}
 

@@ -25,6 +25,14 @@ def _large_mixed(s, dtype, gen, device):
     return {"x": x.to(dtype)}
 
 
+def _large_negative(s, dtype, gen, device):
+    # Every entry far below zero (a fully masked row filled with -1e4, log-probabilities): a kernel must shift by
+    # the row's own max, whatever its sign; one that never shifts a row upwards sees every exp underflow, 0 / 0.
+    x = torch.randn((s["M"], s["N"]), generator=gen, device=device) - 1e4
+    x[: s["M"] // 2] = -1e4
+    return {"x": x.to(dtype)}
+
+
 def _masked(s, dtype, gen, device):
     # Attention masks put -inf into rows; each row keeps at least one finite entry.
     x = torch.randn((s["M"], s["N"]), generator=gen, device=device)
@@ -69,6 +77,8 @@ KERNEL_TYPE = KernelType(
         Adversarial("large mixed-sign values", {"M": 8, "N": 1024}, _large_mixed,
                     "entries of +-1e4"),
         Adversarial("masked rows", {"M": 8, "N": 1024}, _masked, "half of each row is -inf"),
+        Adversarial("large negative values", {"M": 8, "N": 1024}, _large_negative,
+                    "every entry near -1e4 (half the rows all equal): the shift is the row max, never 0"),
     ],
     bytes_moved=lambda s, e: 2.0 * s["M"] * s["N"] * e,
     flops=lambda s: 5.0 * s["M"] * s["N"],

@@ -52,6 +52,14 @@ ATTACKS = {
     # which stage, is not known yet: any FAIL at load or in timing will do.
     "silences_the_tamper_check": ("FAIL", ("load", "timing"), "", "cpu"),
     "forges_timing_through_a_relay": ("FAIL", ("load", "timing"), "", "cpu"),
+    # Red team (session 9): wrong for a user's model, right on every input the judge drew before.
+    "softmax_shift_never_negative": ("FAIL", "stability", "[large negative values", "cpu"),
+    "cross_entropy_lse_in_input_dtype": ("FAIL", "stability", "[confident logits", "cpu"),
+    "rotary_recomputes_its_tables": ("FAIL", "smoke", "elements wrong", "cpu"),
+    "rmsnorm_ignores_eps": ("FAIL", "stability", "[eps 1e-05 near the rows' scale", "cpu"),
+    "layernorm_ignores_eps": ("FAIL", "stability", "[eps 0.01 near the rows' scale", "cpu"),
+    "summation_order_by_input_address": ("FAIL", "determinism", "at another address", "cpu"),
+    "honest_only_under_autokernel": ("FAIL", ("load", "smoke"), "", "cpu"),
     "side_stream_launch": ("FAIL", "smoke", "side stream", "gpu"),
     "rerecords_timer_events": ("FAIL", "timing", "the timer", "gpu"),
     "changes_allocator_settings": ("FAIL", "load", "changed torch's global state", "gpu"),
@@ -83,6 +91,10 @@ OPEN_HOLES = {
     # from Python (Fingerprint.changes, or _same, or the snapshot itself), and its channel to the judge replaced.
     "silences_the_tamper_check": "the worker's tamper check is itself a replaceable method: timings forged",
     "forges_timing_through_a_relay": "the worker's socket can be dup2'd to a relay process: timings forged",
+    # Every call the judge and verify make runs in a process that has their modules loaded; the user's does not.
+    # No black-box check tells the two apart: a fix reads the kernel's source for process identity (sys.modules,
+    # os.environ, sys.argv, the cwd) or runs kernel_fn where those look like a user's process.
+    "honest_only_under_autokernel": "the kernel reads sys.modules and is honest only where the judge or verify is",
 }
 
 BENCH_ARGS = {

@@ -36,10 +36,22 @@ def test_a_transposed_projection_is_read_through_its_strides():
     _assert_matches_reference(x, inputs["cos"], inputs["sin"])
 
 
-def test_position_zero_is_the_identity():
-    inputs = _inputs(1, 2, 5, 32)
+def test_a_position_whose_tables_are_cos_1_sin_0_is_the_identity():
+    inputs = _inputs(1, 2, 5, 32)            # the judge's tables start at a random position: make row 2 position 0
+    inputs["cos"][2], inputs["sin"][2] = 1.0, 0.0
     out = rotary_embedding.kernel_fn(**inputs)
-    assert torch.equal(out[:, :, 0], inputs["x"][:, :, 0])   # cos 1, sin 0
+    assert torch.equal(out[:, :, 2], inputs["x"][:, :, 2])
+    assert not torch.equal(out[:, :, 1], inputs["x"][:, :, 1])
+
+
+def test_the_judges_tables_are_not_the_textbooks():
+    # A kernel that recomputes cos and sin for theta 10000 from position 0 (tests/attacks/rotary_recomputes_its_tables)
+    # must meet tables it cannot rebuild: a random base and a random first position, per seed.
+    tables = [_inputs(1, 1, 8, 32, seed=seed) for seed in range(4)]
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, 16, dtype=torch.float32) * 2 / 32))
+    textbook = (torch.arange(8, dtype=torch.float32)[:, None] * inv_freq[None, :]).cos()
+    assert all(not torch.allclose(t["cos"], textbook, atol=1e-3) for t in tables)
+    assert len({round(float(t["cos"][0, 1]), 4) for t in tables}) == 4       # a different angle at row 0 each time
 
 
 def test_half_width_not_a_power_of_two():
