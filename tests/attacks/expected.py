@@ -58,6 +58,8 @@ ATTACKS = {
     "rotary_recomputes_its_tables": ("FAIL", "smoke", "elements wrong", "cpu"),
     "rmsnorm_ignores_eps": ("FAIL", "stability", "[eps 1e-05 near the rows' scale", "cpu"),
     "layernorm_ignores_eps": ("FAIL", "stability", "[eps 0.01 near the rows' scale", "cpu"),
+    "rmsnorm_linear_ignores_eps": ("FAIL", "stability", "[the model's own eps", "cpu"),
+    "rmsnorm_mlp_ignores_eps": ("FAIL", "stability", "[the model's own eps", "cpu"),
     "summation_order_by_input_address": ("FAIL", "determinism", "at another address", "cpu"),
     "honest_only_under_autokernel": ("FAIL", ("load", "smoke"), "", "cpu"),
     "side_stream_launch": ("FAIL", "smoke", "side stream", "gpu"),
