@@ -7,6 +7,7 @@ benchmarks/judge.py attacks on a GPU.
 """
 
 import json
+import os
 import runpy
 import subprocess
 import sys
@@ -26,6 +27,7 @@ _EXPECTED = runpy.run_path(str(ATTACK_DIR / "expected.py"))
 ATTACKS, RUNNER_ATTACKS, BENCH_ARGS, OPEN_HOLES = (_EXPECTED[name] for name in ("ATTACKS", "RUNNER_ATTACKS",
                                                                                 "BENCH_ARGS", "OPEN_HOLES"))
 CPU_ATTACKS = [name for name, expected in ATTACKS.items() if expected[3] == "cpu"]
+ATTACK_ENV = {**os.environ, "AUTOKERNEL_REGION_DIRS": str(ATTACK_DIR / _EXPECTED["REGION_DIRS"])}
 # The loop screens every candidate with --quick; these also go through the full verdict.
 FULL_TOO = ["stale_output_when_called_often", "decoy_launch_returns_torch", "cache_by_data_pointer"]
 
@@ -41,7 +43,7 @@ def judge(name: str, tmp_path: Path, *extra: str) -> tuple[dict, subprocess.Comp
     out = tmp_path / "result.json"
     proc = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--kernel", str(ATTACK_DIR / f"{name}.py"),
                            "--json-out", str(out), "--seed", "1234", *BENCH_ARGS.get(name, []), *extra],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=ATTACK_ENV)
     assert out.exists(), f"bench wrote no result\nstdout:{proc.stdout}\nstderr:{proc.stderr}"
     return json.loads(out.read_text()), proc
 

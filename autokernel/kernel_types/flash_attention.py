@@ -115,9 +115,13 @@ KERNEL_TYPE = KernelType(
         (1, 1, 1, 1023, 16, 1), (1, 1, 1, 1537, 16, 0), (1, 1, 1, 4097, 8, 1), (1, 3, 3, 33, 32, 1),
         (1, 4, 2, 33, 24, 1), (1, 1, 1, 1, 16, 0), (2, 2, 1, 1, 32, 1)]),
     timing_shape={"B": 4, "H": 32, "S": 2048, "D": 128, "causal": 1},
-    adversarial=[Adversarial("large scores", {"B": 1, "H": 2, "S": 256, "D": 64, "causal": 1},
+    # Causal and not (an encoder's, a ViT's, cross-attention), multi-head and grouped: a kernel has a path for each,
+    # and each must subtract the running max.
+    adversarial=[Adversarial(f"large scores{name}", {"B": 1, "H": 2, "S": 256, "D": 64, **shape},
                              lambda s, d, g, dev: attention_inputs(s, d, g, dev, qk_scale=8.0),
-                             "q and k scaled by 8: row maxima near 200, exp overflows without max subtraction")],
+                             "q and k scaled by 8: row maxima near 200, exp overflows without max subtraction")
+                 for name, shape in (("", {"causal": 1}), (", not causal", {"causal": 0}),
+                                     (", grouped heads, not causal", {"H": 4, "KV": 2, "causal": 0}))],
     # q read and the output written (H heads), k and v read once (KV heads).
     bytes_moved=lambda s, e: (2.0 * s["H"] + 2.0 * kv_heads(s)) * s["B"] * s["S"] * s["D"] * e,
     flops=_flops,

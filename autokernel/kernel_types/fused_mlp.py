@@ -101,9 +101,11 @@ KERNEL_TYPE = KernelType(
         (1, 32, 64, "silu"),
         (5, 1, 1, "gelu")]],
     timing_shape={"M": 4096, "D": 4096, "F": 11008, "act": "silu"},
-    adversarial=[Adversarial("large activations", {"M": 64, "D": 256, "F": 512, "act": "silu"},
+    # silu and gelu each (relu2 has no exponential to overflow): a kernel has a path per activation.
+    adversarial=[Adversarial(f"large activations, {act}", {"M": 64, "D": 256, "F": 512, "act": act},
                              lambda s, d, g, dev: mlp_inputs(s, d, g, dev, x_scale=30.0),
-                             "x scaled by 30: gate pre-activations far into silu's tails")],
+                             f"x scaled by 30: gate pre-activations far into {act}'s tails")
+                 for act in ("silu", "gelu")],
     bytes_moved=lambda s, e: (2.0 * s["M"] * s["D"] + 3.0 * s["D"] * s["F"]) * e,
     flops=lambda s: 6.0 * s["M"] * s["D"] * s["F"],
     recognise=Recognition(module=recognise_module, replaces_module=is_gated_mlp),

@@ -135,8 +135,9 @@ KERNEL_TYPE = KernelType(
                     "entries up to 6e4, norm weight near 2: x^2 and x * norm weight overflow float16"),
         Adversarial("zero and tiny rows", _NORM_MLP_CASE, rmsnorm_mlp_zero_and_tiny_rows,
                     "a row of zeros, and rows whose mean square (1e-8) is below eps"),
-        Adversarial("large norm weight", {**_NORM_MLP_CASE, "M": 64, "F": 512}, rmsnorm_mlp_large_norm_weight,
-                    "norm weight near 30: gate pre-activations in silu's tails"),
+        *[Adversarial(f"large norm weight, {act}", {**_NORM_MLP_CASE, "M": 64, "F": 512, "act": act},
+                      rmsnorm_mlp_large_norm_weight, f"norm weight near 30: gate pre-activations in {act}'s tails")
+          for act in ("silu", "gelu")],
         Adversarial("the model's own eps", _NORM_MLP_CASE, rmsnorm_mlp_model_eps,
                     "eps 1e-2, rows of mean square 1e-2: the eps given is the eps used"),
     ],

@@ -36,8 +36,9 @@ from autokernel.kernel_types import registry
 from benchmarks.common import RESULTS, ROOT, dated_path, run_info, run_judge, write_text
 
 ATTACK_DIR = ROOT / "tests" / "attacks"
-ATTACKS, RUNNER_ATTACKS, BENCH_ARGS = (runpy.run_path(str(ATTACK_DIR / "expected.py"))[name]
-                                       for name in ("ATTACKS", "RUNNER_ATTACKS", "BENCH_ARGS"))
+ATTACKS, RUNNER_ATTACKS, BENCH_ARGS, REGION_DIRS = (runpy.run_path(str(ATTACK_DIR / "expected.py"))[name]
+                                                    for name in ("ATTACKS", "RUNNER_ATTACKS", "BENCH_ARGS",
+                                                                 "REGION_DIRS"))
 RUNNER_STARTERS = [("softmax", starter_path("softmax")), ("matmul", starter_path("matmul")),
                    ("cuda rmsnorm", ROOT / "kernels" / "cuda" / "rmsnorm.py")]
 MEMORY_BOUND = ["softmax", "layernorm", "rmsnorm", "cross_entropy", "rotary_embedding", "reduce"]
@@ -45,7 +46,8 @@ MEMORY_BOUND = ["softmax", "layernorm", "rmsnorm", "cross_entropy", "rotary_embe
 
 def bench(kernel: Path, *extra: str, judge_root: Path = ROOT) -> tuple[dict, float]:
     result, wall, proc = run_judge(kernel, *extra, judge_root=judge_root,
-                                   env={**os.environ, "PYTHONPATH": str(judge_root)})
+                                   env={**os.environ, "PYTHONPATH": str(judge_root),
+                                        "AUTOKERNEL_REGION_DIRS": str(ATTACK_DIR / REGION_DIRS)})
     if result is None:
         return {"correctness": "NO RESULT", "failed_stage": None, "message": proc.stderr[-400:]}, wall
     return result, wall

@@ -62,6 +62,12 @@ ATTACKS = {
     "rmsnorm_mlp_ignores_eps": ("FAIL", "stability", "[the model's own eps", "cpu"),
     "summation_order_by_input_address": ("FAIL", "determinism", "at another address", "cpu"),
     "honest_only_under_autokernel": ("FAIL", ("load", "smoke"), "", "cpu"),
+    # Red team, round 2: a path per argument (not causal, gelu) or an input range (positions) the judge never drew.
+    "attention_unshifted_when_not_causal": ("FAIL", "stability", "[large scores, not causal", "cpu"),
+    "mlp_gelu_naive_tanh": ("FAIL", "stability", "[large activations, gelu", "cpu"),
+    # A region's kernel: its definition is in tests/attacks/regions/ (every attack is judged with that folder in
+    # AUTOKERNEL_REGION_DIRS), judged in the region's own dtype.
+    "region_positions_read_as_bytes": ("FAIL", "stability", "[wide range", "cpu"),
     "side_stream_launch": ("FAIL", "smoke", "side stream", "gpu"),
     "rerecords_timer_events": ("FAIL", "timing", "the timer", "gpu"),
     "changes_allocator_settings": ("FAIL", "load", "changed torch's global state", "gpu"),
@@ -101,4 +107,6 @@ OPEN_HOLES = {
 
 BENCH_ARGS = {
     "stale_indices_when_timed": ["--shape", "O=4,R=64,I=8,op=max_dim"],
+    "region_positions_read_as_bytes": ["--dtype", "float32"],
 }
+REGION_DIRS = "regions"      # under tests/attacks/: the region definitions the region attacks are of
