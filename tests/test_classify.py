@@ -257,7 +257,11 @@ def test_a_real_hugging_face_llama_is_attributed_by_kernel_type(tmp_path):
     # input_layernorm feeds only q_proj, k_proj and v_proj; post_attention_layernorm only the MLP
     # (whose act_fn is HF's SiLUActivation); the final norm's output leaves the model.
     assert shapes["rmsnorm_linear"] == {"M": 32, "N": 64, "K": 64}
-    assert shapes["rotary_embedding"] == {"B": 1, "H": 4, "S": 32, "D": 16}
+    # The rotated (B, H, S, D) is among the rotary entry's shapes. Shapes are ranked by measured time, and the entry
+    # holds a second, (1, 1, 32, 64), from LlamaRotaryEmbedding's own call: which of the two is first followed the
+    # timings (CI saw the other one first), so the test does not ask for an order.
+    rotary = next(entry for entry in plan.entries if entry.kernel_type == "rotary_embedding")
+    assert {"B": 1, "H": 4, "S": 32, "D": 16} in rotary.shapes
     assert shapes["rmsnorm_mlp"] == {"M": 32, "D": 64, "F": 128, "act": "silu"} and "fused_mlp" not in shapes
     assert shapes["flash_attention"]["causal"] == 1
     assert plan.coverage >= 0.95
