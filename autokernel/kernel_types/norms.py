@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from autokernel.kernel_types import matmul
-from autokernel.kernel_types.base import Adversarial, ModuleMatch, ModuleVariant, Reading, recorded_argument, rows
+from autokernel.kernel_types.base import (Adversarial, ModuleMatch, ModuleVariant, Reading, normal,
+                                          recorded_argument, rows)
 
 LAYERNORM, RMSNORM = "layernorm", "rmsnorm"
 # The aten ops each norm type is counted by (their profiled_ops), read here too to tell the two apart.
@@ -70,6 +71,17 @@ def eps_cases(make_inputs: Callable) -> list[Adversarial]:
 
 def _with_eps(make_inputs: Callable, s, dtype, gen, device, *, x_scale: float, eps: float) -> dict:
     return make_inputs(s, dtype, gen, device, x_scale=x_scale, eps=eps)
+
+
+def fused_eps_case(make_inputs: Callable, shape: dict, width: str) -> Adversarial:
+    """The eps case of a norm folded into what follows it (rmsnorm_linear, rmsnorm_mlp), whose other cases all
+    carry eps 1e-6: eps 1e-2 with rows of mean square 1e-2 (x of `width` columns), so that eps is half the
+    normalizer and a kernel with a fixed eps, not the one it is given, is off by about 40%."""
+    def inputs(s, dtype, gen, device):
+        x = normal((s["M"], s[width]), gen, device) * 0.1
+        return {**make_inputs(s, dtype, gen, device, x=x), "eps": 1e-2}
+    return Adversarial("the model's own eps", shape, inputs, "eps 1e-2, rows of mean square 1e-2: the eps given is "
+                                                             "the eps used")
 
 
 def module_eps(module: nn.Module) -> float | None:

@@ -47,13 +47,6 @@ def degenerate_rows(s, dtype, gen, device):
     return rmsnorm_linear_inputs(s, dtype, gen, device, x=x)
 
 
-def model_eps(s, dtype, gen, device):
-    # eps 1e-2 (the other cases carry 1e-6) with rows whose mean square is 1e-2: eps is half the normalizer, so a
-    # kernel that uses a fixed eps, not the one it is given, is off by about 40%.
-    inputs = rmsnorm_linear_inputs(s, dtype, gen, device, x=normal((s["M"], s["K"]), gen, device) * 0.1)
-    return {**inputs, "eps": 1e-2}
-
-
 def _rows(triples):
     return [{"M": m, "N": n, "K": k} for m, n, k in triples]
 
@@ -114,8 +107,7 @@ KERNEL_TYPE = KernelType(
                     "entries up to 6e4, norm weight near 1.5: squares and x * norm weight overflow float16"),
         Adversarial("zero, constant and tiny rows", {"M": 16, "N": 96, "K": 512}, degenerate_rows,
                     "a zero row, constant rows, and row scales from 1e-3 to 1e3"),
-        Adversarial("the model's own eps", {"M": 16, "N": 96, "K": 512}, model_eps,
-                    "eps 1e-2, rows of mean square 1e-2: the eps given is the eps used"),
+        norms.fused_eps_case(rmsnorm_linear_inputs, {"M": 16, "N": 96, "K": 512}, width="K"),
     ],
     bytes_moved=rmsnorm_linear_bytes,
     flops=rmsnorm_linear_flops,

@@ -53,13 +53,6 @@ def rmsnorm_mlp_zero_and_tiny_rows(s, dtype, gen, device):
     return rmsnorm_mlp_inputs(s, dtype, gen, device, x=normal((s["M"], s["D"]), gen, device) * scales)
 
 
-def rmsnorm_mlp_model_eps(s, dtype, gen, device):
-    # eps 1e-2 (the other cases carry 1e-6) with rows whose mean square is 1e-2: eps is half the normalizer, so a
-    # kernel that uses a fixed eps, not the one it is given, is off by about 40%.
-    inputs = rmsnorm_mlp_inputs(s, dtype, gen, device, x=normal((s["M"], s["D"]), gen, device) * 0.1)
-    return {**inputs, "eps": 1e-2}
-
-
 def rmsnorm_mlp_large_norm_weight(s, dtype, gen, device):
     return rmsnorm_mlp_inputs(s, dtype, gen, device, weight_scale=30.0)
 
@@ -138,8 +131,7 @@ KERNEL_TYPE = KernelType(
         *[Adversarial(f"large norm weight, {act}", {**_NORM_MLP_CASE, "M": 64, "F": 512, "act": act},
                       rmsnorm_mlp_large_norm_weight, f"norm weight near 30: gate pre-activations in {act}'s tails")
           for act in ("silu", "gelu")],
-        Adversarial("the model's own eps", _NORM_MLP_CASE, rmsnorm_mlp_model_eps,
-                    "eps 1e-2, rows of mean square 1e-2: the eps given is the eps used"),
+        norms.fused_eps_case(rmsnorm_mlp_inputs, _NORM_MLP_CASE, width="D"),
     ],
     bytes_moved=rmsnorm_mlp_bytes,
     flops=rmsnorm_mlp_flops,
