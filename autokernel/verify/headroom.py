@@ -99,5 +99,8 @@ def measure(fn: Callable[[], object], best_ms: float) -> Headroom | None:
     """The headroom of fn (a compiled forward) on a GPU; None without one (the interpreter has no kernels to see)."""
     if not torch.cuda.is_available():
         return None
-    groups = group_times(profile_kernels(fn))
+    from autokernel.verify.latency import gpu_to_itself
+
+    with gpu_to_itself():          # kernel times are taken with the GPU to this run alone
+        groups = group_times(profile_kernels(fn))
     return Headroom(groups["gemm"], groups["attention"], groups["other"], best_ms)

@@ -93,6 +93,10 @@ def _readable_for(model: str | None, *others: str | Path | None) -> list[Path]:
     holds the home folder itself would open all of it (keys kept in files): then only the file is given."""
     home = Path.home().resolve()
     found = [HF_CACHE]
+    from autokernel.verify.latency import TIMING_LOCK_VARIABLE
+
+    if os.environ.get(TIMING_LOCK_VARIABLE):        # runs that share a GPU lock this file while they time
+        found.append(Path(os.environ[TIMING_LOCK_VARIABLE]))
     for path in ([Path(model).resolve()] if model else []) + [Path(other).resolve() for other in others if other]:
         folder = path.parent if path.is_file() else path
         found.append(path if home == folder or folder in home.parents else folder)

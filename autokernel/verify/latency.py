@@ -15,6 +15,9 @@ clock still runs, but nothing it says about speed is meaningful; callers label i
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -26,6 +29,32 @@ REPEATS = 5
 TRIM_FROM = 5                # with this many repeats or more, the spread leaves out the highest and the lowest
 REPEAT_SECONDS = 0.05        # each repeat runs enough calls to take about this long (on a GPU)
 CALLS_PER_GRAPH = 20
+# Several verify runs may share one GPU (benchmarks/suites/zoo.py runs them side by side so that their compilations
+# overlap): then each holds this file's lock while it times, so that no timing shares the GPU with another's work.
+TIMING_LOCK_VARIABLE = "AUTOKERNEL_GPU_TIMING_LOCK"
+_held = 0
+
+
+@contextlib.contextmanager
+def gpu_to_itself():
+    """Hold the GPU timing lock (a no-op unless TIMING_LOCK_VARIABLE names a file); re-entrant in one process."""
+    global _held
+    path = os.environ.get(TIMING_LOCK_VARIABLE)
+    if not path or _held:
+        _held += 1
+        try:
+            yield
+        finally:
+            _held -= 1
+        return
+    with open(path, "rb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _held += 1
+        try:
+            yield
+        finally:
+            _held -= 1
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)
@@ -89,6 +118,11 @@ def _sync(on_gpu: bool) -> None:
 def wall_clock(fn: Callable[[], object], on_gpu: bool, *, repeats: int = REPEATS,
                repeat_seconds: float = REPEAT_SECONDS, warmup: int = 3) -> Latency:
     """Per-call time of fn run back to back (host clock between device syncs): median and spread of the repeats."""
+    with gpu_to_itself():
+        return _wall_clock(fn, on_gpu, repeats, repeat_seconds, warmup)
+
+
+def _wall_clock(fn: Callable[[], object], on_gpu: bool, repeats: int, repeat_seconds: float, warmup: int) -> Latency:
     for _ in range(warmup):
         fn()
     _sync(on_gpu)
@@ -113,9 +147,10 @@ def paired(fn_a: Callable[[], object], fn_b: Callable[[], object], on_gpu: bool,
            repeats: int = REPEATS) -> tuple[Latency, Latency]:
     """wall_clock of two calls taken in turn, repeat by repeat, so that a drifting machine moves both alike."""
     samples_a, samples_b = [], []
-    for _ in range(repeats if on_gpu else min(repeats, 3)):
-        samples_a.append(wall_clock(fn_a, on_gpu, repeats=1, warmup=1).median_ms)
-        samples_b.append(wall_clock(fn_b, on_gpu, repeats=1, warmup=1).median_ms)
+    with gpu_to_itself():
+        for _ in range(repeats if on_gpu else min(repeats, 3)):
+            samples_a.append(wall_clock(fn_a, on_gpu, repeats=1, warmup=1).median_ms)
+            samples_b.append(wall_clock(fn_b, on_gpu, repeats=1, warmup=1).median_ms)
     return _summary(samples_a), _summary(samples_b)
 
 
@@ -124,6 +159,11 @@ def graph_replay(fn: Callable[[], object], *, repeats: int = REPEATS,
     """Per-call GPU time of fn captured into a CUDA graph and replayed; None when fn cannot be captured."""
     if not torch.cuda.is_available():
         return None
+    with gpu_to_itself():
+        return _graph_replay(fn, repeats, calls_per_graph)
+
+
+def _graph_replay(fn: Callable[[], object], repeats: int, calls_per_graph: int) -> Latency | None:
     try:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

@@ -1,0 +1,233 @@
+"""The GPU gate: `verify --starters` over a zoo of real architectures, one table of verdicts (the first call of a GPU session).
+
+    python benchmarks/end_to_end.py zoo run OUT [--only NAME ...] [--jobs 4] [--size full|tiny] [--dtype float16]
+    python benchmarks/end_to_end.py zoo summarize OUT > table.md
+
+The zoo: the shipped models; Hugging Face transformers built from their configs (GPT-2, BERT, LLaMA with
+grouped-query attention, Qwen2); torchvision's ResNet-18, MobileNetV3, EfficientNet-B0 and ViT-B/16; an LSTM, a GRU
+and a Mamba-style selective scan (benchmarks/zoo/sequence.py); convolutions, pooling, a ResNet and a deep narrow MLP
+as KernelBench writes them (benchmarks/zoo/cnn.py); and a sample of benchmarks/problems.
+
+Each model is verified by its own `autokernel verify` process (verify.py), `--jobs` of them side by side so that
+their compilations overlap; every timing in them holds one file lock (autokernel/verify/latency.py,
+gpu_to_itself), so no two timings share the GPU. A model's row is its verdict, or the crash: the exit code and the
+last lines of what it printed. OUT/zoo.json holds every row (with the whole report), OUT/verify.log every
+model's output, OUT/table.md the table. Exit code 0 when every model ended with a verdict, 1 otherwise.
+`--size tiny` runs the same zoo at the CPU tests' sizes (tests/test_zoo.py runs a part of it on the CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.common import ROOT
+
+TAIL_LINES = 12
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A zoo model: verify's arguments at the GPU's size and at the CPU tests' ("tiny"); what it needs installed."""
+    full: tuple[str, ...]
+    tiny: tuple[str, ...]
+    needs: str | None = None
+
+
+def _args(*pairs: str, **model_args) -> tuple[str, ...]:
+    return (*pairs, *(x for name, value in model_args.items() for x in ("--model-arg", f"{name}={value}")))
+
+
+def _hf(arch: str, shape: str, **fields) -> tuple[str, ...]:
+    return _args("--hf", arch, "--input-shape", shape, **fields)
+
+
+def _zoo_file(file: str, arch: str, size: str) -> tuple[str, ...]:
+    return _args(f"benchmarks/zoo/{file}", arch=arch, size=size)
+
+
+TINY_LM = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+ZOO: dict[str, Entry] = {
+    "gpt2 (shipped) 1x512": Entry(("models/gpt2.py",), _args("models/gpt2.py", config="tiny", seq=16)),
+    "llama (shipped) 1x512": Entry(("models/llama.py",), _args("models/llama.py", config="tiny")),
+    "bert (shipped) 1x512": Entry(("models/bert.py",), _args("models/bert.py", config="tiny", seq=16)),
+    "hf gpt2 1x512": Entry(_hf("gpt2", "1,512", n_layer=6),
+                           _hf("gpt2", "1,16", vocab_size=128, n_embd=64, n_layer=2, n_head=4), "transformers"),
+    "hf bert 1x512": Entry(_hf("bert", "1,512", num_hidden_layers=6), _hf("bert", "1,16", **TINY_LM), "transformers"),
+    "hf llama GQA 1x1024": Entry(
+        _hf("llama", "1,1024", hidden_size=1024, intermediate_size=2816, num_hidden_layers=4, num_attention_heads=16,
+            num_key_value_heads=4, vocab_size=32000),
+        _hf("llama", "1,16", num_key_value_heads=2, **TINY_LM), "transformers"),
+    "hf qwen2 GQA 1x512": Entry(
+        _hf("qwen2", "1,512", hidden_size=896, intermediate_size=4864, num_hidden_layers=4, num_attention_heads=14,
+            num_key_value_heads=2, vocab_size=32000),
+        _hf("qwen2", "1,16", num_key_value_heads=2, **TINY_LM), "transformers"),
+    "resnet18": Entry(_zoo_file("vision.py", "resnet18", "full"), _zoo_file("vision.py", "resnet18", "tiny"),
+                      "torchvision"),
+    "mobilenet_v3_small": Entry(_zoo_file("vision.py", "mobilenet_v3_small", "full"),
+                                _zoo_file("vision.py", "mobilenet_v3_small", "tiny"), "torchvision"),
+    "efficientnet_b0": Entry(_zoo_file("vision.py", "efficientnet_b0", "full"),
+                             _zoo_file("vision.py", "efficientnet_b0", "tiny"), "torchvision"),
+    "vit_b_16": Entry(_zoo_file("vision.py", "vit", "full"), _zoo_file("vision.py", "vit", "tiny"), "torchvision"),
+    "lstm": Entry(_zoo_file("sequence.py", "lstm", "full"), _zoo_file("sequence.py", "lstm", "tiny")),
+    "gru": Entry(_zoo_file("sequence.py", "gru", "full"), _zoo_file("sequence.py", "gru", "tiny")),
+    "mamba-style scan": Entry(_zoo_file("sequence.py", "mamba", "full"), _zoo_file("sequence.py", "mamba", "tiny")),
+    "kb: conv+bn+relu": Entry(_zoo_file("cnn.py", "conv_bn_relu", "full"), _zoo_file("cnn.py", "conv_bn_relu", "tiny")),
+    "kb: depthwise conv": Entry(_zoo_file("cnn.py", "depthwise", "full"), _zoo_file("cnn.py", "depthwise", "tiny")),
+    "kb: maxpool": Entry(_zoo_file("cnn.py", "maxpool", "full"), _zoo_file("cnn.py", "maxpool", "tiny")),
+    "kb: resnet18": Entry(_zoo_file("cnn.py", "resnet18", "full"), _zoo_file("cnn.py", "resnet18", "tiny")),
+    "kb: deep narrow mlp": Entry(_zoo_file("cnn.py", "deep_narrow_mlp", "full"),
+                                 _zoo_file("cnn.py", "deep_narrow_mlp", "tiny")),
+    "problem: gemm_sigmoid_rowsum": Entry(("benchmarks/problems/gemm_sigmoid_rowsum.py",),
+                                          ("benchmarks/problems/gemm_sigmoid_rowsum.py",)),
+    "problem: layernorm_last3": Entry(("benchmarks/problems/layernorm_last3.py",),
+                                      ("benchmarks/problems/layernorm_last3.py",)),
+    "problem: vit_block": Entry(("benchmarks/problems/vit_block.py",), ("benchmarks/problems/vit_block.py",)),
+}
+
+
+def command(name: str, size: str, dtype: str, workspace: Path) -> list[str]:
+    entry = ZOO[name]
+    return [sys.executable, str(ROOT / "verify.py"), *(entry.full if size == "full" else entry.tiny),
+            "--dtype", dtype, "--starters", "--workspace", str(workspace)]
+
+
+def missing(name: str) -> str | None:
+    """The package the entry needs that this machine lacks, if any."""
+    needs = ZOO[name].needs
+    if needs is None:
+        return None
+    try:
+        __import__(needs)
+    except ImportError:
+        return needs
+    return None
+
+
+def verify_one(name: str, size: str, dtype: str, timeout_s: float, env: dict) -> dict:
+    """One model through verify: its row (exit code, seconds, report, the last lines it printed) and its output."""
+    if missing(name):
+        return {"name": name, "exit": None, "skipped": f"needs {missing(name)}", "seconds": 0, "report": None,
+                "tail": [], "output": ""}
+    workspace = Path(tempfile.mkdtemp(prefix="autokernel-zoo-"))
+    cmd = command(name, size, dtype, workspace)
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=timeout_s)
+        code, output = proc.returncode, proc.stdout
+    except subprocess.TimeoutExpired as exc:
+        code, output = "timeout", (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) \
+            else (exc.stdout or "")
+    report_file = workspace / "verify_report.json"
+    report = json.loads(report_file.read_text()) if report_file.is_file() and code != "timeout" else None
+    return {"name": name, "exit": code, "seconds": round(time.monotonic() - started, 1), "report": report,
+            "tail": output.strip().splitlines()[-TAIL_LINES:], "output": output,
+            "command": " ".join(cmd[1:])}
+
+
+def run(out: Path, names: list[str], *, jobs: int, size: str, dtype: str, timeout_s: float,
+        budget_s: float = float("inf")) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    lock = out / "gpu_timing.lock"
+    lock.touch()
+    env = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1", "AUTOKERNEL_GPU_TIMING_LOCK": str(lock.resolve())}
+    rows: dict[str, dict] = {}
+    log_lock = threading.Lock()
+    begun = time.monotonic()
+
+    def one(name: str) -> None:
+        left = budget_s - (time.monotonic() - begun)
+        if left < 30:        # the table must be written inside the call's own limit
+            row = {"name": name, "exit": "not started (past --budget)", "seconds": 0, "report": None, "tail": [],
+                   "output": ""}
+        else:
+            row = verify_one(name, size, dtype, min(timeout_s, left), env)
+        with log_lock:
+            rows[name] = row
+            with (out / "verify.log").open("a") as log:
+                log.write(f"\n== {name} ({row['seconds']} s, exit {row['exit']}): {row.get('command', '')}\n")
+                log.write(row.pop("output"))
+            (out / "zoo.json").write_text(json.dumps([rows[n] for n in names if n in rows], indent=1))
+            print(f"[{time.monotonic() - begun:5.0f} s] {name}: {verdict_of(row)}", flush=True)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(one, names))
+    table = summarize([rows[n] for n in names])
+    (out / "table.md").write_text(table + "\n")
+    print(table)
+    return 0 if all(row["report"] is not None or row.get("skipped") for row in rows.values()) else 1
+
+
+def verdict_of(row: dict) -> str:
+    if row.get("skipped"):
+        return f"skipped ({row['skipped']})"
+    report = row["report"]
+    if report is None:
+        return f"NO VERDICT (exit {row['exit']}): " + " / ".join(row["tail"][-3:])
+    return report["verdict"]["summary"]
+
+
+def dropped_of(row: dict) -> list[str]:
+    """Each part verify dropped, with its reason: from the report, and the starters it could not make."""
+    report = row["report"] or {}
+    parts = [f"{d.get('stage')}: {d.get('unit')}: {d.get('reason')}" for d in report.get("dropped") or []]
+    parts += [line.strip() for line in row.get("tail", []) if line.startswith("no starter for")]
+    return parts
+
+
+def _ms(brief: dict | None) -> str:
+    return f"{brief['name']} {brief['ms']:.3f} ms" if brief and brief.get("ms") is not None else "-"
+
+
+def summarize(rows: list[dict]) -> str:
+    lines = ["| model | verdict | exit | s | PyTorch's best | AutoKernel's best | handed over | best / best "
+             "| dropped parts |", "|" + "---|" * 9]
+    for row in rows:
+        report = row["report"]
+        dropped = "; ".join(part.replace("|", "/")[:160] for part in dropped_of(row)) or "-"
+        if report is None:
+            lines.append(f"| {row['name']} | {verdict_of(row).replace('|', '/')[:300]} | {row['exit']} | "
+                         f"{row['seconds']} | - | - | - | - | {dropped} |")
+            continue
+        verdict = report["verdict"]
+        ratio = f"{verdict['speedup']:.3f}" if verdict.get("speedup") else "-"
+        lines.append(f"| {row['name']} | {verdict['summary'].replace('|', '/')} | {row['exit']} | {row['seconds']} "
+                     f"| {_ms(verdict.get('pytorch_best'))} | {_ms(verdict.get('autokernel_best'))} "
+                     f"| {verdict['use_code']} | {ratio} | {dropped} |")
+    ended = sum(row["report"] is not None for row in rows if not row.get("skipped"))
+    ran = sum(not row.get("skipped") for row in rows)
+    lines.append(f"\n{ended} of {ran} models ended with a verdict.")
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run")
+    run_parser.add_argument("out", type=Path)
+    run_parser.add_argument("--only", nargs="*", choices=list(ZOO), help="these models only (default: all)")
+    run_parser.add_argument("--jobs", type=int, default=4, help="verify runs side by side (default 4)")
+    run_parser.add_argument("--size", choices=("full", "tiny"), default="full")
+    run_parser.add_argument("--dtype", default="float16")
+    run_parser.add_argument("--timeout", type=float, default=480, help="seconds one model may take")
+    run_parser.add_argument("--budget", type=float, default=540,
+                            help="seconds for the whole zoo: no model starts, or runs on, past it (default 540)")
+    summary_parser = commands.add_parser("summarize")
+    summary_parser.add_argument("out", type=Path)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        return run(args.out, args.only or list(ZOO), jobs=args.jobs, size=args.size, dtype=args.dtype,
+                   timeout_s=args.timeout, budget_s=args.budget)
+    print(summarize(json.loads((args.out / "zoo.json").read_text())))
+    return 0
