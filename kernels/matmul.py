@@ -903,7 +903,7 @@ STRIDE_MULTIPLE = 16
 def _rows_aligned(t: torch.Tensor) -> bool:
     """Whether t starts 16-byte aligned and its row (or column) step is a multiple of 16 elements."""
     rows_step, cols_step = t.stride()
-    if t.data_ptr() % 16:
+    if _engine_address(t) % 16:
         return False
     return ((cols_step == 1 and rows_step % STRIDE_MULTIPLE == 0)
             or (rows_step == 1 and cols_step % STRIDE_MULTIPLE == 0))
@@ -939,7 +939,7 @@ TRANSPOSE_BLOCK = 64
 
 def _tma_rows(t: torch.Tensor) -> torch.Tensor:
     """t itself when TMA can read its rows (contiguous, 16-byte aligned starts), else a padded copy."""
-    if t.stride(1) == 1 and t.stride(0) % TMA_ROW_MULTIPLE == 0 and t.data_ptr() % 16 == 0:
+    if t.stride(1) == 1 and t.stride(0) % TMA_ROW_MULTIPLE == 0 and _engine_address(t) % 16 == 0:
         return t
     return _padded(t)
 
@@ -948,7 +948,7 @@ def _k_major(b: torch.Tensor) -> torch.Tensor:
     """B^T as (N, K) rows TMA can read: b's own memory when b is the transpose of such rows (an
     nn.Linear weight is), else a transposed copy made by _transpose_kernel."""
     bt = b.t()
-    if bt.stride(1) == 1 and bt.stride(0) % TMA_ROW_MULTIPLE == 0 and bt.data_ptr() % 16 == 0:
+    if bt.stride(1) == 1 and bt.stride(0) % TMA_ROW_MULTIPLE == 0 and _engine_address(bt) % 16 == 0:
         return bt
     K, N = b.shape
     out = torch.empty((N, _cdiv(K, STRIDE_MULTIPLE) * STRIDE_MULTIPLE), dtype=b.dtype, device=b.device)[:, :K]
