@@ -35,8 +35,10 @@ The kernels are code an LLM wrote, so all of this runs in a sandboxed child proc
 a folder of its own. This process starts it, shows its output, and records what it hands back: the
 route tables into the kernels' manifest, the plan and the report into the workspace. The logic is
 autokernel/verify/verification.py.
-Exit code: 0 the error check passes, 1 it fails, 2 verify could not run (bad model, no kernels).
-A verdict of "no gain" is not a failure: the exit code is about correctness.
+Exit code: 0 the error check passes, 1 it fails, 2 verify could not run (bad model, no kernels), 3 no kernel type
+covers the model (PyTorch's paths are still compared), 5 the error check passes with parts dropped for failures
+(the report's "dropped" names each and why; autokernel/verify/containment.py). A verdict of "no gain" is not a
+failure: the exit code is about correctness.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ from autokernel.profile import models
 from autokernel.profile.model_args import add_model_arguments, load_model_keywords
 from autokernel.routing import plugin
 from autokernel.verify import isolated
-from autokernel.verify.verification import (EXIT_ERROR, EXIT_FAIL, EXIT_NOTHING_TO_PLUG_IN,  # noqa: F401 (API)
-                                             EXIT_PASS, REPORT_FILE, STARTER_MANIFEST_DIR, NothingToPlugIn, Outcome,
+from autokernel.verify.verification import (EXIT_DROPPED, EXIT_ERROR, EXIT_FAIL,  # noqa: F401 (API)
+                                             EXIT_NOTHING_TO_PLUG_IN, EXIT_PASS, REPORT_FILE, STARTER_MANIFEST_DIR, NothingToPlugIn, Outcome,
                                              run)
 from autokernel.verify.verify_report import print_report, report_console
 
@@ -79,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants (slow on CPU)")
     parser.add_argument("--compile-backend", default="inductor",
                         help="torch.compile backend (default inductor; the CUDA-graph variants need inductor)")
-    # The sandboxed child's own two (autokernel/verify/isolated.py): where it writes, and the pipe it answers on.
+    # The sandboxed child's own (autokernel/verify/isolated.py): where it writes, the pipe it answers on, and
+    # whether it compares PyTorch's own paths alone (after a first child crashed with our kernels in it).
+    parser.add_argument("--pytorch-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--write-to", help=argparse.SUPPRESS)
     parser.add_argument("--sandboxed-fd", type=int, help=argparse.SUPPRESS)
     return parser
@@ -101,7 +105,8 @@ def _in_sandbox(args) -> int:
     try:
         loaded = models.load_model(**load_model_keywords(args))
         outcome = run(loaded, workspace=Path(args.workspace), out=Path(args.write_to),
-                      optimized_dir=Path(args.optimized_dir), starters=args.starters,
+                      optimized_dir=None if args.pytorch_only else Path(args.optimized_dir),
+                      starters=args.starters and not args.pytorch_only,
                       compile_backend=None if args.no_compile else args.compile_backend, policy=args.route,
                       overhead=args.overhead, console=console)
     except (models.ModelLoadError, plugin.PlugInError) as error:

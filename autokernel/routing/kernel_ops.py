@@ -23,7 +23,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 import torch
 
@@ -87,13 +87,26 @@ class OptimizedKernel:
         self.op_kind = f"custom_op ({why})"
 
 
-def load_kernels(optimized_dir: str | Path, device_name: str) -> list[OptimizedKernel]:
-    """The kernels that optimized_dir/manifest.json lists, imported, by rank, with their route tables for this device."""
+def load_kernels(optimized_dir: str | Path, device_name: str, *, exclude: Collection[str] = (),
+                 on_failure: Callable[[str, Exception], None] | None = None) -> list[OptimizedKernel]:
+    """The kernels that optimized_dir/manifest.json lists, imported, by rank, with their route tables for this device.
+
+    `exclude` names entries to leave out. A kernel that fails to load raises, unless `on_failure` is given: then it
+    is told (name, error) and the kernel is left out (verify drops a broken kernel and checks the rest)."""
     folder = Path(optimized_dir)
     manifest_path = folder / "manifest.json"
     entries = read_manifest(manifest_path)
-    return sorted((_load_kernel(folder, name, entry, manifest_path, device_name) for name, entry in entries.items()),
-                  key=lambda kernel: kernel.rank)
+    kernels = []
+    for name, entry in entries.items():
+        if name in exclude:
+            continue
+        try:
+            kernels.append(_load_kernel(folder, name, entry, manifest_path, device_name))
+        except Exception as exc:        # a kernel file's import runs its code: anything can come out of it
+            if on_failure is None:
+                raise
+            on_failure(name, exc)
+    return sorted(kernels, key=lambda kernel: kernel.rank)
 
 
 def _load_kernel(folder: Path, name: str, entry: dict, manifest_path: Path, device_name: str) -> OptimizedKernel:

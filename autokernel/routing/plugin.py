@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Callable, Collection
 
 import torch
 from torch import nn
@@ -38,19 +39,21 @@ def device_name() -> str:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
 
-def load_kernels(optimized_dir: str | Path | None = None) -> list[OptimizedKernel]:
+def load_kernels(optimized_dir: str | Path | None = None, *, exclude: Collection[str] = (),
+                 on_failure: Callable[[str, Exception], None] | None = None) -> list[OptimizedKernel]:
     """The kernels optimized_dir/manifest.json lists (default: the run's optimized_kernels/), imported, by rank,
-    with their route tables for this GPU."""
+    with their route tables for this GPU; `exclude` and `on_failure` as kernel_ops.load_kernels takes them."""
     interpreter.choose()
     if interpreter.problem():
         raise PlugInError(interpreter.problem())
     folder = Path(optimized_dir or paths.OPTIMIZED_DIR)
     region_store.add_folder(folder / region_store.FOLDER)     # the regions its kernels name, saved beside them
-    return _load_kernels(folder, device_name())
+    return _load_kernels(folder, device_name(), exclude=exclude, on_failure=on_failure)
 
 
 def plug_in(model: nn.Module, optimized_dir: str | Path | None = None, *, policy: str = MEASURED,
-            keep_examples: bool = False) -> nn.Module:
+            keep_examples: bool = False, exclude: Collection[str] = (),
+            on_failure: Callable[[str, Exception], None] | None = None) -> nn.Module:
     """Route the model's calls to the kernels in optimized_dir, in place; returns the model.
 
     policy "measured" routes a call only where the manifest's route table says our kernel is
@@ -66,7 +69,8 @@ def plug_in(model: nn.Module, optimized_dir: str | Path | None = None, *, policy
     optimized_kernels/ (each is short) before you plug them into a process that holds secrets.
     """
     unplug(model)
-    router = Router(load_kernels(optimized_dir), policy=policy, keep_examples=keep_examples)
+    router = Router(load_kernels(optimized_dir, exclude=exclude, on_failure=on_failure), policy=policy,
+                    keep_examples=keep_examples)
     verified_shapes = {kernel_type: [shape for kernel in kernels for shape in kernel.shapes]
                        for kernel_type, kernels in router.by_type.items()}
     for path, module in model.named_modules():

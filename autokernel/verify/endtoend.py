@@ -24,8 +24,9 @@ from typing import Callable
 import torch
 
 from autokernel.routing.outputs import detached_copy, output_error, tolerance
-from autokernel.routing.router import ALL, MEASURED
+from autokernel.routing.router import ALL, MEASURED, Router
 from autokernel.verify import headroom, route_table, selection, variants
+from autokernel.verify.containment import CHECK, COUNTS, HEADROOM, LOAD, OVERHEAD, SELECTION, Drops
 from autokernel.verify.report_record import Verdict
 from autokernel.verify.variants import HOW_TO_USE, INDUCTOR, NOISE_FLOOR, VARIANTS, VariantResult
 
@@ -64,12 +65,18 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
     return Verdict(summary, brief(theirs), brief(ours), speedup, use, HOW_TO_USE[use], faster, on_gpu)
 
 
-def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_backend: str | None = INDUCTOR,
-            policy: str = MEASURED, overhead: bool = False, log: Callable[[str], None] = lambda line: None) -> dict:
-    """Steps 1 to 5 above, as plain data; plug_in(policy, keep_examples) plugs the kernels into `model`.
+def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, compile_backend: str | None = INDUCTOR,
+            policy: str = MEASURED, overhead: bool = False, log: Callable[[str], None] = lambda line: None,
+            drops: Drops | None = None) -> dict:
+    """Steps 1 to 5 above, as plain data; plug_in(policy, keep_examples, exclude, on_failure) plugs the kernels into
+    `model` (None: there are none, and PyTorch's own paths are compared alone).
 
     compile_backend None skips the compiled variants; another backend than inductor has no CUDA-graph variant.
+    A failure in our part drops its unit into `drops` (containment.py) and the comparison goes on: a kernel that
+    fails to load or breaks the model's forward is left out and the rest are checked again; a figure that cannot be
+    taken is left out; with no kernel left, the verdict is PyTorch's best.
     """
+    drops = drops if drops is not None else Drops(log)
     names = variants.available(on_gpu, compile_backend)
     backend = compile_backend or INDUCTOR
     results: dict[str, VariantResult] = {}
@@ -79,8 +86,87 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
         for variant in (v for v in names if not VARIANTS[v][1]):
             log(f"timing {VARIANTS[variant][0]}")
             results[variant] = variants.run(variant, model, inputs, expected, on_gpu, backend)
-        found = _headroom(model, inputs, results, on_gpu, compile_backend, log)
-        router = plug_in(policy=ALL, keep_examples=True)
+    found = drops.contained(HEADROOM, "torch.compile's forward",
+                            lambda: _headroom(model, inputs, results, on_gpu, compile_backend, log))
+    ours = None
+    if plug_in is not None:
+        ours = _ours_contained(model, inputs, plug_in, names, backend, results, expected, allowed, on_gpu=on_gpu,
+                               policy=policy, overhead=overhead, log=log, drops=drops)
+    if ours is None:          # no kernel of ours ran: PyTorch's best, still with a verdict
+        ours = _nothing_of_ours(names, results, policy)
+    routed_any = ours.pop("routed_any")
+    verdict = choose(results, allowed, on_gpu, routed_any)
+    if ours.pop("regions") and verdict.use in variants.HOW_TO_USE_WITH_REGIONS:
+        verdict.use_code = variants.HOW_TO_USE_WITH_REGIONS[verdict.use]
+    checked_error = ours.pop("checked_error")
+    return {"variants": {name: result.to_json() for name, result in results.items()},
+            "verdict": verdict.to_json(), "tolerance": allowed,
+            "checked": {"policy": ALL, "max_error": checked_error, "passed": checked_error <= allowed,
+                        **ours.pop("checked")},
+            "headroom": found.to_json() if found else None, "dropped": drops.to_json(), **ours}
+
+
+def _ours_contained(model, inputs, plug_in, names, backend, results, expected, allowed, *, on_gpu, policy, overhead,
+                    log, drops: Drops) -> dict | None:
+    """Our part of the comparison (_ours) with every kernel that loads; when it raises, each kernel is tried alone,
+    those that fail alone are dropped, and the rest go again (all of them, when none fails alone: the failure is
+    their sum). None when no kernel is left."""
+    excluded: set[str] = set()
+    while True:
+        try:
+            router = plug_in(policy=ALL, keep_examples=True, exclude=excluded,
+                             on_failure=lambda name, exc: (excluded.add(name), drops.add(LOAD, name, exc)))
+            if not router.kernels:
+                return None
+            return _ours(model, inputs, router, names, backend, results, expected, allowed, on_gpu=on_gpu,
+                         policy=policy, overhead=overhead, log=log, drops=drops)
+        except Exception as exc:     # the routed model's forward, or a step on it, broke: find the kernels that did it
+            for variant in (v for v in names if VARIANTS[v][1]):
+                results.pop(variant, None)
+            suspects = [kernel.name for kernel in plugin_router(model).kernels] if plugin_router(model) else []
+            culprits = {name: why for name in suspects
+                        if (why := _fails_alone(model, inputs, plug_in, name, suspects)) is not None}
+            for name in culprits or suspects:
+                excluded.add(name)
+                drops.add(CHECK, name, culprits.get(name) or exc)
+            if not suspects:
+                drops.add(CHECK, "every kernel", exc)
+                return None
+
+
+def _fails_alone(model, inputs, plug_in, name: str, all_names: list[str]) -> BaseException | None:
+    """Why the model's routed forward fails with only this kernel plugged in (None when it runs)."""
+    try:
+        router = plug_in(policy=ALL, keep_examples=False, exclude=set(all_names) - {name}, on_failure=None)
+        resolve_routes(router, model, inputs)
+        with torch.no_grad():
+            model(*inputs)
+        return None
+    except Exception as exc:        # this kernel's route is what breaks the forward
+        return exc
+
+
+def plugin_router(model):
+    from autokernel.routing import plugin
+
+    return plugin.router_of(model)
+
+
+def _nothing_of_ours(names: list[str], results: dict[str, VariantResult], policy: str) -> dict:
+    for variant in (v for v in names if VARIANTS[v][1]):
+        results[variant] = VariantResult(variant, failed="no kernel of ours ran (see the parts dropped)")
+    summary = Router([], policy=policy).summary()
+    summary.pop("kernels")
+    return {"routed_any": False, "regions": False, "checked_error": 0.0,
+            "checked": {"kernels": [], **summary, "nothing_checked": True},
+            "routing": {**Router([], policy=policy).summary()}, "route_table": [], "selection": [], "records": {}}
+
+
+def _ours(model, inputs, router, names, backend, results, expected, allowed, *, on_gpu, policy, overhead, log,
+          drops: Drops) -> dict:
+    """Steps 2 to 4 with the kernels plugged into the model (router): the check, the route table, the selection,
+    and our variants timed; a figure that raises is dropped (a variant's own failure is in its result)."""
+    with torch.no_grad():
         if router.folding is not None or router.regions is not None:
             # The first call with these inputs is watched for folded norms (run unfolded), and the first
             # calls resolve the routes eagerly before regions are rewritten in the graph; the check and the
@@ -94,7 +180,7 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
             log("the check with every kernel routed ran out of GPU memory: it does not pass")
             torch.cuda.empty_cache()
         checked = router.summary()
-        records = route_table.measure(router, on_gpu, log)
+        records = route_table.measure(router, on_gpu, log, drops)
 
     def run_ours(variant: str, paired: bool = False) -> VariantResult:
         log(f"timing {VARIANTS[variant][0]}")
@@ -109,7 +195,8 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
     if overhead:
         from autokernel.verify import overhead as overhead_figures
 
-        extra["overhead"] = overhead_figures.measure(router, records, results, run_ours, lambda: model(*inputs), on_gpu)
+        extra["overhead"] = drops.contained(OVERHEAD, "the routing's own cost", lambda: overhead_figures.measure(
+            router, records, results, run_ours, lambda: model(*inputs), on_gpu))
     route_table.apply(router.kernels, records)
     router.release_examples()
     router.set_policy(policy)
@@ -119,8 +206,9 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
         for mode, variant in (("eager", "ours"), ("compiled", compiled_variant)):
             if variant is None:
                 continue
-            kept, mode_trials = selection.select(mode, records, variant, lambda v: run_ours(v, paired=True),
-                                                 router.forget_decisions, allowed, log)
+            kept, mode_trials = drops.contained(SELECTION, f"the {mode} routes", lambda: selection.select(
+                mode, records, variant, lambda v: run_ours(v, paired=True), router.forget_decisions, allowed, log),
+                default=(None, []))
             trials += mode_trials
             if kept is not None:
                 results[variant] = kept
@@ -130,16 +218,11 @@ def compare(model, inputs: tuple, plug_in: Callable, *, on_gpu: bool, compile_ba
     for variant in (v for v in names if VARIANTS[v][1] and v not in results):
         results[variant] = run_ours(variant) if routed[variant] else VariantResult(
             variant, failed="nothing routed: no kernel made the model faster in this mode")
-    routing = _one_forward_counts(router, model, inputs)
-    verdict = choose(results, allowed, on_gpu, any(routed.values()))
-    if router.regions is not None and verdict.use in variants.HOW_TO_USE_WITH_REGIONS:
-        verdict.use_code = variants.HOW_TO_USE_WITH_REGIONS[verdict.use]
-    return {"variants": {name: result.to_json() for name, result in results.items()},
-            "verdict": verdict.to_json(), "tolerance": allowed,
-            "checked": {"policy": ALL, "max_error": checked_error, "passed": checked_error <= allowed, **checked},
-            "routing": routing, "route_table": _table_rows(records),
-            "selection": [trial.to_json() for trial in trials], "records": records,
-            "headroom": found.to_json() if found else None, **extra}
+    routing = drops.contained(COUNTS, "one forward's hits and fallbacks", lambda: _one_forward_counts(
+        router, model, inputs), default=router.summary())
+    return {"routed_any": any(routed.values()), "regions": router.regions is not None, "checked_error": checked_error,
+            "checked": checked, "routing": routing, "route_table": _table_rows(records),
+            "selection": [trial.to_json() for trial in trials], "records": records, **extra}
 
 
 def resolve_routes(router, model, inputs: tuple) -> None:

@@ -21,6 +21,7 @@ from torch import nn
 
 from autokernel.routing import manifest, plugin
 from autokernel.verify import endtoend
+from autokernel.verify.containment import Drops
 from autokernel.verify.variants import INDUCTOR, VARIANTS
 
 CHOICE_ATTRIBUTE = "autokernel_choice"
@@ -39,22 +40,26 @@ class Choice:
     faster: bool            # whether it is AutoKernel's (faster than PyTorch's best by more than the noise)
 
 
-def compare(model: nn.Module, inputs: tuple, optimized_dir: str | Path, *, on_gpu: bool,
+def compare(model: nn.Module, inputs: tuple, optimized_dir: str | Path | None, *, on_gpu: bool,
             compile_backend: str | None = INDUCTOR, policy: str = plugin.MEASURED, overhead: bool = False,
-            log: Callable[[str], None] = lambda line: None) -> tuple[dict, dict]:
+            log: Callable[[str], None] = lambda line: None, drops: Drops | None = None) -> tuple[dict, dict]:
     """The end-to-end comparison as plain data (and the kernels' router summary), and the route tables measured
-    (on a GPU; none elsewhere) as {kernel name: {"source_sha256", "device", "records"}}; the model is left unplugged."""
-    def plug(policy: str, keep_examples: bool):
-        return plugin.router_of(plugin.plug_in(model, optimized_dir, policy=policy, keep_examples=keep_examples))
+    (on a GPU; none elsewhere) as {kernel name: {"source_sha256", "device", "records"}}; the model is left unplugged.
+    optimized_dir None compares PyTorch's own paths alone. What fails in our part is dropped into `drops`
+    (containment.py), and the comparison still ends with a verdict."""
+    def plug(policy: str, keep_examples: bool, exclude=(), on_failure=None):
+        return plugin.router_of(plugin.plug_in(model, optimized_dir, policy=policy, keep_examples=keep_examples,
+                                               exclude=exclude, on_failure=on_failure))
 
     try:
-        compared = endtoend.compare(model, inputs, plug, on_gpu=on_gpu, compile_backend=compile_backend,
-                                    policy=policy, overhead=overhead, log=log)
+        compared = endtoend.compare(model, inputs, plug if optimized_dir is not None else None, on_gpu=on_gpu,
+                                    compile_backend=compile_backend, policy=policy, overhead=overhead, log=log,
+                                    drops=drops)
         router = plugin.router_of(model)
         records = compared.pop("records")
         tables = {kernel.name: {"source_sha256": kernel.source_sha256, "device": plugin.device_name(),
                                 "records": [record.to_json() for record in records.get(kernel.name, [])]}
-                  for kernel in router.kernels} if on_gpu else {}
+                  for kernel in router.kernels} if on_gpu and router is not None else {}
     finally:
         plugin.unplug(model)
     return compared, tables

@@ -113,13 +113,27 @@ def verify_in_sandbox(argv: list[str], *, model: str | None, workspace: Path, op
     out = Path(tempfile.mkdtemp(prefix="autokernel-verify-"))
     try:
         cmd = [sys.executable, str(paths.script("verify.py")), *argv, "--write-to", str(out), "--sandboxed-fd"]
-        child, answer = _run_sandboxed(cmd, readable=_readable_for(model, workspace, optimized_dir), writable=[out])
+        readable = _readable_for(model, workspace, optimized_dir)
+        child, answer = _run_sandboxed(cmd, readable=readable, writable=[out])
         try:
             outcome = Outcome.from_json(answer)
         except ValueError:
-            print(f"verify.py: the check in the sandbox {child.exit_description()} without a result"
-                  + (" (it ran past its time limit)" if child.timed_out else ""), file=sys.stderr)
-            return EXIT_ERROR
+            # The child died with our kernels in it (a crash, a device-side assert, its time limit): the kernels are
+            # dropped with its last lines as the reason, and PyTorch's own paths are compared in a fresh child, so
+            # that the user still gets a verdict.
+            crashed = (f"the check in the sandbox {child.exit_description()} without a result"
+                       + (" (it ran past its time limit)" if child.timed_out else "") + f": {_tail(child.stderr)}")
+            print(f"verify.py: {crashed}\nverify.py: comparing PyTorch's own paths alone, in a fresh sandbox",
+                  file=sys.stderr)
+            child, answer = _run_sandboxed([*cmd[:2 + len(argv)], "--pytorch-only", *cmd[2 + len(argv):]],
+                                           readable=readable, writable=[out])
+            try:
+                outcome = Outcome.from_json(answer)
+            except ValueError:
+                print(f"verify.py: PyTorch's own paths alone {child.exit_description()} without a result too: "
+                      f"{_tail(child.stderr)}", file=sys.stderr)
+                return EXIT_ERROR
+            _record_crash(outcome, crashed, out, say)
         workspace.mkdir(parents=True, exist_ok=True)
         for name in outcome.made:
             _hand_back(out, workspace, name, starters=starters)
@@ -131,6 +145,26 @@ def verify_in_sandbox(argv: list[str], *, model: str | None, workspace: Path, op
         return outcome.exit_code
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def _tail(stderr: str, lines: int = 6) -> str:
+    """The last lines a child wrote to stderr, joined on one line: a crash's reason."""
+    kept = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    return " / ".join(kept[-lines:])[-1200:] or "(it wrote nothing to stderr)"
+
+
+def _record_crash(outcome, crashed: str, out: Path, say: Callable[[str], None]) -> None:
+    """The verdict of PyTorch's paths alone, with every kernel dropped for the crash: in its report and exit code."""
+    from autokernel.verify.containment import SANDBOX, Dropped
+    from autokernel.verify.verification import exit_code
+
+    if outcome.report is None:
+        return
+    outcome.report.dropped.insert(0, Dropped(SANDBOX, "every kernel", crashed).to_json())
+    outcome.exit_code = exit_code(outcome.report)
+    if VERIFY_REPORT in outcome.made:
+        (out / VERIFY_REPORT).write_text(json.dumps(outcome.report.to_json(), indent=2) + "\n")
+    say(f"verdict with every kernel dropped: {outcome.report.verdict.summary}")
 
 
 def _hand_back(out: Path, workspace: Path, name: str, *, starters: bool) -> bool:

@@ -64,6 +64,7 @@ class VerifyReport:
     headroom: dict | None = None       # where torch.compile's forward spends its GPU time (on a GPU)
     overhead: dict | None = None       # with --overhead: the routing's own cost
     extra: dict = field(default_factory=dict)    # the router summary's other sections (module routes, folds, ...)
+    dropped: list[dict] = field(default_factory=list)    # what failed and was left out (containment.Dropped's JSON)
 
     @property
     def passed(self) -> bool:

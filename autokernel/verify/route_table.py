@@ -21,6 +21,7 @@ import torch
 from autokernel.core.dtypes import dtype_name
 from autokernel.routing.manifest import RouteRecord
 from autokernel.verify import latency
+from autokernel.verify.containment import ROUTE_TABLE, Drops, describe
 
 NOISE_FLOOR = 0.03
 NOT_TIMED_ON_CPU = "not timed: no GPU (the CPU interpreter's timings mean nothing)"
@@ -36,7 +37,8 @@ def faster_by_more_than_noise(ours: latency.Latency | None, theirs: latency.Late
     return ratio > 1 + noise, f"{verdict}: {ratio:.2f}x (noise {noise:.0%}; ours {ours.us:.1f} us, PyTorch {theirs.us:.1f} us)"
 
 
-def measure(router, on_gpu: bool, log: Callable[[str], None] = lambda line: None) -> dict[str, list[RouteRecord]]:
+def measure(router, on_gpu: bool, log: Callable[[str], None] = lambda line: None,
+            drops: Drops | None = None) -> dict[str, list[RouteRecord]]:
     """A route record for every site the router noted, by kernel name: the four times and the two decisions."""
     records: dict[str, list[RouteRecord]] = {}
     for site in router.sites.values():
@@ -53,6 +55,11 @@ def measure(router, on_gpu: bool, log: Callable[[str], None] = lambda line: None
                 record.route_eager = record.route_compiled = False
                 record.why = "not timed: out of GPU memory"
                 torch.cuda.empty_cache()
+            except Exception as exc:            # this signature's timing broke: it is not routed, and verify goes on
+                record.route_eager = record.route_compiled = False
+                record.why = f"not timed: {describe(exc)}"
+                if drops is not None:
+                    drops.add(ROUTE_TABLE, f"{site.kernel.name} at {record.shape}", exc)
         records.setdefault(site.kernel.name, []).append(record)
     return records
 

@@ -30,6 +30,7 @@ from autokernel.profile.regions.starter_code import StarterError
 from autokernel.routing import manifest, plugin
 from autokernel.routing.outputs import ERROR_DEFINITION
 from autokernel.verify import handover
+from autokernel.verify.containment import CHECK, PROFILE, STARTER, Drops
 from autokernel.verify.report_record import ErrorCheck, Verdict, VerifyReport
 
 REPORT_FILE = "verify_report.json"
@@ -37,6 +38,8 @@ STARTER_MANIFEST_DIR = "starter_kernels"     # under the workspace
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 # The model has no kernel type AutoKernel covers: nothing to check, and the user keeps PyTorch's path.
 EXIT_NOTHING_TO_PLUG_IN = 3
+# Verified, with parts dropped for failures (the report's `dropped` says which and why): the verdict stands.
+EXIT_DROPPED = 5
 
 
 class NothingToPlugIn(plugin.PlugInError):
@@ -74,28 +77,57 @@ class Outcome:
 
 def run(loaded: models.LoadedModel, *, workspace: Path, out: Path, optimized_dir: Path | None, starters: bool,
         compile_backend: str | None, policy: str, overhead: bool, console: Console) -> Outcome:
-    """Verify: read the plan from `workspace`, write what is made into `out`; the report is printed."""
+    """Verify: read the plan from `workspace`, write what is made into `out`; the report is printed.
+
+    Every failure short of the model's own forward is contained (containment.py): what failed is dropped with its
+    reason, and the report still ends with a verdict, PyTorch's best at the least."""
+    log = lambda line: console.print(line, markup=False, highlight=False)      # noqa: E731
+    drops = Drops(log)
     region_store.add_folder(workspace / region_store.FOLDER)      # the regions a plan there names
     plan, plan_note = read_model_plan(workspace / profiler.PLAN_FILE, loaded)
     made: list[str] = []
+    folder: Path | None = optimized_dir
+    nothing = None
     if starters:
-        folder, plan, plan_note, made = starters_of_plan(loaded, workspace, out, plan, plan_note, console)
-    else:
-        folder = optimized_dir
-    plugin.load_kernels(folder)    # a missing or broken manifest fails before any timing
-    report, tables = verify(loaded, folder, compile_backend=compile_backend, plan=plan, plan_note=plan_note,
-                            policy=policy, overhead=overhead,
-                            log=lambda line: console.print(line, markup=False, highlight=False))
+        try:
+            folder, plan, plan_note, made = starters_of_plan(loaded, workspace, out, plan, plan_note, console, drops)
+        except NothingToPlugIn as why:      # PyTorch's own paths are still compared, and the verdict names the best
+            folder, nothing = None, why
+            log(f"{why}: comparing PyTorch's own paths")
+        except Exception as exc:            # the profile or the plan broke: no kernel to check, PyTorch's best
+            drops.add(PROFILE, loaded.name, exc)
+            folder = None
+    if folder is not None:
+        plugin.load_kernels(folder, on_failure=lambda name, exc: None)    # a missing or broken manifest fails here
+    try:
+        report, tables = verify(loaded, folder, compile_backend=compile_backend, plan=plan, plan_note=plan_note,
+                                policy=policy, overhead=overhead, log=log, drops=drops)
+    except Exception as exc:          # the last line of defence: our part dropped whole, PyTorch's paths compared
+        if folder is None:
+            raise
+        drops.add(CHECK, "every kernel", exc)
+        report, tables = verify(loaded, None, compile_backend=compile_backend, plan=plan, plan_note=plan_note,
+                                policy=policy, overhead=False, log=log, drops=drops)
     if starters:
         report.optimized_dir = str(workspace / STARTER_MANIFEST_DIR)
     (out / REPORT_FILE).write_text(json.dumps(report.to_json(), indent=2) + "\n")
     made.append(REPORT_FILE)
-    return Outcome(EXIT_PASS if report.passed else EXIT_FAIL, report, tables,
+    return Outcome(exit_code(report, nothing is not None), report, tables,
                    "starters" if starters else "optimized", made)
 
 
+def exit_code(report: VerifyReport, nothing_to_plug_in: bool = False) -> int:
+    """EXIT_FAIL when the error check failed; else EXIT_NOTHING_TO_PLUG_IN, EXIT_DROPPED when something was dropped,
+    EXIT_PASS."""
+    if not report.passed:
+        return EXIT_FAIL
+    if nothing_to_plug_in:
+        return EXIT_NOTHING_TO_PLUG_IN
+    return EXIT_DROPPED if report.dropped else EXIT_PASS
+
+
 def starters_of_plan(loaded: models.LoadedModel, workspace: Path, out: Path, plan: Plan | None, plan_note: str,
-                     console: Console) -> tuple[Path, dict, str, list[str]]:
+                     console: Console, drops: Drops | None = None) -> tuple[Path, dict, str, list[str]]:
     """The starter kernels' folder (in `out`) for this model's plan, profiled first when there is none; the plan, its
     note and the files made."""
     made = []
@@ -105,16 +137,17 @@ def starters_of_plan(loaded: models.LoadedModel, workspace: Path, out: Path, pla
         plan_note = f"{_plan_source(workspace / profiler.PLAN_FILE, plan)}, profiled now"
         made += [profiler.PLAN_FILE, profiler.REPORT_FILE]
     earlier = workspace / STARTER_MANIFEST_DIR / paths.MANIFEST_NAME
-    folder = write_starter_manifest(plan, out / STARTER_MANIFEST_DIR, earlier=earlier)
+    folder = write_starter_manifest(plan, out / STARTER_MANIFEST_DIR, earlier=earlier, drops=drops)
     console.print(f"the starter kernels of {len(plan.entries)} kernel types, at the plan's shapes "
                   f"({plan.dtype}): {workspace / STARTER_MANIFEST_DIR / paths.MANIFEST_NAME}", markup=False)
     made += [str(path.relative_to(out)) for path in sorted(folder.rglob("*")) if path.is_file()]
     return folder, plan, plan_note, made
 
 
-def starter_entries(plan: Plan, folder: Path) -> dict[str, dict]:
+def starter_entries(plan: Plan, folder: Path, drops: Drops | None = None) -> dict[str, dict]:
     """The manifest entries of each planned kernel type's starter, at the plan's shapes: kernels/<type>.py, or for a
-    region Inductor's code for it, generated into folder (with its region file) and named relative to it."""
+    region Inductor's code for it, generated into folder (with its region file) and named relative to it. A starter
+    that cannot be made is left out (dropped into `drops`, when given)."""
     entries = {}
     for entry in plan.entries:
         try:       # a region's starter is Inductor's code for it, generated here (autokernel/profile/regions/jobs.py)
@@ -122,15 +155,20 @@ def starter_entries(plan: Plan, folder: Path) -> dict[str, dict]:
         except (InductorFailed, StarterError) as why:
             print(f"no starter for {entry.kernel_type}: {why}", file=sys.stderr)
             continue
+        except Exception as exc:          # anything else its generation raised: this starter is dropped, not verify
+            if drops is None:
+                raise
+            drops.add(STARTER, entry.kernel_type, exc)
+            continue
         named = starter.name if starter.parent == folder else starter
         entries[f"{entry.rank}_{entry.kernel_type}"] = plugin.manifest_entry(entry, named)
     return entries
 
 
-def write_starter_manifest(plan: Plan, folder: Path, earlier: Path | None = None) -> Path:
+def write_starter_manifest(plan: Plan, folder: Path, earlier: Path | None = None, drops: Drops | None = None) -> Path:
     """A manifest of the starter kernels of the plan, in folder/manifest.json (keeping the route tables measured
     before for the same sources, from `earlier`, by default that file itself); the folder is returned."""
-    entries = starter_entries(plan, folder)
+    entries = starter_entries(plan, folder, drops)
     if not entries:
         raise NothingToPlugIn(f"the plan of {plan.model} has no kernel type AutoKernel has a kernel for, "
                               "so there is nothing to plug in")
@@ -144,14 +182,17 @@ def write_starter_manifest(plan: Plan, folder: Path, earlier: Path | None = None
     return folder
 
 
-def verify(loaded: models.LoadedModel, optimized_dir: str | Path, *, compile_backend: str | None, plan: Plan | None,
-           plan_note: str, policy: str = plugin.MEASURED, overhead: bool = False,
-           log: Callable[[str], None] = lambda line: None) -> tuple[VerifyReport, dict]:
+def verify(loaded: models.LoadedModel, optimized_dir: str | Path | None, *, compile_backend: str | None,
+           plan: Plan | None, plan_note: str, policy: str = plugin.MEASURED, overhead: bool = False,
+           log: Callable[[str], None] = lambda line: None, drops: Drops | None = None) -> tuple[VerifyReport, dict]:
     """The end-to-end comparison and checks (autokernel/verify/handover.py) as the report, and the route tables
-    measured."""
+    measured; optimized_dir None compares PyTorch's own paths alone."""
     on_gpu = loaded.device.type == "cuda"
+    drops = drops if drops is not None else Drops(log)
     compared, tables = handover.compare(loaded.model, loaded.inputs, optimized_dir, on_gpu=on_gpu,
-                                        compile_backend=compile_backend, policy=policy, overhead=overhead, log=log)
+                                        compile_backend=compile_backend, policy=policy, overhead=overhead, log=log,
+                                        drops=drops)
+    compared.pop("dropped", None)         # the same units as `drops`, which also holds those dropped before
     routing = compared.pop("routing")
     kernels = routing.pop("kernels")
     shares = plan.shares() if plan else {}
@@ -172,7 +213,7 @@ def verify(loaded: models.LoadedModel, optimized_dir: str | Path, *, compile_bac
         kernels=kernels, checked=compared["checked"], route_table=compared["route_table"],
         variants=compared["variants"], verdict=Verdict(**compared["verdict"]), correctness=check, tolerance=allowed,
         timings_meaningful=on_gpu, selection=compared["selection"], headroom=compared["headroom"],
-        overhead=compared.get("overhead"), extra=routing)
+        overhead=compared.get("overhead"), extra=routing, dropped=drops.to_json())
     return report, tables
 
 

@@ -61,12 +61,26 @@ def print_report(report: VerifyReport, console: Console) -> None:
     console.print(f"[bold {colour}]verdict: {escape(verdict.summary)}[/bold {colour}]")
     _print_headroom(report, console)
     console.print(f"use: {escape(verdict.use_code)}")
+    _print_dropped(report, console)
     check = report.correctness
+    if report.checked.get("nothing_checked"):
+        console.print("end-to-end error check: [bold yellow]nothing checked[/bold yellow]: no kernel of ours ran "
+                      "(the parts dropped above say why)")
+        return
     result = "[bold green]PASS[/bold green]" if check.passed else "[bold red]FAIL[/bold red]"
     variants = (f", at most {check.variant_max_error:.3g} in the AutoKernel variants"
                 if check.variant_max_error is not None else "")
     console.print(f"end-to-end error check: {result}: every verified call routed, max error "
                   f"{check.max_error:.3g}{variants} (tolerance {check.tolerance:g}; {check.definition})")
+
+
+def _print_dropped(report: VerifyReport, console: Console) -> None:
+    """Each unit verify left out for a failure, and why (containment.py): the verdict stands without them."""
+    if report.dropped:
+        console.print(f"[yellow]dropped for failures ({len(report.dropped)}); the verdict stands without them:[/yellow]")
+    for dropped in report.dropped:
+        console.print(f"  [yellow]{escape(dropped['stage'])}[/yellow]: {escape(dropped['unit'])}: "
+                      f"{escape(dropped['reason'])}")
 
 
 def _print_kernels(report: VerifyReport, console: Console) -> None:
