@@ -81,8 +81,9 @@ def compare_tiny_llama(tmp_path, state):
     model, inputs = tiny_llama()
     folder = write_optimized(tmp_path / "opt", LLAMA_SHAPES, sources=reference_sources(*LLAMA_SHAPES))
 
-    def plug(policy, keep_examples):
-        router = plugin.router_of(plugin.plug_in(model, folder, policy=policy, keep_examples=keep_examples))
+    def plug(policy, keep_examples, exclude=(), on_failure=None):
+        router = plugin.router_of(plugin.plug_in(model, folder, policy=policy, keep_examples=keep_examples,
+                                                 exclude=exclude, on_failure=on_failure))
         state["router"] = router
         return router
     return endtoend.compare(model, inputs, plug, on_gpu=True, compile_backend=None)

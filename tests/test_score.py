@@ -133,10 +133,12 @@ def test_score_runs_every_problem_and_a_broken_one_costs_only_its_row(tmp_path, 
     assert set(rows) == {"softmax_rows", "broken", "conv_only"}
     assert rows["softmax_rows"]["correct"] and rows["softmax_rows"]["timings_meaningful"] is False
     assert not rows["broken"]["correct"] and "verify exited 2" in rows["broken"]["error"]
-    # Nothing to plug in: the user keeps PyTorch's path, correct at 1.0x, and nothing was timed.
+    # Nothing to plug in: the user keeps PyTorch's path, correct at 1.0x, with PyTorch's own paths timed.
     unplanned = rows["conv_only"]
-    assert unplanned["correct"] and unplanned["speedup_vs_eager"] == unplanned["speedup_vs_compile"] == 1.0
-    assert unplanned["timings_meaningful"] is None and unplanned["verdict"].startswith("not planned")
+    assert unplanned["correct"] and unplanned["speedup_vs_eager"] == 1.0 and unplanned["speedup_vs_compile"] is None
+    assert unplanned["timings_meaningful"] is False and unplanned["verdict"].startswith("not planned")
+    # A step that failed keeps its last lines, for the row and the JSON.
+    assert rows["broken"]["error_tail"] and any("Error" in line for line in rows["broken"]["error_tail"])
     assert written["summary"]["problems"] == 3 and written["summary"]["correct"] == pytest.approx(2 / 3)
     printed = capsys.readouterr().out
     assert "| softmax_rows | yes |" in printed and "NOT MEANINGFUL" in printed
@@ -243,7 +245,7 @@ def test_reports_keeps_each_problems_verify_report_and_overhead_reaches_verify_a
                            verify_args=["--overhead"])
     row = score.score_problem(problem, run, lambda line: None, None)
 
-    assert row.correct and row.error is None
+    assert row.correct and row.error is None and row.dropped == []
     kept = json.loads((tmp_path / "reports" / "softmax.json").read_text())
     assert kept["route_table"] == [{"kernel": "1_softmax", "ours_us": 12.0, "pytorch_us": 9.0}]
     (verify_cmd,) = commands
@@ -265,3 +267,17 @@ def test_score_passes_reports_and_overhead_from_its_command_line(tmp_path, monke
     assert seen["reports"] == tmp_path / "r" and seen["verify_args"] == ["--overhead"]
     assert cli.main(["score", str(folder)]) == 0
     assert seen["reports"] is None and seen["verify_args"] == []
+
+
+def test_a_failed_verify_keeps_its_last_lines_in_the_row_and_in_the_reports(tmp_path, monkeypatch):
+    problem = tmp_path / "softmax.py"
+    problem.write_text(textwrap.dedent(SOFTMAX_PROBLEM))
+    traceback = "Traceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: relu_1\n"
+    monkeypatch.setattr(score, "_run", lambda cmd, what, scoring, env, cwd=None: subprocess.CompletedProcess(
+        cmd, 2, "", "compiler noise\n" * 30 + traceback))
+    run = score.ScoringRun(None, 1, [], True, tmp_path / "work", reports=tmp_path / "reports")
+    row = score.score_problem(problem, run, lambda line: None, None)
+    assert not row.correct and row.error == "verify exited 2: KeyError: relu_1"
+    assert row.error_tail[-1] == "KeyError: relu_1" and len(row.error_tail) == score.TAIL_LINES
+    kept = (tmp_path / "reports" / "softmax.error.txt").read_text()
+    assert kept.startswith("verify exited 2") and "Traceback (most recent call last):" in kept

@@ -49,6 +49,9 @@ from autokernel.verify.report_record import VerifyReport
 
 THRESHOLDS = (1.0, 1.5, 2.0)
 NOTHING_TO_PLUG_IN = 3       # verify.py's exit code when no kernel type covers the model (EXIT_NOTHING_TO_PLUG_IN)
+# verify.py's exit codes that come with a verdict: passed, failed, nothing to plug in, passed with parts dropped.
+VERDICT_EXITS = (0, 1, NOTHING_TO_PLUG_IN, 5)
+TAIL_LINES = 15
 PROBLEM_TIMEOUT_S = 900
 
 
@@ -62,6 +65,8 @@ class ProblemScore:
     timings_meaningful: bool | None      # None: nothing was timed
     seconds: float
     error: str | None = None
+    error_tail: list[str] = field(default_factory=list)   # the failing step's last lines of stderr (where it failed)
+    dropped: list[str] = field(default_factory=list)      # the parts verify dropped for failures, each with its reason
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -116,7 +121,8 @@ def score_report(name: str, report: VerifyReport, seconds: float) -> ProblemScor
         problem=name, correct=report.passed,
         speedup_vs_eager=(eager / handed if handed else 1.0) if eager else None,
         speedup_vs_compile=(compiled / ours_compiled if ours_compiled else 1.0) if compiled else None,
-        verdict=report.verdict.summary, timings_meaningful=report.timings_meaningful, seconds=seconds)
+        verdict=report.verdict.summary, timings_meaningful=report.timings_meaningful, seconds=seconds,
+        dropped=[f"{d['stage']}: {d['unit']}: {d['reason']}" for d in report.dropped])
 
 
 def unplanned_score(name: str, seconds: float) -> ProblemScore:
@@ -218,19 +224,31 @@ def score_problem(file: Path, run: ScoringRun, log: Callable[[str], None], gpu: 
     workspace, optimized = run.workdir / file.stem, None
     try:
         optimized = _optimize(file, run, log, workspace, env) if run.budget else None
-        report = _verify(file, workspace, optimized, run, env)
+        report, planned = _verify(file, workspace, optimized, run, env)
         seconds = time.monotonic() - started
-        return score_report(file.stem, report, seconds) if report is not None else unplanned_score(file.stem, seconds)
+        if report is None:
+            return unplanned_score(file.stem, seconds)
+        row = score_report(file.stem, report, seconds)
+        if not planned:      # no kernel type covers it: PyTorch's own paths were still timed, and the verdict stands
+            row.verdict = f"not planned: no kernel type covers it; {row.verdict}"
+        return row
     except _ProblemFailed as failure:
+        if run.reports is not None:       # what a GPU run needs to find the cause, beside the other reports
+            run.reports.mkdir(parents=True, exist_ok=True)
+            (run.reports / f"{file.stem}.error.txt").write_text(f"{failure}\n\n" + "\n".join(failure.tail) + "\n")
         return ProblemScore(file.stem, False, None, None, "not scored", None, time.monotonic() - started,
-                            error=str(failure))
+                            error=str(failure), error_tail=failure.tail)
     finally:
         if optimized is not None:
             _drop_worktree(optimized)
 
 
 class _ProblemFailed(Exception):
-    """One problem could not be optimized or verified; its row says why."""
+    """One problem could not be optimized or verified; its row says why, with the step's last lines of output."""
+
+    def __init__(self, message: str, output: str = ""):
+        super().__init__(message)
+        self.tail = _tail_lines(output)
 
 
 def _run(cmd: list[str], what: str, run: ScoringRun, env: dict | None, cwd: Path | None = None
@@ -261,13 +279,15 @@ def _optimize(file: Path, run: ScoringRun, log, workspace: Path, env: dict | Non
                  "--budget", run.budget, "--top", str(run.top), "--agent", "builtin", "--tag", tag, *run.extra_args],
                 "the optimization", run, env, cwd=repo)
     if proc.returncode != 0:
-        raise _ProblemFailed(f"autokernel optimize exited {proc.returncode}: {_tail(proc.stderr or proc.stdout)}")
+        raise _ProblemFailed(f"autokernel optimize exited {proc.returncode}: {_tail(proc.stderr or proc.stdout)}",
+                             proc.stderr or proc.stdout)
     worktree = workspace / "run"
     shutil.rmtree(worktree, ignore_errors=True)
     added = subprocess.run([*_GIT, "worktree", "add", "--detach", str(worktree), f"autokernel/{tag}"],
                            cwd=repo, capture_output=True, text=True)
     if added.returncode != 0:
-        raise _ProblemFailed(f"cannot check out the run's branch autokernel/{tag}: {_tail(added.stderr)}")
+        raise _ProblemFailed(f"cannot check out the run's branch autokernel/{tag}: {_tail(added.stderr)}",
+                             added.stderr)
     kept = worktree / paths.OPTIMIZED_DIR_NAME
     if (kept / paths.MANIFEST_NAME).is_file():
         return kept
@@ -284,21 +304,24 @@ def _drop_worktree(optimized_dir: Path) -> None:
 
 
 def _verify(file: Path, workspace: Path, optimized: Path | None, run: ScoringRun, env: dict | None
-            ) -> VerifyReport | None:
+            ) -> tuple[VerifyReport | None, bool]:
+    """verify's report (None where it wrote none because nothing covers the problem), and whether anything did."""
     kernels = ["--optimized-dir", str(optimized)] if optimized else ["--starters"]
     cmd = [sys.executable, str(paths.script("verify.py")), str(file), *kernels, "--workspace", str(workspace),
            *run.extra_args, *run.verify_args, *([] if run.compile_enabled else ["--no-compile"])]
     proc = _run(cmd, "verify", run, env)
-    if proc.returncode == NOTHING_TO_PLUG_IN:
-        return None
     report_file = workspace / "verify_report.json"
-    if proc.returncode not in (0, 1) or not report_file.is_file():
-        raise _ProblemFailed(f"verify exited {proc.returncode}: {_tail(proc.stderr or proc.stdout)}")
+    planned = proc.returncode != NOTHING_TO_PLUG_IN
+    if not planned and not report_file.is_file():
+        return None, planned
+    if proc.returncode not in VERDICT_EXITS or not report_file.is_file():
+        raise _ProblemFailed(f"verify exited {proc.returncode}: {_tail(proc.stderr or proc.stdout)}",
+                             proc.stderr or proc.stdout)
     if run.reports is not None:
         run.reports.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(report_file, run.reports / f"{file.stem}.json")
     try:
-        return VerifyReport.from_json(json.loads(report_file.read_text()))
+        return VerifyReport.from_json(json.loads(report_file.read_text())), planned
     except ValueError as error:        # not JSON, or not a report (a ContractError)
         raise _ProblemFailed(f"verify wrote a report that is not one: {error}") from error
 
@@ -306,6 +329,12 @@ def _verify(file: Path, workspace: Path, optimized: Path | None, run: ScoringRun
 def _tail(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:300] if lines else "(no output)"
+
+
+def _tail_lines(text: str, count: int = TAIL_LINES) -> list[str]:
+    """The last lines of a step's output that say something: a traceback's end, not compiler warnings."""
+    lines = [line.rstrip() for line in (text or "").strip().splitlines() if line.strip()]
+    return [line[:500] for line in lines[-count:]]
 
 
 def _row(score: ProblemScore) -> str:
@@ -320,8 +349,9 @@ def format_table(scores: list[ProblemScore]) -> str:
     """Markdown: one row per problem, then the fast_p summary against eager and against torch.compile."""
     lines = ["| problem | correct | vs eager | vs torch.compile | verdict |", "| --- | --- | --- | --- | --- |"]
     for s in scores:
+        said = s.error or s.verdict + "".join(f"; dropped {part}" for part in s.dropped)
         lines.append(f"| {s.problem} | {'yes' if s.correct else 'no'} | {_x(s.speedup_vs_eager)} | "
-                     f"{_x(s.speedup_vs_compile)} | {s.error or s.verdict} |")
+                     f"{_x(s.speedup_vs_compile)} | {said.replace('|', '/')} |")
     table = summary(scores)
     lines += ["", f"{table['problems']} problems, {table['correct']:.0%} correct.", "",
               "| baseline | fast_1 | fast_1.5 | fast_2 | geometric mean speedup |", "| --- | --- | --- | --- | --- |"]
