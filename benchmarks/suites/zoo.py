@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -32,7 +33,9 @@ from pathlib import Path
 
 from benchmarks.common import ROOT
 
-TAIL_LINES = 12
+TAIL_LINES = 40
+# The line of a crash's output that names it: "KeyError: relu_1", "torch.AcceleratorError: CUDA error: ...".
+ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Failed|Interrupt)\b:?")
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,8 @@ def verdict_of(row: dict) -> str:
         return f"skipped ({row['skipped']})"
     report = row["report"]
     if report is None:
-        return f"NO VERDICT (exit {row['exit']}): " + " / ".join(row["tail"][-3:])
+        named = [line.strip() for line in row["tail"] if ERROR_LINE.match(line.strip())]
+        return f"NO VERDICT (exit {row['exit']}): " + (named[-1] if named else " / ".join(row["tail"][-2:]))
     return report["verdict"]["summary"]
 
 

@@ -1,0 +1,45 @@
+"""Tests for benchmarks/suites/zoo.py, the GPU gate: the zoo's tiny configurations end with a verdict on the CPU.
+
+The GPU runs the zoo at full size as the first call of every session (benchmarks/results/*_zoo_gate*); here the
+same architectures at the CPU tests' sizes go through `autokernel verify --starters` in Triton's interpreter, one
+of each kind that ended with no verdict on the H200 before containment (a Linear + ReLU chain, a ResNet's
+convolutions and residual adds, pooling that nothing planned, a selective scan, a LLaMA with grouped-query
+attention).
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from benchmarks.suites import zoo  # noqa: E402
+
+ON_CPU = ["kb: deep narrow mlp", "kb: resnet18", "kb: maxpool", "mamba-style scan", "hf llama GQA 1x1024"]
+
+
+def test_every_zoo_entry_has_a_tiny_configuration_and_names_what_it_needs():
+    for name, entry in zoo.ZOO.items():
+        assert entry.full and entry.tiny, name
+        assert entry.needs in (None, "transformers", "torchvision"), name
+    assert set(ON_CPU) <= set(zoo.ZOO)
+
+
+def test_a_row_without_a_report_is_counted_and_shown_as_no_verdict():
+    rows = [{"name": "crashes", "exit": 2, "seconds": 3.0, "report": None, "tail": ["KeyError: relu_1"]},
+            {"name": "needs torchvision", "exit": None, "skipped": "needs torchvision", "seconds": 0, "report": None,
+             "tail": []}]
+    table = zoo.summarize(rows)
+    assert "| crashes | NO VERDICT (exit 2): KeyError: relu_1 |" in table
+    assert "0 of 1 models ended with a verdict." in table
+
+
+@pytest.mark.slow
+def test_the_tiny_zoo_ends_every_model_with_a_verdict_on_the_cpu(tmp_path):
+    code = zoo.run(tmp_path, ON_CPU, jobs=2, size="tiny", dtype="float32", timeout_s=900)
+    rows = {row["name"]: row for row in __import__("json").loads((tmp_path / "zoo.json").read_text())}
+    missing = {name: zoo.verdict_of(row) for name, row in rows.items() if row["report"] is None}
+    assert code == 0 and not missing, missing
+    for name, row in rows.items():
+        assert row["report"]["verdict"]["summary"].startswith("no speed verdict"), name
+        assert row["exit"] in (0, 3, 5), (name, row["exit"])
