@@ -127,3 +127,17 @@ class VitBlock(nn.Module):
 
 def tokens() -> torch.Tensor:
     return torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(1))
+
+
+class DeepNarrowMLP(nn.Module):
+    """KernelBench's DeepNarrowMLP, small: Linear + ReLU in a row, so one region's output is the next one's input."""
+
+    def __init__(self, width: int = 16, depth: int = 4):
+        super().__init__()
+        layers = []
+        for _ in range(depth):
+            layers += [nn.Linear(width, width), nn.ReLU()]
+        self.network = nn.Sequential(*layers, nn.Linear(width, 4))
+
+    def forward(self, x):
+        return self.network(x)
