@@ -141,3 +141,12 @@ class DeepNarrowMLP(nn.Module):
 
     def forward(self, x):
         return self.network(x)
+
+
+class CausalMaskAttention(nn.Module):
+    """A mask made from arange alone feeds attention (a barrier): ops that read no tensor, as HF LLaMA's mask on a GPU."""
+
+    def forward(self, q, k, v):
+        position = torch.arange(q.shape[-2], device=q.device)
+        mask = (position[:, None] >= position[None, :]).float()
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask * 0.5)

@@ -9,7 +9,8 @@ inputs). Then:
     never the [M, N] product (one GEMM per region, as a GEMM epilogue is);
   - views that only feed one region (a weight's transpose before its GEMM) move into it, so the
     region reads the weight as the model holds it;
-  - a region of views alone computes nothing and is dropped;
+  - a region of views alone computes nothing and is dropped, and so is one that reads no tensor (a causal mask
+    made from arange: a constant of the shapes);
   - what the menu of kernel types covers stays the menu's: the ops of a module a type replaces
     whole (`excluded`, given by the plan: a gated MLP, a rotary, a norm module), and a region
     that is one op a type counts on its own (a lone softmax, sum or GEMM: `claimed`).
@@ -230,6 +231,10 @@ def _found(captured: CapturedGraph, nodes: list[torch.fx.Node], kind: dict) -> F
         for source in node.all_input_nodes:
             if source not in inside and source not in inputs:
                 inputs.append(source)
+    if not inputs:
+        # A causal mask or positions made from arange: a constant of the model's shapes, nothing a kernel could be
+        # judged on (the judge draws its inputs), and no work worth one.
+        raise ValueError("it reads no tensor: its result depends only on the model's shapes")
     names: dict = {}
     taken: set[str] = set()
     region_inputs = []
