@@ -127,3 +127,58 @@ class VitBlock(nn.Module):
 
 def tokens() -> torch.Tensor:
     return torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(1))
+
+
+class DeepNarrowMLP(nn.Module):
+    """KernelBench's DeepNarrowMLP, small: Linear + ReLU in a row, so one region's output is the next one's input."""
+
+    def __init__(self, width: int = 16, depth: int = 4):
+        super().__init__()
+        layers = []
+        for _ in range(depth):
+            layers += [nn.Linear(width, width), nn.ReLU()]
+        self.network = nn.Sequential(*layers, nn.Linear(width, 4))
+
+    def forward(self, x):
+        return self.network(x)
+
+
+class CausalMaskAttention(nn.Module):
+    """A mask made from arange alone feeds attention (a barrier): ops that read no tensor, as HF LLaMA's mask on a GPU."""
+
+    def forward(self, q, k, v):
+        position = torch.arange(q.shape[-2], device=q.device)
+        mask = (position[:, None] >= position[None, :]).float()
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask * 0.5)
+
+
+class ConvBnRelu(nn.Module):
+    """A convolution with its bias, an inference batch norm and a ReLU: one region headed by the convolution."""
+
+    def __init__(self, channels: int = 3, out: int = 4):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, out, 3, padding=1)
+        self.bn = nn.BatchNorm2d(out)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+class MaxPool(nn.Module):
+    def forward(self, x):
+        return F.max_pool2d(x, kernel_size=3, stride=2, padding=1)
+
+
+class DepthwiseConv(nn.Module):
+    """A depthwise convolution alone: no epilogue, a region of its own."""
+
+    def __init__(self, channels: int = 4):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1, groups=channels, bias=False)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def images(channels: int = 3, size: int = 6) -> torch.Tensor:
+    return torch.randn(1, channels, size, size, generator=torch.Generator().manual_seed(2))

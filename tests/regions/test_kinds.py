@@ -28,6 +28,9 @@ KINDS = {
     "gemm_sigmoid_rowsum": (models.GemmSigmoidRowSum, lambda: (models.rows(),)),
     "multihead_attention": (models.MultiheadAttention, lambda: (models.tokens(),)),
     "vit_block": (models.VitBlock, lambda: (models.tokens(),)),
+    "conv_bn_relu": (models.ConvBnRelu, lambda: (models.images(),)),
+    "max_pool": (models.MaxPool, lambda: (models.images(),)),
+    "depthwise_conv": (models.DepthwiseConv, lambda: (models.images(4, 4),)),
 }
 
 

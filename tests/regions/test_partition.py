@@ -72,3 +72,11 @@ def test_a_matrix_vector_product_takes_its_epilogue():
     a, b = torch.randn(16, 32), torch.randn(32, 1)
     region, _ = only_region(models.MatVec(), a, b)
     assert region.ops()[0] == "mm" and region.definition.output_nodes()[0].shape == [16, 1]
+
+
+def test_ops_that_read_no_tensor_are_no_region():
+    """A mask made from arange is a constant of the shapes: no region (its starter once failed on inputs[0])."""
+    q = torch.randn(1, 2, 8, 16)
+    found = find_regions(models.CausalMaskAttention(), (q, q, q))
+    assert found.regions == []
+    assert any("arange" in why and "reads no tensor" in why for why in found.skipped), found.skipped

@@ -9,7 +9,8 @@ from torch import nn
 
 from autokernel.core.contracts import ManifestEntry
 from autokernel.kernel_types.regions import store
-from autokernel.kernel_types.regions.capture import capture
+from autokernel.kernel_types.regions.capture import aten_graph, capture
+from autokernel.profile.regions.find import find_regions
 from autokernel.routing import plugin
 from autokernel.routing.regions import matching
 from tests.regions import small_models as models
@@ -108,3 +109,31 @@ def test_under_torch_compile_the_regions_backend_puts_the_kernels_op_in_the_grap
             torch._dynamo.reset()
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
     assert sum(replaced.values()) == 1 and op_kind.startswith("custom_op")
+
+
+def test_regions_in_a_chain_are_all_replaced_each_reading_what_replaced_the_last():
+    """DeepNarrowMLP: each Linear + ReLU region reads the one before it; the rewrite once read a replaced node."""
+    model, x = models.DeepNarrowMLP(), models.rows(2, 16)
+    [region] = find_regions(model, (x,)).regions
+    definition = region.definition
+    calls = []
+
+    def kernel(*inputs):          # the region's own reference in the kernel's place
+        calls.append(len(inputs))
+        return definition.run(dict(zip((item.name for item in definition.inputs), inputs)))
+
+    def backend(gm, example_inputs):
+        aten = aten_graph(gm, example_inputs, fake=False)
+        matches = matching.find(aten.graph, definition)
+        assert len(matches) == 4
+        matching.replace(aten, matches, kernel, len(definition.outputs))
+        return matching.finish(aten)
+
+    with torch.no_grad():
+        expected = model(x)
+        try:
+            got = torch.compile(model, backend=backend, dynamic=False)(x)
+        finally:
+            torch._dynamo.reset()
+    torch.testing.assert_close(got, expected)
+    assert calls == [3] * 4

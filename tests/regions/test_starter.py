@@ -150,3 +150,14 @@ def test_finding_inductors_module_reads_python_sources_alone(tmp_path, monkeypat
     monkeypatch.setitem(sys.modules, "ext_module", extension)         # later in sys.modules: read first
     assert inductor._chosen_configs(code) == {"kernel": {"XBLOCK": 64, "num_warps": 4, "num_stages": 1}}
     assert inductor._chosen_configs("code no module has") == {}
+
+
+def test_a_region_that_reads_no_tensor_gets_no_starter():
+    from autokernel.kernel_types.regions.graph import RegionDefinition, RegionNode
+    from autokernel.kernel_types.regions.record import Region
+    from autokernel.profile.regions import starter
+    from autokernel.profile.regions.starter_code import StarterError
+
+    arange = RegionNode("n0", "aten.arange.default", [8], {"device": {"device": "cpu"}}, [8], "int64")
+    with pytest.raises(StarterError, match="reads no tensor"):
+        starter.write(Region(RegionDefinition([], [arange], ["n0"])), "", generated_on="cpu", versions="")

@@ -11,7 +11,7 @@ The reference's oracle is the definition run with float64 inputs and dtype argum
 half types): correctness.reference_outputs passes upcast inputs, which the reference notices.
 The fewest bytes a call must move count the outputs and the inputs read whole (an embedding table
 or a sliced input may be read in part, so it counts nothing: the speed-of-light check must never
-fail an honest kernel), and the FLOPs count the GEMMs alone.
+fail an honest kernel), and the FLOPs count the GEMMs and convolutions alone.
 """
 
 from __future__ import annotations
@@ -70,14 +70,14 @@ def _inputs_read_whole(definition: RegionDefinition) -> set[str]:
     return {i.name for i in definition.inputs} - partial
 
 
-def gemm_flops(definition: RegionDefinition) -> float:
+def head_flops(definition: RegionDefinition) -> float:
     shapes = {i.name: i.shape for i in definition.inputs}
     shapes.update({n.name: n.shape for n in definition.nodes})
     total = 0.0
     for node in definition.nodes:
-        if ops.kind(ops.resolve(node.op)) == ops.GEMM:
+        if ops.kind(ops.resolve(node.op)) in ops.HEADS:
             args = [shapes.get(references(arg)[0]) if references(arg) else [] for arg in node.args]
-            total += ops.gemm_flops(node.op, args, node.shape)
+            total += ops.head_flops(node.op, args, node.shape, node.args)
     return total
 
 
@@ -85,7 +85,7 @@ def kernel_type(region: Region) -> KernelType:
     definition = region.definition
     shape = region.shape()
     make = functools.partial(_inputs, definition)
-    moved, flops = bytes_moved(definition), gemm_flops(definition)
+    moved, flops = bytes_moved(definition), head_flops(definition)
     source = (f"The model's PyTorch source this region covers:\n{region.source_text()}\n\n"
               f"Its ATen ops (the reference runs exactly these):\n{aten_listing(definition)}")
     return KernelType(

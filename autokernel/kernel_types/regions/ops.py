@@ -5,8 +5,11 @@ partitioner (partition.py) groups the ops one generated kernel can compute toget
   - pointwise ops (torch.Tag.pointwise, and dtype casts and constants), reductions, normalizations
     (softmax, log-softmax, layer, group and batch norm in inference), scans (cumsum...), indexing
     (gather, embedding, cat, padding...) and views (which move no data) are fusible;
-  - a GEMM (mm, addmm, bmm, baddbmm) is fusible only as the head of an epilogue that reads its output;
-  - everything else (convolutions, attention, random ops, data-dependent shapes) is a barrier.
+  - pooling (max, average, adaptive) is fusible: a windowed reduction Inductor writes as its own loops;
+  - a GEMM (mm, addmm, bmm, baddbmm) or a convolution is a library call: fusible only as the head of an
+    epilogue that reads its output (a convolution with its bias, batch norm and activation), and a
+    convolution with no such epilogue is a region of its own, so that a CNN's time is planned;
+  - everything else (attention, random ops, data-dependent shapes) is a barrier.
 The domain of an input is what values an op needs to be defined on it (a log's input positive, an
 embedding's indices within its table), so that generated inputs never make the reference NaN.
 """
@@ -18,9 +21,10 @@ import operator
 
 import torch
 
-VIEW, POINTWISE, REDUCTION, NORM, SCAN, INDEX, GEMM, OTHER = (
-    "view", "pointwise", "reduction", "normalization", "scan", "indexing", "gemm", "other")
-COMPUTE_KINDS = (POINTWISE, REDUCTION, NORM, SCAN, INDEX, GEMM)
+VIEW, POINTWISE, REDUCTION, NORM, SCAN, INDEX, POOL, GEMM, CONV, OTHER = (
+    "view", "pointwise", "reduction", "normalization", "scan", "indexing", "pooling", "gemm", "convolution", "other")
+COMPUTE_KINDS = (POINTWISE, REDUCTION, NORM, SCAN, INDEX, POOL, GEMM, CONV)
+HEADS = (GEMM, CONV)           # library calls: at most one per region, at its head
 
 # Ops are named as "packet.overload" (the part after aten.): one table each, by packet name.
 _VIEWS = {"view", "_unsafe_view", "reshape", "expand", "permute", "transpose", "t", "unsqueeze", "squeeze",
@@ -43,6 +47,11 @@ _INDEXING = {"index", "gather", "index_select", "embedding", "cat", "stack", "co
              "replication_pad2d", "diagonal_scatter", "as_strided_scatter", "index_add", "index_copy",
              "masked_scatter"}
 _GEMMS = {"mm", "addmm", "bmm", "baddbmm"}
+_CONVOLUTIONS = {"convolution", "_convolution"}
+_POOLING = {"max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices", "max_pool3d_with_indices",
+            "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
+            "adaptive_avg_pool3d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_max_pool1d",
+            "adaptive_max_pool2d", "adaptive_max_pool3d", "_low_memory_max_pool_with_offsets"}
 # Random ops: a reference that draws random numbers cannot be compared; data-dependent output shapes
 # cannot be one kernel of fixed shapes.
 _NEVER = {"bernoulli", "native_dropout", "dropout", "rand", "randn", "rand_like", "randn_like", "randint",
@@ -65,7 +74,10 @@ _DOMAINS = {"log": {0: POSITIVE}, "log2": {0: POSITIVE}, "log10": {0: POSITIVE},
             "atanh": {0: UNIT}, "erfinv": {0: UNIT}, "acosh": {0: AT_LEAST_ONE}, "logit": {0: PROBABILITY},
             "binary_cross_entropy": {0: PROBABILITY, 1: PROBABILITY}, "xlogy": {1: POSITIVE},
             "fmod": {1: NONZERO}, "remainder": {1: NONZERO}, "floor_divide": {1: NONZERO},
-            "special_xlog1py": {1: ABOVE_MINUS_ONE}, "polygamma": {1: POSITIVE}}
+            "special_xlog1py": {1: ABOVE_MINUS_ONE}, "polygamma": {1: POSITIVE},
+            # batch norm in inference: (input, weight, bias, running_mean, running_var, ...), rsqrt(var + eps)
+            "native_batch_norm": {4: POSITIVE}, "_native_batch_norm_legit_no_training": {4: POSITIVE},
+            "_native_batch_norm_legit": {4: POSITIVE}}
 
 
 def op_name(target) -> str:
@@ -106,6 +118,10 @@ def kind(target) -> str:
         return VIEW
     if name in _GEMMS:
         return GEMM
+    if name in _CONVOLUTIONS:
+        return CONV
+    if name in _POOLING:
+        return POOL
     if name in _REDUCTIONS:
         return REDUCTION
     if name in _NORMS:
@@ -134,7 +150,14 @@ def subsets(name: str) -> bool:
     return packet(name) in _SUBSETTING
 
 
-def gemm_flops(name: str, shapes: list[list[int]], out_shape: list[int]) -> float:
-    """2 * the multiply-adds of a GEMM, from its output shape and the shared dimension of its inputs."""
+def head_flops(name: str, shapes: list[list[int]], out_shape: list[int], args: list | None = None) -> float:
+    """2 * the multiply-adds of a GEMM or a convolution, from its inputs' shapes, its output's and (a convolution's
+    `transposed`) its arguments."""
+    if packet(name) in _CONVOLUTIONS:
+        # weight is (C_out, C_in / groups, *kernel): each output element meets weight[0]'s elements once; transposed
+        # it is (C_in, C_out / groups, *kernel), met once by each input element
+        transposed = bool(args[6]) if args is not None and len(args) > 6 else False
+        data, weight = shapes[0], shapes[1]
+        return 2.0 * math.prod(data if transposed else out_shape) * math.prod(weight[1:])
     first = shapes[1] if packet(name) in ("addmm", "baddbmm") else shapes[0]
     return 2.0 * math.prod(out_shape) * (first[-1] if first else 1)

@@ -1,14 +1,17 @@
 """Runs torch.compile's Inductor on one region and keeps what it generated: its wrapper code and the configs it chose.
 
 The region's definition becomes an FX graph of its ATen ops (`region_module`), compiled with
-fullgraph=True at the region's shapes; GEMMs are compiled with max-autotune and Inductor's Triton
-GEMM templates (a cuBLAS call would be a library's compute, which the judge refuses inside a kernel).
+fullgraph=True at the region's shapes; GEMMs and convolutions are compiled with max-autotune and
+Inductor's Triton GEMM and convolution templates (a cuBLAS or cuDNN call would be a library's
+compute, which the judge refuses inside a kernel; template_convolution.py makes each convolution
+one a template takes).
   - On a GPU the compiled region runs once on drawn inputs, so Inductor autotunes as it does in a
     model; the config each kernel's autotuner kept (block sizes, warps, stages) is read back.
   - Without one (CI), Inductor's Triton backend for CPU (torch._inductor.config.cpu_backend =
     "triton") generates the same kind of code; its output is captured before Inductor would load it
     (there is no GPU driver to compile it for), and the starter runs it in Triton's interpreter with
-    block sizes of its own (starter.default_config), since nothing was autotuned.
+    block sizes of its own (starter.default_config), since nothing was autotuned (a template takes its
+    first config).
 Inductor's caches are off for this compile, so its code is generated anew and can be captured.
 """
 
@@ -22,6 +25,7 @@ import torch
 from autokernel.kernel_types.regions import ops
 from autokernel.kernel_types.regions.graph import RegionDefinition, decode
 from autokernel.kernel_types.regions.inputs import make_inputs
+from autokernel.profile.regions.template_convolution import template_convolution
 
 
 class InductorFailed(Exception):
@@ -40,8 +44,10 @@ def region_module(definition: RegionDefinition, device: torch.device) -> torch.f
     """The region's ops as an FX graph module taking its inputs in order and returning its outputs as a tuple."""
     graph = torch.fx.Graph()
     env: dict = {}
+    shapes: dict = {}          # graph node -> its shape, for the convolutions' rewriting
     for item in definition.inputs:
         env[item.name] = graph.placeholder(item.name)
+        shapes[env[item.name]] = item.shape
 
     def value(arg):
         if isinstance(arg, list):
@@ -51,10 +57,17 @@ def region_module(definition: RegionDefinition, device: torch.device) -> torch.f
         return decode(arg, env, device, None)
 
     for node in definition.nodes:
-        env[node.name] = graph.call_function(ops.resolve(node.op), tuple(value(a) for a in node.args),
-                                             {k: value(v) for k, v in node.kwargs.items()})
+        args, kwargs = tuple(value(a) for a in node.args), {k: value(v) for k, v in node.kwargs.items()}
+        if node.op == _CONVOLUTION and len(args) == 9 and not kwargs:
+            env[node.name] = template_convolution(graph, shapes.__getitem__, *args)
+        else:
+            env[node.name] = graph.call_function(ops.resolve(node.op), args, kwargs)
+        shapes[env[node.name]] = node.shape
     graph.output(tuple(env[name] for name in definition.outputs))
     return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+_CONVOLUTION = "aten.convolution.default"
 
 
 class _Captured(Exception):
@@ -88,10 +101,33 @@ def _cpu_triton():
     before = triton_utils.triton_hash_with_backend
     triton_utils.triton_hash_with_backend = lambda: "AUTOKERNEL-CPU-CODEGEN"
     try:
-        with config.patch(cpu_backend="triton"):
+        with config.patch(cpu_backend="triton"), _first_choice_only():
             yield
     finally:
         triton_utils.triton_hash_with_backend = before
+
+
+@contextlib.contextmanager
+def _first_choice_only():
+    """Max-autotune takes a template's first config: without a GPU it would time every config in Triton's
+    interpreter (over a minute for a small depthwise convolution), for timings that mean nothing."""
+    try:
+        from torch._inductor.select_algorithm import get_algorithm_selector_cache
+
+        steps = get_algorithm_selector_cache().preprocessing_fns
+    except (ImportError, AttributeError):          # a torch release without the hook: every config is timed
+        yield
+        return
+
+    def first(choices: list) -> list:
+        return choices[:1]
+
+    steps.append(first)
+    try:
+        yield
+    finally:
+        if first in steps:
+            steps.remove(first)
 
 
 def generate(definition: RegionDefinition, device: torch.device, *, persistent_reductions: bool = True,
@@ -117,9 +153,10 @@ def _generate(definition: RegionDefinition, device: torch.device, persistent_red
     gen.manual_seed(seed)
     made = make_inputs(definition, gen, device)
     args = [made[item.name] for item in definition.inputs]
-    has_gemm = any(ops.kind(ops.resolve(node.op)) == ops.GEMM for node in definition.nodes)
-    options = {"force_disable_caches": True, "max_autotune": has_gemm and not native_matmul,
-               "max_autotune_gemm_backends": "TRITON", "triton.native_matmul": native_matmul,
+    has_head = any(ops.kind(ops.resolve(node.op)) in ops.HEADS for node in definition.nodes)
+    options = {"force_disable_caches": True, "max_autotune": has_head and not native_matmul,
+               "max_autotune_gemm_backends": "TRITON", "max_autotune_conv_backends": "TRITON",
+               "triton.native_matmul": native_matmul,
                "triton.persistent_reductions": persistent_reductions, "split_reductions": split_reductions,
                # the classic GEMM template: a persistent TMA one needs an allocator, decompose-k a second GEMM
                "triton.enable_persistent_tma_matmul": False, "triton.num_decompose_k_splits": 0,

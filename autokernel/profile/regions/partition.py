@@ -1,15 +1,18 @@
 """Partitions a captured ATen graph into regions: the largest connected pieces one generated kernel can compute.
 
-Each fusible op (ops.py: pointwise, reduction, normalization, scan, indexing, and the views
-between them) joins the ops it reads from and the ops that read it, so a region is a connected
-component of fusible ops between barriers (GEMMs, convolutions, attention, random ops, the graph's
+Each fusible op (ops.py: pointwise, reduction, normalization, scan, indexing, pooling, and the
+views between them) joins the ops it reads from and the ops that read it, so a region is a connected
+component of fusible ops between barriers (library calls, attention, random ops, the graph's
 inputs). Then:
-  - a GEMM whose every reader is in one region, and which reads nothing computed there, becomes
-    that region's head: GEMM -> sigmoid -> row sum is one region whose output is the [M, 1] sum,
-    never the [M, N] product (one GEMM per region, as a GEMM epilogue is);
+  - a library call (a GEMM, a convolution) whose every reader is in one region, and which reads
+    nothing computed there, becomes that region's head: GEMM -> sigmoid -> row sum is one region
+    whose output is the [M, 1] sum, never the [M, N] product, and convolution -> batch norm -> ReLU
+    one whose output is the activation (one head per region, as a library call's epilogue is);
+  - a convolution that heads no region is a region of its own (a GEMM alone is the menu's matmul);
   - views that only feed one region (a weight's transpose before its GEMM) move into it, so the
     region reads the weight as the model holds it;
-  - a region of views alone computes nothing and is dropped;
+  - a region of views alone computes nothing and is dropped, and so is one that reads no tensor (a causal mask
+    made from arange: a constant of the shapes);
   - what the menu of kernel types covers stays the menu's: the ops of a module a type replaces
     whole (`excluded`, given by the plan: a gated MLP, a rotary, a norm module), and a region
     that is one op a type counts on its own (a lone softmax, sum or GEMM: `claimed`).
@@ -80,9 +83,9 @@ def partition(captured: CapturedGraph, *, excluded: Callable[[str], bool] = lamb
         if kind[node] != ops.OTHER and any(excluded(path) for path in node_module_paths(node)):
             kind[node] = ops.OTHER
         # A result of a barrier's tuple (attention's output, say) is the barrier's: a region reads it as an input.
-        if node.target is operator.getitem and kind.get(node.args[0]) in (ops.OTHER, ops.GEMM, None):
+        if node.target is operator.getitem and kind.get(node.args[0]) in (ops.OTHER, *ops.HEADS, None):
             kind[node] = ops.OTHER
-    fusible = {n for n in calls if kind[n] not in (ops.OTHER, ops.GEMM)}
+    fusible = {n for n in calls if kind[n] not in (ops.OTHER, *ops.HEADS)}
     parent = {n: n for n in fusible}
 
     def find(n):
@@ -104,7 +107,9 @@ def partition(captured: CapturedGraph, *, excluded: Callable[[str], bool] = lamb
     order = {node: index for index, node in enumerate(graph.nodes)}
     _split_cycles(members, order)
     component = {node: root for root, group in members.items() for node in group}
-    _adopt_gemm_heads(calls, kind, component, members, order)
+    _adopt_heads(calls, kind, component, members, order)
+    for conv in (n for n in calls if kind[n] == ops.CONV and n not in component):
+        members[conv], component[conv] = {conv}, conv
     _adopt_feeding_views(calls, kind, component, members)
     _split_cycles(members, order)
     for group in members.values():
@@ -125,20 +130,20 @@ def partition(captured: CapturedGraph, *, excluded: Callable[[str], bool] = lamb
     return result
 
 
-def _adopt_gemm_heads(calls, kind, component, members, order) -> None:
-    for gemm in (n for n in calls if kind[n] == ops.GEMM):
-        readers = list(gemm.users)
+def _adopt_heads(calls, kind, component, members, order) -> None:
+    for head in (n for n in calls if kind[n] in ops.HEADS):
+        readers = list(head.users)
         roots = {component.get(reader) for reader in readers}
         if len(roots) != 1 or None in roots:
             continue
         root = roots.pop()
         group = members[root]
-        if any(kind[n] == ops.GEMM for n in group) or any(source in group for source in gemm.all_input_nodes):
+        if any(kind[n] in ops.HEADS for n in group) or any(source in group for source in head.all_input_nodes):
             continue
-        if _late(group | {gemm}, order):        # the GEMM reads what the region computes, through other ops
+        if _late(group | {head}, order):        # the head reads what the region computes, through other ops
             continue
-        group.add(gemm)
-        component[gemm] = root
+        group.add(head)
+        component[head] = root
 
 
 def _trim_output_views(group: set) -> None:
@@ -230,6 +235,10 @@ def _found(captured: CapturedGraph, nodes: list[torch.fx.Node], kind: dict) -> F
         for source in node.all_input_nodes:
             if source not in inside and source not in inputs:
                 inputs.append(source)
+    if not inputs:
+        # A causal mask or positions made from arange: a constant of the model's shapes, nothing a kernel could be
+        # judged on (the judge draws its inputs), and no work worth one.
+        raise ValueError("it reads no tensor: its result depends only on the model's shapes")
     names: dict = {}
     taken: set[str] = set()
     region_inputs = []

@@ -62,6 +62,8 @@ def write(region: Region, code: str | dict[str, tuple[str, dict]], configs: dict
     `code` is one wrapper module, or several by variant name ({"inductor": (code, configs), "looped": ...}, the
     first Inductor's own choice): then each variant's kernels are in the file (renamed after the first), kernel_fn
     runs the one TUNABLES["reduction"] names, and the built-in search can move between them."""
+    if not region.definition.inputs:      # kernel_fn finds its device on its first input
+        raise StarterError("the region reads no tensor")
     variants = code if isinstance(code, dict) else {"inductor": (code, configs or {})}
     parameters = [i.name for i in region.definition.inputs]
     tunables: dict = {}

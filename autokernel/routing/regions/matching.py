@@ -7,7 +7,8 @@ output and walks back through the arguments, binding the definition's nodes and 
 graph's (`find`); a match whose inner values are read elsewhere in the graph is passed over, since
 replacing it would not remove them. `replace` inserts one call of the kernel where the region
 was, taking the bound inputs in the definition's order, and routes the outputs' readers to its
-results, copied into the original strides where the kernel returned others.
+results, copied into the original strides where the kernel returned others; matches that feed one
+another (a region repeated in a chain) are replaced together, each reading what replaced the last.
 """
 
 from __future__ import annotations
@@ -152,11 +153,21 @@ def as_layout(tensor: torch.Tensor, stride: list[int]) -> torch.Tensor:
     return out
 
 
-def replace(gm: torch.fx.GraphModule, match: Match, kernel: Callable, outputs: int) -> None:
-    """The kernel in the match's place; after the last replacement, `finish` puts the graph in order."""
-    graph = gm.graph
+def replace(gm: torch.fx.GraphModule, matches: list[Match], kernel: Callable, outputs: int) -> None:
+    """The kernel in each match's place; after the last replacement, `finish` puts the graph in order.
+
+    Matches found together may chain (eight Linear + ReLU in a row: one match's output is the next one's input),
+    so an input that an earlier replacement took away is read from the value that replaced it."""
+    substitutes: dict[torch.fx.Node, torch.fx.Node] = {}
+    for match in matches:
+        inputs = [substitutes.get(node, node) for node in match.inputs]
+        substitutes.update(_replace_one(gm.graph, match, inputs, kernel, outputs))
+
+
+def _replace_one(graph: torch.fx.Graph, match: Match, inputs: list, kernel: Callable, outputs: int) -> dict:
+    """One match replaced; returns each of its outputs -> the value now in its place."""
     with graph.inserting_before(match.outputs[0]):
-        call = graph.call_function(kernel, tuple(match.inputs))
+        call = graph.call_function(kernel, tuple(inputs))
         results = [call] if outputs == 1 else [graph.call_function(_item, (call, i)) for i in range(outputs)]
         laid = [graph.call_function(as_layout, (result, _layout(old)[1])) for result, old in zip(results, match.outputs)]
     for old, new in zip(match.outputs, laid):
@@ -164,6 +175,7 @@ def replace(gm: torch.fx.GraphModule, match: Match, kernel: Callable, outputs: i
     position = {node: index for index, node in enumerate(graph.nodes)}
     for node in sorted(match.nodes.values(), key=lambda n: -position[n]):      # readers before what they read
         graph.erase_node(node)
+    return dict(zip(match.outputs, laid))
 
 
 def finish(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

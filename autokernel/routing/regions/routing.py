@@ -75,9 +75,8 @@ class RegionRouting:
                 continue
             # eagerly kernel_fn itself; compiled its op (a custom op's OpOverload is what an FX graph calls)
             run = kernel.kernel_fn if mode == EAGER else _overload(kernel.graph_op(self._example(kernel)))
-            for match in matches:
-                matching.replace(aten, match, run, len(definition.outputs))
-                replaced[kernel.name] += 1
+            matching.replace(aten, matches, run, len(definition.outputs))
+            replaced[kernel.name] += len(matches)
         if replaced:
             aten = matching.finish(aten)
         self._found[graph_key] = found
