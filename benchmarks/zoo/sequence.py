@@ -15,7 +15,7 @@ from torch import nn
 
 ARCHS = ("lstm", "gru", "mamba")
 CHUNK = 16
-SIZES = {"full": dict(dim=512, hidden=512, layers=2, seq=256, state=16),
+SIZES = {"full": dict(dim=512, hidden=512, layers=2, seq=128, state=16),
          "tiny": dict(dim=16, hidden=16, layers=1, seq=8, state=4)}
 
 
