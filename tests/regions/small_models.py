@@ -182,3 +182,19 @@ class DepthwiseConv(nn.Module):
 
 def images(channels: int = 3, size: int = 6) -> torch.Tensor:
     return torch.randn(1, channels, size, size, generator=torch.Generator().manual_seed(2))
+
+
+class GatheredTokenTypes(nn.Module):
+    """BERT's token types: buffer ids gathered at the positions, then embedded; the ids reach the embedding only
+    through the gather, and an H200 run drew them past the embedding's 2 rows (a device-side assert)."""
+
+    def __init__(self, seq: int = 64, dim: int = 32):
+        super().__init__()
+        self.types = nn.Embedding(2, dim)
+        self.register_buffer("token_type_ids", torch.zeros(1, seq, dtype=torch.long))
+        self.register_buffer("position_ids", torch.arange(seq).unsqueeze(0))
+
+    def forward(self, x):
+        seq = x.shape[1]
+        ids = torch.gather(self.token_type_ids[:, :seq], 1, self.position_ids[:, :seq])
+        return x + self.types(ids)

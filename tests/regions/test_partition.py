@@ -68,6 +68,15 @@ def test_inputs_get_the_domain_their_ops_need():
     assert by_name["ids"].domain == "index" and by_name["ids"].index_bound == 20
 
 
+def test_ids_that_reach_an_embedding_through_a_gather_are_drawn_below_its_rows():
+    """BERT's token types: on the H200 they were drawn up to 8 for an embedding of 2 rows (a device-side assert
+    that ended verify); here the drawing raised IndexError. The gather passes the embedding's bound back."""
+    region, _ = only_region(models.GatheredTokenTypes(), torch.randn(1, 16, 32))
+    by_name = {i.name: i for i in region.definition.inputs}
+    assert (by_name["token_type_ids"].domain, by_name["token_type_ids"].index_bound) == ("index", 2)
+    assert (by_name["position_ids"].domain, by_name["position_ids"].index_bound) == ("index", 16)
+
+
 def test_a_matrix_vector_product_takes_its_epilogue():
     a, b = torch.randn(16, 32), torch.randn(32, 1)
     region, _ = only_region(models.MatVec(), a, b)

@@ -34,6 +34,11 @@ _NARROWING = {frozenset({ops.UNIT, ops.POSITIVE}): ops.PROBABILITY, frozenset({o
 _ORDER = [ops.PROBABILITY, ops.AT_LEAST_ONE, ops.UNIT, ops.POSITIVE, ops.NONZERO, ops.ABOVE_MINUS_ONE, ops.REAL]
 # Integer arguments that index another argument: packet -> (index argument, data argument, the data's dim
 # argument or a fixed dim).
+# Ops whose values are some of their first argument's (picked, copied, repeated): what bounds or restricts their
+# values bounds the input they came from. BERT's token types reach their embedding through a gather: without this
+# their ids were drawn past its 2 rows (an IndexError here, a device-side assert on a GPU).
+_SAME_VALUES = {"gather", "index_select", "index", "take", "clone", "_to_copy", "contiguous", "expand", "repeat",
+                "embedding", "lift_fresh_copy", "alias"}
 _INDEXERS = {"embedding": (1, 0, 0), "gather": (2, 0, "dim"), "index_select": (2, 0, "dim"),
              "take_along_dim": (1, 0, "dim"), "scatter": (2, 0, "dim"), "scatter_add": (2, 0, "dim"),
              "index_add": (2, 0, "dim"), "index_copy": (2, 0, "dim")}
@@ -47,7 +52,8 @@ def infer_domains(definition: RegionDefinition) -> None:
     wanted: dict[str, set[str]] = {i.name: set() for i in definition.inputs}
     bounds: dict[str, int] = {}
     for node in definition.nodes:
-        if ops.kind(ops.resolve(node.op)) == ops.VIEW and node.args and references(node.args[0]):
+        keeps_values = ops.kind(ops.resolve(node.op)) == ops.VIEW or ops.packet(node.op) in _SAME_VALUES
+        if keeps_values and node.args and references(node.args[0]):
             source = origin.get(references(node.args[0])[0])
             if source is not None:
                 origin[node.name] = source

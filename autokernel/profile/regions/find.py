@@ -68,7 +68,7 @@ def _settled(piece: Found, input_names: list[str], model_name: str, device, skip
     try:
         settle_domains(definition, device)
         definition.adversarial = usable_cases(definition, device)
-    except (RuntimeError, ValueError) as why:
+    except (RuntimeError, ValueError, IndexError) as why:     # its ops cannot run on drawn inputs: not a region
         skipped.append(f"{where}: {str(why).splitlines()[0][:200]}")
         return None
     placeholders = [n for n in piece.nodes[0].graph.nodes if n.op == "placeholder"]
