@@ -3,8 +3,7 @@
 The GPU runs the zoo at full size as the first call of every session (benchmarks/results/*_zoo_gate*); here the
 same architectures at the CPU tests' sizes go through `autokernel verify --starters` in Triton's interpreter, one
 of each kind that ended with no verdict on the H200 before containment (a Linear + ReLU chain, a ResNet's
-convolutions and residual adds, pooling that nothing planned, a selective scan, a LLaMA with grouped-query
-attention).
+convolutions and residual adds, pooling that nothing planned, a selective scan).
 """
 
 import os
@@ -15,7 +14,8 @@ import pytest  # noqa: E402
 
 from benchmarks.suites import zoo  # noqa: E402
 
-ON_CPU = ["kb: deep narrow mlp", "kb: resnet18", "kb: maxpool", "mamba-style scan", "hf llama GQA 1x1024"]
+# The GQA LLaMA's crash (a causal mask made from arange) happens on a GPU only; tests/regions covers its cause.
+ON_CPU = ["kb: deep narrow mlp", "kb: resnet18", "kb: maxpool", "mamba-style scan"]
 
 
 def test_every_zoo_entry_has_a_tiny_configuration_and_names_what_it_needs():
