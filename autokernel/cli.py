@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from autokernel.core import contracts, paths
-from autokernel.profile.model_args import add_model_arguments, load_model_keywords
+from autokernel.profile.model_args import add_model_arguments, load_model_keywords, model_flags
 from autokernel.search import results
 
 EXIT_ERROR = 1
@@ -240,7 +240,7 @@ def _cmd_optimize(args, started: float) -> int:
         args.tag = args.tag or session.default_tag(name)
         state = session.run_optimization(plan=planning.model_file_planner(**spec, top=args.top, backend=args.backend),
                                          settings=RunSettings(**given), tag=args.tag, started=started,
-                                         new=args.new)
+                                         new=args.new, model_flags=model_flags(args))
     print("\n".join(session.outcome_lines(state)))
     return 0
 

@@ -30,6 +30,7 @@ from autokernel.profile.regions.starter_code import StarterError
 from autokernel.routing import manifest, plugin
 from autokernel.routing.outputs import ERROR_DEFINITION
 from autokernel.verify import handover
+from autokernel.verify.coverage import coverage
 from autokernel.verify.report_record import ErrorCheck, Verdict, VerifyReport
 
 REPORT_FILE = "verify_report.json"
@@ -37,6 +38,9 @@ STARTER_MANIFEST_DIR = "starter_kernels"     # under the workspace
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 # The model has no kernel type AutoKernel covers: nothing to check, and the user keeps PyTorch's path.
 EXIT_NOTHING_TO_PLUG_IN = 3
+# Kernels were plugged in, but the model made no call any of them took (every call fell back): the output
+# matched because only PyTorch ran, so nothing was checked; the report says which kernel took none and why.
+EXIT_NOTHING_CHECKED = 4
 
 
 class NothingToPlugIn(plugin.PlugInError):
@@ -90,8 +94,14 @@ def run(loaded: models.LoadedModel, *, workspace: Path, out: Path, optimized_dir
         report.optimized_dir = str(workspace / STARTER_MANIFEST_DIR)
     (out / REPORT_FILE).write_text(json.dumps(report.to_json(), indent=2) + "\n")
     made.append(REPORT_FILE)
-    return Outcome(EXIT_PASS if report.passed else EXIT_FAIL, report, tables,
-                   "starters" if starters else "optimized", made)
+    return Outcome(exit_code(report), report, tables, "starters" if starters else "optimized", made)
+
+
+def exit_code(report: VerifyReport) -> int:
+    """A failed check fails; a check that routed no kernel call checked nothing, which is not a pass."""
+    if not report.passed:
+        return EXIT_FAIL
+    return EXIT_NOTHING_CHECKED if report.checked_nothing else EXIT_PASS
 
 
 def starters_of_plan(loaded: models.LoadedModel, workspace: Path, out: Path, plan: Plan | None, plan_note: str,
@@ -159,9 +169,11 @@ def verify(loaded: models.LoadedModel, optimized_dir: str | Path, *, compile_bac
         kernel["share"] = shares.get(kernel["kernel_type"])
     errors = [v["error"] for v in compared["variants"].values() if v["variant"].startswith("ours") and v["ms"]]
     allowed = compared["tolerance"]
+    covered = coverage(compared["checked"])
     check = ErrorCheck(max_error=compared["checked"]["max_error"], variant_max_error=max(errors, default=None),
                        tolerance=allowed, passed=compared["checked"]["passed"] and all(e <= allowed for e in errors),
-                       definition=ERROR_DEFINITION)
+                       definition=ERROR_DEFINITION, calls_checked=covered.calls_checked,
+                       not_checked=covered.not_checked)
     report = VerifyReport(
         model=loaded.name, device=str(loaded.device), device_name=plugin.device_name(),
         dtype=str(loaded.dtype).removeprefix("torch."), inputs=profiler.describe_inputs(loaded.inputs),

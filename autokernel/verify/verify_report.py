@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from autokernel.core.live import plural
 from autokernel.verify.report_record import VerifyReport
 from autokernel.verify.variants import VARIANTS
 
@@ -61,12 +62,25 @@ def print_report(report: VerifyReport, console: Console) -> None:
     console.print(f"[bold {colour}]verdict: {escape(verdict.summary)}[/bold {colour}]")
     _print_headroom(report, console)
     console.print(f"use: {escape(verdict.use_code)}")
+    _print_error_check(report, console)
+
+
+def _print_error_check(report: VerifyReport, console: Console) -> None:
+    """The check's result, and what it did not check: a check that routed no kernel call is never a PASS."""
     check = report.correctness
-    result = "[bold green]PASS[/bold green]" if check.passed else "[bold red]FAIL[/bold red]"
     variants = (f", at most {check.variant_max_error:.3g} in the AutoKernel variants"
                 if check.variant_max_error is not None else "")
-    console.print(f"end-to-end error check: {result}: every verified call routed, max error "
-                  f"{check.max_error:.3g}{variants} (tolerance {check.tolerance:g}; {check.definition})")
+    measured = f"max error {check.max_error:.3g}{variants} (tolerance {check.tolerance:g}; {check.definition})"
+    for line in check.not_checked:
+        console.print(f"[yellow]not checked: {escape(line)}[/yellow]")
+    if check.passed and check.checked_nothing:
+        console.print("[bold yellow]end-to-end error check: NOTHING CHECKED[/bold yellow]: no kernel took a call "
+                      f"of this model, so only PyTorch ran ({measured}). Were the kernels optimized for this "
+                      "model with these arguments? `autokernel verify` with no model verifies the run's own")
+        return
+    result = "[bold green]PASS[/bold green]" if check.passed else "[bold red]FAIL[/bold red]"
+    calls = "" if check.calls_checked is None else f" ({plural(check.calls_checked, 'kernel call')})"
+    console.print(f"end-to-end error check: {result}: every verified call routed{calls}, {measured}")
 
 
 def _print_kernels(report: VerifyReport, console: Console) -> None:
