@@ -178,3 +178,18 @@ def test_the_report_says_when_each_job_was_in_flight_and_where():
     assert text.index("| 1_softmax") < text.index("| 2_reduce") < text.index("| 3_matmul"), "in the order they opened"
     assert "up to 2 jobs were in flight at once" in text
     assert "Jobs in flight" not in "\n".join(report.throughput_lines(Throughput(wall_s=60.0, gpus=throughput.gpus)))
+
+
+def test_report_md_shows_each_failure_with_its_reason_and_the_runs_cost(tmp_path):
+    path = tmp_path / "results.tsv"
+    crash = BenchResult("CRASH", failed_stage="smoke", message="Traceback ...\nNameError: name 'y' is not defined")
+    for experiment, result, tokens, cost in [(1, BenchResult("PASS", latency_us=5.0, timings_meaningful=True), 0, None),
+                                             (2, crash, 120, 0.0396), (3, BenchResult("FAIL"), 80, None)]:
+        results.append_row(path, results.make_row(
+            experiment=experiment, tag="night", kernel_type="softmax", result=result, description=f"try|{experiment}",
+            status="baseline" if experiment == 1 else "revert", wall_seconds=1.0, llm_tokens=tokens, cost_usd=cost))
+    text = report.write_report(path, tmp_path / "out").markdown.read_text()
+    assert "| 2 | night | softmax | CRASH | smoke: NameError: name 'y' is not defined | try\\|2 |" in text
+    assert "| 3 | night | softmax | FAIL | FAIL | try\\|3 |" in text
+    assert "| night | 200 | 0 | 0 | $0.0396 + 1 reply without a price |" in text
+    assert "workspace/runs/<run>.jsonl" in text

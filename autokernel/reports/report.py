@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from autokernel.core import contracts
-from autokernel.core.live import format_duration, format_speedup
+from autokernel.core.live import format_duration, format_speedup, plural
 from autokernel.search import results
 
 MARKDOWN_FILE = "report.md"
@@ -103,6 +103,39 @@ def _verdict_lines(verdict: dict) -> list[str]:
     return lines
 
 
+def cost_lines(rows: list[dict]) -> list[str]:
+    """What each run's LLM calls cost, from its rows' tokens and prices (a call without a price counted apart)."""
+    by_tag: dict[str, list[dict]] = {}
+    for row in rows:
+        by_tag.setdefault(row["tag"], []).append(row)
+    lines = ["## Cost", "", "| run | LLM tokens | cached | reasoning | cost |", "| --- | ---: | ---: | ---: | ---: |"]
+    for tag, tagged in by_tag.items():
+        unpriced = sum(1 for row in tagged if row["llm_tokens"] and row["cost_usd"] is None)
+        cost = f"${sum(row['cost_usd'] or 0.0 for row in tagged):.4f}" + (
+            f" + {plural(unpriced, 'reply', 'replies')} without a price" if unpriced else "")
+        lines.append(f"| {tag} | {sum(row['llm_tokens'] or 0 for row in tagged):,} | "
+                     f"{sum(row['llm_cached_tokens'] or 0 for row in tagged):,} | "
+                     f"{sum(row['llm_reasoning_tokens'] or 0 for row in tagged):,} | {cost} |")
+    return lines + [""]
+
+
+def failure_lines(rows: list[dict]) -> list[str]:
+    """Every experiment the judge did not pass, with its reason (the run's log, workspace/runs/<tag>.jsonl, has the
+    whole error, the hypothesis and the diff)."""
+    failed = [row for row in rows if row["correctness"] != contracts.PASS]
+    if not failed:
+        return []
+    lines = ["## Failures", "", "| exp | run | kernel | verdict | reason | description |",
+             "| ---: | --- | --- | --- | --- | --- |"]
+    for row in failed:
+        reason = (row.get("reason") or "-").replace("|", "\\|")
+        description = (row["description"] or "").replace("|", "\\|")
+        lines.append(f"| {row['experiment']} | {row['tag']} | {row['kernel_type']} | {row['correctness'] or 'no result'} "
+                     f"| {reason} | {description} |")
+    return lines + ["", "The whole error, the hypothesis and the candidate's diff of each are in the run's log, "
+                        "workspace/runs/<run>.jsonl.", ""]
+
+
 def throughput_lines(throughput: contracts.Throughput | None) -> list[str]:
     """The run's pace: experiments per hour per GPU and overall, and each GPU's idle time (state.json's Throughput)."""
     if throughput is None or not throughput.gpus:
@@ -161,6 +194,7 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
                   f"for the model. \"{contracts.SPEED_UNKNOWN}\": timed in Triton's interpreter, which says "
                   "nothing of speed; the kernel passed the judge and was saved so verify can be tried. Throughput is in bench.py's unit for the kernel: GB/s when memory-bound, "
                   "TFLOP/s when compute-bound. Failures count experiments by their correctness verdict.", "",
+              *cost_lines(rows), *failure_lines(rows),
               *throughput_lines(pace),
               f"![speedup per experiment]({PLOT_FILE})" if plot_problem is None else f"(No plot: {plot_problem}.)",
               "", "## Experiments", "",

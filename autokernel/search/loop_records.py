@@ -22,7 +22,7 @@ from autokernel.core.live import throughput_line
 from autokernel.judge import runner
 from autokernel.kernel_types.regions import store as region_store
 from autokernel.routing import plugin
-from autokernel.search import gitops, policy, results, run_state
+from autokernel.search import gitops, policy, results, run_log, run_state
 from autokernel.search.policy import one_line
 
 HISTORY_KEPT = 50        # experiments of a job remembered in full for the agent; older ones as a summary line
@@ -152,6 +152,7 @@ class LoopRecords:
             self.repo.reset_hard(state.kept_commit)
             self.checkpoint("reverted")
         results.append_row(paths.RESULTS_TSV, row)
+        self._log(job, progress, row, result, status, paid)
         self.checkpoint("row written")
         state.pending_row = None
         self._save()
@@ -161,6 +162,23 @@ class LoopRecords:
                                         + self._verdict_note(job, gpu))
             self.view.log(self._status.last_result)
             self._refresh_status(progress)
+
+    def _log(self, job: Job, progress: JobProgress | None, row: dict, result: JudgedResult, status: str,
+             paid: Proposal | MalformedReply | None) -> None:
+        """The experiment's line in the run's log (autokernel/search/run_log.py): the whole error, the hypothesis,
+        the diff against the version it was judged against (for a keep, the one before it), tokens and cost."""
+        source = getattr(paid, "kernel_source", None)
+        before = None
+        if source is not None and progress is not None and progress.kept:
+            base = progress.kept[-2 if status == contracts.STATUS_KEEP and len(progress.kept) > 1 else -1]
+            try:
+                before = self.repo.file_at(base.commit, gitops.KERNEL_FILE_NAME)
+            except (gitops.GitOpsError, ValueError):      # no diff then; the row and the line stand
+                before = None
+        line = run_log.entry(row, job=job.name, bench=result.bench, hypothesis=getattr(paid, "hypothesis", ""),
+                             diff_text=run_log.diff(before, source), tokens_in=getattr(paid, "tokens_in", 0),
+                             tokens_out=getattr(paid, "tokens_out", 0))
+        run_log.append(self.state.tag, line)
 
     def _job_time(self, job: Job, started: float) -> float:
         """The wall time a verdict adds to its job's: since it was asked for, less what the job's verdicts
