@@ -180,3 +180,21 @@ def test_the_wheel_lists_every_subpackage_of_the_package():
     listed = tomllib.loads((PROJECT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     found = {".".join(path.parent.relative_to(PROJECT).parts) for path in (PROJECT / "autokernel").rglob("__init__.py")}
     assert sorted(listed) == sorted(found)
+
+
+def test_the_torch_the_readme_installs_and_the_tests_run_on_is_in_the_declared_range():
+    """pyproject.toml states the torch releases AutoKernel was tested with (Inductor's generated code, which the
+    region starters are made from, changes between releases); the README's install and this interpreter's torch must
+    be inside it."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    project = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"]
+    [torch_requirement] = [r for r in project["dependencies"] if re.split(r"[<>=!~ ]", r, maxsplit=1)[0] == "torch"]
+    supported = SpecifierSet(torch_requirement.removeprefix("torch"))
+    assert any(spec.operator in ("<", "<=") for spec in supported), "an upper bound: the newest release tested"
+    installed_by_readme = re.findall(r"torch==([\d.]+)", (PROJECT / "README.md").read_text())
+    assert installed_by_readme and all(Version(version) in supported for version in installed_by_readme)
+    import torch
+
+    assert Version(torch.__version__.split("+")[0]) in supported
