@@ -37,6 +37,20 @@ def test_bad_flag_is_an_argparse_error(capsys):
     assert "bad duration 'soon'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flags, said", [(["--budget", "-5m"], "duration '-5m' must be more than zero"),
+                                         (["--kernel-budget", "-.5h"], "duration '-.5h' must be more than zero"),
+                                         (["--max-cost", "-0.5"], "expected a positive number, got '-0.5'")])
+def test_a_negative_value_is_its_flags_own_error_not_a_missing_argument(capsys, flags, said):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["optimize", "model.py", *flags])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err and "expected one argument" not in err
+    # Only a value after a flag that takes one is joined to it.
+    assert cli.joined_negative_values(["--budget", "-5m", "--quick", "-5"], cli._build_parser()) == [
+        "--budget=-5m", "--quick", "-5"]
+
+
 def test_pass_through_runs_the_script_with_its_arguments(tmp_path, monkeypatch, capsys):
     script = tmp_path / "verify.py"
     script.write_text("import sys\nprint('got', sys.argv[1:])\nsys.exit(3)\n")

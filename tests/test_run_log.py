@@ -62,3 +62,4 @@ def test_a_line_cut_short_by_a_kill_is_skipped_and_a_resumed_number_is_taken_onc
                     + json.dumps({"experiment": 2, "status": "keep"}) + "\n" + '{"experiment": 3, "sta')
     assert run_log.read("night") == [{"experiment": 2, "status": "keep"}]
     assert run_log.read("other") == [] and Path(path).parent == project / "workspace" / "runs"
+

@@ -243,6 +243,8 @@ class OptimizationRun(LoopRecords):
         started = time.monotonic()
         proposal = self._next_queued(progress)          # a candidate an earlier reply queued: no question
         if proposal is None:
+            if stop := self._cost_stop():
+                return stop
             self.view.phase(f"exp {number}: asking {self.agent.name}")
             try:
                 proposal = self.agent.propose(self._agent_context(job, progress,

@@ -48,6 +48,8 @@ def is_run_stop(reason: str | None) -> bool:
 class LoopRecords:
     """The writes of OptimizationRun (autokernel/search/loop.py) that record what was decided."""
 
+    _call_cost: float | None = None     # what the last priced LLM call cost (None: not yet known in this process)
+
     def _save(self) -> None:
         now = time.monotonic()
         self.state.throughput.wall_s += now - self._wall_mark
@@ -64,10 +66,28 @@ class LoopRecords:
         """Count what an agent's reply cost (its first candidate, or the unreadable reply, carries it)."""
         self.state.account(paid.tokens_in + paid.tokens_out, paid.cost_usd, cached=paid.tokens_cached,
                            reasoning=paid.tokens_reasoning)
+        if paid.cost_usd is not None:
+            self._call_cost = paid.cost_usd
         status, state = self._status, self.state
         status.llm_tokens, status.cost_usd = state.llm_tokens, state.cost_usd
         status.llm_cached_tokens, status.llm_reasoning_tokens = state.llm_cached_tokens, state.llm_reasoning_tokens
         status.cost_complete = not state.cost_unknown_calls
+
+    def _cost_stop(self) -> str | None:
+        """COST_REACHED when the next LLM call, expected to cost what the last one did, would take the spend past
+        --max-cost: a reply's cost is known only once it is paid, so no call starts that the cap cannot pay for."""
+        cap = self.settings.max_cost_usd
+        if cap is None:
+            return None
+        if self._call_cost is None:         # a resumed run: its last priced row's cost
+            priced = [row["cost_usd"] for row in results.read_rows(paths.RESULTS_TSV)
+                      if row["tag"] == self.state.tag and row["cost_usd"]]
+            self._call_cost = priced[-1] if priced else 0.0
+        if self.state.cost_usd + self._call_cost <= cap:
+            return None
+        self.view.log(f"${self.state.cost_usd:.4f} of --max-cost ${cap:g} spent, and the next LLM call is expected "
+                      f"to cost about ${self._call_cost:.4f} (as the last one did): no call is started")
+        return COST_REACHED
 
     # ------------------------------------------------------------------ the agent's replies
     def _take_reply(self, job: Job, progress: JobProgress, proposal: Proposal) -> None:

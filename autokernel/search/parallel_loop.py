@@ -259,6 +259,9 @@ class ParallelRun(OptimizationRun):
         started, queued = time.monotonic(), self._next_queued(progress)   # an earlier reply's: no question
         if queued is not None:
             return self._reply_back(Reply(lane, None, started, bench_s, proposal=queued, queued=True))
+        if stop := self._cost_stop():
+            lane.stop = stop
+            return False
         context = self._agent_context(job, progress, deadline=self.budget.deadline() - bench_s)
         context.in_flight = [flight.description for flight in lane.flights.values()]
         reply = self.proposals.ask(Reply(lane, context, started, bench_s))
