@@ -297,6 +297,7 @@ def _resumable(args) -> bool:
 
 
 def _cmd_status(args, started: float) -> int:
+    from autokernel.core.live import plural
     from autokernel.search import run_state, session
     from autokernel.search.run_state import state_file
 
@@ -314,7 +315,7 @@ def _cmd_status(args, started: float) -> int:
                           "outcome": session.outcome_lines(state)}, indent=2))
         return 0
     print("\n".join(session.outcome_lines(state)))
-    print(f"results.tsv: {len(rows)} rows for this run, {kept} kept")
+    print(f"results.tsv: {plural(len(rows), 'row')} for this run, {kept} kept")
     return 0
 
 

@@ -193,3 +193,10 @@ def test_report_md_shows_each_failure_with_its_reason_and_the_runs_cost(tmp_path
     assert "| 3 | night | softmax | FAIL | FAIL | try\\|3 |" in text
     assert "| night | 200 | 0 | 0 | $0.0396 + 1 reply without a price |" in text
     assert "workspace/runs/<run>.jsonl" in text
+
+
+def test_one_experiment_is_one_experiment(tmp_path):
+    path = tmp_path / "results.tsv"
+    add_row(path, 1, "softmax", "baseline", "PASS", 0.0012, 1.0, 5.0, False)
+    text = report.write_report(path, tmp_path / "out").markdown.read_text()
+    assert f"1 experiment from `{path}`, 1 kernel run." in text and "0.0012x" in text and "0.00x" not in text

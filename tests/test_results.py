@@ -158,12 +158,12 @@ def test_summary_has_one_table_per_kernel_and_the_best_gain():
             _row(6, "revert", None, kernel_type="matmul", correctness="TIMEOUT")]
     text = results.markdown_summary(rows)
     overview = text.split("\n\n")[0].splitlines()
-    assert overview[2].startswith("| softmax | t1 | 4 | 2 | 100.0 | 50.0 | 2.00 |")
-    assert overview[3].startswith("| matmul | t1 | 2 | 0 | 30.0 | 30.0 | 1.00 |")
+    assert overview[2].startswith("| softmax | t1 | 4 | 2 | 100.0 | 50.0 | 2.00x |")
+    assert overview[3].startswith("| matmul | t1 | 2 | 0 | 30.0 | 30.0 | 1.00x |")
     assert "## softmax (t1, experiments 1-4)" in text
     assert "## matmul (t1, experiments 5-6)" in text
-    assert "| 4 | keep | PASS | 50.0 | 1.37 | 120 | a\\|b |" in text
-    assert "| 6 | revert | TIMEOUT |  | 1.37 | 120 | try |" in text
+    assert "| 4 | keep | PASS | 50.0 | 1.37x | 120 | a\\|b |" in text
+    assert "| 6 | revert | TIMEOUT |  | 1.37x | 120 | try |" in text
 
 
 def test_a_baseline_opens_a_new_group_of_one_kernel():
@@ -177,3 +177,12 @@ def test_the_best_version_is_the_fastest_kept_one_that_passed():
              _row(4, "keep", 60.0, correctness="FAIL"), _row(5, "keep", None)]
     assert results.best_version(group)["experiment"] == 2
     assert results.best_version([_row(1, "baseline", 100.0, correctness="FAIL"), _row(2, "revert", 90.0)]) is None
+
+
+def test_a_tiny_cpu_speedup_keeps_its_digits_never_0_00x(tmp_path):
+    path = tmp_path / "results.tsv"
+    row = _row(1, contracts.STATUS_BASELINE, 3388970.4)
+    row.update(speedup_vs_pytorch=0.0012)
+    results.append_row(path, row)
+    text = results.markdown_summary(results.read_rows(path))
+    assert "0.0012x" in text and "0.00x" not in text

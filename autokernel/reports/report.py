@@ -176,7 +176,7 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
         lines += _verdict_lines(verdict)
     if _meaningless(rows):
         lines += [f"> **{NOT_MEANINGFUL}.** The keep decisions made from them are not either.", ""]
-    lines += [f"{len(rows)} experiments from `{source}`, {len(groups)} kernel runs.", "",
+    lines += [f"{plural(len(rows), 'experiment')} from `{source}`, {plural(len(groups), 'kernel run')}.", "",
               "| kernel | tag | experiments | kept | best vs PyTorch eager | best vs PyTorch's best | outcome "
               "| best throughput | failures |",
               "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
@@ -186,7 +186,7 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
         speedup, vs_best, throughput = best.get("speedup_vs_pytorch"), results.speedup_vs_best(best), best.get("throughput")
         outcome = _outcome(group, best, vs_best)
         lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {len(group)} | {kept} | "
-                     f"{'-' if speedup is None else f'{speedup:.2f}x'} | {'-' if vs_best is None else f'{vs_best:.2f}x'} | "
+                     f"{format_speedup(speedup)} | {format_speedup(vs_best)} | "
                      f"{outcome} | {'-' if throughput is None else f'{throughput:.4g}'} | {_failures(group)} |")
     lines += ["", "Best: the fastest kept version (or the baseline). Speedups compare times per call, launch "
                   "overhead included; PyTorch's best is the faster of eager and torch.compile (timed with the "

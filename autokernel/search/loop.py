@@ -26,7 +26,7 @@ from autokernel.core.contracts import FAIL, TIMEOUT, BenchResult, Job, JudgedRes
 from autokernel.core.run_records import JobProgress, RunState
 from autokernel.core.errors import OptimizationError
 from autokernel.core.interrupts import Interrupted, InterruptGuard
-from autokernel.core.live import LoopStatus, ProgressView, format_duration
+from autokernel.core.live import LoopStatus, ProgressView, format_duration, plural
 from autokernel.judge import runner
 from autokernel.search import gitops, integrity, policy, results, run_state
 from autokernel.search.budget import ONE_RUN_BASELINE, BenchTimes, Budget
@@ -113,7 +113,7 @@ class OptimizationRun(LoopRecords):
     def _stop(self, reason: str) -> None:
         self.state.stopped_because = reason
         left = run_state.unfinished(self.state)
-        self.view.log(f"{reason}: {left} of {len(self.state.jobs)} kernels not finished; to go on, run "
+        self.view.log(f"{reason}: {left} of {plural(len(self.state.jobs), 'kernel')} not finished; to go on, run "
                       f"`autokernel optimize --resume` with a larger {'--max-cost' if reason == COST_REACHED else '--budget'}")
 
     def _run_stop(self, needed_s: float = 0.0, what: str = "the next step") -> str | None:

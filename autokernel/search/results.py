@@ -225,6 +225,8 @@ def _number(value, digits: int = 3) -> str:
 
 def markdown_summary(rows: list[dict]) -> str:
     """A markdown overview (one line per kernel) followed by one table of experiments per kernel."""
+    from autokernel.core.live import format_speedup      # (rich) only when a summary is written
+
     if not rows:
         return "No experiments recorded yet."
     groups = group_by_kernel(rows)
@@ -239,8 +241,8 @@ def markdown_summary(rows: list[dict]) -> str:
         gain = base_latency / best_latency if base_latency and best_latency else None
         kept = sum(r["status"] == STATUS_KEEP for r in group)
         lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {len(group)} | {kept} | "
-                     f"{_number(base_latency, 1)} | {_number(best_latency, 1)} | {_number(gain, 2)} | "
-                     f"{_number(best['speedup_vs_pytorch'] if best else None, 2)} |")
+                     f"{_number(base_latency, 1)} | {_number(best_latency, 1)} | {format_speedup(gain)} | "
+                     f"{format_speedup(best['speedup_vs_pytorch'] if best else None)} |")
     for group in groups:
         lines += ["", f"## {group[0]['kernel_type']} ({group[0]['tag']}, experiments "
                       f"{group[0]['experiment']}-{group[-1]['experiment']})", "",
@@ -249,6 +251,6 @@ def markdown_summary(rows: list[dict]) -> str:
         for row in group:
             description = (row["description"] or "").replace("|", "\\|")
             lines.append(f"| {row['experiment']} | {row['status']} | {row['correctness']} | "
-                         f"{_number(row['latency_us'], 1)} | {_number(row['speedup_vs_pytorch'], 2)} | "
+                         f"{_number(row['latency_us'], 1)} | {format_speedup(row['speedup_vs_pytorch'])} | "
                          f"{row['llm_tokens'] or 0} | {description} |")
     return "\n".join(lines)

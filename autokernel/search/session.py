@@ -285,7 +285,7 @@ def outcome_lines(state: RunState) -> list[str]:
     settings = state.settings
     where = ("finished" if state.done else f"stopped: {state.stopped_because}" if state.stopped_because
              else f"job {state.job_index + 1} of {len(state.jobs)}")
-    cost = f"${state.cost_usd:.2f}" + (f" + {state.cost_unknown_calls} calls without a price"
+    cost = f"${state.cost_usd:.2f}" + (f" + {plural(state.cost_unknown_calls, 'call')} without a price"
                                        if state.cost_unknown_calls else "")
     lines = [f"run {state.tag} (branch {gitops.branch_name(state.tag)}): {where}; {plural(state.experiment, 'experiment')} "
              f"numbered, {format_duration(state.elapsed_s)} of {settings.show('budget_s')} used, "

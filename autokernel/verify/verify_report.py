@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from autokernel.core.live import plural
+from autokernel.core.live import format_speedup, plural
 from autokernel.verify.report_record import VerifyReport
 from autokernel.verify.variants import VARIANTS
 
@@ -140,8 +140,8 @@ def _print_variants(report: VerifyReport, console: Console) -> None:
             table.add_row(label, f"not run: {escape(variant['failed'] or '?')}", "-", "-", "-", "-")
             continue
         low, high = variant["latency"]["low_ms"], variant["latency"]["high_ms"]
-        table.add_row(label, f"{ms:.3f} [{low:.3f}-{high:.3f}]", f"{eager_ms / ms:.2f}x" if eager_ms else "-",
-                      f"{best['ms'] / ms:.2f}x" if best else "-", f"{variant['error']:.3g}",
+        table.add_row(label, f"{ms:.3f} [{low:.3f}-{high:.3f}]", format_speedup(eager_ms / ms if eager_ms else None),
+                      format_speedup(best["ms"] / ms if best else None), f"{variant['error']:.3g}",
                       "-" if variant["graph_breaks"] is None else f"{variant['graph_breaks']} ({variant['graphs']} graphs)")
     console.print(table)
     if not report.timings_meaningful:
