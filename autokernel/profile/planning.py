@@ -25,7 +25,7 @@ def jobs_from_profile(model, inputs, *, name: str, top: int, log: Callable[[str]
     if not jobs:
         raise OptimizationError(f"the profile found no kernel that AutoKernel can optimize (plan: {plan_path})")
     for job in jobs:
-        log(f"job rank {job.rank}: {job.kernel_type} ({job.share:.1%} of the measured time, "
+        log(f"job rank {job.rank}: {job.kernel_type}{job.title_note} ({job.share:.1%} of the measured time, "
             f"{job.amdahl_2x:.2f}x end to end if made 2x faster)")
     return sorted(jobs, key=lambda job: job.rank)
 

@@ -178,7 +178,8 @@ class ParallelRun(OptimizationRun):
         span = self.state.throughput.jobs.get(lane.job.name)
         if span is not None:
             span.benches[finished.outcome.gpu] = span.benches.get(finished.outcome.gpu, 0) + 1
-        self._status.kernel = f"rank {lane.job.rank} {lane.job.kernel_type} (job {lane.index + 1} of {len(self.state.jobs)})"
+        self._status.kernel = (f"rank {lane.job.rank} {lane.job.kernel_type}{lane.job.title_note} "
+                               f"(job {lane.index + 1} of {len(self.state.jobs)})")
         if finished.slot == lane.baseline_slot:
             self._baseline_back(lane, finished)
             return

@@ -293,8 +293,8 @@ def outcome_lines(state: RunState) -> list[str]:
              f"reasoning ({cost})"]
     finished = {entry["file"]: entry for entry in state.finished}
     for index, job in enumerate(state.jobs):
-        name = job.name
-        entry = finished.get(f"{name}.py")
+        name = job.name + job.title_note
+        entry = finished.get(f"{job.name}.py")
         if entry is not None:
             lines.append(f"  {name}: {_finished_line(entry)} ({plural(entry['experiments'], 'experiment')}; "
                          f"{entry['stopped_because']})")
@@ -303,7 +303,7 @@ def outcome_lines(state: RunState) -> list[str]:
         elif (progress := run_state.progress_of(state, index)) is not None:
             gain = progress.gain()
             figure = (f", {SPEED_UNKNOWN}" if policy.verdict(progress.best) == SPEED_UNKNOWN else
-                      f", best {gain:.2f}x over its baseline" if gain else "")
+                      f", best {format_speedup(gain)} over its baseline" if gain else "")
             saved = ("" if not is_run_stop(state.stopped_because) else ", best so far saved"
                      if policy.is_saved(progress.best) else ", no gain over PyTorch's best so far")
             lines.append(f"  {name}: {'cut short' if state.stopped_because else 'in progress'} after "
