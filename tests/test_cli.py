@@ -68,9 +68,9 @@ def test_report_prints_markdown_of_a_results_file(tmp_path, capsys):
             experiment=number, tag="night", kernel_type="rmsnorm", result=BenchResult("PASS", latency_us=latency),
             description="d", status=status, wall_seconds=1.0, llm_tokens=5))
     assert cli.main(["report", "--results", str(tsv)]) == 0
-    assert "| rmsnorm | night | 2 | 1 | 20.0 | 10.0 | 2.00x |" in capsys.readouterr().out
+    assert "| rmsnorm | night | 1 | 1 | 20.0 | 10.0 | 2.00x |" in capsys.readouterr().out
     assert cli.main(["report", "--results", str(tsv), "--out", str(tmp_path / "report")]) == 0
-    assert "| rmsnorm | night | 2 | 1 | 20.0 | 10.0 | 2.00x |" in (tmp_path / "report" / "report.md").read_text()
+    assert "| rmsnorm | night | 1 | 1 | 20.0 | 10.0 | 2.00x |" in (tmp_path / "report" / "report.md").read_text()
     assert (tmp_path / "report" / "progress.png").stat().st_size > 0
     capsys.readouterr()
     assert cli.main(["report", "--results", str(tsv), "--json"]) == 0

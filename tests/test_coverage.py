@@ -56,7 +56,7 @@ def test_a_check_that_routed_no_call_is_no_pass_and_exits_with_its_own_code():
     some = _report(FELL_BACK, TOOK_ONE)
     assert verification.exit_code(some) == verification.EXIT_PASS
     out = _printed(some)
-    assert "PASS: every verified call routed (1 kernel call)" in out and "not checked: 1_rmsnorm_mlp" in out
+    assert "PASS: the model with every verified call routed (1 kernel call)" in out and "not checked: 1_rmsnorm_mlp" in out
     assert VerifyReport.from_json(some.to_json()) == some
 
 

@@ -158,8 +158,8 @@ def test_summary_has_one_table_per_kernel_and_the_best_gain():
             _row(6, "revert", None, kernel_type="matmul", correctness="TIMEOUT")]
     text = results.markdown_summary(rows)
     overview = text.split("\n\n")[0].splitlines()
-    assert overview[2].startswith("| softmax | t1 | 4 | 2 | 100.0 | 50.0 | 2.00x |")
-    assert overview[3].startswith("| matmul | t1 | 2 | 0 | 30.0 | 30.0 | 1.00x |")
+    assert overview[2].startswith("| softmax | t1 | 3 | 2 | 100.0 | 50.0 | 2.00x |")
+    assert overview[3].startswith("| matmul | t1 | 1 | 0 | 30.0 | 30.0 | 1.00x |")
     assert "## softmax (t1, experiments 1-4)" in text
     assert "## matmul (t1, experiments 5-6)" in text
     assert "| 4 | keep | PASS | 50.0 | 1.37x | 120 | a\\|b |" in text

@@ -176,7 +176,9 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
         lines += _verdict_lines(verdict)
     if _meaningless(rows):
         lines += [f"> **{NOT_MEANINGFUL}.** The keep decisions made from them are not either.", ""]
-    lines += [f"{plural(len(rows), 'experiment')} from `{source}`, {plural(len(groups), 'kernel run')}.", "",
+    baselines = sum(row["status"] == contracts.STATUS_BASELINE for row in rows)
+    lines += [f"{plural(len(rows), 'row')} from `{source}`: {plural(len(rows) - baselines, 'experiment')} and "
+              f"{plural(baselines, 'baseline')}, in {plural(len(groups), 'kernel run')}.", "",
               "| kernel | tag | experiments | kept | best vs PyTorch eager | best vs PyTorch's best | outcome "
               "| best throughput | failures |",
               "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
@@ -185,7 +187,7 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
         best = results.best_version(group) or {}
         speedup, vs_best, throughput = best.get("speedup_vs_pytorch"), results.speedup_vs_best(best), best.get("throughput")
         outcome = _outcome(group, best, vs_best)
-        lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {len(group)} | {kept} | "
+        lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {results.experiments_of(group)} | {kept} | "
                      f"{format_speedup(speedup)} | {format_speedup(vs_best)} | "
                      f"{outcome} | {'-' if throughput is None else f'{throughput:.4g}'} | {_failures(group)} |")
     lines += ["", "Best: the fastest kept version (or the baseline). Speedups compare times per call, launch "
@@ -193,7 +195,8 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
                   "baseline). \"no gain\": the best is not faster than PyTorch's best, and the loop saved nothing "
                   f"for the model. \"{contracts.SPEED_UNKNOWN}\": timed in Triton's interpreter, which says "
                   "nothing of speed; the kernel passed the judge and was saved so verify can be tried. Throughput is in bench.py's unit for the kernel: GB/s when memory-bound, "
-                  "TFLOP/s when compute-bound. Failures count experiments by their correctness verdict.", "",
+                  "TFLOP/s when compute-bound. Experiments do not count the baseline, as `autokernel status` does not. Failures count experiments "
+                  "by their correctness verdict.", "",
               *cost_lines(rows), *failure_lines(rows),
               *throughput_lines(pace),
               f"![speedup per experiment]({PLOT_FILE})" if plot_problem is None else f"(No plot: {plot_problem}.)",

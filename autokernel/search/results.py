@@ -219,6 +219,11 @@ def best_version(group: list[dict]) -> dict | None:
     return min(kept, key=lambda row: row["latency_us"], default=None)
 
 
+def experiments_of(group: list[dict]) -> int:
+    """A kernel run's experiments, as status counts them: its rows but the baseline (which is benched, not tried)."""
+    return sum(row["status"] != STATUS_BASELINE for row in group)
+
+
 def _number(value, digits: int = 3) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
@@ -240,7 +245,7 @@ def markdown_summary(rows: list[dict]) -> str:
         best_latency = best["latency_us"] if best else None
         gain = base_latency / best_latency if base_latency and best_latency else None
         kept = sum(r["status"] == STATUS_KEEP for r in group)
-        lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {len(group)} | {kept} | "
+        lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {experiments_of(group)} | {kept} | "
                      f"{_number(base_latency, 1)} | {_number(best_latency, 1)} | {format_speedup(gain)} | "
                      f"{format_speedup(best['speedup_vs_pytorch'] if best else None)} |")
     for group in groups:

@@ -80,7 +80,7 @@ def _print_error_check(report: VerifyReport, console: Console) -> None:
         return
     result = "[bold green]PASS[/bold green]" if check.passed else "[bold red]FAIL[/bold red]"
     calls = "" if check.calls_checked is None else f" ({plural(check.calls_checked, 'kernel call')})"
-    console.print(f"end-to-end error check: {result}: every verified call routed{calls}, {measured}")
+    console.print(f"end-to-end error check: {result}: the model with every verified call routed{calls}, {measured}")
 
 
 def _print_kernels(report: VerifyReport, console: Console) -> None:
