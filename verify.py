@@ -1,14 +1,16 @@
 """Plugs the optimized kernels into the model and proves the end-to-end result: the same output, and which path is faster.
 
-    python verify.py MODEL [--class-name NAME] [--input-shape 1,512] [--dtype float16]
+    python verify.py [MODEL] [--class-name NAME] [--input-shape 1,512] [--dtype float16]
                      [--model-arg NAME=VALUE ...] [--device cuda]
                      [--optimized-dir optimized_kernels | --starters]
                      [--workspace workspace] [--no-compile] [--compile-backend inductor]
                      [--route measured|all] [--overhead]
     python verify.py models/llama.py --dtype float16 --model-arg batch=4 --model-arg seq=1024
     python verify.py --hf llama [--input-shape 1,512] [--dtype float16] ...
+    python verify.py                 # the model the run in workspace/state.json optimized, with its arguments
 
-The model is loaded as profile.py loads it (same seed: same weights and inputs). In one process,
+The model is loaded as profile.py loads it (same seed: same weights and inputs). With no model named, it is the
+model the run saved in the workspace optimized, with the arguments it was given (autokernel/verify/run_model.py). In one process,
 on those inputs, it is run and timed six ways: PyTorch eager, torch.compile, torch.compile with
 CUDA graphs (mode="reduce-overhead"), and each of the three with our kernels plugged in
 (autokernel/verify/endtoend.py). Between the two halves:
@@ -35,10 +37,11 @@ The kernels are code an LLM wrote, so all of this runs in a sandboxed child proc
 a folder of its own. This process starts it, shows its output, and records what it hands back: the
 route tables into the kernels' manifest, the plan and the report into the workspace. The logic is
 autokernel/verify/verification.py.
-Exit code: 0 the error check passes, 1 it fails, 2 verify could not run (bad model, no kernels), 3 no kernel type
-covers the model (PyTorch's paths are still compared), 5 the error check passes with parts dropped for failures
-(the report's "dropped" names each and why; autokernel/verify/containment.py). A verdict of "no gain" is not a
-failure: the exit code is about correctness.
+Exit code: 0 the error check passes, 1 it fails, 2 verify could not run (bad model, no kernels), 3 no kernel
+type covers the model (PyTorch's paths are still compared), 4 nothing was checked: no kernel took any call of the
+model (every call fell back, say at shapes the kernels were not verified for), and the report says which and why,
+5 the error check passes with parts dropped for failures (the report's "dropped" names each and why;
+autokernel/verify/containment.py). A verdict of "no gain" is not a failure: the exit code is about correctness.
 """
 
 from __future__ import annotations
@@ -51,10 +54,11 @@ from pathlib import Path
 
 from autokernel.core import interpreter, paths
 from autokernel.profile import models
-from autokernel.profile.model_args import add_model_arguments, load_model_keywords
+from autokernel.profile.model_args import add_model_arguments, load_model_keywords, names_a_model
 from autokernel.routing import plugin
-from autokernel.verify import isolated
+from autokernel.verify import isolated, run_model
 from autokernel.verify.verification import (EXIT_DROPPED, EXIT_ERROR, EXIT_FAIL,  # noqa: F401 (API)
+                                             EXIT_NOTHING_CHECKED,
                                              EXIT_NOTHING_TO_PLUG_IN, EXIT_PASS, REPORT_FILE, STARTER_MANIFEST_DIR, NothingToPlugIn, Outcome,
                                              run)
 from autokernel.verify.verify_report import print_report, report_console
@@ -93,6 +97,19 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     if args.sandboxed_fd is None:
+        if not names_a_model(args):
+            try:
+                flags, line = run_model.recorded_flags(Path(args.workspace))
+            except run_model.NoRunModel as error:
+                print(f"verify.py: {error}", file=sys.stderr)
+                return EXIT_ERROR
+            print(line, flush=True)
+            argv = flags + argv
+            args = build_parser().parse_args(argv)
+        elif args.model is None and args.hf is None:
+            print("verify.py: name the model these flags are for (a model file, or --hf NAME), or give none of "
+                  "them to verify the model the run optimized", file=sys.stderr)
+            return EXIT_ERROR
         return isolated.verify_in_sandbox(argv, model=args.model, workspace=Path(args.workspace),
                                           optimized_dir=Path(args.optimized_dir), starters=args.starters)
     return _in_sandbox(args)

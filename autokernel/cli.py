@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -17,46 +16,17 @@ import time
 from pathlib import Path
 
 from autokernel.core import contracts, paths
-from autokernel.profile.model_args import add_model_arguments, load_model_keywords
+from autokernel.core.arguments import joined_negative_values, parse_duration, positive_float, positive_int
+from autokernel.profile.model_args import add_model_arguments, load_model_keywords, model_flags
 from autokernel.search import results
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 128 + signal.SIGINT
-DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([hms]?)")
-SECONDS_PER_UNIT = {"h": 3600, "m": 60, "s": 1, "": 1}
 # Subcommands that are the top-level scripts themselves, run as scripts with the arguments passed on
 # (profile.py must not be imported: its name is the standard library's).
 PASS_THROUGH_SCRIPTS = {"profile": paths.script("profile.py"), "extract": paths.script("extract.py"),
                         "bench": paths.script("bench.py"), "verify": paths.script("verify.py")}
 RESUME_HINT = "  continue with: autokernel optimize --resume"
-
-
-def parse_duration(text: str) -> float:
-    """"8h", "30m", "90s", "1h30m", "1.5h" or plain seconds -> seconds."""
-    cleaned = text.strip().lower()
-    parts = DURATION_PART.findall(cleaned)
-    if not cleaned or "".join(number + unit for number, unit in parts) != cleaned:
-        raise argparse.ArgumentTypeError(f"bad duration {text!r}: use forms like 8h, 30m, 90s or 1h30m")
-    seconds = sum(float(number) * SECONDS_PER_UNIT[unit] for number, unit in parts)
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"duration {text!r} must be more than zero")
-    return seconds
-
-
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return int(text)
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
 
 
 def _workdir_parser() -> argparse.ArgumentParser:
@@ -83,9 +53,9 @@ def _build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--reasoning", choices=["low", "medium", "high"],
                           help="the LLM's reasoning effort (Claude's thinking, OpenAI's reasoning_effort), for models "
                                "that take one (default: the model's own)")
-    optimize.add_argument("--max-cost", type=_positive_float, metavar="DOLLARS",
+    optimize.add_argument("--max-cost", type=positive_float, metavar="DOLLARS",
                           help="stop cleanly once the estimated LLM cost reaches this (default: no cap)")
-    optimize.add_argument("--top", type=_positive_int, default=5, help="how many kernels to optimize (default 5)")
+    optimize.add_argument("--top", type=positive_int, default=5, help="how many kernels to optimize (default 5)")
     optimize.add_argument("--backend", choices=paths.BACKENDS, default="triton",
                           help="the kernels' language: triton (default), cuda (CUDA C++ starters, kernels/cuda/), "
                                "or any (Triton starters; the agent may switch to CUDA C++)")
@@ -100,21 +70,21 @@ def _build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--experiment-timeout", type=parse_duration,
                           help="the longest one bench run may take (default 15m; the loop sets a tighter limit "
                                "from the measured duration of the job's benches)")
-    optimize.add_argument("--max-reverts", type=_positive_int,
+    optimize.add_argument("--max-reverts", type=positive_int,
                           help="move on after this many reverts in a row (default 5)")
-    optimize.add_argument("--max-malformed", type=_positive_int,
+    optimize.add_argument("--max-malformed", type=positive_int,
                           help="move on after this many unreadable LLM replies in a row, each asked again once "
                                "(default 3; they do not count as reverts)")
-    optimize.add_argument("--peak-target", type=_positive_float,
+    optimize.add_argument("--peak-target", type=positive_float,
                           help="move on at this fraction of the hardware peak (default 0.9)")
     optimize.add_argument("--kernel-budget", type=parse_duration, help="move on after this long on one kernel (default 2h)")
-    optimize.add_argument("--target-speedup", type=_positive_float,
+    optimize.add_argument("--target-speedup", type=positive_float,
                           help="move on at this speedup over the kernel's baseline (default 2.0)")
-    optimize.add_argument("--noise-floor", type=_positive_float,
+    optimize.add_argument("--noise-floor", type=positive_float,
                           help="smallest relative gain that counts as faster (default 0.02)")
     optimize.add_argument("--quick", action="store_true", default=None,
                           help="bench.py --quick (always on without a GPU)")
-    optimize.add_argument("--gpus", type=_positive_int,
+    optimize.add_argument("--gpus", type=positive_int,
                           help="judge workers, one per GPU, each judging one candidate at a time (default: every "
                                "visible GPU; without a GPU, N logical GPUs in Triton's interpreter)")
     optimize.add_argument("--ray", metavar="auto|ADDRESS",
@@ -130,14 +100,14 @@ def _build_parser() -> argparse.ArgumentParser:
     score.add_argument("folder", help="a folder of problem files (class Model, get_inputs, get_init_inputs)")
     score.add_argument("--budget-per-problem", metavar="DURATION",
                        help="run the loop on each problem for this long (like 5m); default: the starter kernels")
-    score.add_argument("--top", type=_positive_int, default=1, help="kernels to optimize per problem (default 1)")
+    score.add_argument("--top", type=positive_int, default=1, help="kernels to optimize per problem (default 1)")
     score.add_argument("--dtype", help="float16, bfloat16 or float32 (default: as each file builds it)")
     score.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants (slow on CPU)")
     score.add_argument("--json-out", metavar="FILE", help="also write the scores and the summary as JSON")
     score.add_argument("--state", metavar="FILE",
                        help="append each problem's score to FILE and skip the problems it holds: run the same command "
                             "again to go on after a cut-off run")
-    score.add_argument("--gpus", type=_positive_int, default=1, help="problems scored side by side, one per GPU")
+    score.add_argument("--gpus", type=positive_int, default=1, help="problems scored side by side, one per GPU")
     score.add_argument("--problems", metavar="NAMES", help="only these problem files, by name: gelu,l2_norm,...")
     score.add_argument("--stop-after", metavar="DURATION", type=parse_duration,
                        help="start no problem after this long (with --state, the next run goes on)")
@@ -240,7 +210,7 @@ def _cmd_optimize(args, started: float) -> int:
         args.tag = args.tag or session.default_tag(name)
         state = session.run_optimization(plan=planning.model_file_planner(**spec, top=args.top, backend=args.backend),
                                          settings=RunSettings(**given), tag=args.tag, started=started,
-                                         new=args.new)
+                                         new=args.new, model_flags=model_flags(args))
     print("\n".join(session.outcome_lines(state)))
     return 0
 
@@ -268,6 +238,7 @@ def _resumable(args) -> bool:
 
 
 def _cmd_status(args, started: float) -> int:
+    from autokernel.core.live import plural
     from autokernel.search import run_state, session
     from autokernel.search.run_state import state_file
 
@@ -285,7 +256,7 @@ def _cmd_status(args, started: float) -> int:
                           "outcome": session.outcome_lines(state)}, indent=2))
         return 0
     print("\n".join(session.outcome_lines(state)))
-    print(f"results.tsv: {len(rows)} rows for this run, {kept} kept")
+    print(f"results.tsv: {plural(len(rows), 'row')} for this run, {kept} kept")
     return 0
 
 
@@ -347,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_ERROR
         paths.use_workdir(where.workdir)
     parser = _build_parser()
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(joined_negative_values(argv, parser))
     if args.command in PASS_THROUGH_SCRIPTS:
         return _run_script(args.command, extra)
     if extra:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -296,6 +297,30 @@ def test_every_folder_that_holds_python_is_held_to_the_length_bar():
     def skipped(part: str) -> bool:
         return part.startswith(".") or part in ("results", "build", "_layout", "__pycache__")
 
-    folders = {str(path.parent.relative_to(ROOT)) for path in ROOT.rglob("*.py")
-               if not any(skipped(part) for part in path.relative_to(ROOT).parts)}
+    found = [path for path in ROOT.rglob("*.py") if not any(skipped(part) for part in path.relative_to(ROOT).parts)]
+    ignored = ignored_by_git(found)
+    folders = {str(path.parent.relative_to(ROOT)) for path in found if path not in ignored}
     assert folders == set(PROJECT_FOLDERS)
+
+
+def ignored_by_git(paths: list[Path]) -> set[Path]:
+    """The paths git ignores: a run's outputs (workspace/, which the Quick start leaves in the clone), not sources.
+    Outside a git checkout (an unpacked sdist) nothing is ignored."""
+    listed = "\n".join(str(path.relative_to(ROOT)) for path in paths)
+    done = subprocess.run(["git", "check-ignore", "--stdin"], cwd=ROOT, input=listed, capture_output=True, text=True)
+    return {ROOT / line for line in done.stdout.splitlines()} if done.returncode in (0, 1) else set()
+
+
+def test_the_run_outputs_a_quick_start_leaves_in_the_clone_are_no_sources():
+    workspace_was_there = (ROOT / "workspace").exists()
+    run_output = ROOT / "workspace" / "test_architecture_probe" / "kernel_1_softmax.py"
+    run_output.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        run_output.write_text("KERNEL_TYPE = 'softmax'\n")
+        assert ignored_by_git([run_output, ROOT / "bench.py"]) == {run_output}
+        test_every_folder_that_holds_python_is_held_to_the_length_bar()
+    finally:
+        run_output.unlink()
+        run_output.parent.rmdir()
+        if not workspace_was_there:
+            (ROOT / "workspace").rmdir()

@@ -37,6 +37,20 @@ def test_bad_flag_is_an_argparse_error(capsys):
     assert "bad duration 'soon'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flags, said", [(["--budget", "-5m"], "duration '-5m' must be more than zero"),
+                                         (["--kernel-budget", "-.5h"], "duration '-.5h' must be more than zero"),
+                                         (["--max-cost", "-0.5"], "expected a positive number, got '-0.5'")])
+def test_a_negative_value_is_its_flags_own_error_not_a_missing_argument(capsys, flags, said):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["optimize", "model.py", *flags])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err and "expected one argument" not in err
+    # Only a value after a flag that takes one is joined to it.
+    assert cli.joined_negative_values(["--budget", "-5m", "--quick", "-5"], cli._build_parser()) == [
+        "--budget=-5m", "--quick", "-5"]
+
+
 def test_pass_through_runs_the_script_with_its_arguments(tmp_path, monkeypatch, capsys):
     script = tmp_path / "verify.py"
     script.write_text("import sys\nprint('got', sys.argv[1:])\nsys.exit(3)\n")
@@ -54,9 +68,9 @@ def test_report_prints_markdown_of_a_results_file(tmp_path, capsys):
             experiment=number, tag="night", kernel_type="rmsnorm", result=BenchResult("PASS", latency_us=latency),
             description="d", status=status, wall_seconds=1.0, llm_tokens=5))
     assert cli.main(["report", "--results", str(tsv)]) == 0
-    assert "| rmsnorm | night | 2 | 1 | 20.0 | 10.0 | 2.00 |" in capsys.readouterr().out
+    assert "| rmsnorm | night | 1 | 1 | 20.0 | 10.0 | 2.00x |" in capsys.readouterr().out
     assert cli.main(["report", "--results", str(tsv), "--out", str(tmp_path / "report")]) == 0
-    assert "| rmsnorm | night | 2 | 1 | 20.0 | 10.0 | 2.00 |" in (tmp_path / "report" / "report.md").read_text()
+    assert "| rmsnorm | night | 1 | 1 | 20.0 | 10.0 | 2.00x |" in (tmp_path / "report" / "report.md").read_text()
     assert (tmp_path / "report" / "progress.png").stat().st_size > 0
     capsys.readouterr()
     assert cli.main(["report", "--results", str(tsv), "--json"]) == 0
@@ -110,7 +124,7 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
     assert "2_softmax: cut short after 3 experiments, best 1.50x over its baseline, best so far saved" in out
     assert "3_rmsnorm: no baseline yet" in out
     assert "autokernel optimize --resume" in out
-    assert "results.tsv: 1 rows for this run, 1 kept" in out
+    assert "results.tsv: 1 row for this run, 1 kept" in out
     assert cli.main(["status", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["state"]["settings"]["budget_s"] == 7200 and report["results"] == {"rows": 1, "kept": 1}

@@ -174,3 +174,17 @@ def test_a_type_without_a_cuda_starter_is_a_clear_error(plan_path, tmp_path):
         kernel_jobs.extract_jobs(path, 5, tmp_path / "ws", backend="cuda")
     with pytest.raises(ValueError, match="backend must be one of triton, cuda, any"):
         kernel_jobs.extract_jobs(plan_path, 5, tmp_path / "ws", backend="cpp")
+
+
+def test_a_region_job_is_titled_by_its_ops_a_menu_job_by_its_type(tmp_path):
+    """A region's type is a hash (region_3f9a...): its job says what it computes, "gemm+sigmoid+sum"."""
+    from autokernel.core.contracts import PlanEntry
+
+    region = PlanEntry.from_json({**_entry(2, "region_3f9a0c1d2e", [{}], 0.4),
+                                  "region": {"ops": ["addmm", "sigmoid", "sum"], "kinds": [], "instances": 1,
+                                             "sources": []}})
+    job = kernel_jobs.make_job(region, "m.py:Model", tmp_path / "k.py")
+    assert job.title == "gemm+sigmoid+sum" and job.title_note == " (gemm+sigmoid+sum)"
+    assert kernel_jobs.region_title(["mm", "add", "mm", "relu"]) == "gemm+add+relu"
+    menu = kernel_jobs.make_job(PlanEntry.from_json(_entry(1, "softmax", SOFTMAX_SHAPES, 0.5)), "m", tmp_path / "s.py")
+    assert menu.title == "" and menu.title_note == ""

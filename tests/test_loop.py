@@ -292,10 +292,10 @@ def test_a_bench_cut_short_by_the_budget_leaves_no_row(project, monkeypatch):
 def test_a_cost_cap_stops_the_run_cleanly(project):
     agent = ScriptedAgent(*[proposal(f"try {n}", source(result(100.0 - n)), tokens_in=1000, cost_usd=0.6)
                             for n in range(5)])
-    state = _run(project, [make_job(project, 1, source(result(100.0)))], agent, max_cost_usd=1.0,
-                 max_consecutive_reverts=10)
+    state = _run(project, [make_job(project, 1, source(result(100.0)))], agent, max_cost_usd=1.0)
     assert state.stopped_because == loop.COST_REACHED and not state.done
-    assert len(_statuses(project)) == 3 and state.cost_usd == pytest.approx(1.2)
+    assert len(_statuses(project)) == 2 and state.cost_usd == pytest.approx(0.6) and len(agent.contexts) == 1, \
+        "after one call of $0.60, a second, expected to cost as much, would pass the $1 cap: it is never started"
 
 
 def _openai_agent(url: str) -> OpenAIAgent:

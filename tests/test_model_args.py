@@ -34,3 +34,18 @@ def test_bad_values_are_clear_errors():
         load_model_keywords(parse(["m.py", "--input-shape", "1x512"]))
     with pytest.raises(ModelLoadError, match="--model-arg"):
         load_model_keywords(parse(["m.py", "--model-arg", "tiny"]))
+
+
+def test_the_flags_a_run_records_name_the_same_model_again(tmp_path, monkeypatch):
+    from autokernel.profile.model_args import model_flags, names_a_model
+
+    monkeypatch.chdir(tmp_path)
+    args = parse(["m.py", "--input-shape", "2,64", "--model-arg", "config=tiny", "--model-arg", "n_layers=2"],
+                 with_device=False)
+    flags = model_flags(args)
+    assert flags == [str(tmp_path / "m.py"), "--input-shape", "2,64", "--model-arg", "config=tiny",
+                     "--model-arg", "n_layers=2"]
+    again = parse(flags)
+    assert load_model_keywords(again) == {**load_model_keywords(args), "path": str(tmp_path / "m.py")}
+    assert model_flags(parse(["--hf", "llama", "--dtype", "float16"])) == ["--hf", "llama", "--dtype", "float16"]
+    assert names_a_model(args) and names_a_model(parse(["--model-arg", "a=1"])) and not names_a_model(parse([]))

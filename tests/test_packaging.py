@@ -10,6 +10,7 @@ import re
 import os
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -56,14 +57,28 @@ def wheel(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def venv(wheel, tmp_path_factory) -> Path:
-    """A fresh venv that sees the system's torch and triton, with the wheel installed and nothing else of ours."""
+    """A fresh venv that sees this interpreter's torch and triton, with the wheel installed and nothing else of ours."""
     folder = tmp_path_factory.mktemp("venv") / "env"
     _run([sys.executable, "-m", "venv", "--system-site-packages", str(folder)], folder.parent)
+    see_the_running_interpreters_packages(folder)
     # --ignore-installed: an autokernel the environment already sees (the clone's editable install,
     # or its egg-info on PYTHONPATH) must not count as this wheel being installed.
     _run([str(folder / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed",
           "-q", str(wheel)], folder.parent)
     return folder
+
+
+def see_the_running_interpreters_packages(folder: Path) -> Path:
+    """--system-site-packages gives a venv the base interpreter's packages; where the tests run in a venv themselves,
+    torch is in that venv's site-packages instead, which the new venv would not see. A .pth file in the new venv's
+    site-packages puts this interpreter's on its path too, after its own (their .pth files, such as the clone's
+    editable install, are not run: only a site directory's are)."""
+    own = _run([str(folder / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+               folder).stdout.strip()
+    ours = dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
+    pth = Path(own) / "_running_interpreter.pth"
+    pth.write_text("".join(f"{path}\n" for path in ours))
+    return pth
 
 
 def _user_env(venv: Path, home: Path) -> dict:
@@ -79,6 +94,15 @@ def test_the_wheel_holds_the_package_alone_with_the_tool_files_inside_it(wheel):
                    "autokernel/_layout/kernels/softmax.py", "autokernel/kernel_types/references.py",
                    "autokernel/profile/jobs.py"):
         assert needed in names
+
+
+@pytest.mark.slow
+def test_the_venv_sees_this_interpreters_torch_and_the_wheels_autokernel(venv, tmp_path):
+    seen = _run([str(venv / "bin" / "python"), "-c", "import autokernel, torch, triton; print(torch.__file__); "
+                 "print(autokernel.__file__)"], tmp_path, _user_env(venv, tmp_path)).stdout.split()
+    import torch
+
+    assert seen[0] == torch.__file__ and str(venv) in seen[1]
 
 
 @pytest.mark.slow
@@ -180,3 +204,21 @@ def test_the_wheel_lists_every_subpackage_of_the_package():
     listed = tomllib.loads((PROJECT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     found = {".".join(path.parent.relative_to(PROJECT).parts) for path in (PROJECT / "autokernel").rglob("__init__.py")}
     assert sorted(listed) == sorted(found)
+
+
+def test_the_torch_the_readme_installs_and_the_tests_run_on_is_in_the_declared_range():
+    """pyproject.toml states the torch releases AutoKernel was tested with (Inductor's generated code, which the
+    region starters are made from, changes between releases); the README's install and this interpreter's torch must
+    be inside it."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    project = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"]
+    [torch_requirement] = [r for r in project["dependencies"] if re.split(r"[<>=!~ ]", r, maxsplit=1)[0] == "torch"]
+    supported = SpecifierSet(torch_requirement.removeprefix("torch"))
+    assert any(spec.operator in ("<", "<=") for spec in supported), "an upper bound: the newest release tested"
+    installed_by_readme = re.findall(r"torch==([\d.]+)", (PROJECT / "README.md").read_text())
+    assert installed_by_readme and all(Version(version) in supported for version in installed_by_readme)
+    import torch
+
+    assert Version(torch.__version__.split("+")[0]) in supported

@@ -41,11 +41,11 @@ def results_tsv(tmp_path):
 def test_markdown_has_each_kernels_numbers(results_tsv, tmp_path):
     markdown_path, png_path, _ = report.write_report(results_tsv, tmp_path / "out")
     text = markdown_path.read_text()
-    assert "10 experiments from" in text and "2 kernel runs" in text
+    assert ": 8 experiments and 2 baselines, in 2 kernel runs." in text
     # PyTorch's best is the faster of eager and torch.compile: the smaller of the two speedups.
-    assert "| matmul | run1 | 7 | 2 | 1.50x | 1.20x | faster | 180 | FAIL 2, CRASH 1 |" in text
+    assert "| matmul | run1 | 6 | 2 | 1.50x | 1.20x | faster | 180 | FAIL 2, CRASH 1 |" in text
     # Nothing was kept for softmax: its best is the baseline, slower than torch.compile.
-    assert "| softmax | run1 | 3 | 0 | 1.00x | 0.70x | no gain | 500 | TIMEOUT 1 |" in text
+    assert "| softmax | run1 | 2 | 0 | 1.00x | 0.70x | no gain | 500 | TIMEOUT 1 |" in text
     assert f"]({png_path.name})" in text
     assert "## matmul (run1, experiments 1-7)" in text     # the per-experiment tables follow
 
@@ -178,3 +178,25 @@ def test_the_report_says_when_each_job_was_in_flight_and_where():
     assert text.index("| 1_softmax") < text.index("| 2_reduce") < text.index("| 3_matmul"), "in the order they opened"
     assert "up to 2 jobs were in flight at once" in text
     assert "Jobs in flight" not in "\n".join(report.throughput_lines(Throughput(wall_s=60.0, gpus=throughput.gpus)))
+
+
+def test_report_md_shows_each_failure_with_its_reason_and_the_runs_cost(tmp_path):
+    path = tmp_path / "results.tsv"
+    crash = BenchResult("CRASH", failed_stage="smoke", message="Traceback ...\nNameError: name 'y' is not defined")
+    for experiment, result, tokens, cost in [(1, BenchResult("PASS", latency_us=5.0, timings_meaningful=True), 0, None),
+                                             (2, crash, 120, 0.0396), (3, BenchResult("FAIL"), 80, None)]:
+        results.append_row(path, results.make_row(
+            experiment=experiment, tag="night", kernel_type="softmax", result=result, description=f"try|{experiment}",
+            status="baseline" if experiment == 1 else "revert", wall_seconds=1.0, llm_tokens=tokens, cost_usd=cost))
+    text = report.write_report(path, tmp_path / "out").markdown.read_text()
+    assert "| 2 | night | softmax | CRASH | smoke: NameError: name 'y' is not defined | try\\|2 |" in text
+    assert "| 3 | night | softmax | FAIL | FAIL | try\\|3 |" in text
+    assert "| night | 200 | 0 | 0 | $0.0396 + 1 reply without a price |" in text
+    assert "workspace/runs/<run>.jsonl" in text
+
+
+def test_one_experiment_is_one_experiment(tmp_path):
+    path = tmp_path / "results.tsv"
+    add_row(path, 1, "softmax", "baseline", "PASS", 0.0012, 1.0, 5.0, False)
+    text = report.write_report(path, tmp_path / "out").markdown.read_text()
+    assert f"1 row from `{path}`: 0 experiments and 1 baseline, in 1 kernel run." in text and "0.0012x" in text and "0.00x" not in text

@@ -20,7 +20,7 @@ def test_columns_are_exactly_the_documented_ones():
     assert results.COLUMNS == ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak",
                                "speedup_vs_pytorch", "speedup_vs_compile", "correctness", "timings_meaningful",
                                "peak_vram_mb", "description", "status", "wall_seconds", "llm_tokens", "cost_usd",
-                               "gpu", "llm_cached_tokens", "llm_reasoning_tokens")
+                               "gpu", "llm_cached_tokens", "llm_reasoning_tokens", "reason")
 
 
 def test_header_written_once_and_rows_read_back_typed(tmp_path):
@@ -37,8 +37,23 @@ def test_header_written_once_and_rows_read_back_typed(tmp_path):
                        "latency_us": 41.3, "pct_peak": 24.6, "speedup_vs_pytorch": 1.37, "speedup_vs_compile": 0.9,
                        "correctness": "PASS", "timings_meaningful": True, "peak_vram_mb": 64.0, "description": "try",
                        "status": "keep", "wall_seconds": 3.5, "llm_tokens": 120, "cost_usd": None, "gpu": None,
-                       "llm_cached_tokens": 80, "llm_reasoning_tokens": 15}
+                       "llm_cached_tokens": 80, "llm_reasoning_tokens": 15, "reason": None}
     assert results.speedup_vs_best(rows[1]) == 0.9, "PyTorch's best is the faster of eager and compile"
+
+
+def test_a_failure_has_a_short_reason_with_the_exception_and_where_in_kernel_py(tmp_path):
+    traceback = ('Traceback (most recent call last):\n  File "/tmp/x/kernel.py", line 31, in kernel_fn\n'
+                 '    return y + undefined\nNameError: name \'undefined\' is not defined\n')
+    crash = contracts.BenchResult("CRASH", failed_stage="smoke", message=traceback)
+    assert results.short_reason(crash) == "smoke: NameError: name 'undefined' is not defined (kernel.py:31)"
+    wrong = contracts.BenchResult("FAIL", failed_stage="numerical", message="max error 0.31 > 0.01 at M=4\x1b[2J")
+    assert results.short_reason(wrong) == "numerical: max error 0.31 > 0.01 at M=4 [2J"
+    assert results.short_reason(contracts.BenchResult("TIMEOUT")) == "TIMEOUT"
+    assert results.short_reason(contracts.BenchResult.from_json(PASS_RESULT)) == ""
+    path = tmp_path / "results.tsv"
+    results.append_row(path, results.make_row(experiment=4, tag="t1", kernel_type="softmax", result=crash,
+                                              description="d", status="revert", wall_seconds=1.0, llm_tokens=0))
+    assert results.read_rows(path)[0]["reason"] == "smoke: NameError: name 'undefined' is not defined (kernel.py:31)"
 
 
 def test_missing_numbers_are_empty_cells_and_none(tmp_path):
@@ -105,7 +120,7 @@ def test_a_file_of_the_previous_version_is_read_but_not_appended_to(tmp_path):
     results.check_writable(tmp_path / "absent.tsv")
 
 
-@pytest.mark.parametrize("columns", [results.NO_GPU_COLUMNS, results.PREVIOUS_COLUMNS])
+@pytest.mark.parametrize("columns", [results.NO_GPU_COLUMNS, results.GPU_COLUMNS, results.TOKEN_COLUMNS])
 def test_a_file_of_a_previous_version_is_resumed_and_upgraded_in_place(tmp_path, columns):
     """A run started before --gpus (or before the cached and reasoning token columns) and resumed after the
     upgrade: its rows stay, the header gains the new columns, their cells empty."""
@@ -113,13 +128,14 @@ def test_a_file_of_a_previous_version_is_resumed_and_upgraded_in_place(tmp_path,
     old_row = "\t".join(results._cell(_row(1, "baseline", 50.0).get(c)) for c in columns)
     path.write_text("\t".join(columns) + "\n" + old_row + "\n")
     first = results.read_rows(path)[0]
-    assert first["latency_us"] == 50.0 and first["llm_tokens"] == 120 and first["llm_cached_tokens"] is None
+    assert first["latency_us"] == 50.0 and first["llm_tokens"] == 120 and first["reason"] is None
     results.check_writable(path)
     results.append_row(path, dict(_row(2, "keep", 40.0), gpu="gpu1", llm_cached_tokens=7, llm_reasoning_tokens=3))
     lines = path.read_text().splitlines()
     assert lines[0] == "\t".join(results.COLUMNS) and len(lines) == 3
+    old_tokens = (None, None) if columns != results.TOKEN_COLUMNS else (0, 0)
     assert [(r["experiment"], r["latency_us"], r["gpu"], r["llm_cached_tokens"], r["llm_reasoning_tokens"])
-            for r in results.read_rows(path)] == [(1, 50.0, None, None, None), (2, 40.0, "gpu1", 7, 3)]
+            for r in results.read_rows(path)] == [(1, 50.0, None, *old_tokens), (2, 40.0, "gpu1", 7, 3)]
     assert not list(tmp_path.glob("*.upgrade")), "the rewrite leaves no scratch file behind"
 
 
@@ -142,12 +158,12 @@ def test_summary_has_one_table_per_kernel_and_the_best_gain():
             _row(6, "revert", None, kernel_type="matmul", correctness="TIMEOUT")]
     text = results.markdown_summary(rows)
     overview = text.split("\n\n")[0].splitlines()
-    assert overview[2].startswith("| softmax | t1 | 4 | 2 | 100.0 | 50.0 | 2.00 |")
-    assert overview[3].startswith("| matmul | t1 | 2 | 0 | 30.0 | 30.0 | 1.00 |")
+    assert overview[2].startswith("| softmax | t1 | 3 | 2 | 100.0 | 50.0 | 2.00x |")
+    assert overview[3].startswith("| matmul | t1 | 1 | 0 | 30.0 | 30.0 | 1.00x |")
     assert "## softmax (t1, experiments 1-4)" in text
     assert "## matmul (t1, experiments 5-6)" in text
-    assert "| 4 | keep | PASS | 50.0 | 1.37 | 120 | a\\|b |" in text
-    assert "| 6 | revert | TIMEOUT |  | 1.37 | 120 | try |" in text
+    assert "| 4 | keep | PASS | 50.0 | 1.37x | 120 | a\\|b |" in text
+    assert "| 6 | revert | TIMEOUT |  | 1.37x | 120 | try |" in text
 
 
 def test_a_baseline_opens_a_new_group_of_one_kernel():
@@ -161,3 +177,12 @@ def test_the_best_version_is_the_fastest_kept_one_that_passed():
              _row(4, "keep", 60.0, correctness="FAIL"), _row(5, "keep", None)]
     assert results.best_version(group)["experiment"] == 2
     assert results.best_version([_row(1, "baseline", 100.0, correctness="FAIL"), _row(2, "revert", 90.0)]) is None
+
+
+def test_a_tiny_cpu_speedup_keeps_its_digits_never_0_00x(tmp_path):
+    path = tmp_path / "results.tsv"
+    row = _row(1, contracts.STATUS_BASELINE, 3388970.4)
+    row.update(speedup_vs_pytorch=0.0012)
+    results.append_row(path, row)
+    text = results.markdown_summary(results.read_rows(path))
+    assert "0.0012x" in text and "0.00x" not in text

@@ -394,3 +394,4 @@ def test_a_cost_cap_on_a_model_without_prices_is_refused_up_front(project, monke
                                      view=ProgressView(interactive=False))
         assert server.checks == [] and planned == []
     assert "autokernel/night" not in git(project, "branch")
+

@@ -226,3 +226,45 @@ def test_missing_kernels_or_model_exit_with_a_message(tmp_path, capsys):
     assert code == verify.EXIT_ERROR
     assert "Model file not found" in capsys.readouterr().err
     assert not (tmp_path / verify.REPORT_FILE).exists()
+
+
+def _save_run(workspace, model_flags) -> None:
+    from autokernel.core.contracts import RunSettings
+    from autokernel.core.run_records import RunState
+    from autokernel.search import run_state
+
+    run_state.save(RunState(tag="night", jobs=[], kept_commit="abc", settings=RunSettings(),
+                            model=None if model_flags is None else {"flags": model_flags, "inputs": None}),
+                   workspace / run_state.STATE_FILE_NAME)
+
+
+def test_verify_without_a_model_needs_a_run_that_recorded_one(tmp_path, capsys):
+    assert verify.main(["--workspace", str(tmp_path)]) == verify.EXIT_ERROR
+    assert "give the model to verify (a model file, or --hf NAME): there is no run in" in capsys.readouterr().err
+    _save_run(tmp_path, None)
+    assert verify.main(["--workspace", str(tmp_path)]) == verify.EXIT_ERROR
+    assert "run night in" in capsys.readouterr().err
+    assert verify.main(["--model-arg", "config=tiny", "--workspace", str(tmp_path)]) == verify.EXIT_ERROR
+    assert "name the model these flags are for" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_verify_without_a_model_takes_the_runs_and_a_check_of_no_call_is_no_pass(tmp_path, capsys):
+    model_file = tmp_path / "softmax_model.py"
+    model_file.write_text(textwrap.dedent(SOFTMAX_MODEL))
+    # Verified at 8 rows; the model (4 rows) makes no call the kernel may take: every call falls back.
+    folder = write_optimized(tmp_path / "opt", {"softmax": [{"M": 8, "N": 32}]},
+                             sources={"softmax": reference_kernel("softmax")})
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    _save_run(workspace, [str(model_file), "--dtype", "float32"])
+
+    code = verify.main(["--optimized-dir", str(folder), "--workspace", str(workspace), "--no-compile"])
+
+    out = capsys.readouterr().out
+    assert f"verifying the model run night optimized: {model_file} --dtype float32" in out
+    assert code == verify.EXIT_NOTHING_CHECKED
+    check = read_report(workspace)["correctness"]
+    assert check["passed"] and check["calls_checked"] == 0
+    assert check["not_checked"] == ["1_softmax: its 1 call fell back to PyTorch: shape M=4,N=32 not verified (1x)"]
+    assert "NOTHING CHECKED" in out and "PASS" not in out

@@ -42,4 +42,4 @@ def test_the_tiny_zoo_ends_every_model_with_a_verdict_on_the_cpu(tmp_path):
     assert code == 0 and not missing, missing
     for name, row in rows.items():
         assert row["report"]["verdict"]["summary"].startswith("no speed verdict"), name
-        assert row["exit"] in (0, 3, 5), (name, row["exit"])
+        assert row["exit"] in (0, 3, 4, 5), (name, row["exit"])

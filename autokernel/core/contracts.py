@@ -99,11 +99,17 @@ class Job:
     share: float = 0.0
     amdahl_2x: float = 1.0
     backend: str = "triton"      # the starter's language: "triton", "cuda" or "any" (paths.BACKENDS)
+    title: str = ""              # what it computes, where its type's name does not say: a region's ops, gemm+sigmoid+sum
 
     @property
     def name(self) -> str:
         """The job's name in optimized_kernels/, the manifest and the log: <rank>_<type>."""
         return f"{self.rank}_{self.kernel_type}"
+
+    @property
+    def title_note(self) -> str:
+        """What the job computes, said after its name or type where it has a title (a region, named by a hash)."""
+        return f" ({self.title})" if self.title else ""
 
     def to_json(self) -> dict:
         return asdict(self)

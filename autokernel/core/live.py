@@ -96,6 +96,11 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    """"1 experiment", "3 experiments" ("many" for an irregular plural)."""
+    return f"{count} {noun if count == 1 else many or noun + 's'}"
+
+
 def format_speedup(value: float | None) -> str:
     """A speedup as people read it: 2.90x, or 0.046x (CPU runs give tiny ones); "-" for none."""
     if value is None:

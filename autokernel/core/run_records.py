@@ -81,6 +81,10 @@ class RunState:
     in_flight: dict | None = None    # {"step": "baseline"|"experiment"|"finish", "number": N}
     pending_row: dict | None = None  # a decided results.tsv row that may not be written yet
     agent_state: dict | None = None  # the built-in agent's search, so a resumed run never repeats a configuration
+    # The model as the run was given it, for `autokernel verify` with no model (autokernel/verify/run_model.py):
+    # {"flags": verify.py's model flags, "inputs": the profiled inputs' shapes and dtypes}; None when the run was
+    # given a model object (autokernel.optimize) or was started before this was recorded.
+    model: dict | None = None
     throughput: Throughput = field(default_factory=Throughput)
     # With several GPUs, jobs after job_index run side by side with it (autokernel/search/run_state.py reads these):
     ahead: dict[str, JobProgress] = field(default_factory=dict)    # started ones, by job name
@@ -92,6 +96,8 @@ class RunState:
         data.update(jobs=[job.to_json() for job in self.jobs], settings=self.settings.to_json(),
                     current=self.current.to_json() if self.current else None, throughput=self.throughput.to_json(),
                     ahead={name: progress.to_json() for name, progress in self.ahead.items()})
+        if self.model is None:          # as a state written before models were recorded holds it: no key
+            del data["model"]
         return data
 
     @classmethod

@@ -33,7 +33,17 @@ def make_job(entry: PlanEntry, model: str, path: Path, backend: str = "triton") 
     shapes = entry.shapes
     return Job(rank=entry.rank, kernel_type=entry.kernel_type, model=model, dtype=entry.dtype, shapes=shapes,
                shape_args=[registry.format_shape(s) for s in shapes], bench_args=bench_args(shapes, entry.dtype),
-               share=entry.share, amdahl_2x=entry.amdahl_2x, path=str(path), backend=backend)
+               share=entry.share, amdahl_2x=entry.amdahl_2x, path=str(path), backend=backend,
+               title=region_title(entry.extra.get("region", {}).get("ops") or []))
+
+
+# The GEMMs a region may start with, as its title says them (the ops' own names differ: addmm, mm, bmm...).
+GEMM_OPS = {"addmm", "mm", "bmm", "baddbmm", "matmul", "linear", "addbmm", "_addmm_activation"}
+
+
+def region_title(ops: list[str]) -> str:
+    """A region's ops as its title, "gemm+sigmoid+sum" (a GEMM by any of its names is "gemm"); "" for none."""
+    return "+".join(dict.fromkeys("gemm" if op in GEMM_OPS else op for op in ops))
 
 
 def stamp_starter(source: str, job: Job) -> str:

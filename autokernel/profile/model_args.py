@@ -36,3 +36,37 @@ def load_model_keywords(args: argparse.Namespace) -> dict:
     if getattr(args, "device", None) is not None:
         keywords["device"] = args.device
     return keywords
+
+
+def model_flags(args: argparse.Namespace) -> list[str]:
+    """The flags that name the model in args, as verify.py and profile.py take them: what a run records, so that
+    `autokernel verify` with no model checks exactly the model the run optimized (its file's path made absolute)."""
+    from pathlib import Path
+
+    flags = [str(Path(args.model).resolve())] if args.model is not None else []
+    for name in ("hf", "class_name", "input_shape", "dtype"):
+        if getattr(args, name, None) is not None:
+            flags += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    for value in args.model_arg:
+        flags += ["--model-arg", value]
+    return flags
+
+
+def names_a_model(args: argparse.Namespace) -> bool:
+    """Whether any model flag was given (the model itself, or how to build it)."""
+    return any(getattr(args, name, None) is not None for name in ("model", "hf", "class_name", "input_shape",
+                                                                  "dtype")) or bool(args.model_arg)
+
+
+def shown_flags(flags: list[str]) -> str:
+    """Recorded model flags as a user would type them: the model file relative to this folder when inside it."""
+    import shlex
+    from pathlib import Path
+
+    words = list(flags)
+    if words and not words[0].startswith("--"):
+        try:
+            words[0] = str(Path(words[0]).relative_to(Path.cwd().resolve()))
+        except ValueError:
+            pass
+    return shlex.join(words)

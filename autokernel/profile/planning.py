@@ -18,14 +18,21 @@ def jobs_from_profile(model, inputs, *, name: str, top: int, log: Callable[[str]
     from autokernel.profile import jobs as kernel_jobs, profiler
 
     log(f"profiling {name} (torch's own output goes to workspace/{PROFILE_LOG}) ...")
-    with quiet_native_output(paths.WORKSPACE / PROFILE_LOG):
-        profiler.profile_to_workspace(model, inputs, name=name, workspace=paths.WORKSPACE)
     plan_path = paths.WORKSPACE / profiler.PLAN_FILE
-    jobs = kernel_jobs.extract_jobs(plan_path, top, paths.WORKSPACE, backend, log=log)
+    said: list[str] = []
+    # Extracting makes the regions' starters with Inductor, whose autotuning prints too: into the log as well. Our
+    # own lines meanwhile are held, and said once the terminal is ours again.
+    try:
+        with quiet_native_output(paths.WORKSPACE / PROFILE_LOG):
+            profiler.profile_to_workspace(model, inputs, name=name, workspace=paths.WORKSPACE)
+            jobs = kernel_jobs.extract_jobs(plan_path, top, paths.WORKSPACE, backend, log=said.append)
+    finally:
+        for line in said:
+            log(line)
     if not jobs:
         raise OptimizationError(f"the profile found no kernel that AutoKernel can optimize (plan: {plan_path})")
     for job in jobs:
-        log(f"job rank {job.rank}: {job.kernel_type} ({job.share:.1%} of the measured time, "
+        log(f"job rank {job.rank}: {job.kernel_type}{job.title_note} ({job.share:.1%} of the measured time, "
             f"{job.amdahl_2x:.2f}x end to end if made 2x faster)")
     return sorted(jobs, key=lambda job: job.rank)
 

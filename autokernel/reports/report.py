@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from autokernel.core import contracts
-from autokernel.core.live import format_duration, format_speedup
+from autokernel.core.live import format_duration, format_speedup, plural
 from autokernel.search import results
 
 MARKDOWN_FILE = "report.md"
@@ -103,6 +103,39 @@ def _verdict_lines(verdict: dict) -> list[str]:
     return lines
 
 
+def cost_lines(rows: list[dict]) -> list[str]:
+    """What each run's LLM calls cost, from its rows' tokens and prices (a call without a price counted apart)."""
+    by_tag: dict[str, list[dict]] = {}
+    for row in rows:
+        by_tag.setdefault(row["tag"], []).append(row)
+    lines = ["## Cost", "", "| run | LLM tokens | cached | reasoning | cost |", "| --- | ---: | ---: | ---: | ---: |"]
+    for tag, tagged in by_tag.items():
+        unpriced = sum(1 for row in tagged if row["llm_tokens"] and row["cost_usd"] is None)
+        cost = f"${sum(row['cost_usd'] or 0.0 for row in tagged):.4f}" + (
+            f" + {plural(unpriced, 'reply', 'replies')} without a price" if unpriced else "")
+        lines.append(f"| {tag} | {sum(row['llm_tokens'] or 0 for row in tagged):,} | "
+                     f"{sum(row['llm_cached_tokens'] or 0 for row in tagged):,} | "
+                     f"{sum(row['llm_reasoning_tokens'] or 0 for row in tagged):,} | {cost} |")
+    return lines + [""]
+
+
+def failure_lines(rows: list[dict]) -> list[str]:
+    """Every experiment the judge did not pass, with its reason (the run's log, workspace/runs/<tag>.jsonl, has the
+    whole error, the hypothesis and the diff)."""
+    failed = [row for row in rows if row["correctness"] != contracts.PASS]
+    if not failed:
+        return []
+    lines = ["## Failures", "", "| exp | run | kernel | verdict | reason | description |",
+             "| ---: | --- | --- | --- | --- | --- |"]
+    for row in failed:
+        reason = (row.get("reason") or "-").replace("|", "\\|")
+        description = (row["description"] or "").replace("|", "\\|")
+        lines.append(f"| {row['experiment']} | {row['tag']} | {row['kernel_type']} | {row['correctness'] or 'no result'} "
+                     f"| {reason} | {description} |")
+    return lines + ["", "The whole error, the hypothesis and the candidate's diff of each are in the run's log, "
+                        "workspace/runs/<run>.jsonl.", ""]
+
+
 def throughput_lines(throughput: contracts.Throughput | None) -> list[str]:
     """The run's pace: experiments per hour per GPU and overall, and each GPU's idle time (state.json's Throughput)."""
     if throughput is None or not throughput.gpus:
@@ -143,7 +176,9 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
         lines += _verdict_lines(verdict)
     if _meaningless(rows):
         lines += [f"> **{NOT_MEANINGFUL}.** The keep decisions made from them are not either.", ""]
-    lines += [f"{len(rows)} experiments from `{source}`, {len(groups)} kernel runs.", "",
+    baselines = sum(row["status"] == contracts.STATUS_BASELINE for row in rows)
+    lines += [f"{plural(len(rows), 'row')} from `{source}`: {plural(len(rows) - baselines, 'experiment')} and "
+              f"{plural(baselines, 'baseline')}, in {plural(len(groups), 'kernel run')}.", "",
               "| kernel | tag | experiments | kept | best vs PyTorch eager | best vs PyTorch's best | outcome "
               "| best throughput | failures |",
               "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
@@ -152,15 +187,17 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
         best = results.best_version(group) or {}
         speedup, vs_best, throughput = best.get("speedup_vs_pytorch"), results.speedup_vs_best(best), best.get("throughput")
         outcome = _outcome(group, best, vs_best)
-        lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {len(group)} | {kept} | "
-                     f"{'-' if speedup is None else f'{speedup:.2f}x'} | {'-' if vs_best is None else f'{vs_best:.2f}x'} | "
+        lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {results.experiments_of(group)} | {kept} | "
+                     f"{format_speedup(speedup)} | {format_speedup(vs_best)} | "
                      f"{outcome} | {'-' if throughput is None else f'{throughput:.4g}'} | {_failures(group)} |")
     lines += ["", "Best: the fastest kept version (or the baseline). Speedups compare times per call, launch "
                   "overhead included; PyTorch's best is the faster of eager and torch.compile (timed with the "
                   "baseline). \"no gain\": the best is not faster than PyTorch's best, and the loop saved nothing "
                   f"for the model. \"{contracts.SPEED_UNKNOWN}\": timed in Triton's interpreter, which says "
                   "nothing of speed; the kernel passed the judge and was saved so verify can be tried. Throughput is in bench.py's unit for the kernel: GB/s when memory-bound, "
-                  "TFLOP/s when compute-bound. Failures count experiments by their correctness verdict.", "",
+                  "TFLOP/s when compute-bound. Experiments do not count the baseline, as `autokernel status` does not. Failures count experiments "
+                  "by their correctness verdict.", "",
+              *cost_lines(rows), *failure_lines(rows),
               *throughput_lines(pace),
               f"![speedup per experiment]({PLOT_FILE})" if plot_problem is None else f"(No plot: {plot_problem}.)",
               "", "## Experiments", "",

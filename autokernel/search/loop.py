@@ -26,7 +26,7 @@ from autokernel.core.contracts import FAIL, TIMEOUT, BenchResult, Job, JudgedRes
 from autokernel.core.run_records import JobProgress, RunState
 from autokernel.core.errors import OptimizationError
 from autokernel.core.interrupts import Interrupted, InterruptGuard
-from autokernel.core.live import LoopStatus, ProgressView, format_duration
+from autokernel.core.live import LoopStatus, ProgressView, format_duration, plural
 from autokernel.judge import runner
 from autokernel.search import gitops, integrity, policy, results, run_state
 from autokernel.search.budget import ONE_RUN_BASELINE, BenchTimes, Budget
@@ -95,7 +95,7 @@ class OptimizationRun(LoopRecords):
                 self._save_best(state.job(), state.current, state.current.finishing)   # a kill cut it short
                 continue
             job = state.job()
-            self._status.kernel = (f"rank {job.rank} {job.kernel_type} "
+            self._status.kernel = (f"rank {job.rank} {job.kernel_type}{job.title_note} "
                                    f"(job {state.job_index + 1} of {len(state.jobs)})")
             if state.current is None:
                 stop = self._baseline_stop(job)
@@ -113,7 +113,7 @@ class OptimizationRun(LoopRecords):
     def _stop(self, reason: str) -> None:
         self.state.stopped_because = reason
         left = run_state.unfinished(self.state)
-        self.view.log(f"{reason}: {left} of {len(self.state.jobs)} kernels not finished; to go on, run "
+        self.view.log(f"{reason}: {left} of {plural(len(self.state.jobs), 'kernel')} not finished; to go on, run "
                       f"`autokernel optimize --resume` with a larger {'--max-cost' if reason == COST_REACHED else '--budget'}")
 
     def _run_stop(self, needed_s: float = 0.0, what: str = "the next step") -> str | None:
@@ -243,6 +243,8 @@ class OptimizationRun(LoopRecords):
         started = time.monotonic()
         proposal = self._next_queued(progress)          # a candidate an earlier reply queued: no question
         if proposal is None:
+            if stop := self._cost_stop():
+                return stop
             self.view.phase(f"exp {number}: asking {self.agent.name}")
             try:
                 proposal = self.agent.propose(self._agent_context(job, progress,

@@ -22,7 +22,7 @@ from autokernel.core.live import throughput_line
 from autokernel.judge import runner
 from autokernel.kernel_types.regions import store as region_store
 from autokernel.routing import plugin
-from autokernel.search import gitops, policy, results, run_state
+from autokernel.search import gitops, policy, results, run_log, run_state
 from autokernel.search.policy import one_line
 
 HISTORY_KEPT = 50        # experiments of a job remembered in full for the agent; older ones as a summary line
@@ -48,6 +48,8 @@ def is_run_stop(reason: str | None) -> bool:
 class LoopRecords:
     """The writes of OptimizationRun (autokernel/search/loop.py) that record what was decided."""
 
+    _call_cost: float | None = None     # what the last priced LLM call cost (None: not yet known in this process)
+
     def _save(self) -> None:
         now = time.monotonic()
         self.state.throughput.wall_s += now - self._wall_mark
@@ -64,10 +66,28 @@ class LoopRecords:
         """Count what an agent's reply cost (its first candidate, or the unreadable reply, carries it)."""
         self.state.account(paid.tokens_in + paid.tokens_out, paid.cost_usd, cached=paid.tokens_cached,
                            reasoning=paid.tokens_reasoning)
+        if paid.cost_usd is not None:
+            self._call_cost = paid.cost_usd
         status, state = self._status, self.state
         status.llm_tokens, status.cost_usd = state.llm_tokens, state.cost_usd
         status.llm_cached_tokens, status.llm_reasoning_tokens = state.llm_cached_tokens, state.llm_reasoning_tokens
         status.cost_complete = not state.cost_unknown_calls
+
+    def _cost_stop(self) -> str | None:
+        """COST_REACHED when the next LLM call, expected to cost what the last one did, would take the spend past
+        --max-cost: a reply's cost is known only once it is paid, so no call starts that the cap cannot pay for."""
+        cap = self.settings.max_cost_usd
+        if cap is None:
+            return None
+        if self._call_cost is None:         # a resumed run: its last priced row's cost
+            priced = [row["cost_usd"] for row in results.read_rows(paths.RESULTS_TSV)
+                      if row["tag"] == self.state.tag and row["cost_usd"]]
+            self._call_cost = priced[-1] if priced else 0.0
+        if self.state.cost_usd + self._call_cost <= cap:
+            return None
+        self.view.log(f"${self.state.cost_usd:.4f} of --max-cost ${cap:g} spent, and the next LLM call is expected "
+                      f"to cost about ${self._call_cost:.4f} (as the last one did): no call is started")
+        return COST_REACHED
 
     # ------------------------------------------------------------------ the agent's replies
     def _take_reply(self, job: Job, progress: JobProgress, proposal: Proposal) -> None:
@@ -152,6 +172,7 @@ class LoopRecords:
             self.repo.reset_hard(state.kept_commit)
             self.checkpoint("reverted")
         results.append_row(paths.RESULTS_TSV, row)
+        self._log(job, progress, row, result, status, paid)
         self.checkpoint("row written")
         state.pending_row = None
         self._save()
@@ -161,6 +182,23 @@ class LoopRecords:
                                         + self._verdict_note(job, gpu))
             self.view.log(self._status.last_result)
             self._refresh_status(progress)
+
+    def _log(self, job: Job, progress: JobProgress | None, row: dict, result: JudgedResult, status: str,
+             paid: Proposal | MalformedReply | None) -> None:
+        """The experiment's line in the run's log (autokernel/search/run_log.py): the whole error, the hypothesis,
+        the diff against the version it was judged against (for a keep, the one before it), tokens and cost."""
+        source = getattr(paid, "kernel_source", None)
+        before = None
+        if source is not None and progress is not None and progress.kept:
+            base = progress.kept[-2 if status == contracts.STATUS_KEEP and len(progress.kept) > 1 else -1]
+            try:
+                before = self.repo.file_at(base.commit, gitops.KERNEL_FILE_NAME)
+            except (gitops.GitOpsError, ValueError):      # no diff then; the row and the line stand
+                before = None
+        line = run_log.entry(row, job=job.name, bench=result.bench, hypothesis=getattr(paid, "hypothesis", ""),
+                             diff_text=run_log.diff(before, source), tokens_in=getattr(paid, "tokens_in", 0),
+                             tokens_out=getattr(paid, "tokens_out", 0))
+        run_log.append(self.state.tag, line)
 
     def _job_time(self, job: Job, started: float) -> float:
         """The wall time a verdict adds to its job's: since it was asked for, less what the job's verdicts

@@ -178,7 +178,8 @@ class ParallelRun(OptimizationRun):
         span = self.state.throughput.jobs.get(lane.job.name)
         if span is not None:
             span.benches[finished.outcome.gpu] = span.benches.get(finished.outcome.gpu, 0) + 1
-        self._status.kernel = f"rank {lane.job.rank} {lane.job.kernel_type} (job {lane.index + 1} of {len(self.state.jobs)})"
+        self._status.kernel = (f"rank {lane.job.rank} {lane.job.kernel_type}{lane.job.title_note} "
+                               f"(job {lane.index + 1} of {len(self.state.jobs)})")
         if finished.slot == lane.baseline_slot:
             self._baseline_back(lane, finished)
             return
@@ -259,6 +260,9 @@ class ParallelRun(OptimizationRun):
         started, queued = time.monotonic(), self._next_queued(progress)   # an earlier reply's: no question
         if queued is not None:
             return self._reply_back(Reply(lane, None, started, bench_s, proposal=queued, queued=True))
+        if stop := self._cost_stop():
+            lane.stop = stop
+            return False
         context = self._agent_context(job, progress, deadline=self.budget.deadline() - bench_s)
         context.in_flight = [flight.description for flight in lane.flights.values()]
         reply = self.proposals.ask(Reply(lane, context, started, bench_s))

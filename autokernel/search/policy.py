@@ -14,7 +14,7 @@ from dataclasses import replace
 from autokernel.core.contracts import (NO_GAIN, SPEED_UNKNOWN, STATUS_REVERT, WINNER, BenchResult, JudgedResult,
                                        RunSettings)
 from autokernel.core.run_records import JobProgress
-from autokernel.core.live import format_duration, printable_line
+from autokernel.core.live import format_duration, plural, printable_line
 
 DESCRIPTION_CHARS = 200
 
@@ -199,14 +199,14 @@ def describe_ending(name: str, progress: JobProgress, reason: str, *, final: boo
     ending = verdict(best)
     if ending == SPEED_UNKNOWN:
         return (f"{name} {'done' if final else 'saved so far'} ({reason}): {SPEED_UNKNOWN} (timed in Triton's "
-                f"interpreter), after {progress.experiments} experiments, in optimized_kernels/{name}.py")
+                f"interpreter), after {plural(progress.experiments, 'experiment')}, in optimized_kernels/{name}.py")
     if ending == WINNER:
         return (f"{name} {'done' if final else 'saved so far'} ({reason}): {gain:.2f}x over its baseline after "
-                f"{progress.experiments} experiments, in optimized_kernels/{name}.py")
+                f"{plural(progress.experiments, 'experiment')}, in optimized_kernels/{name}.py")
     pytorch_best = sum(row.get("pytorch_best_us") or 0.0 for row in best.bench.timings)
     return (f"{name} {'done' if final else 'stopped'} ({reason}): no gain, nothing saved: its best, "
             f"{best.latency_us or 0:.1f} us, beats PyTorch's best ({pytorch_best:.1f} us) at none of the "
-            f"job's shapes ({gain:.2f}x over its baseline, {progress.experiments} experiments)")
+            f"job's shapes ({gain:.2f}x over its baseline, {plural(progress.experiments, 'experiment')})")
 
 
 def describe_verdict(number: int, status: str, result: JudgedResult, description: str, progress: JobProgress) -> str:

@@ -9,12 +9,16 @@ The LLM's tokens are counted three ways: `llm_tokens` (all of a reply's input an
 `llm_reasoning_tokens` (of its output, hidden reasoning or thinking); `cost_usd` prices each at its
 rate (autokernel/agents/usage.py).
 
+`reason` says in one short line why the judge did not pass a candidate (`short_reason`: the stage, the
+exception's own line, where in kernel.py); the run's log (autokernel/search/run_log.py) holds the whole
+error, the hypothesis and the diff.
+
 Files written by an older version (LEGACY_COLUMNS: without speedup_vs_compile,
 timings_meaningful and cost_usd) are still read, with those cells empty; a run refuses to append
-to one, before it creates anything (`check_writable`). A file of one of the two previous versions
-(PREVIOUS_COLUMNS, without the cached and reasoning token columns, and the one before it, without
-`gpu`) is read too, and the first row appended to it (a run resumed after an upgrade) rewrites it
-once, atomically, with the new header and those cells empty.
+to one, before it creates anything (`check_writable`). A file of one of the three previous versions
+(TOKEN_COLUMNS, without `reason`; GPU_COLUMNS, without the cached and reasoning token columns; and
+NO_GPU_COLUMNS, without `gpu`) is read too, and the first row appended to it (a run resumed after an
+upgrade) rewrites it once, atomically, with the new header and those cells empty.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 from pathlib import Path
 
 from autokernel.core.contracts import PASS, STATUS_BASELINE, STATUS_KEEP, BenchResult
@@ -29,9 +34,10 @@ from autokernel.core.contracts import PASS, STATUS_BASELINE, STATUS_KEEP, BenchR
 NO_GPU_COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
                   "speedup_vs_compile", "correctness", "timings_meaningful", "peak_vram_mb", "description", "status",
                   "wall_seconds", "llm_tokens", "cost_usd")
-PREVIOUS_COLUMNS = NO_GPU_COLUMNS + ("gpu",)      # gpu: the worker's GPU that judged it (empty: not judged)
-COLUMNS = PREVIOUS_COLUMNS + ("llm_cached_tokens", "llm_reasoning_tokens")
-UPGRADABLE = (PREVIOUS_COLUMNS, NO_GPU_COLUMNS)   # read, and rewritten with COLUMNS when a row is appended
+GPU_COLUMNS = NO_GPU_COLUMNS + ("gpu",)      # gpu: the worker's GPU that judged it (empty: not judged)
+TOKEN_COLUMNS = GPU_COLUMNS + ("llm_cached_tokens", "llm_reasoning_tokens")
+COLUMNS = TOKEN_COLUMNS + ("reason",)        # reason: why the judge did not pass it, short (empty: it passed)
+UPGRADABLE = (TOKEN_COLUMNS, GPU_COLUMNS, NO_GPU_COLUMNS)   # read, and rewritten with COLUMNS when a row is appended
 LEGACY_COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
                   "correctness", "peak_vram_mb", "description", "status", "wall_seconds", "llm_tokens")
 INT_COLUMNS = {"experiment", "llm_tokens", "llm_cached_tokens", "llm_reasoning_tokens"}
@@ -41,6 +47,10 @@ BOOL_COLUMNS = {"timings_meaningful"}
 # The judge's numbers copied from bench.py's result (BenchResult) into a row.
 RESULT_COLUMNS = ("throughput", "latency_us", "pct_peak", "speedup_vs_pytorch", "speedup_vs_compile", "correctness",
                   "timings_meaningful", "peak_vram_mb")
+REASON_CHARS = 160
+# An exception's own line in a traceback ("NameError: name 'x' is not defined"), and where in kernel.py it was.
+EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b.*")
+KERNEL_LINE = re.compile(r"kernel\.py\"?,? (?:line |:)(\d+)")
 
 
 
@@ -54,8 +64,26 @@ def make_row(*, experiment: int, tag: str, kernel_type: str, result: BenchResult
     row = {column: getattr(result, column) for column in RESULT_COLUMNS}
     row.update(experiment=experiment, tag=tag, kernel_type=kernel_type, description=description, status=status,
                wall_seconds=wall_seconds, llm_tokens=llm_tokens, cost_usd=cost_usd, gpu=gpu or None,
-               llm_cached_tokens=llm_cached_tokens, llm_reasoning_tokens=llm_reasoning_tokens)
+               llm_cached_tokens=llm_cached_tokens, llm_reasoning_tokens=llm_reasoning_tokens,
+               reason=short_reason(result) or None)
     return row
+
+
+def short_reason(result: BenchResult) -> str:
+    """Why the judge did not pass a result, in one short line ("" when it passed): the stage, the exception's own
+    line (else the message's first), and where in kernel.py when the message says."""
+    if result.passed:
+        return ""
+    message = result.message or ""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    exception = next((line for line in reversed(lines) if EXCEPTION_LINE.match(line)), None)
+    text = exception or (lines[0] if lines else result.correctness or "no result")
+    where = KERNEL_LINE.findall(message)
+    if where and f"kernel.py:{where[-1]}" not in text:
+        text += f" (kernel.py:{where[-1]})"
+    stage = f"{result.failed_stage}: " if result.failed_stage else ""
+    printable = "".join(c if c.isprintable() else " " for c in f"{stage}{text}")     # kernel code wrote the message
+    return " ".join(printable.split())[:REASON_CHARS]
 
 
 def _cell(value) -> str:
@@ -191,12 +219,19 @@ def best_version(group: list[dict]) -> dict | None:
     return min(kept, key=lambda row: row["latency_us"], default=None)
 
 
+def experiments_of(group: list[dict]) -> int:
+    """A kernel run's experiments, as status counts them: its rows but the baseline (which is benched, not tried)."""
+    return sum(row["status"] != STATUS_BASELINE for row in group)
+
+
 def _number(value, digits: int = 3) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
 def markdown_summary(rows: list[dict]) -> str:
     """A markdown overview (one line per kernel) followed by one table of experiments per kernel."""
+    from autokernel.core.live import format_speedup      # (rich) only when a summary is written
+
     if not rows:
         return "No experiments recorded yet."
     groups = group_by_kernel(rows)
@@ -210,9 +245,9 @@ def markdown_summary(rows: list[dict]) -> str:
         best_latency = best["latency_us"] if best else None
         gain = base_latency / best_latency if base_latency and best_latency else None
         kept = sum(r["status"] == STATUS_KEEP for r in group)
-        lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {len(group)} | {kept} | "
-                     f"{_number(base_latency, 1)} | {_number(best_latency, 1)} | {_number(gain, 2)} | "
-                     f"{_number(best['speedup_vs_pytorch'] if best else None, 2)} |")
+        lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {experiments_of(group)} | {kept} | "
+                     f"{_number(base_latency, 1)} | {_number(best_latency, 1)} | {format_speedup(gain)} | "
+                     f"{format_speedup(best['speedup_vs_pytorch'] if best else None)} |")
     for group in groups:
         lines += ["", f"## {group[0]['kernel_type']} ({group[0]['tag']}, experiments "
                       f"{group[0]['experiment']}-{group[-1]['experiment']})", "",
@@ -221,6 +256,6 @@ def markdown_summary(rows: list[dict]) -> str:
         for row in group:
             description = (row["description"] or "").replace("|", "\\|")
             lines.append(f"| {row['experiment']} | {row['status']} | {row['correctness']} | "
-                         f"{_number(row['latency_us'], 1)} | {_number(row['speedup_vs_pytorch'], 2)} | "
+                         f"{_number(row['latency_us'], 1)} | {format_speedup(row['speedup_vs_pytorch'])} | "
                          f"{row['llm_tokens'] or 0} | {description} |")
     return "\n".join(lines)

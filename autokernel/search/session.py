@@ -17,6 +17,7 @@ than drop a commit a user made on the run's branch. Either way the user ends up 
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -28,9 +29,11 @@ from autokernel.agents.base import AgentError
 from autokernel.agents.factory import make_agent
 from autokernel.core import paths
 from autokernel.core.contracts import NO_GAIN, SPEED_UNKNOWN, Job, RunSettings
+from autokernel.core.plan import Plan
 from autokernel.core.run_records import RunState
+from autokernel.profile.model_args import shown_flags
 from autokernel.core.errors import OptimizationError
-from autokernel.core.live import ProgressView, format_duration, format_speedup
+from autokernel.core.live import ProgressView, format_duration, format_speedup, plural
 from autokernel.core.lock import RunLock
 from autokernel.fleet import workers
 from autokernel.judge import runner
@@ -55,7 +58,7 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
                      settings: RunSettings | None = None, overrides: dict | None = None, tag: str | None = None,
                      resume: bool = False, view: ProgressView | None = None, stay_on_run_branch: bool = False,
                      checkpoint: Callable[[str], None] | None = None, started: float | None = None,
-                     new: bool = False) -> RunState:
+                     new: bool = False, model_flags: list[str] | None = None) -> RunState:
     """Start a run (plan(log) gives its jobs, after every check) or resume the saved one; returns the final state.
 
     settings: a new run's settings. overrides: the settings given explicitly, which on resume replace
@@ -63,6 +66,8 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
     stay_on_run_branch: after a run that ends normally, leave the run's branch checked out (the Python
     API plugs its kernels in from there); an interrupted or failed run always returns the user.
     new: start even though an unfinished run is saved: once every check passed, its state is set aside.
+    model_flags: the flags that name the model (profile.model_args.model_flags), recorded in the state with the
+    inputs profiled, so that `autokernel verify` with no model checks this one.
     Raises OptimizationError, GitOpsError, AgentError, ResultsFileError, RunLocked or ModelLoadError
     with a message for the user, and Interrupted (a KeyboardInterrupt) on a signal; the state is
     saved for --resume either way.
@@ -78,7 +83,7 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
             state, agent, position = _prepare_resume(repo, tag, overrides or {}, view)
         else:
             workers.check(settings or RunSettings())        # the workers asked for can be had, before anything is made
-            state, agent, position = _prepare_new(repo, plan, settings or RunSettings(), tag, view, new)
+            state, agent, position = _prepare_new(repo, plan, settings or RunSettings(), tag, view, new, model_flags)
         if not torch.cuda.is_available():
             view.log(CPU_NOTE)
         if not runner.filesystem_confined():
@@ -104,7 +109,7 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
 
 # ---------------------------------------------------------------------- a new run
 def _prepare_new(repo: gitops.KernelRepo, plan, settings: RunSettings, tag: str | None, view: ProgressView,
-                 new: bool) -> tuple[RunState, object, str]:
+                 new: bool, model_flags: list[str] | None) -> tuple[RunState, object, str]:
     tag = tag or default_tag(None)
     if not TAG_PATTERN.match(tag):
         raise OptimizationError(f"bad tag {tag!r}: use letters, digits, '.', '_' and '-'")
@@ -129,10 +134,21 @@ def _prepare_new(repo: gitops.KernelRepo, plan, settings: RunSettings, tag: str 
                  f"is now {aside} (move it back to {state_file().name} to resume that run)")
     repo.start_branch(tag)
     state = RunState(tag=tag, jobs=jobs, kept_commit=repo.head(), settings=settings, return_to=position,
-                     experiment=results.last_experiment(paths.RESULTS_TSV))
+                     experiment=results.last_experiment(paths.RESULTS_TSV),
+                     model=None if model_flags is None else {"flags": model_flags, "inputs": _profiled_inputs()})
     run_state.save(state)
     view.log(f"run {tag} on branch {gitops.branch_name(tag)}: {settings.describe()}")
     return state, agent, position
+
+
+def _profiled_inputs() -> list | None:
+    """The inputs the plan just profiled records (their shapes and dtypes), if it does."""
+    from autokernel.profile.profiler import PLAN_FILE
+
+    try:
+        return Plan.from_json(json.loads((paths.WORKSPACE / PLAN_FILE).read_text())).inputs
+    except (OSError, ValueError, TypeError, KeyError):    # no plan file (jobs given as such), or another version's
+        return None
 
 
 def _refuse_untracked_outputs(repo: gitops.KernelRepo) -> None:
@@ -269,32 +285,35 @@ def outcome_lines(state: RunState) -> list[str]:
     settings = state.settings
     where = ("finished" if state.done else f"stopped: {state.stopped_because}" if state.stopped_because
              else f"job {state.job_index + 1} of {len(state.jobs)}")
-    cost = f"${state.cost_usd:.2f}" + (f" + {state.cost_unknown_calls} calls without a price"
+    cost = f"${state.cost_usd:.2f}" + (f" + {plural(state.cost_unknown_calls, 'call')} without a price"
                                        if state.cost_unknown_calls else "")
-    lines = [f"run {state.tag} (branch {gitops.branch_name(state.tag)}): {where}; {state.experiment} experiments "
+    lines = [f"run {state.tag} (branch {gitops.branch_name(state.tag)}): {where}; {plural(state.experiment, 'experiment')} "
              f"numbered, {format_duration(state.elapsed_s)} of {settings.show('budget_s')} used, "
              f"{state.llm_tokens} LLM tokens, {state.llm_cached_tokens} of them cached and {state.llm_reasoning_tokens} "
              f"reasoning ({cost})"]
     finished = {entry["file"]: entry for entry in state.finished}
     for index, job in enumerate(state.jobs):
-        name = job.name
-        entry = finished.get(f"{name}.py")
+        name = job.name + job.title_note
+        entry = finished.get(f"{job.name}.py")
         if entry is not None:
-            lines.append(f"  {name}: {_finished_line(entry)} ({entry['experiments']} experiments; "
+            lines.append(f"  {name}: {_finished_line(entry)} ({plural(entry['experiments'], 'experiment')}; "
                          f"{entry['stopped_because']})")
         elif run_state.job_ended(state, index):
             lines.append(f"  {name}: skipped (its starter fails bench.py)")
         elif (progress := run_state.progress_of(state, index)) is not None:
             gain = progress.gain()
             figure = (f", {SPEED_UNKNOWN}" if policy.verdict(progress.best) == SPEED_UNKNOWN else
-                      f", best {gain:.2f}x over its baseline" if gain else "")
+                      f", best {format_speedup(gain)} over its baseline" if gain else "")
             saved = ("" if not is_run_stop(state.stopped_because) else ", best so far saved"
                      if policy.is_saved(progress.best) else ", no gain over PyTorch's best so far")
             lines.append(f"  {name}: {'cut short' if state.stopped_because else 'in progress'} after "
-                         f"{progress.experiments} experiments" + figure + saved)
+                         f"{plural(progress.experiments, 'experiment')}" + figure + saved)
         else:
             # True of a job never begun and of one whose baseline the budget cut short (no row, benched again).
             lines.append(f"  {name}: no baseline yet")
+    if state.model and state.model.get("flags"):
+        lines.append(f"  model: {shown_flags(state.model['flags'])} (`autokernel verify` with no model checks the "
+                     f"kernels in it)")
     if not state.done:
         lines.append(f"  {RESUME_HINT}")
     return lines

@@ -158,7 +158,7 @@ def _nothing_of_ours(names: list[str], results: dict[str, VariantResult], policy
     summary = Router([], policy=policy).summary()
     summary.pop("kernels")
     return {"routed_any": False, "regions": False, "checked_error": 0.0,
-            "checked": {"kernels": [], **summary, "nothing_checked": True},
+            "checked": {"kernels": [], **summary},
             "routing": {**Router([], policy=policy).summary()}, "route_table": [], "selection": [], "records": {}}
 
 

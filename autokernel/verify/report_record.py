@@ -38,6 +38,14 @@ class ErrorCheck:
     tolerance: float
     passed: bool
     definition: str                    # how the error is measured (routing/outputs.py ERROR_DEFINITION)
+    # What the check ran (autokernel/verify/coverage.py); None in reports written before it was recorded.
+    calls_checked: int | None = None   # the kernel calls routed in the checked forward pass
+    not_checked: list[str] = field(default_factory=list)   # each kernel that took no call, and why
+
+    @property
+    def checked_nothing(self) -> bool:
+        """No kernel call was routed: the output matched because only PyTorch ran, which proves nothing."""
+        return self.calls_checked == 0
 
 
 @dataclass
@@ -71,6 +79,10 @@ class VerifyReport:
         return self.correctness.passed
 
     @property
+    def checked_nothing(self) -> bool:
+        return self.correctness.checked_nothing
+
+    @property
     def faster(self) -> bool:
         """AutoKernel's best beats PyTorch's best by more than the noise (never on CPU)."""
         return self.verdict.faster
@@ -83,7 +95,7 @@ class VerifyReport:
     def to_json(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("verdict", "correctness",
                                                                                         "overhead", "extra")}
-        data.update(verdict=self.verdict.to_json(), correctness=vars(self.correctness).copy())
+        data.update(verdict=self.verdict.to_json(), correctness=asdict(self.correctness))
         if self.overhead is not None:
             data["overhead"] = self.overhead
         return {**data, **self.extra}

@@ -49,8 +49,9 @@ from autokernel.verify.report_record import VerifyReport
 
 THRESHOLDS = (1.0, 1.5, 2.0)
 NOTHING_TO_PLUG_IN = 3       # verify.py's exit code when no kernel type covers the model (EXIT_NOTHING_TO_PLUG_IN)
-# verify.py's exit codes that come with a verdict: passed, failed, nothing to plug in, passed with parts dropped.
-VERDICT_EXITS = (0, 1, NOTHING_TO_PLUG_IN, 5)
+# verify.py's exit codes that come with a verdict: passed, failed, nothing to plug in, nothing checked, passed with
+# parts dropped.
+VERDICT_EXITS = (0, 1, NOTHING_TO_PLUG_IN, 4, 5)
 TAIL_LINES = 15
 PROBLEM_TIMEOUT_S = 900
 

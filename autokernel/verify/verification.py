@@ -31,6 +31,7 @@ from autokernel.routing import manifest, plugin
 from autokernel.routing.outputs import ERROR_DEFINITION
 from autokernel.verify import handover
 from autokernel.verify.containment import CHECK, PROFILE, STARTER, Drops
+from autokernel.verify.coverage import coverage
 from autokernel.verify.report_record import ErrorCheck, Verdict, VerifyReport
 
 REPORT_FILE = "verify_report.json"
@@ -38,6 +39,9 @@ STARTER_MANIFEST_DIR = "starter_kernels"     # under the workspace
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 # The model has no kernel type AutoKernel covers: nothing to check, and the user keeps PyTorch's path.
 EXIT_NOTHING_TO_PLUG_IN = 3
+# Kernels were plugged in, but the model made no call any of them took (every call fell back): the output
+# matched because only PyTorch ran, so nothing was checked; the report says which kernel took none and why.
+EXIT_NOTHING_CHECKED = 4
 # Verified, with parts dropped for failures (the report's `dropped` says which and why): the verdict stands.
 EXIT_DROPPED = 5
 
@@ -117,13 +121,15 @@ def run(loaded: models.LoadedModel, *, workspace: Path, out: Path, optimized_dir
 
 
 def exit_code(report: VerifyReport, nothing_to_plug_in: bool = False) -> int:
-    """EXIT_FAIL when the error check failed; else EXIT_NOTHING_TO_PLUG_IN, EXIT_DROPPED when something was dropped,
-    EXIT_PASS."""
+    """A failed check fails; else nothing to plug in; else parts dropped for failures (which may be why nothing was
+    checked: the report says so); else a check that routed no kernel call checked nothing, which is not a pass."""
     if not report.passed:
         return EXIT_FAIL
     if nothing_to_plug_in:
         return EXIT_NOTHING_TO_PLUG_IN
-    return EXIT_DROPPED if report.dropped else EXIT_PASS
+    if report.dropped:
+        return EXIT_DROPPED
+    return EXIT_NOTHING_CHECKED if report.checked_nothing else EXIT_PASS
 
 
 def starters_of_plan(loaded: models.LoadedModel, workspace: Path, out: Path, plan: Plan | None, plan_note: str,
@@ -200,9 +206,11 @@ def verify(loaded: models.LoadedModel, optimized_dir: str | Path | None, *, comp
         kernel["share"] = shares.get(kernel["kernel_type"])
     errors = [v["error"] for v in compared["variants"].values() if v["variant"].startswith("ours") and v["ms"]]
     allowed = compared["tolerance"]
+    covered = coverage(compared["checked"])
     check = ErrorCheck(max_error=compared["checked"]["max_error"], variant_max_error=max(errors, default=None),
                        tolerance=allowed, passed=compared["checked"]["passed"] and all(e <= allowed for e in errors),
-                       definition=ERROR_DEFINITION)
+                       definition=ERROR_DEFINITION, calls_checked=covered.calls_checked,
+                       not_checked=covered.not_checked)
     report = VerifyReport(
         model=loaded.name, device=str(loaded.device), device_name=plugin.device_name(),
         dtype=str(loaded.dtype).removeprefix("torch."), inputs=profiler.describe_inputs(loaded.inputs),

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from autokernel.core.live import format_speedup, plural
 from autokernel.verify.report_record import VerifyReport
 from autokernel.verify.variants import VARIANTS
 
@@ -62,16 +63,29 @@ def print_report(report: VerifyReport, console: Console) -> None:
     _print_headroom(report, console)
     console.print(f"use: {escape(verdict.use_code)}")
     _print_dropped(report, console)
+    _print_error_check(report, console)
+
+
+def _print_error_check(report: VerifyReport, console: Console) -> None:
+    """The check's result, and what it did not check: a check that routed no kernel call is never a PASS."""
     check = report.correctness
-    if report.checked.get("nothing_checked"):
-        console.print("end-to-end error check: [bold yellow]nothing checked[/bold yellow]: no kernel of ours ran "
-                      "(the parts dropped above say why)")
-        return
-    result = "[bold green]PASS[/bold green]" if check.passed else "[bold red]FAIL[/bold red]"
     variants = (f", at most {check.variant_max_error:.3g} in the AutoKernel variants"
                 if check.variant_max_error is not None else "")
-    console.print(f"end-to-end error check: {result}: every verified call routed, max error "
-                  f"{check.max_error:.3g}{variants} (tolerance {check.tolerance:g}; {check.definition})")
+    measured = f"max error {check.max_error:.3g}{variants} (tolerance {check.tolerance:g}; {check.definition})"
+    for line in check.not_checked:
+        console.print(f"[yellow]not checked: {escape(line)}[/yellow]")
+    if check.passed and check.checked_nothing and report.dropped:
+        console.print("[bold yellow]end-to-end error check: NOTHING CHECKED[/bold yellow]: every kernel of ours was "
+                      f"dropped for a failure (above), so only PyTorch ran ({measured})")
+        return
+    if check.passed and check.checked_nothing:
+        console.print("[bold yellow]end-to-end error check: NOTHING CHECKED[/bold yellow]: no kernel took a call "
+                      f"of this model, so only PyTorch ran ({measured}). Were the kernels optimized for this "
+                      "model with these arguments? `autokernel verify` with no model verifies the run's own")
+        return
+    result = "[bold green]PASS[/bold green]" if check.passed else "[bold red]FAIL[/bold red]"
+    calls = "" if check.calls_checked is None else f" ({plural(check.calls_checked, 'kernel call')})"
+    console.print(f"end-to-end error check: {result}: the model with every verified call routed{calls}, {measured}")
 
 
 def _print_dropped(report: VerifyReport, console: Console) -> None:
@@ -140,8 +154,8 @@ def _print_variants(report: VerifyReport, console: Console) -> None:
             table.add_row(label, f"not run: {escape(variant['failed'] or '?')}", "-", "-", "-", "-")
             continue
         low, high = variant["latency"]["low_ms"], variant["latency"]["high_ms"]
-        table.add_row(label, f"{ms:.3f} [{low:.3f}-{high:.3f}]", f"{eager_ms / ms:.2f}x" if eager_ms else "-",
-                      f"{best['ms'] / ms:.2f}x" if best else "-", f"{variant['error']:.3g}",
+        table.add_row(label, f"{ms:.3f} [{low:.3f}-{high:.3f}]", format_speedup(eager_ms / ms if eager_ms else None),
+                      format_speedup(best["ms"] / ms if best else None), f"{variant['error']:.3g}",
                       "-" if variant["graph_breaks"] is None else f"{variant['graph_breaks']} ({variant['graphs']} graphs)")
     console.print(table)
     if not report.timings_meaningful:

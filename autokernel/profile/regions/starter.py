@@ -244,6 +244,10 @@ class _Rewrite(ast.NodeTransformer):
                              f"dtype={ast.unparse(dtype)}, device=device)", mode="eval").body
         if callee == "reinterpret_tensor":
             return ast.parse(f"torch.as_strided({', '.join(ast.unparse(a) for a in node.args)})", mode="eval").body
+        if callee == "copy_if_misaligned":         # newer Inductor: the input, or an aligned copy of it (same strides)
+            x = ast.unparse(node.args[0])
+            return ast.parse(f"{x} if {x}.data_ptr() % 16 == 0 else torch.empty_strided({x}.size(), {x}.stride(), "
+                             f"dtype={x}.dtype, device={x}.device).copy_({x})", mode="eval").body
         return node
 
 

@@ -163,7 +163,8 @@ def _steps(body: list[ast.stmt], kernels: dict) -> tuple[list[str], list, list]:
             target = statement.targets[0]
             inputs = [e.id for e in target.elts] if isinstance(target, ast.Tuple) else [target.id]
             continue
-        if isinstance(statement, (ast.Delete, ast.Pass)) or _is_call_to(statement, _IGNORED):
+        if isinstance(statement, (ast.Delete, ast.Pass)) or _is_call_to(statement, _IGNORED) \
+                or _is_assertion(statement):
             continue
         if isinstance(statement, ast.Return):
             value = statement.value
@@ -183,8 +184,15 @@ def _steps(body: list[ast.stmt], kernels: dict) -> tuple[list[str], list, list]:
     return inputs, steps, returns
 
 
-_IGNORED = ("assert_size_stride", "assert_alignment", "args.clear", "torch.cuda.set_device", "get_raw_stream")
-_ALLOCATIONS = ("empty_strided_cuda", "empty_strided_cpu", "empty_strided", "reinterpret_tensor", "get_raw_stream")
+_IGNORED = ("args.clear", "torch.cuda.set_device", "get_raw_stream")
+# Inductor's checks of its inputs (assert_size_stride, assert_alignment; newer releases' assert_size_stride_grouped,
+# checking several at once): helpers of torch._C._dynamo.guards, all named assert_*, that check and compute nothing.
+# Known by that pattern, not name by name, since each release may add one.
+_ASSERTION = re.compile(r"(?:^|\.)assert_\w+$")
+# Calls whose result a step may assign: allocations, views, and newer releases' copy_if_misaligned(x) (x itself
+# when its data is 16-byte aligned, else an aligned copy; starter.py writes it out).
+_ALLOCATIONS = ("empty_strided_cuda", "empty_strided_cpu", "empty_strided", "reinterpret_tensor", "get_raw_stream",
+                "copy_if_misaligned")
 
 
 def _callee(call: ast.Call) -> str:
@@ -193,6 +201,11 @@ def _callee(call: ast.Call) -> str:
 
 def _is_call_to(statement: ast.stmt, names: tuple[str, ...]) -> bool:
     return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) and _callee(statement.value) in names
+
+
+def _is_assertion(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) \
+        and _ASSERTION.search(_callee(statement.value)) is not None
 
 
 def _allowed_value(value: ast.expr) -> bool:
