@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where the plan is read (or written by --starters) and verify_report.json written "
                              "(default workspace/)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants (slow on CPU)")
+    parser.add_argument("--max-autotune", action="store_true",
+                        help='also time torch.compile(mode="max-autotune") (a GPU, minutes of autotuning): shown beside '
+                             "PyTorch's best, never chosen by the verdict")
     parser.add_argument("--compile-backend", default="inductor",
                         help="torch.compile backend (default inductor; the CUDA-graph variants need inductor)")
     # The sandboxed child's own (autokernel/verify/isolated.py): where it writes, the pipe it answers on, and
@@ -125,7 +128,7 @@ def _in_sandbox(args) -> int:
                       optimized_dir=None if args.pytorch_only else Path(args.optimized_dir),
                       starters=args.starters and not args.pytorch_only,
                       compile_backend=None if args.no_compile else args.compile_backend, policy=args.route,
-                      overhead=args.overhead, console=console)
+                      overhead=args.overhead, console=console, max_autotune=args.max_autotune)
     except (models.ModelLoadError, plugin.PlugInError) as error:
         print(f"verify.py: {error}", file=sys.stderr)
         outcome = Outcome(EXIT_NOTHING_TO_PLUG_IN if isinstance(error, NothingToPlugIn) else EXIT_ERROR)

@@ -116,6 +116,9 @@ def _build_parser() -> argparse.ArgumentParser:
                             "DIR/<problem>.json")
     score.add_argument("--overhead", action="store_true",
                        help="verify measures the routing's own cost too (verify.py --overhead)")
+    score.add_argument("--max-autotune", action="store_true",
+                       help='a column against torch.compile(mode="max-autotune") too, the strongest PyTorch setting '
+                            "(verify.py --max-autotune; a GPU, minutes of autotuning per problem)")
     score.add_argument("--problem-timeout", metavar="DURATION", type=parse_duration,
                        help="the most one step of one problem may take (default 15m)")
     status = commands.add_parser("status", help="where the current or last run stands")
@@ -152,7 +155,7 @@ def _cmd_score(args, started: float) -> int:
                                     stop_after_s=args.stop_after,
                                     problem_timeout_s=args.problem_timeout or score.PROBLEM_TIMEOUT_S,
                                     reports=Path(args.reports) if args.reports else None,
-                                    verify_args=["--overhead"] if args.overhead else [])
+                                    verify_args=["--overhead"] * args.overhead + ["--max-autotune"] * args.max_autotune)
     except ValueError as error:
         _say(f"autokernel: error: {error}")
         return EXIT_ERROR

@@ -142,3 +142,17 @@ def test_a_compiled_variant_routes_after_the_selection_dropped_the_decisions(tmp
     router.forget_decisions()
     endtoend.resolve_routes(router, model, inputs)
     assert compiled_ops() >= len(LLAMA_SHAPES)
+
+
+def test_max_autotune_is_timed_only_when_asked_and_never_chosen_by_the_verdict():
+    """torch.compile's max-autotune is shown as the strongest PyTorch setting (a column), not handed over: the
+    verdict stays with the modes a user runs by default."""
+    from autokernel.verify import variants
+
+    assert "max_autotune" not in variants.available(True, "inductor")
+    assert "max_autotune" in variants.available(True, "inductor", max_autotune=True)
+    assert "max_autotune" not in variants.available(False, "inductor", max_autotune=True)     # CUDA graphs: a GPU
+    results = {"eager": result("eager", 8.0), "cudagraphs": result("cudagraphs", 1.2),
+               "max_autotune": result("max_autotune", 0.9), "ours_cudagraphs": result("ours_cudagraphs", 1.0)}
+    verdict = endtoend.choose(results, 1e-2, on_gpu=True, routed=True)
+    assert verdict.pytorch_best["variant"] == "cudagraphs" and verdict.use == "ours_cudagraphs"

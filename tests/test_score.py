@@ -267,6 +267,8 @@ def test_score_passes_reports_and_overhead_from_its_command_line(tmp_path, monke
     assert seen["reports"] == tmp_path / "r" and seen["verify_args"] == ["--overhead"]
     assert cli.main(["score", str(folder)]) == 0
     assert seen["reports"] is None and seen["verify_args"] == []
+    assert cli.main(["score", str(folder), "--max-autotune"]) == 0
+    assert seen["verify_args"] == ["--max-autotune"]
 
 
 def test_a_failed_verify_keeps_its_last_lines_in_the_row_and_in_the_reports(tmp_path, monkeypatch):
@@ -281,3 +283,13 @@ def test_a_failed_verify_keeps_its_last_lines_in_the_row_and_in_the_reports(tmp_
     assert row.error_tail[-1] == "KeyError: relu_1" and len(row.error_tail) == score.TAIL_LINES
     kept = (tmp_path / "reports" / "softmax.error.txt").read_text()
     assert kept.startswith("verify exited 2") and "Traceback (most recent call last):" in kept
+
+
+def test_the_max_autotune_column_sets_the_handed_path_against_the_strongest_pytorch_setting():
+    data = report(eager=4.0, compiled=2.0, ours=3.0, ours_compile=1.6)
+    data.variants["max_autotune"] = {"variant": "max_autotune", "ms": 1.2, "error": 0.0}
+    row = score.score_report("a", data, 1.0)
+    assert row.speedup_vs_compile == 1.25 and row.speedup_vs_max_autotune == pytest.approx(0.75)
+    assert "| vs max-autotune |" in score.format_table([row]) and "| 0.75x |" in score.format_table([row])
+    assert score.score_report("b", report(eager=4.0, compiled=2.0), 1.0).speedup_vs_max_autotune is None
+    assert "max-autotune" not in score.format_table([score.score_report("b", report(eager=4.0, compiled=2.0), 1.0)])

@@ -35,7 +35,7 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
     """PyTorch's best, AutoKernel's best among the variants that are correct, and which of the two to use."""
     def best(ours: bool) -> VariantResult | None:
         usable = [r for name, r in results.items() if VARIANTS[name][1] == ours and r.ms is not None
-                  and r.error is not None and r.error <= allowed_error]
+                  and name not in variants.REFERENCE_ONLY and r.error is not None and r.error <= allowed_error]
         return min(usable, key=lambda r: r.ms, default=None)
 
     def brief(result: VariantResult | None) -> dict | None:
@@ -67,7 +67,7 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
 
 def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, compile_backend: str | None = INDUCTOR,
             policy: str = MEASURED, overhead: bool = False, log: Callable[[str], None] = lambda line: None,
-            drops: Drops | None = None) -> dict:
+            drops: Drops | None = None, max_autotune: bool = False) -> dict:
     """Steps 1 to 5 above, as plain data; plug_in(policy, keep_examples, exclude, on_failure) plugs the kernels into
     `model` (None: there are none, and PyTorch's own paths are compared alone).
 
@@ -77,7 +77,7 @@ def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, com
     taken is left out; with no kernel left, the verdict is PyTorch's best.
     """
     drops = drops if drops is not None else Drops(log)
-    names = variants.available(on_gpu, compile_backend)
+    names = variants.available(on_gpu, compile_backend, max_autotune)
     backend = compile_backend or INDUCTOR
     results: dict[str, VariantResult] = {}
     with torch.no_grad():

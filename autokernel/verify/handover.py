@@ -42,7 +42,8 @@ class Choice:
 
 def compare(model: nn.Module, inputs: tuple, optimized_dir: str | Path | None, *, on_gpu: bool,
             compile_backend: str | None = INDUCTOR, policy: str = plugin.MEASURED, overhead: bool = False,
-            log: Callable[[str], None] = lambda line: None, drops: Drops | None = None) -> tuple[dict, dict]:
+            log: Callable[[str], None] = lambda line: None, drops: Drops | None = None,
+            max_autotune: bool = False) -> tuple[dict, dict]:
     """The end-to-end comparison as plain data (and the kernels' router summary), and the route tables measured
     (on a GPU; none elsewhere) as {kernel name: {"source_sha256", "device", "records"}}; the model is left unplugged.
     optimized_dir None compares PyTorch's own paths alone. What fails in our part is dropped into `drops`
@@ -54,7 +55,7 @@ def compare(model: nn.Module, inputs: tuple, optimized_dir: str | Path | None, *
     try:
         compared = endtoend.compare(model, inputs, plug if optimized_dir is not None else None, on_gpu=on_gpu,
                                     compile_backend=compile_backend, policy=policy, overhead=overhead, log=log,
-                                    drops=drops)
+                                    drops=drops, max_autotune=max_autotune)
         router = plugin.router_of(model)
         records = compared.pop("records")
         tables = {kernel.name: {"source_sha256": kernel.source_sha256, "device": plugin.device_name(),

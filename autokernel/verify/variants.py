@@ -24,12 +24,19 @@ VARIANTS = {
     "ours": ("AutoKernel", True, None),
     "ours_compile": ("AutoKernel + torch.compile", True, "default"),
     "ours_cudagraphs": ("AutoKernel + torch.compile + CUDA graphs", True, "reduce-overhead"),
+    "max_autotune": ('torch.compile mode="max-autotune"', False, "max-autotune"),
 }
+# Timed and shown beside PyTorch's best (verify --max-autotune), never chosen by the verdict: the strongest PyTorch
+# setting, whose minutes of autotuning a user may not wait for, so a win is shown against it too.
+REFERENCE_ONLY = ("max_autotune",)
+# Modes that run the forward as CUDA graphs: recorded after warm-up calls, on a GPU with Inductor only.
+GRAPHED_MODES = ("reduce-overhead", "max-autotune")
 HOW_TO_USE = {
     "eager": "model", "compile": "torch.compile(model)",
     "cudagraphs": 'torch.compile(model, mode="reduce-overhead")',
     "ours": "autokernel.plug_in(model)", "ours_compile": "torch.compile(autokernel.plug_in(model))",
     "ours_cudagraphs": 'torch.compile(autokernel.plug_in(model), mode="reduce-overhead")',
+    "max_autotune": 'torch.compile(model, mode="max-autotune")',
 }
 # With regions routed, the compiled paths need their backend (autokernel/routing/regions/routing.py).
 HOW_TO_USE_WITH_REGIONS = {
@@ -62,10 +69,13 @@ class VariantResult:
                 "error": self.error, "graph_breaks": self.graph_breaks, "graphs": self.graphs, "failed": self.failed}
 
 
-def available(on_gpu: bool, compile_backend: str | None) -> list[str]:
-    """The variants that can run here: compiled ones when a backend is given, CUDA-graph ones with inductor on a GPU."""
+def available(on_gpu: bool, compile_backend: str | None, max_autotune: bool = False) -> list[str]:
+    """The variants that can run here: compiled ones when a backend is given, CUDA-graph ones with inductor on a GPU;
+    max-autotune only when asked for."""
     return [name for name, (_, _, mode) in VARIANTS.items()
-            if mode is None or (compile_backend and (mode != "reduce-overhead" or on_gpu and compile_backend == INDUCTOR))]
+            if (name not in REFERENCE_ONLY or max_autotune)
+            and (mode is None or (compile_backend and (mode not in GRAPHED_MODES
+                                                       or on_gpu and compile_backend == INDUCTOR)))]
 
 
 def compiled(model, mode: str, backend):
@@ -100,7 +110,7 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
             fn(*inputs)                           # compiles, or resolves the routes eagerly
             if after_first_call is not None:
                 after_first_call()
-            for _ in range(2 if mode == "reduce-overhead" else 0):
+            for _ in range(2 if mode in GRAPHED_MODES else 0):
                 fn(*inputs)                       # CUDA graphs are recorded after warm-up calls
             # Compared at once, before any other call could reuse the output's memory: no copy of it is held.
             result.error = output_error(expected, fn(*inputs))
@@ -111,7 +121,7 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
                 def pytorch():
                     with paired_with():
                         return fn(*inputs)
-                for _ in range(3 if mode == "reduce-overhead" else 1):
+                for _ in range(3 if mode in GRAPHED_MODES else 1):
                     pytorch()                     # compiles and records PyTorch's own graph too
                 result.latency, result.baseline = latency.paired(lambda: fn(*inputs), pytorch, on_gpu)
     except Exception as exc:        # a compiler error is a finding to report, not a crash

@@ -80,7 +80,8 @@ class Outcome:
 
 
 def run(loaded: models.LoadedModel, *, workspace: Path, out: Path, optimized_dir: Path | None, starters: bool,
-        compile_backend: str | None, policy: str, overhead: bool, console: Console) -> Outcome:
+        compile_backend: str | None, policy: str, overhead: bool, console: Console,
+        max_autotune: bool = False) -> Outcome:
     """Verify: read the plan from `workspace`, write what is made into `out`; the report is printed.
 
     Every failure short of the model's own forward is contained (containment.py): what failed is dropped with its
@@ -105,13 +106,13 @@ def run(loaded: models.LoadedModel, *, workspace: Path, out: Path, optimized_dir
         plugin.load_kernels(folder, on_failure=lambda name, exc: None)    # a missing or broken manifest fails here
     try:
         report, tables = verify(loaded, folder, compile_backend=compile_backend, plan=plan, plan_note=plan_note,
-                                policy=policy, overhead=overhead, log=log, drops=drops)
+                                policy=policy, overhead=overhead, log=log, drops=drops, max_autotune=max_autotune)
     except Exception as exc:          # the last line of defence: our part dropped whole, PyTorch's paths compared
         if folder is None:
             raise
         drops.add(CHECK, "every kernel", exc)
         report, tables = verify(loaded, None, compile_backend=compile_backend, plan=plan, plan_note=plan_note,
-                                policy=policy, overhead=False, log=log, drops=drops)
+                                policy=policy, overhead=False, log=log, drops=drops, max_autotune=max_autotune)
     if starters:
         report.optimized_dir = str(workspace / STARTER_MANIFEST_DIR)
     (out / REPORT_FILE).write_text(json.dumps(report.to_json(), indent=2) + "\n")
@@ -190,14 +191,15 @@ def write_starter_manifest(plan: Plan, folder: Path, earlier: Path | None = None
 
 def verify(loaded: models.LoadedModel, optimized_dir: str | Path | None, *, compile_backend: str | None,
            plan: Plan | None, plan_note: str, policy: str = plugin.MEASURED, overhead: bool = False,
-           log: Callable[[str], None] = lambda line: None, drops: Drops | None = None) -> tuple[VerifyReport, dict]:
+           log: Callable[[str], None] = lambda line: None, drops: Drops | None = None,
+           max_autotune: bool = False) -> tuple[VerifyReport, dict]:
     """The end-to-end comparison and checks (autokernel/verify/handover.py) as the report, and the route tables
     measured; optimized_dir None compares PyTorch's own paths alone."""
     on_gpu = loaded.device.type == "cuda"
     drops = drops if drops is not None else Drops(log)
     compared, tables = handover.compare(loaded.model, loaded.inputs, optimized_dir, on_gpu=on_gpu,
                                         compile_backend=compile_backend, policy=policy, overhead=overhead, log=log,
-                                        drops=drops)
+                                        drops=drops, max_autotune=max_autotune)
     compared.pop("dropped", None)         # the same units as `drops`, which also holds those dropped before
     routing = compared.pop("routing")
     kernels = routing.pop("kernels")
