@@ -9,9 +9,9 @@
     python verify.py --hf llama [--input-shape 1,512] [--dtype float16] ...
     python verify.py                 # the model the run in workspace/state.json optimized, with its arguments
 
-The model is loaded as profile.py loads it (same seed: same weights and inputs). With no model named, it is the
-model the run saved in the workspace optimized, with the arguments it was given (autokernel/verify/run_model.py). In one process,
-on those inputs, it is run and timed six ways: PyTorch eager, torch.compile, torch.compile with
+The model is loaded as profile.py loads it (same seed: same weights and inputs). With no model named, it is
+the model the run saved in the workspace optimized, with the arguments it was given
+(autokernel/verify/run_model.py). In one process, on those inputs, it is run and timed six ways: PyTorch eager, torch.compile, torch.compile with
 CUDA graphs (mode="reduce-overhead"), and each of the three with our kernels plugged in
 (autokernel/verify/endtoend.py). Between the two halves:
   - every kernel is plugged in wherever it was verified, and the model's output must match the

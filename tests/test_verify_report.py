@@ -96,3 +96,12 @@ def test_columns_set_by_a_parent_is_the_width(monkeypatch, columns):
     monkeypatch.delenv(PLAIN_OUTPUT_VARIABLE, raising=False)
     monkeypatch.setenv("COLUMNS", columns)
     assert _widest(_printed(io.StringIO())) <= int(columns)
+
+
+def test_a_region_kernel_is_shown_with_what_it_computes():
+    data = wide_report().to_json()
+    data["checked"]["regions"] = [{"name": "1_rmsnorm_linear", "ops": ["addmm", "sigmoid", "sum"], "found": 1,
+                                   "replaced": 1}]
+    stream = io.StringIO()
+    print_report(VerifyReport.from_json(data), report_console(stream))
+    assert "1_rmsnorm_linear (gemm+sigmoid+sum)" in stream.getvalue()

@@ -112,7 +112,10 @@ class Job:
         return f" ({self.title})" if self.title else ""
 
     def to_json(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        if not self.title:          # as a job written before titles holds it: no key
+            del data["title"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> Job:
