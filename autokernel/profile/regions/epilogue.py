@@ -1,0 +1,348 @@
+"""A GEMM region's epilogue read from its ATen ops: what a GEMM tile kernel must compute after its dot, as Triton.
+
+A region with a GEMM (mm or addmm) at its head and pointwise ops after it, maybe a reduction over each
+output row and then one over every row (sum, mean, amax, amin; logsumexp for the last), is a GEMM with an
+epilogue. `read(definition)` returns that as an `Epilogue` (each op's value as a Triton expression,
+the inputs each reads with their offsets and strides) or raises `Unsupported` saying why; a region
+that is not of this shape keeps Inductor's starter alone (gemm_variant.py writes the kernels).
+
+Every value has a level: "tile" (the GEMM output's (M, N) elements, in its row-major order: a view of it
+that keeps the order, such as (M, N) -> (B, S, N), is the same tile), "row" (one per output row, after
+a reduction over N) or "scalar" (after a reduction over the rows). An op's tensor arguments are values
+of one level, or region inputs read through views and broadcasts: which element of an input each
+element of the level reads is found by running the views on a tensor of the input's element offsets,
+and it must be an affine function of (row, column) (a bias row has strides (0, 1), a residual (N, 1)).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from autokernel.kernel_types.regions import ops
+from autokernel.kernel_types.regions.graph import RegionDefinition, RegionNode, decode, references, torch_dtype
+
+TILE, ROW, SCALAR = "tile", "row", "scalar"
+ROW_REDUCTIONS = ("sum", "amax", "amin")                 # combined over column tiles; mean is a sum / N
+FULL_REDUCTIONS = ("sum", "amax", "amin", "logsumexp")
+_REDUCTION_OPS = {"sum": "sum", "mean": "sum", "amax": "amax", "amin": "amin", "max": "amax", "min": "amin",
+                  "logsumexp": "logsumexp"}
+_ORDER_KEEPING_VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "flatten", "alias", "clone",
+                        "contiguous", "detach", "_reshape_alias", "view_copy", "unsqueeze_copy", "squeeze_copy",
+                        "unflatten", "lift_fresh_copy"}
+_FLOATS = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32"}
+
+
+class Unsupported(Exception):
+    """The region is not a GEMM with an epilogue this module can write; the message says what is in the way."""
+
+
+@dataclass
+class Operand:
+    """A region input the epilogue reads: element (r, c) of its level at offset + r * strides[0] + c * strides[1]
+    of the input."""
+    input: str
+    offset: int
+    strides: tuple[int, ...]
+    level: str
+
+
+@dataclass
+class Epilogue:
+    M: int
+    N: int
+    K: int
+    dtype: str                                  # the GEMM operands' dtype
+    a: Operand                                  # A (M, K): strides (row, k)
+    bt: Operand                                 # B^T (N, K): strides (column, k)
+    lines: dict[str, list[str]] = field(default_factory=lambda: {TILE: [], ROW: [], SCALAR: []})
+    operands: list[Operand] = field(default_factory=list)    # operand i is read as `o{i}`
+    row_reduce: str | None = None               # sum / amax / amin over each row's N columns
+    full_reduce: str | None = None              # sum / amax / amin / logsumexp over the rows
+    result: str = ""                            # the variable holding the output, at the output's level
+    out_level: str = TILE
+    out_shape: list[int] = field(default_factory=list)
+    out_dtype: str = "float32"
+
+
+def read(definition: RegionDefinition) -> Epilogue:
+    """The region as a GEMM with an epilogue (see the module's docstring); Unsupported otherwise."""
+    return _Reader(definition).read()
+
+
+class _Reader:
+    def __init__(self, definition: RegionDefinition):
+        self.d = definition
+        self.inputs = {i.name: i for i in definition.inputs}
+        self.nodes = {n.name: n for n in definition.nodes}
+        self.offsets: dict[str, torch.Tensor] = {}       # input or view-of-input name -> element offsets
+        self.values: dict[str, tuple[str, str]] = {}     # computed value name -> (variable, level)
+        self.count = 0
+
+    def read(self) -> Epilogue:
+        gemms = [n for n in self.d.nodes if ops.kind(ops.resolve(n.op)) == ops.GEMM]
+        if len(gemms) != 1 or ops.packet(gemms[0].op) not in ("mm", "addmm"):
+            raise Unsupported(f"one mm or addmm wanted, the region has {[ops.packet(g.op) for g in gemms]}")
+        if len(self.d.outputs) != 1:
+            raise Unsupported("more than one output")
+        gemm = gemms[0]
+        for item in self.d.inputs:
+            span = 1 + sum((size - 1) * step for size, step in zip(item.shape, item.stride) if size > 0)
+            self.offsets[item.name] = torch.as_strided(torch.arange(span), item.shape, item.stride)
+        before = self.d.nodes[:self.d.nodes.index(gemm)]
+        for node in before:                    # only views of inputs come before the GEMM
+            if ops.kind(ops.resolve(node.op)) != ops.VIEW:
+                raise Unsupported(f"{ops.packet(node.op)} before the GEMM")
+            self._view_of_input(node)
+        self.e = self._gemm(gemm)
+        for node in self.d.nodes[len(before) + 1:]:
+            self._node(node)
+        out = self.nodes[self.d.outputs[0]]
+        if out.name not in self.values:
+            raise Unsupported("the output is not computed from the GEMM")
+        self.e.result, self.e.out_level = self.values[out.name]
+        self.e.out_shape, self.e.out_dtype = list(out.shape or []), out.dtype or "float32"
+        if self.e.out_dtype not in _FLOATS:
+            raise Unsupported(f"a {self.e.out_dtype} output")
+        return self.e
+
+    # ------------------------------------------------------------------ the GEMM and its operands
+    def _gemm(self, node: RegionNode) -> Epilogue:
+        addmm = ops.packet(node.op) == "addmm"
+        first, second = (node.args[1], node.args[2]) if addmm else (node.args[0], node.args[1])
+        a, b = self._input_offsets(first), self._input_offsets(second)
+        if a is None or b is None or a[1].dim() != 2 or b[1].dim() != 2:
+            raise Unsupported("a GEMM operand is not a 2-D view of an input")
+        M, K = a[1].shape
+        N = b[1].shape[1]
+        dtype = self.inputs[a[0]].dtype
+        if dtype not in _FLOATS or self.inputs[b[0]].dtype != dtype or node.dtype != dtype:
+            raise Unsupported("GEMM operands of another dtype than float16, bfloat16 or float32, or of two")
+        a_op = _affine(a[0], a[1], TILE, "A")
+        bt_op = _affine(b[0], b[1].t(), TILE, "B")
+        e = Epilogue(M, N, K, dtype, a_op, bt_op)
+        self.shape = (M, N)
+        variable = "acc"
+        if addmm:
+            beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+            bias = self._operand(node.args[0], list(node.shape), TILE, e)
+            scaled_bias = bias if beta == 1 else f"{_number(beta)} * {bias}"
+            variable = self._emit(e, TILE, f"{scaled_bias} + {'acc' if alpha == 1 else f'{_number(alpha)} * acc'}")
+        self.values[node.name] = (variable, TILE)
+        return e
+
+    def _view_of_input(self, node: RegionNode) -> None:
+        source = references(node.args[0]) if node.args else []
+        if len(source) != 1 or source[0] not in self.offsets:
+            raise Unsupported(f"{ops.packet(node.op)} of something other than an input")
+        cpu = torch.device("cpu")
+        args = [decode(a, self.offsets, cpu, None) for a in node.args]
+        kwargs = {k: decode(v, self.offsets, cpu, None) for k, v in node.kwargs.items()}
+        try:
+            self.offsets[node.name] = ops.resolve(node.op)(*args, **kwargs)
+        except (RuntimeError, TypeError, ValueError) as error:
+            raise Unsupported(f"{ops.packet(node.op)} of an input: {error}") from None
+
+    def _input_offsets(self, arg) -> tuple[str, torch.Tensor] | None:
+        names = references(arg)
+        if len(names) != 1 or names[0] not in self.offsets:
+            return None
+        name = names[0]
+        while name not in self.inputs:                  # the input a view node views
+            name = references(self.nodes[name].args[0])[0]
+        return name, self.offsets[names[0]]
+
+    def _operand(self, arg, shape: list[int], level: str, e: Epilogue) -> str:
+        """The expression of an input read at a value of this level and shape (broadcast to it)."""
+        found = self._input_offsets(arg)
+        if found is None:
+            raise Unsupported("an epilogue argument is neither a value of the epilogue nor an input")
+        name, offsets = found
+        if self.inputs[name].dtype not in _FLOATS:
+            raise Unsupported(f"a {self.inputs[name].dtype} input in the epilogue")
+        try:
+            spread = torch.broadcast_to(offsets, shape).reshape(-1)
+        except RuntimeError:
+            raise Unsupported(f"an input of shape {list(offsets.shape)} does not broadcast to {shape}") from None
+        M, N = self.shape
+        grid = {TILE: (M, N), ROW: (M, 1), SCALAR: (1, 1)}[level]
+        if spread.numel() != grid[0] * grid[1]:
+            raise Unsupported(f"a {level} value of {spread.numel()} elements")
+        operand = _affine(name, spread.reshape(grid), level, "an epilogue input")
+        e.operands.append(operand)
+        return f"o{len(e.operands) - 1}"
+
+    # ------------------------------------------------------------------ the epilogue's ops
+    def _emit(self, e: Epilogue, level: str, expression: str) -> str:
+        self.count += 1
+        variable = f"v{self.count}"
+        e.lines[level].append(f"{variable} = {expression}")
+        return variable
+
+    def _node(self, node: RegionNode) -> None:
+        target = ops.resolve(node.op)
+        kind, name = ops.kind(target), ops.packet(node.op)
+        source = references(node.args[0]) if node.args else []
+        if kind == ops.VIEW and source and source[0] in self.offsets:
+            self._view_of_input(node)
+            return
+        if kind == ops.VIEW:
+            if name not in _ORDER_KEEPING_VIEWS or not source or source[0] not in self.values:
+                raise Unsupported(f"{name}, which reorders the GEMM's output")
+            self.values[node.name] = self.values[source[0]]
+            return
+        if kind == ops.REDUCTION:
+            self._reduction(node, name)
+            return
+        if kind != ops.POINTWISE:
+            raise Unsupported(f"{name} ({kind}) in the epilogue")
+        levels = {self.values[r][1] for a in [*node.args, *node.kwargs.values()] for r in references(a)
+                  if r in self.values}
+        if len(levels) != 1:
+            raise Unsupported(f"{name} of {'no value' if not levels else 'values of two levels'} of the epilogue")
+        level = levels.pop()
+        shape = list(node.shape or [])
+
+        def value(arg):
+            if isinstance(arg, dict) and "ref" in arg:
+                if arg["ref"] in self.values:
+                    return self.values[arg["ref"]][0]
+                return self._operand(arg, shape, level, self.e)
+            if isinstance(arg, (bool, int, float)):
+                if isinstance(arg, float) and not math.isfinite(arg):
+                    raise Unsupported(f"{name} with {arg}")
+                return arg
+            if arg is None or isinstance(arg, str) or (isinstance(arg, dict) and set(arg) & {"dtype", "layout",
+                                                                                               "device"}):
+                return arg
+            raise Unsupported(f"{name} with the argument {arg!r}")
+        args = [value(a) for a in node.args]
+        kwargs = {k: value(v) for k, v in node.kwargs.items()}
+        expression = pointwise(name, args, kwargs)
+        self.values[node.name] = (self._emit(self.e, level, expression), level)
+
+    def _reduction(self, node: RegionNode, name: str) -> None:
+        source = references(node.args[0]) if node.args else []
+        if name not in _REDUCTION_OPS or not source or source[0] not in self.values:
+            raise Unsupported(f"{name} in the epilogue")
+        if {k for k, v in node.kwargs.items() if v is not None} - {"keepdim"}:
+            raise Unsupported(f"{name} with {sorted(node.kwargs)}")
+        variable, level = self.values[source[0]]
+        shape = self.nodes[source[0]].shape
+        dims = node.args[1] if len(node.args) > 1 else []
+        dims = sorted({d % len(shape) for d in ([dims] if isinstance(dims, int) else dims)}) or list(range(len(shape)))
+        kept = math.prod(s for i, s in enumerate(shape) if i not in dims)
+        op = _REDUCTION_OPS[name]
+        M, N = self.shape
+        if level == TILE and dims == list(range(dims[0], len(shape))) and kept == M and op in ROW_REDUCTIONS:
+            if self.e.row_reduce is not None:
+                raise Unsupported("two reductions over the rows' columns")
+            self.e.row_reduce = op
+            self.e.lines[TILE].append(f"reduced = {variable}")
+            result = "r" if name != "mean" else self._emit(self.e, ROW, f"r / {float(N)!r}")
+            self.values[node.name] = (result, ROW)
+        elif level == ROW and kept == 1 and op in FULL_REDUCTIONS:
+            if self.e.full_reduce is not None:
+                raise Unsupported("two reductions over the rows")
+            self.e.full_reduce = op
+            self.e.lines[ROW].append(f"reduced = {variable}")
+            result = "s" if name != "mean" else self._emit(self.e, SCALAR, f"s / {float(M)!r}")
+            self.values[node.name] = (result, SCALAR)
+        else:
+            raise Unsupported(f"{name} over dims {dims} of a {level} value of shape {shape}")
+
+
+def _affine(name: str, offsets: torch.Tensor, level: str, what: str) -> Operand:
+    """Offsets as offset + row * s0 + column * s1 over the 2-D offsets (rows, columns); Unsupported if not affine."""
+    rows, cols = offsets.shape
+    base = int(offsets[0, 0])
+    s0 = int(offsets[1, 0]) - base if rows > 1 else 0
+    s1 = int(offsets[0, 1]) - base if cols > 1 else 0
+    expected = base + torch.arange(rows)[:, None] * s0 + torch.arange(cols)[None, :] * s1
+    if not torch.equal(offsets, expected):
+        raise Unsupported(f"{what} ({name}) is not read with one step per row and one per column")
+    steps = {TILE: (s0, s1), ROW: (s0,), SCALAR: ()}[level]
+    return Operand(name, base, steps, level)
+
+
+def _number(value) -> str:
+    return repr(float(value))
+
+
+def _arg(args: list, kwargs: dict, index: int, key: str, default=None):
+    if index < len(args):
+        return args[index]
+    return kwargs.get(key, default)
+
+
+def _x(value) -> str:
+    return value if isinstance(value, str) else _number(value)
+
+
+def pointwise(name: str, args: list, kwargs: dict) -> str:
+    """The Triton expression of one pointwise ATen op (by packet name) on float32 expressions and Python numbers."""
+    a = _x(args[0]) if args else ""
+    if name in ("add", "sub", "rsub"):
+        b, alpha = _x(_arg(args, kwargs, 1, "other")), _arg(args, kwargs, 2, "alpha", 1)
+        scaled = b if alpha == 1 else f"{_number(alpha)} * {b}"
+        return {"add": f"({a} + {scaled})", "sub": f"({a} - {scaled})",
+                "rsub": f"({b} - {a if alpha == 1 else f'{_number(alpha)} * {a}'})"}[name]
+    if name == "mul":
+        return f"({a} * {_x(args[1])})"
+    if name == "div":
+        if _arg(args, kwargs, 2, "rounding_mode") is not None:
+            raise Unsupported("div with a rounding mode")
+        return f"({a} / {_x(args[1])})"
+    simple = {"neg": f"(-{a})", "relu": f"tl.maximum({a}, 0.0)", "sigmoid": f"tl.sigmoid({a})",
+              "silu": f"({a} * tl.sigmoid({a}))", "tanh": f"libdevice.tanh({a})", "exp": f"tl.exp({a})",
+              "log": f"tl.log({a})", "abs": f"tl.abs({a})", "sqrt": f"tl.sqrt({a})", "rsqrt": f"tl.rsqrt({a})",
+              "reciprocal": f"(1.0 / {a})", "erf": f"libdevice.erf({a})", "log1p": f"libdevice.log1p({a})",
+              "expm1": f"libdevice.expm1({a})",
+              "hardsigmoid": f"tl.minimum(tl.maximum({a} / 6.0 + 0.5, 0.0), 1.0)",
+              "hardswish": f"({a} * tl.minimum(tl.maximum({a} + 3.0, 0.0), 6.0) / 6.0)",
+              "mish": f"({a} * libdevice.tanh(tl.where({a} > 20.0, {a}, libdevice.log1p(tl.exp({a})))))"}
+    if name in simple:
+        return simple[name]
+    if name == "gelu":
+        if _arg(args, kwargs, 1, "approximate", "none") == "tanh":
+            return f"(0.5 * {a} * (1.0 + libdevice.tanh(0.7978845608028654 * ({a} + 0.044715 * {a} * {a} * {a}))))"
+        return f"(0.5 * {a} * (1.0 + libdevice.erf({a} * 0.7071067811865476)))"
+    if name in ("clamp", "clamp_min", "clamp_max", "hardtanh"):
+        defaults = {"hardtanh": (-1.0, 1.0)}.get(name, (None, None))
+        low = _arg(args, kwargs, 1, "min_val" if name == "hardtanh" else "min", defaults[0])
+        high = _arg(args, kwargs, 2, "max_val" if name == "hardtanh" else "max", defaults[1])
+        if name == "clamp_max":
+            low, high = None, _arg(args, kwargs, 1, "max")
+        out = a
+        if low is not None:
+            out = f"tl.maximum({out}, {_x(low)})"
+        if high is not None:
+            out = f"tl.minimum({out}, {_x(high)})"
+        return out
+    if name in ("maximum", "minimum"):
+        return f"tl.{name}({a}, {_x(args[1])})"
+    if name == "leaky_relu":
+        return f"tl.where({a} > 0.0, {a}, {a} * {_number(_arg(args, kwargs, 1, 'negative_slope', 0.01))})"
+    if name == "elu":
+        alpha, scale, input_scale = (_number(_arg(args, kwargs, i, k, 1.0)) for i, k in
+                                     ((1, "alpha"), (2, "scale"), (3, "input_scale")))
+        return f"tl.where({a} > 0.0, {scale} * {a}, {scale} * {alpha} * (tl.exp({a} * {input_scale}) - 1.0))"
+    if name == "softplus":
+        beta, threshold = _number(_arg(args, kwargs, 1, "beta", 1.0)), _number(_arg(args, kwargs, 2, "threshold", 20.0))
+        return f"tl.where({a} * {beta} > {threshold}, {a}, libdevice.log1p(tl.exp({a} * {beta})) / {beta})"
+    if name == "pow" and isinstance(args[1], (int, float)):
+        exponent = float(args[1])
+        return {2.0: f"({a} * {a})", 3.0: f"({a} * {a} * {a})", 0.5: f"tl.sqrt({a})", 1.0: a}.get(
+            exponent, f"libdevice.pow({a}, {_number(exponent)})")
+    if name in ("_to_copy", "to"):
+        dtype = kwargs.get("dtype")
+        dtype = dtype["dtype"] if isinstance(dtype, dict) else "float32"
+        if set(kwargs) - {"dtype", "layout", "device", "pin_memory", "memory_format"} or dtype not in _FLOATS:
+            raise Unsupported(f"{name} to {dtype}")
+        return a if dtype == "float32" else f"{a}.to({_FLOATS[dtype]}).to(tl.float32)"
+    raise Unsupported(f"the pointwise op {name}")
+
+
+__all__ = ["Epilogue", "Operand", "Unsupported", "read", "pointwise", "TILE", "ROW", "SCALAR", "torch_dtype"]
