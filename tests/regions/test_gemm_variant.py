@@ -191,3 +191,16 @@ def test_the_engine_variant_passes_the_judges_five_stages(saved):
     region = saved(problem_region("gemm_sigmoid_sum_logsumexp"))
     [verdict] = pick.judge_variants({"engine": engine_source(region)}, region)
     assert verdict.correctness == "PASS", verdict.message
+
+
+@pytest.mark.slow
+def test_inside_a_sandbox_that_cannot_nest_the_pick_runs_the_judge_as_a_plain_child(saved, monkeypatch):
+    """verify --starters makes the starters inside verify's sandbox, where a second one may not start."""
+    from autokernel.judge import runner
+
+    def no_sandbox(*args, **kwargs):
+        raise runner.SandboxError("a user namespace was made but its ids could not be mapped")
+    monkeypatch.setattr(runner, "run_bench", no_sandbox)
+    region = saved(problem_region("gemm_relu_rowmax"))
+    [verdict] = pick.judge_variants({"engine": engine_source(region)}, region)
+    assert verdict.correctness == "PASS" and verdict.latency_us, verdict.message

@@ -13,7 +13,9 @@ Inductor's code is never dropped: it is what the region had without this.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,13 +43,40 @@ Judge = Callable[[Path, Region], Verdict]
 
 
 def judge_with_bench(path: Path, region: Region) -> Verdict:
-    """bench.py on one kernel file in the sandbox (--quick), at the region's shape and dtype."""
+    """bench.py on one kernel file in the sandbox (--quick), at the region's shape and dtype.
+
+    Where no sandbox can start, because this process already runs in one (verify --starters generates the
+    starters inside verify's sandbox, and user namespaces do not nest everywhere), bench.py runs as a plain
+    child of this sandboxed process: what it judges here is code we generated (Inductor's and ours), never a
+    kernel an LLM wrote."""
     from autokernel.judge import runner
 
     with _region_visible(region):
-        result = runner.run_bench(path, shapes=[region.shape()], dtype=region.definition.dtype,
-                                  timeout_s=JUDGE_TIMEOUT_S, seed=1, extra_args=["--quick"], readable=[path.parent])
+        try:
+            result = runner.run_bench(path, shapes=[region.shape()], dtype=region.definition.dtype,
+                                      timeout_s=JUDGE_TIMEOUT_S, seed=1, extra_args=["--quick"],
+                                      readable=[path.parent])
+        except runner.SandboxError:
+            return _judge_in_this_sandbox(path, region)
     return Verdict("", result.correctness, result.latency_us, result.message or "")
+
+
+def _judge_in_this_sandbox(path: Path, region: Region) -> Verdict:
+    from autokernel.core import paths
+    from autokernel.judge import runner
+
+    out = path.with_suffix(".verdict.json")
+    cmd = runner.bench_command(path, shapes=[region.shape()], dtype=region.definition.dtype, seed=1,
+                               extra_args=["--quick", "--json-out", str(out)])
+    try:
+        child = subprocess.run(cmd, cwd=paths.ROOT, capture_output=True, text=True, timeout=JUDGE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return Verdict("", "TIMEOUT", None, f"bench.py ran past {JUDGE_TIMEOUT_S} s")
+    try:
+        result = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return Verdict("", "CRASH", None, (child.stderr or child.stdout).strip()[-300:])
+    return Verdict("", str(result.get("correctness")), result.get("latency_us"), result.get("message") or "")
 
 
 @contextlib.contextmanager
