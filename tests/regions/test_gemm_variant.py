@@ -124,6 +124,49 @@ def test_16_bit_regions_take_the_engines_plan_and_no_float32_precision(dtype, tm
     check(source, region, tmp_path, {})
 
 
+class RowLogSumExp(Linear):
+    """KernelBench's Gemm -> LogSumExp over each row -> activations: the row's maxima and sums combined per tile."""
+
+    def forward(self, x):
+        return F.gelu(F.leaky_relu(torch.logsumexp(self.linear(x), dim=1, keepdim=True), 0.01))
+
+
+class RowMaxValues(Linear):
+    def forward(self, x):
+        return torch.max(self.linear(x) * 2.0, dim=1)[0] - 1.0
+
+
+class BatchNormed(Linear):
+    """Gemm -> BatchNorm1d in inference (its running statistics per column) -> GELU."""
+
+    def __init__(self):
+        super().__init__(F.gelu)
+        self.norm = nn.BatchNorm1d(64)
+        with torch.no_grad():
+            self.norm.running_mean.uniform_(-1.0, 1.0)
+            self.norm.running_var.uniform_(0.5, 2.0)
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        return F.gelu(self.norm(self.linear(x) * 0.5))
+
+
+@pytest.mark.parametrize("model", [RowLogSumExp, RowMaxValues, BatchNormed])
+def test_row_logsumexp_max_values_and_inference_batch_norm_are_epilogues(model, tmp_path):
+    made = model() if model is BatchNormed else model(None)
+    region = only_region(made.eval(), torch.randn(40, 32))
+    source = engine_source(region)
+    check(source, region, tmp_path, {})
+    check(source, region, tmp_path, SMALL_TILES)
+
+
+def test_max_dims_indices_are_not_an_epilogue():
+    region = only_region(Linear(lambda y: torch.max(y, dim=1)[1]), torch.randn(8, 32))
+    with pytest.raises(epilogue.Unsupported, match="other than its values"):
+        epilogue.read(region.definition)
+
+
 def test_a_region_whose_epilogue_cannot_be_written_keeps_inductors_starter_alone():
     region = only_region(Linear(torch.sin), torch.randn(8, 32))
     with pytest.raises(epilogue.Unsupported, match="the pointwise op sin"):

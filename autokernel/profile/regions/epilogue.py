@@ -25,7 +25,7 @@ from autokernel.kernel_types.regions import ops
 from autokernel.kernel_types.regions.graph import RegionDefinition, RegionNode, decode, references, torch_dtype
 
 TILE, ROW, SCALAR = "tile", "row", "scalar"
-ROW_REDUCTIONS = ("sum", "amax", "amin")                 # combined over column tiles; mean is a sum / N
+ROW_REDUCTIONS = ("sum", "amax", "amin", "logsumexp")    # combined over column tiles; mean is a sum / N
 FULL_REDUCTIONS = ("sum", "amax", "amin", "logsumexp")
 _REDUCTION_OPS = {"sum": "sum", "mean": "sum", "amax": "amax", "amin": "amin", "max": "amax", "min": "amin",
                   "logsumexp": "logsumexp"}
@@ -79,6 +79,7 @@ class _Reader:
         self.nodes = {n.name: n for n in definition.nodes}
         self.offsets: dict[str, torch.Tensor] = {}       # input or view-of-input name -> element offsets
         self.values: dict[str, tuple[str, str]] = {}     # computed value name -> (variable, level)
+        self.tuples: dict[str, tuple[str, str]] = {}     # an op's (values, indices...) result -> its values
         self.count = 0
 
     def read(self) -> Epilogue:
@@ -188,6 +189,11 @@ class _Reader:
         if kind == ops.VIEW and source and source[0] in self.offsets:
             self._view_of_input(node)
             return
+        if name == "getitem":          # the values of max.dim or of a batch norm; never indices or statistics
+            if not source or source[0] not in self.tuples or node.args[1] != 0:
+                raise Unsupported("an item of a result other than its values")
+            self.values[node.name] = self.tuples[source[0]]
+            return
         if kind == ops.VIEW:
             if name not in _ORDER_KEEPING_VIEWS or not source or source[0] not in self.values:
                 raise Unsupported(f"{name}, which reorders the GEMM's output")
@@ -195,6 +201,9 @@ class _Reader:
             return
         if kind == ops.REDUCTION:
             self._reduction(node, name)
+            return
+        if name in ("_native_batch_norm_legit_no_training", "native_batch_norm"):
+            self._batch_norm(node, name)
             return
         if kind != ops.POINTWISE:
             raise Unsupported(f"{name} ({kind}) in the epilogue")
@@ -242,16 +251,46 @@ class _Reader:
             self.e.row_reduce = op
             self.e.lines[TILE].append(f"reduced = {variable}")
             result = "r" if name != "mean" else self._emit(self.e, ROW, f"r / {float(N)!r}")
-            self.values[node.name] = (result, ROW)
+            self._result(node, (result, ROW))
         elif level == ROW and kept == 1 and op in FULL_REDUCTIONS:
             if self.e.full_reduce is not None:
                 raise Unsupported("two reductions over the rows")
             self.e.full_reduce = op
             self.e.lines[ROW].append(f"reduced = {variable}")
             result = "s" if name != "mean" else self._emit(self.e, SCALAR, f"s / {float(M)!r}")
-            self.values[node.name] = (result, SCALAR)
+            self._result(node, (result, SCALAR))
         else:
             raise Unsupported(f"{name} over dims {dims} of a {level} value of shape {shape}")
+
+
+    def _result(self, node: RegionNode, value: tuple[str, str]) -> None:
+        """A reduction's value; max.dim's and min.dim's results are (values, indices), of which getitem 0 is read."""
+        if node.shape is None:
+            self.tuples[node.name] = value
+        else:
+            self.values[node.name] = value
+
+    def _batch_norm(self, node: RegionNode, name: str) -> None:
+        """Inference batch norm over the columns of a 2-D (M, N) tile: (x - mean) / sqrt(var + eps) * w + b."""
+        x, weight, bias, mean, var = node.args[:5]
+        if name == "native_batch_norm" and (len(node.args) < 8 or node.args[5] is not False):
+            raise Unsupported("a batch norm in training (its batch's statistics)")
+        eps = node.args[-1] if len(node.args) in (7, 8) else None
+        source = references(x)
+        if not source or source[0] not in self.values or self.values[source[0]][1] != TILE \
+                or list(self.nodes[source[0]].shape) != list(self.shape) or not isinstance(eps, (int, float)):
+            raise Unsupported("a batch norm of other than the (M, N) product")
+        shape = list(self.shape)
+        read = {key: (self._operand(arg, shape, TILE, self.e) if arg is not None else None)
+                for key, arg in (("w", weight), ("b", bias), ("mean", mean), ("var", var))}
+        if read["mean"] is None or read["var"] is None:
+            raise Unsupported("a batch norm without running statistics")
+        expression = f"({self.values[source[0]][0]} - {read['mean']}) * tl.rsqrt({read['var']} + {_number(eps)})"
+        if read["w"] is not None:
+            expression = f"{expression} * {read['w']}"
+        if read["b"] is not None:
+            expression = f"{expression} + {read['b']}"
+        self.tuples[node.name] = (self._emit(self.e, TILE, expression), TILE)
 
 
 def _affine(name: str, offsets: torch.Tensor, level: str, what: str) -> Operand:

@@ -183,7 +183,13 @@ def _tile_kernel(e: ep.Epilogue, name: str) -> str:
         "    # the region's epilogue, op by op (its ATen ops: the docstring's region)",
         *[f"    {line}" for line in _loads(e, ep.TILE) + e.lines[ep.TILE]],
     ]
-    if e.row_reduce:
+    if e.row_reduce == "logsumexp":      # each tile's max and sum of exp(value - max): partials (2, tiles_n, M)
+        lines += ['    masked = tl.where(inside, reduced, float("-inf"))', "    top = tl.max(masked, axis=1)",
+                  '    safe = tl.where(top == float("-inf"), 0.0, top)',
+                  "    part = tl.sum(tl.exp(masked - safe[:, None]), axis=1)",
+                  "    tl.store(out_ptr + tile_n * M + r64, top, mask=rows < M)",
+                  "    tl.store(out_ptr + (tiles_n + tile_n) * M + r64, part, mask=rows < M)"]
+    elif e.row_reduce:
         neutral = _NEUTRAL[e.row_reduce]
         lines += [f"    part = {_REDUCE[e.row_reduce].format(v=f'tl.where(inside, reduced, {neutral})', axis=1)}",
                   "    tl.store(out_ptr + tile_n * M + r64, part, mask=rows < M)      # partials (tiles_n, M)"]
@@ -194,6 +200,16 @@ def _tile_kernel(e: ep.Epilogue, name: str) -> str:
 
 
 def _combined_rows(e: ep.Epilogue) -> list[str]:
+    if e.row_reduce == "logsumexp":
+        return ["top = tl.load(ws_ptr + r64, mask=valid, other=0.0)",
+                "for t in range(1, tiles_n):",
+                "    top = tl.maximum(top, tl.load(ws_ptr + t * M + r64, mask=valid, other=0.0))",
+                'safe = tl.where(top == float("-inf"), 0.0, top)',
+                "total = tl.zeros((BLOCK_R,), tl.float32)",
+                "for t in range(0, tiles_n):          # tile order: the same bits every run",
+                "    total += tl.load(ws_ptr + (tiles_n + t) * M + r64, mask=valid, other=0.0) * "
+                "tl.exp(tl.load(ws_ptr + t * M + r64, mask=valid, other=0.0) - safe)",
+                "r = safe + tl.log(total)"]
     return ["r = tl.load(ws_ptr + r64, mask=valid, other=0.0)",
             "for t in range(1, tiles_n):          # tile order: the same bits every run",
             f"    r = {_COMBINE[e.row_reduce].format(a='r', b='tl.load(ws_ptr + t * M + r64, mask=valid, other=0.0)')}"]
@@ -245,7 +261,8 @@ def _body(region: Region, e: ep.Epilogue, names: dict) -> list[str]:
               "b_src = TensorDescriptor.from_tensor(bt.t(), [block_k, block_n]) if tma else bt"),
              f"tiles_n = triton.cdiv({e.N}, block_n)"]
     if e.row_reduce:
-        lines.append(f"ws = torch.empty((tiles_n, {e.M}), dtype=torch.float32, device=device)")
+        parts = "2 * tiles_n" if e.row_reduce == "logsumexp" else "tiles_n"      # logsumexp: maxima and sums
+        lines.append(f"ws = torch.empty(({parts}, {e.M}), dtype=torch.float32, device=device)")
         target = "ws"
     else:
         lines.append(f"out = torch.empty(({e.M}, {e.N}), dtype={dtypes[e.out_dtype]}, device=device)")
