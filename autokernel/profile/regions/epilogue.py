@@ -4,7 +4,9 @@ A region with a GEMM (mm or addmm) at its head and pointwise ops after it, maybe
 output row and then one over every row (sum, mean, amax, amin; logsumexp for the last), is a GEMM with an
 epilogue. `read(definition)` returns that as an `Epilogue` (each op's value as a Triton expression,
 the inputs each reads with their offsets and strides) or raises `Unsupported` saying why; a region
-that is not of this shape keeps Inductor's starter alone (gemm_variant.py writes the kernels).
+that is not of this shape keeps Inductor's starter alone (gemm_variant.py writes the kernels; epilogue_ops.py
+holds the pointwise ops' expressions). Also read: max.dim's values (never its indices) and an inference
+batch norm over the product's columns (its running statistics read per column).
 
 Every value has a level: "tile" (the GEMM output's (M, N) elements, in its row-major order: a view of it
 that keeps the order, such as (M, N) -> (B, S, N), is the same tile), "row" (one per output row, after
@@ -23,6 +25,7 @@ import torch
 
 from autokernel.kernel_types.regions import ops
 from autokernel.kernel_types.regions.graph import RegionDefinition, RegionNode, decode, references, torch_dtype
+from autokernel.profile.regions.epilogue_ops import FLOATS, Unsupported, number, pointwise
 
 TILE, ROW, SCALAR = "tile", "row", "scalar"
 ROW_REDUCTIONS = ("sum", "amax", "amin", "logsumexp")    # combined over column tiles; mean is a sum / N
@@ -32,11 +35,6 @@ _REDUCTION_OPS = {"sum": "sum", "mean": "sum", "amax": "amax", "amin": "amin", "
 _ORDER_KEEPING_VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "flatten", "alias", "clone",
                         "contiguous", "detach", "_reshape_alias", "view_copy", "unsqueeze_copy", "squeeze_copy",
                         "unflatten", "lift_fresh_copy"}
-_FLOATS = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32"}
-
-
-class Unsupported(Exception):
-    """The region is not a GEMM with an epilogue this module can write; the message says what is in the way."""
 
 
 @dataclass
@@ -105,7 +103,7 @@ class _Reader:
             raise Unsupported("the output is not computed from the GEMM")
         self.e.result, self.e.out_level = self.values[out.name]
         self.e.out_shape, self.e.out_dtype = list(out.shape or []), out.dtype or "float32"
-        if self.e.out_dtype not in _FLOATS:
+        if self.e.out_dtype not in FLOATS:
             raise Unsupported(f"a {self.e.out_dtype} output")
         return self.e
 
@@ -119,7 +117,7 @@ class _Reader:
         M, K = a[1].shape
         N = b[1].shape[1]
         dtype = self.inputs[a[0]].dtype
-        if dtype not in _FLOATS or self.inputs[b[0]].dtype != dtype or node.dtype != dtype:
+        if dtype not in FLOATS or self.inputs[b[0]].dtype != dtype or node.dtype != dtype:
             raise Unsupported("GEMM operands of another dtype than float16, bfloat16 or float32, or of two")
         a_op = _affine(a[0], a[1], TILE, "A")
         bt_op = _affine(b[0], b[1].t(), TILE, "B")
@@ -129,8 +127,8 @@ class _Reader:
         if addmm:
             beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
             bias = self._operand(node.args[0], list(node.shape), TILE, e)
-            scaled_bias = bias if beta == 1 else f"{_number(beta)} * {bias}"
-            variable = self._emit(e, TILE, f"{scaled_bias} + {'acc' if alpha == 1 else f'{_number(alpha)} * acc'}")
+            scaled_bias = bias if beta == 1 else f"{number(beta)} * {bias}"
+            variable = self._emit(e, TILE, f"{scaled_bias} + {'acc' if alpha == 1 else f'{number(alpha)} * acc'}")
         self.values[node.name] = (variable, TILE)
         return e
 
@@ -161,7 +159,7 @@ class _Reader:
         if found is None:
             raise Unsupported("an epilogue argument is neither a value of the epilogue nor an input")
         name, offsets = found
-        if self.inputs[name].dtype not in _FLOATS:
+        if self.inputs[name].dtype not in FLOATS:
             raise Unsupported(f"a {self.inputs[name].dtype} input in the epilogue")
         try:
             spread = torch.broadcast_to(offsets, shape).reshape(-1)
@@ -285,7 +283,7 @@ class _Reader:
                 for key, arg in (("w", weight), ("b", bias), ("mean", mean), ("var", var))}
         if read["mean"] is None or read["var"] is None:
             raise Unsupported("a batch norm without running statistics")
-        expression = f"({self.values[source[0]][0]} - {read['mean']}) * tl.rsqrt({read['var']} + {_number(eps)})"
+        expression = f"({self.values[source[0]][0]} - {read['mean']}) * tl.rsqrt({read['var']} + {number(eps)})"
         if read["w"] is not None:
             expression = f"{expression} * {read['w']}"
         if read["b"] is not None:
@@ -306,82 +304,4 @@ def _affine(name: str, offsets: torch.Tensor, level: str, what: str) -> Operand:
     return Operand(name, base, steps, level)
 
 
-def _number(value) -> str:
-    return repr(float(value))
-
-
-def _arg(args: list, kwargs: dict, index: int, key: str, default=None):
-    if index < len(args):
-        return args[index]
-    return kwargs.get(key, default)
-
-
-def _x(value) -> str:
-    return value if isinstance(value, str) else _number(value)
-
-
-def pointwise(name: str, args: list, kwargs: dict) -> str:
-    """The Triton expression of one pointwise ATen op (by packet name) on float32 expressions and Python numbers."""
-    a = _x(args[0]) if args else ""
-    if name in ("add", "sub", "rsub"):
-        b, alpha = _x(_arg(args, kwargs, 1, "other")), _arg(args, kwargs, 2, "alpha", 1)
-        scaled = b if alpha == 1 else f"{_number(alpha)} * {b}"
-        return {"add": f"({a} + {scaled})", "sub": f"({a} - {scaled})",
-                "rsub": f"({b} - {a if alpha == 1 else f'{_number(alpha)} * {a}'})"}[name]
-    if name == "mul":
-        return f"({a} * {_x(args[1])})"
-    if name == "div":
-        if _arg(args, kwargs, 2, "rounding_mode") is not None:
-            raise Unsupported("div with a rounding mode")
-        return f"({a} / {_x(args[1])})"
-    simple = {"neg": f"(-{a})", "relu": f"tl.maximum({a}, 0.0)", "sigmoid": f"tl.sigmoid({a})",
-              "silu": f"({a} * tl.sigmoid({a}))", "tanh": f"libdevice.tanh({a})", "exp": f"tl.exp({a})",
-              "log": f"tl.log({a})", "abs": f"tl.abs({a})", "sqrt": f"tl.sqrt({a})", "rsqrt": f"tl.rsqrt({a})",
-              "reciprocal": f"(1.0 / {a})", "erf": f"libdevice.erf({a})", "log1p": f"libdevice.log1p({a})",
-              "expm1": f"libdevice.expm1({a})",
-              "hardsigmoid": f"tl.minimum(tl.maximum({a} / 6.0 + 0.5, 0.0), 1.0)",
-              "hardswish": f"({a} * tl.minimum(tl.maximum({a} + 3.0, 0.0), 6.0) / 6.0)",
-              "mish": f"({a} * libdevice.tanh(tl.where({a} > 20.0, {a}, libdevice.log1p(tl.exp({a})))))"}
-    if name in simple:
-        return simple[name]
-    if name == "gelu":
-        if _arg(args, kwargs, 1, "approximate", "none") == "tanh":
-            return f"(0.5 * {a} * (1.0 + libdevice.tanh(0.7978845608028654 * ({a} + 0.044715 * {a} * {a} * {a}))))"
-        return f"(0.5 * {a} * (1.0 + libdevice.erf({a} * 0.7071067811865476)))"
-    if name in ("clamp", "clamp_min", "clamp_max", "hardtanh"):
-        defaults = {"hardtanh": (-1.0, 1.0)}.get(name, (None, None))
-        low = _arg(args, kwargs, 1, "min_val" if name == "hardtanh" else "min", defaults[0])
-        high = _arg(args, kwargs, 2, "max_val" if name == "hardtanh" else "max", defaults[1])
-        if name == "clamp_max":
-            low, high = None, _arg(args, kwargs, 1, "max")
-        out = a
-        if low is not None:
-            out = f"tl.maximum({out}, {_x(low)})"
-        if high is not None:
-            out = f"tl.minimum({out}, {_x(high)})"
-        return out
-    if name in ("maximum", "minimum"):
-        return f"tl.{name}({a}, {_x(args[1])})"
-    if name == "leaky_relu":
-        return f"tl.where({a} > 0.0, {a}, {a} * {_number(_arg(args, kwargs, 1, 'negative_slope', 0.01))})"
-    if name == "elu":
-        alpha, scale, input_scale = (_number(_arg(args, kwargs, i, k, 1.0)) for i, k in
-                                     ((1, "alpha"), (2, "scale"), (3, "input_scale")))
-        return f"tl.where({a} > 0.0, {scale} * {a}, {scale} * {alpha} * (tl.exp({a} * {input_scale}) - 1.0))"
-    if name == "softplus":
-        beta, threshold = _number(_arg(args, kwargs, 1, "beta", 1.0)), _number(_arg(args, kwargs, 2, "threshold", 20.0))
-        return f"tl.where({a} * {beta} > {threshold}, {a}, libdevice.log1p(tl.exp({a} * {beta})) / {beta})"
-    if name == "pow" and isinstance(args[1], (int, float)):
-        exponent = float(args[1])
-        return {2.0: f"({a} * {a})", 3.0: f"({a} * {a} * {a})", 0.5: f"tl.sqrt({a})", 1.0: a}.get(
-            exponent, f"libdevice.pow({a}, {_number(exponent)})")
-    if name in ("_to_copy", "to"):
-        dtype = kwargs.get("dtype")
-        dtype = dtype["dtype"] if isinstance(dtype, dict) else "float32"
-        if set(kwargs) - {"dtype", "layout", "device", "pin_memory", "memory_format"} or dtype not in _FLOATS:
-            raise Unsupported(f"{name} to {dtype}")
-        return a if dtype == "float32" else f"{a}.to({_FLOATS[dtype]}).to(tl.float32)"
-    raise Unsupported(f"the pointwise op {name}")
-
-
-__all__ = ["Epilogue", "Operand", "Unsupported", "read", "pointwise", "TILE", "ROW", "SCALAR", "torch_dtype"]
+__all__ = ["Epilogue", "Operand", "Unsupported", "read", "TILE", "ROW", "SCALAR", "torch_dtype"]
