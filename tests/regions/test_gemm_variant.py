@@ -108,10 +108,14 @@ def test_residuals_views_and_a_row_mean_are_read_from_the_regions_ops(tmp_path):
     check(source, region, tmp_path, SMALL_TILES)
 
 
-def test_a_product_of_two_inputs_reads_b_by_its_rows(tmp_path):
-    region = only_region(ScaledProduct(), torch.randn(48, 40), torch.randn(40, 24))
+@pytest.mark.parametrize("n", [24, 1])
+def test_a_product_of_two_inputs_reads_b_by_its_rows(n, tmp_path):
+    """One column (a matrix-vector product) too: B^T's one row gets a row step TMA can describe, not 0."""
+    region = only_region(ScaledProduct(), torch.randn(48, 40), torch.randn(40, n))
+    assert 0 not in epilogue.read(region.definition).bt.strides
     source = engine_source(region)
-    assert "b_src = TensorDescriptor.from_tensor(bt.t(), [block_k, block_n]) if tma else bt" in source
+    rows = "bt.t(), [block_k, block_n]" if n > 1 else "bt, [block_n, block_k]"     # one column: B^T's one row
+    assert f"b_src = TensorDescriptor.from_tensor({rows}) if tma else bt" in source
     check(source, region, tmp_path, {})
     check(source, region, tmp_path, SMALL_TILES)
 

@@ -119,8 +119,8 @@ class _Reader:
         dtype = self.inputs[a[0]].dtype
         if dtype not in FLOATS or self.inputs[b[0]].dtype != dtype or node.dtype != dtype:
             raise Unsupported("GEMM operands of another dtype than float16, bfloat16 or float32, or of two")
-        a_op = _affine(a[0], a[1], TILE, "A")
-        bt_op = _affine(b[0], b[1].t(), TILE, "B")
+        a_op = _with_whole_rows(_affine(a[0], a[1], TILE, "A"), a[1].shape)
+        bt_op = _with_whole_rows(_affine(b[0], b[1].t(), TILE, "B"), (b[1].shape[1], b[1].shape[0]))
         e = Epilogue(M, N, K, dtype, a_op, bt_op)
         self.shape = (M, N)
         variable = "acc"
@@ -289,6 +289,14 @@ class _Reader:
         if read["b"] is not None:
             expression = f"{expression} + {read['b']}"
         self.tuples[node.name] = (self._emit(self.e, TILE, expression), TILE)
+
+
+def _with_whole_rows(operand: Operand, shape) -> Operand:
+    """A GEMM operand of one row (M = 1, or N = 1) stepped as if its rows were whole: a step of 0 is no row
+    step TMA can describe, and the one row read is the same."""
+    if shape[0] == 1:
+        operand.strides = (shape[1] * operand.strides[1], operand.strides[1])
+    return operand
 
 
 def _affine(name: str, offsets: torch.Tensor, level: str, what: str) -> Operand:

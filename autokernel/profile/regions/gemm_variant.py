@@ -102,6 +102,7 @@ class GemmVariant:
 def _tma_helper(name: str) -> str:
     return f'''import functools
 
+from torch._subclasses.fake_tensor import is_fake
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 
@@ -111,8 +112,11 @@ def {name}_device(device: torch.device) -> bool:
 
 
 def {name}(*views) -> bool:
-    """Whether TMA can read each 2-D view: Hopper or later (or the interpreter), 16-byte aligned starts."""
-    return {name}_device(views[0].device) and all(v.data_ptr() % 16 == 0 for v in views)'''
+    """Whether TMA can read each 2-D view: Hopper or later (or the interpreter), 16-byte aligned starts. Traced by
+    torch.compile on fake tensors, which have no memory, the start is the view's offset into its storage (the
+    allocator aligns a storage to 512 bytes)."""
+    return {name}_device(views[0].device) and all(
+        (v.storage_offset() * v.element_size() if is_fake(v) else v.data_ptr()) % 16 == 0 for v in views)'''
 
 
 def _load(index: int, operand: ep.Operand, level: str) -> str:
