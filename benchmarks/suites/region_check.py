@@ -2,6 +2,7 @@
 
     python benchmarks/kernels.py region-check --out DIR [--problems tanh_gelu_in_ops,log_softmax,...] [--budget 7m]
     python benchmarks/kernels.py region-check --dry-run --out DIR      # the same steps on CPU, sizes divided by 64
+    python benchmarks/kernels.py region-check --out DIR --problems gemm --gpus 4    # issue 35: one GEMM problem a GPU
 
 For each problem file (benchmarks/problems/, float32, at its own shapes), in order, until --budget is
 spent (no problem starts after it):
@@ -158,6 +159,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"comma-separated problem names, or 'gemm' for {','.join(GEMM_PROBLEMS)}")
     parser.add_argument("--budget", default="7m", help="start no problem after this long (default 7m)")
     parser.add_argument("--dry-run", action="store_true", help="on CPU, sizes divided by 64 (checks the script)")
+    parser.add_argument("--gpus", type=int, default=1,
+                        help="problems checked side by side, one per GPU (CUDA_VISIBLE_DEVICES), each in OUT/gpuI")
+
+
+def side_by_side(args: argparse.Namespace, names: list[str]) -> list[dict]:
+    """The problems dealt round-robin to --gpus children of this script, each on one GPU; their rows in order."""
+    import json
+    import subprocess
+
+    children = []
+    for index in range(min(args.gpus, len(names))):
+        part = ",".join(names[index::args.gpus])
+        out = Path(args.out) / f"gpu{index}"
+        cmd = [sys.executable, str(Path(__file__).resolve().parents[1] / "kernels.py"), "region-check", "--out",
+               str(out), "--problems", part, "--budget", args.budget] + (["--dry-run"] if args.dry_run else [])
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(index)} if not args.dry_run else dict(os.environ)
+        children.append((out, subprocess.Popen(cmd, env=env)))
+    rows = []
+    for out, child in children:
+        child.wait()
+        result = out / "region_check.json"
+        rows += json.loads(result.read_text())["rows"] if result.is_file() else \
+            [{"problem": str(out), "ops": f"the child exited {child.returncode} without a result"}]
+    order = {name: index for index, name in enumerate(names)}
+    return sorted(rows, key=lambda row: order.get(row.get("problem"), len(order)))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -176,7 +202,10 @@ def main(args: argparse.Namespace) -> int:
     os.environ[store.FOLDERS_VARIABLE] = str((out / "regions").resolve())      # the judge reads the regions there
     device = torch.device("cuda" if on_gpu else "cpu")
     started, budget, rows = time.monotonic(), parse_duration(args.budget), []
-    for name in (GEMM_PROBLEMS if args.problems == "gemm" else args.problems.split(",")):
+    names = GEMM_PROBLEMS if args.problems == "gemm" else args.problems.split(",")
+    if args.gpus > 1:
+        rows, names = side_by_side(args, names), []
+    for name in names:
         if time.monotonic() - started > budget:
             rows.append({"problem": name, "ops": "not run: the budget was spent"})
             continue
