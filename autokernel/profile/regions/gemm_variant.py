@@ -18,6 +18,7 @@ GEMM with an epilogue epilogue.py can write (the region keeps Inductor's starter
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import torch
 
@@ -66,11 +67,14 @@ def plan(e: ep.Epilogue, device: torch.device) -> dict:
     return chosen
 
 
-def variant(region: Region, device: torch.device) -> GemmVariant | None:
-    """The region's GEMM-with-epilogue variant, or None when epilogue.py cannot read the region as one."""
+def variant(region: Region, device: torch.device, log: Callable[[str], None] = lambda line: None) -> GemmVariant | None:
+    """The region's GEMM-with-epilogue variant, or None when epilogue.py cannot read the region as one (said to log
+    where the region holds a GEMM)."""
     try:
         e = ep.read(region.definition)
-    except ep.Unsupported:
+    except ep.Unsupported as why:
+        if "gemm" in region.about.kinds:
+            log(f"{region.name}: no GEMM-engine variant ({why}); Inductor's starter alone")
         return None
     return GemmVariant(e, plan(e, device))
 

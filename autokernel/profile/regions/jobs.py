@@ -54,7 +54,7 @@ def starter_source(name: str, on: torch.device | None = None, *, variants: bool 
                 continue
             if all(fingerprint(other.code) != fingerprint(code) for code, _ in made.values()):
                 made[other_name] = (other.code, other.configs)
-    ours = gemm_variant.variant(region, on)
+    ours = gemm_variant.variant(region, on, log)
     if ours is not None:
         made[gemm_variant.VARIANT] = ours
     try:
