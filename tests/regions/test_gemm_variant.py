@@ -253,3 +253,32 @@ def test_inside_a_sandbox_that_cannot_nest_the_pick_runs_the_judge_as_a_plain_ch
     region = saved(problem_region("gemm_relu_rowmax"))
     [verdict] = pick.judge_variants({"engine": engine_source(region)}, region)
     assert verdict.correctness == "PASS" and verdict.latency_us, verdict.message
+
+
+def test_a_model_routed_to_the_engine_variant_computes_what_it_did(tmp_path, monkeypatch):
+    """Plugged in, eagerly and under torch.compile, the GEMM variant's kernel_fn takes the region's place."""
+    from autokernel.core.contracts import ManifestEntry
+    from autokernel.routing import plugin
+    from tests.regions import small_models as models
+
+    monkeypatch.setenv(store.FOLDERS_VARIABLE, str(tmp_path / store.FOLDER))
+    model, x = models.GemmSigmoidRowSum(), models.rows()
+    region = only_region(model, x)
+    store.save(region, tmp_path / store.FOLDER)
+    (tmp_path / "ours.py").write_text(engine_source(region))
+    entry = ManifestEntry(file="ours.py", kernel_type=region.name, rank=1, shapes=[region.shape()],
+                          dtypes=["float32"]).to_json()
+    plugin.write_manifest(tmp_path / "manifest.json", {f"1_{region.name}": entry})
+    with torch.no_grad():
+        expected = model(x)
+        plugin.plug_in(model, tmp_path, policy="all")
+        try:
+            eager = (model(x), model(x))[1]         # the first call resolves the routes as it is
+            compiled = torch.compile(model, backend=plugin.compile_backend(model))(x)
+            hits = plugin.router_of(model).summary()["kernels"][0]["hits"]
+        finally:
+            plugin.unplug(model)
+            torch._dynamo.reset()
+    for got in (eager, compiled):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    assert hits >= 1
