@@ -156,7 +156,16 @@ class BatchNormed(Linear):
         return F.gelu(self.norm(self.linear(x) * 0.5))
 
 
-@pytest.mark.parametrize("model", [RowLogSumExp, RowMaxValues, BatchNormed])
+class OverOneColumn(Linear):
+    """KernelBench's tricks: a max then a mean over the one column left, a softmax over it (all ones)."""
+
+    def forward(self, x):
+        y = torch.max(self.linear(x), dim=1, keepdim=True)[0]
+        y = y - y.mean(dim=1, keepdim=True)
+        return F.gelu(y) + torch.softmax(y, dim=1)
+
+
+@pytest.mark.parametrize("model", [RowLogSumExp, RowMaxValues, BatchNormed, OverOneColumn])
 def test_row_logsumexp_max_values_and_inference_batch_norm_are_epilogues(model, tmp_path):
     made = model() if model is BatchNormed else model(None)
     region = only_region(made.eval(), torch.randn(40, 32))

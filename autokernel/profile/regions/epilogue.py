@@ -200,6 +200,13 @@ class _Reader:
         if kind == ops.REDUCTION:
             self._reduction(node, name)
             return
+        if name in ("_softmax", "_log_softmax", "softmax", "log_softmax") and source and source[0] in self.values \
+                and self.values[source[0]][1] != TILE and self.nodes[source[0]].shape[node.args[1]] == 1:
+            variable, level = self.values[source[0]]         # over a dim of size 1: exp(x - x), or x - x
+            difference = f"({variable} - {variable})"
+            expression = difference if "log" in name else f"tl.exp({difference})"
+            self.values[node.name] = (self._emit(self.e, level, expression), level)
+            return
         if name in ("_native_batch_norm_legit_no_training", "native_batch_norm"):
             self._batch_norm(node, name)
             return
@@ -250,6 +257,8 @@ class _Reader:
             self.e.lines[TILE].append(f"reduced = {variable}")
             result = "r" if name != "mean" else self._emit(self.e, ROW, f"r / {float(N)!r}")
             self._result(node, (result, ROW))
+        elif level != TILE and kept == math.prod(shape):       # over dims of size 1: each value is its own result
+            self._result(node, (variable, level))
         elif level == ROW and kept == 1 and op in FULL_REDUCTIONS:
             if self.e.full_reduce is not None:
                 raise Unsupported("two reductions over the rows")
