@@ -62,7 +62,7 @@ def test_a_region_without_a_starter_gives_the_menu_back_the_calls_it_took(tmp_pa
     from autokernel.profile.regions import jobs as region_jobs
     from autokernel.profile.regions.starter_code import StarterError
 
-    def no_starter(name, on=None, *, variants=False):
+    def no_starter(name, on=None, *, variants=False, log=None):
         raise StarterError("Inductor's code for it runs `extern_kernels.mm(...)`")
 
     plan_of(tmp_path)

@@ -119,13 +119,13 @@ def test_a_reducing_regions_job_starter_holds_inductors_other_ways_and_each_comp
     store.add_folder(folder)
     source = jobs.starter_source(region.name, torch.device("cpu"), variants=True)
     tunables, choices = read_tunables(source)
-    assert tunables["reduction"] == "inductor" and choices["reduction"][0] == "inductor"
-    assert len(choices["reduction"]) >= 2, "persistent reductions off gives other code for rows of 32"
+    assert tunables["variant"] == "inductor" and choices["variant"][0] == "inductor"
+    assert len(choices["variant"]) >= 2, "persistent reductions off gives other code for rows of 32"
     kt = registry.get(region.name)
     inputs = kt.inputs(kt.smoke_shape, torch.float32, 13, "cpu")
-    for index, variant in enumerate(choices["reduction"]):
+    for index, variant in enumerate(choices["variant"]):
         path = folder + f"/log_softmax_{variant}.py"
-        open(path, "w").write(rewrite_tunables(source, {**tunables, "reduction": variant}))
+        open(path, "w").write(rewrite_tunables(source, {**tunables, "variant": variant}))
         module = import_file(path, f"region_starter_variant_{index}")
         torch.testing.assert_close(module.kernel_fn(**inputs), kt.reference(**inputs), rtol=1e-4, atol=1e-5)
 

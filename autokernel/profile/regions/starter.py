@@ -60,8 +60,9 @@ def write(region: Region, code: str | dict[str, tuple[str, dict]], configs: dict
     """The starter's source for a region from Inductor's code for it (inductor.generate).
 
     `code` is one wrapper module, or several by variant name ({"inductor": (code, configs), "looped": ...}, the
-    first Inductor's own choice): then each variant's kernels are in the file (renamed after the first), kernel_fn
-    runs the one TUNABLES["reduction"] names, and the built-in search can move between them."""
+    first the one the file runs): then each variant's kernels are in the file (renamed after the first), kernel_fn
+    runs the one TUNABLES["variant"] names, and the built-in search can move between them. A variant may also be
+    code of our own, an object whose `emit` takes _variant_body's arguments (gemm_variant.GemmVariant)."""
     if not region.definition.inputs:      # kernel_fn finds its device on its first input
         raise StarterError("the region reads no tensor")
     variants = code if isinstance(code, dict) else {"inductor": (code, configs or {})}
@@ -71,26 +72,44 @@ def write(region: Region, code: str | dict[str, tuple[str, dict]], configs: dict
     kernels: list[str] = []
     legend: list[str] = []
     bodies: dict[str, list[str]] = {}
-    for index, (variant, (variant_code, variant_configs)) in enumerate(variants.items()):
+    for index, (variant, made) in enumerate(variants.items()):
         suffix = "" if index == 0 else f"_{variant}"
+        if hasattr(made, "emit"):
+            bodies[variant] = made.emit(region, suffix, tunables, choices, kernels, legend)
+            continue
+        variant_code, variant_configs = made
         bodies[variant] = _variant_body(region, read(variant_code), variant_configs, suffix, tunables, choices,
                                         kernels, legend)
     if len(variants) == 1:
         body = bodies[next(iter(variants))]
         helpers = ""
     else:
-        tunables["reduction"] = next(iter(variants))
-        choices["reduction"] = list(variants)
-        body = [f"if TUNABLES['reduction'] == {name!r}:\n        return _{name}({', '.join(parameters)})"
+        tunables["variant"] = next(iter(variants))
+        choices["variant"] = list(variants)
+        body = [f"if TUNABLES['variant'] == {name!r}:\n        return _{name}({', '.join(parameters)})"
                 for name in variants]
-        body.append(f"raise ValueError(f\"TUNABLES['reduction'] is one of {list(variants)}\")")
+        body.append(f"raise ValueError(f\"TUNABLES['variant'] is one of {list(variants)}\")")
         helpers = "".join(f"\n\ndef _{name}({', '.join(parameters)}):\n" + "\n".join(f"    {line}" for line in lines)
                           + "\n" for name, lines in bodies.items())
     return _TEMPLATE.format(
         describe=region.describe(), sources="\n".join(f"    {line.show()}" for line in region.about.sources),
         generated_on=generated_on, versions=versions, name=region.name, legend="\n".join(legend),
         tunables=_literal(tunables), choices=_literal(choices), kernels="\n\n\n".join(kernels),
-        signature=", ".join(parameters), body="\n".join(f"    {line}" for line in body)) + helpers
+        signature=", ".join(parameters), body="\n".join(f"    {line}" for line in body),
+        variants=_variants_note(variants)) + helpers
+
+
+VARIANT_NOTES = {"inductor": "Inductor's own code", "looped": "Inductor's, persistent reductions off",
+                 "unsplit": "Inductor's, long reductions not split",
+                 "engine": "the menu matmul's GEMM on the tensor cores (tf32x3 for float32) with this region's "
+                           "epilogue in its tile"}
+
+
+def _variants_note(variants: dict) -> str:
+    if len(variants) == 1:
+        return ""
+    listed = "; ".join(f"{name}: {VARIANT_NOTES.get(name, name)}" for name in variants)
+    return f"\n\nTUNABLES['variant'] runs one of these variants: {listed}."
 
 
 def _variant_body(region: Region, wrapper: Wrapper, configs: dict, suffix: str, tunables: dict, choices: dict,
@@ -259,7 +278,7 @@ The model's PyTorch source it covers:
 Starter: the Triton code torch.compile's Inductor generated for this region ({versions}, on {generated_on}),
 made a plain kernel file: Inductor's kernels as it wrote them, the launch grid its launcher computes for
 each, the config it chose for each as TUNABLES (without a GPU nothing was autotuned: starter sizes for
-Triton's interpreter), and kernel_fn in place of its wrapper. It runs at torch.compile's speed; beat it.
+Triton's interpreter), and kernel_fn in place of its wrapper. It runs at torch.compile's speed; beat it.{variants}
 """
 
 import os
