@@ -65,11 +65,15 @@ def starter_source(name: str, on: torch.device | None = None, *, variants: bool 
     if gemm_variant.VARIANT in made and (judged if judged is not None else on.type == "cuda"):
         alone = {key: starter.write(region, {key: made[key]}, generated_on=out.device, versions=out.versions)
                  for key in (next(iter(made)), gemm_variant.VARIANT)}
-        verdicts = pick.judge_variants(alone, region)
-        log(f"{name}: {'; '.join(v.show() for v in verdicts)}")
-        picked = pick.order(made, gemm_variant.VARIANT, verdicts)
-        if list(picked) != list(made):
-            source = starter.write(region, picked, generated_on=out.device, versions=out.versions)
+        try:
+            verdicts = pick.judge_variants(alone, region)
+        except Exception as exc:     # the pick only orders the variants: when it cannot judge, Inductor's goes first
+            log(f"{name}: the variants could not be judged ({type(exc).__name__}: {exc}); Inductor's code first")
+        else:
+            log(f"{name}: {'; '.join(v.show() for v in verdicts)}")
+            picked = pick.order(made, gemm_variant.VARIANT, verdicts)
+            if list(picked) != list(made):
+                source = starter.write(region, picked, generated_on=out.device, versions=out.versions)
     cache.write_text(source)
     return source
 

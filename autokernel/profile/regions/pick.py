@@ -50,7 +50,11 @@ def judge_with_bench(path: Path, region: Region) -> Verdict:
     child of this sandboxed process: what it judges here is code we generated (Inductor's and ours), never a
     kernel an LLM wrote."""
     from autokernel.judge import runner
+    from autokernel.verify.isolated import CHILD_VARIABLE
 
+    if os.environ.get(CHILD_VARIABLE):        # verify's sandbox: no sandbox nests here, and the home folder is hidden
+        with _region_visible(region):
+            return _judge_in_this_sandbox(path, region)
     with _region_visible(region):
         try:
             result = runner.run_bench(path, shapes=[region.shape()], dtype=region.definition.dtype,
@@ -68,8 +72,10 @@ def _judge_in_this_sandbox(path: Path, region: Region) -> Verdict:
     out = path.with_suffix(".verdict.json")
     cmd = runner.bench_command(path, shapes=[region.shape()], dtype=region.definition.dtype, seed=1,
                                extra_args=["--quick", "--json-out", str(out)])
+    # Its compiler caches in the pick's own folder: the sandbox hides the home folder, where they would go.
+    env = {**os.environ, "XDG_CACHE_HOME": str(path.parent / "cache")}
     try:
-        child = subprocess.run(cmd, cwd=paths.ROOT, capture_output=True, text=True, timeout=JUDGE_TIMEOUT_S)
+        child = subprocess.run(cmd, cwd=paths.ROOT, capture_output=True, text=True, timeout=JUDGE_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
         return Verdict("", "TIMEOUT", None, f"bench.py ran past {JUDGE_TIMEOUT_S} s")
     try:
