@@ -111,10 +111,16 @@ def test_under_torch_compile_the_regions_backend_puts_the_kernels_op_in_the_grap
     assert sum(replaced.values()) == 1 and op_kind.startswith("custom_op")
 
 
-def test_regions_in_a_chain_are_all_replaced_each_reading_what_replaced_the_last():
-    """DeepNarrowMLP: each Linear + ReLU region reads the one before it; the rewrite once read a replaced node."""
-    model, x = models.DeepNarrowMLP(), models.rows(2, 16)
-    [region] = find_regions(model, (x,)).regions
+@pytest.mark.parametrize("make_model, make_input, instances", [
+    (models.DeepNarrowMLP, lambda: models.rows(2, 16), 4),
+    (lambda: nn.Sequential(models.ResidualBlock(), models.ResidualBlock(), models.ResidualBlock()),
+     lambda: models.images(4, 5), 3),
+], ids=["deep_narrow_mlp", "resnet_blocks"])
+def test_regions_in_a_chain_are_all_replaced_each_reading_what_replaced_the_last(make_model, make_input, instances):
+    """Each region reads the one before it (DeepNarrowMLP's Linear + ReLU; a ResNet block's convolution and its
+    residual add, both reading the block before): the rewrite once read a replaced node (KeyError relu_1, relu_2)."""
+    model, x = make_model().eval(), make_input()
+    region = max(find_regions(model, (x,)).regions, key=lambda r: r.about.instances)    # found at every block
     definition = region.definition
     calls = []
 
@@ -125,7 +131,7 @@ def test_regions_in_a_chain_are_all_replaced_each_reading_what_replaced_the_last
     def backend(gm, example_inputs):
         aten = aten_graph(gm, example_inputs, fake=False)
         matches = matching.find(aten.graph, definition)
-        assert len(matches) == 4
+        assert len(matches) == instances
         matching.replace(aten, matches, kernel, len(definition.outputs))
         return matching.finish(aten)
 
@@ -136,4 +142,4 @@ def test_regions_in_a_chain_are_all_replaced_each_reading_what_replaced_the_last
         finally:
             torch._dynamo.reset()
     torch.testing.assert_close(got, expected)
-    assert calls == [3] * 4
+    assert calls == [len(definition.inputs)] * instances
