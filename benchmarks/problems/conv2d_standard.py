@@ -2,7 +2,7 @@
 import torch
 from torch import nn
 
-BATCH, IN_CHANNELS, OUT_CHANNELS, SIZE = 16, 32, 64, 128
+BATCH, IN_CHANNELS, OUT_CHANNELS, SIZE = 16, 32, 64, 256
 
 
 class Model(nn.Module):

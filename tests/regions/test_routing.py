@@ -143,3 +143,34 @@ def test_regions_in_a_chain_are_all_replaced_each_reading_what_replaced_the_last
             torch._dynamo.reset()
     torch.testing.assert_close(got, expected)
     assert calls == [len(definition.inputs)] * instances
+
+
+def test_a_region_that_reads_a_replaced_regions_output_is_still_found():
+    """Two kernels in a row (Linear + GELU, then Linear + sigmoid; a CNN's every block): once the first is replaced,
+    the second still finds its input, whose layout the replacement keeps."""
+    model = nn.Sequential(nn.Linear(16, 16), nn.GELU(), nn.Linear(16, 8), nn.Sigmoid()).eval()
+    x = models.rows(4, 16)
+    first, second = sorted((r.definition for r in find_regions(model, (x,)).regions),
+                           key=lambda definition: "gelu" not in str(definition.nodes))
+    found = []
+
+    def as_reference(definition):
+        names = [item.name for item in definition.inputs]
+        return lambda *inputs: definition.run(dict(zip(names, inputs)))
+
+    def backend(gm, example_inputs):
+        aten = aten_graph(gm, example_inputs, fake=False)
+        for definition in (first, second):
+            matches = matching.find(aten.graph, definition)
+            found.append(len(matches))
+            matching.replace(aten, matches, as_reference(definition), len(definition.outputs))
+        return matching.finish(aten)
+
+    with torch.no_grad():
+        expected = model(x)
+        try:
+            got = torch.compile(model, backend=backend, dynamic=False)(x)
+        finally:
+            torch._dynamo.reset()
+    torch.testing.assert_close(got, expected)
+    assert found == [1, 1]
