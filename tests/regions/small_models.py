@@ -164,6 +164,18 @@ class ConvBnRelu(nn.Module):
         return torch.relu(self.bn(self.conv(x)))
 
 
+class ResidualBlock(nn.Module):
+    """A ResNet block's tail: convolution, batch norm, the residual add and ReLU; blocks in a row chain their regions."""
+
+    def __init__(self, channels: int = 4):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)) + x)
+
+
 class MaxPool(nn.Module):
     def forward(self, x):
         return F.max_pool2d(x, kernel_size=3, stride=2, padding=1)

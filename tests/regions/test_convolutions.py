@@ -100,3 +100,23 @@ def test_the_convolution_inductor_compiles_for_a_starter_computes_the_regions(na
     assert "transpose" not in name or [n for n in graph.graph.nodes if n.target is torch.ops.aten.flip.default]
     [got] = graph(*(inputs[item.name] for item in definition.inputs))
     torch.testing.assert_close(got, definition.run(inputs), rtol=1e-5, atol=1e-5)
+
+
+def test_a_convolution_templates_tiles_are_tunables_and_any_choice_computes_the_region(folder):
+    from autokernel.agents.tunables import read_tunables, rewrite_tunables
+
+    region = only_region(models.ConvBnRelu(), models.images())
+    path = starter_for(region, folder)
+    source = path.read_text()
+    tunables, choices = read_tunables(source)
+    [template] = [key.removesuffix("_BLOCK_M") for key in tunables if key.endswith("_BLOCK_M")]
+    assert {f"{template}_BLOCK_N", f"{template}_BLOCK_K"} <= set(tunables) and "BLOCK_M : tl.constexpr = " not in source
+    assert choices[f"{template}_BLOCK_K"] == [16, 32, 64, 128]            # every load is masked: any tile tl.dot takes
+    kt = registry.get(region.name)
+    inputs = kt.inputs(kt.smoke_shape, torch.float32, 12, "cpu")
+    for index, tiles in enumerate(({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16},
+                                   {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 32})):
+        changed = path.with_name(f"conv_retiled_{index}.py")
+        changed.write_text(rewrite_tunables(source, {**tunables, **{f"{template}_{k}": v for k, v in tiles.items()}}))
+        module = import_file(changed, f"region_starter_conv_retiled_{index}")
+        torch.testing.assert_close(module.kernel_fn(**inputs), kt.reference(**inputs), rtol=1e-4, atol=1e-5)

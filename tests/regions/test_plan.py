@@ -73,3 +73,16 @@ def test_a_region_without_a_starter_gives_the_menu_back_the_calls_it_took(tmp_pa
     matmul = next(job for job in made if job.kernel_type == "matmul")
     assert matmul.shapes == [{"M": 16, "N": 48, "K": 32}] and "KERNEL_TYPE" in open(matmul.path).read()
     assert any("no starter" in line and "matmul" in line for line in said)
+
+
+def test_a_cnns_convolutions_and_pooling_are_planned_as_regions(tmp_path):
+    """Nothing of a CNN is left unplanned: each convolution heads a region (its batch norm and ReLU with it), the
+    pooling is in one, and each is timed."""
+    model = nn.Sequential(models.ConvBnRelu(3, 4), models.MaxPool(), models.DepthwiseConv(4)).eval()
+    _, plan = profiler.profile_to_workspace(model, (models.images(3, 8),), name="Cnn", workspace=tmp_path, warmup=1,
+                                            iters=2)
+    regions = [RegionEntry.from_json(entry.extra["region"]) for entry in plan.entries
+               if store.is_region(entry.kernel_type)]
+    ops = sorted(op for region in regions for op in region.ops)
+    assert ops == ["convolution", "convolution", "max_pool2d_with_indices", "native_batch_norm", "relu"], ops
+    assert all(entry.time_ms > 0 for entry in plan.entries)       # each region's time is measured, none is "other"

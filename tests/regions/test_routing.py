@@ -111,10 +111,16 @@ def test_under_torch_compile_the_regions_backend_puts_the_kernels_op_in_the_grap
     assert sum(replaced.values()) == 1 and op_kind.startswith("custom_op")
 
 
-def test_regions_in_a_chain_are_all_replaced_each_reading_what_replaced_the_last():
-    """DeepNarrowMLP: each Linear + ReLU region reads the one before it; the rewrite once read a replaced node."""
-    model, x = models.DeepNarrowMLP(), models.rows(2, 16)
-    [region] = find_regions(model, (x,)).regions
+@pytest.mark.parametrize("make_model, make_input, instances", [
+    (models.DeepNarrowMLP, lambda: models.rows(2, 16), 4),
+    (lambda: nn.Sequential(models.ResidualBlock(), models.ResidualBlock(), models.ResidualBlock()),
+     lambda: models.images(4, 5), 3),
+], ids=["deep_narrow_mlp", "resnet_blocks"])
+def test_regions_in_a_chain_are_all_replaced_each_reading_what_replaced_the_last(make_model, make_input, instances):
+    """Each region reads the one before it (DeepNarrowMLP's Linear + ReLU; a ResNet block's convolution and its
+    residual add, both reading the block before): the rewrite once read a replaced node (KeyError relu_1, relu_2)."""
+    model, x = make_model().eval(), make_input()
+    region = max(find_regions(model, (x,)).regions, key=lambda r: r.about.instances)    # found at every block
     definition = region.definition
     calls = []
 
@@ -125,7 +131,7 @@ def test_regions_in_a_chain_are_all_replaced_each_reading_what_replaced_the_last
     def backend(gm, example_inputs):
         aten = aten_graph(gm, example_inputs, fake=False)
         matches = matching.find(aten.graph, definition)
-        assert len(matches) == 4
+        assert len(matches) == instances
         matching.replace(aten, matches, kernel, len(definition.outputs))
         return matching.finish(aten)
 
@@ -136,4 +142,35 @@ def test_regions_in_a_chain_are_all_replaced_each_reading_what_replaced_the_last
         finally:
             torch._dynamo.reset()
     torch.testing.assert_close(got, expected)
-    assert calls == [3] * 4
+    assert calls == [len(definition.inputs)] * instances
+
+
+def test_a_region_that_reads_a_replaced_regions_output_is_still_found():
+    """Two kernels in a row (Linear + GELU, then Linear + sigmoid; a CNN's every block): once the first is replaced,
+    the second still finds its input, whose layout the replacement keeps."""
+    model = nn.Sequential(nn.Linear(16, 16), nn.GELU(), nn.Linear(16, 8), nn.Sigmoid()).eval()
+    x = models.rows(4, 16)
+    first, second = sorted((r.definition for r in find_regions(model, (x,)).regions),
+                           key=lambda definition: "gelu" not in str(definition.nodes))
+    found = []
+
+    def as_reference(definition):
+        names = [item.name for item in definition.inputs]
+        return lambda *inputs: definition.run(dict(zip(names, inputs)))
+
+    def backend(gm, example_inputs):
+        aten = aten_graph(gm, example_inputs, fake=False)
+        for definition in (first, second):
+            matches = matching.find(aten.graph, definition)
+            found.append(len(matches))
+            matching.replace(aten, matches, as_reference(definition), len(definition.outputs))
+        return matching.finish(aten)
+
+    with torch.no_grad():
+        expected = model(x)
+        try:
+            got = torch.compile(model, backend=backend, dynamic=False)(x)
+        finally:
+            torch._dynamo.reset()
+    torch.testing.assert_close(got, expected)
+    assert found == [1, 1]

@@ -19,6 +19,7 @@ import torch
 import triton
 
 from autokernel.kernel_types.regions.record import Region
+from autokernel.profile.regions import template_tiles
 from autokernel.profile.regions.starter_code import Kernel, Launch, StarterError, Wrapper, read
 
 BLOCKS = ("XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK")
@@ -153,55 +154,15 @@ def _literal(values: dict) -> str:
     return "{\n" + "".join(f"    {key!r}: {value!r},\n" for key, value in values.items()) + "}"
 
 
-GEMM_BLOCKS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
-GEMM_CHOICES = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
-                "GROUP_M": [1, 4, 8, 16]}
-
-
-def lift_gemm_blocks(kernel: Kernel, grid: list[str]) -> bool:
-    """Make a GEMM template's tile sizes launch parameters (so TUNABLES can move them), where its fixed grid is
-    the classic one, cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) programs first; False (left as Inductor wrote it) otherwise.
-    EVEN_K stays as Inductor decided it: where it is True the loads along K have no mask, so BLOCK_K may only take
-    sizes that divide K (gemm_choices)."""
-    body, sizes = kernel.body_constexprs, kernel.fixed_numel
-    if not all(name in body for name in GEMM_BLOCKS + ("EVEN_K",)) or not all(n in sizes for n in "MNK"):
-        return False
-    try:
-        first = int(grid[0])
-    except (IndexError, ValueError):
-        return False
-    if first != triton.cdiv(sizes["M"], body["BLOCK_M"]) * triton.cdiv(sizes["N"], body["BLOCK_N"]):
-        return False
-    lines = [line for line in kernel.source.splitlines()
-             if not any(line.strip().startswith(f"{name} :") or line.strip().startswith(f"{name}:")
-                        for name in GEMM_BLOCKS)]
-    added = ", ".join(f"{name}: tl.constexpr" for name in GEMM_BLOCKS)
-    lines[0] = lines[0].replace("):", f", {added}):", 1)
-    kernel.source = "\n".join(lines)
-    kernel.parameters += list(GEMM_BLOCKS)
-    kernel.constexprs += list(GEMM_BLOCKS)
-    return True
-
-
-def gemm_choices(kernel: Kernel, name: str) -> list[int]:
-    """The sizes a lifted GEMM tile may take; BLOCK_K only divisors of K where Inductor's loads along K are unmasked."""
-    if name == "BLOCK_K" and kernel.body_constexprs.get("EVEN_K"):
-        return [size for size in GEMM_CHOICES[name] if kernel.fixed_numel["K"] % size == 0] or \
-            [kernel.body_constexprs["BLOCK_K"]]
-    return GEMM_CHOICES[name]
-
-
 def _launch_lines(kernel: Kernel, step: Launch, short: str, chosen: dict | None, tunables: dict, choices: dict,
                   renames: dict) -> list[str]:
     runtime = [p for p in kernel.parameters if p not in kernel.constexprs]
     args = [ast.unparse(_Rewrite(renames).visit(arg)) for arg in step.args]
     grid_values, args = (args[len(runtime):], args[:len(runtime)]) if kernel.grid_type == "FixedGrid" else ([], args)
-    if kernel.grid_type == "FixedGrid" and "BLOCK_M" not in kernel.constexprs:
-        lift_gemm_blocks(kernel, grid_values)
-    if "BLOCK_M" in kernel.constexprs and kernel.grid_type == "FixedGrid":      # the programs the tiles make
-        sizes = kernel.fixed_numel
-        grid_values = [f"triton.cdiv({sizes['M']}, TUNABLES[{f'{short}_BLOCK_M'!r}]) * "
-                       f"triton.cdiv({sizes['N']}, TUNABLES[{f'{short}_BLOCK_N'!r}])", *grid_values[1:]]
+    if kernel.grid_type == "FixedGrid" and not template_tiles.lifted(kernel):
+        template_tiles.lift(kernel, grid_values)
+    if template_tiles.lifted(kernel) and kernel.grid_type == "FixedGrid":      # the programs the tiles make
+        grid_values = template_tiles.grid(kernel, grid_values, short)
     if len(args) != len(runtime):
         raise StarterError(f"{kernel.name} takes {len(runtime)} arguments, Inductor passed {len(step.args)}")
     numels = {}
@@ -211,14 +172,15 @@ def _launch_lines(kernel: Kernel, step: Launch, short: str, chosen: dict | None,
                 raise StarterError(f"{kernel.name}'s {name} is not a constant: the starter is for static shapes")
             numels[name] = int(value.value)
     config = dict(chosen) if chosen else default_config(kernel, numels)
-    config.update({name: kernel.body_constexprs[name] for name in GEMM_BLOCKS if name in kernel.constexprs})
+    tiles = template_tiles.blocks(kernel) if template_tiles.lifted(kernel) else ()
+    config.update({name: kernel.body_constexprs[name] for name in tiles})
     keywords = []
     for name in kernel.constexprs:
         if name not in config:
             raise StarterError(f"{kernel.name} takes the constexpr {name}, which no config gives")
         key = f"{short}_{name}"
         tunables.setdefault(key, int(config[name]))
-        choices.setdefault(key, gemm_choices(kernel, name) if name in GEMM_BLOCKS else _choices(name, tunables[key]))
+        choices.setdefault(key, template_tiles.choices(kernel, name) if name in tiles else _choices(name, tunables[key]))
         keywords.append(f"{name}=TUNABLES[{key!r}]")
     for name in ("num_warps", "num_stages"):
         key = f"{short}_{name}"
