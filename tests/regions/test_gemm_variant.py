@@ -7,6 +7,8 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton.jit runs: CPU tensors need the interpreter
 
+import subprocess
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -262,6 +264,39 @@ def test_inside_a_sandbox_that_cannot_nest_the_pick_runs_the_judge_as_a_plain_ch
     region = saved(problem_region("gemm_relu_rowmax"))
     [verdict] = pick.judge_variants({"engine": engine_source(region)}, region)
     assert verdict.correctness == "PASS" and verdict.latency_us, verdict.message
+
+
+def test_a_pick_that_cannot_judge_leaves_inductors_code_first_and_never_drops_the_starter(saved, monkeypatch):
+    """On the H200 the pick raised PermissionError inside verify's sandbox (the home folder's caches), and every GEMM
+    region lost its starter: the pick only orders the variants, so a failure of its own changes nothing."""
+    def broken(path, judged_region):
+        raise PermissionError("[Errno 13] Permission denied: '/root/.cache/autokernel'")
+    monkeypatch.setattr(pick, "judge_with_bench", broken)
+    region = saved(problem_region("gemm_sigmoid_rowsum"))
+    source = jobs.starter_source(region.name, CPU, judged=True)
+    tunables, choices = read_tunables(source)
+    assert tunables["variant"] == "inductor" and choices["variant"] == ["inductor", "engine"]
+
+
+def test_inside_verifys_sandbox_the_pick_judges_in_a_plain_child_with_caches_of_its_own(saved, monkeypatch, tmp_path):
+    from autokernel.judge import runner
+    from autokernel.verify.isolated import CHILD_VARIABLE
+
+    def refused(*args, **kwargs):
+        raise AssertionError("no sandbox is started inside verify's sandbox")
+    seen = {}
+
+    def plain_child(cmd, **kwargs):
+        seen.update(kwargs)
+        raise subprocess.TimeoutExpired(cmd, 1)
+    monkeypatch.setattr(runner, "run_bench", refused)
+    monkeypatch.setattr(pick.subprocess, "run", plain_child)
+    monkeypatch.setenv(CHILD_VARIABLE, "1")
+    region = saved(problem_region("gemm_relu_rowmax"))
+    path = tmp_path / "kernel.py"
+    path.write_text("")
+    verdict = pick.judge_with_bench(path, region)
+    assert verdict.correctness == "TIMEOUT" and seen["env"]["XDG_CACHE_HOME"] == str(tmp_path / "cache")
 
 
 def test_a_model_routed_to_the_engine_variant_computes_what_it_did(tmp_path, monkeypatch):
