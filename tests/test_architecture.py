@@ -272,7 +272,8 @@ def test_the_script_check_sees_a_lazy_import_of_a_script(tmp_path):
 # Every folder of the project that holds Python: the package, the starters, the benchmarks, the tests.
 PROJECT_FOLDERS = [".", "autokernel", *(f"autokernel/{layer}" for layer in LAYERS), "autokernel/judge/candidate",
                    "autokernel/kernel_types/regions", "autokernel/profile/regions", "autokernel/routing/regions",
-                   "kernels", "kernels/cuda", "benchmarks", "benchmarks/suites", "benchmarks/problems", "models",
+                   "kernels", "kernels/cuda", "benchmarks", "benchmarks/suites", "benchmarks/problems", "benchmarks/zoo",
+                   "models",
                    "tests", "tests/agents", "tests/attacks", "tests/judge_fixtures", "tests/kernel_types",
                    "tests/kernels", "tests/kernels/cuda", "tests/regions"]
 

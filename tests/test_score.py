@@ -34,12 +34,8 @@ from torch import nn
 
 
 class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(4, 4, 3)
-
     def forward(self, x):
-        return self.conv(x)                 # a convolution: no kernel type covers it, and it is no region
+        return torch.sort(x, dim=-1).values     # a sort: no kernel type covers it, and it is no region
 
 
 def get_inputs():

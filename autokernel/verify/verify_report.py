@@ -18,7 +18,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from autokernel.core.live import format_speedup, plural
-from autokernel.profile.jobs import region_title
 from autokernel.verify.report_record import VerifyReport
 from autokernel.verify.variants import VARIANTS
 
@@ -105,12 +104,9 @@ def _print_kernels(report: VerifyReport, console: Console) -> None:
     for column in ("kernel", "calls it was verified for", "routed (measured)", "fell back", "share of model time",
                    "graph op", "main fallback reason"):
         table.add_column(column, no_wrap=column != "main fallback reason")
-    ops = {region["name"]: region.get("ops") or [] for region in report.checked.get("regions") or []}
     for kernel in report.kernels:
         reasons = kernel["fallback_reasons"]
-        title = region_title(ops.get(kernel["name"], []))        # a region, named by a hash: what it computes
-        table.add_row(kernel["name"] + (f" ({title})" if title else ""), str(checked[kernel["name"]]["hits"]),
-                      str(kernel["hits"]),
+        table.add_row(kernel["name"], str(checked[kernel["name"]]["hits"]), str(kernel["hits"]),
                       str(kernel["fallbacks"]), _percent(kernel["share"]), escape(kernel["graph_op"] or "-"),
                       escape(next(iter(reasons), "-")))
     console.print(table)
