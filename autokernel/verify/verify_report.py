@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from autokernel.core.live import format_speedup, plural
+from autokernel.profile.jobs import region_title
 from autokernel.verify.report_record import VerifyReport
 from autokernel.verify.variants import VARIANTS
 
@@ -66,6 +67,15 @@ def print_report(report: VerifyReport, console: Console) -> None:
     _print_error_check(report, console)
 
 
+def _print_dropped(report: VerifyReport, console: Console) -> None:
+    """Each unit verify left out for a failure, and why (containment.py): the verdict stands without them."""
+    if report.dropped:
+        console.print(f"[yellow]dropped for failures ({len(report.dropped)}); the verdict stands without them:[/yellow]")
+    for dropped in report.dropped:
+        console.print(f"  [yellow]{escape(dropped['stage'])}[/yellow]: {escape(dropped['unit'])}: "
+                      f"{escape(dropped['reason'])}")
+
+
 def _print_error_check(report: VerifyReport, console: Console) -> None:
     """The check's result, and what it did not check: a check that routed no kernel call is never a PASS."""
     check = report.correctness
@@ -88,15 +98,6 @@ def _print_error_check(report: VerifyReport, console: Console) -> None:
     console.print(f"end-to-end error check: {result}: the model with every verified call routed{calls}, {measured}")
 
 
-def _print_dropped(report: VerifyReport, console: Console) -> None:
-    """Each unit verify left out for a failure, and why (containment.py): the verdict stands without them."""
-    if report.dropped:
-        console.print(f"[yellow]dropped for failures ({len(report.dropped)}); the verdict stands without them:[/yellow]")
-    for dropped in report.dropped:
-        console.print(f"  [yellow]{escape(dropped['stage'])}[/yellow]: {escape(dropped['unit'])}: "
-                      f"{escape(dropped['reason'])}")
-
-
 def _print_kernels(report: VerifyReport, console: Console) -> None:
     checked = {k["name"]: k for k in report.checked["kernels"]}
     table = Table(title=f"Kernels plugged into {report.model} ({report.dtype}, {report.device_name}), "
@@ -104,9 +105,12 @@ def _print_kernels(report: VerifyReport, console: Console) -> None:
     for column in ("kernel", "calls it was verified for", "routed (measured)", "fell back", "share of model time",
                    "graph op", "main fallback reason"):
         table.add_column(column, no_wrap=column != "main fallback reason")
+    ops = {region["name"]: region.get("ops") or [] for region in report.checked.get("regions") or []}
     for kernel in report.kernels:
         reasons = kernel["fallback_reasons"]
-        table.add_row(kernel["name"], str(checked[kernel["name"]]["hits"]), str(kernel["hits"]),
+        title = region_title(ops.get(kernel["name"], []))        # a region, named by a hash: what it computes
+        table.add_row(kernel["name"] + (f" ({title})" if title else ""), str(checked[kernel["name"]]["hits"]),
+                      str(kernel["hits"]),
                       str(kernel["fallbacks"]), _percent(kernel["share"]), escape(kernel["graph_op"] or "-"),
                       escape(next(iter(reasons), "-")))
     console.print(table)
