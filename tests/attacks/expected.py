@@ -127,3 +127,13 @@ ALSO_REJECTED_IN_THE_USERS_PROCESS = {
     "honest_only_under_autokernel": "wrong output",
 }
 
+# Ways out of the sandbox (red team, round 3), judged through runner.run_bench as the loop judges them: each kernel is
+# honest and tries its way out at import; tests/test_sandbox_ways_out.py checks that what it tried did not happen.
+# name -> what the test checks.
+SANDBOX_ATTACKS = {
+    "udp_to_localhost": "the test's UDP listener on 127.0.0.1 receives nothing (network namespace)",
+    "unix_socket_by_path": "the test's Unix socket accepts no connection (socket filter)",
+    "ssh_agent_signs": "the test's ssh-agent gets no connection; SSH_AUTH_SOCK unset, its folder unreadable",
+    "sysv_shm_outlives_the_run": "no segment or queue of its key in /proc/sysvipc after the run (IPC namespace)",
+    "memfd_past_the_memory_cap": "the run is stopped before the memfd holds its 4 GiB (memory cgroup)",
+}
