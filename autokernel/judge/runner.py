@@ -50,8 +50,7 @@ from autokernel.sandbox.child_env import (ALLOWED_ENV, SECRET_PATTERNS, caches_f
 
 # CONFINE_ENV=0 turns the Landlock file-system confinement off (sandbox/launcher.py), for a machine where it gets in
 # the way.
-# A PASS of the project's own judge carries this in its extra fields (run_bench): only such a verdict is checked again in
-# a user's process before it is kept (autokernel/judge/user_check.py); a test's stand-in judge's is not.
+# A PASS of the project's judge carries this (run_bench): only such a verdict is checked again in a user's process.
 JUDGED_BY = "judged_by"
 # How long a timed-out child gets between SIGTERM and SIGKILL.
 KILL_GRACE_S = 3.0
@@ -59,7 +58,6 @@ STDERR_LINES_IN_MESSAGE = 20
 # The child's whole process tree may hold this share of the machine's memory.
 MEMORY_SHARE = 0.5
 _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
-
 
 
 class SandboxError(Exception):
@@ -393,6 +391,10 @@ def _judged(written: str, child: ChildResult, nonce: str, *, dtype: str, seed: i
     if judged.passed and child.returncode != 0:
         return synthesized_result(CRASH, f"the result says PASS but bench.py exited with code {child.returncode}",
                                   **common)
+    if child.stopped and judged.passed:       # the memory cgroup killed a process of the run
+        return synthesized_result(CRASH, f"the sandbox stopped a process of the run ({child.stopped})", **common)
+    if child.stopped:
+        judged.message = f"{judged.message or ''} (the sandbox: {child.stopped})".strip()
     if judged.wall_seconds is None:
         judged.wall_seconds = common["wall_seconds"]
     return judged

@@ -82,12 +82,17 @@ def look_like_a_user(config: dict) -> None:
     sys.argv = [os.path.join(project, "train.py")]
 
 
+# Names torch's own imports rebind: importing torch._dynamo (Inductor's helpers do, which a kernel may use) wraps
+# torch.manual_seed. Nothing here seeds through it (inputs come from their own generators).
+REBOUND_BY_TORCH = {("torch", "manual_seed")}
+
+
 def _namespace(modules) -> dict:
     """Each watched module's names and what they are bound to (not submodules, which imports may add)."""
     import types
 
     return {(module.__name__, name): value for module in modules for name, value in vars(module).items()
-            if not isinstance(value, types.ModuleType)}
+            if not isinstance(value, types.ModuleType) and (module.__name__, name) not in REBOUND_BY_TORCH}
 
 
 class Checker:

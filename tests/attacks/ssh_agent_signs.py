@@ -15,14 +15,14 @@ KERNEL_TYPE = "softmax"
 _here = Path(__file__).with_name
 _escape = runpy.run_path(str(_here("_escape_parts.py")))
 _escape["note"]("SSH_AUTH_SOCK " + ("set" if "SSH_AUTH_SOCK" in os.environ else "unset"))
+_known = _escape["target"]("agent")         # where the test's agent is, as if the kernel had guessed it
 _candidates = [os.environ.get("SSH_AUTH_SOCK")] + glob.glob("/tmp/ssh-*/agent.*")
-for _folder in glob.glob("/tmp/ssh-*"):
+for _folder in sorted(set(glob.glob("/tmp/ssh-*")) | ({os.path.dirname(_known)} if _known else set())):
     try:
         os.listdir(_folder)
         _escape["note"]("agent folder listed")
     except OSError:
         _escape["note"]("agent folder refused")
-_known = _escape["target"]("agent")         # where the test's agent is, as if the kernel had guessed it
 for _path in [p for p in _candidates + [_known] if p]:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as _agent:
