@@ -214,3 +214,22 @@ def _json(record: dict) -> str:
 
 def _baseline() -> str:
     return source(result(100.0))
+
+
+@pytest.mark.slow
+def test_a_judge_worker_checks_a_final_pass_only_where_it_beats_the_best_it_was_sent(monkeypatch):
+    from autokernel.core.contracts import BenchResult, JudgeTask
+    from autokernel.fleet import judge_worker
+
+    monkeypatch.setattr(judge_worker.runner, "run_bench", lambda *args, **kwargs: BenchResult.from_json(
+        {**result(50.0), runner.JUDGED_BY: "bench.py"}))
+    capped = (ROOT / "tests" / "judge_fixtures" / "row_softmax.py").read_text().replace(
+        "grid = (rows,)  # BUG-SITE: grid", "grid = (min(rows, 8192),)")
+
+    def judged(best_us: float):
+        return judge_worker.judge(JudgeTask(kernel_source=capped, kernel_type="softmax", shapes=[], dtype="float16",
+                                            timeout_s=60, seed=1, best_us=best_us, noise=0.02), "gpu0").result
+    slower = judged(best_us=50.5)        # not more than the noise faster: not kept, so not checked
+    assert slower.passed and not user_check.was_checked(slower)
+    faster = judged(best_us=100.0)
+    assert faster.correctness == "FAIL" and faster.failed_stage == user_check.STAGE and "M=8193" in faster.message
