@@ -123,8 +123,10 @@ class Checker:
 
     # ------------------------------------------------------------------ the state the kernel must leave alone
     def check_process(self, when: str) -> None:
+        # The module objects taken at the start, not sys.modules' entries now (which the kernel could replace).
+        modules = {module.__name__: module for module in self.watched[:-1]}
         changed = [f"{module}.{name}" for (module, name), value in self.namespace.items()
-                   if vars(sys.modules[module]).get(name, value) is not value]
+                   if vars(modules[module]).get(name, value) is not value]
         changed += [f"torch.Tensor.{name}" for name, value in self.tensor_methods.items()
                     if vars(self._tensor).get(name) is not value]
         if changed:
