@@ -55,6 +55,9 @@ ROW_KEYS = ("M", "O", "B")
 HELD_WINDOW = 8
 # Modules whose names the comparisons here and the user's own code rely on: none may change while the kernel runs.
 WATCHED_MODULES = ("torch", "torch.nn.functional", "builtins")
+# Where a region's definition is found (autokernel/kernel_types/regions/store.py's FOLDERS_VARIABLE; not imported:
+# this module's first lines run before any of the package's heavier imports).
+REGION_DIRS = "AUTOKERNEL_REGION_DIRS"
 
 
 class UserProcessFailure(Exception):
@@ -69,7 +72,8 @@ def _read_config(fd: int) -> dict:
 def look_like_a_user(config: dict) -> None:
     """HOME, TMPDIR, sys.argv and the working folder as a user's process has them; no variable of the judge's."""
     for name in list(os.environ):
-        if name.startswith("AUTOKERNEL_") and name != "AUTOKERNEL_REGION_DIRS" or name in (
+        # The region folders are read once the kernel's type is known (check), then dropped too.
+        if name.startswith("AUTOKERNEL_") and name != REGION_DIRS or name in (
                 "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH", "XDG_CACHE_HOME",
                 "PYTHONDONTWRITEBYTECODE"):
             del os.environ[name]
@@ -80,6 +84,8 @@ def look_like_a_user(config: dict) -> None:
     os.makedirs(project, exist_ok=True)
     os.chdir(project)
     sys.argv = [os.path.join(project, "train.py")]
+    with open(sys.argv[0], "w") as script:
+        script.write("import torch\n")
 
 
 # Names torch's own imports rebind: importing torch._dynamo (Inductor's helpers do, which a kernel may use) wraps
@@ -272,6 +278,7 @@ def check(config: dict) -> int:
     from autokernel.kernel_types import registry
 
     kt = registry.get(config["kernel_type"])
+    os.environ.pop(REGION_DIRS, None)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     checker = Checker(kt, DTYPES[config["dtype"]], device, int(config["seed"]))
     plan = call_plan(kt, [registry.canonical_shape(kt.name, shape) for shape in config["shapes"]], device)
