@@ -137,6 +137,25 @@ def test_only_a_pass_of_the_projects_judge_is_checked_and_a_check_marks_it():
     assert not user_check.needs_check(judged)
 
 
+def test_the_check_runs_with_an_ordinary_home_and_tmpdir_and_the_launcher_writes_no_bytecode(monkeypatch, tmp_path):
+    seen = {}
+
+    def run_child(cmd, **kwargs):
+        seen.update(kwargs, cmd=cmd)
+        return runner.ChildResult(returncode=0, stdout="", stderr="", timed_out=False, wall_seconds=0.1)
+    monkeypatch.setattr(runner, "run_child", run_child)
+    outcome = user_check.check_kernel(tmp_path / "kernel.py", kernel_type="softmax", shapes=[], dtype="float16", seed=1)
+    assert not outcome.passed and "without its verdict" in outcome.message
+    env = seen["env_extra"]
+    for name in ("HOME", "TMPDIR", "TMP", "TEMP"):
+        assert not any(word in env[name] for word in ("autokernel", "worker")), env[name]
+    assert env["TRITON_CACHE_DIR"] is None and env["XDG_CACHE_HOME"] is None
+    # The launcher runs before any confinement, in the repository: it must write no bytecode there (integrity.py
+    # fails a candidate whose run left a .pyc), so the variable that says so stays.
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+    assert seen["cmd"][1:3] == ["-m", user_check.MODULE] and str(tmp_path) not in " ".join(seen["cmd"])
+
+
 # ---------------------------------------------------------------------- the real check, in the sandbox
 def _check(kernel: Path, kernel_type: str = "softmax", shapes=()) -> user_check.CheckOutcome:
     started = time.monotonic()

@@ -36,8 +36,10 @@ CHECKED = "users_process_check"
 # again takes about a minute.
 TIMEOUT_S = 300.0
 MESSAGE_CHARS = 1500
-# Variables of the judge's sandbox a user's process does not have (run_child leaves out those set to None).
-JUDGE_ONLY_VARIABLES = (*CACHE_FOLDERS, "XDG_CACHE_HOME", "PYTHONDONTWRITEBYTECODE")
+# Variables of the judge's sandbox a user's process does not have (run_child leaves out those set to None). Not
+# PYTHONDONTWRITEBYTECODE: the sandbox's launcher, which runs before any confinement, must write no bytecode into the
+# repository either (the check's process takes it out of its own environment).
+JUDGE_ONLY_VARIABLES = (*CACHE_FOLDERS, "XDG_CACHE_HOME")
 
 
 @dataclass
