@@ -328,6 +328,10 @@ class JudgeTask:
     full_timeout_s: float | None = None         # after a screen: the full judge, if the screen beat full_below_us
     full_below_us: float | None = None
     bench_script: str | None = None
+    # The job's best latency and noise: a final PASS the loop would keep by them (policy.is_improvement) is run in a
+    # user's process before it comes back (autokernel/judge/user_check.py). None for a baseline.
+    best_us: float | None = None
+    noise: float | None = None
 
     to_json = asdict
 

@@ -5,7 +5,7 @@ and bench.py's arguments. `judge` writes the file into a private folder of its o
 judged side by side never share a file, and runs the judge through the one child-process runner
 (autokernel/judge/runner.py: the sandbox, the allow-listed environment, the nonce). It runs the quick
 screen, and then, when the screen beat the job's best (`full_below_us`), the full judge, on the
-same GPU: a candidate's timings never share a GPU with another's, because a worker takes its next
+same GPU, and a final verdict the loop would keep goes through the user's-process check there too: a candidate's timings never share a GPU with another's, because a worker takes its next
 task only when it has answered. The GPU is the one CUDA_VISIBLE_DEVICES names in the worker's
 environment (set by the local pool per process, by Ray per actor).
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from autokernel.core import paths
 from autokernel.core.contracts import BenchResult, JudgeOutcome, JudgeTask
-from autokernel.judge import runner
+from autokernel.judge import runner, user_check
 
 _PR_SET_PDEATHSIG = 1
 
@@ -57,6 +57,11 @@ def judge(task: JudgeTask, gpu: str) -> JudgeOutcome:
                 and (result.latency_us or float("inf")) < task.full_below_us):
             result = bench("full", [arg for arg in task.extra_args if arg not in ("--screen", "--quick")],
                            task.full_timeout_s)
+        if user_check.would_keep(result, task.best_us, task.noise):
+            # On this GPU, before the worker takes its next task: the check never shares a GPU with a timing. (Its
+            # time is in the outcome's seconds, not bench_seconds, which estimate what benches cost.)
+            result = user_check.keep_only_if_checked(result, kernel, kernel_type=task.kernel_type, shapes=task.shapes,
+                                                     dtype=task.dtype, seed=task.seed, readable=[slot])
     finally:
         shutil.rmtree(slot, ignore_errors=True)
     return JudgeOutcome(result=result, gpu=gpu, seconds=time.monotonic() - started, bench_seconds=seconds)

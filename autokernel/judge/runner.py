@@ -50,13 +50,14 @@ from autokernel.sandbox.child_env import (ALLOWED_ENV, SECRET_PATTERNS, caches_f
 
 # CONFINE_ENV=0 turns the Landlock file-system confinement off (sandbox/launcher.py), for a machine where it gets in
 # the way.
+# A PASS of the project's judge carries this (run_bench): only such a verdict is checked again in a user's process.
+JUDGED_BY = "judged_by"
 # How long a timed-out child gets between SIGTERM and SIGKILL.
 KILL_GRACE_S = 3.0
 STDERR_LINES_IN_MESSAGE = 20
 # The child's whole process tree may hold this share of the machine's memory.
 MEMORY_SHARE = 0.5
 _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
-
 
 
 class SandboxError(Exception):
@@ -173,7 +174,8 @@ def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
               hidden_in_repo: Sequence[str] = sandbox.HIDDEN_IN_REPO) -> ChildResult:
     """Run cmd in the sandbox (autokernel/sandbox/launcher.py) with a time limit; see the module docstring.
 
-    The child gets a private temporary folder, with its compiler caches inside it (removed with it);
+    The child gets a private temporary folder, with its compiler caches inside it (removed with it), and
+    env_extra's variables (one set to None is left out);
     `writable` names folders it may write besides; `readable`, folders it may read even where the
     sandbox hides (a home folder); `pass_fds`, descriptors it inherits (no other process does, and
     this process keeps its copy: the caller closes it); `echo`, show its output here as it comes
@@ -186,6 +188,7 @@ def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
     # No bytecode written: an honest child leaves no .pyc, so integrity.py can treat any new one as planted.
     env = {**child_environment(), **caches, "TMPDIR": scratch, "TMP": scratch, "TEMP": scratch,
            "PYTHONDONTWRITEBYTECODE": "1", **(env_extra or {})}
+    env = {name: value for name, value in env.items() if value is not None}     # None in env_extra: left out
     status_read, status_write = os.pipe()
     config = sandbox.SandboxConfig(
         command=list(cmd), parent_pid=os.getpid(), status_fd=status_write,
@@ -237,7 +240,7 @@ def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
         leftover_processes=status.field("leftover_processes", 0) if finished else 0,
         peak_rss_mb=status.field("peak_rss_mb"),
         sandbox={**status.field("landlock", {}), "isolation": status.field("isolation"),
-                 "proc": status.field("proc")})
+                 "proc": status.field("proc"), "missing": status.field("missing", [])})
 
 
 def _line_handler(stream, on_line: Callable[[str], None] | None) -> Callable[[str], None] | None:
@@ -354,6 +357,8 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
         if unknown:
             return synthesized_result(CRASH, "the judge that ran is not the run's: its process compiled "
                                                f"{', '.join(unknown[:5])}, which the run's digest does not have", **common)
+    if sources is not None and judged.passed:
+        judged.extra[JUDGED_BY] = "bench.py"     # the project's judge, its sources checked (a test's stand-in is not)
     return judged
 
 
@@ -386,6 +391,10 @@ def _judged(written: str, child: ChildResult, nonce: str, *, dtype: str, seed: i
     if judged.passed and child.returncode != 0:
         return synthesized_result(CRASH, f"the result says PASS but bench.py exited with code {child.returncode}",
                                   **common)
+    if child.stopped and judged.passed:       # the memory cgroup killed a process of the run
+        return synthesized_result(CRASH, f"the sandbox stopped a process of the run ({child.stopped})", **common)
+    if child.stopped:
+        judged.message = f"{judged.message or ''} (the sandbox: {child.stopped})".strip()
     if judged.wall_seconds is None:
         judged.wall_seconds = common["wall_seconds"]
     return judged

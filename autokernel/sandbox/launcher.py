@@ -16,8 +16,16 @@ environment; this launcher then
     that hides the user's home and the repository's .git/ and workspace/, allows writes only to a
     private temporary folder and the compiler caches, and denies TCP and signals out of the sandbox
     (with the file rules turned off, the TCP and signal rules stay);
+  - moves itself, before it starts anything, into a network namespace (no socket reaches a process
+    outside: UDP to 127.0.0.1, abstract Unix sockets) and an IPC namespace (System V shared memory and
+    queues die with the run) of its own (autokernel/sandbox/namespaces.py), and starts the command with a
+    socket filter (autokernel/sandbox/sockets.py: no Unix socket named by a path, no VSOCK), with agents'
+    socket folders unreadable besides;
   - passes the command the descriptors it is given (the judge's verdict pipe) and keeps no copy;
-  - caps the memory of the whole process tree (resident set, polled) and kills it past the cap;
+  - caps the memory of the whole process tree: a memory cgroup of its own where one can be had
+    (autokernel/sandbox/memory_group.py: every page counts, a memfd's too), and the resident set, polled;
+    past either cap the tree is killed;
+  - reports every one of these protections the machine cannot give ("missing"), with why;
   - reports on a pipe the loop gave it and the command never sees: the command's pid, then its
     exit status, why it was stopped, and how many processes it left running.
 Only the standard library is imported here: the launcher starts for every bench run.
@@ -29,7 +37,6 @@ import contextlib
 import ctypes
 import json
 import os
-import resource
 import select
 import signal
 import subprocess
@@ -38,12 +45,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autokernel.sandbox import landlock, namespaces
+from autokernel.sandbox import confinement, landlock, namespaces
+from autokernel.sandbox.confinement import gpu_device_files  # noqa: F401 (API: where the GPU's device files are)
 from autokernel.sandbox.process_tree import descendants, kill_tree, live_descendants, reap_orphans, resident_bytes
 
 POLL_S = 0.05
-_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_SET_CHILD_SUBREAPER = 1, 4, 24, 36
-_CAPABILITY_VERSION_3 = 0x20080522
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 1, 4, 36
 # Repository entries a candidate has no business reading: git's config and objects, the run's state.
 HIDDEN_IN_REPO = (".git", "workspace")
 
@@ -105,7 +112,16 @@ def cover(targets, hidden, listed: list[str] | None = None) -> list[str]:
 def private_areas(cwd: str, hidden: list[str], in_repo=HIDDEN_IN_REPO) -> list[str]:
     home = os.path.realpath(os.path.expanduser("~"))
     areas = ["/home", "/root"] + ([home] if home != "/" else [])
-    return areas + [os.path.join(cwd, name) for name in in_repo] + list(hidden)
+    return areas + agent_folders() + [os.path.join(cwd, name) for name in in_repo] + list(hidden)
+
+
+def agent_folders() -> list[str]:
+    """Where agents keep their sockets and the session its secrets: ssh-agent's /tmp/ssh-*/, the user's runtime folder
+    (gpg-agent, the keyring, the desktop's bus). Unreadable, besides the socket filter that refuses Unix sockets."""
+    import glob
+
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
+    return sorted(glob.glob("/tmp/ssh-*")) + [runtime]
 
 
 def python_paths() -> list[str]:
@@ -163,36 +179,6 @@ def allow_proc(ruleset: landlock.Ruleset) -> None:
     ruleset.allow(["/proc"], landlock.READ | (landlock.WRITE_FILE | landlock.TRUNCATE if gpu_device_files() else 0))
 
 
-def gpu_device_files() -> list[str]:
-    """The NVIDIA device files of this machine (none on a machine without an NVIDIA GPU)."""
-    try:
-        return sorted(name for name in os.listdir("/dev") if name.startswith("nvidia"))
-    except OSError:
-        return []
-
-
-# ---------------------------------------------------------------------- the launcher
-def _drop_capabilities() -> None:
-    """A root user's candidate must not keep root's powers (reading any /proc entry, above all)."""
-    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
-    for capability in range(last + 1):
-        _libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)   # fails harmlessly without CAP_SETPCAP
-    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)()
-    if _libc.capset(header, data) != 0:
-        raise OSError(ctypes.get_errno(), "capset failed")
-
-
-def _confine(ruleset: landlock.Ruleset | None):
-    def confine() -> None:          # runs in the child, between fork and exec
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        _drop_capabilities()
-        if ruleset is not None:
-            ruleset.restrict_self()
-    return confine
-
-
 class _Launcher:
     def __init__(self, config: SandboxConfig):
         self.config = config
@@ -212,40 +198,61 @@ class _Launcher:
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != config.parent_pid:
             return 1                                   # the loop died before we could watch for it
+        self.group = None
         try:
             # First, while no candidate runs yet: an ordinary user maps its ids through its own /proc
             # entries, which a process that is not dumpable cannot write.
             namespace = namespaces.enter_pid_namespace()
+            given = confinement.isolate(config.memory_limit_mb)
+            self.group, missing = given.group, given.missing
             _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
             _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
             ruleset = build_ruleset(config, os.getcwd())
-            root, command_ended = self.start(ruleset, namespace)
+            self.confine = confinement.confine(ruleset, address_space_mb=given.address_space_mb,
+                                               filter_sockets=given.filter_sockets)
+            if self.group is not None:
+                self.group.join()           # the command and all it starts are charged to the group
+            try:
+                root, command_ended = self.start(ruleset, namespace)
+            finally:
+                if self.group is not None:
+                    self.group.leave()
         except (OSError, subprocess.SubprocessError) as exc:
             self.report(error=f"the sandbox could not start the command: {exc}")
+            self.remove_group()
             return 1
         finally:
             for fd in config.pass_fds:
                 os.close(fd)        # the command's alone: a copy here would keep the verdict's pipe open
         if root is None:
+            self.remove_group()
             return 1
         features = ruleset.features if ruleset else {"filesystem": False}
         if ruleset:
             ruleset.close()
-        self.report(landlock=features, isolation=namespace.describe())
+        self.report(landlock=features, isolation=namespace.describe(), missing=missing)
         stopped, peak, returncode = self.watch(root, command_ended)
         # Whatever still runs once the command has ended was left behind: counted, then killed.
         leftovers = len(live_descendants(os.getpid(), besides=(root.pid,) if self.init_pid else ()))
         self.end_everything(root)
+        if self.group is not None and self.group.oom_kills() and stopped is None:
+            stopped = (f"memory: the process tree reached its {config.memory_limit_mb} MiB cap (counted by its memory "
+                       "cgroup, memory held in files such as a memfd included) and was killed")
+        self.remove_group()
         self.report(returncode=returncode, stopped=stopped, peak_rss_mb=round(peak / 2**20),
                     leftover_processes=leftovers)
         return 0
+
+    def remove_group(self) -> None:
+        if self.group is not None:
+            self.group.remove()
 
     def start(self, ruleset, namespace: namespaces.Namespace):
         """The launcher's one child (the namespace's init, or the command itself) and how to learn the command ended."""
         config = self.config
         if namespace.kind is None:
             child = subprocess.Popen(config.command, stdin=subprocess.DEVNULL, start_new_session=True,
-                                     pass_fds=config.pass_fds, preexec_fn=_confine(ruleset))
+                                     pass_fds=config.pass_fds, preexec_fn=self.confine)
             self.report(pid=child.pid)
             return child, lambda: child.poll()
         read_end, write_end = os.pipe()
@@ -254,7 +261,7 @@ class _Launcher:
         if pid == 0:                      # the namespace's init
             os.close(read_end)
             os.close(self.lifeline)
-            namespaces.run_init(config.command, pass_fds=config.pass_fds, preexec_fn=_confine(ruleset),
+            namespaces.run_init(config.command, pass_fds=config.pass_fds, preexec_fn=self.confine,
                                 report_fd=write_end, lifeline_fd=lifeline_read,
                                 allow_new_proc=(lambda: allow_proc(ruleset)) if ruleset else None)
         os.close(write_end)

@@ -33,10 +33,14 @@ import subprocess
 from dataclasses import dataclass
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+CLONE_NEWIPC, CLONE_NEWNET = 0x08000000, 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
 _PR_SET_PDEATHSIG = 1
 # Setting this to 0 turns the namespace off (the launcher's process-tree walk then stands alone).
 NAMESPACE_ENV = "AUTOKERNEL_SANDBOX_PIDNS"
+# Setting this to 0 turns the network namespace and the socket filter off, for a GPU stack that needs a socket (CUDA's
+# MPS daemon is reached through a Unix socket); the run then says both are missing.
+NETWORK_ENV = "AUTOKERNEL_SANDBOX_NET"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -84,6 +88,27 @@ def enter_pid_namespace() -> Namespace:
         raise OSError(f"a user namespace was made but its ids could not be mapped ({exc}); set {NAMESPACE_ENV}=0 "
                       "to run candidates without a PID namespace") from None
     return Namespace("user+pid")
+
+
+def isolate_network_and_ipc() -> dict[str, str]:
+    """Move this process (the launcher, and so all it starts) into a network and an IPC namespace of its own.
+
+    Network: no interface but a loopback that is down, so no TCP or UDP packet, to 127.0.0.1 or anywhere,
+    and no abstract Unix socket reaches a process outside (what a path names, a pathname Unix socket, is
+    the socket filter's: autokernel/sandbox/sockets.py); the descriptors the command inherits (the judge's
+    verdict pipe, its worker's socket pair) are not addressed through a namespace and work as before. IPC: the
+    System V shared memory, message queues and semaphores the command makes are its namespace's, and
+    are destroyed with it once its last process has ended. Call after enter_pid_namespace (where that made a
+    user namespace, its capabilities allow these). Returns {"network": "", "ipc": ""}, each "" once had, else
+    why not.
+    """
+    got = {}
+    for name, flag in (("network", CLONE_NEWNET), ("ipc", CLONE_NEWIPC)):
+        if name == "network" and os.environ.get(NETWORK_ENV, "1") == "0":
+            got[name] = f"{NETWORK_ENV}=0"
+            continue
+        got[name] = "" if _libc.unshare(flag) == 0 else f"unshare({name} namespace): {_errno_text()}"
+    return got
 
 
 def _mount_private_proc() -> str:

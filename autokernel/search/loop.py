@@ -27,7 +27,7 @@ from autokernel.core.run_records import JobProgress, RunState
 from autokernel.core.errors import OptimizationError
 from autokernel.core.interrupts import Interrupted, InterruptGuard
 from autokernel.core.live import LoopStatus, ProgressView, format_duration, plural
-from autokernel.judge import runner
+from autokernel.judge import runner, user_check
 from autokernel.search import gitops, integrity, policy, results, run_state
 from autokernel.search.budget import ONE_RUN_BASELINE, BenchTimes, Budget
 from autokernel.search.loop_records import (BUDGET_SPENT, BUDGET_TOO_SHORT, COST_REACHED,  # noqa: F401 (re-exported)
@@ -312,7 +312,22 @@ class OptimizationRun(LoopRecords):
         if result is None:
             self._abandon(f"exp {number} not finished: the budget ran out while it was judged; it is not recorded")
             return None
-        return policy.against_pytorch_best(result, progress.compile_us, progress.noise)
+        judged = policy.against_pytorch_best(result, progress.compile_us, progress.noise)
+        if is_improvement(judged, progress.best, progress.noise) and user_check.needs_check(judged.bench):
+            judged = self._checked_for_keeping(job, judged, number)
+        return judged
+
+    def _checked_for_keeping(self, job: Job, judged: JudgedResult, number: int) -> JudgedResult:
+        """A candidate about to be kept, run in a user's process first (autokernel/judge/user_check.py), with the
+        integrity checks around it as around a bench: the result as it was, or the FAIL that says why not."""
+        self.view.phase(f"exp {number}: checking it in a user's process")
+
+        def check() -> BenchResult:
+            return user_check.keep_only_if_checked(judged.bench, paths.KERNEL_FILE, kernel_type=job.kernel_type,
+                                                   shapes=job.shapes, dtype=job.dtype, seed=self.state.experiment + 1)
+
+        checked = integrity.checked_bench(self.repo, self.state.kept_commit, job.kernel_type, check)
+        return judged if checked is judged.bench else JudgedResult(checked)
 
     def _abandon(self, message: str) -> bool:
         """Undo an experiment the budget cut short: no row, the number is used again on resume."""

@@ -51,7 +51,7 @@ from autokernel.core.errors import OptimizationError
 from autokernel.core.live import format_duration, throughput_line
 from autokernel.core.throughput import JobSpan
 from autokernel.fleet.pool import Finished, WorkerPool
-from autokernel.judge import runner
+from autokernel.judge import runner, user_check
 from autokernel.search import integrity, policy, run_state
 from autokernel.search.lanes import Flight, Lane, lanes_line
 from autokernel.search.loop import BUDGET_SPENT, MIN_WORTH_STARTING_S, OptimizationRun, budget_too_short, is_run_stop
@@ -339,7 +339,8 @@ class ParallelRun(OptimizationRun):
         self._seed += 1
         return JudgeTask(kernel_source=source, kernel_type=job.kernel_type, shapes=list(job.shapes), dtype=job.dtype,
                          timeout_s=limit, seed=self._seed, extra_args=extra, full_timeout_s=full_limit,
-                         full_below_us=full_below, bench_script=str(paths.BENCH_SCRIPT)), clipped
+                         full_below_us=full_below, bench_script=str(paths.BENCH_SCRIPT),
+                         best_us=progress and progress.best.latency_us, noise=progress and progress.noise), clipped
 
     # ------------------------------------------------------------------ a verdict
     def _settle(self, job: Job, progress: JobProgress, flight: Flight, outcome: JudgeOutcome) -> None:
@@ -357,8 +358,11 @@ class ParallelRun(OptimizationRun):
                         gpu: str) -> None:
         """The one-GPU loop's experiment writes, in its order: state, kernel.py, commit, verdict (LoopRecords)."""
         number = self.state.experiment + 1
-        keep, against = is_improvement(result, progress.best, progress.noise), progress.best
         proposal = flight.proposal
+        if is_improvement(result, progress.best, progress.noise) and user_check.needs_check(result.bench):
+            checked = user_check.check_source(result.bench, proposal.kernel_source, job, seed=self._seed)
+            result = result if checked is result.bench else JudgedResult(checked)
+        keep, against = is_improvement(result, progress.best, progress.noise), progress.best
         with self.guard.critical():
             self.state.in_flight = {"step": "experiment", "number": number}
             self._save()

@@ -1,8 +1,9 @@
 """What the sandbox means on this machine, said before a run: can candidates use the GPU, and what is given up.
 
-session.py asks both before profiling: a sandbox that hides the GPU would turn a night of benches
+session.py asks these before profiling: a sandbox that hides the GPU would turn a night of benches
 into Triton-interpreter timings, and a machine without Landlock (or AUTOKERNEL_SANDBOX_FS=0) gives
-up the confinement of files, which the user must be told plainly.
+up the confinement of files, which the user must be told plainly, as must every other protection the
+machine cannot give (missing_protections).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 from autokernel.judge.runner import CONFINE_ENV, last_lines, run_child
-from autokernel.sandbox.namespaces import NAMESPACE_ENV
+from autokernel.sandbox.namespaces import NAMESPACE_ENV, NETWORK_ENV
 
 GPU_PROBE_TIMEOUT_S = 120
 
@@ -32,6 +33,14 @@ def unconfined_note() -> str:
 
 
 GPU_PROBE = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
+PROBE_TIMEOUT_S = 60
+
+
+def missing_protections(cwd: str | Path) -> list[str]:
+    """The sandbox's protections this machine cannot give (a network or IPC namespace, the socket filter, the memory
+    cgroup), each with why and what it leaves open, as the launcher reports them for a child that does nothing."""
+    child = run_child([sys.executable, "-c", "pass"], timeout_s=PROBE_TIMEOUT_S, cwd=cwd)
+    return list(child.sandbox.get("missing") or [])
 
 
 def sandbox_gpu_problem(cwd: str | Path) -> str | None:
@@ -50,5 +59,6 @@ def sandbox_gpu_problem(cwd: str | Path) -> str | None:
     detail = last_lines(child.stderr, 3) or child.exit_description()
     return ("this machine has a CUDA GPU, but a process in the candidates' sandbox cannot use it, so every "
             f"kernel would be judged in Triton's interpreter ({detail.strip()}). Set {CONFINE_ENV}=0 to run "
-            f"candidates without the file-system confinement, or {NAMESPACE_ENV}=0 without their PID namespace (the "
-            "other checks stay), and report this machine's kernel version and GPU driver")
+            f"candidates without the file-system confinement, {NAMESPACE_ENV}=0 without their PID namespace, or "
+            f"{NETWORK_ENV}=0 without their network namespace and socket filter (the other checks stay), and report "
+            "this machine's kernel version and GPU driver")

@@ -88,6 +88,8 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
             view.log(CPU_NOTE)
         if not runner.filesystem_confined():
             view.log(sandbox_checks.unconfined_note())
+        for missing in sandbox_checks.missing_protections(paths.ROOT):
+            view.log(f"the sandbox cannot give the candidates a {missing}")
         clock_file = paths.WORKSPACE / CLOCK_FILE_NAME
         state.elapsed_s = recovered_elapsed(clock_file, state.tag, state.elapsed_s)    # what a kill -9 left unsaved
         budget = Budget(state.settings.budget_s, used_before_s=state.elapsed_s, started=started)
