@@ -1,8 +1,9 @@
 """The judge (bench.py) against every attack kernel of tests/attacks, every starter, and its own wall time.
 
     python benchmarks/judge.py attacks [options]             (attacks --help: its options)
+    python benchmarks/judge.py sandbox [--out DIR]           (the sandbox with CUDA, its ways out, the user's check)
 
-On a GPU, or on CPU (the GPU-only attacks skipped). The subcommand is benchmarks/suites/judge_attacks.py.
+On a GPU, or on CPU (the GPU-only attacks skipped). The subcommands are modules of benchmarks/suites/.
 """
 
 import sys
@@ -12,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # run as a scri
 from benchmarks.common import run_subcommand  # noqa: E402
 
 # subcommand -> its module in benchmarks/suites/ (whose docstring's first line is the subcommand's help)
-SUBCOMMANDS = {"attacks": "judge_attacks"}
+SUBCOMMANDS = {"attacks": "judge_attacks", "sandbox": "sandbox_check"}
 
 
 def main(argv: list[str] | None = None) -> int:

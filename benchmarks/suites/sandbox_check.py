@@ -1,6 +1,6 @@
-"""Issue 36 on a GPU: the sandbox's new pieces leave CUDA usable, and the user's-process check works there.
+"""The sandbox's pieces leave CUDA usable, its ways out are shut, and the user's-process check works (issue 36).
 
-    python benchmarks/round3_gpu_check.py [--out DIR]       (DIR defaults to $OUT, else benchmarks/results)
+    python benchmarks/judge.py sandbox [--out DIR]       (DIR defaults to $OUT, else benchmarks/results)
 
 1. What the sandbox cannot give on this machine (sandbox_checks.missing_protections), and whether a candidate's
    process can use the GPU inside it (sandbox_gpu_problem: the network and IPC namespaces, the socket filter and the
@@ -24,24 +24,23 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # run as a script: the repository's packages
+import torch
 
-import torch  # noqa: E402
+from autokernel.judge import runner, user_check
+from autokernel.kernel_types import registry
+from autokernel.search import sandbox_checks
 
-from autokernel.judge import runner, user_check  # noqa: E402
-from autokernel.kernel_types import registry  # noqa: E402
-from autokernel.search import sandbox_checks  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ATTACK_DIR = ROOT / "tests" / "attacks"
 BUDGET_S = 210.0
 STARTERS = ["softmax", "rmsnorm", "matmul"]
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "results"))
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     started, lines, bad = time.monotonic(), [], 0
 
     def log(line: str) -> None:
@@ -112,6 +111,3 @@ def main(argv=None) -> int:
     (Path(args.out) / "round3_gpu_check.md").write_text("\n".join(lines) + "\n")
     return 1 if bad else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
