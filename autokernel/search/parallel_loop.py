@@ -7,17 +7,15 @@ LoopRecords'); only the judging is handed out, and the waiting for an LLM's repl
 its own (autokernel/search/proposals.py), and the orchestrator goes on collecting and committing verdicts and
 serving other jobs meanwhile. A free worker gets work at once, from the jobs in flight (autokernel/search/lanes.py)
 before any other, and among them in plan order:
-  - a job's baseline: its starter benched twice, the second once the first passed (and finding the
-    compiled kernels cached), on another GPU than the first where one is free, so the noise includes
-    the difference between GPUs; a second run goes before candidates;
-  - a job's candidate: one an earlier reply queued, else the agent is asked for one more (a reply may
-    hold one per GPU; the rest are queued), told which of the job's are being judged (ctx.in_flight),
-    and the worker is held for its reply; it goes to the worker as a whole kernel file, judged in a
-    private folder of the worker's (autokernel/fleet/judge_worker.py). One question per job is out at a time;
-  - when no job in flight can use the worker (its baseline is being judged, its agent is thinking or
-    waits for results, it is ending), the plan's next job opens on it, so no GPU idles while another
-    judges a baseline or waits for a reply. At most one job per GPU is in flight, and never two of one
-    kernel type (results.tsv names a row's job by its kernel type, which the plan gives one job each).
+  - a job's baseline: its starter benched twice (the second once the first passed), on another GPU than the first
+    where one is free, so the noise includes the difference between GPUs; a second run goes before candidates;
+  - a job's candidate: one an earlier reply queued, else the agent is asked for one more (one per GPU at most; the
+    rest are queued), told which of the job's are being judged (ctx.in_flight); it goes to the worker as a whole
+    kernel file, judged in a private folder (autokernel/fleet/judge_worker.py). One question per job at a time;
+  - when no job in flight can use the worker (its baseline is being judged, its agent thinks or waits, it is
+    ending), the plan's next job opens on it. At most one job per GPU is in flight, and never two of one kernel type
+    (results.tsv names a row's job by its kernel type). A candidate that would be kept is checked in a user's
+    process first (autokernel/judge/user_check.py).
 A reply is taken back on this thread and handled as with one GPU (LoopRecords._take_reply): a malformed one or a
 broken contract is recorded; one the budget cannot bench, or that comes after its job stopped, is paid, not judged.
 Each verdict, as it comes back, is committed on the run's one branch, numbered in arrival order and naming its job
@@ -30,9 +28,9 @@ saved and its workers go to the others. Rules, per job, as with one GPU: reverts
 (--kernel-budget: its wall time with something judged, overlaps counted once), target speedup, peak. The run's budget
 is one clock the jobs in flight draw on together, none starting what it cannot pay for; a job opens only while the
 budget left can pay for its baseline (--top K: the same K jobs open in plan order; a later one may end first).
-A task being judged, or a reply out, when the orchestrator dies or stops was never recorded: nothing to
-undo (a stop does not wait for replies); `--resume` reopens every started job where its state says
-(autokernel/search/run_state.py). A worker that dies takes only its own task with it: a CRASH, and a new worker.
+A task being judged, or a reply out, when the orchestrator dies or stops was never recorded: nothing to undo (a stop
+does not wait for replies); `--resume` reopens every started job where its state says (autokernel/search/run_state.py).
+A worker that dies takes only its own task with it: a CRASH, and a new worker.
 """
 
 from __future__ import annotations
