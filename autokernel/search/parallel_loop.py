@@ -7,15 +7,13 @@ LoopRecords'); only the judging is handed out, and the waiting for an LLM's repl
 its own (autokernel/search/proposals.py), and the orchestrator goes on collecting and committing verdicts and
 serving other jobs meanwhile. A free worker gets work at once, from the jobs in flight (autokernel/search/lanes.py)
 before any other, and among them in plan order:
-  - a job's baseline: its starter benched twice (the second once the first passed), on another GPU than the first
-    where one is free, so the noise includes the difference between GPUs; a second run goes before candidates;
+  - a job's baseline: its starter benched twice, on two GPUs where free (the noise includes their difference);
   - a job's candidate: one an earlier reply queued, else the agent is asked for one more (one per GPU at most; the
     rest are queued), told which of the job's are being judged (ctx.in_flight); it goes to the worker as a whole
     kernel file, judged in a private folder (autokernel/fleet/judge_worker.py). One question per job at a time;
   - when no job in flight can use the worker (its baseline is being judged, its agent thinks or waits, it is
     ending), the plan's next job opens on it. At most one job per GPU is in flight, and never two of one kernel type
-    (results.tsv names a row's job by its kernel type). A candidate that would be kept is checked in a user's
-    process first (autokernel/judge/user_check.py).
+    (results.tsv names a row's job by its kernel type); a candidate to keep is checked in a user's process first.
 A reply is taken back on this thread and handled as with one GPU (LoopRecords._take_reply): a malformed one or a
 broken contract is recorded; one the budget cannot bench, or that comes after its job stopped, is paid, not judged.
 Each verdict, as it comes back, is committed on the run's one branch, numbered in arrival order and naming its job
