@@ -581,6 +581,10 @@ def main(argv=None) -> int:
     if not kernel_path.is_file():
         report.finish(CRASH, "load", f"kernel file not found: {kernel_path}")
         return EXIT_CODES[CRASH]
+    refusal = worker_process.refusal_of(kernel_path)      # read from its source: none of it has run
+    if refusal:
+        report.finish(FAIL, "load", refusal)
+        return EXIT_CODES[FAIL]
     worker = CandidateWorker(kernel_path)
     watchdog = Watchdog(report.finish, worker.kill)
     try:

@@ -87,8 +87,37 @@ RUNNER_ATTACKS = {
     "daemon_writes_after_the_run": ("CRASH", "left 1 process(es) running after the judge finished"),
 }
 
-# Attacks the judge does not yet reject (each is a PASS today): tests/test_attacks.py expects them to fail, strictly,
-# so a fix shows. The guard against library compute is a TorchDispatchMode, which is per thread and can be set
+# The judge reads every kernel file's source before any of it runs (autokernel/judge/source_check.py): what the
+# file imports, which builtins and attributes it reaches, what PyTorch does outside its @triton.jit code. Most attack
+# files here load their honest part with runpy, which the source check refuses by itself, so ATTACKS are judged with
+# the check off (SOURCE_CHECK_ENV=0): they test the runtime guards behind it. SOURCE_CHECK: each attack whose trick
+# the source check sees, and the piece of its refusal that names the trick (tests/test_source_check.py).
+SOURCE_CHECK = {
+    "forge_result_at_import": "uses open",
+    "rewrite_checker_at_import": "uses setattr",
+    "replace_timer_at_import": "imports time",
+    "decoy_launch_returns_torch": "uses torch.softmax",
+    "behaves_by_call_stack": "imports sys",
+    "reads_reference_from_memory": "imports gc",
+    "returns_tensor_subclass": "defines __torch_function__",
+    "changes_global_state": "assigns torch.backends.cuda.matmul.allow_tf32, an attribute of a module",
+    "indices_from_torch": "uses torch.argmax",
+    "leaves_thread_running": "imports threading",
+    "writes_verdict_through_proc_fd": "uses os",
+    "thread_outlives_kernel_fn": "imports threading",
+    "torch_compute_in_a_thread": "imports threading",
+    "torch_compute_with_modes_disabled": "imports _disable_current_modes from torch.utils._python_dispatch",
+    "silences_the_tamper_check": "imports worker_tampering from autokernel.judge.candidate",
+    "forges_timing_through_a_relay": "imports socket",
+    "honest_only_under_autokernel": "imports sys",
+    "changes_allocator_settings": "reads the private attribute _set_allocator_settings",
+    "rerecords_timer_events": "reads the attribute f_back",
+    "daemon_rewrites_verdict": "imports ctypes",
+    "daemon_writes_after_the_run": "imports ctypes",
+}
+
+# Attacks the runtime guards alone do not reject (each is a PASS with the source check off); the source check
+# rejects each (SOURCE_CHECK), and tests/test_attacks.py judges them with it on: a FAIL at load. The guard against library compute is a TorchDispatchMode, which is per thread and can be set
 # aside from Python; a fix needs an observer the kernel cannot switch off (the profiler's record of every op, from
 # every thread, or the GPU's kernel events as autokernel/judge/cuda_launches.py reads them for CUDA files).
 OPEN_HOLES = {

@@ -27,6 +27,7 @@ import argparse
 import builtins
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import signal
@@ -107,9 +108,10 @@ def _classes_of(module) -> dict:
 
 
 class Worker:
-    def __init__(self, sock: socket.socket, kernel_path: Path, device: torch.device):
+    def __init__(self, sock: socket.socket, kernel_path: Path, device: torch.device, source_digest: str | None = None):
         self.sock = sock
         self.kernel_path = kernel_path
+        self.source_digest = source_digest      # the sha256 of the source the judge's source check passed
         self.device = device
         self.clock = timing.Clock(device)
         stream_of = timing_stream = None
@@ -226,6 +228,9 @@ class Worker:
 
     # ------------------------------------------------------------------ requests
     def load(self) -> tuple[dict, list]:
+        if self.source_digest and hashlib.sha256(self.kernel_path.read_bytes()).hexdigest() != self.source_digest:
+            raise Rejected(f"{self.kernel_path.name} changed after the judge read its source: the file judged must "
+                           "be the file checked")
         VIOLATIONS.clear()
         try:
             module, self.kt = load_kernel(self.kernel_path)
@@ -359,11 +364,12 @@ def main(argv=None) -> int:
     parser.add_argument("--fd", type=int, required=True, help="this end of the judge's socket pair")
     parser.add_argument("--kernel", required=True, help="the kernel file")
     parser.add_argument("--parent", type=int, required=True, help="the judge's process id")
+    parser.add_argument("--source-digest", default=None, help="the sha256 of the source the judge checked")
     args = parser.parse_args(argv)
     die_with_parent(args.parent)
     sock = socket.socket(fileno=args.fd)
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    code = Worker(sock, Path(args.kernel), device).serve()
+    code = Worker(sock, Path(args.kernel), device, args.source_digest).serve()
     # Exit at once: the kernel's atexit handlers and the interpreter's teardown have nothing to add.
     sys.stdout.flush()
     sys.stderr.flush()
