@@ -35,6 +35,7 @@ import socket
 import sys
 import time
 import traceback
+import weakref
 from pathlib import Path
 
 import torch
@@ -127,6 +128,7 @@ class Worker:
         self.kt: registry.KernelType | None = None
         self.kernel_fn = None
         self.previous_output = None         # the tensors of the last call's output
+        self.earlier_outputs: list = []     # weak references to every earlier call's output tensors
         self.timed_case = self.timed_inputs = self.last_output = self.witness = None
         self.timed_parts = 1
         self.state = tampering.global_state()
@@ -189,7 +191,7 @@ class Worker:
 
     # The worker's own bookkeeping, which changes from call to call.
     _mutable_attributes = tuple(f"the worker.{name}" for name in (
-        "kt", "kernel_fn", "previous_output", "timed_case", "timed_inputs", "last_output", "witness",
+        "kt", "kernel_fn", "previous_output", "earlier_outputs", "timed_case", "timed_inputs", "last_output", "witness",
         "timed_parts"))
 
     def _run_kernel(self, **inputs):
@@ -207,11 +209,26 @@ class Worker:
         if problem is None and self.cuda_watch is None and self.counter.count == launches_before:
             problem = ("kernel_fn launched no Triton kernel of its own: it must compute the result with its own "
                        "kernels, not return PyTorch's")
-        problem = problem or self._tampering(fingerprint=not timed)
+        problem = problem or self._returned_before(guards.output_tensors(output, parts)) \
+            or self._tampering(fingerprint=not timed)
         if problem:
             raise Rejected(problem)
         self.previous_output = guards.output_tensors(output, parts)
+        self.earlier_outputs.extend(weakref.ref(tensor) for tensor in self.previous_output)
         return self.previous_output
+
+    def _returned_before(self, tensors: tuple) -> str | None:
+        """An output that is, or shares memory with, one kernel_fn returned on any earlier call and still holds.
+
+        The judge lets go of every output it has checked: one still alive after that is held by the kernel, and
+        handing it back is a cache, whatever its key (a user's model would get an earlier call's result)."""
+        alive = [earlier for earlier in (ref() for ref in self.earlier_outputs) if earlier is not None]
+        self.earlier_outputs = [weakref.ref(earlier) for earlier in alive]
+        for tensor in tensors:
+            if tensor.numel() and any(guards.overlaps(tensor, earlier) for earlier in alive):
+                return ("kernel_fn returned an output it had returned on an earlier call (the same memory): it caches "
+                        "its result; each call must compute a fresh tensor from its inputs' values")
+        return None
 
     def _checked_call(self, inputs: dict, poison: bool, parts: int) -> tuple[torch.Tensor, ...]:
         before = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
@@ -269,7 +286,10 @@ class Worker:
         fresh = correctness.case_inputs(self.kt, {**self.timed_case, "seed": request["seed"]}, self.device.type)
         for name, tensor in self.timed_inputs.items():
             if isinstance(tensor, torch.Tensor):
-                tensor.copy_(fresh[name])
+                # Through .data, a write the tensor's version counter does not see: a kernel that keys a cache on
+                # its input's address and _version misses only where the values it would see changed, as a user's
+                # recycled activation (same address, same version, new values) would have it.
+                tensor.data.copy_(fresh[name])
         self.last_output = None
         VIOLATIONS.clear()
         launches, ops = self.counter.count, self.no_library_compute.ops
