@@ -46,7 +46,7 @@ from autokernel.sandbox import launcher as sandbox
 # candidate's worker and writes it into its JSON result. A result file without it was not written by the judge.
 from autokernel.judge.candidate.worker_process import CONFINE_ENV, NONCE_VARIABLE, WORKER_CACHE_VARIABLE
 from autokernel.sandbox.child_env import (ALLOWED_ENV, SECRET_PATTERNS, caches_for, caches_in,  # noqa: F401 (API)
-                                           child_environment, remove_tree, secrets_withheld)
+                                           child_environment, outgrown, remove_tree, secrets_withheld)
 
 # CONFINE_ENV=0 turns the Landlock file-system confinement off (sandbox/launcher.py), for a machine where it gets in
 # the way.
@@ -346,8 +346,9 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
         return synthesized_result(CRASH, f"the judge's own files changed during the bench ({', '.join(tampered[:5])}); "
                                            "they were put back, and the verdict is void", **common)
     judged = _judged(written, child, nonce, dtype=dtype, seed=seed, timeout_s=timeout_s)
-    if candidate_caches and not judged.passed:
-        remove_tree(str(candidate_caches))     # nothing a rejected candidate wrote outlives its experiment
+    if candidate_caches and (not judged.passed or outgrown(candidate_caches)):
+        # Nothing a rejected candidate wrote outlives its experiment, nor more than compiler caches of a passing one.
+        remove_tree(str(candidate_caches))
     sources = judged.extra.pop(judge_files.JUDGE_SOURCES, None)
     if (the_judge or sources is not None) and judged.correctness in (PASS, FAIL):
         unknown = digest.unknown_sources(sources)
