@@ -46,6 +46,10 @@ CANDIDATE_CACHE_LIMIT_BYTES = 256 << 20
 CANDIDATE_CACHE_LIMIT_ENTRIES = 20_000
 
 
+# Every value secrets_withheld took out of this process's environment (autokernel/sandbox/redact.py reads them).
+WITHHELD_VALUES: set[str] = set()
+
+
 def is_secret(name: str) -> bool:
     return any(fnmatch.fnmatchcase(name.upper(), pattern) for pattern in SECRET_PATTERNS)
 
@@ -58,6 +62,7 @@ def secrets_withheld():
     so no child of the run can inherit one. They are put back afterwards (autokernel.optimize runs in
     the user's own process)."""
     withheld = {name: os.environ.pop(name) for name in list(os.environ) if is_secret(name)}
+    WITHHELD_VALUES.update(withheld.values())   # no longer in os.environ: redact.scrub still takes them out
     try:
         yield sorted(withheld)
     finally:

@@ -32,7 +32,9 @@ ATTACKS = {
     "returns_uninitialized_memory": ("FAIL", "smoke", "nan where the reference has", "cpu"),
     "reads_reference_from_memory": ("FAIL", "smoke", "the kernel called gc.get_objects", "cpu"),
     "returns_tensor_subclass": ("FAIL", "smoke", "a subclass of torch.Tensor", "cpu"),
-    "persistent_output_buffers": ("FAIL", "timing", "returns a persistent buffer", "cpu"),
+    # Its ring of buffers comes round to an output the judge checked earlier: any stage after the third call.
+    "persistent_output_buffers": ("FAIL", ("shape sweep", "stability", "determinism", "edge shapes", "timing"),
+                                  "returned an output it had returned on an earlier call", "cpu"),
     "changes_global_state": ("FAIL", "load", "torch.backends.cuda.matmul.allow_tf32 False -> True", "cpu"),
     # torch.max / torch.min(x, dim): (values, indices), the indices exact, each tensor a fresh one of its own.
     # Ties can turn up in random bfloat16 lines too: the shape sweep may catch the tie attack first.
