@@ -32,7 +32,8 @@ CPU_ATTACKS = [name for name, expected in ATTACKS.items() if expected[3] == "cpu
 ATTACK_ENV = {**os.environ, "AUTOKERNEL_REGION_DIRS": str(ATTACK_DIR / _EXPECTED["REGION_DIRS"]),
               source_check.SOURCE_CHECK_ENV: "0"}
 # The loop screens every candidate with --quick; these also go through the full verdict.
-FULL_TOO = ["stale_output_when_called_often", "decoy_launch_returns_torch", "cache_by_data_pointer"]
+FULL_TOO = ["stale_output_when_called_often", "decoy_launch_returns_torch", "cache_by_data_pointer",
+            "cache_by_address_and_version"]
 
 
 def _case(name: str, mode: str):

@@ -80,6 +80,9 @@ REFUSED = {
     "class T(torch.Tensor):\n    def __torch_function__(cls, *a):\n        return 0": "defines __torch_function__",
     "class T:\n    def __del__(self):\n        pass": "defines __del__",
     "SRC = '#include <torch/types.h>\\nint f() { return system(\"id\"); }'": "CUDA C++ source that calls system(",
+    "SRC = '#include <torch/types.h>\\n#define RUN sys##tem\\nint f() { return RUN(\"id\"); }'": "calls ##",
+    "SRC = '#include <cstdlib>\\nextern \"C\" int go(const char*) asm(\"system\");'": "CUDA C++ source that calls asm(",
+    "import typing\nHINTS = typing.get_type_hints(kernel_fn)": "reads the attribute get_type_hints",
 }
 
 ACCEPTED = [
@@ -88,7 +91,8 @@ ACCEPTED = [
     "from triton.tools.tensor_descriptor import TensorDescriptor\nfrom torch._subclasses.fake_tensor import is_fake",
     "import os\nif os.environ.get('TRITON_INTERPRET') == '1':\n    from autokernel.core.interpreter_libdevice import libdevice",
     "DT = getattr(torch, 'float16')\nTF32 = torch.backends.cuda.matmul.allow_tf32",
-    "class Cache:\n    def __init__(self):\n        self._plans = {}\n    def get(self, key):\n        return self._plans.get(key)",
+    "class Cache(dict):\n    __slots__ = ()\n    def __init__(self):\n        super().__init__()\n"
+    "    def get(self, key):\n        return self._plans.get(key)",
     "@triton.jit\ndef k(x_ptr, N: tl.constexpr):\n    x = tl.load(x_ptr + tl.arange(0, N))\n    tl.store(x_ptr, tl.sum(x @ x, axis=0))",
     "def kernel_fn(x):\n    y = torch.empty_like(x)\n    z = x.reshape(-1, x.shape[-1]).contiguous().to(torch.float32)\n"
     "    w = torch.zeros((4, 4), device=x.device, dtype=torch.float16).view(-1)\n"

@@ -49,7 +49,9 @@ FORBIDDEN_FROM = {"typing": {"get_type_hints", "ForwardRef", "evaluate_forward_r
 FORBIDDEN_BUILTINS = frozenset({"__import__", "exec", "eval", "compile", "open", "globals", "locals", "vars", "dir",
                                 "setattr", "delattr", "breakpoint", "input", "help", "exit", "quit", "id",
                                 "memoryview", "__builtins__", "__build_class__", "__loader__", "__spec__"})
-DUNDER_NAMES_ALLOWED = frozenset({"__name__", "__doc__", "__all__"})
+DUNDER_NAMES_ALLOWED = frozenset({"__name__", "__doc__", "__all__", "__slots__"})
+# Dunder attributes that lead nowhere (super().__init__(), a function's __name__); every other one is refused.
+DUNDER_ATTRIBUTES_ALLOWED = frozenset({"__init__", "__post_init__", "__name__", "__doc__", "__qualname__"})
 # Modules a kernel may not reach: an attribute of one of these names is refused wherever it is (torch.os, np).
 FORBIDDEN_MODULES = frozenset({
     "os", "sys", "subprocess", "ctypes", "socket", "threading", "multiprocessing", "signal", "gc", "inspect",
@@ -60,7 +62,7 @@ FORBIDDEN_MODULES = frozenset({
     "cpp_extension", "typing_extensions"})
 # Attributes that lead from an object to frames, code and globals (a generator's gi_frame.f_back.f_globals is the
 # worker's own module, os and all).
-FORBIDDEN_ATTRIBUTES = frozenset({"gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame",
+FORBIDDEN_ATTRIBUTES = frozenset({"get_type_hints", "ForwardRef", "evaluate_forward_ref", "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame",
                                   "ag_code", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame",
                                   "tb_next", "co_code", "mro", "format_map"})
 # A format string that reads a private attribute of its argument ("{0._version}", "{0.__class__}"): str.format
@@ -104,7 +106,8 @@ _CPP_FORBIDDEN = re.compile(
     r"\b(system|popen|fork|vfork|exec[lv]p?e?|posix_spawnp?|socket|connect|dlopen|dlsym|syscall|getenv|setenv|putenv|"
     r"ptrace|kill|shm_open|shmget|shmat|msgget|semget|mmap|memfd_create|fopen|freopen|open|openat|creat|"
     r"pthread_create|unlink|rename|remove|chmod|readlink|opendir)\s*\(|\bstd::(thread|async|jthread)\b|"
-    r"\b[io]?fstream\b|#\s*include\s*[<\"](unistd|fcntl|dlfcn|spawn|thread|fstream|sys/[^>\"]*)")
+    r"\b[io]?fstream\b|#\s*include\s*[<\"](unistd|fcntl|dlfcn|spawn|thread|fstream|sys/[^>\"]*)|"
+    r"##|\basm\s*\(\s*\"\w+\"\s*\)\s*;")     # token pasting, an asm label: a forbidden name spelled otherwise
 _CPP_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 
@@ -226,9 +229,10 @@ class _Checker(ast.NodeVisitor):
         self.visit(node.value)
 
     def _attribute(self, node: ast.AST, name: str, base: ast.AST) -> None:
-        if _is_dunder(name):
+        if _is_dunder(name) and name not in DUNDER_ATTRIBUTES_ALLOWED:
             self.note(node, f"reads the attribute {name}")
-        elif name.startswith("_") and not (isinstance(base, ast.Name) and base.id in ("self", "cls")):
+        elif name.startswith("_") and not _is_dunder(name) and not (isinstance(base, ast.Name)
+                                                                     and base.id in ("self", "cls")):
             self.note(node, f"reads the private attribute {name} ({ast.unparse(base)}.{name})")
         elif name in FORBIDDEN_MODULES:
             self.note(node, f"reaches the module {name} through {ast.unparse(base)}")
