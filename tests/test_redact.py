@@ -70,8 +70,7 @@ def test_a_kernel_that_raises_what_it_read_leaks_it_neither_to_the_llm_nor_to_st
     monkeypatch.setenv("AUTOKERNEL_DEPLOY_WORD", "the-env-secret-value-7")          # one the sandbox passes on
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv(source_check.SOURCE_CHECK_ENV, "0")     # it opens a file: the line behind the source check
-    leaking = ("import os\n_read = open('.env').read().strip() + ' ' + os.environ['AUTOKERNEL_DEPLOY_WORD']\n"
-               "raise RuntimeError('the secrets: ' + _read)\n" + HONEST)
+    leaking = (ROOT / "tests" / "attacks" / "raises_what_it_read.py").read_text()
     saves = []          # every state.json the run wrote: the failure record is in it while the job runs
     real_save = run_state.save
     monkeypatch.setattr(run_state, "save", lambda state, path=None: (real_save(state, path),
@@ -88,7 +87,8 @@ def test_a_kernel_that_raises_what_it_read_leaks_it_neither_to_the_llm_nor_to_st
         requests = [json.dumps(request.body) for request in server.requests]
     saved = "".join(saves) + (root / "results.tsv").read_text()
     assert len(requests) == 2 and "The judge's whole error" in requests[1], "the failure was shown to the model"
-    assert "the secrets: " in requests[1] and "the secrets: " in saved, "the judge's words are kept"
+    assert "RuntimeError: the secrets: " in requests[1] and "RuntimeError: the secrets: " in saved, \
+        "the judge's words are kept"
     for secret in ("tok-from-the-dotenv-file-42", "the-env-secret-value-7"):
         assert not any(secret in request for request in requests)
         assert secret not in saved

@@ -75,6 +75,8 @@ ATTACKS = {
     # A region's kernel: its definition is in tests/attacks/regions/ (every attack is judged with that folder in
     # AUTOKERNEL_REGION_DIRS), judged in the region's own dtype.
     "region_positions_read_as_bytes": ("FAIL", "stability", "[wide range", "cpu"),
+    # Round 3: secrets raised in an error. The judge reports the error; the runner takes the secrets out of it.
+    "raises_what_it_read": ("CRASH", "load", "RuntimeError: the secrets: ", "cpu"),
     "side_stream_launch": ("FAIL", "smoke", "side stream", "gpu"),
     "rerecords_timer_events": ("FAIL", "timing", "the timer", "gpu"),
     "changes_allocator_settings": ("FAIL", "load", "changed torch's global state", "gpu"),
@@ -120,6 +122,7 @@ SOURCE_CHECK = {
     "changes_allocator_settings": "reads the private attribute _set_allocator_settings",
     "rerecords_timer_events": "reads the attribute f_back",
     "cache_by_address_and_version": "reads the private attribute _version",
+    "raises_what_it_read": "uses open",
     "daemon_rewrites_verdict": "imports ctypes",
     "daemon_writes_after_the_run": "imports ctypes",
 }
