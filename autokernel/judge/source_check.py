@@ -62,9 +62,10 @@ FORBIDDEN_MODULES = frozenset({
     "cpp_extension", "typing_extensions"})
 # Attributes that lead from an object to frames, code and globals (a generator's gi_frame.f_back.f_globals is the
 # worker's own module, os and all).
-FORBIDDEN_ATTRIBUTES = frozenset({"get_type_hints", "ForwardRef", "evaluate_forward_ref", "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame",
-                                  "ag_code", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame",
-                                  "tb_next", "co_code", "mro", "format_map"})
+FORBIDDEN_ATTRIBUTES = frozenset({
+    "get_type_hints", "ForwardRef", "evaluate_forward_ref", "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame",
+    "cr_code", "cr_await", "ag_frame", "ag_code", "f_back", "f_globals", "f_locals", "f_builtins", "f_code",
+    "tb_frame", "tb_next", "co_code", "mro", "format_map"})
 # A format string that reads a private attribute of its argument ("{0._version}", "{0.__class__}"): str.format
 # reads it, unseen by the rules on attributes above.
 _FORMAT_ATTRIBUTE = re.compile(r"\{[\w.\[\]]*\._")
@@ -159,7 +160,8 @@ def _is_jit(function: ast.FunctionDef) -> bool:
 def _interpret_check(node: ast.AST) -> bool:
     """os.environ.get("TRITON_INTERPRET"): the one use of os a region's starter makes."""
     return (isinstance(node, ast.Call) and _dotted(node.func) == ["os", "environ", "get"] and len(node.args) == 1
-            and not node.keywords and isinstance(node.args[0], ast.Constant) and node.args[0].value == "TRITON_INTERPRET")
+            and not node.keywords and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value == "TRITON_INTERPRET")
 
 
 class _Checker(ast.NodeVisitor):

@@ -26,9 +26,10 @@ from autokernel.sandbox.child_env import WITHHELD_VALUES
 REDACTED = "[redacted]"
 MIN_SECRET_CHARS = 8
 MAX_CHARS = 16000
-# Files whose values are secrets: relative to the repository (paths.ROOT) or to the home folder ("~/...").
-SECRET_FILES = (".env", ".env.local", ".env.development", ".env.production", "~/.netrc", "~/.git-credentials",
-                "~/.aws/credentials", "~/.pypirc", "~/.config/gh/hosts.yml", "~/.docker/config.json",
+# Files whose values are secrets: relative to the repository (paths.ROOT), to the home folder ("~/...") or absolute.
+SECRET_FILES = ("/etc/shadow", ".env", ".env.local", ".env.development", ".env.production", "~/.netrc",
+                "~/.git-credentials", "~/.aws/credentials", "~/.pypirc", "~/.config/gh/hosts.yml",
+                "~/.docker/config.json",
                 "~/.anthropic/api_key", "~/.openai/api_key")
 MAX_SECRET_FILE_BYTES = 1 << 16
 PATTERNS = [re.compile(pattern, flags) for pattern, flags in (
@@ -52,9 +53,23 @@ _TOKEN_BITS_PER_CHAR = 4.2          # a random base64 token has about 5-6; a lon
 def scrub(text: str | None, repository: str | Path | None = None, limit: int = MAX_CHARS) -> str | None:
     """text without anything that looks like a secret, at most `limit` characters (both ends kept); `repository`:
     the folder whose .env files hold secrets (default: the working folder)."""
+    return Redactor(repository)(text, limit)
+
+
+class Redactor:
+    """scrub with the secret values read once: for many lines (bench.py's echo of the kernel's output)."""
+
+    def __init__(self, repository: str | Path | None = None):
+        self.values = sorted(secret_values(repository), key=len, reverse=True)
+
+    def __call__(self, text: str | None, limit: int = MAX_CHARS) -> str | None:
+        return _scrubbed(text, self.values, limit)
+
+
+def _scrubbed(text: str | None, values: list[str], limit: int) -> str | None:
     if not text:
         return text
-    for value in sorted(secret_values(repository), key=len, reverse=True):
+    for value in values:
         text = text.replace(value, REDACTED)
     for pattern in PATTERNS:
         text = pattern.sub(REDACTED, text)
@@ -86,7 +101,7 @@ def _paths(value: str) -> bool:
 def _secret_files(repository: Path) -> list[Path]:
     found = []
     for name in SECRET_FILES:
-        path = Path(name).expanduser() if name.startswith("~") else repository / name
+        path = Path(name).expanduser() if name.startswith(("~", "/")) else repository / name
         if path.is_file():
             found.append(path)
     return found
