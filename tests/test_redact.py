@@ -92,3 +92,20 @@ def test_a_kernel_that_raises_what_it_read_leaks_it_neither_to_the_llm_nor_to_st
     for secret in ("tok-from-the-dotenv-file-42", "the-env-secret-value-7"):
         assert not any(secret in request for request in requests)
         assert secret not in saved
+
+
+def test_bench_by_hand_shows_neither_in_its_verdict_nor_in_the_kernels_echoed_output_a_secret(tmp_path):
+    # A person, or a coding agent, that runs bench.py reads its output: the kernel's prints and error pass through it.
+    import subprocess
+    import sys
+
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text("import os\nKERNEL_TYPE = 'softmax'\nprint('key', os.environ['MY_SERVICE_KEY'], flush=True)\n"
+                      "raise RuntimeError('key ' + os.environ['MY_SERVICE_KEY'])\n")
+    out = tmp_path / "result.json"
+    env = {**os.environ, "MY_SERVICE_KEY": "svc-key-value-0123", source_check.SOURCE_CHECK_ENV: "0"}
+    proc = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--kernel", str(kernel), "--quick", "--json-out",
+                           str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert json.loads(out.read_text())["correctness"] == "CRASH"
+    assert "kernel| key [redacted]" in proc.stderr and "RuntimeError: key [redacted]" in out.read_text()
+    assert "svc-key-value-0123" not in proc.stdout + proc.stderr + out.read_text()
