@@ -88,6 +88,8 @@ REFUSED = {
 ACCEPTED = [
     "from __future__ import annotations\nimport math\nimport functools\nfrom dataclasses import dataclass",
     "from typing import NamedTuple\nimport itertools\nfrom collections import namedtuple",
+    "def configs(sizes):\n    seen = set()\n    for size in sorted(sizes):\n        seen.add(size)\n"
+    "    chosen = list(seen)\n    chosen.sort()\n    return chosen",
     "from triton.tools.tensor_descriptor import TensorDescriptor\nfrom torch._subclasses.fake_tensor import is_fake",
     "import os\nif os.environ.get('TRITON_INTERPRET') == '1':\n    from autokernel.core.interpreter_libdevice import libdevice",
     "DT = getattr(torch, 'float16')\nTF32 = torch.backends.cuda.matmul.allow_tf32",

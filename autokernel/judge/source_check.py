@@ -80,7 +80,8 @@ TORCH_ALLOWED = frozenset({
     "bfloat16", "SymInt", "get_float32_matmul_precision", "is_grad_enabled", "is_inference_mode_enabled",
     "are_deterministic_algorithms_enabled", "get_default_device"})
 _TORCH_DTYPE = re.compile(r"(u?int\d+|float\d+(_\w+)?|bfloat16|complex\d+|q?u?int\d+x?\d*|bits\w+)$")
-# Tensor methods that compute (outside @triton.jit code, where Python runs, only PyTorch has them).
+# Tensor methods that compute (outside @triton.jit code, where Python runs, only PyTorch has them); names that
+# Python's own types share (list.sort, set.add) are left to the runtime guard.
 COMPUTE_METHODS = frozenset({
     "sum", "mean", "prod", "max", "min", "amax", "amin", "aminmax", "argmax", "argmin", "softmax", "log_softmax",
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sigmoid", "tanh", "relu", "gelu",
@@ -89,14 +90,14 @@ COMPUTE_METHODS = frozenset({
     "true_divide", "floor_divide", "remainder", "fmod", "clamp", "clamp_", "clip", "where", "masked_fill",
     "masked_fill_", "masked_scatter", "scatter", "scatter_", "scatter_add", "scatter_reduce", "gather",
     "index_select", "index_add", "index_add_", "take", "cumsum", "cumprod", "logcumsumexp", "logsumexp", "norm",
-    "var", "std", "var_mean", "std_mean", "topk", "sort", "argsort", "kthvalue", "median", "mode", "all", "any",
+    "var", "std", "var_mean", "std_mean", "topk", "argsort", "kthvalue", "median", "all", "any",
     "eq", "ne", "lt", "le", "gt", "ge", "equal", "allclose", "isclose", "isnan", "isinf", "isfinite",
     "nan_to_num", "round", "floor", "ceil", "trunc", "sign", "lerp", "addcmul", "addcdiv", "maximum", "minimum",
     "fmax", "fmin", "numpy", "tril", "triu", "flip", "roll", "layer_norm", "rms_norm", "linear", "conv1d",
-    "conv2d", "dropout", "cross_entropy", "nll_loss", "rotate_half", "baddbmm_", "addmm_", "exp_", "sigmoid_",
+    "conv2d", "dropout", "cross_entropy", "nll_loss", "baddbmm_", "addmm_", "exp_", "sigmoid_",
     "tanh_", "relu_", "sqrt_", "rsqrt_", "pow_", "nansum", "nanmean", "count_nonzero", "bincount", "histc",
-    "unique", "diff", "cummax", "cummin", "softplus", "hardtanh", "mish", "glu", "bitwise_and", "bitwise_or",
-    "bitwise_xor", "bitwise_not", "logical_and", "logical_or", "logical_not", "logical_xor", "add"})
+    "unique", "cummax", "cummin", "softplus", "hardtanh", "mish", "glu", "bitwise_and", "bitwise_or",
+    "bitwise_xor", "bitwise_not", "logical_and", "logical_or", "logical_not", "logical_xor"})
 # Methods a class may not define: PyTorch's hooks into every op, a finalizer that runs when the collector says,
 # attribute lookups of its own.
 FORBIDDEN_DEFS = frozenset({"__torch_function__", "__torch_dispatch__", "__del__", "__getattr__", "__getattribute__",
@@ -218,7 +219,8 @@ class _Checker(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         noted = len(self.problems)
         self._attribute(node, node.attr, node.value)
-        if self.jit_depth == 0 and node.attr in COMPUTE_METHODS and len(self.problems) == noted:
+        own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")     # its own class's members
+        if self.jit_depth == 0 and node.attr in COMPUTE_METHODS and len(self.problems) == noted and not own:
             chain = _dotted(node.value)
             settings = chain and self.modules.get(chain[0]) == "torch" and chain[1:2] == ["backends"]
             if not (settings or chain and self.modules.get(chain[0], "").startswith(("math", "triton"))):
