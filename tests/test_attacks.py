@@ -40,7 +40,8 @@ def _case(name: str, mode: str):
     return (name, mode)
 
 
-def judge(name: str, tmp_path: Path, *extra: str, source_checked: bool = False) -> tuple[dict, subprocess.CompletedProcess]:
+def judge(name: str, tmp_path: Path, *extra: str,
+          source_checked: bool = False) -> tuple[dict, subprocess.CompletedProcess]:
     out = tmp_path / "result.json"
     env = {**ATTACK_ENV, source_check.SOURCE_CHECK_ENV: "1"} if source_checked else ATTACK_ENV
     proc = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--kernel", str(ATTACK_DIR / f"{name}.py"),

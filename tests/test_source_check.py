@@ -74,8 +74,10 @@ REFUSED = {
     "def kernel_fn(x):\n    return torch.nn.functional.softmax(x, -1)": "uses torch.nn",
     "def kernel_fn(x):\n    return torch.ops.aten._softmax(x, -1, False)": "uses torch.ops",
     "def kernel_fn(x):\n    return x.numpy()": "reaches the module numpy through x",
-    "def kernel_fn(x):\n    return KEYS.setdefault((x.data_ptr(), x._version), x)": "reads the private attribute _version",
-    "def kernel_fn(x):\n    g = (i for i in [0])\n    return g.gi_frame.f_back.f_globals": "reads the attribute gi_frame",
+    "def kernel_fn(x):\n    return KEYS.setdefault((x.data_ptr(), x._version), x)":
+        "reads the private attribute _version",
+    "def kernel_fn(x):\n    g = (i for i in [0])\n    return g.gi_frame.f_back.f_globals":
+        "reads the attribute gi_frame",
     "KEY = '{0._version}'.format(torch.ones(1))": "a format string that reads a private attribute",
     "class T(torch.Tensor):\n    def __torch_function__(cls, *a):\n        return 0": "defines __torch_function__",
     "class T:\n    def __del__(self):\n        pass": "defines __del__",
@@ -91,12 +93,15 @@ ACCEPTED = [
     "def configs(sizes):\n    seen = set()\n    for size in sorted(sizes):\n        seen.add(size)\n"
     "    chosen = list(seen)\n    chosen.sort()\n    return chosen",
     "from triton.tools.tensor_descriptor import TensorDescriptor\nfrom torch._subclasses.fake_tensor import is_fake",
-    "import os\nif os.environ.get('TRITON_INTERPRET') == '1':\n    from autokernel.core.interpreter_libdevice import libdevice",
+    "import os\nif os.environ.get('TRITON_INTERPRET') == '1':\n"
+    "    from autokernel.core.interpreter_libdevice import libdevice",
     "DT = getattr(torch, 'float16')\nTF32 = torch.backends.cuda.matmul.allow_tf32",
     "class Cache(dict):\n    __slots__ = ()\n    def __init__(self):\n        super().__init__()\n"
     "    def get(self, key):\n        return self._plans.get(key)",
-    "@triton.jit\ndef k(x_ptr, N: tl.constexpr):\n    x = tl.load(x_ptr + tl.arange(0, N))\n    tl.store(x_ptr, tl.sum(x @ x, axis=0))",
-    "def kernel_fn(x):\n    y = torch.empty_like(x)\n    z = x.reshape(-1, x.shape[-1]).contiguous().to(torch.float32)\n"
+    "@triton.jit\ndef k(x_ptr, N: tl.constexpr):\n    x = tl.load(x_ptr + tl.arange(0, N))\n"
+    "    tl.store(x_ptr, tl.sum(x @ x, axis=0))",
+    "def kernel_fn(x):\n    y = torch.empty_like(x)\n"
+    "    z = x.reshape(-1, x.shape[-1]).contiguous().to(torch.float32)\n"
     "    w = torch.zeros((4, 4), device=x.device, dtype=torch.float16).view(-1)\n"
     "    print(f'{x.shape[0]:.3f} {math.sqrt(2.0)}', triton.cdiv(4, 2), torch.cuda.is_available())\n    return y",
 ]
