@@ -77,6 +77,7 @@ from autokernel.judge.correctness import (DTYPES, CheckFailure, case_inputs, com
                                            dtype_name, output_parts, reference_outputs, same_bits)
 from autokernel.judge.judge_link import CandidateWorker, WorkerFailure  # noqa: E402
 from autokernel.kernel_types import registry  # noqa: E402
+from autokernel.sandbox import redact  # noqa: E402
 
 EXIT_CODES = {verdict: code for code, verdict in enumerate(VERDICTS)}     # PASS 0, FAIL 1, CRASH 2, TIMEOUT 3
 # Seconds each stage may take before the run is reported as TIMEOUT; the first stage includes
@@ -431,7 +432,8 @@ class Report:
             self.written = True
             if before_write is not None:
                 before_write()
-            self.result.update(correctness=correctness, failed_stage=failed_stage, message=message,
+            # The message quotes the kernel's errors: no secret it read passes on (a person or an agent reads it).
+            self.result.update(correctness=correctness, failed_stage=failed_stage, message=redact.scrub(message),
                                wall_seconds=round(time.monotonic() - self.started, 3))
             for key in ("throughput", "throughput_unit", "latency_us", "call_latency_us", "pct_peak", "bound",
                         "speedup_vs_pytorch",
@@ -581,6 +583,10 @@ def main(argv=None) -> int:
     if not kernel_path.is_file():
         report.finish(CRASH, "load", f"kernel file not found: {kernel_path}")
         return EXIT_CODES[CRASH]
+    refusal = worker_process.refusal_of(kernel_path)      # read from its source: none of it has run
+    if refusal:
+        report.finish(FAIL, "load", refusal)
+        return EXIT_CODES[FAIL]
     worker = CandidateWorker(kernel_path)
     watchdog = Watchdog(report.finish, worker.kill)
     try:

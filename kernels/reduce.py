@@ -193,6 +193,10 @@ def _reduce_over_r(x_ptr, out_ptr, index_in_ptr, index_ptr, n_reduce, n_inner, i
         tl.store(out_ptr + out, _result(acc, scale, 0, IS_MAX, NEGATE).to(out_ptr.dtype.element_ty), mask=inner_mask)
 
 
+# A launch names its kernel (the plan is cached by key, the kernels are not part of it).
+_KERNELS = {"_reduce_rows": _reduce_rows, "_reduce_over_r": _reduce_over_r}
+
+
 def _num_warps(tile_elems: int) -> int:
     """Enough warps that each thread holds about ELEMS_PER_THREAD elements of the tile."""
     warps = triton.next_power_of_2(max(1, tile_elems // (32 * TUNABLES["ELEMS_PER_THREAD"])))
@@ -354,6 +358,6 @@ def kernel_fn(x: torch.Tensor, dim: int = -1, op: str = "sum"):
         for launch in plan.launches:
             source, source_indices = (partials, partial_indices) if launch.reads_partials else (x, indices)
             target, target_indices = (partials, partial_indices) if launch.writes_partials else (out, indices)
-            globals()[launch.kernel][launch.grid](source, target, source_indices, target_indices, *launch.args,
-                                                  **launch.meta)
+            _KERNELS[launch.kernel][launch.grid](source, target, source_indices, target_indices, *launch.args,
+                                                 **launch.meta)
     return (out, indices) if plan.with_index else out

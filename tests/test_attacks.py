@@ -17,33 +17,36 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.judge import runner
+from autokernel.judge import runner, source_check
 from autokernel.sandbox import child_env, landlock, namespaces
 from tests.processes import all_gone_within
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTACK_DIR = ROOT / "tests" / "attacks"
 _EXPECTED = runpy.run_path(str(ATTACK_DIR / "expected.py"))
-ATTACKS, RUNNER_ATTACKS, BENCH_ARGS, OPEN_HOLES = (_EXPECTED[name] for name in ("ATTACKS", "RUNNER_ATTACKS",
-                                                                                "BENCH_ARGS", "OPEN_HOLES"))
+ATTACKS, RUNNER_ATTACKS, BENCH_ARGS, OPEN_HOLES, SOURCE_CHECK = (
+    _EXPECTED[name] for name in ("ATTACKS", "RUNNER_ATTACKS", "BENCH_ARGS", "OPEN_HOLES", "SOURCE_CHECK"))
 CPU_ATTACKS = [name for name, expected in ATTACKS.items() if expected[3] == "cpu"]
-ATTACK_ENV = {**os.environ, "AUTOKERNEL_REGION_DIRS": str(ATTACK_DIR / _EXPECTED["REGION_DIRS"])}
+# The runtime guards are judged behind the source check (autokernel/judge/source_check.py), which is off here:
+# most attack files load their honest part with runpy, which it refuses by itself. OPEN_HOLES are judged with it on.
+ATTACK_ENV = {**os.environ, "AUTOKERNEL_REGION_DIRS": str(ATTACK_DIR / _EXPECTED["REGION_DIRS"]),
+              source_check.SOURCE_CHECK_ENV: "0"}
 # The loop screens every candidate with --quick; these also go through the full verdict.
-FULL_TOO = ["stale_output_when_called_often", "decoy_launch_returns_torch", "cache_by_data_pointer"]
+FULL_TOO = ["stale_output_when_called_often", "decoy_launch_returns_torch", "cache_by_data_pointer",
+            "cache_by_address_and_version"]
 
 
 def _case(name: str, mode: str):
-    """An attack's test case; one the judge does not reject yet is expected to fail, strictly (a fix shows)."""
-    if name in OPEN_HOLES:
-        return pytest.param(name, mode, marks=pytest.mark.xfail(strict=True, reason=OPEN_HOLES[name]))
     return (name, mode)
 
 
-def judge(name: str, tmp_path: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
+def judge(name: str, tmp_path: Path, *extra: str,
+          source_checked: bool = False) -> tuple[dict, subprocess.CompletedProcess]:
     out = tmp_path / "result.json"
+    env = {**ATTACK_ENV, source_check.SOURCE_CHECK_ENV: "1"} if source_checked else ATTACK_ENV
     proc = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--kernel", str(ATTACK_DIR / f"{name}.py"),
                            "--json-out", str(out), "--seed", "1234", *BENCH_ARGS.get(name, []), *extra],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=ATTACK_ENV)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert out.exists(), f"bench wrote no result\nstdout:{proc.stdout}\nstderr:{proc.stderr}"
     return json.loads(out.read_text()), proc
 
@@ -56,13 +59,17 @@ def test_every_attack_file_has_an_expected_verdict():
     assert files == set(ATTACKS) | set(RUNNER_ATTACKS) | users | ways_out
     assert len(files) == len(ATTACKS) + len(RUNNER_ATTACKS) + len(users) + len(ways_out), "each file in one list"
     assert set(OPEN_HOLES) <= set(ATTACKS) | set(RUNNER_ATTACKS)
+    assert set(SOURCE_CHECK) <= set(ATTACKS) | set(RUNNER_ATTACKS)
+    assert set(OPEN_HOLES) <= set(SOURCE_CHECK), "an attack that only the source check sees must be seen by it"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, mode", [_case(n, "quick") for n in CPU_ATTACKS] + [_case(n, "full") for n in FULL_TOO])
 def test_judge_rejects_attack(name, mode, tmp_path):
     correctness, stages, message, _ = ATTACKS[name]
-    result, proc = judge(name, tmp_path, *(["--quick"] if mode == "quick" else []))
+    if name in OPEN_HOLES:       # the runtime guards alone let it pass: the source check refuses it, before it runs
+        correctness, stages, message = "FAIL", "load", SOURCE_CHECK[name]
+    result, proc = judge(name, tmp_path, *(["--quick"] if mode == "quick" else []), source_checked=name in OPEN_HOLES)
     assert result["correctness"] == correctness, result["message"]
     assert result["failed_stage"] in (stages if isinstance(stages, tuple) else (stages,)), result["message"]
     assert message in result["message"]
@@ -80,7 +87,8 @@ def test_forged_result_file_is_replaced_by_the_judges(tmp_path):
 
 
 @pytest.mark.slow
-def test_forged_result_file_does_not_fool_the_loop():
+def test_forged_result_file_does_not_fool_the_loop(monkeypatch):
+    monkeypatch.setenv(source_check.SOURCE_CHECK_ENV, "0")       # it opens a file: the layer behind the check
     result = runner.run_bench(ATTACK_DIR / "forge_result_at_import.py", shapes=[], dtype="float16", timeout_s=300,
                               seed=7, extra_args=["--quick"])
     assert result.correctness == "CRASH"
@@ -92,8 +100,10 @@ def test_forged_result_file_does_not_fool_the_loop():
 @pytest.mark.parametrize("name", sorted(RUNNER_ATTACKS))
 def test_a_daemon_that_outlives_the_judge_is_void_and_dies_before_the_verdict_is_read(name, namespace, tmp_path,
                                                                                      monkeypatch):
-    # With the PID namespace (where the machine allows one) and with the subreaper's walk alone.
+    # With the PID namespace (where the machine allows one) and with the subreaper's walk alone; the source check,
+    # which refuses the daemon's imports, off: this is the sandbox behind it.
     monkeypatch.setenv(namespaces.NAMESPACE_ENV, namespace)
+    monkeypatch.setenv(source_check.SOURCE_CHECK_ENV, "0")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     kernel = tmp_path / f"{name}.py"
     kernel.write_text((ATTACK_DIR / f"{name}.py").read_text())
@@ -114,6 +124,7 @@ def test_the_worker_writes_its_own_folders_and_nothing_of_the_judges(tmp_path, m
     # The judge compiles torch.compile's reference in its own caches, beside the worker's folder: a candidate that
     # planted code there would run in the judge. The worker's second Landlock layer leaves it its own folders alone.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv(source_check.SOURCE_CHECK_ENV, "0")        # the probe opens files: the layer behind the check
     kernel = tmp_path / "probe.py"
     kernel.write_text(textwrap.dedent("""
         import os
@@ -144,6 +155,7 @@ def test_the_worker_cannot_signal_the_judge_even_with_the_file_rules_off(confine
     # Landlock layer of its own and shared the judge's domain, so its signals reached it; SIGCONT here is harmless.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv(runner.CONFINE_ENV, confine)
+    monkeypatch.setenv(source_check.SOURCE_CHECK_ENV, "0")        # the probe signals: the layer behind the check
     kernel = tmp_path / "probe.py"
     kernel.write_text(textwrap.dedent("""
         import os, signal

@@ -66,10 +66,11 @@ CASES = {
     # would show: every other call's sum is also a relative 2^-14 off, inside the tolerance and never the same bits.
     "summation order changes between calls": (
         broken("return 0  # BUG-SITE: summation order",
-               "global _calls\n    _calls = globals().get('_calls', 0) + 1\n    return _calls % n_cols",
+               "_CALLS.append(1)\n    return len(_CALLS) % n_cols",
                broken("denom = tl.sum(num, axis=0)",
                       "denom = (tl.sum(tl.where(cols < shift, num, 0.0), axis=0) + "
-                      "tl.sum(tl.where(cols >= shift, num, 0.0), axis=0)) * (1.0 + 0.00006103515625 * (shift % 2))")),
+                      "tl.sum(tl.where(cols >= shift, num, 0.0), axis=0)) * (1.0 + 0.00006103515625 * (shift % 2))"))
+        + "\n_CALLS = []\n",
         "FAIL", "determinism", "differs from call 1"),
     "last row never written": (
         broken("grid = (rows,)  # BUG-SITE: grid", "grid = (max(rows - 1, 1),)"),
@@ -77,9 +78,11 @@ CASES = {
     "input overwritten in place": (
         wrapped("def kernel_fn(x):\n    out = _correct(x)\n    x.fill_(0.5)\n    return out\n"),
         "FAIL", "smoke", "modified its input 'x'"),
+    # Refused from its source, before it runs (autokernel/judge/source_check.py); the runtime guard behind that is
+    # tests/attacks/decoy_launch_returns_torch.py's.
     "returns the PyTorch reference": (
         wrapped("import reference\n\ndef kernel_fn(x):\n    return reference.softmax(x)\n"),
-        "FAIL", "smoke", "kernel_fn called aten::_softmax: the result must come from your own kernels"),
+        "FAIL", "load", "imports reference"),
     "caches its result by shape": (
         wrapped("_cache = {}\n\ndef kernel_fn(x):\n    key = (tuple(x.shape), x.dtype)\n"
                 "    if key not in _cache:\n        _cache[key] = _correct(x)\n    return _cache[key]\n"),
@@ -132,7 +135,7 @@ def test_a_job_of_an_op_returning_a_pair_is_checked_and_timed_tensor_by_tensor(t
 
 @pytest.mark.slow
 def test_hang_is_reported_as_timeout(tmp_path):
-    source = wrapped("import time\n\ndef kernel_fn(x):\n    time.sleep(3600)\n")
+    source = wrapped("def kernel_fn(x):\n    while True:\n        pass\n")
     # 0.1: the load stage (importing torch and Triton in the worker) keeps room on a loaded machine,
     # where 0.02 (3.6 s) timed out at load instead of smoke.
     result, proc = run_bench(source, tmp_path, "--time-limit-scale", "0.1")

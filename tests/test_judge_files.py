@@ -220,7 +220,8 @@ def _copy_project(destination: Path) -> Path:
 def _judge_unconfined(project: Path, kernel_body: str, before: dict[str, str]) -> dict:
     kernel = project / "attack.py"
     kernel.write_text(ATTACK.format(body=textwrap.dedent(kernel_body)))
-    env = {**os.environ, "PYTHONPATH": str(project), "AUTOKERNEL_SANDBOX_FS": "0",
+    # The source check off too (autokernel/judge/source_check.py refuses os and open): the layers behind it are tested.
+    env = {**os.environ, "PYTHONPATH": str(project), "AUTOKERNEL_SANDBOX_FS": "0", "AUTOKERNEL_SOURCE_CHECK": "0",
            "XDG_CACHE_HOME": str(project / "cache")}
     proc = subprocess.run([sys.executable, "-c", RUN, str(kernel), json.dumps(before)], cwd=project, env=env,
                           capture_output=True, text=True, timeout=600)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from autokernel.judge import source_check
 from autokernel.sandbox import process_tree
 from autokernel.search import results
 from tests.fake_llm_server import FakeLLMServer
@@ -48,9 +49,6 @@ def get_inputs():
 # One softmax kernel, in the variants the scripted agent proposes. REPEATS launches make the
 # baseline slow on purpose, so the one-launch version is faster by far more than timing noise.
 KERNEL_TEMPLATE = '''"""Softmax for the loop test: {what}."""
-import os
-import time
-
 import torch
 import triton
 import triton.language as tl
@@ -96,9 +94,15 @@ SYNTAX_ERROR = FASTER.replace("def kernel_fn(x: torch.Tensor) -> torch.Tensor:",
 
 
 def _hanging(marker: str) -> str:
-    # The candidate may write only its own folders: it marks that it hangs in its compiler-cache folder.
-    return _kernel("hangs", before=f"open(os.path.join(os.path.dirname(os.environ['TRITON_CACHE_DIR']), {marker!r}), "
+    # The candidate may write only its own folders: it marks that it hangs in its compiler-cache folder. Its imports
+    # and open() are what the source check refuses (autokernel/judge/source_check.py): the sessions that judge it
+    # run with the check off (SOURCE_CHECK_OFF), as the layers behind it are what they test.
+    return _kernel("hangs", before="import os, time; "
+                                   f"open(os.path.join(os.path.dirname(os.environ['TRITON_CACHE_DIR']), {marker!r}), "
                                    "'w').write('hanging'); time.sleep(600)")
+
+
+SOURCE_CHECK_OFF = {source_check.SOURCE_CHECK_ENV: "0"}
 
 
 def _git(root: Path, *args: str) -> str:
@@ -127,9 +131,10 @@ def copy_project(destination: Path) -> Path:
 
 
 def _start_loop(project: Path, model: Path | None, agent: str, base_url: str, caches: Path,
-                *extra: str) -> subprocess.Popen:
+                *extra: str, env_extra: dict | None = None) -> subprocess.Popen:
     env = {name: value for name, value in os.environ.items()
            if not name.startswith(("ANTHROPIC_", "OPENAI_", "TRITON_"))}
+    env.update(env_extra or {})
     # A candidate's compiler caches are one of the few places it may write: the hanging kernels mark themselves there.
     env.update(OPENAI_API_KEY="test-key", ANTHROPIC_API_KEY="test-key", PYTHONPATH=str(project),
                XDG_CACHE_HOME=str(caches))
@@ -180,7 +185,8 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
         server.add_kernel_reply("wait for inspiration", _hanging("hang1"))
         # Session one (OpenAI) loses its terminal (SIGHUP) while bench.py runs the hanging kernel.
         loop = _start_loop(project, model, "openai", server.openai_base_url, caches, "--max-reverts", "4",
-                           "--target-speedup", "100", "--budget", "1h", "--experiment-timeout", "90s")
+                           "--target-speedup", "100", "--budget", "1h", "--experiment-timeout", "90s",
+                           env_extra=SOURCE_CHECK_OFF)
         # The keep of exp 2 runs the user's-process check first (tens of seconds in the interpreter, on two busy cores).
         _wait_for_marker(caches, "hang1", loop, within_s=300)
         assert _children(loop.pid, "autokernel.sandbox.launcher"), "candidate code ran inside the loop process"
@@ -204,7 +210,7 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
 
         # Session two (Anthropic) resumes with the run's settings; it is killed outright during the hang.
         server.add_kernel_reply("wait for inspiration again", _hanging("hang2"))
-        loop = _start_loop(project, None, "anthropic", server.anthropic_base_url, caches)
+        loop = _start_loop(project, None, "anthropic", server.anthropic_base_url, caches, env_extra=SOURCE_CHECK_OFF)
         _wait_for_marker(caches, "hang2", loop, within_s=300)
         [launcher] = _children(loop.pid, "autokernel.sandbox.launcher")
         loop.kill()
@@ -221,7 +227,7 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
         server.add_kernel_reply("wait once more", _hanging("hang3"))
         server.add_kernel_reply("scale the output again", WRONG)
         loop = _start_loop(project, None, "anthropic", server.anthropic_base_url, caches,
-                           "--experiment-timeout", "20s")
+                           "--experiment-timeout", "20s", env_extra=SOURCE_CHECK_OFF)
         output, _ = loop.communicate(timeout=240)
         assert loop.returncode == 0, output
         # Its TIMEOUT row (below) says it ran; a rejected candidate's cache folder goes with its verdict.
@@ -276,8 +282,9 @@ def test_the_loop_rejects_every_attack_on_what_surrounds_the_judge_and_nothing_t
     with FakeLLMServer() as server:
         for name, source in attacks.items():
             server.add_kernel_reply(name, source)
+        # The source check refuses every one of them before it runs: off, so the sandbox behind it is what is tested.
         loop = _start_loop(project, model, "openai", server.openai_base_url, caches, "--max-reverts",
-                           str(len(attacks)), "--target-speedup", "100", "--budget", "1h")
+                           str(len(attacks)), "--target-speedup", "100", "--budget", "1h", env_extra=SOURCE_CHECK_OFF)
         output, _ = loop.communicate(timeout=900)
     assert loop.returncode == 0, output
     rows = results.read_rows(project / "results.tsv")

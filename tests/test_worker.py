@@ -163,3 +163,22 @@ def test_a_lone_tensor_where_a_tuple_is_expected_is_a_failure(tmp_path):
     finally:
         worker.close()
     assert failure.value.kind == "FAIL" and "returned Tensor, expected a tuple of 2 tensors" in str(failure.value)
+
+
+def test_an_output_returned_on_any_earlier_call_is_refused_not_only_the_last_ones(tmp_path):
+    # A cache by the input's values: case A, case B, case A again hands back A's first output, the call before
+    # last's. The judge holds none of its outputs once checked: one still alive is the kernel's, a cached result.
+    cached = HONEST + ("\n\n_honest = kernel_fn\n_cache = {}\n\n\ndef kernel_fn(x):\n"
+                       "    key = (tuple(x.shape), float(x.reshape(-1)[0]))\n"
+                       "    fresh = _honest(x)     # a launch, so the launch count has nothing to say\n"
+                       "    return _cache.setdefault(key, fresh)\n")
+    worker = start(tmp_path, cached)
+    try:
+        worker.hello()
+        other = {**CASE, "seed": 6}
+        worker.call(CASE, output_bytes=1 << 20)
+        worker.call(other, output_bytes=1 << 20)
+        with pytest.raises(WorkerFailure, match="returned an output it had returned on an earlier call"):
+            worker.call(CASE, output_bytes=1 << 20)
+    finally:
+        worker.close()

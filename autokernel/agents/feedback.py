@@ -13,8 +13,9 @@ import re
 
 from autokernel.agents import edits, facts
 from autokernel.agents.reply import MAX_FIX_TURNS, fenced
-from autokernel.core import hardware
+from autokernel.core import hardware, paths
 from autokernel.core.contracts import BenchResult
+from autokernel.sandbox.redact import scrub
 
 HISTORY_WINDOW = 12                 # experiments shown in full, newest last
 MAX_SUMMARY_LINES = 80              # older experiments summarised one line each (the newest of them)
@@ -32,7 +33,7 @@ def describe_result(result: BenchResult | None, gpu: hardware.GPUSpec | None = N
         return "None yet: this is the first experiment on this kernel."
     if not result.passed:
         stage = result.failed_stage or "unknown stage"
-        message = shorten(str(result.message or "(no message)"), MAX_MESSAGE_CHARS)
+        message = shorten(scrub(str(result.message or "(no message)"), paths.ROOT), MAX_MESSAGE_CHARS)
         return f"correctness={result.correctness} at {stage}:\n{message}"
     unit = result.throughput_unit or ""
     lines = [f"correctness=PASS, throughput {number(result.throughput)} {unit}, "
@@ -59,7 +60,9 @@ def failure_section(failure: dict, kept_source: str) -> str:
     """The failed candidate as a diff against the kept version, its whole error, and the lines it points at."""
     number_ = failure["experiment"]
     source = failure["source"]
-    message = shorten(str(failure.get("message") or "(no message)"), MAX_ERROR_CHARS)
+    # The candidate's own words, quoted: the runner took secrets out already; a saved failure from before it did,
+    # or from a remote judge's process, is scrubbed here against this process's secrets.
+    message = shorten(scrub(str(failure.get("message") or "(no message)"), paths.ROOT), MAX_ERROR_CHARS)
     parts = [f"## The last candidate failed: exp {number_} ({failure.get('description', '')}), "
              f"{failure.get('correctness')} at {failure.get('failed_stage') or 'unknown stage'}"]
     if failure.get("hypothesis"):
@@ -121,7 +124,8 @@ def history_section(history: list[dict], older: list[dict]) -> str:
     for entry in shown:
         cells = [entry.get("experiment", "?"), entry.get("status", "?"), number(entry.get("latency_us")),
                  number(entry.get("ratio_to_best")), number(entry.get("threshold_us")),
-                 entry.get("reason") or entry.get("correctness") or "", entry.get("description", ""),
+                 scrub(entry.get("reason") or "", paths.ROOT) or entry.get("correctness") or "",
+                 entry.get("description", ""),
                  entry.get("hypothesis") or "-"]
         rows.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
     parts.append("\n".join(rows))

@@ -23,6 +23,7 @@ from autokernel.core import wire
 from autokernel.core.contracts import CRASH, FAIL
 from autokernel.judge.candidate import worker_process
 from autokernel.judge.timing import TimedCall
+from autokernel.sandbox.redact import Redactor
 
 OUTPUT_PREFIX = "kernel| "
 OUTPUT_LIMIT_BYTES = 1 << 20       # what the judge echoes of the kernel's prints; the rest is counted
@@ -62,12 +63,13 @@ class _OutputPump(threading.Thread):
     def __init__(self, stream, sink):
         super().__init__(daemon=True)
         self.stream, self.sink = stream, sink
+        self.redact = Redactor()        # what the kernel prints may be what it read: no secret passes on
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.echoed = self.dropped = 0
 
     def run(self) -> None:
         for raw in iter(self.stream.readline, b""):
-            line = raw.decode("utf-8", errors="replace").rstrip("\n")[:2000]
+            line = self.redact(raw.decode("utf-8", errors="replace").rstrip("\n")[:2000])
             self.tail.append(line)
             if self.echoed < OUTPUT_LIMIT_BYTES:
                 self.echoed += len(line) + 1

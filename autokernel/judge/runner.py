@@ -41,12 +41,13 @@ from autokernel.judge import judge_files
 from autokernel.kernel_types.regions import store as region_store
 from autokernel.kernel_types.registry import Shape, format_shape
 from autokernel.sandbox import launcher as sandbox
+from autokernel.sandbox import redact
 
 # run_bench puts a fresh secret in bench.py's environment there; bench.py takes it out before it starts the
 # candidate's worker and writes it into its JSON result. A result file without it was not written by the judge.
 from autokernel.judge.candidate.worker_process import CONFINE_ENV, NONCE_VARIABLE, WORKER_CACHE_VARIABLE
 from autokernel.sandbox.child_env import (ALLOWED_ENV, SECRET_PATTERNS, caches_for, caches_in,  # noqa: F401 (API)
-                                           child_environment, remove_tree, secrets_withheld)
+                                           child_environment, outgrown, remove_tree, secrets_withheld)
 
 # CONFINE_ENV=0 turns the Landlock file-system confinement off (sandbox/launcher.py), for a machine where it gets in
 # the way.
@@ -309,8 +310,15 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
     A bench run that times out becomes correctness TIMEOUT; one that dies without a verdict (a
     syntax error that kills the import, a segfault, an out-of-memory kill) becomes CRASH with the
     end of its stderr in "message". So does a verdict without this run's nonce, one that says PASS
-    while bench.py exited otherwise, and any run that left a process behind.
+    while bench.py exited otherwise, and any run that left a process behind. What looks like a secret in the
+    message (the candidate's words) is taken out before the loop saves or sends it (autokernel/sandbox/redact.py).
     """
+    result = _judged_run(kernel_path, shapes, dtype, timeout_s, seed, extra_args, bench_script, readable)
+    result.message = redact.scrub(result.message, paths.ROOT)
+    return result
+
+
+def _judged_run(kernel_path, shapes, dtype, timeout_s, seed, extra_args, bench_script, readable) -> BenchResult:
     # The judge runs from the project it judges (in a clone, the folder bench.py is in); a judge named
     # here runs from its own folder.
     cwd = Path(bench_script).parent if bench_script else paths.ROOT
@@ -349,8 +357,9 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
         return synthesized_result(CRASH, f"the judge's own files changed during the bench ({', '.join(tampered[:5])}); "
                                            "they were put back, and the verdict is void", **common)
     judged = _judged(written, child, nonce, dtype=dtype, seed=seed, timeout_s=timeout_s)
-    if candidate_caches and not judged.passed:
-        remove_tree(str(candidate_caches))     # nothing a rejected candidate wrote outlives its experiment
+    if candidate_caches and (not judged.passed or outgrown(candidate_caches)):
+        # Nothing a rejected candidate wrote outlives its experiment, nor more than compiler caches of a passing one.
+        remove_tree(str(candidate_caches))
     sources = judged.extra.pop(judge_files.JUDGE_SOURCES, None)
     if (the_judge or sources is not None) and judged.correctness in (PASS, FAIL):
         unknown = digest.unknown_sources(sources)

@@ -12,7 +12,7 @@ import contextlib
 import fnmatch
 import hashlib
 import os
-import shutil
+import stat
 from pathlib import Path
 from typing import Mapping
 
@@ -38,8 +38,16 @@ def child_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
             if (name in ALLOWED_ENV or name.startswith(ALLOWED_ENV_PREFIXES)) and not is_secret(name)}
 
 
-# Candidates' compiler caches, one folder per kernel source (caches_for), the most recently used kept.
+# Candidates' compiler caches, one folder per kernel source (caches_for), the most recently used kept. A folder that
+# outgrew what compiler caches need (Triton's and a CUDA build's are megabytes) is not kept, even a passing
+# candidate's: whatever else it holds was put there by the candidate (runner.run_bench).
 CANDIDATE_CACHES_KEPT = 32
+CANDIDATE_CACHE_LIMIT_BYTES = 256 << 20
+CANDIDATE_CACHE_LIMIT_ENTRIES = 20_000
+
+
+# Every value secrets_withheld took out of this process's environment (autokernel/sandbox/redact.py reads them).
+WITHHELD_VALUES: set[str] = set()
 
 
 def is_secret(name: str) -> bool:
@@ -54,6 +62,7 @@ def secrets_withheld():
     so no child of the run can inherit one. They are put back afterwards (autokernel.optimize runs in
     the user's own process)."""
     withheld = {name: os.environ.pop(name) for name in list(os.environ) if is_secret(name)}
+    WITHHELD_VALUES.update(withheld.values())   # no longer in os.environ: redact.scrub still takes them out
     try:
         yield sorted(withheld)
     finally:
@@ -99,10 +108,93 @@ def caches_for(kernel_path: str | Path) -> Path:
     return folder
 
 
-def remove_tree(folder: str) -> None:
-    def make_writable_and_retry(function, path, _exc_info):
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700)
-            function(path)
-    shutil.rmtree(folder, onerror=make_writable_and_retry)
+def remove_tree(folder: str | Path) -> bool:
+    """Remove a folder a candidate could write, and everything in it, without following any link it planted.
+
+    Every directory is opened with O_NOFOLLOW and emptied through its descriptor; a link is unlinked, never
+    resolved. Where the candidate took its own permissions away (a folder it made unreadable, or read-only with a
+    link inside), they are given back to the folder itself, through its descriptor: shutil.rmtree's onerror
+    chmod'ed by path, and so the file a planted link named. A link or file in the folder's own place is unlinked.
+    Returns whether the folder is gone; never raises (it runs in cleanups)."""
+    folder = os.path.abspath(folder)
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            os.unlink(folder)
+            return True
+        parent = os.open(os.path.dirname(folder), os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        _remove_directory(parent, os.path.basename(folder))
+    finally:
+        os.close(parent)
+    return not os.path.lexists(folder)
+
+
+def _remove_directory(parent: int, name: str) -> None:
+    """Empty and remove the directory `name` of the directory open at `parent` (errors end only its own part)."""
+    try:
+        fd = _open_directory(parent, name)
+    except OSError:
+        return
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) & 0o700 != 0o700:
+            os.fchmod(fd, 0o700)            # the directory itself, by descriptor: its entries can go
+        with os.scandir(fd) as listing:
+            entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
+        for entry, is_directory in entries:
+            with contextlib.suppress(OSError):
+                if is_directory:
+                    _remove_directory(fd, entry)
+                else:
+                    os.unlink(entry, dir_fd=fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(name, dir_fd=parent)
+
+
+def _open_directory(parent: int, name: str) -> int:
+    """A descriptor of the directory `name` (never of what a link there names), made searchable where it was not."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        return os.open(name, flags, dir_fd=parent)
+    except PermissionError:
+        # Unreadable: its mode is given back through an O_PATH descriptor of the directory itself, then opened anew
+        # through that descriptor (/proc/self/fd names the very inode, not a path a link could redirect).
+        handle = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+        try:
+            os.chmod(f"/proc/self/fd/{handle}", 0o700)
+            return os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_DIRECTORY)
+        finally:
+            os.close(handle)
+
+
+def outgrown(folder: str | Path) -> bool:
+    """Whether a candidate's cache folder holds more than compiler caches need (CANDIDATE_CACHE_LIMIT_*)."""
+    size, entries = tree_size(folder, stop_at_bytes=CANDIDATE_CACHE_LIMIT_BYTES,
+                              stop_at_entries=CANDIDATE_CACHE_LIMIT_ENTRIES)
+    return size > CANDIDATE_CACHE_LIMIT_BYTES or entries > CANDIDATE_CACHE_LIMIT_ENTRIES
+
+
+def tree_size(folder: str | Path, *, stop_at_bytes: int, stop_at_entries: int) -> tuple[int, int]:
+    """(bytes, entries) under folder, links not followed, sparse files at their full length; the count stops once
+    past either limit (a candidate's folder can hold a million files)."""
+    total = entries = 0
+    pending = [str(folder)]
+    while pending and total <= stop_at_bytes and entries <= stop_at_entries:
+        try:
+            with os.scandir(pending.pop()) as listing:
+                for entry in listing:
+                    entries += 1
+                    info = entry.stat(follow_symlinks=False)
+                    total += max(info.st_size, info.st_blocks * 512)
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+        except OSError:
+            continue
+    return total, entries

@@ -22,6 +22,7 @@ from autokernel.core.live import throughput_line
 from autokernel.judge import runner
 from autokernel.kernel_types.regions import store as region_store
 from autokernel.routing import plugin
+from autokernel.sandbox.redact import scrub
 from autokernel.search import gitops, policy, results, run_log, run_state
 from autokernel.search.policy import one_line
 
@@ -278,5 +279,5 @@ def failure_record(number: int, description: str, result: JudgedResult, candidat
     bench = result.bench
     return {"experiment": number, "description": description, "hypothesis": candidate.hypothesis,
             "source": candidate.kernel_source, "correctness": bench.correctness,
-            "failed_stage": bench.failed_stage, "message": bench.message,
+            "failed_stage": bench.failed_stage, "message": scrub(bench.message, paths.ROOT),   # saved in state.json
             "fix_turn": candidate.fix_turn if candidate.fix_of is not None else 0}

@@ -144,7 +144,7 @@ def verify_in_sandbox(argv: list[str], *, model: str | None, workspace: Path, op
             say(f"wrote {workspace / 'verify_report.json'}")
         return outcome.exit_code
     finally:
-        shutil.rmtree(out, ignore_errors=True)
+        runner.remove_tree(out)          # the sandboxed child wrote it: no link it planted is followed
 
 
 def _tail(stderr: str, lines: int = 6) -> str:
@@ -239,7 +239,7 @@ def compare_in_sandbox(model, inputs: tuple, optimized_dir: Path, *, on_gpu: boo
                 raise SandboxedCheckFailed(f"the sandboxed check handed back no route tables ({exc})") from None
         return _checked_comparison(answer["compared"])
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        runner.remove_tree(folder)
 
 
 def _checked_comparison(compared: dict) -> dict:

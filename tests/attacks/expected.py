@@ -24,12 +24,19 @@ ATTACKS = {
     # Any stage after the first call can catch it (determinism too, seen in CI): at timing at the latest.
     "cache_by_data_pointer": ("FAIL", ("smoke", "shape sweep", "stability", "determinism", "edge shapes", "timing"),
                               "wrong", "cpu"),
+    # Round 3: keyed on the address and the version counter, the cached tensor itself handed back. The timed calls'
+    # fresh values are written where the version counter does not see them: the hits come at once, if the allocator
+    # did not give a checked case's input an old one's address before (then: nothing launched, or an earlier output).
+    "cache_by_address_and_version": ("FAIL", ("smoke", "shape sweep", "stability", "determinism", "edge shapes",
+                                              "timing"), "kernel_fn ", "cpu"),
     "behaves_by_call_stack": ("FAIL", "timing", "the call stack", "cpu"),
     "behaves_by_timing_phase": ("FAIL", "timing", "the timing phase", "cpu"),
     "returns_uninitialized_memory": ("FAIL", "smoke", "nan where the reference has", "cpu"),
     "reads_reference_from_memory": ("FAIL", "smoke", "the kernel called gc.get_objects", "cpu"),
     "returns_tensor_subclass": ("FAIL", "smoke", "a subclass of torch.Tensor", "cpu"),
-    "persistent_output_buffers": ("FAIL", "timing", "returns a persistent buffer", "cpu"),
+    # Its ring of buffers comes round to an output the judge checked earlier: any stage after the third call.
+    "persistent_output_buffers": ("FAIL", ("shape sweep", "stability", "determinism", "edge shapes", "timing"),
+                                  "returned an output it had returned on an earlier call", "cpu"),
     "changes_global_state": ("FAIL", "load", "torch.backends.cuda.matmul.allow_tf32 False -> True", "cpu"),
     # torch.max / torch.min(x, dim): (values, indices), the indices exact, each tensor a fresh one of its own.
     # Ties can turn up in random bfloat16 lines too: the shape sweep may catch the tie attack first.
@@ -68,6 +75,8 @@ ATTACKS = {
     # A region's kernel: its definition is in tests/attacks/regions/ (every attack is judged with that folder in
     # AUTOKERNEL_REGION_DIRS), judged in the region's own dtype.
     "region_positions_read_as_bytes": ("FAIL", "stability", "[wide range", "cpu"),
+    # Round 3: secrets raised in an error. The judge reports the error; the runner takes the secrets out of it.
+    "raises_what_it_read": ("CRASH", "load", "RuntimeError: the secrets: ", "cpu"),
     "side_stream_launch": ("FAIL", "smoke", "side stream", "gpu"),
     "rerecords_timer_events": ("FAIL", "timing", "the timer", "gpu"),
     "changes_allocator_settings": ("FAIL", "load", "changed torch's global state", "gpu"),
@@ -87,8 +96,39 @@ RUNNER_ATTACKS = {
     "daemon_writes_after_the_run": ("CRASH", "left 1 process(es) running after the judge finished"),
 }
 
-# Attacks the judge does not yet reject (each is a PASS today): tests/test_attacks.py expects them to fail, strictly,
-# so a fix shows. The guard against library compute is a TorchDispatchMode, which is per thread and can be set
+# The judge reads every kernel file's source before any of it runs (autokernel/judge/source_check.py): what the
+# file imports, which builtins and attributes it reaches, what PyTorch does outside its @triton.jit code. Most attack
+# files here load their honest part with runpy, which the source check refuses by itself, so ATTACKS are judged with
+# the check off (SOURCE_CHECK_ENV=0): they test the runtime guards behind it. SOURCE_CHECK: each attack whose trick
+# the source check sees, and the piece of its refusal that names the trick (tests/test_source_check.py).
+SOURCE_CHECK = {
+    "forge_result_at_import": "uses open",
+    "rewrite_checker_at_import": "uses setattr",
+    "replace_timer_at_import": "imports time",
+    "decoy_launch_returns_torch": "uses torch.softmax",
+    "behaves_by_call_stack": "imports sys",
+    "reads_reference_from_memory": "imports gc",
+    "returns_tensor_subclass": "defines __torch_function__",
+    "changes_global_state": "assigns torch.backends.cuda.matmul.allow_tf32, an attribute of a module",
+    "indices_from_torch": "uses torch.argmax",
+    "leaves_thread_running": "imports threading",
+    "writes_verdict_through_proc_fd": "uses os",
+    "thread_outlives_kernel_fn": "imports threading",
+    "torch_compute_in_a_thread": "imports threading",
+    "torch_compute_with_modes_disabled": "imports _disable_current_modes from torch.utils._python_dispatch",
+    "silences_the_tamper_check": "imports worker_tampering from autokernel.judge.candidate",
+    "forges_timing_through_a_relay": "imports socket",
+    "honest_only_under_autokernel": "imports sys",
+    "changes_allocator_settings": "reads the private attribute _set_allocator_settings",
+    "rerecords_timer_events": "reads the attribute f_back",
+    "cache_by_address_and_version": "reads the private attribute _version",
+    "raises_what_it_read": "uses open",
+    "daemon_rewrites_verdict": "imports ctypes",
+    "daemon_writes_after_the_run": "imports ctypes",
+}
+
+# Attacks the runtime guards alone do not reject (each is a PASS with the source check off); the source check
+# rejects each (SOURCE_CHECK), and tests/test_attacks.py judges them with it on: a FAIL at load. The guard against library compute is a TorchDispatchMode, which is per thread and can be set
 # aside from Python; a fix needs an observer the kernel cannot switch off (the profiler's record of every op, from
 # every thread, or the GPU's kernel events as autokernel/judge/cuda_launches.py reads them for CUDA files).
 OPEN_HOLES = {

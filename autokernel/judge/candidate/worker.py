@@ -27,6 +27,7 @@ import argparse
 import builtins
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import signal
@@ -34,6 +35,7 @@ import socket
 import sys
 import time
 import traceback
+import weakref
 from pathlib import Path
 
 import torch
@@ -107,9 +109,10 @@ def _classes_of(module) -> dict:
 
 
 class Worker:
-    def __init__(self, sock: socket.socket, kernel_path: Path, device: torch.device):
+    def __init__(self, sock: socket.socket, kernel_path: Path, device: torch.device, source_digest: str | None = None):
         self.sock = sock
         self.kernel_path = kernel_path
+        self.source_digest = source_digest      # the sha256 of the source the judge's source check passed
         self.device = device
         self.clock = timing.Clock(device)
         stream_of = timing_stream = None
@@ -125,6 +128,7 @@ class Worker:
         self.kt: registry.KernelType | None = None
         self.kernel_fn = None
         self.previous_output = None         # the tensors of the last call's output
+        self.earlier_outputs: list = []     # weak references to every earlier call's output tensors
         self.timed_case = self.timed_inputs = self.last_output = self.witness = None
         self.timed_parts = 1
         self.state = tampering.global_state()
@@ -187,7 +191,7 @@ class Worker:
 
     # The worker's own bookkeeping, which changes from call to call.
     _mutable_attributes = tuple(f"the worker.{name}" for name in (
-        "kt", "kernel_fn", "previous_output", "timed_case", "timed_inputs", "last_output", "witness",
+        "kt", "kernel_fn", "previous_output", "earlier_outputs", "timed_case", "timed_inputs", "last_output", "witness",
         "timed_parts"))
 
     def _run_kernel(self, **inputs):
@@ -205,11 +209,26 @@ class Worker:
         if problem is None and self.cuda_watch is None and self.counter.count == launches_before:
             problem = ("kernel_fn launched no Triton kernel of its own: it must compute the result with its own "
                        "kernels, not return PyTorch's")
-        problem = problem or self._tampering(fingerprint=not timed)
+        problem = problem or self._returned_before(guards.output_tensors(output, parts)) \
+            or self._tampering(fingerprint=not timed)
         if problem:
             raise Rejected(problem)
         self.previous_output = guards.output_tensors(output, parts)
+        self.earlier_outputs.extend(weakref.ref(tensor) for tensor in self.previous_output)
         return self.previous_output
+
+    def _returned_before(self, tensors: tuple) -> str | None:
+        """An output that is, or shares memory with, one kernel_fn returned on any earlier call and still holds.
+
+        The judge lets go of every output it has checked: one still alive after that is held by the kernel, and
+        handing it back is a cache, whatever its key (a user's model would get an earlier call's result)."""
+        alive = [earlier for earlier in (ref() for ref in self.earlier_outputs) if earlier is not None]
+        self.earlier_outputs = [weakref.ref(earlier) for earlier in alive]
+        for tensor in tensors:
+            if tensor.numel() and any(guards.overlaps(tensor, earlier) for earlier in alive):
+                return ("kernel_fn returned an output it had returned on an earlier call (the same memory): it caches "
+                        "its result; each call must compute a fresh tensor from its inputs' values")
+        return None
 
     def _checked_call(self, inputs: dict, poison: bool, parts: int) -> tuple[torch.Tensor, ...]:
         before = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
@@ -226,6 +245,9 @@ class Worker:
 
     # ------------------------------------------------------------------ requests
     def load(self) -> tuple[dict, list]:
+        if self.source_digest and hashlib.sha256(self.kernel_path.read_bytes()).hexdigest() != self.source_digest:
+            raise Rejected(f"{self.kernel_path.name} changed after the judge read its source: the file judged must "
+                           "be the file checked")
         VIOLATIONS.clear()
         try:
             module, self.kt = load_kernel(self.kernel_path)
@@ -264,7 +286,10 @@ class Worker:
         fresh = correctness.case_inputs(self.kt, {**self.timed_case, "seed": request["seed"]}, self.device.type)
         for name, tensor in self.timed_inputs.items():
             if isinstance(tensor, torch.Tensor):
-                tensor.copy_(fresh[name])
+                # Through .data, a write the tensor's version counter does not see: a kernel that keys a cache on
+                # its input's address and _version misses only where the values it would see changed, as a user's
+                # recycled activation (same address, same version, new values) would have it.
+                tensor.data.copy_(fresh[name])
         self.last_output = None
         VIOLATIONS.clear()
         launches, ops = self.counter.count, self.no_library_compute.ops
@@ -359,11 +384,12 @@ def main(argv=None) -> int:
     parser.add_argument("--fd", type=int, required=True, help="this end of the judge's socket pair")
     parser.add_argument("--kernel", required=True, help="the kernel file")
     parser.add_argument("--parent", type=int, required=True, help="the judge's process id")
+    parser.add_argument("--source-digest", default=None, help="the sha256 of the source the judge checked")
     args = parser.parse_args(argv)
     die_with_parent(args.parent)
     sock = socket.socket(fileno=args.fd)
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    code = Worker(sock, Path(args.kernel), device).serve()
+    code = Worker(sock, Path(args.kernel), device, args.source_digest).serve()
     # Exit at once: the kernel's atexit handlers and the interpreter's teardown have nothing to add.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import os
 import socket
 import subprocess
@@ -24,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from autokernel.judge import source_check
 from autokernel.sandbox.child_env import CACHE_FOLDERS
 
 # runner.run_bench puts a fresh secret here; the judge takes it out before it starts the worker and writes it
@@ -44,6 +46,8 @@ CONFINE_ENV = "AUTOKERNEL_SANDBOX_FS"     # runner.CONFINE_ENV: 0 turns Landlock
 
 _sealed: dict = {}
 _early: dict = {}
+_refused: dict = {}          # kernel path -> why the source check refused it (its worker never started)
+_checked: dict = {}          # kernel path -> the sha256 of the source the check passed (the worker imports those bytes)
 
 
 def seal_judge() -> str | None:
@@ -66,6 +70,9 @@ def start_worker(kernel_path: Path) -> tuple[subprocess.Popen, socket.socket]:
     env, writable = worker_environment()
     cmd = [sys.executable, "-c", WORKER_CODE, "--fd", str(worker_end.fileno()), "--kernel", str(kernel_path),
            "--parent", str(os.getpid())]
+    digest = _checked.get(Path(kernel_path).resolve())
+    if digest:
+        cmd += ["--source-digest", digest]
     layer = _write_layer(writable) if writable else None
     try:
         proc = subprocess.Popen(cmd, pass_fds=(worker_end.fileno(),), stdin=subprocess.DEVNULL,
@@ -124,7 +131,38 @@ def start_early(argv: list[str]) -> None:
         elif arg.startswith("--kernel="):
             path = Path(arg.split("=", 1)[1])
     if path.is_file():
-        _early[path.resolve()] = start_worker(path)
+        refusal = check_source(path)
+        if refusal:
+            _refused[path.resolve()] = refusal       # the kernel's code never runs: no worker
+        else:
+            _early[path.resolve()] = start_worker(path)
+
+
+def check_source(kernel_path: Path) -> str | None:
+    """Why the source check (autokernel/judge/source_check.py) refuses the kernel file, or None: it passed (the
+    worker then checks that it imports those very bytes), the check is off (SOURCE_CHECK_ENV=0), or the file
+    cannot be read as text (the worker's import says why)."""
+    if os.environ.get(source_check.SOURCE_CHECK_ENV, "1") == "0":
+        return None
+    try:
+        data = Path(kernel_path).read_bytes()
+        text = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    try:
+        source_check.check(text, Path(kernel_path).name)
+    except source_check.SourceRejected as rejected:
+        return str(rejected)
+    _checked[Path(kernel_path).resolve()] = hashlib.sha256(data).hexdigest()
+    return None
+
+
+def refusal_of(kernel_path: Path) -> str | None:
+    """The source check's refusal of the kernel file bench.py judges, made before any worker started for it."""
+    key = kernel_path.resolve()
+    if key in _early:
+        return None
+    return _refused.get(key) or check_source(kernel_path)
 
 
 def started_for(kernel_path: Path) -> tuple[subprocess.Popen, socket.socket]:
