@@ -112,7 +112,7 @@ def _region_jobs(entry: PlanEntry, model: str, folder: Path, log: Callable[[str]
     from autokernel.profile.regions.starter_code import StarterError
 
     try:
-        source = region_jobs.starter_source(entry.kernel_type, variants=True)
+        source = region_jobs.starter_source(entry.kernel_type, variants=True, log=log)
     except (InductorFailed, StarterError) as why:
         taken: dict[str, list[dict]] = {}
         for kernel_type, shape in entry.extra.get("region", {}).get("takes", []):

@@ -4,14 +4,17 @@
 as a kernel file (starter.py), kept beside the region's file as `<name>.<device>.starter.py` so that
 extract, verify --starters and score generate it once. For a job (extract) a region that reduces gets
 Inductor's other ways with it too, where they give other code: persistent reductions off ("looped")
-and long reductions not split ("unsplit"), as the variants TUNABLES["reduction"] chooses between. `starter_file` puts a kernel type's starter in
-a folder to plug in (the menu's kernels/<type>.py as it is; a region's generated one, with the
-region's file copied into the folder's regions/ so the folder plugs in on its own).
+and long reductions not split ("unsplit"), as the variants TUNABLES["variant"] chooses between.
+`starter_file` puts a kernel type's starter in a folder to plug in (the menu's kernels/<type>.py as it
+is; a region's generated one, with the region's file copied into the folder's regions/ so the folder plugs
+in on its own). A GEMM region's file also holds the menu matmul's GEMM with the region's epilogue
+(gemm_variant.py), first where the judge found it the faster (pick.py).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -25,31 +28,52 @@ def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def starter_source(name: str, on: torch.device | None = None, *, variants: bool = False) -> str:
+def starter_source(name: str, on: torch.device | None = None, *, variants: bool = False,
+                   judged: bool | None = None, log: Callable[[str], None] = lambda line: None) -> str:
     """The region's starter kernel file (StarterError or InductorFailed when Inductor's code cannot be one); with
-    variants, a reducing region's file also holds Inductor's other ways with it (looped, unsplit), for the search."""
+    variants, a reducing region's file also holds Inductor's other ways with it (looped, unsplit), for the search.
+    A region that is a GEMM with an epilogue also gets the menu matmul's GEMM with that epilogue (gemm_variant.py);
+    where it is judged (by default on a GPU, where times mean something: pick.py) the faster correct of it and
+    Inductor's code goes first, and a failing one of ours is dropped."""
     on = on or device()
     region = store.load(name)
     cache = store.find(name).with_name(f"{name}.{on.type}{'.variants' if variants else ''}.starter.py")
     if cache.is_file():
         return cache.read_text()
-    from autokernel.profile.regions import starter  # imports triton: after the entry point chose the interpreter
+    from autokernel.profile.regions import gemm_variant, pick, starter  # import triton: after the interpreter's choice
 
     out = inductor.generate(region.definition, on)
-    variants = {"inductor": (out.code, out.configs)}
+    made: dict = {"inductor": (out.code, out.configs)}
     if variants and reduces(region):
         # Inductor's other ways with a reduction, where they give other code: the search may move to them.
-        for name, options in (("looped", {"persistent_reductions": False}), ("unsplit", {"split_reductions": False})):
+        for other_name, options in (("looped", {"persistent_reductions": False}),
+                                    ("unsplit", {"split_reductions": False})):
             try:
                 other = inductor.generate(region.definition, on, **options)
             except inductor.InductorFailed:
                 continue
-            if all(fingerprint(other.code) != fingerprint(code) for code, _ in variants.values()):
-                variants[name] = (other.code, other.configs)
+            if all(fingerprint(other.code) != fingerprint(code) for code, _ in made.values()):
+                made[other_name] = (other.code, other.configs)
+    ours = gemm_variant.variant(region, on, log)
+    if ours is not None:
+        made[gemm_variant.VARIANT] = ours
     try:
-        source = starter.write(region, variants, generated_on=out.device, versions=out.versions)
-    except StarterError:
-        source = starter.write(region, out.code, out.configs, generated_on=out.device, versions=out.versions)
+        source = starter.write(region, made, generated_on=out.device, versions=out.versions)
+    except StarterError:        # one of Inductor's other ways cannot be a starter: its own choice (and ours) alone
+        made = {key: value for key, value in made.items() if key in ("inductor", gemm_variant.VARIANT)}
+        source = starter.write(region, made, generated_on=out.device, versions=out.versions)
+    if gemm_variant.VARIANT in made and (judged if judged is not None else on.type == "cuda"):
+        alone = {key: starter.write(region, {key: made[key]}, generated_on=out.device, versions=out.versions)
+                 for key in (next(iter(made)), gemm_variant.VARIANT)}
+        try:
+            verdicts = pick.judge_variants(alone, region)
+        except Exception as exc:     # the pick only orders the variants: when it cannot judge, Inductor's goes first
+            log(f"{name}: the variants could not be judged ({type(exc).__name__}: {exc}); Inductor's code first")
+        else:
+            log(f"{name}: {'; '.join(v.show() for v in verdicts)}")
+            picked = pick.order(made, gemm_variant.VARIANT, verdicts)
+            if list(picked) != list(made):
+                source = starter.write(region, picked, generated_on=out.device, versions=out.versions)
     cache.write_text(source)
     return source
 

@@ -19,6 +19,7 @@ import torch
 import triton
 
 from autokernel.kernel_types.regions.record import Region
+from autokernel.profile.regions import template_tiles
 from autokernel.profile.regions.starter_code import Kernel, Launch, StarterError, Wrapper, read
 
 BLOCKS = ("XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK")
@@ -60,8 +61,9 @@ def write(region: Region, code: str | dict[str, tuple[str, dict]], configs: dict
     """The starter's source for a region from Inductor's code for it (inductor.generate).
 
     `code` is one wrapper module, or several by variant name ({"inductor": (code, configs), "looped": ...}, the
-    first Inductor's own choice): then each variant's kernels are in the file (renamed after the first), kernel_fn
-    runs the one TUNABLES["reduction"] names, and the built-in search can move between them."""
+    first the one the file runs): then each variant's kernels are in the file (renamed after the first), kernel_fn
+    runs the one TUNABLES["variant"] names, and the built-in search can move between them. A variant may also be
+    code of our own, an object whose `emit` takes _variant_body's arguments (gemm_variant.GemmVariant)."""
     if not region.definition.inputs:      # kernel_fn finds its device on its first input
         raise StarterError("the region reads no tensor")
     variants = code if isinstance(code, dict) else {"inductor": (code, configs or {})}
@@ -71,26 +73,44 @@ def write(region: Region, code: str | dict[str, tuple[str, dict]], configs: dict
     kernels: list[str] = []
     legend: list[str] = []
     bodies: dict[str, list[str]] = {}
-    for index, (variant, (variant_code, variant_configs)) in enumerate(variants.items()):
+    for index, (variant, made) in enumerate(variants.items()):
         suffix = "" if index == 0 else f"_{variant}"
+        if hasattr(made, "emit"):
+            bodies[variant] = made.emit(region, suffix, tunables, choices, kernels, legend)
+            continue
+        variant_code, variant_configs = made
         bodies[variant] = _variant_body(region, read(variant_code), variant_configs, suffix, tunables, choices,
                                         kernels, legend)
     if len(variants) == 1:
         body = bodies[next(iter(variants))]
         helpers = ""
     else:
-        tunables["reduction"] = next(iter(variants))
-        choices["reduction"] = list(variants)
-        body = [f"if TUNABLES['reduction'] == {name!r}:\n        return _{name}({', '.join(parameters)})"
+        tunables["variant"] = next(iter(variants))
+        choices["variant"] = list(variants)
+        body = [f"if TUNABLES['variant'] == {name!r}:\n        return _{name}({', '.join(parameters)})"
                 for name in variants]
-        body.append(f"raise ValueError(f\"TUNABLES['reduction'] is one of {list(variants)}\")")
+        body.append(f"raise ValueError(f\"TUNABLES['variant'] is one of {list(variants)}\")")
         helpers = "".join(f"\n\ndef _{name}({', '.join(parameters)}):\n" + "\n".join(f"    {line}" for line in lines)
                           + "\n" for name, lines in bodies.items())
     return _TEMPLATE.format(
         describe=region.describe(), sources="\n".join(f"    {line.show()}" for line in region.about.sources),
         generated_on=generated_on, versions=versions, name=region.name, legend="\n".join(legend),
         tunables=_literal(tunables), choices=_literal(choices), kernels="\n\n\n".join(kernels),
-        signature=", ".join(parameters), body="\n".join(f"    {line}" for line in body)) + helpers
+        signature=", ".join(parameters), body="\n".join(f"    {line}" for line in body),
+        variants=_variants_note(variants)) + helpers
+
+
+VARIANT_NOTES = {"inductor": "Inductor's own code", "looped": "Inductor's, persistent reductions off",
+                 "unsplit": "Inductor's, long reductions not split",
+                 "engine": "the menu matmul's GEMM on the tensor cores (tf32x3 for float32) with this region's "
+                           "epilogue in its tile"}
+
+
+def _variants_note(variants: dict) -> str:
+    if len(variants) == 1:
+        return ""
+    listed = "; ".join(f"{name}: {VARIANT_NOTES.get(name, name)}" for name in variants)
+    return f"\n\nTUNABLES['variant'] runs one of these variants: {listed}."
 
 
 def _variant_body(region: Region, wrapper: Wrapper, configs: dict, suffix: str, tunables: dict, choices: dict,
@@ -134,55 +154,15 @@ def _literal(values: dict) -> str:
     return "{\n" + "".join(f"    {key!r}: {value!r},\n" for key, value in values.items()) + "}"
 
 
-GEMM_BLOCKS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
-GEMM_CHOICES = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
-                "GROUP_M": [1, 4, 8, 16]}
-
-
-def lift_gemm_blocks(kernel: Kernel, grid: list[str]) -> bool:
-    """Make a GEMM template's tile sizes launch parameters (so TUNABLES can move them), where its fixed grid is
-    the classic one, cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) programs first; False (left as Inductor wrote it) otherwise.
-    EVEN_K stays as Inductor decided it: where it is True the loads along K have no mask, so BLOCK_K may only take
-    sizes that divide K (gemm_choices)."""
-    body, sizes = kernel.body_constexprs, kernel.fixed_numel
-    if not all(name in body for name in GEMM_BLOCKS + ("EVEN_K",)) or not all(n in sizes for n in "MNK"):
-        return False
-    try:
-        first = int(grid[0])
-    except (IndexError, ValueError):
-        return False
-    if first != triton.cdiv(sizes["M"], body["BLOCK_M"]) * triton.cdiv(sizes["N"], body["BLOCK_N"]):
-        return False
-    lines = [line for line in kernel.source.splitlines()
-             if not any(line.strip().startswith(f"{name} :") or line.strip().startswith(f"{name}:")
-                        for name in GEMM_BLOCKS)]
-    added = ", ".join(f"{name}: tl.constexpr" for name in GEMM_BLOCKS)
-    lines[0] = lines[0].replace("):", f", {added}):", 1)
-    kernel.source = "\n".join(lines)
-    kernel.parameters += list(GEMM_BLOCKS)
-    kernel.constexprs += list(GEMM_BLOCKS)
-    return True
-
-
-def gemm_choices(kernel: Kernel, name: str) -> list[int]:
-    """The sizes a lifted GEMM tile may take; BLOCK_K only divisors of K where Inductor's loads along K are unmasked."""
-    if name == "BLOCK_K" and kernel.body_constexprs.get("EVEN_K"):
-        return [size for size in GEMM_CHOICES[name] if kernel.fixed_numel["K"] % size == 0] or \
-            [kernel.body_constexprs["BLOCK_K"]]
-    return GEMM_CHOICES[name]
-
-
 def _launch_lines(kernel: Kernel, step: Launch, short: str, chosen: dict | None, tunables: dict, choices: dict,
                   renames: dict) -> list[str]:
     runtime = [p for p in kernel.parameters if p not in kernel.constexprs]
     args = [ast.unparse(_Rewrite(renames).visit(arg)) for arg in step.args]
     grid_values, args = (args[len(runtime):], args[:len(runtime)]) if kernel.grid_type == "FixedGrid" else ([], args)
-    if kernel.grid_type == "FixedGrid" and "BLOCK_M" not in kernel.constexprs:
-        lift_gemm_blocks(kernel, grid_values)
-    if "BLOCK_M" in kernel.constexprs and kernel.grid_type == "FixedGrid":      # the programs the tiles make
-        sizes = kernel.fixed_numel
-        grid_values = [f"triton.cdiv({sizes['M']}, TUNABLES[{f'{short}_BLOCK_M'!r}]) * "
-                       f"triton.cdiv({sizes['N']}, TUNABLES[{f'{short}_BLOCK_N'!r}])", *grid_values[1:]]
+    if kernel.grid_type == "FixedGrid" and not template_tiles.lifted(kernel):
+        template_tiles.lift(kernel, grid_values)
+    if template_tiles.lifted(kernel) and kernel.grid_type == "FixedGrid":      # the programs the tiles make
+        grid_values = template_tiles.grid(kernel, grid_values, short)
     if len(args) != len(runtime):
         raise StarterError(f"{kernel.name} takes {len(runtime)} arguments, Inductor passed {len(step.args)}")
     numels = {}
@@ -192,14 +172,15 @@ def _launch_lines(kernel: Kernel, step: Launch, short: str, chosen: dict | None,
                 raise StarterError(f"{kernel.name}'s {name} is not a constant: the starter is for static shapes")
             numels[name] = int(value.value)
     config = dict(chosen) if chosen else default_config(kernel, numels)
-    config.update({name: kernel.body_constexprs[name] for name in GEMM_BLOCKS if name in kernel.constexprs})
+    tiles = template_tiles.blocks(kernel) if template_tiles.lifted(kernel) else ()
+    config.update({name: kernel.body_constexprs[name] for name in tiles})
     keywords = []
     for name in kernel.constexprs:
         if name not in config:
             raise StarterError(f"{kernel.name} takes the constexpr {name}, which no config gives")
         key = f"{short}_{name}"
         tunables.setdefault(key, int(config[name]))
-        choices.setdefault(key, gemm_choices(kernel, name) if name in GEMM_BLOCKS else _choices(name, tunables[key]))
+        choices.setdefault(key, template_tiles.choices(kernel, name) if name in tiles else _choices(name, tunables[key]))
         keywords.append(f"{name}=TUNABLES[{key!r}]")
     for name in ("num_warps", "num_stages"):
         key = f"{short}_{name}"
@@ -259,7 +240,7 @@ The model's PyTorch source it covers:
 Starter: the Triton code torch.compile's Inductor generated for this region ({versions}, on {generated_on}),
 made a plain kernel file: Inductor's kernels as it wrote them, the launch grid its launcher computes for
 each, the config it chose for each as TUNABLES (without a GPU nothing was autotuned: starter sizes for
-Triton's interpreter), and kernel_fn in place of its wrapper. It runs at torch.compile's speed; beat it.
+Triton's interpreter), and kernel_fn in place of its wrapper. It runs at torch.compile's speed; beat it.{variants}
 """
 
 import os

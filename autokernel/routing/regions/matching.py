@@ -171,6 +171,8 @@ def _replace_one(graph: torch.fx.Graph, match: Match, inputs: list, kernel: Call
         results = [call] if outputs == 1 else [graph.call_function(_item, (call, i)) for i in range(outputs)]
         laid = [graph.call_function(as_layout, (result, _layout(old)[1])) for result, old in zip(results, match.outputs)]
     for old, new in zip(match.outputs, laid):
+        # the same value, laid out as before: a region read from it (the next block of a CNN) is still found there
+        new.meta["val"] = old.meta.get("val")
         old.replace_all_uses_with(new)
     position = {node: index for index, node in enumerate(graph.nodes)}
     for node in sorted(match.nodes.values(), key=lambda n: -position[n]):      # readers before what they read
