@@ -32,6 +32,7 @@ from torch import nn
 
 from autokernel.core import paths
 from autokernel.routing.plugin import PlugInError, compile_backend, plug_in, unplug
+from autokernel.sandbox.child_env import SANDBOXED_CHILD_VARIABLE
 from autokernel.verify import handover, isolated
 
 __all__ = ["optimize", "plug_in", "unplug", "compile_backend"]
@@ -71,7 +72,7 @@ def optimize(model: nn.Module, sample_inputs, backend: str = "triton", budget_ho
     from autokernel.search import session
 
     interpreter.choose()        # first: no GPU means Triton's interpreter
-    if os.environ.get(isolated.CHILD_VARIABLE):
+    if os.environ.get(SANDBOXED_CHILD_VARIABLE):
         raise RuntimeError("autokernel.optimize was called while its own end-to-end check loaded your script: guard "
                            "the call with `if __name__ == \"__main__\":`, as multiprocessing requires")
 

@@ -20,7 +20,6 @@ is a CRASH, whatever the verdict said. Compiler caches are the experiment's own 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import secrets
@@ -41,6 +40,7 @@ from autokernel.judge import judge_files
 from autokernel.kernel_types.regions import store as region_store
 from autokernel.kernel_types.registry import Shape, format_shape
 from autokernel.sandbox import launcher as sandbox
+from autokernel.sandbox.process_tree import undumpable
 from autokernel.sandbox import redact
 
 # run_bench puts a fresh secret in bench.py's environment there; bench.py takes it out before it starts the
@@ -58,7 +58,6 @@ KILL_GRACE_S = 3.0
 STDERR_LINES_IN_MESSAGE = 20
 # The child's whole process tree may hold this share of the machine's memory.
 MEMORY_SHARE = 0.5
-_PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
 
 
 class SandboxError(Exception):
@@ -103,28 +102,6 @@ def filesystem_confined() -> bool:
 
 def default_memory_limit_mb() -> int:
     return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * MEMORY_SHARE / 2**20)
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_undumpable_depth = 0
-_undumpable_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def undumpable():
-    """While a child runs, this process's /proc entries (environ, mem, fd...) are closed to same-user processes."""
-    global _undumpable_depth
-    with _undumpable_lock:
-        previous = _libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
-        _undumpable_depth += 1
-        _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    try:
-        yield
-    finally:
-        with _undumpable_lock:
-            _undumpable_depth -= 1
-            if not _undumpable_depth and previous > 0:
-                _libc.prctl(_PR_SET_DUMPABLE, previous, 0, 0, 0)
 
 
 def _signal(pid: int | None, sig: signal.Signals, *, group: bool = False) -> None:

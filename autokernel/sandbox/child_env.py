@@ -38,6 +38,10 @@ def child_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
             if (name in ALLOWED_ENV or name.startswith(ALLOWED_ENV_PREFIXES)) and not is_secret(name)}
 
 
+# Set in verify's and autokernel.optimize's sandboxed children (autokernel/verify/isolated.py): what runs there knows
+# that no sandbox nests in it and the home folder is hidden; autokernel.optimize called there refuses.
+SANDBOXED_CHILD_VARIABLE = "AUTOKERNEL_SANDBOXED_CHILD"
+
 # Candidates' compiler caches, one folder per kernel source (caches_for), the most recently used kept. A folder that
 # outgrew what compiler caches need (Triton's and a CUDA build's are megabytes) is not kept, even a passing
 # candidate's: whatever else it holds was put there by the candidate (runner.run_bench).

@@ -1,4 +1,5 @@
-"""Process trees seen through /proc: the descendants of a process, their memory, and killing them all.
+"""Process trees seen through /proc: the descendants of a process, their memory, and killing them all; and the
+parent's own /proc entries closed while a child runs (undumpable).
 
 The sandbox launcher (autokernel/sandbox/launcher.py) is a child subreaper, so every process its command
 starts stays below it, even one that left for a session of its own; these helpers walk that tree.
@@ -8,8 +9,11 @@ this walk only counts and measures it. Only the standard library is imported her
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
+import threading
 import time
 
 KILL_ROUNDS_S = 5.0          # how long kill_tree keeps killing a tree that keeps forking
@@ -93,3 +97,27 @@ def live_descendants(root: int, *, besides: tuple[int, ...] = ()) -> list[int]:
     """The processes below root that are still running (not zombies), other than `besides`."""
     table = process_table()
     return [pid for pid in descendants(root, table) if table[pid][1] not in "ZX" and pid not in besides]
+
+
+# ------------------------------------------------------------------ the parent's own /proc entries
+_PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
+_libc = ctypes.CDLL(None, use_errno=True)
+_undumpable_depth = 0
+_undumpable_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def undumpable():
+    """While a child runs, this process's /proc entries (environ, mem, fd...) are closed to same-user processes."""
+    global _undumpable_depth
+    with _undumpable_lock:
+        previous = _libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
+        _undumpable_depth += 1
+        _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    try:
+        yield
+    finally:
+        with _undumpable_lock:
+            _undumpable_depth -= 1
+            if not _undumpable_depth and previous > 0:
+                _libc.prctl(_PR_SET_DUMPABLE, previous, 0, 0, 0)

@@ -34,9 +34,8 @@ from typing import Callable
 from autokernel.core import paths
 from autokernel.judge import runner
 from autokernel.kernel_types.regions import store as region_store
+from autokernel.sandbox.child_env import SANDBOXED_CHILD_VARIABLE
 
-# Set in the sandboxed child: autokernel.optimize called there (a script without a __main__ guard) refuses.
-CHILD_VARIABLE = "AUTOKERNEL_SANDBOXED_CHILD"
 CHILD_TIMEOUT_S = 6 * 3600
 # What verify's child may hand back as files of the workspace (relative names), and nothing else: the report, and
 # with --starters the plan (when it profiled), the starters' manifest and what it names (regions' starters:
@@ -73,7 +72,7 @@ def _run_sandboxed(cmd: list[str], *, readable: list[Path], writable: list[Path]
     read_end, write_end = os.pipe()
     reader = _PipeReader(read_end)
     reader.start()
-    env = {**(env or {}), CHILD_VARIABLE: "1"}
+    env = {**(env or {}), SANDBOXED_CHILD_VARIABLE: "1"}
     if sys.stdout.isatty():          # the child's output comes through a pipe: keep the user's width and colours
         env.update(COLUMNS=str(shutil.get_terminal_size().columns), FORCE_COLOR="1")
     try:

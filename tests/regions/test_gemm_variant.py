@@ -280,7 +280,7 @@ def test_a_pick_that_cannot_judge_leaves_inductors_code_first_and_never_drops_th
 
 def test_inside_verifys_sandbox_the_pick_judges_in_a_plain_child_with_caches_of_its_own(saved, monkeypatch, tmp_path):
     from autokernel.judge import runner
-    from autokernel.verify.isolated import CHILD_VARIABLE
+    from autokernel.sandbox.child_env import SANDBOXED_CHILD_VARIABLE
 
     def refused(*args, **kwargs):
         raise AssertionError("no sandbox is started inside verify's sandbox")
@@ -291,7 +291,7 @@ def test_inside_verifys_sandbox_the_pick_judges_in_a_plain_child_with_caches_of_
         raise subprocess.TimeoutExpired(cmd, 1)
     monkeypatch.setattr(runner, "run_bench", refused)
     monkeypatch.setattr(pick.subprocess, "run", plain_child)
-    monkeypatch.setenv(CHILD_VARIABLE, "1")
+    monkeypatch.setenv(SANDBOXED_CHILD_VARIABLE, "1")
     region = saved(problem_region("gemm_relu_rowmax"))
     path = tmp_path / "kernel.py"
     path.write_text("")

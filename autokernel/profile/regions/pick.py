@@ -50,9 +50,9 @@ def judge_with_bench(path: Path, region: Region) -> Verdict:
     child of this sandboxed process: what it judges here is code we generated (Inductor's and ours), never a
     kernel an LLM wrote."""
     from autokernel.judge import runner
-    from autokernel.verify.isolated import CHILD_VARIABLE
+    from autokernel.sandbox.child_env import SANDBOXED_CHILD_VARIABLE
 
-    if os.environ.get(CHILD_VARIABLE):        # verify's sandbox: no sandbox nests here, and the home folder is hidden
+    if os.environ.get(SANDBOXED_CHILD_VARIABLE):        # verify's sandbox: no sandbox nests here, and the home folder is hidden
         with _region_visible(region):
             return _judge_in_this_sandbox(path, region)
     with _region_visible(region):
