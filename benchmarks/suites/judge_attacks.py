@@ -197,11 +197,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--old-judge", help="also time the judge of this git commit (before/after)")
     parser.add_argument("--only", default="attacks,runner,starters,wall", help="which parts to run (comma-separated)")
     parser.add_argument("--names", default="", help="only these attacks / starters / kernels (comma-separated)")
+    parser.add_argument("--shard", metavar="K/N",
+                        help="only every N-th attack from the K-th (1-based): N processes judge the attacks side by "
+                             "side within one device call, each writing its own log")
 
 
 def main(args: argparse.Namespace) -> int:
     parts = set(args.only.split(","))
     names = set(filter(None, args.names.split(","))) or None
+    shard = ""
+    if args.shard:
+        k, n = (int(part) for part in args.shard.split("/"))
+        names = {name for i, name in enumerate(sorted(ATTACKS)) if i % n == k - 1 and (names is None or name in names)}
+        shard = f"_shard{k}of{n}"
     on_gpu = torch.cuda.is_available()
     info = run_info("cpu-interpreter", on_gpu)
     lines = [f"# The judge against the attack kernels: {info.device}", "",
@@ -223,7 +231,7 @@ def main(args: argparse.Namespace) -> int:
         if args.old_judge and (old := old_judge(args.old_judge)):
             lines += wall_rows(f"the judge of {args.old_judge} (before issue 12)", old)
     lines += ["", f"**{bad} unexpected outcomes.**"]
-    name = "_".join(sorted(parts)) + ("_" + "-".join(sorted(names)) if names else "")
+    name = "_".join(sorted(parts)) + (shard or ("_" + "-".join(sorted(names)) if names else ""))
     out = write_text(dated_path(args.out, info, f"judge_{name}.md"), "\n".join(lines) + "\n")
     print(f"wrote {out}: {bad} unexpected outcomes")
     return 1 if bad else 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
@@ -139,22 +140,34 @@ def verify_one(name: str, size: str, dtype: str, timeout_s: float, env: dict) ->
 
 
 def run(out: Path, names: list[str], *, jobs: int, size: str, dtype: str, timeout_s: float,
-        budget_s: float = float("inf")) -> int:
+        budget_s: float = float("inf"), gpus: int = 1) -> int:
+    """`jobs` verify runs side by side on each of `gpus` GPUs (CUDA_VISIBLE_DEVICES), each GPU's timings under a lock
+    of its own; 0 when every model ended with a verdict."""
     out.mkdir(parents=True, exist_ok=True)
-    lock = out / "gpu_timing.lock"
-    lock.touch()
-    env = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1", "AUTOKERNEL_GPU_TIMING_LOCK": str(lock.resolve())}
+    locks = [out / (f"gpu{gpu}_timing.lock" if gpus > 1 else "gpu_timing.lock") for gpu in range(gpus)]
+    for lock in locks:
+        lock.touch()
+    free: queue.Queue = queue.Queue()
+    for slot in range(jobs * gpus):
+        free.put(slot % gpus)
     rows: dict[str, dict] = {}
     log_lock = threading.Lock()
     begun = time.monotonic()
 
     def one(name: str) -> None:
+        gpu = free.get()
+        env = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1",
+               "AUTOKERNEL_GPU_TIMING_LOCK": str(locks[gpu].resolve()),
+               **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpus > 1 else {})}
         left = budget_s - (time.monotonic() - begun)
-        if left < 30:        # the table must be written inside the call's own limit
-            row = {"name": name, "exit": "not started (past --budget)", "seconds": 0, "report": None, "tail": [],
-                   "output": ""}
-        else:
-            row = verify_one(name, size, dtype, min(timeout_s, left), env)
+        try:
+            if left < 30:        # the table must be written inside the call's own limit
+                row = {"name": name, "exit": "not started (past --budget)", "seconds": 0, "report": None,
+                       "tail": [], "output": ""}
+            else:
+                row = verify_one(name, size, dtype, min(timeout_s, left), env)
+        finally:
+            free.put(gpu)
         with log_lock:
             rows[name] = row
             with (out / "verify.log").open("a") as log:
@@ -163,7 +176,7 @@ def run(out: Path, names: list[str], *, jobs: int, size: str, dtype: str, timeou
             (out / "zoo.json").write_text(json.dumps([rows[n] for n in names if n in rows], indent=1))
             print(f"[{time.monotonic() - begun:5.0f} s] {name}: {verdict_of(row)}", flush=True)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    with ThreadPoolExecutor(max_workers=jobs * gpus) as pool:
         list(pool.map(one, names))
     table = summarize([rows[n] for n in names])
     (out / "table.md").write_text(table + "\n")
@@ -219,7 +232,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_parser = commands.add_parser("run")
     run_parser.add_argument("out", type=Path)
     run_parser.add_argument("--only", nargs="*", choices=list(ZOO), help="these models only (default: all)")
-    run_parser.add_argument("--jobs", type=int, default=4, help="verify runs side by side (default 4)")
+    run_parser.add_argument("--jobs", type=int, default=4, help="verify runs side by side on each GPU (default 4)")
+    run_parser.add_argument("--gpus", type=int, default=1, help="GPUs to spread the models over (default 1)")
     run_parser.add_argument("--size", choices=("full", "tiny"), default="full")
     run_parser.add_argument("--dtype", default="float16")
     run_parser.add_argument("--timeout", type=float, default=480, help="seconds one model may take")
@@ -232,6 +246,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.command == "run":
         return run(args.out, args.only or list(ZOO), jobs=args.jobs, size=args.size, dtype=args.dtype,
-                   timeout_s=args.timeout, budget_s=args.budget)
+                   timeout_s=args.timeout, budget_s=args.budget, gpus=args.gpus)
     print(summarize(json.loads((args.out / "zoo.json").read_text())))
     return 0
