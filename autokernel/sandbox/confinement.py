@@ -75,10 +75,22 @@ def isolate(memory_limit_mb: int | None) -> Protections:
     return given
 
 
+# The socket filter: "1" on, "0" off; unset, on except where there is an NVIDIA GPU. On the H200 every process in the
+# sandbox failed CUDA's initialization with it (error 304, "OS call failed": the driver opens a Unix socket to look
+# for MPS, and the filter refuses AF_UNIX sockets), so there it stays off until it lets the driver's socket through.
+SOCKET_FILTER_ENV = "AUTOKERNEL_SANDBOX_SOCKETS"
+
+
 def socket_filter_problem() -> str:
     """'' where the socket filter can be installed here, else why not."""
     if os.environ.get(namespaces.NETWORK_ENV, "1") == "0":
         return f"{namespaces.NETWORK_ENV}=0"
+    chosen = os.environ.get(SOCKET_FILTER_ENV, "")
+    if chosen == "0":
+        return f"{SOCKET_FILTER_ENV}=0"
+    if chosen != "1" and gpu_device_files():
+        return (f"off where an NVIDIA GPU is: CUDA's initialization failed under it (error 304); "
+                f"{SOCKET_FILTER_ENV}=1 turns it on")
     if sockets.program() is None:
         return f"no socket filter for this architecture ({os.uname().machine})"
     try:
