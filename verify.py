@@ -122,6 +122,11 @@ def _in_sandbox(args) -> int:
     """The child's side: verify, print the report, and answer on the pipe (autokernel/verify/isolated.py)."""
     interpreter.choose()        # first, before any kernel file is imported: no GPU means Triton's interpreter
     console = report_console()       # a terminal's width (the parent passes it); whole tables in a log or a pipe
+    if hidden := isolated.gpu_hidden():
+        print(f"verify.py: {hidden}", file=sys.stderr)
+        with open(args.sandboxed_fd, "w") as answer:
+            json.dump(Outcome(EXIT_ERROR).to_json(), answer)
+        return EXIT_ERROR
     try:
         loaded = models.load_model(**load_model_keywords(args))
         outcome = run(loaded, workspace=Path(args.workspace), out=Path(args.write_to),

@@ -174,3 +174,17 @@ def test_a_kernel_that_kills_the_sandboxed_check_leaves_pytorchs_verdict_with_ev
     assert "killed by signal SIGKILL" in report["dropped"][0]["reason"]
     assert report["verdict"]["pytorch_best"]["variant"] == "eager"
     assert "comparing PyTorch's own paths alone" in proc.stderr
+
+
+def test_a_sandbox_that_hides_the_gpu_stops_verify_with_the_error_instead_of_the_interpreter(tmp_path):
+    """On the H200 a sandbox piece broke CUDA's initialization, and verify's child quietly ran every model in Triton's
+    interpreter until its time ran out. Where the parent sees a GPU, a child that cannot use it says so and stops."""
+    from autokernel.verify import isolated
+
+    env = {**os.environ, isolated.GPU_EXPECTED_VARIABLE: "1"}       # as the parent sets it where it sees a GPU
+    cmd = [sys.executable, str(ROOT / "verify.py"), str(ROOT / "models" / "llama.py"), "--model-arg", "config=tiny",
+           "--device", "cpu", "--no-compile", "--workspace", str(tmp_path / "ws")]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == verification.EXIT_ERROR, proc.stdout + proc.stderr
+    assert "is not usable inside verify's sandbox" in proc.stderr
+    assert "comparing PyTorch's own paths alone" not in proc.stderr

@@ -37,6 +37,9 @@ from autokernel.kernel_types.regions import store as region_store
 from autokernel.sandbox.child_env import SANDBOXED_CHILD_VARIABLE
 
 CHILD_TIMEOUT_S = 6 * 3600
+# Set for the child where this process sees a GPU: a child that does not (a sandbox piece that breaks CUDA's
+# initialization, as the socket filter did on the H200) stops with that error instead of running on the CPU.
+GPU_EXPECTED_VARIABLE = "AUTOKERNEL_GPU_EXPECTED"
 # What verify's child may hand back as files of the workspace (relative names), and nothing else: the report, and
 # with --starters the plan (when it profiled), the starters' manifest and what it names (regions' starters:
 # Inductor's code for them, and their region files). Without --starters the child imported the kept kernels, so it
@@ -73,6 +76,10 @@ def _run_sandboxed(cmd: list[str], *, readable: list[Path], writable: list[Path]
     reader = _PipeReader(read_end)
     reader.start()
     env = {**(env or {}), SANDBOXED_CHILD_VARIABLE: "1"}
+    import torch
+
+    if torch.cuda.is_available():    # the child must see it too, or it would run everything in the interpreter
+        env[GPU_EXPECTED_VARIABLE] = "1"
     if sys.stdout.isatty():          # the child's output comes through a pipe: keep the user's width and colours
         env.update(COLUMNS=str(shutil.get_terminal_size().columns), FORCE_COLOR="1")
     try:
@@ -84,6 +91,21 @@ def _run_sandboxed(cmd: list[str], *, readable: list[Path], writable: list[Path]
         os.close(write_end)
     reader.join(timeout=runner.KILL_GRACE_S)
     return child, reader.message()
+
+
+def gpu_hidden() -> str:
+    """In the sandboxed child: why the GPU the parent sees is not usable here ('' when it is, or none was seen)."""
+    if not os.environ.get(GPU_EXPECTED_VARIABLE):
+        return ""
+    import torch
+
+    try:
+        torch.cuda.init()
+        return ""
+    except Exception as exc:         # CUDA's own error says what the sandbox broke
+        return (f"the GPU this machine has is not usable inside verify's sandbox ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:200]}); `python benchmarks/judge.py sandbox` says which protection "
+                "is at fault")
 
 
 def _readable_for(model: str | None, *others: str | Path | None) -> list[Path]:
