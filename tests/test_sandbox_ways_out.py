@@ -161,7 +161,13 @@ def test_the_agent_variable_is_not_passed_and_agent_folders_are_unreadable(monke
 # ---------------------------------------------------------------------- the attack kernels, judged as the loop judges
 @pytest.fixture
 def judged(tmp_path, monkeypatch):
+    """The attack judged by the sandbox alone: the source check, the first line, would refuse each at load (its
+    imports: socket, ctypes, os), so it is off here to show the second line holds (tests/test_source_check.py
+    shows the first)."""
+    from autokernel.judge import source_check
+
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv(source_check.SOURCE_CHECK_ENV, "0")
 
     def judge(name: str):
         kernel = ATTACK_DIR / f"{name}.py"
