@@ -255,3 +255,12 @@ def test_a_protection_turned_off_is_named_as_missing_and_the_run_says_so(udp_lis
     missing = sandbox_checks.missing_protections(ROOT)
     assert [line.split(" (")[0] for line in missing if "AUTOKERNEL_SANDBOX_NET=0" in line] == ["network namespace",
                                                                                            "socket filter"]
+
+
+def test_the_source_check_refuses_every_way_out_before_it_runs():
+    """The first line: each of these kernels is refused at load for what it imports (where a GPU keeps the socket
+    filter off, it is the only line against a Unix socket by path)."""
+    from autokernel.judge import source_check
+
+    for name in _EXPECTED["SANDBOX_ATTACKS"]:
+        assert source_check.problems((ATTACK_DIR / f"{name}.py").read_text()), name
