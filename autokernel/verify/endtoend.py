@@ -24,6 +24,7 @@ from typing import Callable
 import torch
 
 from autokernel.routing.outputs import detached_copy, output_error, tolerance
+from autokernel.routing.plugin import router_of
 from autokernel.routing.router import ALL, MEASURED, Router
 from autokernel.verify import headroom, route_table, selection, variants
 from autokernel.verify.containment import CHECK, COUNTS, HEADROOM, LOAD, OVERHEAD, SELECTION, Drops
@@ -112,10 +113,13 @@ def _ours_contained(model, inputs, plug_in, names, backend, results, expected, a
     those that fail alone are dropped, and the rest go again (all of them, when none fails alone: the failure is
     their sum). None when no kernel is left."""
     excluded: set[str] = set()
+
+    def not_loaded(name: str, exc: Exception) -> None:
+        excluded.add(name)
+        drops.add(LOAD, name, exc)
     while True:
         try:
-            router = plug_in(policy=ALL, keep_examples=True, exclude=excluded,
-                             on_failure=lambda name, exc: (excluded.add(name), drops.add(LOAD, name, exc)))
+            router = plug_in(policy=ALL, keep_examples=True, exclude=excluded, on_failure=not_loaded)
             if not router.kernels:
                 return None
             return _ours(model, inputs, router, names, backend, results, expected, allowed, on_gpu=on_gpu,
@@ -123,7 +127,8 @@ def _ours_contained(model, inputs, plug_in, names, backend, results, expected, a
         except Exception as exc:     # the routed model's forward, or a step on it, broke: find the kernels that did it
             for variant in (v for v in names if VARIANTS[v][1]):
                 results.pop(variant, None)
-            suspects = [kernel.name for kernel in plugin_router(model).kernels] if plugin_router(model) else []
+            plugged = router_of(model)
+            suspects = [kernel.name for kernel in plugged.kernels] if plugged else []
             culprits = {name: why for name in suspects
                         if (why := _fails_alone(model, inputs, plug_in, name, suspects)) is not None}
             for name in culprits or suspects:
@@ -146,20 +151,12 @@ def _fails_alone(model, inputs, plug_in, name: str, all_names: list[str]) -> Bas
         return exc
 
 
-def plugin_router(model):
-    from autokernel.routing import plugin
-
-    return plugin.router_of(model)
-
-
 def _nothing_of_ours(names: list[str], results: dict[str, VariantResult], policy: str) -> dict:
     for variant in (v for v in names if VARIANTS[v][1]):
         results[variant] = VariantResult(variant, failed="no kernel of ours ran (see the parts dropped)")
-    summary = Router([], policy=policy).summary()
-    summary.pop("kernels")
-    return {"routed_any": False, "regions": False, "checked_error": 0.0,
-            "checked": {"kernels": [], **summary},
-            "routing": {**Router([], policy=policy).summary()}, "route_table": [], "selection": [], "records": {}}
+    return {"routed_any": False, "regions": False, "checked_error": 0.0,     # no kernel: every section empty
+            "checked": Router([], policy=ALL).summary(), "routing": Router([], policy=policy).summary(),
+            "route_table": [], "selection": [], "records": {}}
 
 
 def _ours(model, inputs, router, names, backend, results, expected, allowed, *, on_gpu, policy, overhead, log,
