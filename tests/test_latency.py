@@ -53,3 +53,28 @@ def test_paired_repeats_keep_their_samples_in_the_order_taken():
     ticks = iter(range(100))
     first, second = latency.paired(lambda: next(ticks), lambda: next(ticks), on_gpu=False, repeats=3)
     assert len(first.samples_ms) == len(second.samples_ms) == first.repeats == 3
+
+
+def test_the_first_call_runs_without_the_timing_lock_and_the_timed_calls_with_it(tmp_path, monkeypatch):
+    # Runs side by side on one GPU share the lock; a first call that compiles for a minute must not hold it.
+    import fcntl
+
+    lock = tmp_path / "gpu_timing.lock"
+    lock.touch()
+    monkeypatch.setenv(latency.TIMING_LOCK_VARIABLE, str(lock))
+
+    def lock_is_held() -> bool:
+        with open(lock, "rb") as probe:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(probe, fcntl.LOCK_UN)
+            return False
+
+    held = []
+    latency.wall_clock(lambda: held.append(lock_is_held()), on_gpu=False, warmup=2)
+    assert held == [False, True, True, True, True]           # the first warm-up unlocked; the rest and 3 repeats locked
+    held.clear()
+    latency.paired(lambda: held.append(lock_is_held()), lambda: held.append(lock_is_held()), on_gpu=False)
+    assert held[:2] == [False, False] and all(held[2:]) and len(held) > 2

@@ -31,6 +31,8 @@ REPEAT_SECONDS = 0.05        # each repeat runs enough calls to take about this 
 CALLS_PER_GRAPH = 20
 # Several verify runs may share one GPU (benchmarks/suites/zoo.py runs them side by side so that their compilations
 # overlap): then each holds this file's lock while it times, so that no timing shares the GPU with another's work.
+# The first call of what is timed (a compilation, a Triton JIT: seconds to minutes of CPU) runs before the lock is
+# taken, so that one run's compiling never holds up the others' timing (first_call_unlocked).
 TIMING_LOCK_VARIABLE = "AUTOKERNEL_GPU_TIMING_LOCK"
 _held = 0
 
@@ -55,6 +57,15 @@ def gpu_to_itself():
         finally:
             _held -= 1
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def first_call_unlocked(*fns: Callable[[], object], on_gpu: bool = True) -> None:
+    """Call each fn once and wait for the GPU, without the timing lock: what compiles on its first call compiles
+    here, side by side with the other runs, and the locked warm-up that follows is a timed call's length."""
+    with torch.no_grad():
+        for fn in fns:
+            fn()
+    _sync(on_gpu)
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,9 @@ def _sync(on_gpu: bool) -> None:
 def wall_clock(fn: Callable[[], object], on_gpu: bool, *, repeats: int = REPEATS,
                repeat_seconds: float = REPEAT_SECONDS, warmup: int = 3) -> Latency:
     """Per-call time of fn run back to back (host clock between device syncs): median and spread of the repeats."""
+    if warmup and not _held:      # the first warm-up call, without the lock
+        first_call_unlocked(fn, on_gpu=on_gpu)
+        warmup -= 1
     with gpu_to_itself():
         return _wall_clock(fn, on_gpu, repeats, repeat_seconds, warmup)
 
@@ -147,6 +161,8 @@ def paired(fn_a: Callable[[], object], fn_b: Callable[[], object], on_gpu: bool,
            repeats: int = REPEATS) -> tuple[Latency, Latency]:
     """wall_clock of two calls taken in turn, repeat by repeat, so that a drifting machine moves both alike."""
     samples_a, samples_b = [], []
+    if not _held:
+        first_call_unlocked(fn_a, fn_b, on_gpu=on_gpu)
     with gpu_to_itself():
         for _ in range(repeats if on_gpu else min(repeats, 3)):
             samples_a.append(wall_clock(fn_a, on_gpu, repeats=1, warmup=1).median_ms)
@@ -158,6 +174,11 @@ def graph_replay(fn: Callable[[], object], *, repeats: int = REPEATS,
                  calls_per_graph: int = CALLS_PER_GRAPH) -> Latency | None:
     """Per-call GPU time of fn captured into a CUDA graph and replayed; None when fn cannot be captured."""
     if not torch.cuda.is_available():
+        return None
+    try:
+        first_call_unlocked(fn)
+    except Exception:       # not even callable: the capture below says so the same way
+        torch.cuda.synchronize()
         return None
     with gpu_to_itself():
         return _graph_replay(fn, repeats, calls_per_graph)

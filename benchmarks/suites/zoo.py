@@ -23,6 +23,7 @@ import json
 import os
 import queue
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -125,18 +126,35 @@ def verify_one(name: str, size: str, dtype: str, timeout_s: float, env: dict) ->
     workspace = Path(tempfile.mkdtemp(prefix="autokernel-zoo-"))
     cmd = command(name, size, dtype, workspace)
     started = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=timeout_s)
-        code, output = proc.returncode, proc.stdout
-    except subprocess.TimeoutExpired as exc:
-        code, output = "timeout", (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) \
-            else (exc.stdout or "")
+    code, lines, output = _run_stamped(cmd, env, timeout_s, started)
     report_file = workspace / "verify_report.json"
     report = json.loads(report_file.read_text()) if report_file.is_file() and code != "timeout" else None
     return {"name": name, "exit": code, "seconds": round(time.monotonic() - started, 1), "report": report,
-            "tail": output.strip().splitlines()[-TAIL_LINES:], "output": output,
+            "tail": [line for line in lines if line.strip()][-TAIL_LINES:], "output": output,
             "command": " ".join(cmd[1:])}
+
+
+def _run_stamped(cmd: list[str], env: dict, timeout_s: float, started: float) -> tuple[int | str, list[str], str]:
+    """Run cmd: its exit code ("timeout" when it ran past timeout_s and was killed), its output's lines, and the same
+    output with each line stamped with the seconds since `started` (where a model's verify spends its time shows)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", start_new_session=True)
+    killed = threading.Event()
+
+    def kill() -> None:
+        killed.set()
+        os.killpg(proc.pid, signal.SIGKILL)
+    timer = threading.Timer(timeout_s, kill)
+    timer.start()
+    lines, stamped = [], []
+    try:
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            stamped.append(f"[{time.monotonic() - started:6.1f} s] {line}")
+        proc.wait()
+    finally:
+        timer.cancel()
+    return ("timeout" if killed.is_set() else proc.returncode), lines, "".join(stamped)
 
 
 def run(out: Path, names: list[str], *, jobs: int, size: str, dtype: str, timeout_s: float,
