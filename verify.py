@@ -60,7 +60,7 @@ from autokernel.verify import isolated, run_model
 from autokernel.verify.verification import (EXIT_DROPPED, EXIT_ERROR, EXIT_FAIL,  # noqa: F401 (API)
                                              EXIT_NOTHING_CHECKED,
                                              EXIT_NOTHING_TO_PLUG_IN, EXIT_PASS, REPORT_FILE, STARTER_MANIFEST_DIR, NothingToPlugIn, Outcome,
-                                             run)
+                                             STARTERS_TOP, run)
 from autokernel.verify.verify_report import print_report, report_console
 
 
@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     kernels.add_argument("--starters", action="store_true",
                          help="verify the starter kernels of each kernel type in the model's plan, at its shapes "
                               "and dtype (profiling the model first when the workspace has no plan of it)")
+    parser.add_argument("--top", type=int, default=STARTERS_TOP,
+                        help=f"with --starters, the starters of the plan's TOP kernel types with the most time, as "
+                             f"optimize --top picks its jobs (default {STARTERS_TOP}; 0: every kernel type)")
     parser.add_argument("--route", choices=plugin.POLICIES, default=plugin.MEASURED,
                         help="measured (default): route a call only where our kernel was measured faster there; "
                              "all: route every call the kernels were verified for")
@@ -133,7 +136,7 @@ def _in_sandbox(args) -> int:
                       optimized_dir=None if args.pytorch_only else Path(args.optimized_dir),
                       starters=args.starters and not args.pytorch_only,
                       compile_backend=None if args.no_compile else args.compile_backend, policy=args.route,
-                      overhead=args.overhead, console=console, max_autotune=args.max_autotune)
+                      overhead=args.overhead, console=console, max_autotune=args.max_autotune, top=args.top)
     except (models.ModelLoadError, plugin.PlugInError) as error:
         print(f"verify.py: {error}", file=sys.stderr)
         outcome = Outcome(EXIT_NOTHING_TO_PLUG_IN if isinstance(error, NothingToPlugIn) else EXIT_ERROR)

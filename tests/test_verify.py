@@ -138,6 +138,22 @@ def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_p
     assert "profiling llama.py:Model first" in out and "PASS" in out
 
 
+def test_starters_are_made_for_the_plans_top_kernel_types_and_the_log_says_how_many_were_left(tmp_path):
+    # A convolutional net plans thirty kernel types; each starter costs a compile and an autotuning.
+    entries = [{"rank": rank, "kernel_type": kernel_type, "dtype": "float32", "shapes": shapes, "share": 0.3 / rank,
+                "amdahl_2x": 1.1} for rank, (kernel_type, shapes) in enumerate(LLAMA_SHAPES.items(), start=1)]
+    plan = Plan.from_json({"model": "llama.py:Model", "device": "cpu", "dtype": "float32", "entries": entries})
+    folder = verification.write_starter_manifest(plan, tmp_path / "two", top=2)
+    made = json.loads((folder / MANIFEST_NAME).read_text())["kernels"]
+    assert sorted(made) == sorted(f"{e['rank']}_{e['kernel_type']}" for e in entries[:2])
+    share = 0.3 + 0.15
+    assert verification._which_types(plan, 2) == (f"the top 2 of {len(entries)} kernel types ({share:.0%} of the "
+                                                  "profiled time; --top 0 checks them all)")
+    every = json.loads((verification.write_starter_manifest(plan, tmp_path / "all") / MANIFEST_NAME).read_text())
+    every = every["kernels"]
+    assert len(every) == len(entries) and verification._which_types(plan, 0) == f"{len(entries)} kernel types"
+
+
 @pytest.mark.slow
 def test_starters_reuse_this_models_plan(tmp_path, capsys):
     workspace = tmp_path / "ws"

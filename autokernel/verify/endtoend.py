@@ -81,14 +81,16 @@ def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, com
     names = variants.available(on_gpu, compile_backend, max_autotune)
     backend = compile_backend or INDUCTOR
     results: dict[str, VariantResult] = {}
+    profiled: dict = {}          # torch.compile's forward, profiled where it was built and timed (_headroom)
     with torch.no_grad():
         expected = detached_copy(model(*inputs))
         allowed = tolerance(expected)
         for variant in (v for v in names if not VARIANTS[v][1]):
             log(f"timing {VARIANTS[variant][0]}")
-            results[variant] = variants.run(variant, model, inputs, expected, on_gpu, backend)
-    found = drops.contained(HEADROOM, "torch.compile's forward",
-                            lambda: _headroom(model, inputs, results, on_gpu, compile_backend, log))
+            results[variant] = variants.run(variant, model, inputs, expected, on_gpu, backend, after_timing=(
+                _profiler_of(profiled, log) if variant == "compile" and on_gpu and compile_backend == INDUCTOR
+                else None))
+    found = drops.contained(HEADROOM, "torch.compile's forward", lambda: _headroom(results, profiled))
     ours = None
     if plug_in is not None:
         ours = _ours_contained(model, inputs, plug_in, names, backend, results, expected, allowed, on_gpu=on_gpu,
@@ -232,16 +234,25 @@ def resolve_routes(router, model, inputs: tuple) -> None:
             model(*inputs)
 
 
-def _headroom(model, inputs: tuple, results: dict[str, VariantResult], on_gpu: bool, compile_backend: str | None,
-              log: Callable[[str], None]) -> headroom.Headroom | None:
+def _profiler_of(profiled: dict, log: Callable[[str], None]) -> Callable[[Callable[[], object]], None]:
+    """What variants.run hands the compiled forward to: its kernel times, or what broke them, into `profiled`."""
+    def profile(call: Callable[[], object]) -> None:
+        log("profiling torch.compile's forward (where its GPU time goes)")
+        try:
+            profiled["times"] = headroom.kernel_times(call)
+        except Exception as exc:      # the headroom is a note beside the verdict: _headroom drops it, nothing else
+            profiled["error"] = exc
+    return profile
+
+
+def _headroom(results: dict[str, VariantResult], profiled: dict) -> headroom.Headroom | None:
     """Where torch.compile's forward spends its GPU time (before any kernel is plugged in), on a GPU."""
+    if "error" in profiled:
+        raise profiled["error"]
     best = [r.ms for r in results.values() if r.ms]
-    if not on_gpu or compile_backend != INDUCTOR or "compile" not in results or not best:
+    if not profiled.get("times") or not results.get("compile") or not results["compile"].ms or not best:
         return None
-    log("profiling torch.compile's forward (where its GPU time goes)")
-    torch._dynamo.reset()
-    fn = variants.compiled(model, "default", INDUCTOR)
-    return headroom.measure(lambda: fn(*inputs), min(best))
+    return headroom.from_times(profiled["times"], min(best))
 
 
 def _one_forward_counts(router, model, inputs) -> dict:

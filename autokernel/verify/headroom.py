@@ -97,11 +97,22 @@ def profile_kernels(fn: Callable[[], object], forwards: int = PROFILED_FORWARDS)
 
 def measure(fn: Callable[[], object], best_ms: float) -> Headroom | None:
     """The headroom of fn (a compiled forward) on a GPU; None without one (the interpreter has no kernels to see)."""
+    times = kernel_times(fn)
+    return None if times is None else from_times(times, best_ms)
+
+
+def kernel_times(fn: Callable[[], object]) -> dict[str, float] | None:
+    """GPU microseconds per call of fn by kernel name, with the GPU to this run alone; None without a GPU. verify
+    takes them from the compiled forward it has just timed, so that the model is not compiled once more for them."""
     if not torch.cuda.is_available():
         return None
     from autokernel.verify.latency import first_call_unlocked, gpu_to_itself
 
-    first_call_unlocked(fn)        # the forward compiles here, while the other runs on this GPU time theirs
+    first_call_unlocked(fn)        # what compiles on its first call compiles here, outside the GPU timing lock
     with gpu_to_itself():          # kernel times are taken with the GPU to this run alone
-        groups = group_times(profile_kernels(fn))
+        return profile_kernels(fn)
+
+
+def from_times(kernel_us: dict[str, float], best_ms: float) -> Headroom:
+    groups = group_times(kernel_us)
     return Headroom(groups["gemm"], groups["attention"], groups["other"], best_ms)

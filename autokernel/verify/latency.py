@@ -65,7 +65,7 @@ def first_call_unlocked(*fns: Callable[[], object], on_gpu: bool = True) -> None
     with torch.no_grad():
         for fn in fns:
             fn()
-    _sync(on_gpu)
+    _sync(on_gpu and torch.cuda.is_available())
 
 
 @dataclass(frozen=True)

@@ -91,8 +91,10 @@ def compiled(model, mode: str, backend):
 
 def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str = INDUCTOR,
         after_first_call: Callable[[], None] | None = None,
-        paired_with: Callable[[], ContextManager] | None = None) -> VariantResult:
-    """Build the variant (compiling where it asks), check its output, and time it.
+        paired_with: Callable[[], ContextManager] | None = None,
+        after_timing: Callable[[Callable[[], object]], None] | None = None) -> VariantResult:
+    """Build the variant (compiling where it asks), check its output, and time it; after_timing(call), when given, is
+    handed the built variant's call before it is thrown away (it must not raise).
 
     paired_with() is a context in which the same model runs PyTorch's own path (the router
     bypassed): then the two are timed in turn, repeat by repeat, and result.baseline holds
@@ -124,6 +126,8 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
                 for _ in range(3 if mode in GRAPHED_MODES else 1):
                     pytorch()                     # compiles and records PyTorch's own graph too
                 result.latency, result.baseline = latency.paired(lambda: fn(*inputs), pytorch, on_gpu)
+            if after_timing is not None:
+                after_timing(lambda: fn(*inputs))
     except Exception as exc:        # a compiler error is a finding to report, not a crash
         result.failed = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())

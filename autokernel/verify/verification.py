@@ -44,6 +44,9 @@ EXIT_NOTHING_TO_PLUG_IN = 3
 EXIT_NOTHING_CHECKED = 4
 # Verified, with parts dropped for failures (the report's `dropped` says which and why): the verdict stands.
 EXIT_DROPPED = 5
+# verify --starters checks the starters of the plan's kernel types with the most time, as optimize works on its top
+# jobs: a convolutional net plans thirty, and each starter costs a compile and an autotuning.
+STARTERS_TOP = 8
 
 
 class NothingToPlugIn(plugin.PlugInError):
@@ -81,7 +84,7 @@ class Outcome:
 
 def run(loaded: models.LoadedModel, *, workspace: Path, out: Path, optimized_dir: Path | None, starters: bool,
         compile_backend: str | None, policy: str, overhead: bool, console: Console,
-        max_autotune: bool = False) -> Outcome:
+        max_autotune: bool = False, top: int = STARTERS_TOP) -> Outcome:
     """Verify: read the plan from `workspace`, write what is made into `out`; the report is printed.
 
     Every failure short of the model's own forward is contained (containment.py): what failed is dropped with its
@@ -95,7 +98,8 @@ def run(loaded: models.LoadedModel, *, workspace: Path, out: Path, optimized_dir
     nothing = None
     if starters:
         try:
-            folder, plan, plan_note, made = starters_of_plan(loaded, workspace, out, plan, plan_note, console, drops)
+            folder, plan, plan_note, made = starters_of_plan(loaded, workspace, out, plan, plan_note, console, drops,
+                                                                 top)
         except NothingToPlugIn as why:      # PyTorch's own paths are still compared, and the verdict names the best
             folder, nothing = None, why
             log(f"{why}: comparing PyTorch's own paths")
@@ -134,9 +138,10 @@ def exit_code(report: VerifyReport, nothing_to_plug_in: bool = False) -> int:
 
 
 def starters_of_plan(loaded: models.LoadedModel, workspace: Path, out: Path, plan: Plan | None, plan_note: str,
-                     console: Console, drops: Drops | None = None) -> tuple[Path, dict, str, list[str]]:
-    """The starter kernels' folder (in `out`) for this model's plan, profiled first when there is none; the plan, its
-    note and the files made."""
+                     console: Console, drops: Drops | None = None,
+                     top: int = STARTERS_TOP) -> tuple[Path, dict, str, list[str]]:
+    """The starter kernels' folder (in `out`) for the `top` kernel types of this model's plan (0: all), profiled first
+    when there is none; the plan, its note and the files made."""
     made = []
     if plan is None:
         console.print(f"{plan_note}: profiling {loaded.name} first", markup=False)
@@ -144,19 +149,33 @@ def starters_of_plan(loaded: models.LoadedModel, workspace: Path, out: Path, pla
         plan_note = f"{_plan_source(workspace / profiler.PLAN_FILE, plan)}, profiled now"
         made += [profiler.PLAN_FILE, profiler.REPORT_FILE]
     earlier = workspace / STARTER_MANIFEST_DIR / paths.MANIFEST_NAME
-    folder = write_starter_manifest(plan, out / STARTER_MANIFEST_DIR, earlier=earlier, drops=drops)
-    console.print(f"the starter kernels of {len(plan.entries)} kernel types, at the plan's shapes "
+    folder = write_starter_manifest(plan, out / STARTER_MANIFEST_DIR, earlier=earlier, drops=drops, top=top)
+    console.print(f"the starter kernels of {_which_types(plan, top)}, at the plan's shapes "
                   f"({plan.dtype}): {workspace / STARTER_MANIFEST_DIR / paths.MANIFEST_NAME}", markup=False)
     made += [str(path.relative_to(out)) for path in sorted(folder.rglob("*")) if path.is_file()]
     return folder, plan, plan_note, made
 
 
-def starter_entries(plan: Plan, folder: Path, drops: Drops | None = None) -> dict[str, dict]:
-    """The manifest entries of each planned kernel type's starter, at the plan's shapes: kernels/<type>.py, or for a
-    region Inductor's code for it, generated into folder (with its region file) and named relative to it. A starter
-    that cannot be made is left out (dropped into `drops`, when given)."""
+def _which_types(plan: Plan, top: int) -> str:
+    """"8 kernel types", or "the top 8 of 31 kernel types (87% of the profiled time)"."""
+    chosen = _top_entries(plan, top)
+    if len(chosen) == len(plan.entries):
+        return f"{len(chosen)} kernel type{'s' * (len(chosen) != 1)}"
+    share = sum(entry.share for entry in chosen)
+    return (f"the top {len(chosen)} of {len(plan.entries)} kernel types ({share:.0%} of the profiled time; "
+            f"--top 0 checks them all)")
+
+
+def _top_entries(plan: Plan, top: int) -> list:
+    return plan.entries[:top] if top > 0 else plan.entries
+
+
+def starter_entries(plan: Plan, folder: Path, drops: Drops | None = None, top: int = 0) -> dict[str, dict]:
+    """The manifest entries of the starters of the plan's `top` kernel types (0: all), at the plan's shapes:
+    kernels/<type>.py, or for a region Inductor's code for it, generated into folder (with its region file) and named
+    relative to it. A starter that cannot be made is left out (dropped into `drops`, when given)."""
     entries = {}
-    for entry in plan.entries:
+    for entry in _top_entries(plan, top):
         try:       # a region's starter is Inductor's code for it, generated here (autokernel/profile/regions/jobs.py)
             starter = region_jobs.starter_file(entry.kernel_type, folder)
         except (InductorFailed, StarterError) as why:
@@ -172,10 +191,11 @@ def starter_entries(plan: Plan, folder: Path, drops: Drops | None = None) -> dic
     return entries
 
 
-def write_starter_manifest(plan: Plan, folder: Path, earlier: Path | None = None, drops: Drops | None = None) -> Path:
+def write_starter_manifest(plan: Plan, folder: Path, earlier: Path | None = None, drops: Drops | None = None,
+                           top: int = 0) -> Path:
     """A manifest of the starter kernels of the plan, in folder/manifest.json (keeping the route tables measured
     before for the same sources, from `earlier`, by default that file itself); the folder is returned."""
-    entries = starter_entries(plan, folder, drops)
+    entries = starter_entries(plan, folder, drops, top)
     if not entries:
         raise NothingToPlugIn(f"the plan of {plan.model} has no kernel type AutoKernel has a kernel for, "
                               "so there is nothing to plug in")
