@@ -2,7 +2,7 @@
 
     python verify.py [MODEL] [--class-name NAME] [--input-shape 1,512] [--dtype float16]
                      [--model-arg NAME=VALUE ...] [--device cuda]
-                     [--optimized-dir optimized_kernels | --starters]
+                     [--optimized-dir optimized_kernels | --starters [--top 8]]
                      [--workspace workspace] [--no-compile] [--compile-backend inductor]
                      [--route measured|all] [--overhead]
     python verify.py models/llama.py --dtype float16 --model-arg batch=4 --model-arg seq=1024
@@ -23,8 +23,9 @@ CUDA graphs (mode="reduce-overhead"), and each of the three with our kernels plu
     autokernel.plug_in follows from then on.
 The verdict names PyTorch's best and AutoKernel's best and says which to use: "faster by X", or
 "no gain: use <PyTorch's best>". --overhead also sets the all-routed model's latency against the
-sum of its parts (autokernel/verify/overhead.py). --starters verifies the starter kernels/<type>.py of
-every kernel type in the model's plan (profiled first when there is none), at the plan's shapes.
+sum of its parts (autokernel/verify/overhead.py). --starters verifies the starters (kernels/<type>.py, or
+Inductor's code for a region) of the plan's top 8 kernel types (--top; profiled first when there is no plan), at
+the plan's shapes.
 
 The error check: for every tensor of the output, max |ours - original| / max |original| must be at
 most the output dtype's tolerance (float16 1e-2, bfloat16 2e-2, float32 1e-4), for the checked

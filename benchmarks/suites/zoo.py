@@ -1,6 +1,6 @@
 """The GPU gate: `verify --starters` over a zoo of real architectures, one table of verdicts (the first call of a GPU session).
 
-    python benchmarks/end_to_end.py zoo run OUT [--only NAME ...] [--jobs 4] [--size full|tiny] [--dtype float16]
+    python benchmarks/end_to_end.py zoo run OUT [--only NAME ...] [--jobs 8] [--size full|tiny] [--dtype float16]
     python benchmarks/end_to_end.py zoo summarize OUT > table.md
 
 The zoo: the shipped models; Hugging Face transformers built from their configs (GPT-2, BERT, LLaMA with
@@ -250,7 +250,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_parser = commands.add_parser("run")
     run_parser.add_argument("out", type=Path)
     run_parser.add_argument("--only", nargs="*", choices=list(ZOO), help="these models only (default: all)")
-    run_parser.add_argument("--jobs", type=int, default=4, help="verify runs side by side on each GPU (default 4)")
+    run_parser.add_argument("--jobs", type=int, default=8, help="verify runs side by side on each GPU (default 8)")
     run_parser.add_argument("--gpus", type=int, default=1, help="GPUs to spread the models over (default 1)")
     run_parser.add_argument("--size", choices=("full", "tiny"), default="full")
     run_parser.add_argument("--dtype", default="float16")
