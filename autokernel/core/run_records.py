@@ -94,6 +94,7 @@ class RunState:
     ahead: dict[str, JobProgress] = field(default_factory=dict)    # started ones, by job name
     ended_ahead: list[str] = field(default_factory=list)           # finished or skipped ones
     spent_s: dict[str, float] = field(default_factory=dict)        # seconds by PROFILING, BASELINES, EXPERIMENTS
+    plan_caveats: list[str] = field(default_factory=list)          # the plan's (core/plan.py): on a CPU, noisy...
     version: int = STATE_VERSION
 
     def to_json(self) -> dict:
@@ -103,8 +104,9 @@ class RunState:
                     ahead={name: progress.to_json() for name, progress in self.ahead.items()})
         if self.model is None:          # as a state written before models were recorded holds it: no key
             del data["model"]
-        if not self.spent_s:            # likewise before the budget's parts were recorded
-            del data["spent_s"]
+        for name in ("spent_s", "plan_caveats"):     # likewise, when empty, as states before they were recorded
+            if not data[name]:
+                del data[name]
         return data
 
     @classmethod

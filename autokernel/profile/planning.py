@@ -8,6 +8,7 @@ from autokernel.core import paths
 from autokernel.core.contracts import Job
 from autokernel.core.errors import OptimizationError
 from autokernel.core.live import quiet_native_output
+from autokernel.core.plan import read_plan
 
 PROFILE_LOG = "profile.log"     # in the workspace: what torch's profiler printed, kept out of the live view
 
@@ -31,9 +32,12 @@ def jobs_from_profile(model, inputs, *, name: str, top: int, log: Callable[[str]
             log(line)
     if not jobs:
         raise OptimizationError(f"the profile found no kernel that AutoKernel can optimize (plan: {plan_path})")
+    plan = read_plan(plan_path)
     for job in jobs:
-        log(f"job rank {job.rank}: {job.kernel_type}{job.title_note} ({job.share:.1%} of the measured time, "
+        log(f"job rank {job.rank}: {job.kernel_type}{job.title_note} ({job.share:.1%} of the {plan.timing}, "
             f"{job.amdahl_2x:.2f}x end to end if made 2x faster)")
+    for caveat in plan.caveats:
+        log(f"the plan: {caveat}")
     return sorted(jobs, key=lambda job: job.rank)
 
 

@@ -150,19 +150,20 @@ def _prepare_new(repo: gitops.KernelRepo, plan, settings: RunSettings, tag: str 
     repo.start_branch(tag)
     state = RunState(tag=tag, jobs=jobs, kept_commit=repo.head(), settings=settings, return_to=position,
                      experiment=results.last_experiment(paths.RESULTS_TSV),
-                     model=None if model_flags is None else {"flags": model_flags, "inputs": _profiled_inputs()},
+                     model=None if model_flags is None else {"flags": model_flags, "inputs": _profiled("inputs")},
+                     plan_caveats=_profiled("caveats") or [],
                      spent_s={PROFILING: round(finished - planning_began, 2)})
     run_state.save(state)
     view.log(f"run {tag} on branch {gitops.branch_name(tag)}: {settings.describe()}")
     return state, agent, position
 
 
-def _profiled_inputs() -> list | None:
-    """The inputs the plan just profiled records (their shapes and dtypes), if it does."""
+def _profiled(name: str):
+    """What the plan just profiled records of the inputs (their shapes and dtypes) or its caveats, if it does."""
     from autokernel.profile.profiler import PLAN_FILE
 
     try:
-        return Plan.from_json(json.loads((paths.WORKSPACE / PLAN_FILE).read_text())).inputs
+        return getattr(Plan.from_json(json.loads((paths.WORKSPACE / PLAN_FILE).read_text())), name)
     except (OSError, ValueError, TypeError, KeyError):    # no plan file (jobs given as such), or another version's
         return None
 
@@ -327,6 +328,7 @@ def outcome_lines(state: RunState) -> list[str]:
         else:
             # True of a job never begun and of one whose baseline the budget cut short (no row, benched again).
             lines.append(f"  {name}: no baseline yet")
+    lines += [f"  the plan: {caveat}" for caveat in state.plan_caveats]
     if state.model and state.model.get("flags"):
         lines.append(f"  model: {shown_flags(state.model['flags'])} (`autokernel verify` with no model checks the "
                      f"kernels in it)")
