@@ -35,7 +35,7 @@ from autokernel.profile.model_args import shown_flags
 from autokernel.profile.regions import autotune_budget
 from autokernel.profile.regions.autotune_budget import AUTOTUNE_SHARE, AutotuneAllowance
 from autokernel.core.errors import OptimizationError
-from autokernel.core.live import ProgressView, format_duration, format_speedup, plural
+from autokernel.core.live import TORCH_LOG, ProgressView, format_duration, format_speedup, plural, torch_chatter_to
 from autokernel.core.lock import RunLock
 from autokernel.fleet import workers
 from autokernel.judge import runner
@@ -77,7 +77,9 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
     started = time.monotonic() if started is None else started
     view = view or ProgressView()
     repo = gitops.KernelRepo(paths.ROOT)       # before the lock: outside a repository, nothing is made
-    with RunLock(), view:
+    # torch's warnings and logging (Inductor's autotuning errors, their tracebacks) go to the workspace's log, not
+    # the terminal, whose lines are the run's own; the file is made only if torch says something, after the lock.
+    with RunLock(), view, torch_chatter_to(paths.WORKSPACE / TORCH_LOG):
         problem = sandbox_checks.sandbox_gpu_problem(paths.ROOT)     # before profiling: minutes, wasted if this fails
         if problem:
             raise OptimizationError(problem)
