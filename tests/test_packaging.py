@@ -222,3 +222,27 @@ def test_the_torch_the_readme_installs_and_the_tests_run_on_is_in_the_declared_r
     import torch
 
     assert Version(torch.__version__.split("+")[0]) in supported
+
+
+def test_the_quick_start_installs_torchs_cpu_build_before_anything_that_needs_torch():
+    """PyPI's Linux torch carries CUDA's libraries (gigabytes): on the CPU machine the Quick start is written for, its
+    first install takes torch from PyTorch's CPU index, before any install that would pull torch from PyPI (issue 38)."""
+    quick_start = (PROJECT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    installs = [line for line in quick_start.splitlines() if line.startswith("pip install")]
+    assert installs and installs[0].startswith("pip install torch==")
+    assert "--index-url https://download.pytorch.org/whl/cpu" in installs[0]
+
+
+def test_a_cuda_build_of_torch_without_a_gpu_is_pointed_to_the_cpu_build(monkeypatch):
+    """A run on a machine without a GPU whose torch is a CUDA build (pip took PyPI's) says how to get the CPU build."""
+    import torch
+
+    from autokernel.search import session
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch, "__version__", "2.14.1+cu130")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    note = session.cuda_build_note()
+    assert "CUDA build" in note and "pip install torch==2.14.1 --index-url https://download.pytorch.org/whl/cpu" in note
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert session.cuda_build_note() is None, "the CPU build: nothing to say"

@@ -29,3 +29,4 @@ def test_the_plans_caveats_are_kept_in_the_state_and_shown_by_status(tmp_path, m
     assert state.plan_caveats == [profiler.CPU_CAVEAT]
     assert f"  the plan: {profiler.CPU_CAVEAT}" in session.outcome_lines(state)
     assert json.loads(run_state.state_file().read_text())["plan_caveats"] == [profiler.CPU_CAVEAT]
+

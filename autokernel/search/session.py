@@ -51,6 +51,16 @@ CPU_NOTE = ("no CUDA GPU: bench.py runs the kernels on CPU through the Triton in
 LOOP_WRITES = (gitops.KERNEL_FILE_NAME, gitops.OPTIMIZED_DIR_NAME)
 
 
+def cuda_build_note() -> str | None:
+    """On a machine without a usable GPU, a CUDA build of torch: say that the CPU build does the same, far smaller."""
+    if torch.version.cuda is None or torch.cuda.is_available():
+        return None
+    release = torch.__version__.split("+")[0]
+    return (f"torch {torch.__version__} is a CUDA build (CUDA {torch.version.cuda}), and this machine has no GPU it "
+            f"can use: its CUDA libraries go unused. The CPU build runs the same, gigabytes smaller: pip install "
+            f"torch=={release} --index-url https://download.pytorch.org/whl/cpu")
+
+
 def default_tag(name: str | None) -> str:
     stem = Path(name).stem if name else "run"
     return re.sub(r"[^A-Za-z0-9._-]", "-", f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -91,6 +101,8 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
                                                   started)
         if not torch.cuda.is_available():
             view.log(CPU_NOTE)
+            if note := cuda_build_note():
+                view.log(note)
         if not runner.filesystem_confined():
             view.log(sandbox_checks.unconfined_note())
         for missing in sandbox_checks.missing_protections(paths.ROOT):
