@@ -30,6 +30,13 @@ def test_steady_measurements_take_the_least_rounds_and_noisy_ones_more_the_media
     assert len(asked) == region_plan.MAX_ROUNDS and median == 2.1 and apart > region_plan.NOISY_SPREAD
 
 
+def test_a_region_still_noisy_after_every_round_is_named_with_its_ops_in_the_plans_caveats(tmp_path, monkeypatch):
+    times = iter([0.001, 0.01] * 100)            # every round ten times the one before or after it
+    monkeypatch.setattr(region_plan, "region_time_ms", lambda region, device: next(times))
+    [noisy] = [caveat for caveat in plan_of(tmp_path).caveats if caveat.startswith("noisy")]
+    assert "(gemm+sigmoid+sum, " in noisy and f"over {region_plan.MAX_ROUNDS} rounds" in noisy
+
+
 def test_regions_timed_past_the_forward_pass_are_scaled_to_fit_and_the_plan_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(region_plan, "region_time_ms", lambda region, device: 1000.0)   # far past the whole model
     plan = plan_of(tmp_path)
