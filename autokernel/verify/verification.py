@@ -262,4 +262,6 @@ def _describe(model_name, device, dtype) -> str:
 
 
 def _plan_source(plan_path: Path, plan: Plan) -> str:
-    return f"shares from {plan_path} ({plan.timing} on {plan.device_name})"
+    """Where the shares come from, with what the plan says of its own times (profiled on CPU, noisy, scaled)."""
+    return f"shares from {plan_path} ({plan.timing} on {plan.device_name})" + "".join(
+        f"; {caveat}" for caveat in plan.caveats)
