@@ -62,6 +62,7 @@ from autokernel.verify.verification import (EXIT_DROPPED, EXIT_ERROR, EXIT_FAIL,
                                              EXIT_NOTHING_CHECKED,
                                              EXIT_NOTHING_TO_PLUG_IN, EXIT_PASS, REPORT_FILE, STARTER_MANIFEST_DIR, NothingToPlugIn, Outcome,
                                              STARTERS_TOP, run)
+from autokernel.verify.child_lines import OWN_ERROR, OwnLines
 from autokernel.verify.verify_report import print_report, report_console
 
 
@@ -125,9 +126,11 @@ def main(argv: list[str] | None = None) -> int:
 def _in_sandbox(args) -> int:
     """The child's side: verify, print the report, and answer on the pipe (autokernel/verify/isolated.py)."""
     interpreter.choose()        # first, before any kernel file is imported: no GPU means Triton's interpreter
-    console = report_console()       # a terminal's width (the parent passes it); whole tables in a log or a pipe
+    # Our own lines are marked, so that the parent shows them and sends torch's to the workspace's log.
+    errors = OwnLines(sys.stderr, OWN_ERROR)
+    console = report_console(OwnLines(sys.stdout))   # the terminal's width (the parent passes it), or whole tables
     if hidden := isolated.gpu_hidden():
-        print(f"verify.py: {hidden}", file=sys.stderr)
+        print(f"verify.py: {hidden}", file=errors, flush=True)
         with open(args.sandboxed_fd, "w") as answer:
             json.dump(Outcome(EXIT_ERROR).to_json(), answer)
         return EXIT_ERROR
@@ -139,7 +142,7 @@ def _in_sandbox(args) -> int:
                       compile_backend=None if args.no_compile else args.compile_backend, policy=args.route,
                       overhead=args.overhead, console=console, max_autotune=args.max_autotune, top=args.top)
     except (models.ModelLoadError, plugin.PlugInError) as error:
-        print(f"verify.py: {error}", file=sys.stderr)
+        print(f"verify.py: {error}", file=errors, flush=True)
         outcome = Outcome(EXIT_NOTHING_TO_PLUG_IN if isinstance(error, NothingToPlugIn) else EXIT_ERROR)
     else:
         print_report(outcome.report, console)

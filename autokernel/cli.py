@@ -270,11 +270,13 @@ def _cmd_report(args, started: float) -> int:
         raise results.ResultsFileError(f"no results file at {args.results}: run `autokernel optimize` first, "
                                        f"or name the file with --results")
     rows = results.read_rows(args.results)
-    throughput = _run_throughput(rows)
+    state = _rows_run(rows)
+    throughput = state.throughput if state else None
     if args.json:
         print(json.dumps(report.summary_json(rows, report.read_verdict(args.verify_report), throughput), indent=2))
     elif args.out:
-        written = report.write_report(args.results, args.out, verify_report=args.verify_report, throughput=throughput)
+        written = report.write_report(args.results, args.out, verify_report=args.verify_report, throughput=throughput,
+                                      plan_caveats=state.plan_caveats if state else [])
         if written.plot is None:
             print(f"report written to {written.markdown}")
             _say(f"autokernel: warning: {written.plot_problem}")
@@ -285,15 +287,15 @@ def _cmd_report(args, started: float) -> int:
     return 0
 
 
-def _run_throughput(rows: list[dict]):
-    """The saved run's pace (state.json), when that run is the one these rows are from; else None."""
+def _rows_run(rows: list[dict]):
+    """The saved run (state.json: its pace, its plan's caveats), when it is the one these rows are from; else None."""
     from autokernel.search import run_state
 
     try:
         state = run_state.load()
     except run_state.StateError:
         return None
-    return state.throughput if any(row["tag"] == state.tag for row in rows) else None
+    return state if any(row["tag"] == state.tag for row in rows) else None
 
 
 def _user_errors() -> tuple[type[Exception], ...]:

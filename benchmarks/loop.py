@@ -2,7 +2,7 @@
 
     python benchmarks/loop.py SUBCOMMAND [options]           (SUBCOMMAND --help: what it measures, its options)
 
-Each subcommand is a module of benchmarks/suites/. seed-sweep and llm-soak run on CPU too (Triton's
+Each subcommand is a module of benchmarks/suites/. seed-sweep, llm-soak and budget-check run on CPU too (Triton's
 interpreter); throughput needs --gpus GPUs; llm-facts shows the agent's prompt on this machine.
 """
 
@@ -14,7 +14,7 @@ from benchmarks.common import run_subcommand  # noqa: E402
 
 # subcommand -> its module in benchmarks/suites/ (whose docstring's first line is the subcommand's help)
 SUBCOMMANDS = {"throughput": "multi_gpu_throughput", "seed-sweep": "seed_sweep", "llm-soak": "llm_soak",
-               "llm-facts": "llm_gpu_facts"}
+               "llm-facts": "llm_gpu_facts", "budget-check": "budget_check"}
 
 
 def main(argv: list[str] | None = None) -> int:

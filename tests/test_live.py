@@ -80,3 +80,31 @@ def test_the_panel_shows_one_rate_the_runs():
     text = console.file.getvalue()
     assert text.count("/h") == 1 and "90 experiments/hour overall; cpu idle 10m00s" in text
     assert "GPUs" not in text, "the row is the run's pace, on a CPU too"
+
+
+def test_torchs_warnings_and_logging_go_to_the_log_and_our_own_lines_stay(tmp_path, capfd):
+    """During a run torch's warnings and its loggers' records (Inductor's autotuning errors with their tracebacks)
+    go to workspace/torch.log (issue 38: 56 autotune lines reached the terminal); what the run prints stays."""
+    import logging
+    import warnings
+
+    import torch  # noqa: F401  (torch's loggers and their stream handlers exist once it is imported)
+
+    from autokernel.core.live import torch_chatter_to
+
+    path = tmp_path / "workspace" / "torch.log"
+    with torch_chatter_to(path):
+        assert not path.exists(), "no file until torch says something"
+        print("our own line")
+        warnings.warn("TensorFloat32 tensor cores are available", UserWarning)
+        try:
+            raise RuntimeError("Triton Error [CUDA]: out of resource: shared memory")
+        except RuntimeError:
+            logging.getLogger("torch._inductor.select_algorithm").exception("Runtime error during autotuning")
+    logging.getLogger("torch._inductor").warning("after the block")
+    terminal = capfd.readouterr()
+    written = path.read_text()
+    assert "TensorFloat32" in written and "Runtime error during autotuning" in written and "out of resource" in written
+    assert "our own line" in terminal.out and "our own line" not in written
+    assert "TensorFloat32" not in terminal.err and "Runtime error" not in terminal.err
+    assert "after the block" not in written, "torch's own handlers write where they did once the block ends"

@@ -222,3 +222,31 @@ def test_the_torch_the_readme_installs_and_the_tests_run_on_is_in_the_declared_r
     import torch
 
     assert Version(torch.__version__.split("+")[0]) in supported
+
+
+def test_the_quick_start_has_its_two_commands_and_points_a_cpu_machine_to_torchs_cpu_build():
+    """Exactly two commands (install and run; install and test), each one line that works on a fresh machine with the
+    package registries alone; PyPI's Linux torch carries CUDA's libraries (gigabytes), so the Quick start tells a
+    machine without an NVIDIA GPU how to take the CPU build first (issue 38)."""
+    quick_start = (PROJECT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    commands = [line for line in quick_start.split("```bash", 1)[1].split("```", 1)[0].splitlines()
+                if line.strip() and not line.startswith("#")]
+    assert len(commands) == 2 and all(line.startswith("pip install torch==") for line in commands)
+    assert "autokernel optimize" in commands[0] and "pytest" in commands[1]
+    prose = " ".join(quick_start.split("```")[2].split())
+    assert "without an NVIDIA GPU" in prose and "--index-url https://download.pytorch.org/whl/cpu" in prose
+
+
+def test_a_cuda_build_of_torch_without_a_gpu_is_pointed_to_the_cpu_build(monkeypatch):
+    """A run on a machine without a GPU whose torch is a CUDA build (pip took PyPI's) says how to get the CPU build."""
+    import torch
+
+    from autokernel.search import session
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch, "__version__", "2.14.1+cu130")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    note = session.cuda_build_note()
+    assert "CUDA build" in note and "pip install torch==2.14.1 --index-url https://download.pytorch.org/whl/cpu" in note
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert session.cuda_build_note() is None, "the CPU build: nothing to say"

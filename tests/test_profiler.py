@@ -105,8 +105,8 @@ def test_outputs_are_written_and_printed(llama_report, tmp_path):
 
 
 def test_shares_that_overlap_are_labelled_so():
-    """Regions are timed apart from the model, so a plan's shares can add up to more than 100% (155-171% seen on a
-    CPU run): the printed plan says they overlap; shares that add up say nothing more."""
+    """Regions timed apart from the model made a plan's shares add up to more than 100% (155-171% seen on a
+    CPU run); plans are scaled to fit now, and an older plan file that overlaps is labelled so when printed."""
     from autokernel.core.contracts import PlanEntry
     from autokernel.core.plan import Plan
 

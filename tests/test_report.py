@@ -95,6 +95,9 @@ def test_a_cpu_run_gets_the_banner(tmp_path):
     figure = report.progress_figure(results.group_by_kernel(results.read_rows(path)))
     assert figure._suptitle.get_text() == report.NOT_MEANINGFUL
     assert report.NOT_MEANINGFUL in report.markdown_report(results.read_rows(path), [], path)
+    # the run's plan says it was profiled on CPU (state.json's plan_caveats): the report says so too
+    written = report.write_report(path, tmp_path / "out", plan_caveats=["profiled on CPU: CPU op times"])
+    assert "> The plan: profiled on CPU: CPU op times" in written.markdown.read_text()
 
 
 def test_a_cpu_run_is_never_called_faster_or_winner_only_correct_with_its_speed_unknown(tmp_path):

@@ -220,7 +220,7 @@ def test_a_plan_profiled_at_other_inputs_is_not_this_models(tmp_path):
 
     plan, note = verification.read_model_plan(plan_path, loaded_at(4, 16))
     assert plan is not None and plan.inputs == [{"shape": [4, 16], "dtype": "float32"}]
-    assert note.startswith(f"shares from {plan_path}")
+    assert note.startswith(f"shares from {plan_path}") and f"; {profiler.CPU_CAVEAT}" in note   # the plan's label too
     plan, note = verification.read_model_plan(plan_path, loaded_at(8, 16))
     assert plan is None
     assert note == (f'{plan_path} is the plan of softmax-head (cpu, float32) with inputs '

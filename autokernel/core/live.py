@@ -10,7 +10,9 @@ become events too.
 
 `quiet_native_output(path)` sends whatever the process itself writes to its stdout and stderr
 (torch's profiler prints from C++) to a file while it is active; the view keeps its own copy of
-the terminal, so the panel still draws.
+the terminal, so the panel still draws. `torch_chatter_to(path)` sends only Python's warnings and
+torch's logging (Inductor's autotuning errors and their tracebacks) there, for a whole run whose
+own lines stay on the terminal.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -245,3 +248,55 @@ def quiet_native_output(log_path: str | Path):
             os.dup2(saved[1], 2)
             for fd in saved:
                 os.close(fd)
+
+
+# In the workspace: what torch and Inductor said during a run (the profiler's tables, autotuning, warnings).
+TORCH_LOG = "torch.log"
+
+
+class LazyLog:
+    """A text file opened (for appending) on its first write, so a run whose torch says nothing leaves none."""
+
+    def __init__(self, path: Path):
+        self.path, self._file = path, None
+
+    def write(self, text: str) -> int:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a")
+        written = self._file.write(text)
+        self._file.flush()
+        return written
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+@contextlib.contextmanager
+def torch_chatter_to(log_path: str | Path):
+    """Python's warnings and torch's logging go to log_path for the block (opened only if something is said).
+    torch gives its registered loggers ("torch", "torch._inductor", ...) stream handlers of their own on stderr:
+    each such handler writes to the file meanwhile. What the process prints itself still reaches the terminal."""
+    sink = LazyLog(Path(log_path))
+    swapped = []
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if (name == "torch" or name.startswith("torch.")) and isinstance(logger, logging.Logger):
+            for handler in logger.handlers:
+                if type(handler) is logging.StreamHandler:
+                    swapped.append((handler, handler.setStream(sink)))
+    before = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        sink.write(warnings.formatwarning(message, category, filename, lineno, line))
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = before
+        for handler, stream in swapped:
+            handler.setStream(stream)
+        sink.close()

@@ -37,6 +37,7 @@ class Plan:
     wall_ms: float | None = None
     coverage: float | None = None
     regions: dict | None = None      # what the region finder found, or why it could not look
+    caveats: list[str] = field(default_factory=list)   # what a reader must know of these times (on a CPU, noisy...)
     extra: dict = field(default_factory=dict)    # a newer writer's keys, written back unchanged
 
     @property

@@ -57,6 +57,10 @@ class JobProgress:
 
 STATE_VERSION = 2
 
+# What the run's time went to (RunState.spent_s): profiling the model and making its starters (the regions'
+# autotuning among them), then the baselines' benches and the experiments (each from the agent's ask to its verdict).
+PROFILING, BASELINES, EXPERIMENTS = "profiling", "baselines", "experiments"
+
 
 @dataclass
 class RunState:
@@ -89,6 +93,8 @@ class RunState:
     # With several GPUs, jobs after job_index run side by side with it (autokernel/search/run_state.py reads these):
     ahead: dict[str, JobProgress] = field(default_factory=dict)    # started ones, by job name
     ended_ahead: list[str] = field(default_factory=list)           # finished or skipped ones
+    spent_s: dict[str, float] = field(default_factory=dict)        # seconds by PROFILING, BASELINES, EXPERIMENTS
+    plan_caveats: list[str] = field(default_factory=list)          # the plan's (core/plan.py): on a CPU, noisy...
     version: int = STATE_VERSION
 
     def to_json(self) -> dict:
@@ -98,6 +104,9 @@ class RunState:
                     ahead={name: progress.to_json() for name, progress in self.ahead.items()})
         if self.model is None:          # as a state written before models were recorded holds it: no key
             del data["model"]
+        for name in ("spent_s", "plan_caveats"):     # likewise, when empty, as states before they were recorded
+            if not data[name]:
+                del data[name]
         return data
 
     @classmethod

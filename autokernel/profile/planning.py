@@ -7,9 +7,8 @@ from typing import Callable
 from autokernel.core import paths
 from autokernel.core.contracts import Job
 from autokernel.core.errors import OptimizationError
-from autokernel.core.live import quiet_native_output
-
-PROFILE_LOG = "profile.log"     # in the workspace: what torch's profiler printed, kept out of the live view
+from autokernel.core.live import TORCH_LOG, quiet_native_output
+from autokernel.core.plan import read_plan
 
 
 def jobs_from_profile(model, inputs, *, name: str, top: int, log: Callable[[str], None],
@@ -17,13 +16,13 @@ def jobs_from_profile(model, inputs, *, name: str, top: int, log: Callable[[str]
     """Profile an nn.Module into workspace/optimization_plan.json and extract its top kernels as jobs (Amdahl order)."""
     from autokernel.profile import jobs as kernel_jobs, profiler
 
-    log(f"profiling {name} (torch's own output goes to workspace/{PROFILE_LOG}) ...")
+    log(f"profiling {name} (torch's own output goes to workspace/{TORCH_LOG}) ...")
     plan_path = paths.WORKSPACE / profiler.PLAN_FILE
     said: list[str] = []
     # Extracting makes the regions' starters with Inductor, whose autotuning prints too: into the log as well. Our
     # own lines meanwhile are held, and said once the terminal is ours again.
     try:
-        with quiet_native_output(paths.WORKSPACE / PROFILE_LOG):
+        with quiet_native_output(paths.WORKSPACE / TORCH_LOG):
             profiler.profile_to_workspace(model, inputs, name=name, workspace=paths.WORKSPACE)
             jobs = kernel_jobs.extract_jobs(plan_path, top, paths.WORKSPACE, backend, log=said.append)
     finally:
@@ -31,9 +30,12 @@ def jobs_from_profile(model, inputs, *, name: str, top: int, log: Callable[[str]
             log(line)
     if not jobs:
         raise OptimizationError(f"the profile found no kernel that AutoKernel can optimize (plan: {plan_path})")
+    plan = read_plan(plan_path)
     for job in jobs:
-        log(f"job rank {job.rank}: {job.kernel_type}{job.title_note} ({job.share:.1%} of the measured time, "
+        log(f"job rank {job.rank}: {job.kernel_type}{job.title_note} ({job.share:.1%} of the {plan.timing}, "
             f"{job.amdahl_2x:.2f}x end to end if made 2x faster)")
+    for caveat in plan.caveats:
+        log(f"the plan: {caveat}")
     return sorted(jobs, key=lambda job: job.rank)
 
 

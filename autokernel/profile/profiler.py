@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from torch import nn
 
@@ -257,6 +258,11 @@ def _op_times(roots: list[RootOp], iters: int) -> list[OpTime]:
 
 
 # --------------------------------------------------------------------------- the plan
+# A plan profiled without a GPU says so wherever it is shown (the plan's JSON and table, the run's lines, status).
+CPU_CAVEAT = ("profiled on CPU: the shares are CPU op times, which vary from run to run and say nothing of where "
+              "a GPU spends its time; the plan only exercises the pipeline")
+
+
 def build_plan(report: ProfileReport, gpu: hardware.GPUSpec) -> Plan:
     """Kernel types ranked by measured time, each with its Amdahl figure and roofline placement."""
     dtype = getattr(torch, report.dtype)
@@ -270,6 +276,7 @@ def build_plan(report: ProfileReport, gpu: hardware.GPUSpec) -> Plan:
     return Plan(model=report.model_name, device=report.device, dtype=report.dtype, entries=entries,
                 total_ms=report.total_ms, other_ms=report.other_ms, device_name=report.device_name, gpu=gpu.name,
                 inputs=report.inputs, timing=report.timing, wall_ms=report.wall_ms, coverage=report.coverage,
+                caveats=[] if report.device == "cuda" else [CPU_CAVEAT],
                 extra={"coverage_target": COVERAGE_TARGET, "mlp_policy": MLP_POLICY, "fold_policy": FOLD_POLICY})
 
 
@@ -352,8 +359,10 @@ def print_plan(plan: Plan, top: int | None = None, console: Console | None = Non
     table.add_row("", OTHER, f"{plan.other_ms:.3f}", f"{plan.other_share:.1%}",
                   f"{amdahl_speedup(plan.other_share):.3f}x", "-", "")
     console.print(table)
+    for caveat in plan.caveats:
+        console.print(f"[yellow]{escape(caveat)}[/yellow]")
     added = sum(entry.share for entry in plan.entries) + plan.other_share
-    if added > 1.005:
+    if added > 1.005:       # a plan written before the regions were scaled to fit (regions/plan.py)
         console.print(f"[yellow]the shares add up to {added:.0%}, not 100%: they overlap. Each region is timed on "
                       f"its own, apart from the model, and that time can be more than its ops took inside it; read "
                       f"each share against the {plan.total_ms:.3f} ms forward pass, not as one part of it[/yellow]")
@@ -361,5 +370,4 @@ def print_plan(plan: Plan, top: int | None = None, console: Console | None = Non
     style = "green" if coverage >= COVERAGE_TARGET else "bold red"
     console.print(f"[{style}]coverage: {coverage:.1%} of measured time attributed "
                   f"(target {COVERAGE_TARGET:.0%})[/{style}]")
-    if plan.device != "cuda":
-        console.print("[yellow]no GPU: times are CPU op times, only useful for testing the pipeline[/yellow]")
+

@@ -58,11 +58,12 @@ class ReportFiles(NamedTuple):
 
 
 def write_report(results_tsv: str | Path, out_dir: str | Path, *, verify_report: str | Path | None = None,
-                 throughput: contracts.Throughput | None = None) -> ReportFiles:
+                 throughput: contracts.Throughput | None = None, plan_caveats: list[str] = ()) -> ReportFiles:
     """Write out_dir/report.md and out_dir/progress.png from results.tsv; return their paths.
 
     A plot that cannot be drawn (matplotlib missing) costs the plot alone: report.md is written
-    regardless, saying why the plot is not there."""
+    regardless, saying why the plot is not there. plan_caveats: what the run's plan says of its own times (state.json:
+    profiled on CPU, noisy, scaled to fit)."""
     rows = results.read_rows(results_tsv)
     if not rows:
         raise ReportError(f"no experiments in {results_tsv}: nothing to report yet")
@@ -78,7 +79,7 @@ def write_report(results_tsv: str | Path, out_dir: str | Path, *, verify_report:
         figure.savefig(png_path, dpi=100)
     markdown_path = folder / MARKDOWN_FILE
     markdown_path.write_text(markdown_report(rows, groups, results_tsv, read_verdict(verify_report), throughput,
-                                             plot_problem=problem) + "\n")
+                                             plot_problem=problem, plan_caveats=plan_caveats) + "\n")
     return ReportFiles(markdown_path, png_path if figure is not None else None, problem)
 
 
@@ -170,12 +171,14 @@ def job_span_lines(throughput: contracts.Throughput) -> list[str]:
 
 
 def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Path, verdict: dict | None = None,
-                    pace: contracts.Throughput | None = None, *, plot_problem: str | None = None) -> str:
+                    pace: contracts.Throughput | None = None, *, plot_problem: str | None = None,
+                    plan_caveats: list[str] = ()) -> str:
     lines = ["# AutoKernel report", ""]
     if verdict:
         lines += _verdict_lines(verdict)
     if _meaningless(rows):
         lines += [f"> **{NOT_MEANINGFUL}.** The keep decisions made from them are not either.", ""]
+    lines += [f"> The plan: {caveat}" for caveat in plan_caveats] + ([""] if plan_caveats else [])
     baselines = sum(row["status"] == contracts.STATUS_BASELINE for row in rows)
     lines += [f"{plural(len(rows), 'row')} from `{source}`: {plural(len(rows) - baselines, 'experiment')} and "
               f"{plural(baselines, 'baseline')}, in {plural(len(groups), 'kernel run')}.", "",

@@ -17,7 +17,7 @@ import time
 from autokernel.agents.base import MalformedReply, Proposal
 from autokernel.core import contracts, paths
 from autokernel.core.contracts import FAIL, SPEED_UNKNOWN, Job, JudgedResult
-from autokernel.core.run_records import JobProgress
+from autokernel.core.run_records import BASELINES, EXPERIMENTS, JobProgress
 from autokernel.core.live import throughput_line
 from autokernel.judge import runner
 from autokernel.kernel_types.regions import store as region_store
@@ -148,6 +148,8 @@ class LoopRecords:
                                llm_cached_tokens=paid.tokens_cached if paid is not None else 0,
                                llm_reasoning_tokens=paid.tokens_reasoning if paid is not None else 0)
         state.pending_row, state.experiment, state.in_flight = row, number, None
+        spent = BASELINES if status == contracts.STATUS_BASELINE else EXPERIMENTS
+        state.spent_s[spent] = round(state.spent_s.get(spent, 0.0) + row["wall_seconds"], 2)
         if status != contracts.STATUS_BASELINE and gpu:     # judged there (not a malformed reply, a contract)
             self._count_gpu(gpu, experiments=1)
         if progress is not None and status != contracts.STATUS_BASELINE:

@@ -30,10 +30,12 @@ from autokernel.agents.factory import make_agent
 from autokernel.core import paths
 from autokernel.core.contracts import NO_GAIN, SPEED_UNKNOWN, Job, RunSettings
 from autokernel.core.plan import Plan
-from autokernel.core.run_records import RunState
+from autokernel.core.run_records import BASELINES, EXPERIMENTS, PROFILING, RunState
 from autokernel.profile.model_args import shown_flags
+from autokernel.profile.regions import autotune_budget
+from autokernel.profile.regions.autotune_budget import AUTOTUNE_SHARE, AutotuneAllowance
 from autokernel.core.errors import OptimizationError
-from autokernel.core.live import ProgressView, format_duration, format_speedup, plural
+from autokernel.core.live import TORCH_LOG, ProgressView, format_duration, format_speedup, plural, torch_chatter_to
 from autokernel.core.lock import RunLock
 from autokernel.fleet import workers
 from autokernel.judge import runner
@@ -47,6 +49,16 @@ TAG_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 CPU_NOTE = ("no CUDA GPU: bench.py runs the kernels on CPU through the Triton interpreter (with --quick), so "
             "correctness is checked for real but timings, and the keep decisions made from them, are not meaningful")
 LOOP_WRITES = (gitops.KERNEL_FILE_NAME, gitops.OPTIMIZED_DIR_NAME)
+
+
+def cuda_build_note() -> str | None:
+    """On a machine without a usable GPU, a CUDA build of torch: say that the CPU build does the same, far smaller."""
+    if torch.version.cuda is None or torch.cuda.is_available():
+        return None
+    release = torch.__version__.split("+")[0]
+    return (f"torch {torch.__version__} is a CUDA build (CUDA {torch.version.cuda}), and this machine has no GPU it "
+            f"can use: its CUDA libraries go unused. The CPU build runs the same, gigabytes smaller: pip install "
+            f"torch=={release} --index-url https://download.pytorch.org/whl/cpu")
 
 
 def default_tag(name: str | None) -> str:
@@ -75,7 +87,9 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
     started = time.monotonic() if started is None else started
     view = view or ProgressView()
     repo = gitops.KernelRepo(paths.ROOT)       # before the lock: outside a repository, nothing is made
-    with RunLock(), view:
+    # torch's warnings and logging (Inductor's autotuning errors, their tracebacks) go to the workspace's log, not
+    # the terminal, whose lines are the run's own; the file is made only if torch says something, after the lock.
+    with RunLock(), view, torch_chatter_to(paths.WORKSPACE / TORCH_LOG):
         problem = sandbox_checks.sandbox_gpu_problem(paths.ROOT)     # before profiling: minutes, wasted if this fails
         if problem:
             raise OptimizationError(problem)
@@ -83,9 +97,12 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
             state, agent, position = _prepare_resume(repo, tag, overrides or {}, view)
         else:
             workers.check(settings or RunSettings())        # the workers asked for can be had, before anything is made
-            state, agent, position = _prepare_new(repo, plan, settings or RunSettings(), tag, view, new, model_flags)
+            state, agent, position = _prepare_new(repo, plan, settings or RunSettings(), tag, view, new, model_flags,
+                                                  started)
         if not torch.cuda.is_available():
             view.log(CPU_NOTE)
+            if note := cuda_build_note():
+                view.log(note)
         if not runner.filesystem_confined():
             view.log(sandbox_checks.unconfined_note())
         for missing in sandbox_checks.missing_protections(paths.ROOT):
@@ -111,7 +128,7 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
 
 # ---------------------------------------------------------------------- a new run
 def _prepare_new(repo: gitops.KernelRepo, plan, settings: RunSettings, tag: str | None, view: ProgressView,
-                 new: bool, model_flags: list[str] | None) -> tuple[RunState, object, str]:
+                 new: bool, model_flags: list[str] | None, started: float) -> tuple[RunState, object, str]:
     tag = tag or default_tag(None)
     if not TAG_PATTERN.match(tag):
         raise OptimizationError(f"bad tag {tag!r}: use letters, digits, '.', '_' and '-'")
@@ -128,7 +145,17 @@ def _prepare_new(repo: gitops.KernelRepo, plan, settings: RunSettings, tag: str 
     if plan is None:
         raise OptimizationError("nothing to optimize: give a model")
     view.phase("profiling")
-    jobs = plan(view.log)
+    planning_began = time.monotonic()
+    # The starters' autotuning is the run's time too: it gets a share of the budget, counted from the run's start.
+    allowance = AutotuneAllowance(deadline=started + settings.budget_s * AUTOTUNE_SHARE)
+    with autotune_budget.bounded(allowance):
+        jobs = plan(view.log)
+    note = autotune_budget.skipped_note(allowance, settings.budget_s)
+    if note:
+        view.log(note)
+    finished = time.monotonic()
+    view.log(f"profiling and the starters took {format_duration(finished - planning_began)}; "
+             f"{format_duration(started + settings.budget_s - finished)} of the {settings.show('budget_s')} budget left")
     position = repo.current_position()
     if unfinished is not None:
         aside = run_state.set_aside(unfinished)
@@ -137,18 +164,20 @@ def _prepare_new(repo: gitops.KernelRepo, plan, settings: RunSettings, tag: str 
     repo.start_branch(tag)
     state = RunState(tag=tag, jobs=jobs, kept_commit=repo.head(), settings=settings, return_to=position,
                      experiment=results.last_experiment(paths.RESULTS_TSV),
-                     model=None if model_flags is None else {"flags": model_flags, "inputs": _profiled_inputs()})
+                     model=None if model_flags is None else {"flags": model_flags, "inputs": _profiled("inputs")},
+                     plan_caveats=_profiled("caveats") or [],
+                     spent_s={PROFILING: round(finished - planning_began, 2)})
     run_state.save(state)
     view.log(f"run {tag} on branch {gitops.branch_name(tag)}: {settings.describe()}")
     return state, agent, position
 
 
-def _profiled_inputs() -> list | None:
-    """The inputs the plan just profiled records (their shapes and dtypes), if it does."""
+def _profiled(name: str):
+    """What the plan just profiled records of the inputs (their shapes and dtypes) or its caveats, if it does."""
     from autokernel.profile.profiler import PLAN_FILE
 
     try:
-        return Plan.from_json(json.loads((paths.WORKSPACE / PLAN_FILE).read_text())).inputs
+        return getattr(Plan.from_json(json.loads((paths.WORKSPACE / PLAN_FILE).read_text())), name)
     except (OSError, ValueError, TypeError, KeyError):    # no plan file (jobs given as such), or another version's
         return None
 
@@ -290,7 +319,7 @@ def outcome_lines(state: RunState) -> list[str]:
     cost = f"${state.cost_usd:.2f}" + (f" + {plural(state.cost_unknown_calls, 'call')} without a price"
                                        if state.cost_unknown_calls else "")
     lines = [f"run {state.tag} (branch {gitops.branch_name(state.tag)}): {where}; {plural(state.experiment, 'experiment')} "
-             f"numbered, {format_duration(state.elapsed_s)} of {settings.show('budget_s')} used, "
+             f"numbered, {format_duration(state.elapsed_s)} of {settings.show('budget_s')} used{_spent_words(state)}, "
              f"{state.llm_tokens} LLM tokens, {state.llm_cached_tokens} of them cached and {state.llm_reasoning_tokens} "
              f"reasoning ({cost})"]
     finished = {entry["file"]: entry for entry in state.finished}
@@ -313,12 +342,24 @@ def outcome_lines(state: RunState) -> list[str]:
         else:
             # True of a job never begun and of one whose baseline the budget cut short (no row, benched again).
             lines.append(f"  {name}: no baseline yet")
+    lines += [f"  the plan: {caveat}" for caveat in state.plan_caveats]
     if state.model and state.model.get("flags"):
         lines.append(f"  model: {shown_flags(state.model['flags'])} (`autokernel verify` with no model checks the "
                      f"kernels in it)")
     if not state.done:
         lines.append(f"  {RESUME_HINT}")
     return lines
+
+
+def _spent_words(state: RunState) -> str:
+    """What the budget went to, " (profiling 0m09s, baselines 0m36s, experiments 4m10s)"; with several GPUs
+    the benches overlap, so their times are summed over the GPUs and can pass the wall time."""
+    spent = state.spent_s
+    if not spent:                    # a state from before this was recorded
+        return ""
+    parts = [f"{name} {format_duration(spent.get(name, 0.0))}" for name in (PROFILING, BASELINES, EXPERIMENTS)]
+    gpus = len(state.throughput.gpus)
+    return f" ({', '.join(parts)}" + (f"; benches summed over {gpus} GPUs" if gpus > 1 else "") + ")"
 
 
 def _finished_line(entry: dict) -> str:

@@ -8,7 +8,8 @@ process never imports a kept kernel unless the user asks for it (`plug_in`, or t
   - `verify_in_sandbox`: verify.py's work (autokernel/verify/verification.py) runs as `verify.py ...
     --sandboxed-fd N --write-to DIR` under runner.run_child: the allow-listed environment (no
     keys), Landlock (no home folder, no network, writes only to its own folders), its own PID
-    namespace. Its output is shown as it comes. It reports on a pipe only it holds; this process
+    namespace. Its own lines are shown as they come, and what torch prints in it goes to workspace/torch.log
+    (child_lines.py). It reports on a pipe only it holds; this process
     then records the route tables and copies the files it made (by name, from a fixed list) into
     the workspace.
   - `compare_in_sandbox`: autokernel.optimize's comparison on the user's model object, which is
@@ -32,9 +33,11 @@ from pathlib import Path
 from typing import Callable
 
 from autokernel.core import paths
+from autokernel.core.live import TORCH_LOG
 from autokernel.judge import runner
 from autokernel.kernel_types.regions import store as region_store
 from autokernel.sandbox.child_env import SANDBOXED_CHILD_VARIABLE
+from autokernel.verify.child_lines import Split
 
 CHILD_TIMEOUT_S = 6 * 3600
 # Set for the child where this process sees a GPU: a child that does not (a sandbox piece that breaks CUDA's
@@ -132,10 +135,13 @@ def verify_in_sandbox(argv: list[str], *, model: str | None, workspace: Path, op
     from autokernel.verify.verification import EXIT_ERROR, STARTER_MANIFEST_DIR, Outcome
 
     out = Path(tempfile.mkdtemp(prefix="autokernel-verify-"))
+    # The child's own lines are shown; what torch, Inductor and Triton print goes to the workspace's log.
+    split = Split(workspace / TORCH_LOG, show=lambda line: print(line, flush=True),
+                  show_error=lambda line: print(line, file=sys.stderr, flush=True))
     try:
         cmd = [sys.executable, str(paths.script("verify.py")), *argv, "--write-to", str(out), "--sandboxed-fd"]
         readable = _readable_for(model, workspace, optimized_dir)
-        child, answer = _run_sandboxed(cmd, readable=readable, writable=[out])
+        child, answer = _run_sandboxed(cmd, readable=readable, writable=[out], on_line=split)
         try:
             outcome = Outcome.from_json(answer)
         except ValueError:
@@ -147,7 +153,7 @@ def verify_in_sandbox(argv: list[str], *, model: str | None, workspace: Path, op
             print(f"verify.py: {crashed}\nverify.py: comparing PyTorch's own paths alone, in a fresh sandbox",
                   file=sys.stderr)
             child, answer = _run_sandboxed([*cmd[:2 + len(argv)], "--pytorch-only", *cmd[2 + len(argv):]],
-                                           readable=readable, writable=[out])
+                                           readable=readable, writable=[out], on_line=split)
             try:
                 outcome = Outcome.from_json(answer)
             except ValueError:
@@ -165,6 +171,9 @@ def verify_in_sandbox(argv: list[str], *, model: str | None, workspace: Path, op
             say(f"wrote {workspace / 'verify_report.json'}")
         return outcome.exit_code
     finally:
+        split.close()
+        if split.logged:
+            say(f"torch's own output ({split.logged} lines) is in {split.log_path}")
         runner.remove_tree(out)          # the sandboxed child wrote it: no link it planted is followed
 
 

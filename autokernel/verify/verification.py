@@ -11,7 +11,6 @@ otherwise.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -179,7 +178,7 @@ def starter_entries(plan: Plan, folder: Path, drops: Drops | None = None, top: i
         try:       # a region's starter is Inductor's code for it, generated here (autokernel/profile/regions/jobs.py)
             starter = region_jobs.starter_file(entry.kernel_type, folder)
         except (InductorFailed, StarterError) as why:
-            print(f"no starter for {entry.kernel_type}: {why}", file=sys.stderr)
+            (drops.log if drops is not None else print)(f"no starter for {entry.kernel_type}: {why}")
             continue
         except Exception as exc:          # anything else its generation raised: this starter is dropped, not verify
             if drops is None:
@@ -283,4 +282,6 @@ def _describe(model_name, device, dtype) -> str:
 
 
 def _plan_source(plan_path: Path, plan: Plan) -> str:
-    return f"shares from {plan_path} ({plan.timing} on {plan.device_name})"
+    """Where the shares come from, with what the plan says of its own times (profiled on CPU, noisy, scaled)."""
+    return f"shares from {plan_path} ({plan.timing} on {plan.device_name})" + "".join(
+        f"; {caveat}" for caveat in plan.caveats)

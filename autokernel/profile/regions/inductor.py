@@ -131,21 +131,25 @@ def _first_choice_only():
 
 
 def generate(definition: RegionDefinition, device: torch.device, *, persistent_reductions: bool = True,
-             split_reductions: bool = True, seed: int = 0) -> InductorOutput:
+             split_reductions: bool = True, seed: int = 0, autotune: bool = True) -> InductorOutput:
     """Inductor's code for the region on this device (see the module's docstring). Where no GEMM template fits
-    (Inductor keeps none for some small GEMMs), its native matmul (tl.dot in its own kernels), where it has one."""
+    (Inductor keeps none for some small GEMMs), its native matmul (tl.dot in its own kernels), where it has one.
+    autotune=False: on a GPU too a template takes its first config untimed (a run whose budget cannot pay for
+    the search: autotune_budget.py)."""
     try:
-        return _generate(definition, device, persistent_reductions, split_reductions, seed, native_matmul=False)
+        return _generate(definition, device, persistent_reductions, split_reductions, seed, native_matmul=False,
+                         autotune=autotune)
     except InductorFailed as failure:
         from torch._inductor import config
 
         if "NoValidChoices" not in str(failure) or "triton.native_matmul" not in config.get_config_copy():
             raise
-        return _generate(definition, device, persistent_reductions, split_reductions, seed, native_matmul=True)
+        return _generate(definition, device, persistent_reductions, split_reductions, seed, native_matmul=True,
+                         autotune=autotune)
 
 
 def _generate(definition: RegionDefinition, device: torch.device, persistent_reductions: bool, split_reductions: bool,
-              seed: int, native_matmul: bool) -> InductorOutput:
+              seed: int, native_matmul: bool, autotune: bool) -> InductorOutput:
     from torch._inductor import config
 
     gm = region_module(definition, device)
@@ -170,7 +174,8 @@ def _generate(definition: RegionDefinition, device: torch.device, persistent_red
     torch._dynamo.reset()
     try:
         with config.patch(options), _capturing(codes, stop=not on_gpu), \
-                (contextlib.nullcontext() if on_gpu else _cpu_triton()), torch.no_grad():
+                (contextlib.nullcontext() if on_gpu else _cpu_triton()), \
+                (contextlib.nullcontext() if autotune or not on_gpu else _first_choice_only()), torch.no_grad():
             compiled = torch.compile(gm, fullgraph=True, dynamic=False)
             try:
                 compiled(*args)

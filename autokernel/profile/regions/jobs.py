@@ -13,6 +13,7 @@ in on its own). A GEMM region's file also holds the menu matmul's GEMM with the 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Callable
 
@@ -20,7 +21,7 @@ import torch
 
 from autokernel.core import paths
 from autokernel.kernel_types.regions import ops, store
-from autokernel.profile.regions import inductor
+from autokernel.profile.regions import autotune_budget, inductor
 from autokernel.profile.regions.starter_code import StarterError, fingerprint
 
 
@@ -40,16 +41,33 @@ def starter_source(name: str, on: torch.device | None = None, *, variants: bool 
     cache = store.find(name).with_name(f"{name}.{on.type}{'.variants' if variants else ''}.starter.py")
     if cache.is_file():
         return cache.read_text()
+    # On a GPU, a GEMM's or convolution's template configs are timed (and our GEMM variant judged against them):
+    # time that a run's budget may not pay for. Without a GPU a template takes its first config anyway.
+    searched = on.type == "cuda" and bool(set(ops.HEADS) & set(region.about.kinds))
+    tuned, timed = autotune_budget.decide(name) if searched else (True, contextlib.nullcontext())
+    if not tuned:
+        log(f"{name}: made without Inductor's autotuning (the budget's share for it is spent): its template's first "
+            f"config")
+    with timed:
+        source = _made(name, region, on, variants, judged if judged is not None else tuned and on.type == "cuda",
+                       tuned, log)
+    cache.write_text(source)
+    return source
+
+
+def _made(name: str, region, on: torch.device, variants: bool, judged: bool, autotune: bool,
+          log: Callable[[str], None]) -> str:
+    """starter_source's work: Inductor's code (and its other ways, and ours) as one starter file."""
     from autokernel.profile.regions import gemm_variant, pick, starter  # import triton: after the interpreter's choice
 
-    out = inductor.generate(region.definition, on)
+    out = inductor.generate(region.definition, on, autotune=autotune)
     made: dict = {"inductor": (out.code, out.configs)}
     if variants and reduces(region):
         # Inductor's other ways with a reduction, where they give other code: the search may move to them.
         for other_name, options in (("looped", {"persistent_reductions": False}),
                                     ("unsplit", {"split_reductions": False})):
             try:
-                other = inductor.generate(region.definition, on, **options)
+                other = inductor.generate(region.definition, on, autotune=autotune, **options)
             except inductor.InductorFailed:
                 continue
             if all(fingerprint(other.code) != fingerprint(code) for code, _ in made.values()):
@@ -62,7 +80,7 @@ def starter_source(name: str, on: torch.device | None = None, *, variants: bool 
     except StarterError:        # one of Inductor's other ways cannot be a starter: its own choice (and ours) alone
         made = {key: value for key, value in made.items() if key in ("inductor", gemm_variant.VARIANT)}
         source = starter.write(region, made, generated_on=out.device, versions=out.versions)
-    if gemm_variant.VARIANT in made and (judged if judged is not None else on.type == "cuda"):
+    if gemm_variant.VARIANT in made and judged:
         alone = {key: starter.write(region, {key: made[key]}, generated_on=out.device, versions=out.versions)
                  for key in (next(iter(made)), gemm_variant.VARIANT)}
         try:
@@ -74,7 +92,6 @@ def starter_source(name: str, on: torch.device | None = None, *, variants: bool 
             picked = pick.order(made, gemm_variant.VARIANT, verdicts)
             if list(picked) != list(made):
                 source = starter.write(region, picked, generated_on=out.device, versions=out.versions)
-    cache.write_text(source)
     return source
 
 

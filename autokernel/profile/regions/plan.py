@@ -15,6 +15,7 @@ and its file is written to the workspace's regions/ folder.
 from __future__ import annotations
 
 import copy
+import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Callable
@@ -28,9 +29,15 @@ from autokernel.kernel_types import TYPES, registry
 from autokernel.kernel_types.regions import store
 from autokernel.kernel_types.regions.inputs import make_inputs
 from autokernel.kernel_types.regions.record import Region
+from autokernel.profile.jobs import region_title
 from autokernel.profile.regions.find import find_regions
 
 TIMED_CALLS = 5
+# A region is timed apart from the model in rounds of TIMED_CALLS calls: ROUNDS at least, more up to MAX_ROUNDS while
+# they differ by more than NOISY_SPREAD of their median, and its time is their median. CPU op times vary from run to
+# run (one region's share was 100%, 83%, 0.2% and 100% in four runs of one model); a region still that noisy after
+# MAX_ROUNDS is named in the plan's caveats.
+ROUNDS, MAX_ROUNDS, NOISY_SPREAD = 3, 7, 0.2
 
 
 def _amdahl(share: float) -> float:
@@ -43,8 +50,24 @@ def module_types() -> set[str]:
             if kt.recognise.module is not None or kt.recognise.replaces_module is not None or kt.fold is not None}
 
 
+def spread(times: list[float]) -> float:
+    """How far apart measurements are: their range over their median (0 for one, or for a zero median)."""
+    middle = statistics.median(times)
+    return (max(times) - min(times)) / middle if middle > 0 else 0.0
+
+
+def steady_ms(measure: Callable[[], float]) -> tuple[float, float]:
+    """The median of ROUNDS measurements, or of more (up to MAX_ROUNDS) while they spread past NOISY_SPREAD;
+    and their spread."""
+    times = [measure() for _ in range(ROUNDS)]
+    while spread(times) > NOISY_SPREAD and len(times) < MAX_ROUNDS:
+        times.append(measure())
+    return statistics.median(times), spread(times)
+
+
 def region_time_ms(region: Region, device: torch.device, calls: int = TIMED_CALLS) -> float:
-    """One call's time of the region's reference: GPU kernel time on a GPU, CPU op time without one."""
+    """One call's time of the region's reference (one round of `calls`): GPU kernel time on a GPU, CPU op time
+    without one."""
     gen = torch.Generator(device=device)
     gen.manual_seed(0)
     inputs = make_inputs(region.definition, gen, device)
@@ -83,11 +106,29 @@ def add_regions(plan: Plan, call_sites: list, model: nn.Module, inputs: tuple, w
     total = plan.total_ms or 1.0
     taken_ms = _take_from_menu(entries, call_sites, found.taken, {r.name: r.about.instances for r in found.regions},
                                 total)
-    added_ms = 0.0
+    measured, noisy = {}, []
     for region in found.regions:
         store.save(region, folder)
-        time_ms = region_time_ms(region, device) * region.about.instances
-        added_ms += time_ms
+        time_ms, apart = steady_ms(lambda: region_time_ms(region, device))
+        measured[region.name] = time_ms * region.about.instances
+        if apart > NOISY_SPREAD:
+            noisy.append(f"{region.name} ({region_title(region.ops())}, {apart:.0%})")
+    # Timed apart from the model, a region can take longer than its ops did inside it, and the shares would add up
+    # past 100%. The regions' time can be at most what they took from the menu and the time no entry named: where
+    # they measured more, each is scaled down alike to fit, and the plan says so.
+    room, added_ms = plan.other_ms + taken_ms, sum(measured.values())
+    scale = room / added_ms if added_ms > room else 1.0
+    caveats = []
+    if scale < 1.0:
+        caveats.append(f"timed apart from the model the regions took {added_ms:.3f} ms, more than the "
+                            f"{room:.3f} ms their ops can have taken inside it: each region's time is scaled by "
+                            f"{scale:.2f} so that the shares add up to 100%")
+    if noisy:
+        caveats.append(f"noisy: the times of {', '.join(noisy)} still spread that much over {MAX_ROUNDS} "
+                            f"rounds of measurement; their rank may change from run to run")
+    added_ms *= scale
+    for region in found.regions:
+        time_ms = measured[region.name] * scale
         share = min(1.0, time_ms / total)
         entries.append(PlanEntry(rank=0, kernel_type=region.name, dtype=region.definition.dtype,
                                  shapes=[region.shape()], share=share, amdahl_2x=_amdahl(share), time_ms=time_ms,
@@ -102,6 +143,7 @@ def add_regions(plan: Plan, call_sites: list, model: nn.Module, inputs: tuple, w
         entry.rank = rank
     plan.other_ms = max(0.0, plan.other_ms - max(0.0, added_ms - taken_ms))
     plan.entries = entries
+    plan.caveats = plan.caveats + caveats
     plan.regions = {"found": len(found.regions), "graphs": found.graphs, "skipped": found.skipped, "folder": str(folder)}
     return plan
 
