@@ -69,8 +69,11 @@ def record_compiled() -> None:
         return
     # The modules imported before this call (the package's __init__ and this file), read now: no
     # candidate runs yet when bench.py starts.
+    # The judge's entry module among them, run as __main__ (`python -m autokernel.judge.bench`, or bench.py's
+    # runpy): it goes by its own name in its spec.
     for name, module in list(sys.modules.items()):
         origin = getattr(module, "__file__", None)
+        name = getattr(getattr(module, "__spec__", None), "name", None) or name
         if (name == PACKAGE or name.startswith(PACKAGE + ".")) and origin:
             _compiled[os.path.realpath(origin)] = _sha(Path(origin).read_bytes())
     sys.meta_path.insert(0, _PackageFinder())
