@@ -27,7 +27,7 @@ LAYERS = ["core", "sandbox", "kernel_types", "judge", "routing", "profile", "age
 # The doors, and the two paths kernel files written before the layers import (the layers' modules under old names).
 OLD_KERNEL_IMPORTS = {"autokernel.cuda_build": "autokernel.judge.cuda_build",
                       "autokernel.interpreter_libdevice": "autokernel.core.interpreter_libdevice"}
-TOP_LEVEL_MODULES = {"autokernel", "autokernel.api", "autokernel.cli", *OLD_KERNEL_IMPORTS}
+TOP_LEVEL_MODULES = {"autokernel", "autokernel.api", "autokernel.cli", "autokernel.score", *OLD_KERNEL_IMPORTS}
 MOST_TOP_LEVEL_MODULES = 15
 DEEPEST_LAYER_CHAIN = 9                 # layers, the top level counted as one
 # The CUDA GEMM starter holds three kernels in its one CUDA_SOURCE literal (Hopper's wgmma + TMA pipeline,
