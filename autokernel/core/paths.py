@@ -81,7 +81,7 @@ def module_command(module: str, *args: str) -> list[str]:
     """The command line of a process of the package's own: `python -m autokernel.<module> ARGS`.
 
     Every process the package starts is one of these (or inline code, `python -c`); none runs a file of the layout
-    by its path, so the layers' order covers processes as it covers imports (tests/test_architecture.py). Its
+    by its path, so the layers' order covers processes as it covers imports (tests/test_architecture_processes.py). Its
     environment needs package_first's PYTHONPATH (runner.run_child gives it to every sandboxed child)."""
     if not module.startswith(f"{PACKAGE_DIR.name}."):
         raise ValueError(f"{module!r} is not a module of the {PACKAGE_DIR.name} package")
