@@ -59,15 +59,9 @@ def outside_any_repository() -> str | None:
 
 TOOL_DIR = _tool_dir()
 IN_CLONE = TOOL_DIR != PACKAGED_LAYOUT
-BENCH_SCRIPT = TOOL_DIR / "bench.py"
+BENCH_SCRIPT = TOOL_DIR / "bench.py"      # the judge's door: a person runs it; the judge's digest covers it
 STARTERS_DIR = TOOL_DIR / "kernels"
 PROGRAM_MD = TOOL_DIR / "program.md"
-
-
-def script(name: str) -> Path:
-    """One of the tool's front-door scripts (bench.py, profile.py, extract.py, verify.py), for a person to run or
-    read: the package starts none of them (module_command)."""
-    return TOOL_DIR / name
 
 
 # ---------------------------------------------------------------------- the package's own processes
