@@ -24,7 +24,8 @@ EXIT_ERROR = 1
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 # Subcommands that are the layout's doors' commands, each a process of its own with the arguments passed on
 # (profile.py, bench.py, extract.py, verify.py run the same modules).
-PASS_THROUGH_MODULES = {"profile": "autokernel.profile.profile_command", "extract": "autokernel.profile.extract_command",
+PASS_THROUGH_MODULES = {"profile": "autokernel.profile.profile_command",
+                        "extract": "autokernel.profile.extract_command",
                         "bench": "autokernel.judge.bench", "verify": "autokernel.verify.verify_command"}
 RESUME_HINT = "  continue with: autokernel optimize --resume"
 

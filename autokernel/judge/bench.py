@@ -6,10 +6,10 @@
     python -m autokernel.judge.bench ...      # the same process: how the package starts it (judge/runner.py)
 
 bench.py in the layout is this module's door. The agent never edits either. The kernel file never runs in this
-process: a worker process
-(autokernel/judge/candidate/worker.py) imports it and runs kernel_fn when asked, and sends back only outputs and
-timings. This process makes its own copy of every input, computes the reference, compares, and
-writes the verdict (autokernel/judge/verdict.py). The stages (autokernel/judge/stages.py), in order (the first failure ends the run):
+process: a worker process (autokernel/judge/candidate/worker.py) imports it and runs kernel_fn when asked, and sends
+back only outputs and timings. This process makes its own copy of every input, computes the reference, compares,
+and writes the verdict (autokernel/judge/verdict.py). The stages (autokernel/judge/stages.py), in order (the first
+failure ends the run):
   1. smoke          one small input, twice with fresh values (a cached result fails the second);
   2. shape sweep    the registry's shapes (and any --shape) in float16, bfloat16 and float32 (a region of a
                     model, KERNEL_TYPE region_...: its one shape and dtype, the model's);

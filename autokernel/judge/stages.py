@@ -1,15 +1,8 @@
 """The judge's five correctness stages, and the Judge that one bench run passes to each.
 
-The stages, in order (the first failure ends the run; autokernel/judge/bench.py runs them):
-  1. smoke          one small input, twice with fresh values (a cached result fails the second);
-  2. shape sweep    the registry's shapes (and any --shape) in float16, bfloat16 and float32 (a region of a
-                    model, KERNEL_TYPE region_...: its one shape and dtype, the model's);
-  3. stability      adversarial inputs: huge logits, near-zero variance, high dynamic range...;
-  4. determinism    the same input three times (the 2nd and 3rd at other addresses) must give bitwise
-                    identical, correct outputs;
-  5. edge shapes    non-powers of two (1023, 4097, 1537) and size 1.
-The worker (autokernel/judge/judge_link.py) runs kernel_fn on each case; this process makes its own copy of the
-inputs, computes the reference and compares (autokernel/judge/correctness.py).
+What each stage checks is in autokernel/judge/bench.py's docstring (the judge's own page); the first failure ends
+the run. The worker (autokernel/judge/judge_link.py) runs kernel_fn on each case; this process makes its own copy of
+the inputs, computes the reference and compares (autokernel/judge/correctness.py).
 """
 
 from __future__ import annotations
