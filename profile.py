@@ -6,18 +6,17 @@
 
 Writes workspace/profile_report.json (every op, its time, shapes and kernel type) and
 workspace/optimization_plan.json (kernel types ranked by end-to-end impact), then prints the
-plan. The work is done by autokernel/profile/profiler.py; extract.py turns the plan into kernel jobs.
+plan. This file is the door in the layout: the command is autokernel/profile/profile_command.py, which
+`autokernel profile` starts as `python -m autokernel.profile.profile_command`; the profiler is
+autokernel/profile/profiler.py, and extract.py turns the plan into kernel jobs.
 
 A note on this file's name: it is also the name of the standard library's `profile` module,
 which cProfile imports, and torch.compile imports cProfile. With the project root first on
 sys.path (running any script here, or pytest), `import profile` finds this file instead.
 """
 
-import argparse
 import sys
 from pathlib import Path
-
-from autokernel.profile.model_args import add_model_arguments, load_model_keywords
 
 if __name__ == "profile":
     # Imported as the module `profile` (by cProfile, hence torch.compile), not run as a script:
@@ -37,44 +36,7 @@ if __name__ == "profile":
     _spec.loader.exec_module(_stdlib_profile)
 
 
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return int(text)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description="Profile a PyTorch model and rank its kernels by Amdahl's law (writes workspace/*.json).")
-    add_model_arguments(parser)
-    parser.add_argument("--warmup", type=_positive_int, default=3, help="unprofiled forward passes first (default 3)")
-    parser.add_argument("--iters", type=_positive_int, default=10, help="profiled forward passes (default 10)")
-    parser.add_argument("--top", type=_positive_int, default=None, help="show only the top N kernel types")
-    parser.add_argument("--out", help="workspace directory for the JSON files (default: workspace/)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    # Imported here, not at the top: torch is slow to import, and --help should not wait for it.
-    from autokernel.core import interpreter, paths
-    from autokernel.profile import profiler
-
-    interpreter.choose()        # first: no GPU means Triton's interpreter
-    from autokernel.profile.models import ModelLoadError, load_model
-
-    try:
-        loaded = load_model(**load_model_keywords(args))
-    except ModelLoadError as error:
-        print(f"profile.py: {error}", file=sys.stderr)
-        return 2
-    _, plan = profiler.profile_to_workspace(loaded.model, loaded.inputs, name=loaded.name, workspace=args.out,
-                                            warmup=args.warmup, iters=args.iters)
-    profiler.print_plan(plan, top=args.top)
-    workspace = Path(args.out) if args.out else paths.WORKSPACE
-    print(f"wrote {workspace / profiler.PLAN_FILE} and {workspace / profiler.REPORT_FILE}")
-    return 0
-
-
 if __name__ == "__main__":
+    from autokernel.profile.profile_command import main
+
     sys.exit(main())

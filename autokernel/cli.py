@@ -22,10 +22,11 @@ from autokernel.search import results
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 128 + signal.SIGINT
-# Subcommands that are the top-level scripts themselves, run as scripts with the arguments passed on
-# (profile.py must not be imported: its name is the standard library's).
-PASS_THROUGH_SCRIPTS = {"profile": paths.script("profile.py"), "extract": paths.script("extract.py"),
-                        "bench": paths.script("bench.py"), "verify": paths.script("verify.py")}
+# Subcommands that are the layout's doors' commands, each a process of its own with the arguments passed on
+# (profile.py, bench.py, extract.py, verify.py run the same modules).
+PASS_THROUGH_MODULES = {"profile": "autokernel.profile.profile_command",
+                        "extract": "autokernel.profile.extract_command",
+                        "bench": "autokernel.judge.bench", "verify": "autokernel.verify.verify_command"}
 RESUME_HINT = "  continue with: autokernel optimize --resume"
 
 
@@ -138,7 +139,7 @@ def _build_parser() -> argparse.ArgumentParser:
 def _cmd_score(args, started: float) -> int:
     from pathlib import Path
 
-    from autokernel.verify import score
+    from autokernel import score
 
     folder = Path(args.folder)
     if not folder.is_dir() or not score.problem_files(folder):
@@ -218,14 +219,11 @@ def _cmd_optimize(args, started: float) -> int:
     return 0
 
 
-def _run_script(command: str, extra: list[str]) -> int:
-    script = PASS_THROUGH_SCRIPTS[command]
-    if not script.exists():
-        print(f"autokernel: {command} is not available in this checkout ({script.name} is missing)", file=sys.stderr)
-        return EXIT_ERROR
+def _run_command(command: str, extra: list[str]) -> int:
     # The user's own command on the user's own files: it runs in the foreground from the user's
     # directory (so relative paths mean what they say), output live.
-    return subprocess.call([sys.executable, str(script), *extra])
+    return subprocess.call(paths.module_command(PASS_THROUGH_MODULES[command], *extra),
+                           env=paths.module_environment())
 
 
 def _resumable(args) -> bool:
@@ -324,8 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         paths.use_workdir(where.workdir)
     parser = _build_parser()
     args, extra = parser.parse_known_args(joined_negative_values(argv, parser))
-    if args.command in PASS_THROUGH_SCRIPTS:
-        return _run_script(args.command, extra)
+    if args.command in PASS_THROUGH_MODULES:
+        return _run_command(args.command, extra)
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     handlers = {"optimize": _cmd_optimize, "status": _cmd_status, "report": _cmd_report, "score": _cmd_score}

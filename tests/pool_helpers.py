@@ -53,15 +53,16 @@ def jobs(root: Path, count: int = 2, sleep: float = 0.0, types: tuple[str, ...] 
 
 def run(root: Path, *, resume: bool = False, gpus: int = 2, ray: str | None = None, sleep: float = 0.0,
         budget_s: float = 600, checkpoint=None, llm_url: str | None = None):
-    """A whole run on root with the fake judge (paths pointed at root, bench.py replaced, both put back after)."""
+    """A whole run on root with the fake judge (paths pointed at root, the judge stood in for, both put back after)."""
     import os
 
     from autokernel.core.live import ProgressView
+    from autokernel.judge import runner
     from autokernel.search import session
 
     saved_paths, saved_env = dict(vars(paths)), os.environ.get(paths.WORKDIR_VARIABLE)
     paths.use_workdir(root)
-    paths.BENCH_SCRIPT = FAKE_JUDGE
+    runner.STAND_IN_JUDGE = FAKE_JUDGE
     settings = RunSettings(budget_s=budget_s, agent="openai" if llm_url else "builtin", base_url=llm_url, gpus=gpus,
                            ray=ray, max_consecutive_reverts=3)
     plan = None if resume else (lambda log: jobs(root, 2, sleep))
@@ -69,8 +70,8 @@ def run(root: Path, *, resume: bool = False, gpus: int = 2, ray: str | None = No
         return session.run_optimization(plan=plan, settings=settings, tag="par", resume=resume,
                                         view=ProgressView(interactive=False), checkpoint=checkpoint)
     finally:
-        for name in ("ROOT", "KERNEL_FILE", "WORKSPACE", "OPTIMIZED_DIR", "MANIFEST_FILE", "RESULTS_TSV",
-                     "BENCH_SCRIPT"):
+        runner.STAND_IN_JUDGE = None
+        for name in ("ROOT", "KERNEL_FILE", "WORKSPACE", "OPTIMIZED_DIR", "MANIFEST_FILE", "RESULTS_TSV"):
             setattr(paths, name, saved_paths[name])
         if saved_env is None:
             os.environ.pop(paths.WORKDIR_VARIABLE, None)
@@ -108,11 +109,12 @@ class JobScriptAgent:
 
 def parallel_project(root: Path, monkeypatch):
     """A project paths point at (tests/loop_helpers.py make_project), judged by the fake judge, on branch autokernel/par."""
+    from autokernel.judge import runner
     from autokernel.search import gitops
     from tests.loop_helpers import make_project
 
     make_project(root, monkeypatch)
-    monkeypatch.setattr(paths, "BENCH_SCRIPT", FAKE_JUDGE)
+    monkeypatch.setattr(runner, "STAND_IN_JUDGE", FAKE_JUDGE)
     repo = gitops.KernelRepo(root)
     repo.start_branch("par")
     return repo

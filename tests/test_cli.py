@@ -5,8 +5,10 @@ project, so the git checks look at that copy and never at this checkout.
 """
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,14 +53,20 @@ def test_a_negative_value_is_its_flags_own_error_not_a_missing_argument(capsys, 
         "--budget=-5m", "--quick", "-5"]
 
 
-def test_pass_through_runs_the_script_with_its_arguments(tmp_path, monkeypatch, capsys):
-    script = tmp_path / "verify.py"
-    script.write_text("import sys\nprint('got', sys.argv[1:])\nsys.exit(3)\n")
-    monkeypatch.setitem(cli.PASS_THROUGH_SCRIPTS, "verify", script)
+def test_pass_through_runs_the_doors_module_with_its_arguments(monkeypatch, capsys):
+    # A process of the package's own (python -m), never a file of the layout by its path; its exit code is the command's.
+    calls = []
+    monkeypatch.setattr(cli.subprocess, "call", lambda cmd, **kwargs: calls.append((cmd, kwargs)) or 3)
     assert cli.main(["verify", "--model", "m.py", "-h"]) == 3
-    monkeypatch.setitem(cli.PASS_THROUGH_SCRIPTS, "verify", tmp_path / "absent.py")
-    assert cli.main(["verify"]) == cli.EXIT_ERROR
-    assert "verify is not available in this checkout (absent.py is missing)" in capsys.readouterr().err
+    [(cmd, kwargs)] = calls
+    assert cmd[0] == sys.executable and cmd[cmd.index("-m") + 1:] == ["autokernel.verify.verify_command", "--model",
+                                                                       "m.py", "-h"]
+    assert kwargs["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(Path(cli.__file__).resolve().parents[1])
+
+
+def test_pass_through_really_starts_the_command(capfd):
+    assert cli.main(["extract", "--help"]) == 0
+    assert "usage: extract.py" in capfd.readouterr().out       # the child's, under the door's name
 
 
 def test_report_prints_markdown_of_a_results_file(tmp_path, capsys):

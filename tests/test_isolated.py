@@ -20,7 +20,7 @@ import uuid  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import verify  # noqa: E402
+from autokernel.verify import verify_command as verify  # noqa: E402
 from autokernel import api  # noqa: E402
 from autokernel.core import paths  # noqa: E402
 from autokernel.core.run_records import RunState  # noqa: E402

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-import extract
 from autokernel.core import hardware, paths
 from autokernel.kernel_types import registry
+from autokernel.profile import extract_command as extract
 from autokernel.profile import jobs as kernel_jobs, profiler
 
 NORM_SHAPES = [{"M": 512, "N": 2048}, {"M": 1, "N": 2048}]

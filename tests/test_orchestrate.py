@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.judge import source_check
+from autokernel.judge import runner, source_check
 from autokernel.sandbox import process_tree
 from autokernel.search import results
 from tests.fake_llm_server import FakeLLMServer
@@ -264,7 +264,7 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
     assert final_state["done"] and final_state["experiment"] == 7 and final_state["llm_tokens"] == 9 * 150
     assert _git(project, "status", "--porcelain", "--untracked-files=no") == ""
     assert not [p for p in process_tree.process_table() if p in process_tree.descendants(os.getpid())
-                and "bench.py" in Path(f"/proc/{p}/cmdline").read_text(errors="ignore")]
+                and runner.JUDGE_MODULE in Path(f"/proc/{p}/cmdline").read_text(errors="ignore")]
 
 
 # Issue 24: what an LLM rewarded for speed would try against what surrounds the judge. Each is a correct, one-launch

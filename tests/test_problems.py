@@ -13,7 +13,7 @@ import torch
 from autokernel.core.paths import ROOT
 from autokernel.kernel_types.regions import store
 from autokernel.profile import profiler
-from autokernel.verify.score import problem_files
+from autokernel.score import problem_files
 
 FOLDER = ROOT / "benchmarks" / "problems"
 KEPT = {"HEADS"}                   # an embedding must stay divisible by its heads

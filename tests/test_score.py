@@ -1,4 +1,4 @@
-"""Tests for autokernel/verify/score.py and `autokernel score`: fast_p over a folder of problem files."""
+"""Tests for autokernel/score.py and `autokernel score`: fast_p over a folder of problem files."""
 
 import json
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autokernel import cli
-from autokernel.verify import score
+from autokernel import score
 from autokernel.verify.report_record import ErrorCheck, Verdict, VerifyReport
 
 SOFTMAX_PROBLEM = '''

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from autokernel.core import paths
 from autokernel.core.contracts import RunSettings
 from autokernel.core.live import ProgressView
 from autokernel.core.run_records import RunState
@@ -153,7 +154,7 @@ def test_the_check_runs_with_an_ordinary_home_and_tmpdir_and_the_launcher_writes
     # The launcher runs before any confinement, in the repository: it must write no bytecode there (integrity.py
     # fails a candidate whose run left a .pyc), so the variable that says so stays.
     assert "PYTHONDONTWRITEBYTECODE" not in env
-    assert seen["cmd"][1:3] == ["-m", user_check.MODULE] and str(tmp_path) not in " ".join(seen["cmd"])
+    assert seen["cmd"][:-2] == paths.module_command(user_check.MODULE) and str(tmp_path) not in " ".join(seen["cmd"])
 
 
 # ---------------------------------------------------------------------- the real check, in the sandbox

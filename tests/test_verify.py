@@ -15,7 +15,7 @@ import textwrap  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import verify  # noqa: E402
+from autokernel.verify import verify_command as verify  # noqa: E402
 from autokernel.core import hardware  # noqa: E402
 from autokernel.core.paths import MANIFEST_NAME, ROOT, starter_path  # noqa: E402
 from autokernel.core.plan import Plan  # noqa: E402

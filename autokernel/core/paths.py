@@ -14,7 +14,9 @@ The constants below are read at call time (`paths.WORKSPACE`), so use_workdir() 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import Mapping
 
 WORKDIR_VARIABLE = "AUTOKERNEL_WORKDIR"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]       # autokernel/, above core/
@@ -57,14 +59,56 @@ def outside_any_repository() -> str | None:
 
 TOOL_DIR = _tool_dir()
 IN_CLONE = TOOL_DIR != PACKAGED_LAYOUT
-BENCH_SCRIPT = TOOL_DIR / "bench.py"
+BENCH_SCRIPT = TOOL_DIR / "bench.py"      # the judge's door: a person runs it; the judge's digest covers it
 STARTERS_DIR = TOOL_DIR / "kernels"
 PROGRAM_MD = TOOL_DIR / "program.md"
 
 
-def script(name: str) -> Path:
-    """One of the tool's front-door scripts (bench.py, profile.py, extract.py, verify.py)."""
-    return TOOL_DIR / name
+# ---------------------------------------------------------------------- the package's own processes
+# Python 3.11's -P: the child's working folder (the user's project, where a candidate with the file rules off could
+# plant `json.py` or `autokernel/`) is not put first on its import path. Python 3.10 has no such flag; there the
+# working folder comes first, as for any `python -m`.
+SAFE_PATH_FLAGS = ["-P"] if sys.version_info >= (3, 11) else []
+
+
+def module_command(module: str, *args: str) -> list[str]:
+    """The command line of a process of the package's own: `python -m autokernel.<module> ARGS`.
+
+    Every process the package starts is one of these (or inline code, `python -c`); none runs a file of the layout
+    by its path, so the layers' order covers processes as it covers imports (tests/test_architecture_processes.py). Its
+    environment needs package_first's PYTHONPATH (runner.run_child gives it to every sandboxed child)."""
+    if not module.startswith(f"{PACKAGE_DIR.name}."):
+        raise ValueError(f"{module!r} is not a module of the {PACKAGE_DIR.name} package")
+    return [sys.executable, *SAFE_PATH_FLAGS, "-m", module, *args]
+
+
+def package_first(python_path: str | None) -> str | None:
+    """PYTHONPATH for a child that runs one of the package's modules: the folder that holds this very package first,
+    so the child runs the code this process runs (a clone beside another install, a test's copy of the project).
+    An installed package's folder is the interpreter's own site folder: the child finds it there without an entry,
+    and none is added (it would come before the standard library)."""
+    folder = str(PACKAGE_DIR.parent)
+    if folder in _site_folders():
+        return python_path
+    others = [entry for entry in (python_path or "").split(os.pathsep) if entry and entry != folder]
+    return os.pathsep.join([folder, *others])
+
+
+def module_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """env (this process's, by default) as a child started by module_command needs it: PYTHONPATH package_first."""
+    env = dict(os.environ if env is None else env)
+    python_path = package_first(env.pop("PYTHONPATH", None))
+    return {**env, "PYTHONPATH": python_path} if python_path else env
+
+
+def _site_folders() -> set[str]:
+    import site
+    import sysconfig
+
+    found = {sysconfig.get_paths()[name] for name in ("purelib", "platlib")}
+    found.update(getattr(site, "getsitepackages", lambda: [])())
+    found.add(site.getusersitepackages())
+    return {os.path.realpath(folder) for folder in found}
 
 
 # The kernel languages a job may start from: Triton (kernels/<type>.py) or CUDA C++ (kernels/cuda/<type>.py);

@@ -15,7 +15,6 @@ import os
 import queue
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -26,6 +25,7 @@ from autokernel.core.contracts import CRASH, JudgeOutcome, JudgeTask, Throughput
 from autokernel.judge import runner
 
 STDERR_KEPT = 20            # lines of a dead worker's stderr in its CRASH message
+JUDGE_WORKER_MODULE = "autokernel.fleet.judge_worker"     # each local worker's process
 
 
 @dataclass
@@ -147,9 +147,10 @@ class LocalPool(WorkerPool):
         super().__init__([f"gpu{device}" for device in self.devices], throughput)
 
     def _start(self, slot: int) -> None:
-        env = {**runner.child_environment(), "CUDA_VISIBLE_DEVICES": _device_name(self.devices[slot]),
-               paths.WORKDIR_VARIABLE: str(paths.ROOT), "PYTHONUNBUFFERED": "1", "TMPDIR": self.scratch}
-        process = subprocess.Popen([sys.executable, "-m", "autokernel.fleet.judge_worker", self.labels[slot]],
+        env = paths.module_environment({
+            **runner.child_environment(), "CUDA_VISIBLE_DEVICES": _device_name(self.devices[slot]),
+            paths.WORKDIR_VARIABLE: str(paths.ROOT), "PYTHONUNBUFFERED": "1", "TMPDIR": self.scratch})
+        process = subprocess.Popen(paths.module_command(JUDGE_WORKER_MODULE, self.labels[slot]),
                                    cwd=str(paths.ROOT), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.processes[slot] = process

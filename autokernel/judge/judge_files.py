@@ -1,20 +1,21 @@
 """The judge's own files: the judge that runs is the judge the run started with, whatever the sandbox mode.
 
-The judge is bench.py and the autokernel package it imports. Where Landlock confines files, no
+The judge is the autokernel package (its process is `python -m autokernel.judge.bench`) and bench.py, the door
+in the layout that runs it for a person. Where Landlock confines files, no
 candidate can write them. Where it does not (AUTOKERNEL_SANDBOX_FS=0, or a kernel without Landlock),
 a candidate can write wherever the user can: an outside review changed the installed judge that way,
 for good, and later runs trusted it. Two checks close that, in every mode:
   - `Digest`: the loop reads the judge's files once (bench.py, reference.py, every file of the
     package, bytecode included) and keeps their bytes. After every bench (runner.run_bench) it
     compares them; a file changed, removed or added is restored and the bench is a CRASH.
-  - `record_compiled` (bench.py, first thing): from then on the judge's process compiles every
+  - `record_compiled` (the judge's process, first thing): from then on it compiles every
     module of the package from its source, never from a .pyc, and keeps the sha256 of the bytes it
-    compiled; bench.py puts them in its verdict (`JUDGE_SOURCES`), and run_bench checks each against
+    compiled; the judge puts them in its verdict (`JUDGE_SOURCES`), and run_bench checks each against
     the digest. So a judge file changed and put back during one bench is caught too: what was
     compiled is what was hashed.
 What this does not cover, with the file rules off: torch, Triton and every other installed package,
 which the candidate can change like any file of the user's (the session's warning says so).
-Only the standard library is imported here: bench.py imports this module before anything else.
+Only the standard library is imported here: the judge's process imports this module before anything else.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# ---------------------------------------------------------------------- the judge's side (bench.py)
+# ---------------------------------------------------------------------- the judge's side (autokernel/judge/bench.py)
 class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
     """Compiles a module from the bytes of its source file, and notes their digest (no bytecode is read or written)."""
 
@@ -68,16 +69,19 @@ def record_compiled() -> None:
     if any(isinstance(finder, _PackageFinder) for finder in sys.meta_path):
         return
     # The modules imported before this call (the package's __init__ and this file), read now: no
-    # candidate runs yet when bench.py starts.
+    # candidate runs yet when the judge starts.
+    # The judge's entry module among them, run as __main__ (`python -m autokernel.judge.bench`, or bench.py's
+    # runpy): it goes by its own name in its spec.
     for name, module in list(sys.modules.items()):
         origin = getattr(module, "__file__", None)
+        name = getattr(getattr(module, "__spec__", None), "name", None) or name
         if (name == PACKAGE or name.startswith(PACKAGE + ".")) and origin:
             _compiled[os.path.realpath(origin)] = _sha(Path(origin).read_bytes())
     sys.meta_path.insert(0, _PackageFinder())
 
 
 def reports_its_sources(bench_script: Path) -> bool:
-    """Whether this judge script records what it compiles (bench.py does; a test's stand-in judge need not)."""
+    """Whether a stand-in judge script records what it compiles (a test's need not; the package's judge does)."""
     try:
         return f"{record_compiled.__name__}()" in Path(bench_script).read_text()
     except OSError:
@@ -91,7 +95,8 @@ def compiled() -> dict[str, str]:
 
 # ---------------------------------------------------------------------- the loop's side (runner.run_bench)
 def judge_files(bench_script: Path, package_dir: Path = PACKAGE_DIR) -> list[Path]:
-    """bench.py, reference.py beside it, and every file of the package (sources and bytecode).
+    """bench.py (the judge's door, or a test's stand-in), reference.py beside it, and every file of the package
+    (sources and bytecode).
 
     Not a bytecode cache's other files: Python writes a .pyc as `<name>.pyc.<number>` first and renames it, so
     another process's import shows one for a moment, and nothing imports such a file."""
@@ -203,7 +208,8 @@ def _same_code(written, code) -> bool:
 
 def _remove_planted_bytecode(package_dir: Path) -> None:
     """Before the digest is taken: remove this interpreter's bytecode of the package that is not what its source
-    compiles to. bench.py's first imports (the package's __init__ and this module) still load their .pyc, and a
+    compiles to. The judge's first imports (the package's __init__s, this module and the entry module itself, run
+    by `python -m`) still load their .pyc, and a
     digest that took a planted one as the judge's (left by an earlier run with the file rules off, killed before
     its check, or by anything else that wrote there) would protect it. Python writes honest bytecode again on the
     next import."""

@@ -1,6 +1,7 @@
 """The one place that runs candidate code: a child process in a sandbox, with a time limit and no secrets.
 
-Everything that executes code an agent wrote (bench.py, whose worker imports kernel.py) goes through
+Everything that executes code an agent wrote (the judge, `python -m autokernel.judge.bench`, whose worker imports
+kernel.py) goes through
 `run_child`, which starts it under the sandbox launcher (autokernel/sandbox/launcher.py). So a kernel that
 hangs, forks, leaves daemons in sessions of their own, eats memory, floods its output or reads its
 environment cannot take the loop down, outlive the experiment, or leak a secret:
@@ -11,8 +12,8 @@ environment cannot take the loop down, outlive the experiment, or leak a secret:
   - it gets a private temporary folder, removed afterwards, and writes no Python bytecode;
   - it dies with this process, and every process it started dies with it.
 `run_bench` wraps it for the judge and always returns a BenchResult (contracts), inventing a
-TIMEOUT or CRASH result when bench.py could not write one. The judge's verdict comes back on a pipe
-that only bench.py holds (never a file, never a path on a command line), and it is read only once
+TIMEOUT or CRASH result when the judge could not write one. The judge's verdict comes back on a pipe
+that only the judge holds (never a file, never a path on a command line), and it is read only once
 the sandbox has killed everything the candidate started; a candidate that left a process running
 is a CRASH, whatever the verdict said. Compiler caches are the experiment's own (`caches_for`).
 """
@@ -53,6 +54,11 @@ from autokernel.sandbox.child_env import (ALLOWED_ENV, SECRET_PATTERNS, caches_f
 # the way.
 # A PASS of the project's judge carries this (run_bench): only such a verdict is checked again in a user's process.
 JUDGED_BY = "judged_by"
+# The judge's process (autokernel/judge/bench.py; bench.py in the layout is its door for people).
+JUDGE_MODULE = "autokernel.judge.bench"
+# A test's stand-in for the judge: a script run by its path in the judge's place (tests/fake_judge.py); None, the
+# package's judge. The parallel loop hands it to its judge workers with each task (JudgeTask.bench_script).
+STAND_IN_JUDGE: Path | None = None
 # How long a timed-out child gets between SIGTERM and SIGKILL.
 KILL_GRACE_S = 3.0
 STDERR_LINES_IN_MESSAGE = 20
@@ -166,6 +172,9 @@ def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
     # No bytecode written: an honest child leaves no .pyc, so integrity.py can treat any new one as planted.
     env = {**child_environment(), **caches, "TMPDIR": scratch, "TMP": scratch, "TEMP": scratch,
            "PYTHONDONTWRITEBYTECODE": "1", **(env_extra or {})}
+    # The launcher and what it starts are modules of this package (paths.module_command): this copy of it, found
+    # first; the sandbox lets the child read it (launcher.python_paths reads PYTHONPATH's folders).
+    env["PYTHONPATH"] = paths.package_first(env.get("PYTHONPATH"))
     env = {name: value for name, value in env.items() if value is not None}     # None in env_extra: left out
     status_read, status_write = os.pipe()
     config = sandbox.SandboxConfig(
@@ -178,7 +187,7 @@ def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
     try:
         with undumpable():
             try:
-                launcher = subprocess.Popen([sys.executable, "-m", sandbox.__name__, sandbox.encode(config)],
+                launcher = subprocess.Popen(paths.module_command(sandbox.__name__, sandbox.encode(config)),
                                             cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, pass_fds=(status_write, *pass_fds),
                                             start_new_session=True)
@@ -246,7 +255,9 @@ def last_lines(text: str, count: int) -> str:
 def bench_command(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, result_fd: int | None = None,
                   seed: int | None = None, extra_args: Sequence[str] = (),
                   bench_script: str | Path | None = None) -> list[str]:
-    cmd = [sys.executable, str(bench_script or paths.BENCH_SCRIPT), "--kernel", str(kernel_path)]
+    """The judge's command line: its module, or the stand-in script bench_script names (a test's)."""
+    judge = [sys.executable, str(bench_script)] if bench_script else paths.module_command(JUDGE_MODULE)
+    cmd = [*judge, "--kernel", str(kernel_path)]
     for shape in shapes:
         cmd += ["--shape", format_shape(shape)]
     cmd += ["--dtype", dtype]
@@ -258,7 +269,7 @@ def bench_command(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: st
 
 
 class _VerdictReader(threading.Thread):
-    """Reads what bench.py writes on the verdict pipe (it alone holds the write end) until it ends."""
+    """Reads what the judge writes on the verdict pipe (it alone holds the write end) until it ends."""
 
     LIMIT_BYTES = 64 << 20
 
@@ -282,7 +293,7 @@ class _VerdictReader(threading.Thread):
 def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, timeout_s: float,
               seed: int | None = None, extra_args: Sequence[str] = (),
               bench_script: str | Path | None = None, readable: Iterable[str | Path] = ()) -> BenchResult:
-    """Judge one kernel file with bench.py in a child process and return its result.
+    """Judge one kernel file with the judge (bench_script: a test's stand-in for it) in a child process; its result.
 
     A bench run that times out becomes correctness TIMEOUT; one that dies without a verdict (a
     syntax error that kills the import, a segfault, an out-of-memory kill) becomes CRASH with the
@@ -296,13 +307,14 @@ def run_bench(kernel_path: str | Path, *, shapes: Iterable[Shape], dtype: str, t
 
 
 def _judged_run(kernel_path, shapes, dtype, timeout_s, seed, extra_args, bench_script, readable) -> BenchResult:
-    # The judge runs from the project it judges (in a clone, the folder bench.py is in); a judge named
-    # here runs from its own folder.
+    # The judge runs from the project it judges; a stand-in named here runs from its own folder.
+    bench_script = bench_script or STAND_IN_JUDGE
     cwd = Path(bench_script).parent if bench_script else paths.ROOT
-    bench_script = Path(bench_script or paths.BENCH_SCRIPT)
-    # bench.py reports what it compiled; a judge that does (not a test's stand-in) must, every time.
-    the_judge = judge_files.reports_its_sources(bench_script)
-    digest = judge_files.digest_of(bench_script)        # the first bench of this process takes it: the run's start
+    # The judge reports what it compiled; a judge that does (the package's, not a test's stand-in) must, every time.
+    the_judge = judge_files.reports_its_sources(Path(bench_script)) if bench_script else True
+    # The judge's files: the package, and the door in the layout (bench.py, a person's way in) or the stand-in.
+    # The first bench of this process takes the digest: the run's start.
+    digest = judge_files.digest_of(Path(bench_script or paths.BENCH_SCRIPT))
     nonce = secrets.token_hex(16)
     # The candidate's own compiler caches and temporary folder, apart from the judge's
     # (autokernel/judge/candidate/worker_process.py).

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import secrets
-import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -76,7 +75,7 @@ def check_kernel(kernel_path: str | Path, *, kernel_type: str, shapes: Iterable[
     try:
         readable = [*map(str, readable), str(Path(kernel_path).resolve().parent),
                     *(str(folder) for folder in region_store.folders() if folder.is_dir())]
-        child = runner.run_child([sys.executable, "-m", MODULE, str(config_read), str(verdict_write)],
+        child = runner.run_child(paths.module_command(MODULE, str(config_read), str(verdict_write)),
                                  timeout_s=timeout_s, cwd=paths.ROOT, readable=readable, writable=[base],
                                  pass_fds=(config_read, verdict_write),
                                  env_extra={"HOME": home, "TMPDIR": tmpdir, "TMP": tmpdir, "TEMP": tmpdir,

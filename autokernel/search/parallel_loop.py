@@ -335,7 +335,7 @@ class ParallelRun(OptimizationRun):
         self._seed += 1
         return JudgeTask(kernel_source=source, kernel_type=job.kernel_type, shapes=list(job.shapes), dtype=job.dtype,
                          timeout_s=limit, seed=self._seed, extra_args=extra, full_timeout_s=full_limit,
-                         full_below_us=full_below, bench_script=str(paths.BENCH_SCRIPT),
+                         full_below_us=full_below, bench_script=runner.STAND_IN_JUDGE and str(runner.STAND_IN_JUDGE),
                          best_us=progress and progress.best.latency_us, noise=progress and progress.noise), clipped
 
     # ------------------------------------------------------------------ a verdict

@@ -5,8 +5,8 @@ too, or an import-time payload reads the user's API keys (os.environ, /proc/self
 processes' environments) and writes them anywhere, as an outside review showed. So the user's own
 process never imports a kept kernel unless the user asks for it (`plug_in`, or the model that
 `autokernel.optimize` hands back when AutoKernel's path won):
-  - `verify_in_sandbox`: verify.py's work (autokernel/verify/verification.py) runs as `verify.py ...
-    --sandboxed-fd N --write-to DIR` under runner.run_child: the allow-listed environment (no
+  - `verify_in_sandbox`: verify.py's work (autokernel/verify/verification.py) runs as `python -m
+    autokernel.verify.verify_command ... --sandboxed-fd N --write-to DIR` under runner.run_child: the allow-listed environment (no
     keys), Landlock (no home folder, no network, writes only to its own folders), its own PID
     namespace. Its own lines are shown as they come, and what torch prints in it goes to workspace/torch.log
     (child_lines.py). It reports on a pipe only it holds; this process
@@ -39,6 +39,10 @@ from autokernel.kernel_types.regions import store as region_store
 from autokernel.sandbox.child_env import SANDBOXED_CHILD_VARIABLE
 from autokernel.verify.child_lines import Split
 
+# The sandboxed children: verify's whole work (verify.py's command), and one comparison on a model object (this
+# module's own main, below).
+VERIFY_MODULE = "autokernel.verify.verify_command"
+COMPARE_MODULE = "autokernel.verify.isolated"
 CHILD_TIMEOUT_S = 6 * 3600
 # Set for the child where this process sees a GPU: a child that does not (a sandbox piece that breaks CUDA's
 # initialization, as the socket filter did on the H200) stops with that error instead of running on the CPU.
@@ -139,9 +143,11 @@ def verify_in_sandbox(argv: list[str], *, model: str | None, workspace: Path, op
     split = Split(workspace / TORCH_LOG, show=lambda line: print(line, flush=True),
                   show_error=lambda line: print(line, file=sys.stderr, flush=True))
     try:
-        cmd = [sys.executable, str(paths.script("verify.py")), *argv, "--write-to", str(out), "--sandboxed-fd"]
+        def command(*more: str) -> list[str]:
+            return paths.module_command(VERIFY_MODULE, *argv, *more, "--write-to", str(out), "--sandboxed-fd")
+
         readable = _readable_for(model, workspace, optimized_dir)
-        child, answer = _run_sandboxed(cmd, readable=readable, writable=[out], on_line=split)
+        child, answer = _run_sandboxed(command(), readable=readable, writable=[out], on_line=split)
         try:
             outcome = Outcome.from_json(answer)
         except ValueError:
@@ -152,8 +158,8 @@ def verify_in_sandbox(argv: list[str], *, model: str | None, workspace: Path, op
                        + (" (it ran past its time limit)" if child.timed_out else "") + f": {_tail(child.stderr)}")
             print(f"verify.py: {crashed}\nverify.py: comparing PyTorch's own paths alone, in a fresh sandbox",
                   file=sys.stderr)
-            child, answer = _run_sandboxed([*cmd[:2 + len(argv)], "--pytorch-only", *cmd[2 + len(argv):]],
-                                           readable=readable, writable=[out], on_line=split)
+            child, answer = _run_sandboxed(command("--pytorch-only"), readable=readable, writable=[out],
+                                           on_line=split)
             try:
                 outcome = Outcome.from_json(answer)
             except ValueError:
@@ -248,9 +254,9 @@ def compare_in_sandbox(model, inputs: tuple, optimized_dir: Path, *, on_gpu: boo
         except Exception as exc:   # a model pickle cannot save (a lambda, a local class...)
             raise SandboxedCheckFailed(f"the model could not be saved for the sandboxed check ({exc})") from None
         main = getattr(sys.modules.get("__main__"), "__file__", None) or ""
-        cmd = [sys.executable, "-m", "autokernel.verify.isolated", "--payload", str(folder / "payload.pt"),
-               "--optimized-dir", str(optimized_dir), "--main", main, "--compile-backend", compile_backend or "",
-               *(["--on-gpu"] if on_gpu else []), "--fd"]
+        cmd = paths.module_command(COMPARE_MODULE, "--payload", str(folder / "payload.pt"),
+                                   "--optimized-dir", str(optimized_dir), "--main", main,
+                                   "--compile-backend", compile_backend or "", *(["--on-gpu"] if on_gpu else []), "--fd")
         # This process's import path, as multiprocessing passes it on: the model's classes are found where they were;
         # and the folders it reads regions from (the kept kernels may be regions of the model).
         search_path = [entry for entry in sys.path if entry and os.path.isdir(entry)]

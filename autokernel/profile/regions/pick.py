@@ -73,7 +73,7 @@ def _judge_in_this_sandbox(path: Path, region: Region) -> Verdict:
     cmd = runner.bench_command(path, shapes=[region.shape()], dtype=region.definition.dtype, seed=1,
                                extra_args=["--quick", "--json-out", str(out)])
     # Its compiler caches in the pick's own folder: the sandbox hides the home folder, where they would go.
-    env = {**os.environ, "XDG_CACHE_HOME": str(path.parent / "cache")}
+    env = paths.module_environment({**os.environ, "XDG_CACHE_HOME": str(path.parent / "cache")})
     try:
         child = subprocess.run(cmd, cwd=paths.ROOT, capture_output=True, text=True, timeout=JUDGE_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:

@@ -9,7 +9,7 @@ goes through what a user would run, each step in a child process so that one pro
 hang costs only its row:
   1. with a budget, `autokernel optimize FILE --budget B --top N --agent builtin` (its kernels are
      then read from the run's branch); without one, the starter kernels at the problem's shapes;
-  2. `verify.py FILE --starters` (or `--optimized-dir` of the run), which checks the output and
+  2. `autokernel verify FILE --starters` (or `--optimized-dir` of the run), which checks the output and
      times PyTorch eager, torch.compile and CUDA graphs, each with and without our kernels.
 A problem is correct when verify's error check passes. Its speedup against eager is eager's time
 over AutoKernel's best variant's; against torch.compile, torch.compile's over AutoKernel's best
@@ -36,7 +36,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -48,6 +47,9 @@ from autokernel.core import paths
 from autokernel.verify.report_record import VerifyReport
 
 THRESHOLDS = (1.0, 1.5, 2.0)
+# Each step is the user's own command in a process of its own: `autokernel optimize`, then verify.
+OPTIMIZE_MODULE = "autokernel.cli"
+VERIFY_MODULE = "autokernel.verify.verify_command"
 NOTHING_TO_PLUG_IN = 3       # verify.py's exit code when no kernel type covers the model (EXIT_NOTHING_TO_PLUG_IN)
 # verify.py's exit codes that come with a verdict: passed, failed, nothing to plug in, nothing checked, passed with
 # parts dropped.
@@ -260,7 +262,7 @@ def _run(cmd: list[str], what: str, run: ScoringRun, env: dict | None, cwd: Path
          ) -> subprocess.CompletedProcess:
     try:
         proc = subprocess.run(cmd, cwd=cwd or paths.ROOT, capture_output=True, text=True,
-                              timeout=run.problem_timeout_s, env=env)
+                              timeout=run.problem_timeout_s, env=paths.module_environment(env))
     except subprocess.TimeoutExpired as exc:
         raise _ProblemFailed(f"{what} ran past {run.problem_timeout_s:.0f} s") from exc
     return proc
@@ -280,8 +282,9 @@ def _optimize(file: Path, run: ScoringRun, log, workspace: Path, env: dict | Non
     for step in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", f"score {file.stem}"]):
         subprocess.run([*_GIT, *step], cwd=repo, capture_output=True, check=True)
     tag = f"score-{file.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    proc = _run([sys.executable, str(paths.script("orchestrate.py")), "--workdir", str(repo), str(file.resolve()),
-                 "--budget", run.budget, "--top", str(run.top), "--agent", "builtin", "--tag", tag, *run.extra_args],
+    proc = _run(paths.module_command(OPTIMIZE_MODULE, "optimize", "--workdir", str(repo), str(file.resolve()),
+                                     "--budget", run.budget, "--top", str(run.top), "--agent", "builtin", "--tag", tag,
+                                     *run.extra_args),
                 "the optimization", run, env, cwd=repo)
     if proc.returncode != 0:
         raise _ProblemFailed(f"autokernel optimize exited {proc.returncode}: {_tail(proc.stderr or proc.stdout)}",
@@ -312,8 +315,8 @@ def _verify(file: Path, workspace: Path, optimized: Path | None, run: ScoringRun
             ) -> tuple[VerifyReport | None, bool]:
     """verify's report (None where it wrote none because nothing covers the problem), and whether anything did."""
     kernels = ["--optimized-dir", str(optimized)] if optimized else ["--starters"]
-    cmd = [sys.executable, str(paths.script("verify.py")), str(file), *kernels, "--workspace", str(workspace),
-           *run.extra_args, *run.verify_args, *([] if run.compile_enabled else ["--no-compile"])]
+    cmd = paths.module_command(VERIFY_MODULE, str(file), *kernels, "--workspace", str(workspace),
+                               *run.extra_args, *run.verify_args, *([] if run.compile_enabled else ["--no-compile"]))
     proc = _run(cmd, "verify", run, env)
     report_file = workspace / "verify_report.json"
     planned = proc.returncode != NOTHING_TO_PLUG_IN

@@ -1,0 +1,196 @@
+"""The judge's timing stage: the kernel, PyTorch eager and (optionally) torch.compile, timed alike.
+
+Every timed call gets fresh inputs written into the same tensors, with the L2 flushed; the median of the calls is
+the latency. Timed calls are checked calls: the whole output of a random timed call, the last one and one more
+after them, and a random sample of the others' (all, or a random share within a time budget), are compared with
+the reference. The judge brackets every timed call with its own clock, and a time faster than the GPU's roofline
+allows is a FAIL. PyTorch eager (and optionally torch.compile) are timed the same way, in this process.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import sys
+import time
+
+import torch
+
+from autokernel.core import hardware
+from autokernel.core.dtypes import pytorch_fp32_matmul_uses_tf32
+from autokernel.judge import limits, timing
+from autokernel.judge.correctness import CheckFailure, case_inputs, compare_outputs, output_parts, reference_outputs
+from autokernel.judge.stages import ON_GPU, Judge, output_limit
+from autokernel.kernel_types import registry
+
+# Timed calls per shape: (fewest, most), full and --quick; the count aims at TIMING_BUDGET_MS of calls.
+TIMED_CALLS = {"gpu": {False: (20, 200), True: (10, 60)}, "cpu": {False: (5, 5), True: (3, 3)}}
+TIMING_BUDGET_MS = {False: 100.0, True: 40.0}
+WARMUP_CALLS = 3 if ON_GPU else 1
+SAMPLED_ELEMENTS = 1024                # checked in a timed call whose whole output is not
+CHECK_BUDGET_S = {False: 2.0, True: 0.5}   # the judge's time for references of timed calls, about
+PICKER = random.SystemRandom()         # what to check: not predictable from the seed
+EMPTY_CALLS = 10 if ON_GPU else 0      # timed calls of nothing: the cost of the judge's bracket itself
+
+
+def timed_call_count(warmup: list[timing.TimedCall], quick: bool) -> int:
+    fewest, most = TIMED_CALLS["gpu" if ON_GPU else "cpu"][quick]
+    per_call = statistics.median(c.record["wall_ms"] for c in warmup) if warmup else 1.0
+    return max(fewest, min(most, int(TIMING_BUDGET_MS[quick] / max(per_call, 1e-3))))
+
+
+def time_candidate(judge: Judge, shape: dict, clock: timing.Clock,
+                   flush_ms: float | None) -> tuple[list[timing.TimedCall], int]:
+    """Timed calls of kernel_fn in the worker, each on fresh inputs in the same tensors, and checked.
+
+    After each call returned, the judge picks what to check, so the kernel cannot tell a checked
+    call from any other: the whole output of a random timed call, of the last one and of one more
+    after them, and SAMPLED_ELEMENTS elements at random of every other, or of a random share of
+    them where references for all would cost more than CHECK_BUDGET_S. Returns the timed calls and
+    the pad they were given: GPU sleep cycles after the flush, sized from the warm-up calls' host
+    time so the events do not count the device waiting for the host (timing.Clock.pad_cycles).
+    """
+    kt, worker = judge.kt, judge.worker
+    case = judge.next_case(shape, judge.dtype)
+    first = kt.reference(**case_inputs(kt, case, judge.device))
+    worker.time_begin(case, parts=len(output_parts(first)))
+    limit = output_limit(first)
+    calls = [worker.iterate(case["seed"] + i) for i in range(WARMUP_CALLS)]
+    pad = clock.pad_cycles(statistics.median(c.record["host_ms"] for c in calls), flush_ms) if flush_ms else 0
+    count = timed_call_count(calls, judge.args.quick)
+    whole = {WARMUP_CALLS + PICKER.randrange(count), WARMUP_CALLS + count - 1, WARMUP_CALLS + count}
+    timed, rate, checks, checking_s = [], 1.0, 0, 0.0
+    for i in range(WARMUP_CALLS, WARMUP_CALLS + count + 1):
+        seed = case["seed"] + i
+        call = worker.iterate(seed, pad)
+        if i < WARMUP_CALLS + count:
+            timed.append(call)
+        if i not in whole and PICKER.random() >= rate:
+            continue
+        which = (f"timed call {i - WARMUP_CALLS + 1} of {count}" if i < WARMUP_CALLS + count
+                 else f"the call after the {count} timed calls")
+        started = time.monotonic()
+        expected, oracle, allowance = reference_outputs(kt, case_inputs(kt, {**case, "seed": seed}, judge.device),
+                                                        judge.dtype)
+        try:
+            if i in whole:
+                compare_outputs(worker.last_output(limit), expected, oracle, judge.dtype, kt.tolerance_scale,
+                                allowance=allowance)
+            else:
+                positions = [sorted(PICKER.sample(range(part.numel()), min(SAMPLED_ELEMENTS, part.numel())))
+                             for part in output_parts(expected)]
+                compare_outputs(worker.sample(positions), expected, oracle, judge.dtype, kt.tolerance_scale,
+                                positions=[torch.tensor(p, dtype=torch.int64) for p in positions],
+                                allowance=allowance)
+        except CheckFailure as failure:
+            raise CheckFailure(
+                f"{registry.format_shape(shape)} {judge.args.dtype}: {which} returned a wrong result ({failure}). "
+                "Every timed call gets fresh inputs written into the same tensors, and this kernel passed the "
+                "same checks before timing: it changes behaviour with the call count, the call stack or the "
+                "timing phase (a stale or cached output, for example one keyed by the input's address)") from None
+        checks, checking_s = checks + 1, checking_s + time.monotonic() - started
+        rate = min(1.0, CHECK_BUDGET_S[judge.args.quick] / (checking_s / checks * (count + 1)))
+    return timed, pad
+
+
+def time_reference(judge: Judge, fn, shape: dict, count: int, clock: timing.Clock,
+                   flush_ms: float | None) -> tuple[float, float]:
+    """Median ms of fn (PyTorch's) in this process, timed exactly as the kernel is (fresh inputs each
+    call, padded from its own warm-up host time): (GPU time, call time; see timing.call_ms)."""
+    case = judge.next_case(shape, judge.dtype)
+    inputs = case_inputs(judge.kt, case, judge.device)
+    records, warmup = [], []
+    for i in range(WARMUP_CALLS + count):
+        fresh = case_inputs(judge.kt, {**case, "seed": case["seed"] + i}, judge.device)
+        for name, tensor in inputs.items():
+            if isinstance(tensor, torch.Tensor):
+                tensor.copy_(fresh[name])
+        pad = (clock.pad_cycles(statistics.median(r["host_ms"] for r in warmup), flush_ms)
+               if flush_ms and i >= WARMUP_CALLS else 0)
+        _, record = timing.timed_call(clock, fn, inputs, pad_cycles=pad)
+        (records if i >= WARMUP_CALLS else warmup).append(record)
+    return (statistics.median(r["kernel_ms"] for r in records),
+            statistics.median(timing.call_ms(r) for r in records))
+
+
+def compiled_time(judge: Judge, compiled_ref, shape: dict, count: int, clock: timing.Clock,
+                  flush_ms: float | None) -> float | None:
+    """torch.compile's GPU time, or None where torch.compile cannot build PyTorch's own op here (the
+    bar is then eager alone): a compiler failure says nothing against the kernel."""
+    try:
+        return time_reference(judge, compiled_ref, shape, count, clock, flush_ms)[0]
+    except Exception as exc:
+        print(f"torch.compile of the reference failed at {registry.format_shape(shape)}: "
+              f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}", file=sys.stderr)
+        return None
+
+
+def padded_flush_ms(clock: timing.Clock, pad_cycles: int) -> float:
+    """The judge's own measurement of the flush followed by a pad of pad_cycles (median of five)."""
+    return statistics.median(timing.timed_call(clock, lambda: None, {}, pad_cycles=pad_cycles)[1]["flush_ms"]
+                             for _ in range(5))
+
+
+def time_kernel(judge: Judge) -> dict:
+    """Time the kernel, PyTorch eager and (with --compare-compile) torch.compile at the timing shapes.
+
+    latency_us and the speedups are GPU time (the events around the call, L2 flushed, padded so the
+    device never waits for the host inside them: timing.Clock.pad_cycles).
+    call_latency_us is the call as a model's host pays it too (timing.call_ms): reported, not yet
+    acted on, because inside the judge's worker the host time of a call measured 280-365 us on an
+    H100, about 200 us more than the same call in a model (docs/notes/objective.md).
+    """
+    kt, gpu = judge.kt, hardware.detect()
+    clock = timing.Clock(torch.device(judge.device))
+    flush_ms = padded_flush_ms(clock, 0) if ON_GPU else None
+    floor_ms = timing.launch_floor_ms(clock, torch.device(judge.device))    # reported for the agents, never judged
+    empty = [judge.worker.iterate(None) for _ in range(EMPTY_CALLS)]
+    compiled_ref = torch.compile(kt.reference) if judge.args.compare_compile else None
+    rows, peak_mb = [], None
+    for shape in judge.timing_shapes():
+        calls, pad = time_candidate(judge, shape, clock, flush_ms)
+        where = f"{registry.format_shape(shape)} {judge.args.dtype}"
+        problem = timing.timing_problem(calls, empty, flush_ms, padded_flush_ms(clock, pad) - flush_ms if pad else 0.0)
+        if problem:
+            raise CheckFailure(f"{where}: {problem}")
+        ours = statistics.median(c.record["kernel_ms"] for c in calls)
+        problem = timing.speed_of_light_problem(kt, shape, judge.dtype, ours, gpu)
+        if problem:
+            raise CheckFailure(f"{where}: {problem}")
+        peaks = [c.record["peak_mb"] for c in calls if "peak_mb" in c.record]
+        peak_mb = max([peak_mb or 0.0] + peaks) if peaks else peak_mb
+        eager, eager_call = time_reference(judge, kt.reference, shape, len(calls), clock, flush_ms)
+        compiled = compiled_time(judge, compiled_ref, shape, len(calls), clock, flush_ms) if compiled_ref else None
+        line = timing.roofline(kt, [shape], judge.dtype, ours, gpu)
+        rows.append({"shape": registry.format_shape(shape), "latency_us": ours * 1e3,
+                     "pytorch_latency_us": eager * 1e3, "compile_latency_us": compiled * 1e3 if compiled else None,
+                     "throughput": line.throughput, "unit": line.unit, "pct_peak": line.pct_peak,
+                     "call_latency_us": statistics.median(timing.call_ms(c.record) for c in calls) * 1e3,
+                     "pytorch_call_latency_us": eager_call * 1e3,
+                     "guard_us": statistics.median(c.record.get("guard_ms", 0.0) for c in calls) * 1e3,
+                     "timed_calls": len(calls)})
+    ours_us = sum(row["latency_us"] for row in rows)
+    eager_us = sum(row["pytorch_latency_us"] for row in rows)
+    compile_us = sum(row["compile_latency_us"] for row in rows) if all(row["compile_latency_us"] for row in rows) \
+        else None
+    total = timing.roofline(kt, judge.timing_shapes(), judge.dtype, ours_us / 1e3, gpu)
+    compiled = judge.worker.compiled()
+    # For the agent only, never the verdict: achieved bandwidth and FLOP/s, bound and occupancy
+    # (autokernel/judge/limits.py).
+    summary = limits.summarize(kt, judge.dtype, gpu, [(shape, row["latency_us"]) for shape, row in
+                                                      zip(judge.timing_shapes(), rows)],
+                               compiled, tf32=pytorch_fp32_matmul_uses_tf32(),
+                               floor_us=floor_ms * 1e3 if floor_ms else None)
+    return {
+        "throughput": total.throughput, "throughput_unit": total.unit, "latency_us": ours_us,
+        "call_latency_us": sum(row["call_latency_us"] for row in rows), "pct_peak": total.pct_peak,
+        "bound": total.bound,
+        "speedup_vs_pytorch": eager_us / ours_us if ours_us > 0 else None,
+        "speedup_vs_compile": compile_us / ours_us if compile_us and ours_us > 0 else None,
+        "pytorch_latency_us": eager_us, "compile_latency_us": compile_us,
+        "peak_vram_mb": peak_mb, "timings": rows, "gpu": gpu.name, "compiled": compiled,
+        "launch_floor_us": floor_ms * 1e3 if floor_ms else None,
+        "limits": summary.to_json(),
+        "speed_of_light": timing.speed_of_light_skipped(gpu) or "checked: no timing faster than the roofline allows",
+    }
+
