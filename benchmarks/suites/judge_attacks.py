@@ -229,7 +229,7 @@ def main(args: argparse.Namespace) -> int:
     if "wall" in parts:
         lines += wall_rows("this judge (worker process, checked timed calls)", ROOT, names)
         if args.old_judge and (old := old_judge(args.old_judge)):
-            lines += wall_rows(f"the judge of {args.old_judge} (before issue 12)", old)
+            lines += wall_rows(f"the judge of {args.old_judge}", old, names)
     lines += ["", f"**{bad} unexpected outcomes.**"]
     name = "_".join(sorted(parts)) + (shard or ("_" + "-".join(sorted(names)) if names else ""))
     out = write_text(dated_path(args.out, info, f"judge_{name}.md"), "\n".join(lines) + "\n")
