@@ -16,7 +16,6 @@ import pytest
 from autokernel.agents import base, factory
 from autokernel.judge import bench
 from autokernel.judge.correctness import CheckFailure
-from autokernel.kernel_types import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = (ROOT / "docs" / "architecture.md").read_text().split("## Recipes", 1)[1]
@@ -176,7 +175,6 @@ def _judge_with(monkeypatch, tmp_path, stages):
 def test_the_judge_stage_recipe_runs_a_new_stage_in_order_and_names_its_failure(monkeypatch, tmp_path):
     for step in ("`autokernel/judge/stages.py`", "`STAGES`", "`STAGE_LIMITS_S`", "`CheckFailure`"):
         assert step in RECIPES
-    assert registry.get("softmax")
 
     def stage_toy(judge) -> int:              # 1. the stage: cases checked, or CheckFailure
         if judge.fail:
