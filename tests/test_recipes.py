@@ -13,7 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from autokernel import cli
 from autokernel.agents import base, factory
+from autokernel.core import contracts
 from autokernel.judge import bench
 from autokernel.judge.correctness import CheckFailure
 
@@ -119,8 +121,11 @@ class EchoAgent(base.Agent):
 def test_the_agent_recipe_gives_an_agent_the_factory_makes_and_the_loop_can_ask(monkeypatch):
     for step in ("`Agent` (`autokernel/agents/base.py`)", "`AGENT_KINDS`", "`make_agent`"):
         assert step in RECIPES
-    # 2. its kind, and a branch in make_agent.
-    monkeypatch.setattr(factory, "AGENT_KINDS", (*base.AGENT_KINDS, "echo"))
+    # 2. its kind, which the command line then offers, and a branch in make_agent.
+    with pytest.raises(SystemExit):
+        cli._build_parser().parse_args(["optimize", "model.py", "--agent", "echo"])
+    monkeypatch.setattr(contracts, "AGENT_KINDS", (*contracts.AGENT_KINDS, "echo"))
+    assert cli._build_parser().parse_args(["optimize", "model.py", "--agent", "echo"]).agent == "echo"
     made = factory.make_agent
 
     def make_agent(kind, **settings):

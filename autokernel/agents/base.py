@@ -37,7 +37,6 @@ from autokernel.core.hardware import Platform
 
 log = logging.getLogger(__name__)
 
-AGENT_KINDS = ("auto", "anthropic", "openai", "builtin")
 MIN_CALL_S = 1.0                    # no call is started with less time than this before the deadline
 ENDPOINT_CHECK_TIMEOUT_S = 15.0
 ENDPOINT_CHECK_TOKENS = 16
