@@ -27,7 +27,7 @@ PATH_SUFFIXES = (".py", ".md", ".json", ".tsv", ".pt")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 SPAN = re.compile(r"`([^`\n]+)`")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
-PYTHON_MODULE = re.compile(r"(?<![\w.-])python -m ([A-Za-z_][\w.]*)")
+PYTHON_MODULE = re.compile(r"(?<![\w.-])python -m ([A-Za-z_][\w.<>]*)")
 PYTHON_FILE = re.compile(r"(?<![\w.-])python (?!-)(\S+\.py)\b")
 AUTOKERNEL = re.compile(r"(?<![\w./-])autokernel ((?:[a-z]+\|)*[a-z]+)([^`\n]*)")
 
@@ -46,9 +46,12 @@ def _subcommands() -> tuple[dict[str, argparse.ArgumentParser], set[str]]:
     return dict(action.choices), set(parser._option_string_actions)
 
 
-def _module_exists(module: str) -> bool:
+def _runnable(module: str) -> bool:
+    """Whether `python -m module` runs something: a module of the project with a __main__ block, or a package of it
+    with a __main__.py."""
     base = ROOT.joinpath(*module.split("."))
-    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+    file = base.with_suffix(".py")
+    return (file.is_file() and 'if __name__ == "__main__":' in file.read_text()) or (base / "__main__.py").is_file()
 
 
 def command_errors(texts: list[str]) -> tuple[list[str], int]:
@@ -57,9 +60,11 @@ def command_errors(texts: list[str]) -> tuple[list[str], int]:
     subcommands, anywhere = _subcommands()
     for text in texts:
         for module in PYTHON_MODULE.findall(text):
+            if "<" in module:                   # a pattern: python -m autokernel.<module>
+                continue
             count += 1
-            if not _module_exists(module):
-                errors.append(f"python -m {module}: no such module")
+            if not _runnable(module):
+                errors.append(f"python -m {module}: no such runnable module")
         for file in PYTHON_FILE.findall(text):
             count += 1
             if not (ROOT / file).is_file():
@@ -127,15 +132,18 @@ def test_every_document_of_the_map_names_commands_and_paths_that_exist(document)
 
 def test_the_checks_find_a_wrong_command_flag_module_path_and_link():
     markdown = ("See [gone](gone.md) and `autokernel/core/nowhere.py`, `core/paths.py`, `regions/`.\n\n"
-                "```\nrun python -m autokernel.judge.bench and python -m autokernel.judge.nowhere\n"
+                "```\nrun python -m autokernel.judge.bench and python -m autokernel.judge.nowhere,\n"
+                "    not python -m autokernel.<x>\n"
+                "    nor python -m autokernel.judge.stages (no __main__)\n"
                 "    then autokernel profile|frobnicate and see search/nowhere.py\n```\n\n"
                 "`python reference.py`, `python nowhere.py`, `autokernel optimize --budget 1h --no-such-flag`, "
                 "`python -m autokernel.cli optimize --gpus 2`, `autokernel bench --anything`\n")
     errors, count = command_errors(code_texts(markdown))
     assert sorted(errors) == ["autokernel frobnicate: no such subcommand", "autokernel optimize --no-such-flag: no such "
-                              "flag", "python -m autokernel.judge.nowhere: no such module",
+                              "flag", "python -m autokernel.judge.nowhere: no such runnable module",
+                              "python -m autokernel.judge.stages: no such runnable module",
                               "python nowhere.py: no such file"]
-    assert count == 10
+    assert count == 11
     errors, _ = path_errors(markdown, DOCS)
     assert sorted(errors) == ["autokernel/core/nowhere.py: no such file or folder", "link gone.md: no such document",
                               "search/nowhere.py: no such file or folder"]
