@@ -139,8 +139,9 @@ def test_the_checks_find_a_wrong_command_flag_module_path_and_link():
                 "`python reference.py`, `python nowhere.py`, `autokernel optimize --budget 1h --no-such-flag`, "
                 "`python -m autokernel.cli optimize --gpus 2`, `autokernel bench --anything`\n")
     errors, count = command_errors(code_texts(markdown))
-    assert sorted(errors) == ["autokernel frobnicate: no such subcommand", "autokernel optimize --no-such-flag: no such "
-                              "flag", "python -m autokernel.judge.nowhere: no such runnable module",
+    assert sorted(errors) == ["autokernel frobnicate: no such subcommand",
+                              "autokernel optimize --no-such-flag: no such flag",
+                              "python -m autokernel.judge.nowhere: no such runnable module",
                               "python -m autokernel.judge.stages: no such runnable module",
                               "python nowhere.py: no such file"]
     assert count == 11

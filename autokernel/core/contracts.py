@@ -130,7 +130,7 @@ class Job:
 # ---------------------------------------------------------------------- the judge
 @dataclass
 class BenchResult(_OpenRecord):
-    """bench.py's verdict on one kernel file and, on a PASS, its timings (docs/contracts.md lists the fields)."""
+    """bench.py's verdict on one kernel file and, on a PASS, its timings (docs/contracts.md lists its fields)."""
     correctness: str
     kernel_type: str | None = None
     failed_stage: str | None = None
