@@ -78,13 +78,13 @@ def _copy_project(to: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for folder in ("autokernel", "kernels"):
         shutil.copytree(ROOT / folder, to / folder, ignore=ignore)
-    for door in ("reference.py", "bench.py"):
-        shutil.copy(ROOT / door, to / door)
+    for file in ("reference.py", "bench.py", "pyproject.toml"):      # the three make the copy a clone (core/paths.py)
+        shutil.copy(ROOT / file, to / file)
 
 
 def test_the_kernel_type_recipe_gives_a_type_the_judge_and_reference_py_know(tmp_path):
     for step in ("autokernel/kernel_types/references.py", "autokernel/kernel_types/<name>.py", "kernels/<name>.py",
-                 "python -m autokernel.judge.bench --kernel kernels/<name>.py"):
+                 "paths.starter_path", "python -m autokernel.judge.bench --kernel kernels/<name>.py"):
         assert step in RECIPES
     project = tmp_path / "project"
     _copy_project(project)
@@ -97,6 +97,10 @@ def test_the_kernel_type_recipe_gives_a_type_the_judge_and_reference_py_know(tmp
     listed = subprocess.run([sys.executable, "reference.py"], cwd=project, env=env, capture_output=True, text=True,
                             timeout=120)
     assert listed.returncode == 0 and "toy_scale(x: torch.Tensor) -> torch.Tensor" in listed.stdout, listed.stderr
+    where = f"from autokernel.core import paths; print(paths.starter_path({TOY!r}))"
+    starter = subprocess.run([sys.executable, "-c", where], cwd=project, env=env, capture_output=True, text=True,
+                             timeout=60)
+    assert starter.stdout.strip() == str(project / "kernels" / f"{TOY}.py"), starter.stderr    # what extract stamps
     judged = subprocess.run([sys.executable, "-m", "autokernel.judge.bench", "--kernel", f"kernels/{TOY}.py"],
                             cwd=project, env=env, capture_output=True, text=True, timeout=300)
     assert "kernel_type=toy_scale correctness=PASS" in judged.stdout, judged.stdout[-2000:] + judged.stderr[-2000:]
