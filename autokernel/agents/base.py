@@ -9,10 +9,10 @@ again), an unrecoverable setup problem
 on to the next kernel), or no reply before the context's deadline (OutOfTime: the run's budget is
 spent; the loop ends cleanly). With several GPUs the loop asks while other candidates are being
 judged (ctx.in_flight names them), tells the agent each verdict (`judged`), and waits when the agent
-raises WaitForResults. There it asks an agent that is not
-`instant` on a thread of its own, one question per job (autokernel/search/proposals.py): two jobs'
-questions may overlap, so such an agent must be safe to share between threads. The LLM agents
-are: they keep nothing between calls but their SDK client (autokernel/search/proposals.py says why).
+raises WaitForResults. There it asks an agent that is not `instant` on a thread of its own, one
+question per job (autokernel/search/proposals.py): two jobs' questions may overlap, so such an agent
+must be safe to share between threads. The LLM agents are: they keep nothing between calls but their
+SDK client (autokernel/search/proposals.py says why). Every hook the loop calls is declared on Agent.
 
 The budget binds the LLM agents: every call's timeout is the time left to the deadline, and a retry
 or a Retry-After wait that would end past it is not made. Before a run, `check_endpoint()` makes one
