@@ -10,12 +10,12 @@ package has them; this file shows them where the layout promises them:
 import inspect
 import sys
 
-from autokernel.kernel_types.references import (cross_entropy, flash_attention, fused_mlp, layernorm,  # noqa: F401
-                                                 matmul, reduce, rmsnorm, rmsnorm_linear, rmsnorm_mlp,
-                                                 rotary_embedding, softmax)
+from autokernel.kernel_types.registry import REGISTRY
 
-REFERENCES = (matmul, softmax, layernorm, rmsnorm, rmsnorm_linear, flash_attention, fused_mlp, rmsnorm_mlp,
-              cross_entropy, rotary_embedding, reduce)
+# Read from the registry, not listed by hand, so a new kernel type is shown without an edit here; each reference is
+# also this module's attribute under its type's name (reference.softmax), as kernel files and tests read them.
+REFERENCES = tuple(kernel_type.reference for kernel_type in REGISTRY.values())
+globals().update({name: kernel_type.reference for name, kernel_type in REGISTRY.items()})
 
 
 def main() -> int:

@@ -47,7 +47,7 @@ def _build_parser() -> argparse.ArgumentParser:
     add_model_arguments(optimize, with_device=False)
     # Run settings default to None here, so --resume can tell a flag given from a default (RunSettings holds those).
     optimize.add_argument("--budget", type=parse_duration, help="time for the whole run, profiling included (default 8h)")
-    optimize.add_argument("--agent", choices=["auto", "anthropic", "openai", "builtin"],
+    optimize.add_argument("--agent", choices=contracts.AGENT_KINDS,
                           help="who proposes kernels (default: by which API key is set, else the built-in search)")
     optimize.add_argument("--llm-model", help="the LLM to ask (default: the agent's own default)")
     optimize.add_argument("--base-url", help="an API endpoint (an OpenAI-compatible local server, a proxy)")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.agents.base import Proposal
+from autokernel.agents.base import Agent, Proposal
 from autokernel.core import paths
 from autokernel.core.contracts import BenchResult, Job
 from autokernel.search import loop
@@ -54,7 +54,7 @@ def fake_run_bench(judged: list[str]):
     return run_bench
 
 
-class ScriptedAgent:
+class ScriptedAgent(Agent):
     """Answers each propose() with the next scripted Proposal, or raises the next scripted exception."""
     name = kind = "scripted"
     model = base_url = None

@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from autokernel.agents.base import Agent
 from autokernel.core import paths
 from autokernel.core.contracts import Job, JudgeTask, RunSettings
 from autokernel.search import results
@@ -79,7 +80,7 @@ def run(root: Path, *, resume: bool = False, gpus: int = 2, ray: str | None = No
             os.environ[paths.WORKDIR_VARIABLE] = saved_env
 
 
-class JobScriptAgent:
+class JobScriptAgent(Agent):
     """Answers each job's propose() with that job's next scripted step (by kernel type): a Proposal, or an
     exception to raise (MalformedReply...); SearchExhausted once the job's script is done. A WaitForResults
     step is raised only while one of the job's candidates is being judged (else it is skipped), as an

@@ -222,9 +222,9 @@ def test_the_layer_check_finds_an_upward_import_in_a_function_and_measures_the_d
     assert upward_imports(graph, ["low", "mid", "high"]) == [] and layer_depth(graph, ["low", "mid", "high"]) == 4
 
 
-def _table(header: str) -> list[list[str]]:
-    """The rows of docs/architecture.md's table under this header line, as lists of cells."""
-    lines = (ROOT / "docs" / "architecture.md").read_text().splitlines()
+def _table(header: str, document: str = "architecture.md") -> list[list[str]]:
+    """The rows of the table under this header line in docs/<document>, as lists of cells."""
+    lines = (ROOT / "docs" / document).read_text().splitlines()
     rows = []
     for line in lines[lines.index(header) + 2:]:
         if not line.startswith("| "):
@@ -252,7 +252,7 @@ def test_the_documented_layers_are_the_folders_in_order_and_import_what_they_say
 
 def test_the_documented_modules_are_the_packages_each_named_once():
     covered = []
-    for name in (name for row in _table("| module | job |") for name in _named(row[0])):
+    for name in (name for row in _table("| module | job |", "modules.md") for name in _named(row[0])):
         if name == "kernel_types/<type>.py":
             covered += [PACKAGE / "kernel_types" / f"{kernel_type}.py" for kernel_type in TYPES]
         elif name.endswith("/"):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.agents.base import (AgentContext, AgentError, MalformedReply, RetryPolicy, SearchExhausted,
+from autokernel.agents.base import (Agent, AgentContext, AgentError, MalformedReply, RetryPolicy, SearchExhausted,
                                     WaitForResults)
 from autokernel.agents.openai_agent import OpenAIAgent
 from autokernel.core.contracts import Job, RunSettings
@@ -30,7 +30,7 @@ from tests.pool_helpers import git, jobs, kernel, parallel_project, parallel_run
 GATE_S = 60             # a gate that is never opened fails the test after this long, rather than hanging it
 
 
-class GatedAgent:
+class GatedAgent(Agent):
     """Answers each question with the next scripted step: a Proposal or an exception to raise; a step given as
     (event, step) answers only once the event is set, a callable step is called first. Not instant, so the
     parallel loop asks it on a thread of its own; it records what each question saw and where it ran."""

@@ -8,11 +8,11 @@ again), an unrecoverable setup problem
 (AgentError: the loop stops), nothing left to try on this kernel (SearchExhausted: the loop moves
 on to the next kernel), or no reply before the context's deadline (OutOfTime: the run's budget is
 spent; the loop ends cleanly). With several GPUs the loop asks while other candidates are being
-judged (ctx.in_flight names them), tells an agent that has `judged(job, source, result)` each
-verdict, and waits when the agent raises WaitForResults. There it asks an agent that is not
-`instant` on a thread of its own, one question per job (autokernel/search/proposals.py): two jobs'
-questions may overlap, so such an agent must be safe to share between threads. The LLM agents
-are: they keep nothing between calls but their SDK client (autokernel/search/proposals.py says why).
+judged (ctx.in_flight names them), tells the agent each verdict (`judged`), and waits when the agent
+raises WaitForResults. There it asks an agent that is not `instant` on a thread of its own, one
+question per job (autokernel/search/proposals.py): two jobs' questions may overlap, so such an agent
+must be safe to share between threads. The LLM agents are: they keep nothing between calls but their
+SDK client (autokernel/search/proposals.py says why). Every hook the loop calls is declared on Agent.
 
 The budget binds the LLM agents: every call's timeout is the time left to the deadline, and a retry
 or a Retry-After wait that would end past it is not made. Before a run, `check_endpoint()` makes one
@@ -28,7 +28,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import Callable, Protocol
+from typing import Callable
 
 from autokernel.agents import prompt, reply
 from autokernel.agents.usage import REASONING_LEVELS, Prices, Usage, cost_usd
@@ -37,7 +37,6 @@ from autokernel.core.hardware import Platform
 
 log = logging.getLogger(__name__)
 
-AGENT_KINDS = ("auto", "anthropic", "openai", "builtin")
 MIN_CALL_S = 1.0                    # no call is started with less time than this before the deadline
 ENDPOINT_CHECK_TIMEOUT_S = 15.0
 ENDPOINT_CHECK_TOKENS = 16
@@ -111,17 +110,37 @@ class OutOfTime(Exception):
     """No reply can come before the deadline (the run's budget); nothing was proposed."""
 
 
-class Agent(Protocol):
+class Agent(ABC):
+    """What the loop may ask of an agent: every attribute and hook it uses is declared here (tests/agents/
+    test_interface.py holds the loop to that), each hook with the default an agent without it gets."""
     name: str
     kind: str                   # "anthropic", "openai" or "builtin"
     model: str | None
     base_url: str | None
-    instant: bool               # replies at once, with no network call: asked on the loop's own thread
+    instant: bool = False       # True: replies at once, with no network call, so asked on the loop's own thread
 
-    def propose(self, ctx: AgentContext) -> Proposal: ...
+    @abstractmethod
+    def propose(self, ctx: AgentContext) -> Proposal:
+        """The next candidate, or one of the exceptions above."""
 
     def check_endpoint(self) -> str | None:
         """Fail (AgentError) when the agent cannot work at all; a warning to show, or None."""
+        return None
+
+    def has_prices(self) -> bool:
+        """Whether its costs are known, which --max-cost needs; an agent that pays nothing has none to know."""
+        return True
+
+    def state_dict(self) -> dict | None:
+        """What the run's state keeps of it (RunState.agent_state) so that --resume tries nothing again; None:
+        nothing, and the state keeps what it held."""
+        return None
+
+    def load_state(self, state: dict) -> None:
+        """On --resume, what state_dict gave (never None)."""
+
+    def judged(self, job: dict, source: str, result: BenchResult | None) -> None:
+        """With several GPUs: the verdict on one of its candidates, proposed while others were being judged."""
 
 
 @dataclass
@@ -188,7 +207,7 @@ class ChatReply:
     usage: Usage
 
 
-class ChatAgent(ABC):
+class ChatAgent(Agent):
     """An LLM agent: prompt, one chat call with our retry policy, parse. Subclasses wrap one SDK.
 
     Both SDKs share their error classes' names and meaning, so the retry policy is written once

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from autokernel.agents import axis_order
-from autokernel.agents.base import AgentContext, Proposal, SearchExhausted, WaitForResults
+from autokernel.agents.base import Agent, AgentContext, Proposal, SearchExhausted, WaitForResults
 from autokernel.agents.tunables import format_literal, read_tunables, rewrite_tunables
 from autokernel.core.contracts import PASS, BenchResult
 
@@ -127,7 +127,7 @@ class CoordinateSearch:
         self.pending, self.pending_description = config, description
 
 
-class BuiltinAgent:
+class BuiltinAgent(Agent):
     """Keeps one CoordinateSearch per kernel job, so one agent serves a whole overnight run."""
 
     name = kind = "builtin"

@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 
 from autokernel.agents.anthropic_agent import AnthropicAgent
-from autokernel.agents.base import AGENT_KINDS, Agent, AgentError
+from autokernel.agents.base import Agent, AgentError
 from autokernel.agents.builtin import BuiltinAgent
 from autokernel.agents.openai_agent import OpenAIAgent
+from autokernel.core import contracts
 
 
 def make_agent(kind: str | None, *, model: str | None = None, base_url: str | None = None,
@@ -34,8 +35,8 @@ def make_agent(kind: str | None, *, model: str | None = None, base_url: str | No
 
 def _resolve_kind(kind: str | None, base_url: str | None) -> str:
     kind = (kind or "auto").lower()
-    if kind not in AGENT_KINDS:
-        raise AgentError(f"unknown agent {kind!r}; choose one of: {', '.join(AGENT_KINDS)}")
+    if kind not in contracts.AGENT_KINDS:
+        raise AgentError(f"unknown agent {kind!r}; choose one of: {', '.join(contracts.AGENT_KINDS)}")
     if kind != "auto":
         return kind
     if os.environ.get("ANTHROPIC_API_KEY"):

@@ -130,7 +130,7 @@ class Job:
 # ---------------------------------------------------------------------- the judge
 @dataclass
 class BenchResult(_OpenRecord):
-    """bench.py's verdict on one kernel file and, on a PASS, its timings (docs/architecture.md lists the fields)."""
+    """bench.py's verdict on one kernel file and, on a PASS, its timings (docs/contracts.md lists its fields)."""
     correctness: str
     kernel_type: str | None = None
     failed_stage: str | None = None
@@ -245,9 +245,13 @@ def _every_visible_gpu() -> str:
     return f"every visible GPU ({count})" if count else "1 (no GPU here: one judge in Triton's interpreter)"
 
 
+# The agents a run may ask for (--agent): "auto" picks by which API key is set (autokernel/agents/factory.py).
+AGENT_KINDS = ("auto", "anthropic", "openai", "builtin")
+
+
 @dataclass(frozen=True)
 class RunSettings:
-    """Everything the user chose for a run; the CLI's flags map one to one (FLAGS)."""
+    """Everything the user chose for a run; the CLI's flags map one to one (FLAGS); `agent` is one of AGENT_KINDS."""
     budget_s: float = 8 * 3600
     experiment_timeout_s: float = 900           # one bench run; bench.py's stage limits usually fire first
     max_consecutive_reverts: int = 5

@@ -1,6 +1,6 @@
 """The GEMM engine block the GEMM starters carry, kept in step with its source, and the measured table put in it.
 
-Each starter is one file the agent edits and the loop copies whole (docs/architecture.md), so the
+Each starter is one file the agent edits and the loop copies whole (docs/modules.md), so the
 GEMM engine is not imported by the starters: kernels/_gemm_engine.py holds it between two marker
 lines, and every starter that uses it holds a verbatim copy between the same markers. This module
 copies the block into the starters, tells which copies differ (tests/test_starter_blocks.py fails

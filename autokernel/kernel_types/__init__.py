@@ -1,8 +1,8 @@
 """The kernel types, one module each: a module of this package that defines KERNEL_TYPE is a type.
 
 Adding a type means one module here (its registry entry, how the profiler recognises it and how
-verify routes it, autokernel/kernel_types/base.py), one function in reference.py and one starter
-in kernels/, and nothing else: the registry, the profiler's attribution and the router read
+verify routes it, autokernel/kernel_types/base.py), one function in references.py (reference.py lists it) and one
+starter in kernels/, and nothing else: the registry, the profiler's attribution and the router read
 every type from TYPES. Helper modules (base, norms, mlps) define no KERNEL_TYPE. The layer's other modules are
 not types and are not imported here: the registry (which reads TYPES), the references (reference.py shows them)
 and regions/ (a region of a model as a type, read from its file by registry.get).

@@ -2,7 +2,7 @@
 
 A kernel type is one module of this package (autokernel/kernel_types/<name>.py) whose KERNEL_TYPE
 holds everything the tool knows about it:
-  - the registry entry: its PyTorch reference (in reference.py, the oracle), how to make inputs
+  - the registry entry: its PyTorch reference (in references.py, the oracle), how to make inputs
     for a shape, the shapes to check and time, the adversarial inputs, the bytes and FLOPs one call
     must move and do, the aten ops the profiler counts as a call of it (read by bench, extract and
     the registry, autokernel/kernel_types/registry.py);

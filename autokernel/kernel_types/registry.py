@@ -3,7 +3,7 @@ and write shapes.
 
 Each type is one module of autokernel/kernel_types/, whose KERNEL_TYPE says everything the tool
 needs to know about a kind of kernel (autokernel/kernel_types/base.py lists what). Adding a kernel
-type means one module there, one function in reference.py and one starter in kernels/, and
+type means one module there, one function in references.py and one starter in kernels/, and
 nothing else.
 
 A shape is a dict of named sizes, for example {"M": 4096, "N": 4096, "K": 4096}; some types also

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from torch import nn
 from torch.autograd import DeviceType
 
-from autokernel.core.plan import OTHER  # noqa: F401 (the time no kernel type names: its name in the plan)
+from autokernel.core.plan import OTHER     # the time no kernel type names: its name in the plan
 from autokernel.kernel_types import TYPES
 from autokernel.kernel_types.base import ModuleMatch
 from autokernel.routing.fold_routing import FOLD_TYPES

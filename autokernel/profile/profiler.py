@@ -30,12 +30,12 @@ from torch import nn
 
 from autokernel.core import hardware, paths
 from autokernel.core.contracts import PlanEntry
-from autokernel.core.plan import Plan, write_plan
+from autokernel.core.plan import OTHER, Plan, write_plan
 from autokernel.judge.timing import roofline
 from autokernel.kernel_types import registry
 from autokernel.kernel_types.fused_mlp import MLP_POLICY
 from autokernel.profile import classify
-from autokernel.profile.classify import FOLD_POLICY, OTHER, RANGE_PREFIX, RootOp, attribute
+from autokernel.profile.classify import FOLD_POLICY, RANGE_PREFIX, RootOp, attribute
 from autokernel.routing.fold_routing import FOLD_TYPES, search_folds
 from autokernel.routing.norm_folding import FoldSearch
 

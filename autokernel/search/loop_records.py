@@ -167,8 +167,9 @@ class LoopRecords:
                                                                noise=progress.noise, hypothesis=hypothesis)]
             progress.older += [policy.older_entry(entry) for entry in history[:-HISTORY_KEPT]]
             progress.history = history[-HISTORY_KEPT:]
-        if hasattr(self.agent, "state_dict"):
-            state.agent_state = self.agent.state_dict()
+        agent_state = self.agent.state_dict()
+        if agent_state is not None:
+            state.agent_state = agent_state
         self._save()
         self.checkpoint("verdict saved")
         if not keep:

@@ -374,8 +374,7 @@ class ParallelRun(OptimizationRun):
             self._record(job, progress, number, result, flight.description,
                          contracts.STATUS_KEEP if keep else contracts.STATUS_REVERT, flight.started,
                          paid=proposal, keep=keep, gpu=gpu, against=against)
-        if hasattr(self.agent, "judged"):
-            self.agent.judged(job.to_json(), proposal.kernel_source, result.bench)
+        self.agent.judged(job.to_json(), proposal.kernel_source, result.bench)
 
     # ------------------------------------------------------------------ each job's own
     def _verdict_note(self, job: Job, gpu: str) -> str:

@@ -54,7 +54,7 @@ class Proposals:
 
     def __init__(self, agent):
         self.agent = agent
-        self.instant = bool(getattr(agent, "instant", False))
+        self.instant = agent.instant
         self.out = 0                                   # questions asked whose reply was not taken back yet
         self._back: queue.SimpleQueue[Reply] = queue.SimpleQueue()
         self._arrived: list[Reply] = []                # back, seen by `_wait`, not taken yet

@@ -195,7 +195,7 @@ def _make_agent(settings: RunSettings, view: ProgressView):
                        base_url=settings.base_url, reasoning=settings.reasoning)
     resolved, _ = settings.overridden({"agent": agent.kind, "llm_model": agent.model or settings.llm_model,
                                        "base_url": settings.base_url})
-    if resolved.max_cost_usd is not None and hasattr(agent, "has_prices") and not agent.has_prices():
+    if resolved.max_cost_usd is not None and not agent.has_prices():
         raise AgentError(f"--max-cost needs a model whose prices AutoKernel knows, and {agent.model!r} is not one; "
                          f"run without --max-cost, or pick a listed model")
     view.phase(f"checking {agent.name}" + (f" at {agent.base_url}" if agent.base_url else ""))
@@ -229,7 +229,7 @@ def _prepare_resume(repo: gitops.KernelRepo, tag: str | None, overrides: dict,
     on_run_branch = repo.current_branch() == gitops.branch_name(state.tag)
     _check_tree(repo, state, on_run_branch)
     agent, settings = _make_agent(settings, view)
-    if hasattr(agent, "load_state") and state.agent_state is not None:
+    if state.agent_state is not None:
         agent.load_state(state.agent_state)       # the built-in search: what it tried is not tried again
     state.settings = settings
     if not on_run_branch:
