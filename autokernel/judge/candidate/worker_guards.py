@@ -15,7 +15,7 @@ they are bound to the real torch, Triton and Python objects:
   a tuple, a tuple of them), none of them the previous call's.
 
 None of this can stop code that rewrites the process's memory (ctypes): that is why the verdict
-is taken in another process (bench.py), which checks every output itself. docs/architecture.md
+is taken in another process (the judge, autokernel/judge/bench.py), which checks every output itself. docs/threats.md
 lists what remains.
 """
 
