@@ -106,7 +106,8 @@ def kernel_times(fn: Callable[[], object]) -> dict[str, float] | None:
     takes them from the compiled forward it has just timed, so that the model is not compiled once more for them."""
     if not torch.cuda.is_available():
         return None
-    from autokernel.verify.latency import first_call_unlocked, gpu_to_itself
+    from autokernel.core.gpu_lock import gpu_to_itself
+    from autokernel.verify.latency import first_call_unlocked
 
     first_call_unlocked(fn)        # what compiles on its first call compiles here, outside the GPU timing lock
     with gpu_to_itself():          # kernel times are taken with the GPU to this run alone

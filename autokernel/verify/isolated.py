@@ -121,7 +121,7 @@ def _readable_for(model: str | None, *others: str | Path | None) -> list[Path]:
     holds the home folder itself would open all of it (keys kept in files): then only the file is given."""
     home = Path.home().resolve()
     found = [HF_CACHE]
-    from autokernel.verify.latency import TIMING_LOCK_VARIABLE
+    from autokernel.core.gpu_lock import TIMING_LOCK_VARIABLE
 
     if os.environ.get(TIMING_LOCK_VARIABLE):        # runs that share a GPU lock this file while they time
         found.append(Path(os.environ[TIMING_LOCK_VARIABLE]))

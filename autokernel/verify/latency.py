@@ -15,9 +15,6 @@ clock still runs, but nothing it says about speed is meaningful; callers label i
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -25,38 +22,16 @@ from typing import Callable
 
 import torch
 
+from autokernel.core import gpu_lock
+from autokernel.core.gpu_lock import gpu_to_itself
+
 REPEATS = 5
 TRIM_FROM = 5                # with this many repeats or more, the spread leaves out the highest and the lowest
 REPEAT_SECONDS = 0.05        # each repeat runs enough calls to take about this long (on a GPU)
 CALLS_PER_GRAPH = 20
-# Several verify runs may share one GPU (benchmarks/suites/zoo.py runs them side by side so that their compilations
-# overlap): then each holds this file's lock while it times, so that no timing shares the GPU with another's work.
-# The first call of what is timed (a compilation, a Triton JIT: seconds to minutes of CPU) runs before the lock is
-# taken, so that one run's compiling never holds up the others' timing (first_call_unlocked).
-TIMING_LOCK_VARIABLE = "AUTOKERNEL_GPU_TIMING_LOCK"
-_held = 0
-
-
-@contextlib.contextmanager
-def gpu_to_itself():
-    """Hold the GPU timing lock (a no-op unless TIMING_LOCK_VARIABLE names a file); re-entrant in one process."""
-    global _held
-    path = os.environ.get(TIMING_LOCK_VARIABLE)
-    if not path or _held:
-        _held += 1
-        try:
-            yield
-        finally:
-            _held -= 1
-        return
-    with open(path, "rb") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        _held += 1
-        try:
-            yield
-        finally:
-            _held -= 1
-            fcntl.flock(lock, fcntl.LOCK_UN)
+# Runs that share one GPU hold its timing lock while they time (autokernel/core/gpu_lock.py). The first call of what is
+# timed (a compilation, a Triton JIT: seconds to minutes of CPU) runs before the lock is taken, so that one run's
+# compiling never holds up the others' timing (first_call_unlocked).
 
 
 def first_call_unlocked(*fns: Callable[[], object], on_gpu: bool = True) -> None:
@@ -129,7 +104,7 @@ def _sync(on_gpu: bool) -> None:
 def wall_clock(fn: Callable[[], object], on_gpu: bool, *, repeats: int = REPEATS,
                repeat_seconds: float = REPEAT_SECONDS, warmup: int = 3) -> Latency:
     """Per-call time of fn run back to back (host clock between device syncs): median and spread of the repeats."""
-    if warmup and not _held:      # the first warm-up call, without the lock
+    if warmup and not gpu_lock.held():      # the first warm-up call, without the lock
         first_call_unlocked(fn, on_gpu=on_gpu)
         warmup -= 1
     with gpu_to_itself():
@@ -161,7 +136,7 @@ def paired(fn_a: Callable[[], object], fn_b: Callable[[], object], on_gpu: bool,
            repeats: int = REPEATS) -> tuple[Latency, Latency]:
     """wall_clock of two calls taken in turn, repeat by repeat, so that a drifting machine moves both alike."""
     samples_a, samples_b = [], []
-    if not _held:
+    if not gpu_lock.held():
         first_call_unlocked(fn_a, fn_b, on_gpu=on_gpu)
     with gpu_to_itself():
         for _ in range(repeats if on_gpu else min(repeats, 3)):
