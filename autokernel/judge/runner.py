@@ -37,6 +37,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from autokernel.core import paths
 from autokernel.core.child_output import TailReader, current_watcher
 from autokernel.core.contracts import CRASH, FAIL, PASS, TIMEOUT, BenchResult, ContractError
+from autokernel.core.gpu_lock import TIMING_LOCK_VARIABLE
 from autokernel.judge import judge_files
 from autokernel.kernel_types.regions import store as region_store
 from autokernel.kernel_types.registry import Shape, format_shape
@@ -329,6 +330,8 @@ def _judged_run(kernel_path, shapes, dtype, timeout_s, seed, extra_args, bench_s
         # The region files the judge reads a region's reference from (autokernel/kernel_types/regions/store.py) sit
         # in the workspace, which the sandbox hides: they are made readable, never writable.
         readable = [*readable, *(folder for folder in region_store.folders() if folder.is_dir())]
+        if lock := os.environ.get(TIMING_LOCK_VARIABLE):      # the judge's timing stage holds it (core/gpu_lock.py)
+            readable.append(Path(lock))
         child = run_child(cmd, timeout_s=timeout_s, cwd=cwd, readable=readable, pass_fds=(verdict_write,),
                           writable=[candidate_caches] if candidate_caches else [],
                           env_extra={NONCE_VARIABLE: nonce, **worker_env})
