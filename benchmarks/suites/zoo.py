@@ -9,10 +9,11 @@ and a Mamba-style selective scan (benchmarks/zoo/sequence.py); convolutions, poo
 as KernelBench writes them (benchmarks/zoo/cnn.py); and a sample of benchmarks/problems.
 
 Each model is verified by its own `autokernel verify` process (verify.py), `--jobs` of them side by side so that
-their compilations overlap; every timing in them holds one file lock (autokernel/verify/latency.py,
-gpu_to_itself), so no two timings share the GPU. A model's row is its verdict, or the crash: the exit code and the
-last lines of what it printed. OUT/zoo.json holds every row (with the whole report), OUT/verify.log every
-model's output, OUT/table.md the table. Exit code 0 when every model ended with a verdict, 1 otherwise.
+their compilations overlap; every timing in them (verify's, and the judge's when a region's pick judges its
+variants) holds one file lock (autokernel/core/gpu_lock.py), so no two timings share the GPU. A model's row is its
+verdict, or the crash: the exit code and the last lines of what it printed. OUT/zoo.json holds every row (with the
+whole report), OUT/verify.log every model's output, each line stamped with its second (where the time went),
+OUT/table.md the table. Exit code 0 when every model ended with a verdict, 1 otherwise.
 `--size tiny` runs the same zoo at the CPU tests' sizes (tests/test_zoo.py runs a part of it on the CPU).
 """
 
