@@ -327,11 +327,10 @@ def _judged_run(kernel_path, shapes, dtype, timeout_s, seed, extra_args, bench_s
     try:
         cmd = bench_command(kernel_path, shapes=shapes, dtype=dtype, result_fd=verdict_write, seed=seed,
                             extra_args=extra_args, bench_script=bench_script)
-        # The region files the judge reads a region's reference from (autokernel/kernel_types/regions/store.py) sit
-        # in the workspace, which the sandbox hides: they are made readable, never writable.
-        readable = [*readable, *(folder for folder in region_store.folders() if folder.is_dir())]
-        if lock := os.environ.get(TIMING_LOCK_VARIABLE):      # the judge's timing stage holds it (core/gpu_lock.py)
-            readable.append(Path(lock))
+        # Made readable, never writable: the region files the judge reads a region's reference from (regions/store.py,
+        # in the workspace the sandbox hides), and the GPU timing lock its timing stage holds (core/gpu_lock.py).
+        lock = [Path(os.environ[TIMING_LOCK_VARIABLE])] if os.environ.get(TIMING_LOCK_VARIABLE) else []
+        readable = [*readable, *(folder for folder in region_store.folders() if folder.is_dir()), *lock]
         child = run_child(cmd, timeout_s=timeout_s, cwd=cwd, readable=readable, pass_fds=(verdict_write,),
                           writable=[candidate_caches] if candidate_caches else [],
                           env_extra={NONCE_VARIABLE: nonce, **worker_env})
