@@ -46,6 +46,10 @@ def test_base_fixture_passes(tmp_path):
     assert [s["stage"] for s in result["stages"]] == ["smoke", "shape sweep", "stability", "determinism", "edge shapes"]
     assert "RESULT kernel_type=softmax correctness=PASS" in proc.stdout
     assert result["timings_meaningful"] is False and result["latency_us"] > 0
+    # Each stage is announced on stderr as it begins: the loop's live view shows it (search/loop.py STAGE_PREFIX).
+    from autokernel.search.loop import STAGE_PREFIX
+    announced = [line[len(STAGE_PREFIX):] for line in proc.stderr.splitlines() if line.startswith(STAGE_PREFIX)]
+    assert announced == ["smoke", "shape sweep", "stability", "determinism", "edge shapes", "timing"]
     # What limits the kernel: under the interpreter there are no GPU figures, and the result says so.
     assert result["limits"]["gpu"] is None and result["limits"]["shapes"] == [] and result["limits"]["occupancy"] == []
     assert "no GPU figures" in result["limits"]["note"] and "what limits this kernel: no GPU figures" in proc.stdout

@@ -109,6 +109,12 @@ def _text_or_empty(path) -> str:
         return ""
 
 
+def announce(stage: str) -> None:
+    """`STAGE <name>` on stderr as a stage begins: the loop's live view shows where a judgement is (search/loop.py),
+    and a crash's last lines say in which stage it came. stdout stays the report's (--json keeps it pure JSON)."""
+    print(f"STAGE {stage}", file=sys.stderr, flush=True)
+
+
 def judge_kernel(worker: CandidateWorker, args, report: Report, watchdog: Watchdog) -> tuple:
     """Run the stages and the timing; returns (correctness, failed_stage, message, timing)."""
     scale = args.time_limit_scale * INTERPRETER_SLACK
@@ -125,11 +131,13 @@ def judge_kernel(worker: CandidateWorker, args, report: Report, watchdog: Watchd
         judge = Judge(worker, kt, args)
         report.result["timing_shapes"] = [registry.format_shape(s) for s in judge.timing_shapes()]
         for stage, run_stage in STAGES:
+            announce(stage)
             started = time.monotonic()
             with watchdog.limit(stage, STAGE_LIMITS_S[stage] * scale):
                 cases = run_stage(judge)
             report.stage_done(stage, cases, time.monotonic() - started)
         stage = "timing"
+        announce(stage)
         with gpu_to_itself():      # runs side by side on one GPU time one at a time (a wait here is no stage's time)
             started = time.monotonic()
             with watchdog.limit(stage, STAGE_LIMITS_S[stage] * scale):

@@ -36,7 +36,7 @@ from autokernel.search.policy import is_improvement, one_line
 
 KERNEL_IN_REPO = gitops.KERNEL_FILE_NAME
 BEST_VERSIONS_SHOWN = 3
-STAGE_PREFIX = "STAGE "                       # a line bench.py prints as it enters a stage
+STAGE_PREFIX = "STAGE "                       # a line the judge prints on stderr as it enters a stage
 MIN_WORTH_STARTING_S = 1.0                    # with less left than this, nothing new is started
 
 
