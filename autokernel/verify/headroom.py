@@ -95,12 +95,6 @@ def profile_kernels(fn: Callable[[], object], forwards: int = PROFILED_FORWARDS)
     return dict(per_kernel)
 
 
-def measure(fn: Callable[[], object], best_ms: float) -> Headroom | None:
-    """The headroom of fn (a compiled forward) on a GPU; None without one (the interpreter has no kernels to see)."""
-    times = kernel_times(fn)
-    return None if times is None else from_times(times, best_ms)
-
-
 def kernel_times(fn: Callable[[], object]) -> dict[str, float] | None:
     """GPU microseconds per call of fn by kernel name, with the GPU to this run alone; None without a GPU. verify
     takes them from the compiled forward it has just timed, so that the model is not compiled once more for them."""
