@@ -143,6 +143,11 @@ def test_one_jobs_slow_reply_holds_up_neither_the_other_jobs_verdicts_nor_their_
         # Job 2's first candidate is recorded and committed: only now does job 1's reply go out.
         if name == "row settled" and not opened and any(row["description"] == "R 1 -> 2"
                                                          for row in results.read_rows(root / "results.tsv")):
+            # Job 1's question goes out on a thread of its own: on a loaded machine (a CI run) its request could
+            # reach the server after job 2's first row; wait for it (bounded), never for its reply.
+            deadline = time.monotonic() + 60
+            while not any(r.asks_for(softmax) for r in server.requests) and time.monotonic() < deadline:
+                time.sleep(0.05)
             opened.append((time.monotonic(), [r for r in server.requests if r.asks_for(softmax) and not r.answered_s]))
             hold.set()
 
