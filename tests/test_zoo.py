@@ -25,6 +25,13 @@ def test_every_zoo_entry_has_a_tiny_configuration_and_names_what_it_needs():
     assert set(ON_CPU) <= set(zoo.ZOO)
 
 
+def test_an_entry_with_its_own_dtype_is_verified_in_it_and_the_others_in_the_runs(tmp_path):
+    def dtype_of(name):
+        cmd = zoo.command(name, "full", "float16", tmp_path)
+        return cmd[cmd.index("--dtype") + 1]
+    assert dtype_of("hf gpt2 1x512 float32") == "float32" and dtype_of("hf gpt2 1x512") == "float16"
+
+
 def test_a_row_without_a_report_is_counted_and_shown_as_no_verdict():
     rows = [{"name": "crashes", "exit": 2, "seconds": 3.0, "report": None, "tail": ["KeyError: relu_1"]},
             {"name": "needs torchvision", "exit": None, "skipped": "needs torchvision", "seconds": 0, "report": None,
