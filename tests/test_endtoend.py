@@ -156,3 +156,20 @@ def test_max_autotune_is_timed_only_when_asked_and_never_chosen_by_the_verdict()
                "max_autotune": result("max_autotune", 0.9), "ours_cudagraphs": result("ours_cudagraphs", 1.0)}
     verdict = endtoend.choose(results, 1e-2, on_gpu=True, routed=True)
     assert verdict.pytorch_best["variant"] == "cudagraphs" and verdict.use == "ours_cudagraphs"
+
+
+def test_a_compiler_failure_is_named_by_the_error_it_wraps():
+    # On the H200 verify logged only "BackendCompilerFailed: backend='backend' raised:" for the menu's Triton ops
+    # failing inside Inductor: the cause was on the lines after.
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    from autokernel.verify import variants
+
+    try:
+        raise RuntimeError("Cannot access data pointer of Tensor (e.g. FakeTensor)")
+    except RuntimeError as inner:
+        wrapped = BackendCompilerFailed(lambda gm, inputs: gm, inner, None)
+    line = variants.failure_line(wrapped)
+    assert line.startswith("BackendCompilerFailed: ") and "RuntimeError: Cannot access data pointer" in line
+    assert "\n" not in line
+    assert variants.failure_line(ValueError("plain\nsecond")) == "ValueError: plain"

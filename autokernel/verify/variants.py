@@ -129,7 +129,7 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
             if after_timing is not None:
                 after_timing(lambda: fn(*inputs))
     except Exception as exc:        # a compiler error is a finding to report, not a crash
-        result.failed = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        result.failed = failure_line(exc)
         graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
     if mode is not None:
         result.graphs, result.graph_breaks = graphs, max(breaks, graphs - 1)
@@ -137,6 +137,16 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
     if torch.cuda.is_available():
         torch.cuda.empty_cache()       # what this variant cached goes back before the next one is built
     return result
+
+
+def failure_line(exc: BaseException) -> str:
+    """One line for a variant's failure: a compiler's wrapper ("BackendCompilerFailed: backend='backend' raised:")
+    says nothing on its first line, so the error it wraps is named too."""
+    inner = getattr(exc, "inner_exception", None)
+    line = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    if isinstance(inner, BaseException):
+        line = f"{line} {type(inner).__name__}: {inner}".splitlines()[0]
+    return line[:300]
 
 
 def run_routed(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str, kernels: list,
