@@ -34,7 +34,9 @@ How a shape is planned (`plan`):
   (N, K) rows by a copy kernel (skipped when B already is the transpose of such rows, as an
   nn.Linear weight is), and both operands stream in by TMA. H100, 2048 x 8192 x 4096: tf32x3 at
   1.56x cuBLAS's SGEMM, transpose included (benchmarks/kernels.py fp32-probe). Where TMA is missing
-  (before Hopper), "tf32x3" falls back to "ieee", which was the faster of the two there.
+  (before Hopper), "tf32x3" falls back to "ieee", which was the faster of the two there. The tile is
+  the tunables' 128 x 128, or its half or quarter where that fills more SMs (GPT-2's 512 x 768
+  projections: 24 big tiles for 132 SMs, 96 quarter ones).
 - Operands whose row step is not a multiple of 16 elements (K = 2949) are copied to padded rows
   first when each of their elements feeds enough output: Triton then knows every row is aligned
   and its loads move 16 bytes at a time.
@@ -112,6 +114,8 @@ INTERPRETER_SMS = 132
 # tf32x3 holds each operand tile twice (high and low parts) in registers: with a 128 x 256
 # accumulator it spills (sm_90, 8 warps), so its tiles stop at 128 x 128.
 TF32X3_MAX_TILE = 128 * 128
+# A float32 tensor-core tile this small (64 x 64) runs with one warpgroup (_tc32_plan).
+TC32_SMALL_TILE = 64 * 64
 # 16-bit rows of a multiple of 8 elements are 16-byte rows: TMA reads them, and the engine takes the product.
 ENGINE_ROW_MULTIPLE = 8
 # Output elements per program of the split-K sum.
@@ -816,47 +820,66 @@ def _intensity(block_m: int, block_n: int) -> float:
 
 
 def _bucket_plan(bucket: str, M: int, N: int, K: int, dtype: torch.dtype, precision: str,
-                 device: torch.device) -> GemmPlan:
+                 device: torch.device, tile: tuple[int, int] | None = None, split_k: bool = True) -> GemmPlan:
     t = TUNABLES
     block_k = t[f"{bucket}_BLOCK_K"]
     if dtype == torch.float32 and bucket not in ("ieee", "tc32"):
         block_k //= 2       # the same bytes per stage as 16-bit tiles
-    block_m, block_n = _fit(t[f"{bucket}_BLOCK_M"], M), _fit(t[f"{bucket}_BLOCK_N"], N)
+    block_m, block_n = tile or (t[f"{bucket}_BLOCK_M"], t[f"{bucket}_BLOCK_N"])
+    block_m, block_n = _fit(block_m, M), _fit(block_n, N)
     if precision == "tf32x3" and block_m * block_n > TF32X3_MAX_TILE:
         block_n = max(16, TF32X3_MAX_TILE // block_m)
     block_k = _fit(block_k, K)
     tiles = _cdiv(M, block_m) * _cdiv(N, block_n)
-    split = _split_k(M, N, K, tiles, block_k, dtype.itemsize, _sm_count(device))
+    split = _split_k(M, N, K, tiles, block_k, dtype.itemsize, _sm_count(device)) if split_k else 1
     stages = _stages_that_fit(t[f"{bucket}_stages"], (block_m + block_n) * block_k * dtype.itemsize, device)
     warps = t[f"{bucket}_warps"]
     if bucket == "ieee":
         warps = min(warps, max(1, block_m * block_n // (32 * IEEE_MIN_OUTPUTS_PER_THREAD)))
+    if tile not in (None, (t[f"{bucket}_BLOCK_M"], t[f"{bucket}_BLOCK_N"])) and block_m * block_n <= TC32_SMALL_TILE:
+        warps = min(warps, 4)       # a quarter tile: one warpgroup, whose wgmma covers its 64 rows
     return GemmPlan(bucket, block_m, block_n, block_k, warps, stages, split, precision)
 
 
-def _expected_rate(p: GemmPlan, M: int, N: int, sms: int) -> float:
+def _expected_rate(p: GemmPlan, M: int, N: int, sms: int, reference: tuple[int, int] | None = None) -> float:
     """Relative throughput: the share of SM time whole waves keep busy, times the tile's intensity
-    relative to the large tile's (its L2 traffic per FLOP), capped at 1."""
+    relative to the reference tile's (the large bucket's unless named; its L2 traffic per FLOP), capped at 1."""
     programs = _cdiv(M, p.block_m) * _cdiv(N, p.block_n) * p.split_k
     utilization = programs / (_cdiv(programs, sms) * sms)
     t = TUNABLES
-    return utilization * min(1.0, _intensity(p.block_m, p.block_n) / _intensity(t["large_BLOCK_M"], t["large_BLOCK_N"]))
+    reference = reference or (t["large_BLOCK_M"], t["large_BLOCK_N"])
+    return utilization * min(1.0, _intensity(p.block_m, p.block_n) / _intensity(*reference))
 
 
-def plan(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device) -> GemmPlan:
-    """The plan kernel_fn runs for this product (public so benchmarks and tests can show it).
+def _tc32_plan(M: int, N: int, K: int, dtype: torch.dtype, precision: str, device: torch.device,
+               split_k: bool) -> GemmPlan:
+    """The float32 tensor-core plan: the tunables' tile, or a half or quarter of it where that fills more of the
+    GPU (_expected_rate against the tunables' tile). GPT-2's 512-row projections made 24 tiles of 128 x 128 for
+    132 SMs, and a GEMM region's tile (autokernel/profile/regions/gemm_variant.py) has no split-K to make up for
+    it: ours ran 90 us where cuBLAS's IEEE SGEMM and Inductor's epilogue took 65 (H200, float32 GPT-2)."""
+    t = TUNABLES
+    bm, bn = t["tc32_BLOCK_M"], t["tc32_BLOCK_N"]
+    tiles = dict.fromkeys([(bm, bn), (bm, max(16, bn // 2)), (max(16, bm // 2), max(16, bn // 2))])
+    plans = [_bucket_plan("tc32", M, N, K, dtype, precision, device, tile, split_k) for tile in tiles]
+    sms = _sm_count(device)
+    return max(plans, key=lambda p: _expected_rate(p, M, N, sms, (bm, bn)))   # the first (largest) on ties
+
+
+def plan(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device, split_k: bool = True) -> GemmPlan:
+    """The plan kernel_fn runs for this product (public so benchmarks and tests can show it; split_k False for a
+    kernel that cannot split K, as a GEMM region's tile).
 
     Plans are remembered per shape, precision and device while TUNABLES stay as they were when
     the plan was made (comparing the dict is cheaper than planning or hashing it every call).
     """
     precision = _dot_precision(dtype, device)
-    key = (M, N, K, dtype, precision, device)
+    key = (M, N, K, dtype, precision, device, split_k)
     known = _PLANS.get(key)
     if known is not None and known[0] == TUNABLES:
         return known[1]
     if len(_PLANS) > 4096:
         _PLANS.clear()
-    made = _make_plan(M, N, K, dtype, precision, device)
+    made = _make_plan(M, N, K, dtype, precision, device, split_k)
     _PLANS[key] = (dict(TUNABLES), made)
     return made
 
@@ -868,16 +891,17 @@ def _engine_overrides() -> dict:
     return {name: TUNABLES[f"engine_{name}"] for name in ("plan", "split_k", "group_m", "warp_specialize")}
 
 
-def _make_plan(M: int, N: int, K: int, dtype: torch.dtype, precision: str, device: torch.device) -> GemmPlan:
+def _make_plan(M: int, N: int, K: int, dtype: torch.dtype, precision: str, device: torch.device,
+               split_k: bool = True) -> GemmPlan:
     if (dtype != torch.float32 and TUNABLES["engine_16bit"] and N % ENGINE_ROW_MULTIPLE == 0
             and K % ENGINE_ROW_MULTIPLE == 0):
         e = engine_plan(M, N, K, dtype, device, "plain", _engine_overrides())
         return GemmPlan("engine", e.block_m, e.block_n, e.block_k, e.warps, e.stages, e.split_k, precision, e)
     if precision == "ieee" and dtype == torch.float32:
-        return _bucket_plan("ieee", M, N, K, dtype, precision, device)
+        return _bucket_plan("ieee", M, N, K, dtype, precision, device, split_k=split_k)
     if dtype == torch.float32 and K > 0 and _has_tma(device):
-        return _bucket_plan("tc32", M, N, K, dtype, precision, device)
-    plans = [_bucket_plan(bucket, M, N, K, dtype, precision, device) for bucket in TENSOR_CORE_BUCKETS]
+        return _tc32_plan(M, N, K, dtype, precision, device, split_k)
+    plans = [_bucket_plan(bucket, M, N, K, dtype, precision, device, split_k=split_k) for bucket in TENSOR_CORE_BUCKETS]
     sms = _sm_count(device)
     return max(plans, key=lambda p: _expected_rate(p, M, N, sms))   # the first (largest) on ties
 

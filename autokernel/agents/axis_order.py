@@ -155,7 +155,8 @@ def buckets_used(kernel_type: str, tunables: dict, shapes: list[dict], dtype_nam
     try:
         module = import_file(starter, f"_autokernel_starter_{kernel_type}")
         module.TUNABLES = dict(tunables)
-        params = [p for p in inspect.signature(module.plan).parameters if p not in ("dtype", "device")]
+        params = [name for name, p in inspect.signature(module.plan).parameters.items()      # the shape's sizes
+                  if name not in ("dtype", "device") and p.default is inspect.Parameter.empty]
         dtype = DTYPES[dtype_name or "float16"]
         plans = [module.plan(*(shape[p] for p in params), dtype=dtype, device=torch.device("cpu")) for shape in shapes]
         if not all(hasattr(plan, "bucket") for plan in plans):

@@ -53,7 +53,7 @@ def plan(e: ep.Epilogue, device: torch.device) -> dict:
     """TUNABLES of the tile: the menu matmul's plan for the shape (its measured table for 16-bit products)."""
     if device.type == "cuda" and device.index is None:       # the matmul starter reads the GPU's properties by index
         device = torch.device("cuda", torch.cuda.current_device())
-    p = _matmul_starter().plan(e.M, e.N, e.K, ep.torch_dtype(e.dtype), device)
+    p = _matmul_starter().plan(e.M, e.N, e.K, ep.torch_dtype(e.dtype), device, split_k=False)   # one tile, no K slices
     tma = _has_tma(device)
     size = 2 if e.dtype != "float32" else 4
     tma_possible = (e.a.strides[1] == 1 and (e.a.strides[0] * size) % 16 == 0
