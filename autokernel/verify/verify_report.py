@@ -109,6 +109,8 @@ def _print_kernels(report: VerifyReport, console: Console) -> None:
     for kernel in report.kernels:
         reasons = kernel["fallback_reasons"]
         title = region_title(ops.get(kernel["name"], []))        # a region, named by a hash: what it computes
+        if kernel.get("variant"):                                 # which of its starters the region's pick kept
+            title = f"{title}, {kernel['variant']}" if title else kernel["variant"]
         table.add_row(kernel["name"] + (f" ({title})" if title else ""), str(checked[kernel["name"]]["hits"]),
                       str(kernel["hits"]),
                       str(kernel["fallbacks"]), _percent(kernel["share"]), escape(kernel["graph_op"] or "-"),

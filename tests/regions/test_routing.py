@@ -241,3 +241,29 @@ def test_under_torch_compile_the_models_parameters_stay_static_inputs_with_a_reg
     assert replaced == 1 and len(told) == 2
     ours, pytorchs = told
     assert len(pytorchs) == parameters and len(ours) >= parameters, told
+
+
+def test_the_routing_summary_names_the_variant_a_regions_starter_runs(kernels, tmp_path):
+    # On the H200 a float32 GEMM region kept 89 us after its engine tile changed, and nothing said whether the
+    # region's pick had kept Inductor's template or the engine's tile.
+    from autokernel.profile.regions import gemm_variant, inductor, starter
+
+    folder, region = kernels
+    store.add_folder(folder / store.FOLDER)         # where the fixture saved the region
+    out = inductor.generate(region.definition, torch.device("cpu"))
+    two = {gemm_variant.VARIANT: gemm_variant.variant(region, torch.device("cpu")), "inductor": (out.code, out.configs)}
+    (tmp_path / "two.py").write_text(starter.write(region, two, generated_on="cpu", versions="test"))
+    store.copy_to(region.name, tmp_path)
+    entry = ManifestEntry(file="two.py", kernel_type=region.name, rank=1, shapes=[region.shape()],
+                          dtypes=["float32"]).to_json()
+    plugin.write_manifest(tmp_path / "manifest.json", {f"1_{region.name}": entry})
+    rows = {}
+    for name, where in (("one", folder), ("two", tmp_path)):
+        model = models.GemmSigmoidRowSum()
+        plugin.plug_in(model, where, policy="all")
+        try:
+            (rows[name],) = plugin.router_of(model).summary()["kernels"]
+        finally:
+            plugin.unplug(model)
+    assert rows["one"]["variant"] is None                  # a starter of one variant names none
+    assert rows["two"]["variant"] == gemm_variant.VARIANT   # the first is the one the file runs
