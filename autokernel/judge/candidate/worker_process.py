@@ -51,7 +51,8 @@ _checked: dict = {}          # kernel path -> the sha256 of the source the check
 
 
 def seal_judge() -> str | None:
-    """Take the result nonce out of the environment, and close this process to the worker (idempotent).
+    """Take the result nonce out of the environment, close this process to the worker, and make it the reaper of
+    the worker's processes (idempotent).
 
     Without PR_SET_DUMPABLE a process of the same user can read this one's /proc entries (its
     initial environment, which held the nonce) and memory, or attach a debugger to it.
@@ -59,7 +60,11 @@ def seal_judge() -> str | None:
     if "nonce" not in _sealed:
         _sealed["nonce"] = os.environ.pop(NONCE_VARIABLE, None)
         with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(4, 0)  # PR_SET_DUMPABLE, 0
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(4, 0)  # PR_SET_DUMPABLE, 0
+            # PR_SET_CHILD_SUBREAPER: a process the worker starts stays below the judge even when its parent
+            # leaves it (a double fork), so the judge sees every one (judge_link.CandidateWorker.strays).
+            libc.prctl(36, 1)
     return _sealed["nonce"]
 
 
