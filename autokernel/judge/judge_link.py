@@ -91,8 +91,9 @@ class CandidateWorker:
     def __init__(self, kernel_path: Path, sink=None):
         self.kernel_path = kernel_path
         self.timed_parts = 1        # the tensors of one output in the timed calls (time_begin)
-        self.judges_own: set[int] = set()     # the judge starts none of its own before it times torch.compile
         self.proc, self.sock = worker_process.started_for(kernel_path)
+        # The judge's own children: those from before the worker started, and torch.compile's (note_judges_own).
+        self.judges_own = worker_process.judges_own(self.proc.pid)
         self.pump = _OutputPump(self.proc.stdout, sink or sys.stderr)
         self.pump.start()
 
