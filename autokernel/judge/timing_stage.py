@@ -3,8 +3,9 @@
 Every timed call gets fresh inputs written into the same tensors, with the L2 flushed; the median of the calls is
 the latency. Timed calls are checked calls: the whole output of a random timed call, the last one and one more
 after them, and a random sample of the others' (all, or a random share within a time budget), are compared with
-the reference. The judge brackets every timed call with its own clock, and a time faster than the GPU's roofline
-allows is a FAIL. PyTorch eager (and optionally torch.compile) are timed the same way, in this process.
+the reference. Each call's inputs come from a seed the judge draws as it asks for the call, and the judge's own
+clock runs from that request to the proof of the output (timing.proof_problem: it bounds the worker's times from
+below); a time faster than the GPU's roofline allows is a FAIL. PyTorch eager (and optionally torch.compile) are timed the same way, in this process.
 """
 
 from __future__ import annotations
