@@ -24,16 +24,17 @@ from tests.processes import all_gone_within
 ROOT = Path(__file__).resolve().parents[1]
 ATTACK_DIR = ROOT / "tests" / "attacks"
 _EXPECTED = runpy.run_path(str(ATTACK_DIR / "expected.py"))
-ATTACKS, RUNNER_ATTACKS, BENCH_ARGS, OPEN_HOLES, SOURCE_CHECK = (
-    _EXPECTED[name] for name in ("ATTACKS", "RUNNER_ATTACKS", "BENCH_ARGS", "OPEN_HOLES", "SOURCE_CHECK"))
+ATTACKS, RUNNER_ATTACKS, BENCH_ARGS, SOURCE_CHECK_ONLY, SOURCE_CHECK = (
+    _EXPECTED[name] for name in ("ATTACKS", "RUNNER_ATTACKS", "BENCH_ARGS", "SOURCE_CHECK_ONLY", "SOURCE_CHECK"))
 CPU_ATTACKS = [name for name, expected in ATTACKS.items() if expected[3] == "cpu"]
 # The runtime guards are judged behind the source check (autokernel/judge/source_check.py), which is off here:
-# most attack files load their honest part with runpy, which it refuses by itself. OPEN_HOLES are judged with it on.
+# most attack files load their honest part with runpy, which it refuses by itself. SOURCE_CHECK_ONLY are judged with
+# it on.
 ATTACK_ENV = {**os.environ, "AUTOKERNEL_REGION_DIRS": str(ATTACK_DIR / _EXPECTED["REGION_DIRS"]),
               source_check.SOURCE_CHECK_ENV: "0"}
 # The loop screens every candidate with --quick; these also go through the full verdict.
 FULL_TOO = ["stale_output_when_called_often", "decoy_launch_returns_torch", "cache_by_data_pointer",
-            "cache_by_address_and_version"]
+            "cache_by_address_and_version", "computes_before_the_clock_starts", "precomputes_the_next_call"]
 
 
 def _case(name: str, mode: str):
@@ -58,18 +59,19 @@ def test_every_attack_file_has_an_expected_verdict():
     users, ways_out = set(_EXPECTED["USER_PROCESS_ATTACKS"]), set(_EXPECTED["SANDBOX_ATTACKS"])
     assert files == set(ATTACKS) | set(RUNNER_ATTACKS) | users | ways_out
     assert len(files) == len(ATTACKS) + len(RUNNER_ATTACKS) + len(users) + len(ways_out), "each file in one list"
-    assert set(OPEN_HOLES) <= set(ATTACKS) | set(RUNNER_ATTACKS)
     assert set(SOURCE_CHECK) <= set(ATTACKS) | set(RUNNER_ATTACKS)
-    assert set(OPEN_HOLES) <= set(SOURCE_CHECK), "an attack that only the source check sees must be seen by it"
+    assert set(SOURCE_CHECK_ONLY) <= set(ATTACKS) & set(SOURCE_CHECK), "only the source check sees it: it must"
+    for name in SOURCE_CHECK_ONLY:      # judged with the check on: what bench.py answers is the check's refusal
+        assert ATTACKS[name][:3] == ("FAIL", "load", SOURCE_CHECK[name])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, mode", [_case(n, "quick") for n in CPU_ATTACKS] + [_case(n, "full") for n in FULL_TOO])
 def test_judge_rejects_attack(name, mode, tmp_path):
     correctness, stages, message, _ = ATTACKS[name]
-    if name in OPEN_HOLES:       # the runtime guards alone let it pass: the source check refuses it, before it runs
-        correctness, stages, message = "FAIL", "load", SOURCE_CHECK[name]
-    result, proc = judge(name, tmp_path, *(["--quick"] if mode == "quick" else []), source_checked=name in OPEN_HOLES)
+    # SOURCE_CHECK_ONLY: the runtime guards alone let it pass; the source check refuses it, before it runs.
+    result, proc = judge(name, tmp_path, *(["--quick"] if mode == "quick" else []),
+                         source_checked=name in SOURCE_CHECK_ONLY)
     assert result["correctness"] == correctness, result["message"]
     assert result["failed_stage"] in (stages if isinstance(stages, tuple) else (stages,)), result["message"]
     assert message in result["message"]

@@ -289,7 +289,7 @@ def test_the_loop_rejects_every_attack_on_what_surrounds_the_judge_and_nothing_t
     assert loop.returncode == 0, output
     rows = results.read_rows(project / "results.tsv")
     assert [(r["description"], r["status"], r["correctness"]) for r in rows[1:]] == [
-        ("daemon_rewrites_verdict", "revert", "CRASH"), ("daemon_writes_after_the_run", "revert", "CRASH"),
+        ("daemon_rewrites_verdict", "revert", "FAIL"), ("daemon_writes_after_the_run", "revert", "FAIL"),
         ("writes_verdict_through_proc_fd", "revert", "FAIL"), ("thread_outlives_kernel_fn", "revert", "FAIL")], output
     assert _git(project, "log", "--format=%s", "autokernel/loop").splitlines()[-2:] == [
         "baseline 1_softmax: kernel_1_softmax.py", "init"]

@@ -121,3 +121,33 @@ def test_a_padded_flush_of_the_expected_length_passes_and_a_longer_one_fails():
     assert "cache flush" in timing_problem(overlapped, EMPTY, flush_ms=0.08, pad_ms=0.2)
     # The same reading without a pad given is caught too: a worker cannot claim a pad it was not given.
     assert "cache flush" in timing_problem(padded, EMPTY, flush_ms=0.08)
+
+
+def _proved(kernel_ms: float, proof_ms: float) -> TimedCall:
+    return TimedCall({"kernel_ms": kernel_ms, "host_ms": kernel_ms, "wall_ms": kernel_ms}, kernel_ms, proof_ms)
+
+
+def test_the_judges_own_clock_bounds_the_workers_times_from_below_on_every_device():
+    empty = [_proved(0.0, 0.6), _proved(0.0, 0.9)]          # the bracket's own cost: the fastest, 0.6 ms
+    honest = [_proved(3.5, 4.3), _proved(3.6, 9.0), _proved(3.4, 4.2)]    # one call delayed by a busy machine
+    assert timing.proof_problem(honest, empty, own_ms=0.05, on_gpu=False) is None
+    # The silenced tamper check's tenth, or work done before "started": the judge's clock saw 3.6 ms each.
+    forged = [_proved(0.35, 4.3), _proved(0.36, 4.2), _proved(0.34, 4.4)]
+    assert "did not time the work it did" in timing.proof_problem(forged, empty, own_ms=0.05, on_gpu=False)
+    # Half the judge's bound, less the slack, is the least a worker may report.
+    bound = 4.2 - 0.6
+    assert timing.proof_problem([_proved(bound / timing.PROOF_RATIO - timing.PROOF_SLACK_MS[False], 4.2)], empty,
+                                own_ms=0.05, on_gpu=False) is None
+    assert timing.proof_problem([_proved(bound / timing.PROOF_RATIO - timing.PROOF_SLACK_MS[False] - 0.01, 4.2)],
+                                empty, own_ms=0.05, on_gpu=False) is not None
+    assert timing.proof_problem([], empty, own_ms=0.05, on_gpu=False) is None
+
+
+def test_empty_calls_slowed_by_the_candidate_cannot_hide_its_work():
+    # The empty calls run in the candidate's process: made slow, they would pass off its work as the bracket's.
+    slowed = [_proved(0.0, 4.0) for _ in range(3)]
+    cap = timing.OVERHEAD_COVER * 0.05 + timing.OVERHEAD_SLACK_MS[False]
+    assert timing.bracket_overhead_ms(slowed, own_ms=0.05, on_gpu=False) == pytest.approx(cap)
+    forged = [_proved(0.35, 4.3) for _ in range(3)]
+    assert "did not time the work it did" in timing.proof_problem(forged, slowed, own_ms=0.05, on_gpu=False)
+    assert timing.bracket_overhead_ms([], own_ms=0.05, on_gpu=False) == pytest.approx(cap)

@@ -34,15 +34,18 @@ def test_worker_computes_what_the_judge_checks(tmp_path):
         for [output] in outputs:
             compare(output, expected, oracle, torch.float32)
         worker.time_begin(CASE)
-        call = worker.iterate(99)
-        assert call.bracket_ms >= 0 and call.record["kernel_ms"] > 0
+        call = worker.iterate(99, positions=[[0, 7, 383]])
+        assert 0 <= call.bracket_ms <= call.proof_ms and call.record["kernel_ms"] > 0
         # The guard's own host time (a Python dispatch mode, tens of us per op) is not the kernel's.
         assert call.record["guard_ms"] > 0 and 0 <= call.record["launch_ms"] <= call.record["host_ms"]
         expected, oracle, _ = reference_outputs(SOFTMAX, case_inputs(SOFTMAX, {**CASE, "seed": 99}, "cpu"),
                                              torch.float32)
         [output] = worker.last_output(1 << 20)
         compare(output, expected, oracle, torch.float32)   # the timed call's fresh inputs
-        assert worker.iterate(None).record["kernel_ms"] >= 0                        # an empty timed call
+        # The proof, sent before the call's own checks: the output's elements at the positions the judge chose.
+        assert torch.equal(call.sample[0], output.flatten()[[0, 7, 383]])
+        empty = worker.iterate(5, positions=[[0, 1]], empty=True)                   # an empty timed call
+        assert empty.record["kernel_ms"] >= 0 and len(empty.sample[0]) == 2
         # The interpreter compiles nothing: each kernel's launch grid alone (4 rows, one program each); a GPU
         # reports its registers, shared memory, warps and stages too.
         assert worker.compiled() == [{"kernel": "_row_softmax", "grid": [4, 1, 1]}]
@@ -180,5 +183,37 @@ def test_an_output_returned_on_any_earlier_call_is_refused_not_only_the_last_one
         worker.call(other, output_bytes=1 << 20)
         with pytest.raises(WorkerFailure, match="returned an output it had returned on an earlier call"):
             worker.call(CASE, output_bytes=1 << 20)
+    finally:
+        worker.close()
+
+
+def test_a_process_the_kernel_leaves_running_fails_even_double_forked_and_dies_with_the_worker(tmp_path):
+    # A relay between the judge and the worker, or a helper computing for it, must live as long as the worker
+    # answers: the judge, a child subreaper, sees it below itself even once its parent has left it.
+    daemon = ("import os, time\n"
+              "if os.fork() == 0:\n"
+              "    if os.fork() == 0:\n"
+              "        time.sleep(60)\n"
+              "    os._exit(0)\n"
+              "os.wait()\n")
+    worker = start(tmp_path, daemon + HONEST)
+    try:
+        with pytest.raises(WorkerFailure) as failure:
+            worker.hello()
+        [stray] = worker.strays()
+        assert stray not in (worker.proc.pid,) and "other process(es) still running" in str(failure.value)
+    finally:
+        worker.close()
+    assert not worker.strays() and not os.path.exists(f"/proc/{stray}")
+
+
+def test_a_thread_started_at_import_and_left_running_fails_at_load(tmp_path):
+    # Inside kernel_fn a thread cannot start at all (worker_guards.NoThreads); the import is checked by the count.
+    worker = start(tmp_path, "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True)"
+                             ".start()\n" + HONEST)
+    try:
+        with pytest.raises(WorkerFailure) as failure:
+            worker.hello()
+        assert failure.value.kind == "FAIL" and "left a thread running" in str(failure.value)
     finally:
         worker.close()

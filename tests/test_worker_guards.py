@@ -12,7 +12,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from autokernel.judge.candidate.worker_guards import (VIOLATIONS, LaunchCounter, LibraryCompute,  # noqa: E402
-                                                       NoLibraryCompute, compiled_figures, guard_cost_ms,
+                                                       NoLibraryCompute, NoThreads, compiled_figures, guard_cost_ms,
                                                        output_problem, poisoned_allocations)
 
 
@@ -193,3 +193,26 @@ def test_the_launch_counter_notes_each_kernels_latest_grid_tuple_or_callable():
         assert counter.report() == {"_copy": {"grid": [5, 1, 1]}}, "a callable grid is noted as Triton resolved it"
     finally:
         counter.uninstall()
+
+
+def test_a_thread_started_inside_kernel_fn_is_refused_and_noted_one_outside_is_not():
+    # Dispatch modes are per thread: a thread of kernel_fn's own would run PyTorch where NoLibraryCompute is not.
+    import _thread
+    import threading
+
+    original = _thread.start_new_thread
+    guard = NoThreads().install()
+    try:
+        outside = threading.Thread(target=lambda: None)
+        outside.start()
+        outside.join()
+        assert VIOLATIONS.first() is None
+        with guard:
+            with pytest.raises(LibraryCompute):
+                threading.Thread(target=lambda: None).start()
+            with pytest.raises(LibraryCompute):
+                _thread.start_new_thread(lambda: None, ())
+        assert "kernel_fn started a thread" in VIOLATIONS.first()
+    finally:
+        guard.uninstall()
+    assert _thread.start_new_thread is original and threading._start_new_thread is original

@@ -28,9 +28,9 @@ Then timing (autokernel/judge/timing_stage.py), at the --shape shapes or the reg
 inputs written into the same tensors, with the L2 flushed; the median of the calls is the latency.
 Timed calls are checked calls: the whole output of a random timed call, the last one and one more
 after them, and a random sample of the others' (all, or a random share within a time budget), are
-compared with the reference. The judge
-brackets every timed call with its own clock, and a time faster than the GPU's roofline allows is
-a FAIL. PyTorch eager (and optionally torch.compile) are timed the same way, in this process. Each stage has a time limit; a hang is reported as TIMEOUT.
+compared with the reference. Each timed call's inputs come from a seed the judge draws as it asks
+for the call, the judge's own clock runs from that request to the proof of the output and bounds the
+worker's times from below, and a time faster than the GPU's roofline allows is a FAIL. PyTorch eager (and optionally torch.compile) are timed the same way, in this process. Each stage has a time limit; a hang is reported as TIMEOUT.
 Exit code: 0 PASS, 1 FAIL, 2 CRASH, 3 TIMEOUT.
 
 Without a GPU the same Triton kernels run through Triton's interpreter on CPU at small shapes,

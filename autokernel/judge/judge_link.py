@@ -9,7 +9,10 @@ prints can pass for the judge's RESULT line. Every reply is untrusted data
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -23,12 +26,14 @@ from autokernel.core import wire
 from autokernel.core.contracts import CRASH, FAIL
 from autokernel.judge.candidate import worker_process
 from autokernel.judge.timing import TimedCall
+from autokernel.sandbox import process_tree
 from autokernel.sandbox.redact import Redactor
 
 OUTPUT_PREFIX = "kernel| "
 OUTPUT_LIMIT_BYTES = 1 << 20       # what the judge echoes of the kernel's prints; the rest is counted
 TAIL_LINES = 20
 EXIT_GRACE_S = 2.0
+STRAY_GRACE_S = 1.0        # how long a process of the worker's may take to end (a compiler exiting) before it counts
 COMPILED_FIGURES = ("registers", "spills", "shared_bytes", "num_warps", "num_stages")
 MAX_COMPILED_KERNELS = 8
 # A compiled kernel's name reaches the judge's printout and the prompt: a Python name, or "?" for what is not.
@@ -87,8 +92,37 @@ class CandidateWorker:
         self.kernel_path = kernel_path
         self.timed_parts = 1        # the tensors of one output in the timed calls (time_begin)
         self.proc, self.sock = worker_process.started_for(kernel_path)
+        # The judge's own children: those from before the worker started, and torch.compile's (note_judges_own).
+        self.judges_own = worker_process.judges_own(self.proc.pid)
         self.pump = _OutputPump(self.proc.stdout, sink or sys.stderr)
         self.pump.start()
+
+    # ------------------------------------------------------------------ processes
+    def strays(self) -> list[int]:
+        """Running processes of the worker's making: below it, or left to the judge (a child subreaper,
+        worker_process.seal_judge) by a parent that exited; not the judge's own (judges_own)."""
+        me = os.getpid()
+        orphans = [pid for pid in process_tree.children(me)
+                   if pid != self.proc.pid and pid not in self.judges_own and process_tree.running(pid)]
+        return process_tree.running_below(self.proc.pid) + orphans + [
+            pid for orphan in orphans for pid in process_tree.running_below(orphan)]
+
+    def check_alone(self) -> None:
+        """The worker must be the only process of the candidate's whenever it answers the judge. A compiler it
+        runs (ptxas, a C compiler for Triton's launcher, nvcc) ends before the call returns; a process that stays
+        could speak for it (a relay between the judge and the worker rewriting its replies) or compute for it."""
+        deadline = time.monotonic() + STRAY_GRACE_S
+        while (strays := self.strays()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if strays:
+            raise WorkerFailure(FAIL, f"the kernel's process started {len(strays)} other process(es) still running "
+                                      f"(pid {', '.join(map(str, strays[:5]))}): a kernel may start only compilers "
+                                      "that finish before its call returns")
+
+    def note_judges_own(self) -> None:
+        """The judge's own children (torch.compile's compile workers) started since: not the candidate's. Called
+        only while the worker runs nothing of the kernel's, right after the judge compiled."""
+        self.judges_own.update(pid for pid in process_tree.children(os.getpid()) if pid != self.proc.pid)
 
     # ------------------------------------------------------------------ messages
     def _died(self) -> WorkerFailure:
@@ -134,6 +168,7 @@ class CandidateWorker:
         kernel_type = header.get("kernel_type")
         if not isinstance(kernel_type, str):
             raise WorkerFailure(FAIL, "the kernel's process did not say which kernel type it loaded")
+        self.check_alone()
         return kernel_type
 
     def call(self, case: dict, *, repeat: int = 1, poison: bool = True, parts: int = 1,
@@ -143,19 +178,28 @@ class CandidateWorker:
         _, tensors = self.request({"op": "call", "case": case, "repeat": repeat, "poison": poison, "parts": parts},
                                   repeat * output_bytes)
         tensors = self._expect(tensors, repeat * parts)
+        self.check_alone()
         return [tuple(tensors[i * parts:(i + 1) * parts]) for i in range(repeat)]
 
     def time_begin(self, case: dict, parts: int = 1) -> None:
         self.timed_parts = parts
         self.request({"op": "time_begin", "case": case, "parts": parts})
 
-    def iterate(self, seed: int | None, pad_cycles: int = 0) -> TimedCall:
-        """One timed call on fresh inputs from seed (None: an empty call), bracketed by the judge's clock;
-        pad_cycles of GPU sleep after the flush (timing.Clock.pad_cycles)."""
-        request = ({"op": "iterate", "empty": True} if seed is None
-                   else {"op": "iterate", "seed": seed, "pad_cycles": int(pad_cycles)})
+    def iterate(self, seed: int, pad_cycles: int = 0, positions: list[list[int]] | None = None,
+                empty: bool = False) -> TimedCall:
+        """One timed call on fresh inputs from seed (empty: a call of nothing, the bracket's own cost), and at once
+        its proof: the output's elements at `positions` (one list per tensor; none by default). pad_cycles of GPU
+        sleep after the flush (timing.Clock.pad_cycles).
+
+        The judge's own clock runs from the request (the seed in it is drawn at random just now, so nothing can
+        have been computed before) to the proof's reply (the elements it holds are computed by then, so the work
+        was done inside it): TimedCall.proof_ms. bracket_ms is the time between the worker's own "started" and
+        "idle" (a finer figure, but the worker's to choose). The call's own checks run after the proof's reply,
+        off the clock; their failure is raised here."""
+        positions = positions if positions is not None else [[] for _ in range(self.timed_parts)]
+        sent = time.perf_counter()
         try:
-            wire.send(self.sock, request)
+            wire.send(self.sock, {"op": "iterate", "seed": int(seed), "pad_cycles": int(pad_cycles), "empty": empty})
         except OSError:
             raise self._died() from None
         self._expect_marker("started")
@@ -167,11 +211,19 @@ class CandidateWorker:
         if not isinstance(record, dict) or not all(
                 isinstance(record.get(k), (int, float)) for k in ("host_ms", "wall_ms", "kernel_ms")):
             raise WorkerFailure(FAIL, "the kernel's process sent a malformed timing record")
+        _, sample = self.request({"op": "proof", "positions": positions},
+                                 sum(8 * len(chosen) + 1024 for chosen in positions))
+        proof_ms = (time.perf_counter() - sent) * 1e3
+        self._expect(sample, len(positions))
+        if not empty:
+            self._expect_marker("checked")
+        self.check_alone()
         launch_ms = record.get("launch_ms", 0.0)
         if not isinstance(launch_ms, (int, float)) or not 0.0 <= launch_ms <= record["wall_ms"]:
             raise WorkerFailure(FAIL, f"the kernel's process reported a launch time of {launch_ms!r} ms "
                                         f"for a call that took {record['wall_ms']} ms in all")
-        return TimedCall({k: float(v) for k, v in record.items() if isinstance(v, (int, float))}, bracket_ms)
+        return TimedCall({k: float(v) for k, v in record.items() if isinstance(v, (int, float))}, bracket_ms,
+                         proof_ms, tuple(sample))
 
     def _expect_marker(self, name: str) -> None:
         header, _ = self.receive()
@@ -215,7 +267,14 @@ class CandidateWorker:
         self.kill()
 
     def kill(self) -> None:
+        strays = self.strays()
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        for pid in strays:              # what the worker left dies with it
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in strays:              # and is reaped, where it was left to the judge (its other parents reap theirs)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
         self.sock.close()

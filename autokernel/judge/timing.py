@@ -177,6 +177,8 @@ class TimedCall:
     """What the worker reported for one timed call, and the judge's own clock around it."""
     record: dict
     bracket_ms: float             # the judge's clock: from the worker's "started" to its "idle"
+    proof_ms: float = 0.0         # the judge's clock: from its request (fresh seed) to the proof's reply
+    sample: tuple = ()            # the output's elements at the positions the judge chose, in that reply
 
 
 def _median(values) -> float:
@@ -222,6 +224,45 @@ def timing_problem(calls: list[TimedCall], empty_calls: list[TimedCall], flush_m
                 f"{kernel * 1e3:.1f} us: kernel_fn left work running that the timer does not wait for "
                 "(a side stream or a thread); launch on torch.cuda.current_stream()")
     return None
+
+
+# The judge's own bound, on every device. Each timed call's inputs come from a seed the judge draws at random and
+# sends with its request, and the call's reply is followed at once by a proof: elements of its output at positions
+# the judge chose. So the work was done between the request and the proof's reply, on the judge's clock (proof_ms),
+# whatever the worker reports. Less the same bracket around calls of nothing (empty calls: the same drawing, flush,
+# pad, messages and proof), that clock bounds the call's time from below; the worker's figure (the events on a
+# GPU) refines it only above half that bound, less a slack for the host checks and the jitter of a shared machine.
+PROOF_RATIO = 2.0
+PROOF_SLACK_MS = {False: 0.5, True: 0.1}            # CPU, GPU
+# The empty calls run in the candidate's process, which could slow them to hide work: their cost is taken no
+# higher than this many times what the judge's own drawing of the same inputs (and its own flush and pad) costs.
+OVERHEAD_COVER = 3.0
+OVERHEAD_SLACK_MS = {False: 2.0, True: 0.2}
+
+
+def bracket_overhead_ms(empty_calls: list[TimedCall], own_ms: float, on_gpu: bool) -> float:
+    """What the judge's clock around a call costs by itself: the fastest empty call (the one a busy machine delayed
+    least), capped from the judge's own measurement (own_ms) so that a candidate cannot hide work in slow empty
+    calls."""
+    cap = OVERHEAD_COVER * own_ms + OVERHEAD_SLACK_MS[on_gpu]
+    return min([c.proof_ms for c in empty_calls] + [cap])
+
+
+def proof_problem(checked: list[TimedCall], empty_calls: list[TimedCall], own_ms: float, on_gpu: bool) -> str | None:
+    """A FAIL message when the worker's times for the checked calls are far below the judge's own clock, else None.
+
+    The bound is the fastest checked call on the judge's clock less the bracket's cost: each call's work is in its
+    own proof, and the fastest is the one the machine's other work delayed least (on a CPU shared with other jobs,
+    a wake-up can wait milliseconds). The worker's figure is its median: moving it takes forging most calls."""
+    if not checked:
+        return None
+    bound = min(c.proof_ms for c in checked) - bracket_overhead_ms(empty_calls, own_ms, on_gpu)
+    reported = _median([c.record["kernel_ms"] for c in checked])
+    if reported >= bound / PROOF_RATIO - PROOF_SLACK_MS[on_gpu]:
+        return None
+    return (f"the kernel's process reported {reported * 1e3:.1f} us per call, but on the judge's own clock every "
+            f"call took at least {bound * 1e3:.1f} us beyond the timing's own cost (from the request with its fresh inputs "
+            "to the proof of the output): the kernel's process did not time the work it did")
 
 
 # --------------------------------------------------------------------------- roofline and speed of light

@@ -3,8 +3,9 @@
 Every timed call gets fresh inputs written into the same tensors, with the L2 flushed; the median of the calls is
 the latency. Timed calls are checked calls: the whole output of a random timed call, the last one and one more
 after them, and a random sample of the others' (all, or a random share within a time budget), are compared with
-the reference. The judge brackets every timed call with its own clock, and a time faster than the GPU's roofline
-allows is a FAIL. PyTorch eager (and optionally torch.compile) are timed the same way, in this process.
+the reference. Each call's inputs come from a seed the judge draws as it asks for the call, and the judge's own
+clock runs from that request to the proof of the output (timing.proof_problem: it bounds the worker's times from
+below); a time faster than the GPU's roofline allows is a FAIL. PyTorch eager (and optionally torch.compile) are timed the same way, in this process.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -30,7 +32,7 @@ WARMUP_CALLS = 3 if ON_GPU else 1
 SAMPLED_ELEMENTS = 1024                # checked in a timed call whose whole output is not
 CHECK_BUDGET_S = {False: 2.0, True: 0.5}   # the judge's time for references of timed calls, about
 PICKER = random.SystemRandom()         # what to check: not predictable from the seed
-EMPTY_CALLS = 10 if ON_GPU else 0      # timed calls of nothing: the cost of the judge's bracket itself
+EMPTY_CALLS = 10 if ON_GPU else 3      # timed calls of nothing: the cost of the judge's bracket itself
 
 
 def timed_call_count(warmup: list[timing.TimedCall], quick: bool) -> int:
@@ -39,34 +41,75 @@ def timed_call_count(warmup: list[timing.TimedCall], quick: bool) -> int:
     return max(fewest, min(most, int(TIMING_BUDGET_MS[quick] / max(per_call, 1e-3))))
 
 
-def time_candidate(judge: Judge, shape: dict, clock: timing.Clock,
-                   flush_ms: float | None) -> tuple[list[timing.TimedCall], int]:
+def fresh_seed() -> int:
+    """A timed call's seed, drawn by the judge as it asks for the call: the worker cannot know it any earlier."""
+    return PICKER.randrange(2**31)
+
+
+def sampled_positions(parts: list[torch.Tensor]) -> list[list[int]]:
+    return [sorted(PICKER.sample(range(part.numel()), min(SAMPLED_ELEMENTS, part.numel()))) for part in parts]
+
+
+def own_overhead_ms(judge: Judge, case: dict, clock: timing.Clock, padded_ms: float) -> float:
+    """What drawing a timed call's inputs and writing them into its tensors costs the judge itself (median of
+    three), plus its own flush and pad (padded_ms): the cap on what the worker's empty calls may cost
+    (timing.bracket_overhead_ms)."""
+    inputs = case_inputs(judge.kt, case, judge.device)
+    samples = []
+    for _ in range(3):
+        started = time.perf_counter()
+        fresh = case_inputs(judge.kt, {**case, "seed": fresh_seed()}, judge.device)
+        for name, tensor in inputs.items():
+            if isinstance(tensor, torch.Tensor):
+                tensor.copy_(fresh[name])
+        clock.sync()
+        samples.append((time.perf_counter() - started) * 1e3)
+    return statistics.median(samples) + padded_ms
+
+
+@dataclass
+class CandidateTiming:
+    """The timed calls of one shape, the calls the judge checked (the timed ones and the one after them), the empty
+    calls, the pad the calls were given (GPU sleep cycles) and the judge's own measure of the bracket's cost."""
+    timed: list[timing.TimedCall]
+    checked: list[timing.TimedCall]
+    empty: list[timing.TimedCall]
+    pad: int
+    own_overhead_ms: float
+
+
+def time_candidate(judge: Judge, shape: dict, clock: timing.Clock, flush_ms: float | None) -> CandidateTiming:
     """Timed calls of kernel_fn in the worker, each on fresh inputs in the same tensors, and checked.
 
-    After each call returned, the judge picks what to check, so the kernel cannot tell a checked
-    call from any other: the whole output of a random timed call, of the last one and of one more
-    after them, and SAMPLED_ELEMENTS elements at random of every other, or of a random share of
-    them where references for all would cost more than CHECK_BUDGET_S. Returns the timed calls and
-    the pad they were given: GPU sleep cycles after the flush, sized from the warm-up calls' host
-    time so the events do not count the device waiting for the host (timing.Clock.pad_cycles).
+    Each call's seed is drawn by the judge as it asks for the call, and which call to check, and where, is
+    decided in secret before and sent after the call's reply (with every call's proof request, empty for an
+    unchecked one), so the kernel cannot tell a checked call from any other: the whole output of a random timed
+    call, of the last one and of one more after them, and SAMPLED_ELEMENTS elements at random of every other,
+    or of a random share of them where references for all would cost more than CHECK_BUDGET_S. The pad:
+    GPU sleep cycles after the flush, sized from the warm-up calls' host time so the events do not count the
+    device waiting for the host (timing.Clock.pad_cycles).
     """
     kt, worker = judge.kt, judge.worker
     case = judge.next_case(shape, judge.dtype)
-    first = kt.reference(**case_inputs(kt, case, judge.device))
-    worker.time_begin(case, parts=len(output_parts(first)))
+    first = output_parts(kt.reference(**case_inputs(kt, case, judge.device)))
+    worker.time_begin(case, parts=len(first))
     limit = output_limit(first)
-    calls = [worker.iterate(case["seed"] + i) for i in range(WARMUP_CALLS)]
+    calls = [worker.iterate(fresh_seed()) for _ in range(WARMUP_CALLS)]
     pad = clock.pad_cycles(statistics.median(c.record["host_ms"] for c in calls), flush_ms) if flush_ms else 0
+    own_ms = own_overhead_ms(judge, case, clock, padded_flush_ms(clock, pad) if flush_ms else 0.0)
+    empty = [worker.iterate(fresh_seed(), pad, sampled_positions(first), empty=True) for _ in range(EMPTY_CALLS)]
     count = timed_call_count(calls, judge.args.quick)
     whole = {WARMUP_CALLS + PICKER.randrange(count), WARMUP_CALLS + count - 1, WARMUP_CALLS + count}
-    timed, rate, checks, checking_s = [], 1.0, 0, 0.0
+    timed, checked, rate, checking_s = [], [], 1.0, 0.0
     for i in range(WARMUP_CALLS, WARMUP_CALLS + count + 1):
-        seed = case["seed"] + i
-        call = worker.iterate(seed, pad)
+        seed = fresh_seed()
+        positions = sampled_positions(first) if i in whole or PICKER.random() < rate else None
+        call = worker.iterate(seed, pad, positions)
         if i < WARMUP_CALLS + count:
             timed.append(call)
-        if i not in whole and PICKER.random() >= rate:
+        if positions is None:
             continue
+        checked.append(call)
         which = (f"timed call {i - WARMUP_CALLS + 1} of {count}" if i < WARMUP_CALLS + count
                  else f"the call after the {count} timed calls")
         started = time.monotonic()
@@ -77,9 +120,7 @@ def time_candidate(judge: Judge, shape: dict, clock: timing.Clock,
                 compare_outputs(worker.last_output(limit), expected, oracle, judge.dtype, kt.tolerance_scale,
                                 allowance=allowance)
             else:
-                positions = [sorted(PICKER.sample(range(part.numel()), min(SAMPLED_ELEMENTS, part.numel())))
-                             for part in output_parts(expected)]
-                compare_outputs(worker.sample(positions), expected, oracle, judge.dtype, kt.tolerance_scale,
+                compare_outputs(call.sample, expected, oracle, judge.dtype, kt.tolerance_scale,
                                 positions=[torch.tensor(p, dtype=torch.int64) for p in positions],
                                 allowance=allowance)
         except CheckFailure as failure:
@@ -88,9 +129,9 @@ def time_candidate(judge: Judge, shape: dict, clock: timing.Clock,
                 "Every timed call gets fresh inputs written into the same tensors, and this kernel passed the "
                 "same checks before timing: it changes behaviour with the call count, the call stack or the "
                 "timing phase (a stale or cached output, for example one keyed by the input's address)") from None
-        checks, checking_s = checks + 1, checking_s + time.monotonic() - started
-        rate = min(1.0, CHECK_BUDGET_S[judge.args.quick] / (checking_s / checks * (count + 1)))
-    return timed, pad
+        checking_s += time.monotonic() - started
+        rate = min(1.0, CHECK_BUDGET_S[judge.args.quick] / (checking_s / len(checked) * (count + 1)))
+    return CandidateTiming(timed, checked, empty, pad, own_ms)
 
 
 def time_reference(judge: Judge, fn, shape: dict, count: int, clock: timing.Clock,
@@ -144,13 +185,15 @@ def time_kernel(judge: Judge) -> dict:
     clock = timing.Clock(torch.device(judge.device))
     flush_ms = padded_flush_ms(clock, 0) if ON_GPU else None
     floor_ms = timing.launch_floor_ms(clock, torch.device(judge.device))    # reported for the agents, never judged
-    empty = [judge.worker.iterate(None) for _ in range(EMPTY_CALLS)]
     compiled_ref = torch.compile(kt.reference) if judge.args.compare_compile else None
     rows, peak_mb = [], None
     for shape in judge.timing_shapes():
-        calls, pad = time_candidate(judge, shape, clock, flush_ms)
+        candidate = time_candidate(judge, shape, clock, flush_ms)
+        calls, pad = candidate.timed, candidate.pad
         where = f"{registry.format_shape(shape)} {judge.args.dtype}"
-        problem = timing.timing_problem(calls, empty, flush_ms, padded_flush_ms(clock, pad) - flush_ms if pad else 0.0)
+        problem = (timing.proof_problem(candidate.checked, candidate.empty, candidate.own_overhead_ms, ON_GPU)
+                   or timing.timing_problem(calls, candidate.empty, flush_ms,
+                                            padded_flush_ms(clock, pad) - flush_ms if pad else 0.0))
         if problem:
             raise CheckFailure(f"{where}: {problem}")
         ours = statistics.median(c.record["kernel_ms"] for c in calls)
@@ -161,6 +204,7 @@ def time_kernel(judge: Judge) -> dict:
         peak_mb = max([peak_mb or 0.0] + peaks) if peaks else peak_mb
         eager, eager_call = time_reference(judge, kt.reference, shape, len(calls), clock, flush_ms)
         compiled = compiled_time(judge, compiled_ref, shape, len(calls), clock, flush_ms) if compiled_ref else None
+        judge.worker.note_judges_own()        # torch.compile's compile workers are the judge's
         line = timing.roofline(kt, [shape], judge.dtype, ours, gpu)
         rows.append({"shape": registry.format_shape(shape), "latency_us": ours * 1e3,
                      "pytorch_latency_us": eager * 1e3, "compile_latency_us": compiled * 1e3 if compiled else None,

@@ -48,6 +48,46 @@ def descendants(root: int, table: dict[int, tuple[int, str]] | None = None) -> l
     return found
 
 
+def children(pid: int) -> list[int]:
+    """pid's children, from each of its threads' /proc children list (no walk over every process: cheap enough to
+    ask after every call); None where the kernel has no such list (CONFIG_PROC_CHILDREN off)."""
+    found = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as handle:
+                found += [int(child) for child in handle.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue                       # a thread that ended meanwhile
+            return [child for child, (ppid, _) in process_table().items() if ppid == pid]
+        except OSError:
+            continue
+    return found
+
+
+def running(pid: int) -> bool:
+    """pid exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
+def running_below(root: int) -> list[int]:
+    """The running processes below root (children() walked down), without reading the whole process table."""
+    found, frontier = [], children(root)
+    while frontier:
+        pid = frontier.pop()
+        found.append(pid)
+        frontier += children(pid)
+    return [pid for pid in found if running(pid)]
+
+
 def resident_bytes(pids) -> int:
     total = 0
     for pid in pids:

@@ -10,6 +10,8 @@ write that outlives a bench) so a test can see whether it outlived the run.
 Rejected through the runner (runner.run_bench, as the loop judges): the verdict travels on a pipe only
 bench.py holds, read after the sandbox killed every process of the run (a PID namespace where the
 machine allows one), and a run that left a process behind is a CRASH.
+Since round 3 the judge sees the daemon first: it is a child subreaper, so the daemon stays below it, and any
+process of the worker's still running when the worker answers is a FAIL (it is killed with the worker).
 The loop's tests propose it as a whole kernel.py (the project's tests/ is beside it there).
 """
 

@@ -6,6 +6,8 @@ kernel.py and results.tsv.
 Rejected through the runner (runner.run_bench, as the loop judges): the sandbox kills every process of the
 run before the verdict is read (a PID namespace where the machine allows one), so nothing it would do later
 happens, and a run that left a process behind is a CRASH.
+Since round 3 the judge sees the daemon first: it is a child subreaper, so the daemon stays below it, and any
+process of the worker's still running when the worker answers is a FAIL (it is killed with the worker).
 The loop's tests propose it as a whole kernel.py (the project's tests/ is beside it there).
 """
 

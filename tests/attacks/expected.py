@@ -48,17 +48,27 @@ ATTACKS = {
     "values_alias_input": ("FAIL", "shape sweep", "output shares memory with its input 'x'", "cpu"),
     "stale_indices_by_shape": ("FAIL", "shape sweep", "indices: ", "cpu"),
     "stale_indices_when_timed": ("FAIL", "timing", "changes behaviour with the call count", "cpu"),
-    "leaves_thread_running": ("FAIL", "smoke", "left a thread running", "cpu"),
+    # Refused as the thread starts (worker_guards.NoThreads); one started at import and left running fails at load on
+    # the thread count (tests/test_worker.py).
+    "leaves_thread_running": ("FAIL", "smoke", "kernel_fn started a thread", "cpu"),
     # Issue 24: the verdict out of the candidate's reach (its pipe, its descriptors, the judge's /proc entries).
     "writes_verdict_through_proc_fd": ("FAIL", "load", "another process's fd", "cpu"),
-    "thread_outlives_kernel_fn": ("FAIL", "smoke", "left a thread running", "cpu"),
-    # Red team: PyTorch's compute where the worker's dispatch mode does not see it (OPEN_HOLES, below).
-    "torch_compute_in_a_thread": ("FAIL", "smoke", "the result must come from your own kernels", "cpu"),
-    "torch_compute_with_modes_disabled": ("FAIL", "smoke", "the result must come from your own kernels", "cpu"),
-    # Red team: timings forged in the candidate's process, which reports them (OPEN_HOLES). What a fix says, and at
-    # which stage, is not known yet: any FAIL at load or in timing will do.
-    "silences_the_tamper_check": ("FAIL", ("load", "timing"), "", "cpu"),
-    "forges_timing_through_a_relay": ("FAIL", ("load", "timing"), "", "cpu"),
+    "thread_outlives_kernel_fn": ("FAIL", "smoke", "kernel_fn started a thread", "cpu"),
+    # Red team: PyTorch's compute where the worker's dispatch mode does not see it. A thread of kernel_fn's own is
+    # refused as it starts (worker_guards.NoThreads); the mode set aside is seen by the source check alone
+    # (SOURCE_CHECK_ONLY, below): judged with it on, its entry here is the source check's refusal.
+    "torch_compute_in_a_thread": ("FAIL", "smoke", "kernel_fn started a thread", "cpu"),
+    "torch_compute_with_modes_disabled": ("FAIL", "load",
+                                          "imports _disable_current_modes from torch.utils._python_dispatch", "cpu"),
+    # Red team: timings forged in the candidate's process, which reports them. The judge's own clock runs from its
+    # request (a seed drawn just then) to the proof of the output, and bounds the worker's figures from below
+    # (timing.proof_problem); a process the worker leaves running, such as a relay, fails as soon as the worker
+    # answers (judge_link.CandidateWorker.check_alone).
+    "silences_the_tamper_check": ("FAIL", "timing", "did not time the work it did", "cpu"),
+    "forges_timing_through_a_relay": ("FAIL", "load", "other process(es) still running", "cpu"),
+    # Round 3: the work off the judge's clock, before the worker's "started" or ahead from a seed it could predict.
+    "computes_before_the_clock_starts": ("FAIL", "timing", "did not time the work it did", "cpu"),
+    "precomputes_the_next_call": ("FAIL", "timing", "returned a wrong result", "cpu"),
     # Red team (session 9): wrong for a user's model, right on every input the judge drew before.
     "softmax_shift_never_negative": ("FAIL", "stability", "[large negative values", "cpu"),
     "cross_entropy_lse_in_input_dtype": ("FAIL", "stability", "[confident logits", "cpu"),
@@ -68,7 +78,8 @@ ATTACKS = {
     "rmsnorm_linear_ignores_eps": ("FAIL", "stability", "[the model's own eps", "cpu"),
     "rmsnorm_mlp_ignores_eps": ("FAIL", "stability", "[the model's own eps", "cpu"),
     "summation_order_by_input_address": ("FAIL", "determinism", "at another address", "cpu"),
-    "honest_only_under_autokernel": ("FAIL", ("load", "smoke"), "", "cpu"),
+    # Judged with the source check on (SOURCE_CHECK_ONLY); the user's-process check rejects it at run time.
+    "honest_only_under_autokernel": ("FAIL", "load", "imports sys", "cpu"),
     # Red team, round 2: a path per argument (not causal, gelu) or an input range (positions) the judge never drew.
     "attention_unshifted_when_not_causal": ("FAIL", "stability", "[large scores, not causal", "cpu"),
     "mlp_gelu_naive_tanh": ("FAIL", "stability", "[large activations, gelu", "cpu"),
@@ -90,10 +101,12 @@ ATTACKS = {
 }
 
 # Attacks on what surrounds the judge (issue 24), judged as the loop judges, through runner.run_bench and its
-# sandbox: name -> (correctness, a piece of the message). A daemon that outlives the judge is seen only there.
+# sandbox: name -> (correctness, a piece of the message). The judge, a child subreaper, sees the daemon first (it
+# stays below the judge, double fork and all) and kills it with the worker; the sandbox's PID namespace and the
+# launcher's count of what is left are the layer behind (a run that left a process behind is a CRASH).
 RUNNER_ATTACKS = {
-    "daemon_rewrites_verdict": ("CRASH", "left 1 process(es) running after the judge finished"),
-    "daemon_writes_after_the_run": ("CRASH", "left 1 process(es) running after the judge finished"),
+    "daemon_rewrites_verdict": ("FAIL", "other process(es) still running"),
+    "daemon_writes_after_the_run": ("FAIL", "other process(es) still running"),
 }
 
 # The judge reads every kernel file's source before any of it runs (autokernel/judge/source_check.py): what the
@@ -118,6 +131,8 @@ SOURCE_CHECK = {
     "torch_compute_with_modes_disabled": "imports _disable_current_modes from torch.utils._python_dispatch",
     "silences_the_tamper_check": "imports worker_tampering from autokernel.judge.candidate",
     "forges_timing_through_a_relay": "imports socket",
+    "computes_before_the_clock_starts": "imports worker_tampering from autokernel.judge.candidate",
+    "precomputes_the_next_call": "imports worker_tampering from autokernel.judge.candidate",
     "honest_only_under_autokernel": "imports sys",
     "changes_allocator_settings": "reads the private attribute _set_allocator_settings",
     "rerecords_timer_events": "reads the attribute f_back",
@@ -127,21 +142,17 @@ SOURCE_CHECK = {
     "daemon_writes_after_the_run": "imports ctypes",
 }
 
-# Attacks the runtime guards alone do not reject (each is a PASS with the source check off); the source check
-# rejects each (SOURCE_CHECK), and tests/test_attacks.py judges them with it on: a FAIL at load. The guard against library compute is a TorchDispatchMode, which is per thread and can be set
-# aside from Python; a fix needs an observer the kernel cannot switch off (the profiler's record of every op, from
-# every thread, or the GPU's kernel events as autokernel/judge/cuda_launches.py reads them for CUDA files).
-OPEN_HOLES = {
-    "torch_compute_in_a_thread": "dispatch modes are per thread: a thread started in kernel_fn runs torch ops unseen",
+# Attacks the worker's runtime guards alone do not reject, and why: bench.py rejects each by its source check
+# (SOURCE_CHECK), and tests/test_attacks.py judges them with it on (their ATTACKS entry is its refusal, at load).
+# docs/threats.md says what the runtime second line misses. No attack is an open hole of bench.py.
+SOURCE_CHECK_ONLY = {
+    # No observer inside the candidate's process sees every PyTorch op: a dispatch mode is set aside from Python
+    # (_disable_current_modes, _DisableTorchDispatch, an excluded dispatch key), or an op is called below it
+    # (OpOverload.redispatch with a key set without Python), and nothing is left changed once kernel_fn returns.
     "torch_compute_with_modes_disabled": "_disable_current_modes / _DisableTorchDispatch set the guard aside",
-    # Every time the judge reports comes from the worker, the candidate's own process, and so does the bracket the
-    # judge checks them with (the worker's "started" and "idle"). A check inside that process can be switched off
-    # from Python (Fingerprint.changes, or _same, or the snapshot itself), and its channel to the judge replaced.
-    "silences_the_tamper_check": "the worker's tamper check is itself a replaceable method: timings forged",
-    "forges_timing_through_a_relay": "the worker's socket can be dup2'd to a relay process: timings forged",
-    # Every call the judge and verify make runs in a process that has their modules loaded; the user's does not.
-    # No black-box check tells the two apart: a fix reads the kernel's source for process identity (sys.modules,
-    # os.environ, sys.argv, the cwd) or runs kernel_fn where those look like a user's process.
+    # Every call bench.py makes runs in a process that has its worker's modules loaded, and no output check can tell
+    # that process from a user's; the user's-process check (ALSO_REJECTED_IN_THE_USERS_PROCESS) runs it where they
+    # are not loaded, before the loop keeps a kernel.
     "honest_only_under_autokernel": "the kernel reads sys.modules and is honest only where the judge or verify is",
 }
 

@@ -5,8 +5,9 @@ process that keeps that socket, and puts one end of a new socket pair in its pla
 between the worker and the judge now passes through the relay. The relay passes outputs on unchanged (they
 are correct: the honest kernel computes them) and rewrites each timed call's record to a tenth of its times.
 On a GPU it would also hold the worker's "started" until its "idle", so the judge's own bracket agrees. The relay
-ends with the connection, before the judge writes its verdict, so no process is left over. The judge must
-reject it; today it is a PASS with a tenth of the honest latency (an open hole: tests/attacks/expected.py OPEN_HOLES).
+ends with the connection, before the judge writes its verdict, so no process is left over. It was a PASS with a
+tenth of the honest latency. Rejected at load: the worker must be the candidate's only process whenever it answers
+the judge (judge_link.CandidateWorker.check_alone); the judge's own clock would reject the timings too.
 """
 
 import ctypes

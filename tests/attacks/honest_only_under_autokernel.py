@@ -8,9 +8,9 @@ which plugs the kernels in with autokernel.routing.plugin and loads neither, it 
 subtraction: any row with an entry above ~88 (float32) overflows to inf and the output is NaN.
 The same test could key on the sandbox (TMPDIR "autokernel-child-*", the worker's cache
 variable, sys.argv, the cwd) or on the absence of the user's own modules. No black-box check
-can tell, since every call the judge makes is one of these processes: the judge must refuse
-kernels that read their process's identity (sys.modules, os.environ, sys.argv, os.getcwd) in the
-kernel file's source, or run kernel_fn where those look like a user's.
+can tell, since every call the judge makes is one of these processes: bench.py's source check
+refuses it (it imports sys), and the user's-process check (autokernel/judge/user_check.py) runs
+kernel_fn where no judge module is loaded and gets the wrong output.
 """
 
 import sys

@@ -1,7 +1,7 @@
 """Attack: finish the work on a thread after kernel_fn returns, so the timer stops early.
 
 Here the thread only sleeps (on a GPU it would launch the kernel late or wait on a side stream).
-Rejected in smoke: no thread the kernel started may outlive the call.
+Rejected in smoke: no thread may start inside kernel_fn (worker_guards.NoThreads), nor outlive the call.
 """
 
 import runpy

@@ -4,8 +4,8 @@ The worker looks for replaced attributes with Fingerprint.changes, a method of a
 (autokernel.judge.candidate.worker_tampering); replaced, it sees nothing, and timing.timed_call, which the worker
 looks up at every timed call, can then report a tenth of each time. On a GPU the same
 replacement can send the worker's "started" just before its "idle", so the judge's own bracket agrees, and keep
-flush_ms: only the speed-of-light bound is left. The judge must reject it at load; today it is a PASS with a tenth
-of the honest latency (an open hole: tests/attacks/expected.py OPEN_HOLES).
+flush_ms. It was a PASS with a tenth of the honest latency. Rejected in timing: the judge's own clock, from its
+request (the inputs' seed drawn just then) to the proof of the output, bounds the worker's times from below.
 """
 from autokernel.judge import timing as _timing
 from autokernel.judge.candidate import worker_tampering as _tampering

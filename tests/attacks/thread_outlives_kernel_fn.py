@@ -2,7 +2,7 @@
 
 kernel_fn computes the right answer, then leaves a daemon thread that scans every process's descriptors
 for the verdict and writes a PASS at 0.5 us into what it can.
-Rejected in smoke: no thread the kernel started may outlive the call (and the worker is stopped before
+Rejected in smoke: no thread may start inside kernel_fn (worker_guards.NoThreads), nor outlive the call (and the worker is stopped before
 the judge writes its verdict, on a pipe the worker never held).
 The loop's tests propose it as a whole kernel.py (the project's tests/ is beside it there).
 """

@@ -3,8 +3,8 @@
 The worker's guard against library compute (worker_guards.NoLibraryCompute) is a TorchDispatchMode, and
 PyTorch keeps dispatch modes per thread: a thread started inside kernel_fn runs torch.softmax unseen. The
 thread is joined before kernel_fn returns, so no thread is left running. On a GPU the same thread could run
-torch.compile's kernels or cuBLAS and pass for the kernel's own work. The judge must reject it in smoke;
-today it is a PASS (an open hole: tests/attacks/expected.py OPEN_HOLES).
+torch.compile's kernels or cuBLAS and pass for the kernel's own work. Rejected in smoke: the worker refuses a
+Python thread started inside kernel_fn (worker_guards.NoThreads); the source check refuses threading too.
 """
 
 import runpy

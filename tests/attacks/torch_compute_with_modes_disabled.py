@@ -4,7 +4,8 @@ torch.utils._python_dispatch._disable_current_modes pops every dispatch mode and
 out, so the worker's guard (worker_guards.NoLibraryCompute) never sees torch.softmax, and the mode stack is
 as it was when kernel_fn returns (the global-state check sees nothing). torch._C._DisableTorchDispatch does
 the same by turning Python dispatch off (the second branch, chosen by call parity, so both run in smoke). The
-judge must reject it in smoke; today it is a PASS (an open hole: tests/attacks/expected.py OPEN_HOLES).
+worker's runtime guards do not see it (docs/threats.md says why): the source check refuses it at load
+(tests/attacks/expected.py SOURCE_CHECK_ONLY).
 """
 
 import runpy

@@ -12,9 +12,14 @@ Requests (JSON, autokernel/core/wire.py) and replies:
                                            -> the outputs of `repeat` checked calls on the case's inputs,
                                               each as its `parts` tensors (a tuple's, where parts > 1)
   time_begin  {"case", "parts"}            -> builds the inputs the timed calls reuse
-  iterate     {"seed"} or {"empty": true}  -> writes fresh inputs (from the seed) into the same tensors,
-                                              sends {"started"}, makes one timed call, sends {"idle"} as
-                                              soon as the device is idle, checks, replies the record
+  iterate     {"seed", "pad_cycles", "empty"}
+                                           -> writes fresh inputs (from the seed, which the judge drew at
+                                              random just now) into the same tensors, sends {"started"}, makes
+                                              one timed call (of nothing, where empty), sends {"idle"} as soon
+                                              as the device is idle, replies the record; then the judge at once:
+  proof       {"positions"}                -> the output's elements at those flat positions (the judge's clock
+                                              stops on this reply), then, off the judge's clock, the checks of
+                                              the call and {"checked": true}
   output      {}                           -> the output of the last timed call
   sample      {"positions"}                -> its elements at those flat positions (a list per tensor)
   exit        {}
@@ -23,6 +28,7 @@ A reply that is {"fail": message} or {"crash": message} ends the judging.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import builtins
 import contextlib
@@ -33,8 +39,8 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
-import traceback
 import weakref
 from pathlib import Path
 
@@ -48,7 +54,8 @@ import torch.utils._python_dispatch
 from autokernel.core import wire
 from autokernel.core.kernel_file import import_file
 from autokernel.judge import correctness, cuda_launches, timing
-from autokernel.judge.candidate import worker_guards as guards, worker_tampering as tampering
+from autokernel.judge.candidate import kernel_errors, worker_guards as guards, worker_tampering as tampering
+from autokernel.judge.candidate.kernel_errors import crash_message
 from autokernel.judge.candidate.worker_guards import VIOLATIONS
 from autokernel.kernel_types import references as reference, registry
 
@@ -66,33 +73,6 @@ def load_kernel(path: Path):
     if not callable(getattr(module, "kernel_fn", None)):
         raise ValueError(f"{path} defines no kernel_fn")
     return module, registry.get(kernel_type)
-
-
-def crash_message(exc: BaseException, kernel_path: Path) -> str:
-    """The exception's type and first line, where in the kernel file it was raised, then the rest of its text
-    (a Triton compile error's source excerpt, a build log): the judge makes it one bounded line."""
-    frames = _kernel_frames(exc, kernel_path.name)
-    if frames:
-        where = f" (at {kernel_path.name}:{frames[-1].lineno}: {frames[-1].line})"
-    elif isinstance(exc, SyntaxError) and exc.lineno and Path(exc.filename or "").name == kernel_path.name:
-        where = f" (at {kernel_path.name}:{exc.lineno}: {(exc.text or '').strip()})"
-    else:
-        where = ""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    rest = " / ".join(lines[1:])
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}{where}" + (f" -- {rest}" if rest else "")
-
-
-def _kernel_frames(exc: BaseException, name: str) -> list:
-    """The kernel file's frames of the innermost exception in exc's chain that has any (Triton's interpreter
-    raises its own error from the kernel's)."""
-    found, seen = [], set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).name == name]
-        found = frames or found
-        exc = exc.__cause__ or exc.__context__
-    return found
 
 
 def _threads() -> int:
@@ -122,6 +102,7 @@ class Worker:
         self.no_library_compute = guards.NoLibraryCompute(device.type, stream_of, timing_stream)
         self.guard_per_call_ms, self.guard_per_op_ms = guards.guard_cost_ms(self.no_library_compute, device,
                                                                             self.clock.perf)
+        self.no_threads = guards.NoThreads().install()
         self.counter = guards.LaunchCounter(stream_of, timing_stream).install()
         # A CUDA kernel file's launches are read from the GPU's kernel events (autokernel/judge/cuda_launches.py).
         self.cuda_watch = cuda_launches.watch_for(kernel_path, device)
@@ -129,7 +110,7 @@ class Worker:
         self.kernel_fn = None
         self.previous_output = None         # the tensors of the last call's output
         self.earlier_outputs: list = []     # weak references to every earlier call's output tensors
-        self.timed_case = self.timed_inputs = self.last_output = self.witness = None
+        self.timed_case = self.timed_inputs = self.last_output = self.witness = self.unproven = None
         self.timed_parts = 1
         self.state = tampering.global_state()
         self.fingerprint = tampering.Fingerprint()     # exists before the snapshot, which includes it
@@ -142,7 +123,7 @@ class Worker:
         from triton.runtime.jit import JITFunction
 
         modules = [sys.modules[__name__], guards, tampering, timing, wire, correctness, registry, reference,
-                   cuda_launches]
+                   cuda_launches, kernel_errors]
         watched = {m.__name__: m for m in modules}
         for module in modules:
             watched.update(_classes_of(module))
@@ -151,6 +132,7 @@ class Worker:
             "time": (time, ("perf_counter", "monotonic", "time", "sleep")),
             "os": (os, ("write", "read", "getpid", "getppid", "environ", "_exit")),
             "json": (json, ("dumps", "loads", "JSONEncoder", "_default_encoder")), "json.encoder": json.encoder,
+            "_thread": (_thread, ("start_new_thread",)), "threading": (threading, ("_start_new_thread",)),
             "json.JSONEncoder": json.JSONEncoder,
             "socket.socket": (socket.socket, ("sendall", "send", "recv", "recv_into", "fileno")),
             "torch.cuda": (torch.cuda, ("synchronize", "current_stream", "Event", "Stream", "stream", "set_stream")),
@@ -192,10 +174,10 @@ class Worker:
     # The worker's own bookkeeping, which changes from call to call.
     _mutable_attributes = tuple(f"the worker.{name}" for name in (
         "kt", "kernel_fn", "previous_output", "earlier_outputs", "timed_case", "timed_inputs", "last_output", "witness",
-        "timed_parts"))
+        "timed_parts", "unproven"))
 
     def _run_kernel(self, **inputs):
-        with self.no_library_compute:
+        with self.no_library_compute, self.no_threads:
             return self.kernel_fn(**inputs)
 
     def _watching(self):
@@ -272,36 +254,64 @@ class Worker:
         self.timed_case = request["case"]
         self.timed_parts = int(request.get("parts", 1))
         self.timed_inputs = correctness.case_inputs(self.kt, self.timed_case, self.device.type)
-        self.last_output = self.witness = None
+        self.last_output = self.witness = self.unproven = None
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         return {}, []
 
     def iterate(self, request: dict) -> tuple[dict, list]:
-        if request.get("empty"):
-            # Watched like the kernel's calls, so the bracket's measured overhead includes the profiler's.
-            with self._watching():
-                _, record = timing.timed_call(self.clock, _empty_call, {}, self._started, self._idle)
-            return {"record": record}, []
-        fresh = correctness.case_inputs(self.kt, {**self.timed_case, "seed": request["seed"]}, self.device.type)
+        seed, pad_cycles = request.get("seed"), request.get("pad_cycles", 0)
+        if not isinstance(seed, int) or not isinstance(pad_cycles, int) or pad_cycles < 0:
+            raise RuntimeError(f"bad seed {seed!r} or pad_cycles {pad_cycles!r}")
+        fresh = correctness.case_inputs(self.kt, {**self.timed_case, "seed": seed}, self.device.type)
         for name, tensor in self.timed_inputs.items():
             if isinstance(tensor, torch.Tensor):
                 # Through .data, a write the tensor's version counter does not see: a kernel that keys a cache on
                 # its input's address and _version misses only where the values it would see changed, as a user's
                 # recycled activation (same address, same version, new values) would have it.
                 tensor.data.copy_(fresh[name])
-        self.last_output = None
+        self.last_output = self.unproven = None
+        if request.get("empty"):
+            # The bracket's own cost: the same drawing, flush, pad, messages and proof, around a call of nothing
+            # (watched like the kernel's calls, so it includes the profiler's cost too).
+            with self._watching():
+                _, record = timing.timed_call(self.clock, _empty_call, {}, self._started, self._idle,
+                                              pad_cycles=pad_cycles)
+            self.unproven = (None, fresh, 0)
+            return {"record": record}, []
         VIOLATIONS.clear()
         launches, ops = self.counter.count, self.no_library_compute.ops
-        pad_cycles = request.get("pad_cycles", 0)
-        if not isinstance(pad_cycles, int) or pad_cycles < 0:
-            raise RuntimeError(f"bad pad_cycles {pad_cycles!r}")
         with self._watching():      # around the judge's flush and pad too: PyTorch kernels, which it allows
             output, record = timing.timed_call(self.clock, self._run_kernel, self.timed_inputs, self._started,
                                                self._idle, pad_cycles=pad_cycles)
         # The host time of the call as a model pays it: without the judge's own guard (guard_cost_ms).
         guard_ms = self.guard_per_call_ms + self.guard_per_op_ms * (self.no_library_compute.ops - ops)
         record["launch_ms"], record["guard_ms"] = max(0.0, record["launch_ms"] - guard_ms), guard_ms
+        problem = guards.output_problem(output, self.timed_inputs, self.previous_output, self.device,
+                                        self.timed_parts)
+        if problem:
+            raise Rejected(problem)
+        self.unproven = (output, fresh, launches)
+        if self.device.type == "cuda":
+            record["peak_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
+        return {"record": record}, []
+
+    def proof(self, request: dict) -> tuple[dict, list, object]:
+        """The elements of the call just timed at the positions the judge chose (none where it checks nothing),
+        so the work is proven done before the judge's clock stops; the call's own checks come after the reply."""
+        if self.unproven is None:
+            raise RuntimeError("no timed call to prove")
+        output, fresh, launches = self.unproven
+        self.unproven = None
+        positions = request.get("positions")
+        if output is None:      # an empty call: the same gather, from its first input
+            first = next(t for t in self.timed_inputs.values() if isinstance(t, torch.Tensor)).reshape(-1)
+            return {}, [first[torch.tensor(chosen, dtype=torch.int64, device=first.device) % max(first.numel(), 1)]
+                        for chosen in positions], None
+        tensors = guards.output_tensors(output, self.timed_parts)
+        return {}, self._gather(tensors, positions), lambda: self._settle(output, fresh, launches)
+
+    def _settle(self, output, fresh: dict, launches: int) -> tuple[dict, list]:
         output = self._after_call(output, self.timed_inputs, launches, self.timed_parts, timed=True)
         for name, tensor in self.timed_inputs.items():
             if isinstance(tensor, torch.Tensor) and not correctness.same_bits(tensor, fresh[name]):
@@ -309,19 +319,21 @@ class Worker:
                                "left unchanged")
         self._check_witness(output)
         self.last_output = output
-        if self.device.type == "cuda":
-            record["peak_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
-        return {"record": record}, []
+        return {"checked": True}, []
 
     def sample(self, request: dict) -> tuple[dict, list]:
         """The last timed output's elements at the flat positions the judge chose after the call, per tensor."""
         if self.last_output is None:
             raise RuntimeError("no timed call to sample the output of")
-        if len(request["positions"]) != len(self.last_output):
-            raise RuntimeError(f"positions for {len(request['positions'])} tensors, the output has "
-                               f"{len(self.last_output)}")
-        return {}, [tensor.reshape(-1)[torch.tensor(chosen, dtype=torch.int64, device=tensor.device)]
-                    for tensor, chosen in zip(self.last_output, request["positions"])]
+        return {}, self._gather(self.last_output, request["positions"])
+
+    @staticmethod
+    def _gather(tensors: tuple, positions) -> list:
+        if not isinstance(positions, list) or len(positions) != len(tensors):
+            raise RuntimeError(f"positions for {len(positions) if isinstance(positions, list) else '?'} tensors, "
+                               f"the output has {len(tensors)}")
+        return [tensor.reshape(-1)[torch.tensor(chosen, dtype=torch.int64, device=tensor.device)]
+                for tensor, chosen in zip(tensors, positions)]
 
     def _check_witness(self, output: tuple[torch.Tensor, ...]) -> None:
         """The first timed output is kept, with a copy: no later call may write into it."""
@@ -357,8 +369,9 @@ class Worker:
             return ({"fail": noted}, []) if noted else ({"crash": crash_message(exc, self.kernel_path)}, [])
 
     def serve(self) -> int:
-        handlers = {"call": self.call, "time_begin": self.time_begin, "iterate": self.iterate, "output": self.output,
-                    "sample": self.sample, "compiled": lambda _: ({"compiled": self.counter.report()}, [])}
+        handlers = {"call": self.call, "time_begin": self.time_begin, "iterate": self.iterate, "proof": self.proof,
+                    "output": self.output, "sample": self.sample,
+                    "compiled": lambda _: ({"compiled": self.counter.report()}, [])}
         header, tensors = self._attempt(self.load)
         wire.send(self.sock, header, tensors)
         if "fail" in header or "crash" in header:
@@ -367,8 +380,10 @@ class Worker:
             request, _ = wire.receive(self.sock, 0)
             if request.get("op") == "exit" or request.get("op") not in handlers:
                 return 0
-            header, tensors = self._attempt(lambda: handlers[request["op"]](request))
+            header, tensors, *after = self._attempt(lambda: handlers[request["op"]](request))
             wire.send(self.sock, header, tensors)
+            if after and after[0] is not None:      # checks that run once the reply is out: a second reply
+                wire.send(self.sock, *self._attempt(after[0]))
 
 
 def die_with_parent(parent_pid: int) -> None:

@@ -6,6 +6,7 @@ they are bound to the real torch, Triton and Python objects:
 - NoLibraryCompute refuses PyTorch compute ops while kernel_fn runs: only allocation, views,
   copies and dtype conversion are allowed (and, when the kernel runs on a GPU, host-side work on
   CPU tensors, such as Triton's autotuner taking the median of its timings);
+- NoThreads refuses Python threads started inside kernel_fn (dispatch modes are per thread);
 - LaunchCounter counts the Triton launches kernel_fn makes itself, and notes launches onto a
   stream other than the one the timer waits on;
 - poisoned_allocations fills fresh allocations with NaN during checked calls;
@@ -108,6 +109,48 @@ class NoLibraryCompute(TorchDispatchMode):
             VIOLATIONS.note(message)
             raise LibraryCompute(message)
         return func(*args, **kwargs)
+
+
+class NoThreads:
+    """Refuse Python threads started while kernel_fn runs (and note it, as NoLibraryCompute does).
+
+    PyTorch keeps dispatch modes per thread: a thread of kernel_fn's own would run PyTorch's ops where
+    NoLibraryCompute never sees them, and one joined before kernel_fn returns leaves no thread behind. Every
+    Python thread starts through _thread.start_new_thread (threading keeps its own name for it): both are
+    replaced, and the worker's fingerprint watches the replacements.
+    """
+
+    def __init__(self):
+        self.active = False
+
+    def install(self) -> "NoThreads":
+        import _thread
+        import threading
+
+        original, guard = _thread.start_new_thread, self
+
+        def start_new_thread(*args, **kwargs):
+            if guard.active:
+                message = ("kernel_fn started a thread: PyTorch's guard is per thread, so a kernel's work must run "
+                           "in kernel_fn's own thread (and its own kernels)")
+                VIOLATIONS.note(message)
+                raise LibraryCompute(message)
+            return original(*args, **kwargs)
+        self._originals = (original, threading._start_new_thread)
+        _thread.start_new_thread = threading._start_new_thread = start_new_thread
+        return self
+
+    def uninstall(self) -> None:
+        import _thread
+        import threading
+
+        _thread.start_new_thread, threading._start_new_thread = self._originals
+
+    def __enter__(self):
+        self.active = True
+
+    def __exit__(self, *exc):
+        self.active = False
 
 
 def compiled_figures(kernel) -> dict | None:

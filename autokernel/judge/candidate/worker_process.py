@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from autokernel.judge import source_check
+from autokernel.sandbox import process_tree
 from autokernel.sandbox.child_env import CACHE_FOLDERS
 
 # runner.run_bench puts a fresh secret here; the judge takes it out before it starts the worker and writes it
@@ -48,10 +49,12 @@ _sealed: dict = {}
 _early: dict = {}
 _refused: dict = {}          # kernel path -> why the source check refused it (its worker never started)
 _checked: dict = {}          # kernel path -> the sha256 of the source the check passed (the worker imports those bytes)
+_judges_own: dict = {}       # worker pid -> the judge's children from before it started that worker
 
 
 def seal_judge() -> str | None:
-    """Take the result nonce out of the environment, and close this process to the worker (idempotent).
+    """Take the result nonce out of the environment, close this process to the worker, and make it the reaper of
+    the worker's processes (idempotent).
 
     Without PR_SET_DUMPABLE a process of the same user can read this one's /proc entries (its
     initial environment, which held the nonce) and memory, or attach a debugger to it.
@@ -59,7 +62,11 @@ def seal_judge() -> str | None:
     if "nonce" not in _sealed:
         _sealed["nonce"] = os.environ.pop(NONCE_VARIABLE, None)
         with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(4, 0)  # PR_SET_DUMPABLE, 0
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(4, 0)  # PR_SET_DUMPABLE, 0
+            # PR_SET_CHILD_SUBREAPER: a process the worker starts stays below the judge even when its parent
+            # leaves it (a double fork), so the judge sees every one (judge_link.CandidateWorker.strays).
+            libc.prctl(36, 1)
     return _sealed["nonce"]
 
 
@@ -74,6 +81,7 @@ def start_worker(kernel_path: Path) -> tuple[subprocess.Popen, socket.socket]:
     if digest:
         cmd += ["--source-digest", digest]
     layer = _write_layer(writable) if writable else None
+    before = set(process_tree.children(os.getpid()))
     try:
         proc = subprocess.Popen(cmd, pass_fds=(worker_end.fileno(),), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
@@ -82,7 +90,14 @@ def start_worker(kernel_path: Path) -> tuple[subprocess.Popen, socket.socket]:
         if layer:
             layer.close()
     worker_end.close()
+    _judges_own[proc.pid] = before
     return proc, judge_end
+
+
+def judges_own(worker_pid: int) -> set[int]:
+    """The judge's children from before it started this worker: none of them is the candidate's
+    (judge_link.CandidateWorker.strays; a test's process has children of its own)."""
+    return set(_judges_own.get(worker_pid, ()))
 
 
 def worker_environment() -> tuple[dict[str, str], list[str]]:

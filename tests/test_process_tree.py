@@ -1,0 +1,30 @@
+"""autokernel/sandbox/process_tree.py's walk down from a process through /proc's children lists, which the judge
+runs after every answer of the worker (judge_link.CandidateWorker.check_alone)."""
+
+import os
+import subprocess
+import sys
+import time
+
+from autokernel.sandbox import process_tree
+
+
+def test_running_below_finds_children_and_grandchildren_and_not_once_they_are_gone():
+    # A child that starts a grandchild and waits: both are below this process, and neither once killed.
+    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']).wait()"])
+    try:
+        deadline = time.monotonic() + 10
+        while len(process_tree.running_below(child.pid)) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [grandchild] = process_tree.running_below(child.pid)
+        assert child.pid in process_tree.children(os.getpid())
+        assert {child.pid, grandchild} <= set(process_tree.running_below(os.getpid()))
+        assert process_tree.running(grandchild)
+        os.kill(grandchild, 9)
+        child.wait(timeout=10)
+        assert child.pid not in process_tree.running_below(os.getpid())
+        assert not process_tree.running(grandchild)
+    finally:
+        child.kill()
+        child.wait()
