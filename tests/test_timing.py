@@ -127,6 +127,17 @@ def _proved(kernel_ms: float, proof_ms: float) -> TimedCall:
     return TimedCall({"kernel_ms": kernel_ms, "host_ms": kernel_ms, "wall_ms": kernel_ms}, kernel_ms, proof_ms)
 
 
+def test_on_a_gpu_the_proof_clock_judges_nothing_until_it_is_calibrated_there():
+    # H200: an honest softmax at 8192 x 8192 (68 us) showed 0.34-0.54 ms beyond the empty calls and failed 3 of 5.
+    empty = [_proved(0.0, 0.6)]
+    honest_there = [_proved(0.068, 0.6 + 0.45)]
+    assert not timing.PROOF_ON_GPU
+    assert timing.proof_problem(honest_there, empty, own_ms=0.3, on_gpu=True) is None
+    forged = [_proved(0.35, 4.3)]            # what the CPU's rule refuses, the GPU's older checks must see there
+    assert timing.proof_problem(forged, empty, own_ms=0.3, on_gpu=False) is not None
+    assert timing.proof_problem(forged, empty, own_ms=0.3, on_gpu=True) is None
+
+
 def test_the_judges_own_clock_bounds_the_workers_times_from_below_on_every_device():
     empty = [_proved(0.0, 0.6), _proved(0.0, 0.9)]          # the bracket's own cost: the fastest, 0.6 ms
     honest = [_proved(3.5, 4.3), _proved(3.6, 9.0), _proved(3.4, 4.2)]    # one call delayed by a busy machine

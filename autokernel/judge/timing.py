@@ -237,6 +237,12 @@ PROOF_SLACK_MS = {False: 0.5, True: 0.1}            # CPU, GPU
 # The empty calls run in the candidate's process, which could slow them to hide work: their cost is taken no
 # higher than this many times what the judge's own drawing of the same inputs (and its own flush and pad) costs.
 OVERHEAD_COVER = 3.0
+# Off on a GPU until calibrated there. On an H200 (session 12) the honest softmax starter at 8192 x 8192 (68 us a
+# call on the events) took 0.34-0.54 ms more per checked call on this clock than the empty calls did, and failed
+# this rule in 3 of 5 runs, while forgers reporting 1-31 us showed 0.38-0.40 ms: the bracket's unexplained share is
+# as large as the gap it must see. On a GPU the events stay bounded by the judge's older checks (timing_problem),
+# and the fresh seed still refuses work done before the judge's request.
+PROOF_ON_GPU = False
 OVERHEAD_SLACK_MS = {False: 2.0, True: 0.2}
 
 
@@ -254,7 +260,7 @@ def proof_problem(checked: list[TimedCall], empty_calls: list[TimedCall], own_ms
     The bound is the fastest checked call on the judge's clock less the bracket's cost: each call's work is in its
     own proof, and the fastest is the one the machine's other work delayed least (on a CPU shared with other jobs,
     a wake-up can wait milliseconds). The worker's figure is its median: moving it takes forging most calls."""
-    if not checked:
+    if not checked or on_gpu and not PROOF_ON_GPU:
         return None
     bound = min(c.proof_ms for c in checked) - bracket_overhead_ms(empty_calls, own_ms, on_gpu)
     reported = _median([c.record["kernel_ms"] for c in checked])
