@@ -197,6 +197,26 @@ def test_a_verdict_the_kernel_writes_itself_is_not_the_checks(tmp_path):
     assert not outcome.passed and "without its verdict" in outcome.message, outcome.message
 
 
+@pytest.mark.slow
+def test_a_region_kernel_is_checked_where_only_the_loop_knows_its_region_file(tmp_path, monkeypatch):
+    # Installed with `pip install .`, the run's regions live in the user's project (workspace/regions), which the
+    # check's process, started in a folder of its own, cannot find by itself: every region candidate failed there
+    # with "unknown kernel type". Here the region's folder is known to this process alone (not in the environment).
+    from autokernel.kernel_types.regions import store
+    from autokernel.profile.regions.find import find_regions
+    from tests.regions import small_models
+
+    monkeypatch.delenv(store.FOLDERS_VARIABLE, raising=False)
+    [region] = find_regions(small_models.GemmSigmoidRowSum(), (small_models.rows(),)).regions
+    monkeypatch.setattr(store, "_added", [tmp_path / "regions"])
+    store.save(region, tmp_path / "regions")
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text(f"import torch\nKERNEL_TYPE = {region.name!r}\n\n\ndef kernel_fn(weight, bias, x):\n"
+                      "    return torch.sigmoid(x @ weight.t() + bias).sum(dim=1, keepdim=True)\n")
+    outcome = user_check.check_kernel(kernel, kernel_type=region.name, shapes=[], dtype="float32", seed=3)
+    assert outcome.passed, outcome.message
+
+
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     root = make_project(tmp_path / "project", monkeypatch)

@@ -73,12 +73,15 @@ def check_kernel(kernel_path: str | Path, *, kernel_type: str, shapes: Iterable[
     writer = threading.Thread(target=_write_all, args=(config_write, config), daemon=True)
     writer.start()                             # a config past the pipe's buffer would block here otherwise
     try:
-        readable = [*map(str, readable), str(Path(kernel_path).resolve().parent),
-                    *(str(folder) for folder in region_store.folders() if folder.is_dir())]
+        # The region folders are named to the child: it works in a folder of its own, so a pip-installed run's
+        # workspace/regions (in the user's project, found here through the work folder) is nowhere it would look.
+        regions = [str(folder) for folder in region_store.folders() if folder.is_dir()]
+        readable = [*map(str, readable), str(Path(kernel_path).resolve().parent), *regions]
         child = runner.run_child(paths.module_command(MODULE, str(config_read), str(verdict_write)),
                                  timeout_s=timeout_s, cwd=paths.ROOT, readable=readable, writable=[base],
                                  pass_fds=(config_read, verdict_write),
                                  env_extra={"HOME": home, "TMPDIR": tmpdir, "TMP": tmpdir, "TEMP": tmpdir,
+                                            region_store.FOLDERS_VARIABLE: os.pathsep.join(regions) or None,
                                             **{name: None for name in JUDGE_ONLY_VARIABLES}})
     finally:
         os.close(config_read)
