@@ -24,7 +24,8 @@ from autokernel.judge.user_process import Checker, UserProcessFailure
 from autokernel.kernel_types import registry
 from autokernel.search import gitops, loop, results
 from autokernel.search.budget import Budget
-from tests.loop_helpers import ScriptedAgent, fake_run_bench, make_job, make_project, proposal, result, source
+from tests.loop_helpers import (ScriptedAgent, bench_result, fake_run_bench, make_job, make_project, proposal, result,
+                                source)
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTACK_DIR = ROOT / "tests" / "attacks"
@@ -155,6 +156,17 @@ def test_the_check_runs_with_an_ordinary_home_and_tmpdir_and_the_launcher_writes
     # fails a candidate whose run left a .pyc), so the variable that says so stays.
     assert "PYTHONDONTWRITEBYTECODE" not in env
     assert seen["cmd"][:-2] == paths.module_command(user_check.MODULE) and str(tmp_path) not in " ".join(seen["cmd"])
+
+
+def test_a_failed_checks_short_reason_says_what_failed(monkeypatch):
+    # results.tsv's reason keeps a message's start: the check's explanation went first and left "...: the check
+    # failed: Ke" of a KeyError.
+    why = "the check failed: KeyError: \"unknown kernel type 'region_ab'\""
+    monkeypatch.setattr(user_check, "check_kernel", lambda *a, **k: user_check.CheckOutcome(False, why))
+    checked = user_check.keep_only_if_checked(bench_result(50.0), "kernel.py", kernel_type="softmax", shapes=[],
+                                              dtype="float16", seed=1)
+    assert not checked.passed and "in a user's process" in checked.message
+    assert results.short_reason(checked) == f"{user_check.STAGE}: {why}"
 
 
 # ---------------------------------------------------------------------- the real check, in the sandbox

@@ -136,10 +136,10 @@ def keep_only_if_checked(result: BenchResult, kernel_path: str | Path, *, kernel
     if outcome.passed:
         result.extra[CHECKED] = f"passed: {outcome.calls} calls"
         return result
-    failed = synthesized_result(FAIL, f"in a user's process (a fresh one, without the judge, calling kernel_fn "
-                                      f"hundreds of times and holding what it gave and got): "
-                                      f"{outcome.message[:MESSAGE_CHARS]}", kernel_type=kernel_type, dtype=dtype,
-                                seed=seed)
+    # What failed comes first: results.tsv's short reason and the terminal's line keep a message's start.
+    failed = synthesized_result(FAIL, f"{outcome.message[:MESSAGE_CHARS]}\n(in a user's process: a fresh one, "
+                                      f"without the judge, calling kernel_fn hundreds of times and holding what it "
+                                      f"gave and got)", kernel_type=kernel_type, dtype=dtype, seed=seed)
     failed.failed_stage = STAGE
     return failed
 
