@@ -238,8 +238,10 @@ class OptimizationRun(LoopRecords):
         """One experiment; returns a run-ending reason when the budget could not pay for it."""
         number = self.state.experiment + 1
         bench_s = self.bench_times.expected(progress, quick=True)
-        if self.budget.left() < max(self._llm_s + bench_s, MIN_WORTH_STARTING_S):
-            return self._short_of(self._llm_s + bench_s, "an experiment")
+        # A candidate that beats the best is checked in a user's process before it is kept: any experiment may.
+        needed_s = self._llm_s + bench_s + self.bench_times.check_s
+        if self.budget.left() < max(needed_s, MIN_WORTH_STARTING_S):
+            return self._short_of(needed_s, "an experiment")
         started = time.monotonic()
         proposal = self._next_queued(progress)          # a candidate an earlier reply queued: no question
         if proposal is None:
@@ -315,18 +317,29 @@ class OptimizationRun(LoopRecords):
         judged = policy.against_pytorch_best(result, progress.compile_us, progress.noise)
         if is_improvement(judged, progress.best, progress.noise) and user_check.needs_check(judged.bench):
             judged = self._checked_for_keeping(job, judged, number)
+            if judged is None:
+                self._abandon(f"exp {number} not finished: the budget ran out while it was checked in a user's "
+                              f"process; it is not recorded")
         return judged
 
-    def _checked_for_keeping(self, job: Job, judged: JudgedResult, number: int) -> JudgedResult:
+    def _checked_for_keeping(self, job: Job, judged: JudgedResult, number: int) -> JudgedResult | None:
         """A candidate about to be kept, run in a user's process first (autokernel/judge/user_check.py), with the
-        integrity checks around it as around a bench: the result as it was, or the FAIL that says why not."""
+        integrity checks around it as around a bench: the result as it was, the FAIL that says why not, or None
+        when the budget cut the check short (its limit is cut to the budget left, as a bench's is)."""
         self.view.phase(f"exp {number}: checking it in a user's process")
+        limit, clipped = self.bench_times.check_limit(user_check.TIMEOUT_S, self.budget.left())
+        started = time.monotonic()
 
         def check() -> BenchResult:
             return user_check.keep_only_if_checked(judged.bench, paths.KERNEL_FILE, kernel_type=job.kernel_type,
-                                                   shapes=job.shapes, dtype=job.dtype, seed=self.state.experiment + 1)
+                                                   shapes=job.shapes, dtype=job.dtype, seed=self.state.experiment + 1,
+                                                   timeout_s=limit)
 
         checked = integrity.checked_bench(self.repo, self.state.kept_commit, job.kernel_type, check)
+        if checked.correctness == TIMEOUT and clipped:
+            return None
+        if checked.correctness != TIMEOUT:
+            self.bench_times.record_check(time.monotonic() - started)
         return judged if checked is judged.bench else JudgedResult(checked)
 
     def _abandon(self, message: str) -> bool:
