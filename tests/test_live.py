@@ -3,6 +3,7 @@
 import io
 import logging
 import os
+import re
 import time
 
 from rich.console import Console
@@ -40,6 +41,18 @@ def test_phases_events_and_log_records_reach_the_view():
     assert "openai:m: 100 tokens in, 50 out, $0.0010" in out and "exp 2 KEEP PASS" in out
     logging.getLogger("autokernel.agents.base").info("after the view: not shown")
     assert "after the view" not in console.file.getvalue()
+
+
+def test_the_live_panel_leaves_room_for_the_terminals_echo_of_ctrl_c():
+    # A terminal echoes "^C" where the cursor is, after the panel's last line: a full-width panel let it wrap to a
+    # line of its own, and the redraws that followed erased from one line too low (the panel's top border stayed).
+    console = Console(file=io.StringIO(), width=80, force_terminal=True)
+    with live.ProgressView(interactive=True, console=console) as view:
+        view.phase("exp 3: judging")
+        view.log("the run's last line")
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", console.file.getvalue())
+    panel = [line for line in text.splitlines() if line[:1] in "╭│╰" and line]
+    assert panel and max(len(line) for line in panel) <= 80 - len("^C"), panel
 
 
 def test_native_output_goes_to_the_log_file_not_the_terminal(tmp_path, capfd):
