@@ -140,9 +140,10 @@ def keep_only_if_checked(result: BenchResult, kernel_path: str | Path, *, kernel
         result.extra[CHECKED] = f"passed: {outcome.calls} calls"
         return result
     # What failed comes first: results.tsv's short reason and the terminal's line keep a message's start.
-    failed = synthesized_result(TIMEOUT if outcome.timed_out else FAIL, f"{outcome.message[:MESSAGE_CHARS]}\n(in a user's process: a fresh one, "
-                                      f"without the judge, calling kernel_fn hundreds of times and holding what it "
-                                      f"gave and got)", kernel_type=kernel_type, dtype=dtype, seed=seed)
+    message = (f"{outcome.message[:MESSAGE_CHARS]}\n(in a user's process: a fresh one, without the judge, calling "
+               f"kernel_fn hundreds of times and holding what it gave and got)")
+    failed = synthesized_result(TIMEOUT if outcome.timed_out else FAIL, message, kernel_type=kernel_type, dtype=dtype,
+                                seed=seed)
     failed.failed_stage = STAGE
     return failed
 
