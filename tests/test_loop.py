@@ -286,6 +286,7 @@ def test_a_bench_cut_short_by_the_budget_leaves_no_row(project, monkeypatch):
     assert limits and limits[0] <= 2.0, "the first bench's limit is the budget left, not the 15-minute ceiling"
     assert not state.done and state.job_index == 0 and state.current is None and state.experiment == 0
     assert _statuses(project) == [], "a budget cut is no TIMEOUT verdict"
+    assert state.spent_s["baselines"] >= limits[0], "the cut baseline's time is still what the time went to"
     assert subjects(project) == ["init"] and git(project, "status", "--porcelain", "--untracked-files=no") == ""
 
 
@@ -327,6 +328,7 @@ def test_a_check_cut_short_by_the_budget_leaves_no_row(project, monkeypatch):
     assert _statuses(project) == [(1, "baseline", "PASS")], "a budget cut is no verdict"
     assert state.experiment == 1 and state.stopped_because == loop.BUDGET_SPENT
     assert git(project, "status", "--porcelain", "--untracked-files=no") == ""
+    assert state.spent_s["experiments"] >= limits[0], "the cut experiment's time is still what the time went to"
 
 
 def test_a_cost_cap_stops_the_run_cleanly(project):

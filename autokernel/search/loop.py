@@ -23,7 +23,7 @@ import torch
 from autokernel.agents.base import AgentContext, MalformedReply, OutOfTime, SearchExhausted
 from autokernel.core import child_output, contracts, paths
 from autokernel.core.contracts import FAIL, TIMEOUT, BenchResult, Job, JudgedResult, KeptVersion
-from autokernel.core.run_records import JobProgress, RunState
+from autokernel.core.run_records import BASELINES, EXPERIMENTS, JobProgress, RunState
 from autokernel.core.errors import OptimizationError
 from autokernel.core.interrupts import Interrupted, InterruptGuard
 from autokernel.core.live import LoopStatus, ProgressView, format_duration, plural
@@ -159,7 +159,7 @@ class OptimizationRun(LoopRecords):
         runs = self._baseline_runs(job)
         if runs is None:
             return self._abandon(f"the budget ran out while {job.name}'s baseline was being benched; "
-                                 f"--resume benches it again")
+                                 f"--resume benches it again", spent_on=BASELINES, started=started)
         return self._settle_baseline(job, runs, number, baseline_commit, started, gpu=self.gpu,
                                      bench_seconds=dict(self.bench_times.baseline))
 
@@ -275,7 +275,8 @@ class OptimizationRun(LoopRecords):
             failed = runner.synthesized_result(FAIL, f"contract: {exc}", kernel_type=job.kernel_type)
             result, gpu = JudgedResult(failed), ""
         else:
-            result, gpu = self._judge_candidate(job, progress, number, proposal.kernel_source, description), self.gpu
+            result = self._judge_candidate(job, progress, number, proposal.kernel_source, description, started)
+            gpu = self.gpu
         if result is None:
             return BUDGET_SPENT
         keep = is_improvement(result, progress.best, progress.noise)
@@ -289,8 +290,8 @@ class OptimizationRun(LoopRecords):
                          keep=keep, gpu=gpu, against=against)
         return None
 
-    def _judge_candidate(self, job: Job, progress: JobProgress, number: int, source: str,
-                         description: str) -> JudgedResult | None:
+    def _judge_candidate(self, job: Job, progress: JobProgress, number: int, source: str, description: str,
+                         started: float) -> JudgedResult | None:
         """Commit the candidate (its contract checked) and judge it; None when the budget cut the judging short."""
         with self.guard.critical():
             self.state.in_flight = {"step": "experiment", "number": number}
@@ -312,14 +313,15 @@ class OptimizationRun(LoopRecords):
                 self.view.phase(f"exp {number}: judging (full)")
                 result = self._judge(job, progress, quick=False)
         if result is None:
-            self._abandon(f"exp {number} not finished: the budget ran out while it was judged; it is not recorded")
+            self._abandon(f"exp {number} not finished: the budget ran out while it was judged; it is not recorded",
+                          spent_on=EXPERIMENTS, started=started)
             return None
         judged = policy.against_pytorch_best(result, progress.compile_us, progress.noise)
         if is_improvement(judged, progress.best, progress.noise) and user_check.needs_check(judged.bench):
             judged = self._checked_for_keeping(job, judged, number)
             if judged is None:
                 self._abandon(f"exp {number} not finished: the budget ran out while it was checked in a user's "
-                              f"process; it is not recorded")
+                              f"process; it is not recorded", spent_on=EXPERIMENTS, started=started)
         return judged
 
     def _checked_for_keeping(self, job: Job, judged: JudgedResult, number: int) -> JudgedResult | None:
@@ -342,11 +344,14 @@ class OptimizationRun(LoopRecords):
             self.bench_times.record_check(time.monotonic() - started)
         return judged if checked is judged.bench else JudgedResult(checked)
 
-    def _abandon(self, message: str) -> bool:
-        """Undo an experiment the budget cut short: no row, the number is used again on resume."""
+    def _abandon(self, message: str, *, spent_on: str, started: float) -> bool:
+        """Undo an experiment (or baseline) the budget cut short: no row, the number is used again on resume. Its
+        time still counts in what the run's time went to (spent_on: BASELINES or EXPERIMENTS), which rows alone
+        left short by the whole cut step."""
         with self.guard.critical():
             self.repo.reset_hard(self.state.kept_commit)
             self.state.in_flight = None
+            self.state.spent_s[spent_on] = round(self.state.spent_s.get(spent_on, 0.0) + time.monotonic() - started, 2)
             self._save()
         self.view.log(message)
         return False
