@@ -285,3 +285,44 @@ def test_a_judge_worker_checks_a_final_pass_only_where_it_beats_the_best_it_was_
     assert slower.passed and not user_check.was_checked(slower)
     faster = judged(best_us=100.0)
     assert faster.correctness == "FAIL" and faster.failed_stage == user_check.STAGE and "M=8193" in faster.message
+
+
+def test_a_judge_worker_checks_within_the_limit_it_was_sent_and_says_how_long_it_took(monkeypatch):
+    # The parallel loop cuts the check's limit to the budget left, as a bench's; the worker kept its 300 s ceiling.
+    from autokernel.core.contracts import BenchResult, JudgeTask
+    from autokernel.fleet import judge_worker
+
+    monkeypatch.setattr(judge_worker.runner, "run_bench", lambda *args, **kwargs: BenchResult.from_json(
+        {**result(50.0), runner.JUDGED_BY: "bench.py"}))
+    limits = []
+
+    def check(checked, *args, timeout_s=user_check.TIMEOUT_S, **kwargs):
+        limits.append(timeout_s)
+        return checked
+    monkeypatch.setattr(judge_worker.user_check, "keep_only_if_checked", check)
+    outcome = judge_worker.judge(JudgeTask(kernel_source=_baseline(), kernel_type="softmax", shapes=[],
+                                           dtype="float16", timeout_s=60, seed=1, best_us=100.0, noise=0.02,
+                                           check_timeout_s=7.0), "gpu0")
+    assert limits == [7.0] and outcome.check_seconds is not None and outcome.result.passed
+
+
+def test_the_parallel_loop_records_no_row_for_a_check_the_budget_cut(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from autokernel.core.contracts import JudgeOutcome
+    from autokernel.search.budget import BenchTimes
+    from autokernel.search.lanes import Flight
+    from autokernel.search.parallel_loop import ParallelRun
+
+    run = ParallelRun.__new__(ParallelRun)       # only what settling a verdict reads
+    run.view = ProgressView(interactive=False, console=Console(file=io.StringIO(), width=200))
+    run.bench_times, committed = BenchTimes(), []
+    run._commit_verdict = lambda *args, **kwargs: committed.append(args)
+    cut = runner.synthesized_result("TIMEOUT", "it ran past its 3 s limit and was killed", kernel_type="softmax")
+    cut.failed_stage = user_check.STAGE
+    flight = Flight(proposal("faster", _baseline()), "faster", 0.0, clipped=False, check_clipped=True)
+    run._settle(make_job(tmp_path / "project", 1, _baseline()), None, flight, JudgeOutcome(result=cut, gpu="gpu0", seconds=3.0))
+    assert committed == [] and "the budget ran out while it was checked in a user's process; not recorded" in \
+        run.view.console.file.getvalue()

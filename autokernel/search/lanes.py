@@ -25,6 +25,7 @@ class Flight:
     description: str
     started: float
     clipped: bool           # its limit was cut to the budget left: a TIMEOUT then means "out of time"
+    check_clipped: bool = False      # likewise its user's-process check's limit (JudgeTask.check_timeout_s)
 
 
 @dataclass
