@@ -29,6 +29,20 @@ def test_the_panel_shows_the_phase_tokens_cost_and_when_the_budget_ends():
     assert "in flight  1_softmax: 2 candidates on gpu0, gpu1; 2_reduce: baseline run 1 of 2 on gpu2" in console.file.getvalue()
 
 
+def test_the_panel_claims_no_speed_for_a_best_timed_in_the_interpreter():
+    # On CPU it said "1.00x over the baseline, 0.00014x vs PyTorch's best" where status says the speed is unknown.
+    from autokernel.core.contracts import BenchResult, JudgedResult
+    from autokernel.core.run_records import JobProgress
+
+    best = JudgedResult(BenchResult("PASS", latency_us=250000.0, speedup_vs_pytorch=0.00014, timings_meaningful=False))
+    status = live.LoopStatus()
+    status.show_job(3, JobProgress(baseline=best, best=best, noise=0.02), deadline=time.monotonic() + 60)
+    console = Console(file=io.StringIO(), width=120)
+    console.print(live._panel(status))
+    text = console.file.getvalue()
+    assert "correct; speed unknown on CPU (timed in Triton's interpreter)" in text and "PyTorch's best" not in text
+
+
 def test_phases_events_and_log_records_reach_the_view():
     console = Console(file=io.StringIO(), width=200)
     view = live.ProgressView(interactive=False, console=console)
