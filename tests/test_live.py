@@ -29,18 +29,27 @@ def test_the_panel_shows_the_phase_tokens_cost_and_when_the_budget_ends():
     assert "in flight  1_softmax: 2 candidates on gpu0, gpu1; 2_reduce: baseline run 1 of 2 on gpu2" in console.file.getvalue()
 
 
-def test_the_panel_claims_no_speed_for_a_best_timed_in_the_interpreter():
+def test_the_panel_claims_no_speed_for_a_best_timed_in_the_interpreter(tmp_path, monkeypatch):
     # On CPU it said "1.00x over the baseline, 0.00014x vs PyTorch's best" where status says the speed is unknown.
-    from autokernel.core.contracts import BenchResult, JudgedResult
-    from autokernel.core.run_records import JobProgress
+    from autokernel.core.contracts import RunSettings
+    from autokernel.core.run_records import RunState
+    from autokernel.search import gitops, loop
+    from autokernel.search.budget import Budget
+    from tests.loop_helpers import ScriptedAgent, fake_run_bench, make_job, make_project, result, source
 
-    best = JudgedResult(BenchResult("PASS", latency_us=250000.0, speedup_vs_pytorch=0.00014, timings_meaningful=False))
-    status = live.LoopStatus()
-    status.show_job(3, JobProgress(baseline=best, best=best, noise=0.02), deadline=time.monotonic() + 60)
-    console = Console(file=io.StringIO(), width=120)
-    console.print(live._panel(status))
-    text = console.file.getvalue()
-    assert "correct; speed unknown on CPU (timed in Triton's interpreter)" in text and "PyTorch's best" not in text
+    root = make_project(tmp_path / "project", monkeypatch)
+    monkeypatch.setattr(loop.runner, "run_bench", fake_run_bench([]))     # its results: not meaningful, as on CPU
+    repo = gitops.KernelRepo(root)
+    repo.start_branch("panel")
+    state = RunState(tag="panel", jobs=[make_job(root, 1, source(result(100.0)))], kept_commit=repo.head(),
+                     settings=RunSettings())
+    console = Console(file=io.StringIO(), width=120, force_terminal=True)
+    with live.ProgressView(interactive=True, console=console) as view:
+        loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(loop.SearchExhausted("done")), view=view,
+                             budget=Budget(600.0)).run()
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", console.file.getvalue())
+    assert "correct; speed unknown on CPU (timed in Triton's interpreter)" in text
+    assert not re.search(r"\dx (over the baseline|vs PyTorch's best)", text), "no speed from the interpreter"
 
 
 def test_phases_events_and_log_records_reach_the_view():

@@ -260,6 +260,61 @@ def test_the_loop_keeps_no_candidate_that_fails_in_the_users_process(project):
     assert rows[2]["description"] == "honest"
 
 
+# ---------------------------------------------------------------------- the check's time, in the loop's budget
+def _loop(root: Path, agent, budget_s: float) -> RunState:
+    repo = gitops.KernelRepo(root)
+    repo.start_branch("budget")
+    state = RunState(tag="budget", jobs=[make_job(root, 1, _baseline())], kept_commit=repo.head(),
+                     settings=RunSettings(budget_s=budget_s))
+    return loop.OptimizationRun(state, repo=repo, agent=agent, view=ProgressView(interactive=False),
+                                budget=Budget(budget_s)).run()
+
+
+def _statuses(root: Path) -> list[str]:
+    return [row["status"] for row in results.read_rows(root / "results.tsv")]
+
+
+def _judged_by_bench_py(latency: float) -> dict:
+    """A fake verdict as the project's judge gives it: a faster one is checked in a user's process before a keep."""
+    return {**result(latency), loop.runner.JUDGED_BY: "bench.py"}
+
+
+@pytest.mark.slow
+def test_no_experiment_starts_that_cannot_pay_for_the_check_a_keep_runs(project, monkeypatch):
+    # On CPU a keep's user's-process check took as long as a bench, unpaid: `--budget 3m` ended at 3m15s.
+    def slow_check(checked, *args, **kwargs):
+        time.sleep(3.0)
+        return checked
+
+    monkeypatch.setattr(loop.user_check, "keep_only_if_checked", slow_check)
+    agent = ScriptedAgent(proposal("faster", source(_judged_by_bench_py(80.0))),
+                          proposal("never asked", source(_judged_by_bench_py(60.0))))
+    state = _loop(project, agent, budget_s=5.0)
+    # After the first keep about 2 s are left: enough to ask and bench (instant here), not to check a keep (3 s).
+    assert _statuses(project) == ["baseline", "keep"] and len(agent.contexts) == 1
+    assert state.stopped_because.startswith(loop.BUDGET_TOO_SHORT) and "an experiment takes about 0m03s" in \
+        state.stopped_because
+
+
+@pytest.mark.slow
+def test_a_check_cut_short_by_the_budget_leaves_no_row(project, monkeypatch):
+    limits = []
+
+    def check_until_its_limit(checked, *args, timeout_s=loop.user_check.TIMEOUT_S, **kwargs):
+        limits.append(timeout_s)
+        time.sleep(min(timeout_s, 3.0))
+        return bench_result(None, "TIMEOUT")
+
+    monkeypatch.setattr(loop.user_check, "keep_only_if_checked", check_until_its_limit)
+    agent = ScriptedAgent(proposal("faster", source(_judged_by_bench_py(80.0))))
+    state = _loop(project, agent, budget_s=2.0)
+    assert limits and limits[0] <= 2.0, "the check's limit is the budget left, not its 300 s ceiling"
+    assert _statuses(project) == ["baseline"], "a budget cut is no verdict"
+    assert state.experiment == 1 and state.stopped_because == loop.BUDGET_SPENT
+    assert gitops.KernelRepo(project).uncommitted_tracked_files() == []
+    assert state.spent_s["experiments"] >= limits[0], "the cut experiment's time is still what the time went to"
+
+
 def _json(record: dict) -> str:
     return json.dumps(record)
 
@@ -322,7 +377,7 @@ def test_the_parallel_loop_records_no_row_for_a_check_the_budget_cut(tmp_path):
     run._commit_verdict = lambda *args, **kwargs: committed.append(args)
     cut = runner.synthesized_result("TIMEOUT", "it ran past its 3 s limit and was killed", kernel_type="softmax")
     cut.failed_stage = user_check.STAGE
-    flight = Flight(proposal("faster", _baseline()), "faster", 0.0, clipped=False, check_clipped=True)
+    flight = Flight(proposal("faster", _baseline()), "faster", 0.0, clipped=False, check_limit_s=3.0)
     run._settle(make_job(tmp_path / "project", 1, _baseline()), None, flight, JudgeOutcome(result=cut, gpu="gpu0", seconds=3.0))
     assert committed == [] and "the budget ran out while it was checked in a user's process; not recorded" in \
         run.view.console.file.getvalue()

@@ -32,8 +32,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from autokernel.core.contracts import SPEED_UNKNOWN
-
 
 @dataclass
 class LoopStatus:
@@ -44,7 +42,7 @@ class LoopStatus:
     kernel_experiments: int = 0           # experiments on the current kernel
     best_speedup: float | None = None     # current kernel: baseline latency / best latency
     best_vs_pytorch: float | None = None
-    best_timed: bool = True               # False: the best was timed in Triton's interpreter, which says nothing
+    best_note: str | None = None          # shown instead of the speedups where they mean nothing (the loop sets it)
     last_result: str = "-"
     llm_tokens: int = 0
     llm_cached_tokens: int = 0            # of llm_tokens: served by the provider's prompt cache
@@ -61,7 +59,6 @@ class LoopStatus:
         self.experiments, self.kernel_experiments, self.deadline = experiments, progress.experiments, deadline
         self.best_speedup = progress.gain()
         self.best_vs_pytorch = progress.best.speedup_vs_best or progress.best.bench.speedup_vs_pytorch
-        self.best_timed = progress.best.bench.timings_meaningful is not False
 
     def time_left_s(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
@@ -132,10 +129,8 @@ def _panel(status: LoopStatus, width: int | None = None) -> Panel:
     if status.jobs != "-":
         table.add_row("in flight", Text(status.jobs))
     table.add_row("experiments", f"{status.experiments} in all, {status.kernel_experiments} on this kernel")
-    # As status and the report say it: an interpreter's speedup (0.00014x vs PyTorch's best) is no speed at all.
-    table.add_row("best", f"{format_speedup(status.best_speedup)} over the baseline, "
-                          f"{format_speedup(status.best_vs_pytorch)} vs PyTorch's best" if status.best_timed else
-                  f"{SPEED_UNKNOWN} (timed in Triton's interpreter)")
+    table.add_row("best", status.best_note or f"{format_speedup(status.best_speedup)} over the baseline, "
+                                              f"{format_speedup(status.best_vs_pytorch)} vs PyTorch's best")
     table.add_row("last", Text(status.last_result))
     table.add_row("LLM", _cost(status))
     table.add_row("pace", Text(status.gpus))

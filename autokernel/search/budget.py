@@ -101,8 +101,13 @@ class BenchTimes:
         clipped = left_s < ceiling_s
         return (max(left_s, 1.0) if clipped else ceiling_s), clipped
 
-    def record_check(self, seconds: float) -> None:
-        self.check_s = max(self.check_s, seconds)
+    def record_check(self, seconds: float | None) -> None:
+        """Count a check that ran to a verdict (None: none did)."""
+        self.check_s = max(self.check_s, seconds or 0.0)
+
+    def experiment_s(self, llm_s: float, bench_s: float) -> float:
+        """What the next experiment may cost: the agent's reply, its bench, and the check a keep runs."""
+        return llm_s + bench_s + self.check_s
 
     def baseline_run_s(self, kernel_type: str, rows: list[dict], *, meaningful: bool) -> float | None:
         """What one baseline run of a job of this type is expected to cost (None: nothing measured yet):

@@ -238,10 +238,8 @@ class OptimizationRun(LoopRecords):
         """One experiment; returns a run-ending reason when the budget could not pay for it."""
         number = self.state.experiment + 1
         bench_s = self.bench_times.expected(progress, quick=True)
-        # A candidate that beats the best is checked in a user's process before it is kept: any experiment may.
-        needed_s = self._llm_s + bench_s + self.bench_times.check_s
-        if self.budget.left() < max(needed_s, MIN_WORTH_STARTING_S):
-            return self._short_of(needed_s, "an experiment")
+        if self.budget.left() < max(self.bench_times.experiment_s(self._llm_s, bench_s), MIN_WORTH_STARTING_S):
+            return self._short_of(self.bench_times.experiment_s(self._llm_s, bench_s), "an experiment")
         started = time.monotonic()
         proposal = self._next_queued(progress)          # a candidate an earlier reply queued: no question
         if proposal is None:

@@ -40,8 +40,7 @@ import torch
 
 from autokernel.agents.base import MalformedReply, OutOfTime, SearchExhausted, WaitForResults
 from autokernel.core import contracts, paths
-from autokernel.core.contracts import (FAIL, TIMEOUT, BenchResult, Job, JudgedResult, JudgeOutcome, JudgeTask,
-                                       KeptVersion)
+from autokernel.core.contracts import FAIL, TIMEOUT, Job, JudgedResult, JudgeOutcome, JudgeTask, KeptVersion
 from autokernel.core.run_records import JobProgress
 from autokernel.core.errors import OptimizationError
 from autokernel.core.live import format_duration, throughput_line
@@ -250,10 +249,8 @@ class ParallelRun(OptimizationRun):
         reply) or the candidate is on a worker; False when the budget cannot pay, or an instant reply was not judged."""
         job, progress = lane.job, lane.progress
         bench_s = self.bench_times.expected(progress, quick=True)
-        # A candidate that beats the best is checked in a user's process before it is kept: any experiment may.
-        needed_s = self._llm_s + bench_s + self.bench_times.check_s
-        if self.budget.left() < max(needed_s, MIN_WORTH_STARTING_S):
-            lane.stop = self._short_of(needed_s, "an experiment")
+        if self.budget.left() < max(self.bench_times.experiment_s(self._llm_s, bench_s), MIN_WORTH_STARTING_S):
+            lane.stop = self._short_of(self.bench_times.experiment_s(self._llm_s, bench_s), "an experiment")
             return False
         started, queued = time.monotonic(), self._next_queued(progress)   # an earlier reply's: no question
         if queued is not None:
@@ -312,8 +309,7 @@ class ParallelRun(OptimizationRun):
             return False
         task, clipped = self._task(job, progress, proposal.kernel_source, quick=True)
         slot = self.pool.submit(task, lane)
-        lane.flights[slot] = Flight(proposal, description, reply.started, clipped,
-                                    check_clipped=task.check_timeout_s < user_check.TIMEOUT_S)
+        lane.flights[slot] = Flight(proposal, description, reply.started, clipped, task.check_timeout_s)
         self.view.log(f"{self.pool.labels[slot]}: judging {description} [{job.name}]")
         return True
 
@@ -333,7 +329,6 @@ class ParallelRun(OptimizationRun):
             # The screen decides whether the full judge runs, on the same GPU, right after it.
             full_limit, full_clipped = self.bench_times.limit(progress, False, ceiling, left)
             full_below, clipped = progress.best.latency_us / (1 + progress.noise), clipped or full_clipped
-        check_limit, _ = self.bench_times.check_limit(user_check.TIMEOUT_S, left)
         screen = progress is not None and not self.quick_bench
         extra = (["--screen"] if screen else ["--quick"] * quick) + ["--compare-compile"] * compare_compile
         self._seed += 1
@@ -341,21 +336,18 @@ class ParallelRun(OptimizationRun):
                          timeout_s=limit, seed=self._seed, extra_args=extra, full_timeout_s=full_limit,
                          full_below_us=full_below, bench_script=runner.STAND_IN_JUDGE and str(runner.STAND_IN_JUDGE),
                          best_us=progress and progress.best.latency_us, noise=progress and progress.noise,
-                         check_timeout_s=check_limit), clipped
+                         check_timeout_s=self.bench_times.check_limit(user_check.TIMEOUT_S, left)[0]), clipped
 
     # ------------------------------------------------------------------ a verdict
     def _settle(self, job: Job, progress: JobProgress, flight: Flight, outcome: JudgeOutcome) -> None:
         result = integrity.of_the_jobs_type(outcome.result, job.kernel_type)
-        in_check = result.failed_stage == user_check.STAGE
-        if result.correctness == TIMEOUT and (flight.check_clipped if in_check else flight.clipped):
-            doing = "checked in a user's process" if in_check else "judged"
-            self.view.log(f"{flight.description}: not finished, the budget ran out while it was {doing}; not recorded")
+        if cut := flight.cut_by_budget(result):
+            self.view.log(f"{flight.description}: not finished, the budget ran out while it was {cut}; not recorded")
             return
         if result.correctness != TIMEOUT:
             for kind, seconds in outcome.bench_seconds.items():
                 self.bench_times.record(progress, seconds, quick=kind == "quick", compare_compile=False)
-        if outcome.check_seconds is not None:
-            self.bench_times.record_check(outcome.check_seconds)
+        self.bench_times.record_check(outcome.check_seconds)
         judged = policy.against_pytorch_best(result, progress.compile_us, progress.noise)
         self._commit_verdict(job, progress, flight, judged, gpu=outcome.gpu)
 
