@@ -126,8 +126,9 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
         status="keep", wall_seconds=1.0, llm_tokens=0))
     assert cli.main(["status"]) == 0
     out = capsys.readouterr().out
-    assert ("run night (branch autokernel/night): stopped: the run's time budget is spent; 14 experiments numbered, "
-            "1h00m of 2h00m used, 1200 LLM tokens, 700 of them cached and 100 reasoning ($0.50)") in out
+    # Experiment 14 is this run's only row (13 are an earlier run's): counted as the report counts them.
+    assert ("run night (branch autokernel/night): stopped: the run's time budget is spent; 1 experiment and 0 "
+            "baselines, 1h00m of 2h00m used, 1200 LLM tokens, 700 of them cached and 100 reasoning ($0.50)") in out
     assert "1_matmul: done, 1.80x over its baseline, 1.10x vs PyTorch eager (9 experiments; 5 reverts in a row)" in out
     assert "2_softmax: cut short after 3 experiments, best 1.50x over its baseline, best so far saved" in out
     assert "3_rmsnorm: no baseline yet" in out

@@ -3,6 +3,7 @@
 import io
 import logging
 import os
+import re
 import time
 
 from rich.console import Console
@@ -28,6 +29,29 @@ def test_the_panel_shows_the_phase_tokens_cost_and_when_the_budget_ends():
     assert "in flight  1_softmax: 2 candidates on gpu0, gpu1; 2_reduce: baseline run 1 of 2 on gpu2" in console.file.getvalue()
 
 
+def test_the_panel_claims_no_speed_for_a_best_timed_in_the_interpreter(tmp_path, monkeypatch):
+    # On CPU it said "1.00x over the baseline, 0.00014x vs PyTorch's best" where status says the speed is unknown.
+    from autokernel.core.contracts import RunSettings
+    from autokernel.core.run_records import RunState
+    from autokernel.search import gitops, loop
+    from autokernel.search.budget import Budget
+    from tests.loop_helpers import ScriptedAgent, fake_run_bench, make_job, make_project, result, source
+
+    root = make_project(tmp_path / "project", monkeypatch)
+    monkeypatch.setattr(loop.runner, "run_bench", fake_run_bench([]))     # its results: not meaningful, as on CPU
+    repo = gitops.KernelRepo(root)
+    repo.start_branch("panel")
+    state = RunState(tag="panel", jobs=[make_job(root, 1, source(result(100.0)))], kept_commit=repo.head(),
+                     settings=RunSettings())
+    console = Console(file=io.StringIO(), width=120, force_terminal=True)
+    with live.ProgressView(interactive=True, console=console) as view:
+        loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(loop.SearchExhausted("done")), view=view,
+                             budget=Budget(600.0)).run()
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", console.file.getvalue())
+    assert "correct; speed unknown on CPU (timed in Triton's interpreter)" in text
+    assert not re.search(r"\dx (over the baseline|vs PyTorch's best)", text), "no speed from the interpreter"
+
+
 def test_phases_events_and_log_records_reach_the_view():
     console = Console(file=io.StringIO(), width=200)
     view = live.ProgressView(interactive=False, console=console)
@@ -40,6 +64,18 @@ def test_phases_events_and_log_records_reach_the_view():
     assert "openai:m: 100 tokens in, 50 out, $0.0010" in out and "exp 2 KEEP PASS" in out
     logging.getLogger("autokernel.agents.base").info("after the view: not shown")
     assert "after the view" not in console.file.getvalue()
+
+
+def test_the_live_panel_leaves_room_for_the_terminals_echo_of_ctrl_c():
+    # A terminal echoes "^C" where the cursor is, after the panel's last line: a full-width panel let it wrap to a
+    # line of its own, and the redraws that followed erased from one line too low (the panel's top border stayed).
+    console = Console(file=io.StringIO(), width=80, force_terminal=True)
+    with live.ProgressView(interactive=True, console=console) as view:
+        view.phase("exp 3: judging")
+        view.log("the run's last line")
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", console.file.getvalue())
+    panel = [line for line in text.splitlines() if line[:1] in "╭│╰" and line]
+    assert panel and max(len(line) for line in panel) <= 80 - len("^C"), panel
 
 
 def test_native_output_goes_to_the_log_file_not_the_terminal(tmp_path, capfd):

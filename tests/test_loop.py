@@ -285,7 +285,7 @@ def test_a_bench_cut_short_by_the_budget_leaves_no_row(project, monkeypatch):
     assert time.monotonic() - started < 2.0 + 5      # not the 15-minute ceiling (slack for a loaded machine)
     assert limits and limits[0] <= 2.0, "the first bench's limit is the budget left, not the 15-minute ceiling"
     assert not state.done and state.job_index == 0 and state.current is None and state.experiment == 0
-    assert _statuses(project) == [], "a budget cut is no TIMEOUT verdict"
+    assert _statuses(project) == [] and state.spent_s["baselines"] >= limits[0], "no TIMEOUT verdict; its time counts"
     assert subjects(project) == ["init"] and git(project, "status", "--porcelain", "--untracked-files=no") == ""
 
 

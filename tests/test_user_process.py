@@ -24,7 +24,8 @@ from autokernel.judge.user_process import Checker, UserProcessFailure
 from autokernel.kernel_types import registry
 from autokernel.search import gitops, loop, results
 from autokernel.search.budget import Budget
-from tests.loop_helpers import ScriptedAgent, fake_run_bench, make_job, make_project, proposal, result, source
+from tests.loop_helpers import (ScriptedAgent, bench_result, fake_run_bench, make_job, make_project, proposal, result,
+                                source)
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTACK_DIR = ROOT / "tests" / "attacks"
@@ -157,6 +158,17 @@ def test_the_check_runs_with_an_ordinary_home_and_tmpdir_and_the_launcher_writes
     assert seen["cmd"][:-2] == paths.module_command(user_check.MODULE) and str(tmp_path) not in " ".join(seen["cmd"])
 
 
+def test_a_failed_checks_short_reason_says_what_failed(monkeypatch):
+    # results.tsv's reason keeps a message's start: the check's explanation went first and left "...: the check
+    # failed: Ke" of a KeyError.
+    why = "the check failed: KeyError: \"unknown kernel type 'region_ab'\""
+    monkeypatch.setattr(user_check, "check_kernel", lambda *a, **k: user_check.CheckOutcome(False, why))
+    checked = user_check.keep_only_if_checked(bench_result(50.0), "kernel.py", kernel_type="softmax", shapes=[],
+                                              dtype="float16", seed=1)
+    assert not checked.passed and "in a user's process" in checked.message
+    assert results.short_reason(checked) == f"{user_check.STAGE}: {why}"
+
+
 # ---------------------------------------------------------------------- the real check, in the sandbox
 def _check(kernel: Path, kernel_type: str = "softmax", shapes=()) -> user_check.CheckOutcome:
     started = time.monotonic()
@@ -197,6 +209,26 @@ def test_a_verdict_the_kernel_writes_itself_is_not_the_checks(tmp_path):
     assert not outcome.passed and "without its verdict" in outcome.message, outcome.message
 
 
+@pytest.mark.slow
+def test_a_region_kernel_is_checked_where_only_the_loop_knows_its_region_file(tmp_path, monkeypatch):
+    # Installed with `pip install .`, the run's regions live in the user's project (workspace/regions), which the
+    # check's process, started in a folder of its own, cannot find by itself: every region candidate failed there
+    # with "unknown kernel type". Here the region's folder is known to this process alone (not in the environment).
+    from autokernel.kernel_types.regions import store
+    from autokernel.profile.regions.find import find_regions
+    from tests.regions import small_models
+
+    monkeypatch.delenv(store.FOLDERS_VARIABLE, raising=False)
+    [region] = find_regions(small_models.GemmSigmoidRowSum(), (small_models.rows(),)).regions
+    monkeypatch.setattr(store, "_added", [tmp_path / "regions"])
+    store.save(region, tmp_path / "regions")
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text(f"import torch\nKERNEL_TYPE = {region.name!r}\n\n\ndef kernel_fn(weight, bias, x):\n"
+                      "    return torch.sigmoid(x @ weight.t() + bias).sum(dim=1, keepdim=True)\n")
+    outcome = user_check.check_kernel(kernel, kernel_type=region.name, shapes=[], dtype="float32", seed=3)
+    assert outcome.passed, outcome.message
+
+
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     root = make_project(tmp_path / "project", monkeypatch)
@@ -228,6 +260,61 @@ def test_the_loop_keeps_no_candidate_that_fails_in_the_users_process(project):
     assert rows[2]["description"] == "honest"
 
 
+# ---------------------------------------------------------------------- the check's time, in the loop's budget
+def _loop(root: Path, agent, budget_s: float) -> RunState:
+    repo = gitops.KernelRepo(root)
+    repo.start_branch("budget")
+    state = RunState(tag="budget", jobs=[make_job(root, 1, _baseline())], kept_commit=repo.head(),
+                     settings=RunSettings(budget_s=budget_s))
+    return loop.OptimizationRun(state, repo=repo, agent=agent, view=ProgressView(interactive=False),
+                                budget=Budget(budget_s)).run()
+
+
+def _statuses(root: Path) -> list[str]:
+    return [row["status"] for row in results.read_rows(root / "results.tsv")]
+
+
+def _judged_by_bench_py(latency: float) -> dict:
+    """A fake verdict as the project's judge gives it: a faster one is checked in a user's process before a keep."""
+    return {**result(latency), loop.runner.JUDGED_BY: "bench.py"}
+
+
+@pytest.mark.slow
+def test_no_experiment_starts_that_cannot_pay_for_the_check_a_keep_runs(project, monkeypatch):
+    # On CPU a keep's user's-process check took as long as a bench, unpaid: `--budget 3m` ended at 3m15s.
+    def slow_check(checked, *args, **kwargs):
+        time.sleep(3.0)
+        return checked
+
+    monkeypatch.setattr(loop.user_check, "keep_only_if_checked", slow_check)
+    agent = ScriptedAgent(proposal("faster", source(_judged_by_bench_py(80.0))),
+                          proposal("never asked", source(_judged_by_bench_py(60.0))))
+    state = _loop(project, agent, budget_s=5.0)
+    # After the first keep about 2 s are left: enough to ask and bench (instant here), not to check a keep (3 s).
+    assert _statuses(project) == ["baseline", "keep"] and len(agent.contexts) == 1
+    assert state.stopped_because.startswith(loop.BUDGET_TOO_SHORT) and "an experiment takes about 0m03s" in \
+        state.stopped_because
+
+
+@pytest.mark.slow
+def test_a_check_cut_short_by_the_budget_leaves_no_row(project, monkeypatch):
+    limits = []
+
+    def check_until_its_limit(checked, *args, timeout_s=loop.user_check.TIMEOUT_S, **kwargs):
+        limits.append(timeout_s)
+        time.sleep(min(timeout_s, 3.0))
+        return bench_result(None, "TIMEOUT")
+
+    monkeypatch.setattr(loop.user_check, "keep_only_if_checked", check_until_its_limit)
+    agent = ScriptedAgent(proposal("faster", source(_judged_by_bench_py(80.0))))
+    state = _loop(project, agent, budget_s=2.0)
+    assert limits and limits[0] <= 2.0, "the check's limit is the budget left, not its 300 s ceiling"
+    assert _statuses(project) == ["baseline"], "a budget cut is no verdict"
+    assert state.experiment == 1 and state.stopped_because == loop.BUDGET_SPENT
+    assert gitops.KernelRepo(project).uncommitted_tracked_files() == []
+    assert state.spent_s["experiments"] >= limits[0], "the cut experiment's time is still what the time went to"
+
+
 def _json(record: dict) -> str:
     return json.dumps(record)
 
@@ -253,3 +340,44 @@ def test_a_judge_worker_checks_a_final_pass_only_where_it_beats_the_best_it_was_
     assert slower.passed and not user_check.was_checked(slower)
     faster = judged(best_us=100.0)
     assert faster.correctness == "FAIL" and faster.failed_stage == user_check.STAGE and "M=8193" in faster.message
+
+
+def test_a_judge_worker_checks_within_the_limit_it_was_sent_and_says_how_long_it_took(monkeypatch):
+    # The parallel loop cuts the check's limit to the budget left, as a bench's; the worker kept its 300 s ceiling.
+    from autokernel.core.contracts import BenchResult, JudgeTask
+    from autokernel.fleet import judge_worker
+
+    monkeypatch.setattr(judge_worker.runner, "run_bench", lambda *args, **kwargs: BenchResult.from_json(
+        {**result(50.0), runner.JUDGED_BY: "bench.py"}))
+    limits = []
+
+    def check(checked, *args, timeout_s=user_check.TIMEOUT_S, **kwargs):
+        limits.append(timeout_s)
+        return checked
+    monkeypatch.setattr(judge_worker.user_check, "keep_only_if_checked", check)
+    outcome = judge_worker.judge(JudgeTask(kernel_source=_baseline(), kernel_type="softmax", shapes=[],
+                                           dtype="float16", timeout_s=60, seed=1, best_us=100.0, noise=0.02,
+                                           check_timeout_s=7.0), "gpu0")
+    assert limits == [7.0] and outcome.check_seconds is not None and outcome.result.passed
+
+
+def test_the_parallel_loop_records_no_row_for_a_check_the_budget_cut(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from autokernel.core.contracts import JudgeOutcome
+    from autokernel.search.budget import BenchTimes
+    from autokernel.search.lanes import Flight
+    from autokernel.search.parallel_loop import ParallelRun
+
+    run = ParallelRun.__new__(ParallelRun)       # only what settling a verdict reads
+    run.view = ProgressView(interactive=False, console=Console(file=io.StringIO(), width=200))
+    run.bench_times, committed = BenchTimes(), []
+    run._commit_verdict = lambda *args, **kwargs: committed.append(args)
+    cut = runner.synthesized_result("TIMEOUT", "it ran past its 3 s limit and was killed", kernel_type="softmax")
+    cut.failed_stage = user_check.STAGE
+    flight = Flight(proposal("faster", _baseline()), "faster", 0.0, clipped=False, check_limit_s=3.0)
+    run._settle(make_job(tmp_path / "project", 1, _baseline()), None, flight, JudgeOutcome(result=cut, gpu="gpu0", seconds=3.0))
+    assert committed == [] and "the budget ran out while it was checked in a user's process; not recorded" in \
+        run.view.console.file.getvalue()

@@ -336,6 +336,8 @@ class JudgeTask:
     # user's process before it comes back (autokernel/judge/user_check.py). None for a baseline.
     best_us: float | None = None
     noise: float | None = None
+    # That check's time limit (None: its own ceiling, user_check.TIMEOUT_S): the loop cuts it to the budget left.
+    check_timeout_s: float | None = None
 
     to_json = asdict
 
@@ -353,10 +355,11 @@ class JudgeOutcome:
     gpu: str
     seconds: float                               # the worker's time on it, every bench included
     bench_seconds: dict[str, float] = field(default_factory=dict)   # "quick", "full": each bench that ran
+    check_seconds: float | None = None           # the user's-process check's time, where one ran to a verdict
 
     def to_json(self) -> dict:
         return {"result": self.result.to_json(), "gpu": self.gpu, "seconds": self.seconds,
-                "bench_seconds": dict(self.bench_seconds)}
+                "bench_seconds": dict(self.bench_seconds), "check_seconds": self.check_seconds}
 
     @classmethod
     def from_json(cls, data: dict) -> JudgeOutcome:

@@ -42,6 +42,7 @@ class LoopStatus:
     kernel_experiments: int = 0           # experiments on the current kernel
     best_speedup: float | None = None     # current kernel: baseline latency / best latency
     best_vs_pytorch: float | None = None
+    best_note: str | None = None          # shown instead of the speedups where they mean nothing (the loop sets it)
     last_result: str = "-"
     llm_tokens: int = 0
     llm_cached_tokens: int = 0            # of llm_tokens: served by the provider's prompt cache
@@ -117,7 +118,7 @@ def _cost(status: LoopStatus) -> str:
             f"reasoning), {cost}")
 
 
-def _panel(status: LoopStatus) -> Panel:
+def _panel(status: LoopStatus, width: int | None = None) -> Panel:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold cyan", justify="right")
     table.add_column()
@@ -128,14 +129,14 @@ def _panel(status: LoopStatus) -> Panel:
     if status.jobs != "-":
         table.add_row("in flight", Text(status.jobs))
     table.add_row("experiments", f"{status.experiments} in all, {status.kernel_experiments} on this kernel")
-    table.add_row("best", f"{format_speedup(status.best_speedup)} over the baseline, "
-                          f"{format_speedup(status.best_vs_pytorch)} vs PyTorch's best")
+    table.add_row("best", status.best_note or f"{format_speedup(status.best_speedup)} over the baseline, "
+                                              f"{format_speedup(status.best_vs_pytorch)} vs PyTorch's best")
     table.add_row("last", Text(status.last_result))
     table.add_row("LLM", _cost(status))
     table.add_row("pace", Text(status.gpus))
     table.add_row("time left", "-" if left is None else
                   f"{format_duration(left)} (ends by {time.strftime('%H:%M', time.localtime(time.time() + left))})")
-    return Panel(table, title="autokernel optimize", border_style="cyan")
+    return Panel(table, title="autokernel optimize", border_style="cyan", width=width)
 
 
 class _EventHandler(logging.Handler):
@@ -145,6 +146,9 @@ class _EventHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.view.log(record.getMessage())
+
+
+ECHO_ROOM = len("^C")       # the columns the live panel leaves free at its right
 
 
 class ProgressView:
@@ -173,8 +177,12 @@ class ProgressView:
         logger.addHandler(self._handler)
         logger.setLevel(logging.INFO)
         if self.interactive:
-            # Rendered afresh on every refresh, so the time left counts down during a long bench run.
-            self._live = Live(console=self.console, get_renderable=lambda: _panel(self.status), refresh_per_second=1)
+            # Rendered afresh on every refresh, so the time left counts down during a long bench run. Narrower than
+            # the terminal by the "^C" a terminal echoes after the panel's last line on Ctrl-C: a full-width panel
+            # let it wrap onto a line of its own, and every redraw then erased from one line too low, leaving the
+            # panel's top border above the run's last lines (the panel twice).
+            self._live = Live(console=self.console, refresh_per_second=1,
+                              get_renderable=lambda: _panel(self.status, width=max(self.console.width - ECHO_ROOM, 20)))
             self._live.start()
         return self
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from autokernel.core import paths
-from autokernel.core.contracts import BenchResult, JudgeOutcome, JudgeTask
+from autokernel.core.contracts import TIMEOUT, BenchResult, JudgeOutcome, JudgeTask
 from autokernel.judge import runner, user_check
 
 _PR_SET_PDEATHSIG = 1
@@ -40,6 +40,7 @@ def judge(task: JudgeTask, gpu: str) -> JudgeOutcome:
     slot = tempfile.mkdtemp(prefix="autokernel-candidate-")
     bench_script = task.bench_script if task.bench_script and Path(task.bench_script).exists() else None
     seconds: dict[str, float] = {}
+    check_seconds = None
     try:
         kernel = Path(slot) / "kernel.py"
         kernel.write_text(task.kernel_source)
@@ -59,12 +60,16 @@ def judge(task: JudgeTask, gpu: str) -> JudgeOutcome:
                            task.full_timeout_s)
         if user_check.would_keep(result, task.best_us, task.noise):
             # On this GPU, before the worker takes its next task: the check never shares a GPU with a timing. (Its
-            # time is in the outcome's seconds, not bench_seconds, which estimate what benches cost.)
+            # time is check_seconds, not bench_seconds, which estimate what benches cost.)
+            begun = time.monotonic()
             result = user_check.keep_only_if_checked(result, kernel, kernel_type=task.kernel_type, shapes=task.shapes,
-                                                     dtype=task.dtype, seed=task.seed, readable=[slot])
+                                                     dtype=task.dtype, seed=task.seed, readable=[slot],
+                                                     timeout_s=task.check_timeout_s or user_check.TIMEOUT_S)
+            check_seconds = None if result.correctness == TIMEOUT else time.monotonic() - begun
     finally:
         shutil.rmtree(slot, ignore_errors=True)
-    return JudgeOutcome(result=result, gpu=gpu, seconds=time.monotonic() - started, bench_seconds=seconds)
+    return JudgeOutcome(result=result, gpu=gpu, seconds=time.monotonic() - started, bench_seconds=seconds,
+                        check_seconds=check_seconds)
 
 
 def serve(label: str, requests, replies) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable
 
 from autokernel.core import paths
-from autokernel.core.contracts import FAIL, BenchResult
+from autokernel.core.contracts import FAIL, TIMEOUT, BenchResult
 from autokernel.kernel_types.regions import store as region_store
 from autokernel.sandbox.child_env import CACHE_FOLDERS, remove_tree
 
@@ -46,6 +46,7 @@ class CheckOutcome:
     passed: bool
     message: str           # why it failed ("" on a pass)
     calls: int = 0
+    timed_out: bool = False
 
 
 def _user_name() -> str:
@@ -73,12 +74,15 @@ def check_kernel(kernel_path: str | Path, *, kernel_type: str, shapes: Iterable[
     writer = threading.Thread(target=_write_all, args=(config_write, config), daemon=True)
     writer.start()                             # a config past the pipe's buffer would block here otherwise
     try:
-        readable = [*map(str, readable), str(Path(kernel_path).resolve().parent),
-                    *(str(folder) for folder in region_store.folders() if folder.is_dir())]
+        # The region folders are named to the child: it works in a folder of its own, so a pip-installed run's
+        # workspace/regions (in the user's project, found here through the work folder) is nowhere it would look.
+        regions = [str(folder) for folder in region_store.folders() if folder.is_dir()]
+        readable = [*map(str, readable), str(Path(kernel_path).resolve().parent), *regions]
         child = runner.run_child(paths.module_command(MODULE, str(config_read), str(verdict_write)),
                                  timeout_s=timeout_s, cwd=paths.ROOT, readable=readable, writable=[base],
                                  pass_fds=(config_read, verdict_write),
                                  env_extra={"HOME": home, "TMPDIR": tmpdir, "TMP": tmpdir, "TEMP": tmpdir,
+                                            region_store.FOLDERS_VARIABLE: os.pathsep.join(regions) or None,
                                             **{name: None for name in JUDGE_ONLY_VARIABLES}})
     finally:
         os.close(config_read)
@@ -102,7 +106,7 @@ def _outcome(written: str, child, nonce: str, timeout_s: float) -> CheckOutcome:
     from autokernel.judge.runner import last_lines
 
     if child.timed_out:
-        return CheckOutcome(False, f"it ran past its {timeout_s:g} s limit and was killed")
+        return CheckOutcome(False, f"it ran past its {timeout_s:g} s limit and was killed", timed_out=True)
     if child.leftover_processes:
         return CheckOutcome(False, f"the kernel left {child.leftover_processes} process(es) running")
     verdicts = []
@@ -124,18 +128,21 @@ def _outcome(written: str, child, nonce: str, timeout_s: float) -> CheckOutcome:
 
 
 def keep_only_if_checked(result: BenchResult, kernel_path: str | Path, *, kernel_type: str, shapes: Iterable[dict],
-                         dtype: str, seed: int, readable: Iterable[str | Path] = ()) -> BenchResult:
-    """A result about to be kept: as it was (marked as checked) when the check passes, else a FAIL saying why."""
+                         dtype: str, seed: int, readable: Iterable[str | Path] = (),
+                         timeout_s: float = TIMEOUT_S) -> BenchResult:
+    """A result about to be kept: as it was (marked as checked) when the check passes, else a FAIL saying why (a
+    TIMEOUT when the check ran past timeout_s: the loop cuts that limit to its budget, and such a cut is no verdict)."""
     from autokernel.judge.runner import synthesized_result
 
     outcome = check_kernel(kernel_path, kernel_type=kernel_type, shapes=shapes, dtype=dtype, seed=seed,
-                           readable=readable)
+                           readable=readable, timeout_s=timeout_s)
     if outcome.passed:
         result.extra[CHECKED] = f"passed: {outcome.calls} calls"
         return result
-    failed = synthesized_result(FAIL, f"in a user's process (a fresh one, without the judge, calling kernel_fn "
-                                      f"hundreds of times and holding what it gave and got): "
-                                      f"{outcome.message[:MESSAGE_CHARS]}", kernel_type=kernel_type, dtype=dtype,
+    # What failed comes first: results.tsv's short reason and the terminal's line keep a message's start.
+    message = (f"{outcome.message[:MESSAGE_CHARS]}\n(in a user's process: a fresh one, without the judge, calling "
+               f"kernel_fn hundreds of times and holding what it gave and got)")
+    failed = synthesized_result(TIMEOUT if outcome.timed_out else FAIL, message, kernel_type=kernel_type, dtype=dtype,
                                 seed=seed)
     failed.failed_stage = STAGE
     return failed

@@ -72,6 +72,9 @@ class BenchTimes:
     def __init__(self):
         self.typical_s: float | None = None
         self.baseline: dict[str, float] = {}
+        # The longest user's-process check of this session (autokernel/judge/user_check.py): a candidate that beats
+        # the best runs it before it is kept, so any experiment may cost it on top of its bench.
+        self.check_s = 0.0
 
     def of(self, progress) -> dict[str, float]:
         return progress.bench_seconds if progress else self.baseline
@@ -92,6 +95,19 @@ class BenchTimes:
         # The budget binds every bench, measured or not: one that would run past it is cut there.
         clipped = left_s < limit
         return (min(limit, max(left_s, 1.0)) if clipped else limit), clipped
+
+    def check_limit(self, ceiling_s: float, left_s: float) -> tuple[float, bool]:
+        """A user's-process check's time limit, and whether the budget left clipped it (as `limit` for a bench)."""
+        clipped = left_s < ceiling_s
+        return (max(left_s, 1.0) if clipped else ceiling_s), clipped
+
+    def record_check(self, seconds: float | None) -> None:
+        """Count a check that ran to a verdict (None: none did)."""
+        self.check_s = max(self.check_s, seconds or 0.0)
+
+    def experiment_s(self, llm_s: float, bench_s: float) -> float:
+        """What the next experiment may cost: the agent's reply, its bench, and the check a keep runs."""
+        return llm_s + bench_s + self.check_s
 
     def baseline_run_s(self, kernel_type: str, rows: list[dict], *, meaningful: bool) -> float | None:
         """What one baseline run of a job of this type is expected to cost (None: nothing measured yet):

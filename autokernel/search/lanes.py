@@ -14,8 +14,9 @@ import time
 from dataclasses import dataclass, field
 
 from autokernel.agents.base import Proposal
-from autokernel.core.contracts import BenchResult, Job
+from autokernel.core.contracts import TIMEOUT, BenchResult, Job
 from autokernel.core.run_records import JobProgress
+from autokernel.judge import user_check
 
 
 @dataclass
@@ -25,6 +26,16 @@ class Flight:
     description: str
     started: float
     clipped: bool           # its limit was cut to the budget left: a TIMEOUT then means "out of time"
+    check_limit_s: float | None = None    # its user's-process check's limit: cut by the budget if below its ceiling
+
+    def cut_by_budget(self, result: BenchResult) -> str | None:
+        """What the budget cut short ("judged", "checked in a user's process"), or None: a TIMEOUT under a limit it
+        cut is no verdict."""
+        in_check = result.failed_stage == user_check.STAGE
+        check_cut = self.check_limit_s is not None and self.check_limit_s < user_check.TIMEOUT_S
+        if result.correctness != TIMEOUT or not (check_cut if in_check else self.clipped):
+            return None
+        return "checked in a user's process" if in_check else "judged"
 
 
 @dataclass

@@ -23,7 +23,7 @@ import torch
 from autokernel.agents.base import AgentContext, MalformedReply, OutOfTime, SearchExhausted
 from autokernel.core import child_output, contracts, paths
 from autokernel.core.contracts import FAIL, TIMEOUT, BenchResult, Job, JudgedResult, KeptVersion
-from autokernel.core.run_records import JobProgress, RunState
+from autokernel.core.run_records import BASELINES, EXPERIMENTS, JobProgress, RunState
 from autokernel.core.errors import OptimizationError
 from autokernel.core.interrupts import Interrupted, InterruptGuard
 from autokernel.core.live import LoopStatus, ProgressView, format_duration, plural
@@ -159,7 +159,7 @@ class OptimizationRun(LoopRecords):
         runs = self._baseline_runs(job)
         if runs is None:
             return self._abandon(f"the budget ran out while {job.name}'s baseline was being benched; "
-                                 f"--resume benches it again")
+                                 f"--resume benches it again", spent_on=BASELINES, started=started)
         return self._settle_baseline(job, runs, number, baseline_commit, started, gpu=self.gpu,
                                      bench_seconds=dict(self.bench_times.baseline))
 
@@ -238,8 +238,8 @@ class OptimizationRun(LoopRecords):
         """One experiment; returns a run-ending reason when the budget could not pay for it."""
         number = self.state.experiment + 1
         bench_s = self.bench_times.expected(progress, quick=True)
-        if self.budget.left() < max(self._llm_s + bench_s, MIN_WORTH_STARTING_S):
-            return self._short_of(self._llm_s + bench_s, "an experiment")
+        if self.budget.left() < max(self.bench_times.experiment_s(self._llm_s, bench_s), MIN_WORTH_STARTING_S):
+            return self._short_of(self.bench_times.experiment_s(self._llm_s, bench_s), "an experiment")
         started = time.monotonic()
         proposal = self._next_queued(progress)          # a candidate an earlier reply queued: no question
         if proposal is None:
@@ -273,7 +273,8 @@ class OptimizationRun(LoopRecords):
             failed = runner.synthesized_result(FAIL, f"contract: {exc}", kernel_type=job.kernel_type)
             result, gpu = JudgedResult(failed), ""
         else:
-            result, gpu = self._judge_candidate(job, progress, number, proposal.kernel_source, description), self.gpu
+            result = self._judge_candidate(job, progress, number, proposal.kernel_source, description, started)
+            gpu = self.gpu
         if result is None:
             return BUDGET_SPENT
         keep = is_improvement(result, progress.best, progress.noise)
@@ -287,8 +288,8 @@ class OptimizationRun(LoopRecords):
                          keep=keep, gpu=gpu, against=against)
         return None
 
-    def _judge_candidate(self, job: Job, progress: JobProgress, number: int, source: str,
-                         description: str) -> JudgedResult | None:
+    def _judge_candidate(self, job: Job, progress: JobProgress, number: int, source: str, description: str,
+                         started: float) -> JudgedResult | None:
         """Commit the candidate (its contract checked) and judge it; None when the budget cut the judging short."""
         with self.guard.critical():
             self.state.in_flight = {"step": "experiment", "number": number}
@@ -310,30 +311,45 @@ class OptimizationRun(LoopRecords):
                 self.view.phase(f"exp {number}: judging (full)")
                 result = self._judge(job, progress, quick=False)
         if result is None:
-            self._abandon(f"exp {number} not finished: the budget ran out while it was judged; it is not recorded")
+            self._abandon(f"exp {number} not finished: the budget ran out while it was judged; it is not recorded",
+                          spent_on=EXPERIMENTS, started=started)
             return None
         judged = policy.against_pytorch_best(result, progress.compile_us, progress.noise)
         if is_improvement(judged, progress.best, progress.noise) and user_check.needs_check(judged.bench):
             judged = self._checked_for_keeping(job, judged, number)
+            if judged is None:
+                self._abandon(f"exp {number} not finished: the budget ran out while it was checked in a user's "
+                              f"process; it is not recorded", spent_on=EXPERIMENTS, started=started)
         return judged
 
-    def _checked_for_keeping(self, job: Job, judged: JudgedResult, number: int) -> JudgedResult:
+    def _checked_for_keeping(self, job: Job, judged: JudgedResult, number: int) -> JudgedResult | None:
         """A candidate about to be kept, run in a user's process first (autokernel/judge/user_check.py), with the
-        integrity checks around it as around a bench: the result as it was, or the FAIL that says why not."""
+        integrity checks around it as around a bench: the result as it was, the FAIL that says why not, or None
+        when the budget cut the check short (its limit is cut to the budget left, as a bench's is)."""
         self.view.phase(f"exp {number}: checking it in a user's process")
+        limit, clipped = self.bench_times.check_limit(user_check.TIMEOUT_S, self.budget.left())
+        started = time.monotonic()
 
         def check() -> BenchResult:
             return user_check.keep_only_if_checked(judged.bench, paths.KERNEL_FILE, kernel_type=job.kernel_type,
-                                                   shapes=job.shapes, dtype=job.dtype, seed=self.state.experiment + 1)
+                                                   shapes=job.shapes, dtype=job.dtype, seed=self.state.experiment + 1,
+                                                   timeout_s=limit)
 
         checked = integrity.checked_bench(self.repo, self.state.kept_commit, job.kernel_type, check)
+        if checked.correctness == TIMEOUT and clipped:
+            return None
+        if checked.correctness != TIMEOUT:
+            self.bench_times.record_check(time.monotonic() - started)
         return judged if checked is judged.bench else JudgedResult(checked)
 
-    def _abandon(self, message: str) -> bool:
-        """Undo an experiment the budget cut short: no row, the number is used again on resume."""
+    def _abandon(self, message: str, *, spent_on: str, started: float) -> bool:
+        """Undo an experiment (or baseline) the budget cut short: no row, the number is used again on resume. Its
+        time still counts in what the run's time went to (spent_on: BASELINES or EXPERIMENTS), which rows alone
+        left short by the whole cut step."""
         with self.guard.critical():
             self.repo.reset_hard(self.state.kept_commit)
             self.state.in_flight = None
+            self.state.spent_s[spent_on] = round(self.state.spent_s.get(spent_on, 0.0) + time.monotonic() - started, 2)
             self._save()
         self.view.log(message)
         return False

@@ -224,6 +224,9 @@ class LoopRecords:
     def _refresh_status(self, progress: JobProgress) -> None:
         self._status.gpus = throughput_line(self.state.throughput, time.monotonic() - self._wall_mark)
         self._status.show_job(self.state.experiment, progress, deadline=self.budget.deadline())
+        # As status and the report say it: an interpreter's speedup (0.00014x vs PyTorch's best) is no speed at all.
+        self._status.best_note = (None if progress.best.bench.timings_meaningful is not False
+                                  else f"{SPEED_UNKNOWN} (timed in Triton's interpreter)")
         self.view.update(self._status)
 
     def _save_best(self, job: Job, progress: JobProgress, reason: str) -> None:

@@ -40,8 +40,7 @@ import torch
 
 from autokernel.agents.base import MalformedReply, OutOfTime, SearchExhausted, WaitForResults
 from autokernel.core import contracts, paths
-from autokernel.core.contracts import (FAIL, TIMEOUT, BenchResult, Job, JudgedResult, JudgeOutcome, JudgeTask,
-                                       KeptVersion)
+from autokernel.core.contracts import FAIL, TIMEOUT, Job, JudgedResult, JudgeOutcome, JudgeTask, KeptVersion
 from autokernel.core.run_records import JobProgress
 from autokernel.core.errors import OptimizationError
 from autokernel.core.live import format_duration, throughput_line
@@ -250,8 +249,8 @@ class ParallelRun(OptimizationRun):
         reply) or the candidate is on a worker; False when the budget cannot pay, or an instant reply was not judged."""
         job, progress = lane.job, lane.progress
         bench_s = self.bench_times.expected(progress, quick=True)
-        if self.budget.left() < max(self._llm_s + bench_s, MIN_WORTH_STARTING_S):
-            lane.stop = self._short_of(self._llm_s + bench_s, "an experiment")
+        if self.budget.left() < max(self.bench_times.experiment_s(self._llm_s, bench_s), MIN_WORTH_STARTING_S):
+            lane.stop = self._short_of(self.bench_times.experiment_s(self._llm_s, bench_s), "an experiment")
             return False
         started, queued = time.monotonic(), self._next_queued(progress)   # an earlier reply's: no question
         if queued is not None:
@@ -310,7 +309,7 @@ class ParallelRun(OptimizationRun):
             return False
         task, clipped = self._task(job, progress, proposal.kernel_source, quick=True)
         slot = self.pool.submit(task, lane)
-        lane.flights[slot] = Flight(proposal, description, reply.started, clipped)
+        lane.flights[slot] = Flight(proposal, description, reply.started, clipped, task.check_timeout_s)
         self.view.log(f"{self.pool.labels[slot]}: judging {description} [{job.name}]")
         return True
 
@@ -336,17 +335,19 @@ class ParallelRun(OptimizationRun):
         return JudgeTask(kernel_source=source, kernel_type=job.kernel_type, shapes=list(job.shapes), dtype=job.dtype,
                          timeout_s=limit, seed=self._seed, extra_args=extra, full_timeout_s=full_limit,
                          full_below_us=full_below, bench_script=runner.STAND_IN_JUDGE and str(runner.STAND_IN_JUDGE),
-                         best_us=progress and progress.best.latency_us, noise=progress and progress.noise), clipped
+                         best_us=progress and progress.best.latency_us, noise=progress and progress.noise,
+                         check_timeout_s=self.bench_times.check_limit(user_check.TIMEOUT_S, left)[0]), clipped
 
     # ------------------------------------------------------------------ a verdict
     def _settle(self, job: Job, progress: JobProgress, flight: Flight, outcome: JudgeOutcome) -> None:
         result = integrity.of_the_jobs_type(outcome.result, job.kernel_type)
-        if result.correctness == TIMEOUT and flight.clipped:
-            self.view.log(f"{flight.description}: not finished, the budget ran out while it was judged; not recorded")
+        if cut := flight.cut_by_budget(result):
+            self.view.log(f"{flight.description}: not finished, the budget ran out while it was {cut}; not recorded")
             return
         if result.correctness != TIMEOUT:
             for kind, seconds in outcome.bench_seconds.items():
                 self.bench_times.record(progress, seconds, quick=kind == "quick", compare_compile=False)
+        self.bench_times.record_check(outcome.check_seconds)
         judged = policy.against_pytorch_best(result, progress.compile_us, progress.noise)
         self._commit_verdict(job, progress, flight, judged, gpu=outcome.gpu)
 

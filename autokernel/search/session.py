@@ -311,6 +311,18 @@ def _return_user(repo: gitops.KernelRepo, state: RunState, position: str | None,
 RESUME_HINT = "continue with: autokernel optimize --resume"
 
 
+def _rows_words(tag: str) -> str:
+    """The run's rows as the report counts them ("3 experiments and 1 baseline, "), from results.tsv: the state's
+    experiment number counts every earlier run's rows in that file too (a run that had judged nothing said "4
+    experiments numbered"); nothing when the file cannot be read."""
+    try:
+        rows = [row for row in results.read_rows(paths.RESULTS_TSV) if row["tag"] == tag]
+    except (OSError, results.ResultsFileError):
+        return ""
+    experiments = results.experiments_of(rows)
+    return f"{plural(experiments, 'experiment')} and {plural(len(rows) - experiments, 'baseline')}, "
+
+
 def outcome_lines(state: RunState) -> list[str]:
     """The run and each of its kernels, as they really ended: done, cut short (and why), skipped or not started."""
     settings = state.settings
@@ -318,8 +330,8 @@ def outcome_lines(state: RunState) -> list[str]:
              else f"job {state.job_index + 1} of {len(state.jobs)}")
     cost = f"${state.cost_usd:.2f}" + (f" + {plural(state.cost_unknown_calls, 'call')} without a price"
                                        if state.cost_unknown_calls else "")
-    lines = [f"run {state.tag} (branch {gitops.branch_name(state.tag)}): {where}; {plural(state.experiment, 'experiment')} "
-             f"numbered, {format_duration(state.elapsed_s)} of {settings.show('budget_s')} used{_spent_words(state)}, "
+    lines = [f"run {state.tag} (branch {gitops.branch_name(state.tag)}): {where}; {_rows_words(state.tag)}"
+             f"{format_duration(state.elapsed_s)} of {settings.show('budget_s')} used{_spent_words(state)}, "
              f"{state.llm_tokens} LLM tokens, {state.llm_cached_tokens} of them cached and {state.llm_reasoning_tokens} "
              f"reasoning ({cost})"]
     finished = {entry["file"]: entry for entry in state.finished}
