@@ -61,6 +61,14 @@ class OptimizedKernel:
         return self.records.get((shape_key(shape), dtype_name(dtype)))
 
     @property
+    def variant(self) -> str | None:
+        """The variant a file of several runs (a region's starter: Inductor's template or the GEMM engine's tile),
+        as its TUNABLES name it; None for a file of one."""
+        tunables = getattr(self.kernel_fn, "__globals__", {}).get("TUNABLES")
+        variant = tunables.get("variant") if isinstance(tunables, dict) else None
+        return variant if isinstance(variant, str) else None
+
+    @property
     def op_name(self) -> str:
         return f"{self.kernel_type}_{self.rank}_{self.source_sha256[:12]}"
 

@@ -354,7 +354,7 @@ class Router:
             "kernels": [{"name": k.name, "kernel_type": k.kernel_type, "file": str(k.file),
                          "hits": self.stats[k.name].hits, "fallbacks": self.stats[k.name].fallbacks,
                          "fallback_reasons": dict(self.stats[k.name].reasons.most_common()),
-                         "graph_op": k.op_kind or None, "variant": _variant_of(k)} for k in self.kernels],
+                         "graph_op": k.op_kind or None, "variant": k.variant} for k in self.kernels],
             "module_routes": [{"path": r.path, "class": r.module_class,
                                "routed_as": r.checked.label if r.checked else None,
                                "candidates": [v.label for v in r.candidates], "rejections": r.rejections}
@@ -396,10 +396,3 @@ class _FunctionRouting(TorchFunctionMode):
                 return out
         return func(*args, **kwargs)
 
-
-def _variant_of(kernel: OptimizedKernel) -> str | None:
-    """The variant a kernel file with several runs (a region's starter: Inductor's template or the GEMM engine's
-    tile) as its TUNABLES name it, None for a file of one."""
-    tunables = getattr(kernel.kernel_fn, "__globals__", {}).get("TUNABLES")
-    variant = tunables.get("variant") if isinstance(tunables, dict) else None
-    return variant if isinstance(variant, str) else None

@@ -1,11 +1,10 @@
 """The candidate's process: it imports the kernel file and runs kernel_fn when the judge asks.
 
-bench.py (the judge) starts this worker with one end of a socket pair and keeps the verdict to
-itself: it makes its own copy of every input, computes the reference, and compares what the
-worker sends back. The worker only computes outputs and timings. Before it imports the kernel
-file it binds the timer (autokernel/judge/timing.py's Clock) and installs its guards
-(autokernel/judge/candidate/worker_guards.py); after the import and after every call it checks that none of them
-was replaced and that torch's global state did not change.
+bench.py (the judge) starts this worker with one end of a socket pair and keeps the verdict to itself: it makes its
+own copy of every input, computes the reference, and compares what the worker sends back. The worker only computes
+outputs and timings. Before it imports the kernel file it binds the timer (autokernel/judge/timing.py's Clock) and
+installs its guards (worker_guards.py); after the import and after every call it checks that none of them was
+replaced and that torch's global state did not change.
 
 Requests (JSON, autokernel/core/wire.py) and replies:
   call        {"case", "repeat", "poison", "parts"}
@@ -20,8 +19,7 @@ Requests (JSON, autokernel/core/wire.py) and replies:
   proof       {"positions"}                -> the output's elements at those flat positions (the judge's clock
                                               stops on this reply), then, off the judge's clock, the checks of
                                               the call and {"checked": true}
-  output      {}                           -> the output of the last timed call
-  sample      {"positions"}                -> its elements at those flat positions (a list per tensor)
+  output      {}  /  sample {"positions"}  -> the last timed call's output, or its elements at those positions
   exit        {}
 A reply that is {"fail": message} or {"crash": message} ends the judging.
 """
@@ -32,11 +30,9 @@ import _thread
 import argparse
 import builtins
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
-import signal
 import socket
 import sys
 import threading
@@ -57,6 +53,7 @@ from autokernel.judge import correctness, cuda_launches, timing
 from autokernel.judge.candidate import kernel_errors, worker_guards as guards, worker_tampering as tampering
 from autokernel.judge.candidate.kernel_errors import crash_message
 from autokernel.judge.candidate.worker_guards import VIOLATIONS
+from autokernel.judge.candidate.worker_process import die_with_parent
 from autokernel.kernel_types import references as reference, registry
 
 
@@ -384,14 +381,6 @@ class Worker:
             wire.send(self.sock, header, tensors)
             if after and after[0] is not None:      # checks that run once the reply is out: a second reply
                 wire.send(self.sock, *self._attempt(after[0]))
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to kill this process when the judge dies, so a killed judge leaves no worker behind."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:
-        os._exit(1)
 
 
 def main(argv=None) -> int:
