@@ -44,7 +44,7 @@ How a shape is planned (`plan`):
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -836,8 +836,6 @@ def _bucket_plan(bucket: str, M: int, N: int, K: int, dtype: torch.dtype, precis
     warps = t[f"{bucket}_warps"]
     if bucket == "ieee":
         warps = min(warps, max(1, block_m * block_n // (32 * IEEE_MIN_OUTPUTS_PER_THREAD)))
-    if tile not in (None, (t[f"{bucket}_BLOCK_M"], t[f"{bucket}_BLOCK_N"])) and block_m * block_n <= TC32_SMALL_TILE:
-        warps = min(warps, 4)       # a quarter tile: one warpgroup, whose wgmma covers its 64 rows
     return GemmPlan(bucket, block_m, block_n, block_k, warps, stages, split, precision)
 
 
@@ -861,6 +859,9 @@ def _tc32_plan(M: int, N: int, K: int, dtype: torch.dtype, precision: str, devic
     bm, bn = t["tc32_BLOCK_M"], t["tc32_BLOCK_N"]
     tiles = dict.fromkeys([(bm, bn), (bm, max(16, bn // 2)), (max(16, bm // 2), max(16, bn // 2))])
     plans = [_bucket_plan("tc32", M, N, K, dtype, precision, device, tile, split_k) for tile in tiles]
+    # A quarter tile runs with one warpgroup, whose wgmma covers its 64 rows.
+    plans[1:] = [replace(p, warps=min(p.warps, 4)) if p.block_m * p.block_n <= TC32_SMALL_TILE else p
+                 for p in plans[1:]]
     sms = _sm_count(device)
     return max(plans, key=lambda p: _expected_rate(p, M, N, sms, (bm, bn)))   # the first (largest) on ties
 

@@ -395,4 +395,3 @@ class _FunctionRouting(TorchFunctionMode):
             if out is not _NOT_ROUTED:
                 return out
         return func(*args, **kwargs)
-
