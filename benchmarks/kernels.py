@@ -19,7 +19,7 @@ SUBCOMMANDS = {"compare": "compare", "bench-all": "bench_all", "gemm-sweep": "ge
                "model-gemms": "model_gemms", "tunable-sweep": "tunable_sweep", "tunables-plan": "tunables_plan",
                "model-shapes": "model_shapes", "fp32-probe": "fp32_probe", "fused-check": "fused_check",
                "fusion-check": "fusion_check", "fusion-check-mlp": "fusion_check_mlp",
-               "coverage-check": "coverage_check", "region-check": "region_check"}
+               "coverage-check": "coverage_check", "region-check": "region_check", "head-probe": "head_probe"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -75,6 +75,7 @@ ATTACKS = {
     "cross_entropy_lse_in_input_dtype": ("FAIL", "stability", "[confident logits", "cpu"),
     "rotary_recomputes_its_tables": ("FAIL", "smoke", "elements wrong", "cpu"),
     "rmsnorm_ignores_eps": ("FAIL", "stability", "[eps 1e-05 near the rows' scale", "cpu"),
+    "matmul_ignores_b_strides": ("FAIL", "stability", "[a Linear's weight", "cpu"),
     "layernorm_ignores_eps": ("FAIL", "stability", "[eps 0.01 near the rows' scale", "cpu"),
     "rmsnorm_linear_ignores_eps": ("FAIL", "stability", "[the model's own eps", "cpu"),
     "rmsnorm_mlp_ignores_eps": ("FAIL", "stability", "[the model's own eps", "cpu"),

@@ -102,3 +102,21 @@ def test_linear_weights_are_transposed_once_until_they_change():
     assert second is not first and torch.equal(second, layer.weight.t())
     routes.forget_kept_tensors(layer)
     assert matmul.transposed_weight(layer.weight, layer) is not second
+
+
+def test_a_linear_whose_transposed_rows_would_be_unaligned_hands_over_its_weights_view():
+    head = nn.Linear(160, 203, bias=False).half()           # 203 half rows: 406 bytes, not a multiple of 16
+    b = matmul.linear_b(head.weight, head)
+    assert b.data_ptr() == head.weight.data_ptr() and b.stride() == (1, 160)
+    assert matmul.TRANSPOSED_WEIGHT not in head.__dict__   # nothing kept: no copy of a vocabulary-sized weight
+    aligned = nn.Linear(160, 208, bias=False).half()
+    assert matmul.linear_b(aligned.weight, aligned).is_contiguous()
+    narrow = nn.Linear(13, 203, bias=False).half()          # the weight's own rows unaligned too: the copy, as before
+    assert matmul.linear_b(narrow.weight, narrow).is_contiguous()
+
+
+def test_the_judge_draws_b_in_the_layout_the_router_hands_over():
+    case = next(a for a in matmul.KERNEL_TYPE.adversarial if a.name == "a Linear's weight")
+    inputs = case.make_inputs(case.shape, torch.float16, torch.Generator().manual_seed(0), "cpu")
+    assert inputs["b"].shape == (case.shape["K"], case.shape["N"]) and inputs["b"].stride() == (1, case.shape["K"])
+    assert (case.shape["N"] * 2) % 16                      # unaligned, as the heads that take this path

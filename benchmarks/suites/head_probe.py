@@ -1,0 +1,95 @@
+"""Probe: a language model's head, a 16-bit GEMM whose N is not a multiple of 8 (GPT-2: 512 x 768 @ 768 x 50257).
+
+Question (issue 34's bar: GPT-2 fp16 at 1x512 faster than PyTorch's best). Session 12 saw our head at 178 us
+against Inductor's 104 (H200). cuBLAS is slow on the unaligned N (2.84x our engine's time on an H100, 2026-11-27);
+Inductor pads the weight to 50264 rows and calls cuBLAS. Hypothesis: the padding is a copy of the 77 MB weight on
+every call (about 35 us of its 104 on an H200), so a weight padded once, or our engine reading the unaligned weight
+by TMA (its rows are 768 elements: aligned) with a fast epilogue, beats it.
+
+Prints per variant: median whole-call time (do_bench, L2 flushed, each call's own Python included), TFLOP/s and
+max error against a float32 product; and Inductor's generated code for the head (to see where it pads).
+Run: python benchmarks/kernels.py head-probe [--m 512 --n 50257 --k 768]
+"""
+
+import argparse
+import importlib.util
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+
+ROOT = Path(__file__).resolve().parents[2]
+PLANS = ("128x128x64/w8/s5/g8/k1/ws0", "128x256x64/w8/s3/g8/k1/ws0", "128x256x64/w8/s3/g8/k1/ws1",
+         "256x128x64/w8/s3/g8/k1/ws0", "128x128x64/w8/s4/g8/k1/ws1")
+PADDED_PLANS = PLANS[:2]
+
+
+def _matmul_module():
+    spec = importlib.util.spec_from_file_location("head_probe_matmul", ROOT / "kernels" / "matmul.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--m", type=int, default=512)
+    parser.add_argument("--n", type=int, default=50257)
+    parser.add_argument("--k", type=int, default=768)
+    parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
+    parser.add_argument("--out", default=os.environ.get("OUT"), help="where Inductor's code for the head is written")
+
+
+def main(args: argparse.Namespace) -> int:
+    if not torch.cuda.is_available():
+        print("head-probe needs a GPU")
+        return 2
+    mm = _matmul_module()
+    dtype = getattr(torch, args.dtype)
+    M, N, K = args.m, args.n, args.k
+    pad_n = -(-N // 8) * 8
+    torch.manual_seed(0)
+    x = torch.randn(M, K, device="cuda", dtype=dtype)
+    w = torch.randn(N, K, device="cuda", dtype=dtype) / K ** 0.5
+    w_pad = torch.zeros(pad_n, K, device="cuda", dtype=dtype)
+    w_pad[:N].copy_(w)
+    ref = x.float() @ w.float().t()
+    flop = 2 * M * N * K
+    print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}: "
+          f"{M} x {K} @ {K} x {N} {args.dtype} (padded N {pad_n})")
+
+    compiled = torch.compile(lambda a, b: F.linear(a, b))
+    graphs = torch.compile(lambda a, b: F.linear(a, b), mode="reduce-overhead")
+    variants = {
+        "eager F.linear (cuBLAS, unaligned N)": lambda: F.linear(x, w),
+        "torch.compile F.linear": lambda: compiled(x, w),
+        "torch.compile + CUDA graphs F.linear": lambda: graphs(x, w).clone(),
+        "cuBLAS on a weight padded once, sliced view": lambda: F.linear(x, w_pad)[:, :N],
+        "cuBLAS on a weight padded once, contiguous": lambda: F.linear(x, w_pad)[:, :N].contiguous(),
+        "matmul.kernel_fn (today's route)": lambda: mm.kernel_fn(x, w.t()),
+    }
+    for text in PLANS:
+        plan = mm.parse_engine_plan(text)
+        variants[f"engine {text}"] = (lambda p: lambda: mm.engine_gemm(x, w.t(), plan=p))(plan)
+    for text in PADDED_PLANS:
+        variants[f"engine {text}, padded weight and out, view"] = \
+            (lambda p: lambda: mm.engine_gemm(x, w_pad.t(), plan=p)[:, :N])(mm.parse_engine_plan(text))
+    start = time.time()
+    for name, fn in variants.items():
+        try:
+            out = fn()
+            torch.cuda.synchronize()
+            error = (out.float() - ref).abs().max().item()
+            ms = triton.testing.do_bench(fn, warmup=25, rep=200)
+            print(f"  {name:60s} {ms * 1e3:8.1f} us {flop / ms / 1e9:6.1f} TFLOP/s  max error {error:.2e}")
+        except Exception as exc:  # a variant that does not compile or fit is a result too
+            print(f"  {name:60s} {type(exc).__name__}: {str(exc).splitlines()[0][:140]}")
+    print(f"({time.time() - start:.0f} s)")
+    if args.out:
+        from torch._inductor.utils import run_and_get_code
+        torch._dynamo.reset()
+        _, code = run_and_get_code(torch.compile(lambda a, b: F.linear(a, b)), x, w)
+        Path(args.out, "head_inductor_code.py").write_text("\n\n# ----\n".join(code))
+    return 0
