@@ -40,12 +40,61 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", type=int, default=768)
     parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     parser.add_argument("--out", default=os.environ.get("OUT"), help="where Inductor's code for the head is written")
+    parser.add_argument("--routed", action="store_true",
+                        help="instead: the shipped GPT-2 with only its head routed to the matmul starter, under "
+                             "torch.compile + CUDA graphs, against the same model unrouted; Inductor's code of both")
+
+
+def routed(args: argparse.Namespace) -> int:
+    """Whole-model check of the head's route: the kernel wins alone (session 13: 82 us against Inductor's 104 in
+    the compiled timing of its own shape) but the route lost end to end (0.972x on shipped GPT-2)."""
+    import tempfile
+
+    from torch._inductor.utils import run_and_get_code
+
+    from autokernel.core.paths import MANIFEST_NAME, starter_path
+    from autokernel.routing import plugin
+    from benchmarks.common import load_module
+    gpt2 = load_module(ROOT / "models" / "gpt2.py", "head_probe_gpt2", register=True)
+    tokens = gpt2.get_inputs()[0].cuda()
+    folder = Path(tempfile.mkdtemp())
+    (folder / "1_matmul.py").write_text(starter_path("matmul").read_text())
+    plugin.write_manifest(folder / MANIFEST_NAME, {"1_matmul": {
+        "file": "1_matmul.py", "kernel_type": "matmul", "rank": 1, "dtypes": ["float16"],
+        "shapes": [{"M": tokens.numel(), "N": 50257, "K": 768}], "best_speedup_vs_pytorch": 1.0}})
+    results = {}
+    for name in ("unrouted", "routed"):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = gpt2.get_model().cuda().half().eval()
+        if name == "routed":
+            plugin.plug_in(model, folder, policy="all")
+            with torch.no_grad():
+                model(tokens)       # the router decides on an eager call; a compiled graph takes that decision
+        for mode in ("default", "reduce-overhead"):
+            torch._dynamo.reset()
+            compiled = torch.compile(model, mode=None if mode == "default" else mode)
+            with torch.no_grad():
+                out, code = run_and_get_code(compiled, tokens)
+                out, code2 = run_and_get_code(compiled, tokens)
+                strides, out = tuple(out.stride()), out.float()      # a CUDA graph's output is overwritten next run
+                ms = triton.testing.do_bench(lambda: compiled(tokens), warmup=25, rep=300)
+            results[(name, mode)] = (ms, out)
+            print(f"  {name:9s} torch.compile {mode:16s} {ms * 1e3:8.1f} us  out strides {strides}")
+            if args.out:
+                Path(args.out, f"gpt2_{name}_{mode}.py").write_text("\n\n# ----\n".join(code + code2))
+    ref = results[("unrouted", "default")][1]
+    for key, (ms, out) in results.items():
+        print(f"  {key}: max |out - unrouted default| {(out - ref).abs().max().item():.3e}")
+    return 0
 
 
 def main(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         print("head-probe needs a GPU")
         return 2
+    if args.routed:
+        return routed(args)
     mm = _matmul_module()
     dtype = getattr(torch, args.dtype)
     M, N, K = args.m, args.n, args.k

@@ -243,6 +243,33 @@ def test_under_torch_compile_the_models_parameters_stay_static_inputs_with_a_reg
     assert len(pytorchs) == parameters and len(ours) >= parameters, told
 
 
+def test_with_no_region_replaced_inductor_gets_dynamos_own_graph(kernels, monkeypatch):
+    # verify times each kernel's route alone: with a plan that holds regions, GPT-2's head routed alone went through
+    # the regions' backend, which traced the graph again with make_fx and handed Inductor that copy even though it
+    # replaced nothing: 0.97x end to end in verify, 1.03x with Dynamo's graph (H200, torch 2.11).
+    from torch._inductor import compile_fx as inductor_compile_fx
+
+    folder, _ = kernels
+    given = []
+    real = inductor_compile_fx.compile_fx
+    monkeypatch.setattr(inductor_compile_fx, "compile_fx", lambda gm, *a, **k: given.append(gm) or real(gm, *a, **k))
+    model, x = models.GemmSigmoidRowSum(), models.rows()
+    with torch.no_grad():
+        plugin.plug_in(model, folder)              # "measured", and no route table: the region routes nowhere
+        try:
+            expected = model(x)
+            got = torch.compile(model, backend=plugin.compile_backend(model))(x)
+            replaced = sum(plugin.router_of(model).regions.replaced.values())
+        finally:
+            plugin.unplug(model)
+            torch._dynamo.reset()
+    torch.testing.assert_close(got, expected)
+    assert replaced == 0 and len(given) == 1
+    assert "dynamo_compile_id" in given[0].meta
+    assert not any(isinstance(node.target, torch._ops.OpOverload) for node in given[0].graph.nodes), \
+        "an ATen graph (traced again) reached Inductor"
+
+
 def test_the_routing_summary_names_the_variant_a_regions_starter_runs(kernels, tmp_path):
     # On the H200 a float32 GEMM region kept 89 us after its engine tile changed, and nothing said whether the
     # region's pick had kept Inductor's template or the engine's tile.
