@@ -45,7 +45,9 @@ def test_child_that_ignores_sigterm_is_killed(tmp_path):
         print("ready", flush=True)
         time.sleep(60)
     """
-    result = runner.run_child(_python(code), timeout_s=1.0, cwd=tmp_path)
+    # The timeout must outlast the child's start (Python in the sandbox): with 1 s, a loaded 2-core CI machine
+    # killed it before it printed "ready" (session 13). It sleeps 60 s, so any timeout below that still kills it.
+    result = runner.run_child(_python(code), timeout_s=6.0, cwd=tmp_path)
     assert result.timed_out
     assert result.returncode == -9
     assert "ready" in result.stdout
