@@ -50,6 +50,9 @@ class LoopRecords:
     """The writes of OptimizationRun (autokernel/search/loop.py) that record what was decided."""
 
     _call_cost: float | None = None     # what the last priced LLM call cost (None: not yet known in this process)
+    # This run's experiments as status counts them (its results.tsv rows but the baselines): read from the file at
+    # the first verdict, then counted on. Not state.experiment, the last number, which counts earlier runs' rows too.
+    _run_experiments: int | None = None
 
     def _save(self) -> None:
         now = time.monotonic()
@@ -176,6 +179,8 @@ class LoopRecords:
             self.repo.reset_hard(state.kept_commit)
             self.checkpoint("reverted")
         results.append_row(paths.RESULTS_TSV, row)
+        if self._run_experiments is not None and status != contracts.STATUS_BASELINE:
+            self._run_experiments += 1
         self._log(job, progress, row, result, status, paid)
         self.checkpoint("row written")
         state.pending_row = None
@@ -223,7 +228,10 @@ class LoopRecords:
 
     def _refresh_status(self, progress: JobProgress) -> None:
         self._status.gpus = throughput_line(self.state.throughput, time.monotonic() - self._wall_mark)
-        self._status.show_job(self.state.experiment, progress, deadline=self.budget.deadline())
+        if self._run_experiments is None:
+            rows = results.read_rows(paths.RESULTS_TSV) if paths.RESULTS_TSV.exists() else []
+            self._run_experiments = results.experiments_of([row for row in rows if row["tag"] == self.state.tag])
+        self._status.show_job(self._run_experiments, progress, deadline=self.budget.deadline())
         # As status and the report say it: an interpreter's speedup (0.00014x vs PyTorch's best) is no speed at all.
         self._status.best_note = (None if progress.best.bench.timings_meaningful is not False
                                   else f"{SPEED_UNKNOWN} (timed in Triton's interpreter)")
