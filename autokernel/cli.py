@@ -274,7 +274,8 @@ def _cmd_report(args, started: float) -> int:
         print(json.dumps(report.summary_json(rows, report.read_verdict(args.verify_report), throughput), indent=2))
     elif args.out:
         written = report.write_report(args.results, args.out, verify_report=args.verify_report, throughput=throughput,
-                                      plan_caveats=state.plan_caveats if state else [])
+                                      plan_caveats=state.plan_caveats if state else [],
+                                      titles={job.kernel_type: job.title for job in state.jobs} if state else None)
         if written.plot is None:
             print(f"report written to {written.markdown}")
             _say(f"autokernel: warning: {written.plot_problem}")

@@ -203,3 +203,13 @@ def test_one_experiment_is_one_experiment(tmp_path):
     add_row(path, 1, "softmax", "baseline", "PASS", 0.0012, 1.0, 5.0, False)
     text = report.write_report(path, tmp_path / "out").markdown.read_text()
     assert f"1 row from `{path}`: 0 experiments and 1 baseline, in 1 kernel run." in text and "0.0012x" in text and "0.00x" not in text
+
+
+def test_a_region_kernel_is_named_by_its_ops_first_in_the_tables(tmp_path):
+    # Its type is a hash; the run's jobs say what it computes, and the report says that first.
+    path = tmp_path / "results.tsv"
+    add_row(path, 1, "region_f151ae23", "baseline", "PASS", 1.0, 10.0, 5.0)
+    add_row(path, 2, "region_f151ae23", "revert", "FAIL")
+    text = report.write_report(path, tmp_path / "out", titles={"region_f151ae23": "gemm+add"}).markdown.read_text()
+    assert "| gemm+add (region_f151ae23) | run1 | 1 |" in text
+    assert "| 2 | run1 | gemm+add (region_f151ae23) | FAIL |" in text

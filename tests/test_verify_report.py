@@ -105,4 +105,4 @@ def test_a_region_kernel_is_shown_with_what_it_computes(monkeypatch):
                                    "replaced": 1}]
     stream = io.StringIO()
     print_report(VerifyReport.from_json(data), report_console(stream))
-    assert "1_rmsnorm_linear (gemm+sigmoid+sum)" in stream.getvalue()
+    assert "gemm+sigmoid+sum (1_rmsnorm_linear)" in stream.getvalue()

@@ -95,7 +95,7 @@ class OptimizationRun(LoopRecords):
                 self._save_best(state.job(), state.current, state.current.finishing)   # a kill cut it short
                 continue
             job = state.job()
-            self._status.kernel = (f"rank {job.rank} {job.kernel_type}{job.title_note} "
+            self._status.kernel = (f"rank {job.rank} {job.type_label} "
                                    f"(job {state.job_index + 1} of {len(state.jobs)})")
             if state.current is None:
                 stop = self._baseline_stop(job)

@@ -251,7 +251,7 @@ class LoopRecords:
         final = not is_run_stop(reason)
         verdict = policy.verdict(progress.best)
         saved = policy.is_saved(progress.best)
-        self.view.phase(f"saving {name}" if saved else f"ending {name}: no gain")
+        self.view.phase(f"saving {job.label}" if saved else f"ending {job.label}: no gain")
         with self.guard.critical():
             progress.finishing = reason
             self._save()
@@ -276,7 +276,7 @@ class LoopRecords:
                 run_state.end_job(self.state, run_state.index_of(self.state, job))
             self._save()
             self.checkpoint("finish: saved")
-        self.view.log(policy.describe_ending(name, progress, reason, final=final))
+        self.view.log(policy.describe_ending(name, progress, reason, final=final, title=job.title))
 
 
 def queued_entry(proposal: Proposal) -> dict:

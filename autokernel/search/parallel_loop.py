@@ -151,7 +151,7 @@ class ParallelRun(OptimizationRun):
         lane = Lane(index, job, source=source.read_text())
         self.lanes = sorted(self.lanes + [lane], key=lambda lane: lane.index)
         self.state.throughput.jobs.setdefault(job.name, JobSpan(started_s=self._loop_clock(lane.started)))
-        self.view.log(f"baseline for rank {job.rank} {job.kernel_type} (job {index + 1} of {len(self.state.jobs)}): "
+        self.view.log(f"baseline for rank {job.rank} {job.type_label} (job {index + 1} of {len(self.state.jobs)}): "
                       f"{job.path}")
         return lane
 
@@ -173,7 +173,7 @@ class ParallelRun(OptimizationRun):
         span = self.state.throughput.jobs.get(lane.job.name)
         if span is not None:
             span.benches[finished.outcome.gpu] = span.benches.get(finished.outcome.gpu, 0) + 1
-        self._status.kernel = (f"rank {lane.job.rank} {lane.job.kernel_type}{lane.job.title_note} "
+        self._status.kernel = (f"rank {lane.job.rank} {lane.job.type_label} "
                                f"(job {lane.index + 1} of {len(self.state.jobs)})")
         if finished.slot == lane.baseline_slot:
             self._baseline_back(lane, finished)
