@@ -81,6 +81,33 @@ def test_the_panel_counts_this_runs_experiments_not_the_earlier_runs_rows(tmp_pa
     assert shown and shown[-1] == "1 in this run, 1 on this kernel", shown
 
 
+def test_a_region_job_is_named_by_its_ops_first_in_the_runs_lines_and_status(tmp_path, monkeypatch):
+    # A region's type is a hash: "5_region_f151ae235609cea3 (gemm+add)" led with the hash on every line.
+    from dataclasses import replace
+
+    from autokernel.core.contracts import RunSettings
+    from autokernel.core.live import ProgressView
+    from autokernel.core.run_records import RunState
+    from autokernel.search import gitops, loop, session
+    from autokernel.search.budget import Budget
+    from tests.loop_helpers import ScriptedAgent, fake_run_bench, make_job, make_project, result, source
+
+    project = make_project(tmp_path / "project", monkeypatch)
+    monkeypatch.setattr(loop.runner, "run_bench", fake_run_bench([]))
+
+    job = replace(make_job(project, 1, source(result(100.0))), title="gemm+add")
+    repo = gitops.KernelRepo(project)
+    repo.start_branch("titled")
+    state = RunState(tag="titled", jobs=[job], kept_commit=repo.head(), settings=RunSettings())
+    console = Console(file=io.StringIO(), width=300)
+    loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(loop.SearchExhausted("done")),
+                         view=ProgressView(interactive=False, console=console), budget=Budget(600.0)).run()
+    said = console.file.getvalue()
+    assert "baseline for rank 1 gemm+add (softmax) (job 1 of 1)" in said
+    assert "gemm+add (1_softmax) done (" in said and "in optimized_kernels/1_softmax.py" in said
+    assert session.outcome_lines(state)[1].startswith("  gemm+add (1_softmax): correct; speed unknown on CPU")
+
+
 def test_phases_events_and_log_records_reach_the_view():
     console = Console(file=io.StringIO(), width=200)
     view = live.ProgressView(interactive=False, console=console)

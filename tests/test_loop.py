@@ -398,25 +398,3 @@ def test_a_candidate_gets_at_least_the_time_the_jobs_first_cold_bench_took(proje
     first, *later = limits
     assert first[0] and not any(cold for cold, _, _ in later)
     assert all(limit >= 150.0 for _, _, limit in later), limits          # not 3 x 16 s
-
-
-def test_a_region_job_is_named_by_its_ops_first_in_the_runs_lines_and_status(project):
-    # A region's type is a hash: "5_region_f151ae235609cea3 (gemm+add)" led with the hash on every line.
-    import io
-    from dataclasses import replace
-
-    from rich.console import Console
-
-    from autokernel.search import session
-
-    job = replace(make_job(project, 1, source(result(100.0))), title="gemm+add")
-    repo = gitops.KernelRepo(project)
-    repo.start_branch("titled")
-    state = RunState(tag="titled", jobs=[job], kept_commit=repo.head(), settings=RunSettings())
-    console = Console(file=io.StringIO(), width=300)
-    loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(loop.SearchExhausted("done")),
-                         view=ProgressView(interactive=False, console=console), budget=Budget(600.0)).run()
-    said = console.file.getvalue()
-    assert "baseline for rank 1 gemm+add (softmax) (job 1 of 1)" in said
-    assert "gemm+add (1_softmax) done (" in said and "in optimized_kernels/1_softmax.py" in said
-    assert session.outcome_lines(state)[1].startswith("  gemm+add (1_softmax): correct; speed unknown on CPU")

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from autokernel.core.live import format_speedup, plural
 from autokernel.core.contracts import titled
-from autokernel.profile.jobs import region_title
+from autokernel.kernel_types.regions.record import region_title
 from autokernel.verify.report_record import VerifyReport
 from autokernel.verify.variants import VARIANTS
 

@@ -22,9 +22,7 @@ from typing import Callable
 
 import torch
 
-from autokernel.core.contracts import titled
 from autokernel.kernel_types.regions.record import Region
-from autokernel.profile.jobs import region_title
 from autokernel.profile.regions import epilogue as ep
 
 VARIANT = "engine"
@@ -76,8 +74,7 @@ def variant(region: Region, device: torch.device, log: Callable[[str], None] = l
         e = ep.read(region.definition)
     except ep.Unsupported as why:
         if "gemm" in region.about.kinds:
-            log(f"{titled(region.name, region_title(region.ops()))}: no GEMM-engine variant ({why}); Inductor's "
-                f"starter alone")
+            log(f"{region.label}: no GEMM-engine variant ({why}); Inductor's starter alone")
         return None
     return GemmVariant(e, plan(e, device))
 

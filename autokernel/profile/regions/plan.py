@@ -23,13 +23,12 @@ from typing import Callable
 import torch
 from torch import nn
 
-from autokernel.core.contracts import PlanEntry, titled
+from autokernel.core.contracts import PlanEntry
 from autokernel.core.plan import Plan
 from autokernel.kernel_types import TYPES, registry
 from autokernel.kernel_types.regions import store
 from autokernel.kernel_types.regions.inputs import make_inputs
 from autokernel.kernel_types.regions.record import Region
-from autokernel.profile.jobs import region_title
 from autokernel.profile.regions.find import find_regions
 
 TIMED_CALLS = 5
@@ -112,7 +111,7 @@ def add_regions(plan: Plan, call_sites: list, model: nn.Module, inputs: tuple, w
         time_ms, apart = steady_ms(lambda: region_time_ms(region, device))
         measured[region.name] = time_ms * region.about.instances
         if apart > NOISY_SPREAD:
-            noisy.append(f"{titled(region.name, region_title(region.ops()))}, {apart:.0%} apart")
+            noisy.append(f"{region.label}, {apart:.0%} apart")
     # Timed apart from the model, a region can take longer than its ops did inside it, and the shares would add up
     # past 100%. The regions' time can be at most what they took from the menu and the time no entry named: where
     # they measured more, each is scaled down alike to fit, and the plan says so.
