@@ -38,17 +38,29 @@ class ReportError(Exception):
 
 
 def read_verdict(path: str | Path | None) -> dict | None:
-    """verify.py's end-to-end verdict, or None (no report, an older one without a verdict, or unreadable)."""
+    """verify.py's end-to-end verdict, or None (no report, an older one without a verdict, or unreadable); with
+    "runs", the runs whose kernels it verified (VerifyReport.runs; [] where the report does not say)."""
     if path is None or not Path(path).is_file():
         return None
     try:
-        verdict = json.loads(Path(path).read_text()).get("verdict")
+        data = json.loads(Path(path).read_text())
+        verdict = data.get("verdict")
     except (ValueError, AttributeError):
         return None
     if not isinstance(verdict, dict) or not isinstance(verdict.get("summary"), str):
         return None
-    return {key: verdict.get(key) for key in ("summary", "pytorch_best", "autokernel_best", "speedup",
-                                              "timings_meaningful")}
+    runs = data.get("runs")
+    return {**{key: verdict.get(key) for key in ("summary", "pytorch_best", "autokernel_best", "speedup",
+                                                 "timings_meaningful")},
+            "runs": [str(run) for run in runs] if isinstance(runs, list) else []}
+
+
+def verdict_of_run(verdict: dict | None, rows: list[dict]) -> dict | None:
+    """The verdict if it is of the newest run in the rows (it verified that run's kernels); None where it is of
+    other runs', or does not say whose: an older verify's verdict beside a newer run's rows would be read as its."""
+    if verdict is None or not rows or rows[-1]["tag"] not in verdict["runs"]:
+        return None
+    return verdict
 
 
 class ReportFiles(NamedTuple):
@@ -175,8 +187,12 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
                     pace: contracts.Throughput | None = None, *, plot_problem: str | None = None,
                     plan_caveats: list[str] = (), titles: dict[str, str] | None = None) -> str:
     lines = ["# AutoKernel report", ""]
-    if verdict:
+    if verdict_of_run(verdict, rows):
         lines += _verdict_lines(verdict)
+    elif verdict:
+        lines += ["## End to end (verify.py)", "", f"Run {rows[-1]['tag']} is not verified yet: the last verify "
+                  f"checked the kernels of {', '.join(verdict['runs']) or 'no run of the manifest'}. "
+                  "`autokernel verify` checks this run's.", ""]
     if _meaningless(rows):
         lines += [f"> **{NOT_MEANINGFUL}.** The keep decisions made from them are not either.", ""]
     lines += [f"> The plan: {caveat}" for caveat in plan_caveats] + ([""] if plan_caveats else [])
@@ -244,7 +260,7 @@ def _kernel_summary(group: list[dict]) -> dict:
 
 def summary_json(rows: list[dict], verdict: dict | None = None, throughput: contracts.Throughput | None = None) -> dict:
     """What report.md says, as data: the verdict, the run's pace (state.json's Throughput) and one record per kernel run."""
-    return {"verdict": verdict, "experiments": len(rows), "throughput": throughput.to_json() if throughput else None,
+    return {"verdict": verdict_of_run(verdict, rows), "experiments": len(rows), "throughput": throughput.to_json() if throughput else None,
             "kernels": [_kernel_summary(group) for group in results.group_by_kernel(rows)]}
 
 
