@@ -170,8 +170,7 @@ class ParallelRun(OptimizationRun):
 
     def _task_back(self, finished: Finished) -> None:
         lane: Lane = finished.token
-        span = self.state.throughput.jobs.get(lane.job.name)
-        if span is not None:
+        if (span := self.state.throughput.jobs.get(lane.job.name)) is not None:
             span.benches[finished.outcome.gpu] = span.benches.get(finished.outcome.gpu, 0) + 1
         self._status.kernel = (f"rank {lane.job.rank} {lane.job.type_label} "
                                f"(job {lane.index + 1} of {len(self.state.jobs)})")
@@ -192,8 +191,7 @@ class ParallelRun(OptimizationRun):
                 return False
             free = others or free
             if self._run_stop():
-                self._drop(lane, f"the budget ran out before {lane.job.name}'s baseline was benched twice; "
-                                 f"--resume benches it again")
+                self._drop(lane, f"before {lane.job.name}'s baseline was benched twice")
                 return False
         first = not lane.runs
         task, lane.baseline_clipped = self._task(lane.job, None, lane.source, quick=self.quick_bench,
@@ -207,8 +205,7 @@ class ParallelRun(OptimizationRun):
         lane.baseline_slot = None
         result = integrity.of_the_jobs_type(finished.outcome.result, lane.job.kernel_type)
         if result.correctness == TIMEOUT and lane.baseline_clipped:
-            self._drop(lane, f"the budget ran out while {lane.job.name}'s baseline was being benched; "
-                             f"--resume benches it again")
+            self._drop(lane, f"while {lane.job.name}'s baseline was being benched")
             return
         first = not lane.runs
         if result.correctness != TIMEOUT:
@@ -237,11 +234,11 @@ class ParallelRun(OptimizationRun):
             self.lanes.remove(lane)
             self._end_span(job)
 
-    def _drop(self, lane: Lane, message: str) -> None:
-        """Give up a baseline the budget cut short: nothing was committed or recorded, and no job opens any more."""
+    def _drop(self, lane: Lane, when: str) -> None:
+        """Give up a baseline the budget cut short (`when`): nothing committed or recorded, no job opens any more."""
         self.lanes.remove(lane)
         self._no_new_jobs = self._no_new_jobs or BUDGET_SPENT
-        self.view.log(message)
+        self.view.log(f"the budget ran out {when}; --resume benches it again")
 
     # ------------------------------------------------------------------ a job's candidates
     def _ask(self, lane: Lane) -> bool:
@@ -342,7 +339,7 @@ class ParallelRun(OptimizationRun):
     def _settle(self, job: Job, progress: JobProgress, flight: Flight, outcome: JudgeOutcome) -> None:
         result = integrity.of_the_jobs_type(outcome.result, job.kernel_type)
         if cut := flight.cut_by_budget(result):
-            self.view.log(f"{flight.description}: not finished, the budget ran out while it was {cut}; not recorded")
+            self.view.log(flight.not_recorded(cut))
             return
         if result.correctness != TIMEOUT:
             for kind, seconds in outcome.bench_seconds.items():
@@ -357,7 +354,11 @@ class ParallelRun(OptimizationRun):
         number = self.state.experiment + 1
         proposal = flight.proposal
         if is_improvement(result, progress.best, progress.noise) and user_check.needs_check(result.bench):
-            checked = user_check.check_source(result.bench, proposal.kernel_source, job, seed=self._seed)
+            flight.check_limit_s = self.bench_times.check_limit(user_check.TIMEOUT_S, self.budget.left())[0]
+            checked = user_check.check_source(result.bench, proposal.kernel_source, job, seed=self._seed,
+                                              timeout_s=flight.check_limit_s)      # cut to the budget, as a worker's
+            if cut := flight.cut_by_budget(checked):       # no verdict, as in _settle
+                return self.view.log(flight.not_recorded(cut))
             result = result if checked is result.bench else JudgedResult(checked)
         keep, against = is_improvement(result, progress.best, progress.noise), progress.best
         with self.guard.critical():
@@ -386,8 +387,7 @@ class ParallelRun(OptimizationRun):
         return self.state.throughput.wall_s + (time.monotonic() if at is None else at) - self._wall_mark
 
     def _end_span(self, job: Job) -> None:
-        span = self.state.throughput.jobs.get(job.name)
-        if span is not None:
+        if (span := self.state.throughput.jobs.get(job.name)) is not None:
             span.ended_s = self._loop_clock()
 
     def _refresh_status(self, progress: JobProgress | None) -> None:
