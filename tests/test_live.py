@@ -107,6 +107,15 @@ def test_a_region_job_is_named_by_its_ops_first_in_the_runs_lines_and_status(tmp
     assert "gemm+add (1_softmax) done (" in said and "in optimized_kernels/1_softmax.py" in said
     assert session.outcome_lines(state)[1].startswith("  gemm+add (1_softmax): correct; speed unknown on CPU")
 
+    # A baseline whose second run the budget cannot pay for says so by the job's ops too.
+    fake = fake_run_bench([])
+    monkeypatch.setattr(loop.runner, "run_bench", lambda path, **kwargs: time.sleep(1.0) or fake(path, **kwargs))
+    state = RunState(tag="short", jobs=[job], kept_commit=repo.head(), settings=RunSettings(budget_s=1.5))
+    console = Console(file=io.StringIO(), width=300)
+    loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(), view=ProgressView(interactive=False, console=console),
+                         budget=Budget(1.5)).run()
+    assert "gemm+add (1_softmax)'s baseline stands on one run" in console.file.getvalue()
+
 
 def test_phases_events_and_log_records_reach_the_view():
     console = Console(file=io.StringIO(), width=200)

@@ -105,11 +105,11 @@ class LoopRecords:
         room = QUEUED_KEPT - len(progress.queued)
         progress.queued += [queued_entry(candidate) for candidate in proposal.queued[:max(room, 0)]]
         if proposal.queued:
-            self.view.log(f"{job.name}: the reply held {len(proposal.queued) + 1} candidates; judging "
+            self.view.log(f"{job.label}: the reply held {len(proposal.queued) + 1} candidates; judging "
                           f"\"{one_line(proposal.description, 80)}\" first, {min(len(proposal.queued), max(room, 0))} "
                           f"queued after it")
         if proposal.note:
-            self.view.log(f"{job.name}: {proposal.note}: judging \"{one_line(proposal.description, 80)}\"")
+            self.view.log(f"{job.label}: {proposal.note}: judging \"{one_line(proposal.description, 80)}\"")
 
     def _next_queued(self, progress: JobProgress) -> Proposal | None:
         """The next candidate a reply queued (already paid for), or None."""

@@ -191,21 +191,21 @@ class ParallelRun(OptimizationRun):
                 return False
             free = others or free
             if self._run_stop():
-                self._drop(lane, f"before {lane.job.name}'s baseline was benched twice")
+                self._drop(lane, f"before {lane.job.label}'s baseline was benched twice")
                 return False
         first = not lane.runs
         task, lane.baseline_clipped = self._task(lane.job, None, lane.source, quick=self.quick_bench,
                                                  compare_compile=first and torch.cuda.is_available(), timing=lane)
         lane.baseline_slot = self.pool.submit(task, lane, slot=free[0])
         self.view.log(f"{self.pool.labels[lane.baseline_slot]}: baseline run {len(lane.runs) + 1} of 2 "
-                      f"for {lane.job.name}")
+                      f"for {lane.job.label}")
         return True
 
     def _baseline_back(self, lane: Lane, finished: Finished) -> None:
         lane.baseline_slot = None
         result = integrity.of_the_jobs_type(finished.outcome.result, lane.job.kernel_type)
         if result.correctness == TIMEOUT and lane.baseline_clipped:
-            self._drop(lane, f"while {lane.job.name}'s baseline was being benched")
+            self._drop(lane, f"while {lane.job.label}'s baseline was being benched")
             return
         first = not lane.runs
         if result.correctness != TIMEOUT:
@@ -274,7 +274,7 @@ class ParallelRun(OptimizationRun):
             lane.stop = lane.stop or f"the agent has nothing left to try ({error})"
             return False
         if isinstance(error, OutOfTime):
-            self.view.log(f"no more candidates for {job.name}: {error}")
+            self.view.log(f"no more candidates for {job.label}: {error}")
             lane.stop = budget_too_short(str(error))
             return False
         if error is not None and not isinstance(error, MalformedReply):
@@ -282,7 +282,7 @@ class ParallelRun(OptimizationRun):
         if not reply.queued:                            # paid for now, whatever happens next
             self._account(reply.proposal or error)
         if lane.stop:
-            self.view.log(f"a reply for {job.name} came after it stopped ({lane.stop}); not judged")
+            self.view.log(f"a reply for {job.label} came after it stopped ({lane.stop}); not judged")
             return False
         if isinstance(error, MalformedReply):
             self._record_malformed(job, progress, self.state.experiment + 1, error, reply.started)
@@ -292,7 +292,7 @@ class ParallelRun(OptimizationRun):
             self._llm_s = time.monotonic() - reply.started
             self._take_reply(job, progress, proposal)
         if self.budget.left() < reply.bench_s:
-            self.view.log(f"a candidate for {job.name} not judged: {format_duration(self.budget.left())} left "
+            self.view.log(f"a candidate for {job.label} not judged: {format_duration(self.budget.left())} left "
                           f"cannot pay for a {format_duration(reply.bench_s)} bench")
             lane.stop = self._short_of(reply.bench_s, "a bench")
             return False
@@ -307,7 +307,7 @@ class ParallelRun(OptimizationRun):
         task, clipped = self._task(job, progress, proposal.kernel_source, quick=True)
         slot = self.pool.submit(task, lane)
         lane.flights[slot] = Flight(proposal, description, reply.started, clipped, task.check_timeout_s)
-        self.view.log(f"{self.pool.labels[slot]}: judging {description} [{job.name}]")
+        self.view.log(f"{self.pool.labels[slot]}: judging {description} [{job.label}]")
         return True
 
     def _task(self, job: Job, progress: JobProgress | None, source: str, *, quick: bool,
@@ -380,7 +380,7 @@ class ParallelRun(OptimizationRun):
 
     # ------------------------------------------------------------------ each job's own
     def _verdict_note(self, job: Job, gpu: str) -> str:
-        return f" [{job.name}" + (f" on {gpu}]" if gpu else "]")
+        return f" [{job.label}" + (f" on {gpu}]" if gpu else "]")
 
     def _loop_clock(self, at: float | None = None) -> float:
         """The loop's wall time at time.monotonic() `at` (default: now): Throughput.wall_s and what is not saved yet."""
