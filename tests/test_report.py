@@ -118,7 +118,7 @@ def test_report_md_leads_with_the_end_to_end_verdict(results_tsv, tmp_path):
     verify = tmp_path / "verify_report.json"
     verify.write_text(json.dumps({"verdict": {
         "summary": "AutoKernel + torch.compile (CUDA graphs) is 1.12x faster than PyTorch's best",
-        "pytorch_best": {"variant": "torch.compile (CUDA graphs)", "ms": 2.24},
+        "pytorch_best": {"variant": "compile_cudagraphs", "name": "torch.compile (CUDA graphs)", "ms": 2.24},
         "autokernel_best": {"variant": "AutoKernel + torch.compile", "ms": 2.0}, "speedup": 1.12,
         "timings_meaningful": True}, "runs": ["run1"], "other": "ignored"}))
     markdown_path = report.write_report(results_tsv, tmp_path / "out", verify_report=verify).markdown
@@ -203,6 +203,7 @@ def test_one_experiment_is_one_experiment(tmp_path):
     add_row(path, 1, "softmax", "baseline", "PASS", 0.0012, 1.0, 5.0, False)
     text = report.write_report(path, tmp_path / "out").markdown.read_text()
     assert f"1 row from `{path}`: 0 experiments and 1 baseline, in 1 kernel run." in text and "0.0012x" in text and "0.00x" not in text
+    assert "## softmax (run1, experiment 1)" in text
 
 
 def test_a_region_kernel_is_named_by_its_ops_first_in_the_tables(tmp_path):
@@ -213,6 +214,7 @@ def test_a_region_kernel_is_named_by_its_ops_first_in_the_tables(tmp_path):
     text = report.write_report(path, tmp_path / "out", titles={"region_f151ae23": "gemm+add"}).markdown.read_text()
     assert "| gemm+add (region_f151ae23) | run1 | 1 |" in text
     assert "| 2 | run1 | gemm+add (region_f151ae23) | FAIL |" in text
+    assert "## gemm+add (region_f151ae23) (run1, experiments 1-2)" in text
 
 
 def test_a_verify_of_another_runs_kernels_is_not_shown_as_this_runs(results_tsv, tmp_path):

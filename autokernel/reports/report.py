@@ -108,7 +108,7 @@ def _meaningless(rows: list[dict]) -> bool:
 def _verdict_lines(verdict: dict) -> list[str]:
     lines = ["## End to end (verify.py)", "", f"**{verdict['summary']}**", ""]
     table = [("PyTorch's best", verdict.get("pytorch_best")), ("AutoKernel's best", verdict.get("autokernel_best"))]
-    rows = [f"| {label} | {entry.get('variant', '-')} | {entry.get('ms', float('nan')):.3f} |"
+    rows = [f"| {label} | {entry.get('name') or entry.get('variant', '-')} | {entry.get('ms', float('nan')):.3f} |"
             for label, entry in table if isinstance(entry, dict)]
     if rows:
         lines += ["| | variant | ms |", "| --- | --- | ---: |", *rows, ""]
@@ -221,7 +221,7 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
               *throughput_lines(pace),
               f"![speedup per experiment]({PLOT_FILE})" if plot_problem is None else f"(No plot: {plot_problem}.)",
               "", "## Experiments", "",
-              results.markdown_summary(rows)]
+              results.markdown_summary(rows, titles)]
     return "\n".join(lines)
 
 
