@@ -59,7 +59,7 @@ class VerifyReport:
     versions: dict                     # {"torch", "triton"}
     optimized_dir: str
     plan: str                          # where the kernels' shares came from, or why they are unknown
-    replaced_share: float | None       # the profiled time the kernels that took calls cover
+    replaced_share: float | None       # the profiled time the kernels routed by measurement cover
     kernels: list[dict]                # per kernel: its calls routed and fallen back in one forward, and its share
     checked: dict                      # the check with every kernel routed: the router's summary there
     route_table: list[dict]            # ours against PyTorch at each call signature

@@ -119,7 +119,7 @@ def _print_kernels(report: VerifyReport, console: Console) -> None:
     console.print(table)
     console.print(escape(report.plan))
     if report.replaced_share is not None:
-        console.print(f"the kernels that took calls cover {_percent(report.replaced_share)} of the profiled time")
+        console.print(f"the kernels routed by measurement cover {_percent(report.replaced_share)} of the profiled time")
     for route in report.checked["module_routes"]:
         for rejection in route["rejections"]:
             console.print(f"[yellow]module {escape(route['path'])} ({escape(route['class'])}) not routed as "
