@@ -270,18 +270,20 @@ def _cmd_report(args, started: float) -> int:
     rows = results.read_rows(args.results)
     state = _rows_run(rows)
     throughput = state.throughput if state else None
+    titles = {job.kernel_type: job.title for job in state.jobs} if state else None    # a region's ops
     if args.json:
         print(json.dumps(report.summary_json(rows, report.read_verdict(args.verify_report), throughput), indent=2))
     elif args.out:
         written = report.write_report(args.results, args.out, verify_report=args.verify_report, throughput=throughput,
-                                      plan_caveats=state.plan_caveats if state else [])
+                                      plan_caveats=state.plan_caveats if state else [],
+                                      titles=titles)
         if written.plot is None:
             print(f"report written to {written.markdown}")
             _say(f"autokernel: warning: {written.plot_problem}")
         else:
             print(f"report written to {written.markdown} and {written.plot}")
     else:
-        print(results.markdown_summary(rows))
+        print(results.markdown_summary(rows, titles))
     return 0
 
 

@@ -184,7 +184,9 @@ def test_a_region_job_is_titled_by_its_ops_a_menu_job_by_its_type(tmp_path):
                                   "region": {"ops": ["addmm", "sigmoid", "sum"], "kinds": [], "instances": 1,
                                              "sources": []}})
     job = kernel_jobs.make_job(region, "m.py:Model", tmp_path / "k.py")
-    assert job.title == "gemm+sigmoid+sum" and job.title_note == " (gemm+sigmoid+sum)"
+    # Its ops first, as every line that names it says them; its hash name after, for its files.
+    assert job.label == "gemm+sigmoid+sum (2_region_3f9a0c1d2e)"
+    assert job.type_label == "gemm+sigmoid+sum (region_3f9a0c1d2e)"
     assert kernel_jobs.region_title(["mm", "add", "mm", "relu"]) == "gemm+add+relu"
     menu = kernel_jobs.make_job(PlanEntry.from_json(_entry(1, "softmax", SOFTMAX_SHAPES, 0.5)), "m", tmp_path / "s.py")
-    assert menu.title == "" and menu.title_note == ""
+    assert menu.title == "" and menu.label == "1_softmax" and menu.type_label == "softmax"

@@ -52,6 +52,71 @@ def test_the_panel_claims_no_speed_for_a_best_timed_in_the_interpreter(tmp_path,
     assert not re.search(r"\dx (over the baseline|vs PyTorch's best)", text), "no speed from the interpreter"
 
 
+def test_the_panel_counts_this_runs_experiments_not_the_earlier_runs_rows(tmp_path, monkeypatch):
+    # It showed the state's experiment number, which counts every earlier run's rows in results.tsv: a first
+    # experiment after 5 earlier rows read "7 in all" beside status's "1 experiment and 1 baseline".
+    from autokernel.core.contracts import BenchResult, RunSettings
+    from autokernel.core.run_records import RunState
+    from autokernel.search import gitops, loop, results
+    from autokernel.search.budget import Budget
+    from tests.loop_helpers import (ScriptedAgent, fake_run_bench, make_job, make_project, proposal, result,
+                                    source)
+
+    root = make_project(tmp_path / "project", monkeypatch)
+    for number in range(1, 6):
+        results.append_row(root / "results.tsv", results.make_row(
+            experiment=number, tag="older", kernel_type="softmax", result=BenchResult.from_json(result(90.0)),
+            description="an earlier run's", status="revert", wall_seconds=1.0, llm_tokens=0))
+    monkeypatch.setattr(loop.runner, "run_bench", fake_run_bench([]))
+    repo = gitops.KernelRepo(root)
+    repo.start_branch("panel")
+    state = RunState(tag="panel", jobs=[make_job(root, 1, source(result(100.0)))], kept_commit=repo.head(),
+                     settings=RunSettings(), experiment=5)
+    console = Console(file=io.StringIO(), width=120, force_terminal=True)
+    agent = ScriptedAgent(proposal("slower", source(result(120.0))), loop.SearchExhausted("done"))
+    with live.ProgressView(interactive=True, console=console) as view:
+        loop.OptimizationRun(state, repo=repo, agent=agent, view=view, budget=Budget(600.0)).run()
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", console.file.getvalue())
+    shown = re.findall(r"experiments\s+(.*? on this kernel)", text)
+    assert shown and shown[-1] == "1 in this run, 1 on this kernel", shown
+
+
+def test_a_region_job_is_named_by_its_ops_first_in_the_runs_lines_and_status(tmp_path, monkeypatch):
+    # A region's type is a hash: "5_region_f151ae235609cea3 (gemm+add)" led with the hash on every line.
+    from dataclasses import replace
+
+    from autokernel.core.contracts import RunSettings
+    from autokernel.core.live import ProgressView
+    from autokernel.core.run_records import RunState
+    from autokernel.search import gitops, loop, session
+    from autokernel.search.budget import Budget
+    from tests.loop_helpers import ScriptedAgent, fake_run_bench, make_job, make_project, result, source
+
+    project = make_project(tmp_path / "project", monkeypatch)
+    monkeypatch.setattr(loop.runner, "run_bench", fake_run_bench([]))
+
+    job = replace(make_job(project, 1, source(result(100.0))), title="gemm+add")
+    repo = gitops.KernelRepo(project)
+    repo.start_branch("titled")
+    state = RunState(tag="titled", jobs=[job], kept_commit=repo.head(), settings=RunSettings())
+    console = Console(file=io.StringIO(), width=300)
+    loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(loop.SearchExhausted("done")),
+                         view=ProgressView(interactive=False, console=console), budget=Budget(600.0)).run()
+    said = console.file.getvalue()
+    assert "baseline for rank 1 gemm+add (softmax) (job 1 of 1)" in said
+    assert "gemm+add (1_softmax) done (" in said and "in optimized_kernels/1_softmax.py" in said
+    assert session.outcome_lines(state)[1].startswith("  gemm+add (1_softmax): correct; speed unknown on CPU")
+
+    # A baseline whose second run the budget cannot pay for says so by the job's ops too.
+    fake = fake_run_bench([])
+    monkeypatch.setattr(loop.runner, "run_bench", lambda path, **kwargs: time.sleep(1.0) or fake(path, **kwargs))
+    state = RunState(tag="short", jobs=[job], kept_commit=repo.head(), settings=RunSettings(budget_s=1.5))
+    console = Console(file=io.StringIO(), width=300)
+    loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(), view=ProgressView(interactive=False, console=console),
+                         budget=Budget(1.5)).run()
+    assert "gemm+add (1_softmax)'s baseline stands on one run" in console.file.getvalue()
+
+
 def test_phases_events_and_log_records_reach_the_view():
     console = Console(file=io.StringIO(), width=200)
     view = live.ProgressView(interactive=False, console=console)

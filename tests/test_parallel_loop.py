@@ -346,3 +346,41 @@ def test_the_budget_stops_every_job_in_flight_and_resume_goes_on_with_each(tmp_p
     rows = _check_one_run(root)
     assert [row["status"] for row in rows].count("baseline") == 2, "a resumed job was benched from scratch"
     assert {row["kernel_type"] for row in rows if row["experiment"] > stopped_at} == {"softmax", "reduce"}
+
+
+def test_the_parallel_loops_own_check_of_an_unchecked_keep_is_bounded_by_the_budget(tmp_path, monkeypatch):
+    # Its safety net (a keep its worker did not check) ran with the check's 300 s ceiling whatever the budget left.
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from autokernel.core.contracts import BenchResult, JudgedResult
+    from autokernel.core.live import ProgressView
+    from autokernel.core.run_records import JobProgress
+    from autokernel.judge import runner, user_check
+    from autokernel.search.budget import BenchTimes, Budget
+    from autokernel.search.lanes import Flight
+    from autokernel.search.parallel_loop import ParallelRun
+    from tests.loop_helpers import bench_result, make_job, proposal, result, source
+
+    limits = []
+
+    def check_until_its_limit(checked, *args, timeout_s=user_check.TIMEOUT_S, **kwargs):
+        limits.append(timeout_s)
+        cut = runner.synthesized_result("TIMEOUT", "it ran past its limit and was killed", kernel_type="softmax")
+        cut.failed_stage = user_check.STAGE
+        return cut
+    monkeypatch.setattr(user_check, "keep_only_if_checked", check_until_its_limit)
+    run = ParallelRun.__new__(ParallelRun)       # only what a verdict reads before it is written
+    run.view = ProgressView(interactive=False, console=Console(file=io.StringIO(), width=200))
+    run.bench_times, run.budget, run._seed, run.state = BenchTimes(), Budget(2.0), 1, SimpleNamespace(experiment=0)
+    best = JudgedResult(bench_result(100.0))
+    progress = JobProgress(baseline=best, best=best, noise=0.02)
+    unchecked = JudgedResult(BenchResult.from_json({**result(50.0), runner.JUDGED_BY: "bench.py"}))
+    baseline = source(result(100.0))
+    run._commit_verdict(make_job(tmp_path, 1, baseline), progress, Flight(proposal("faster", baseline), "faster", 0.0,
+                                                                          clipped=False), unchecked, gpu="gpu0")
+    assert limits and limits[0] <= 2.0, "the check's limit is the budget left, not its 300 s ceiling"
+    assert "faster: not finished, the budget ran out while it was checked in a user's process; not recorded" in \
+        run.view.console.file.getvalue()

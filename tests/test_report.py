@@ -118,9 +118,9 @@ def test_report_md_leads_with_the_end_to_end_verdict(results_tsv, tmp_path):
     verify = tmp_path / "verify_report.json"
     verify.write_text(json.dumps({"verdict": {
         "summary": "AutoKernel + torch.compile (CUDA graphs) is 1.12x faster than PyTorch's best",
-        "pytorch_best": {"variant": "torch.compile (CUDA graphs)", "ms": 2.24},
+        "pytorch_best": {"variant": "compile_cudagraphs", "name": "torch.compile (CUDA graphs)", "ms": 2.24},
         "autokernel_best": {"variant": "AutoKernel + torch.compile", "ms": 2.0}, "speedup": 1.12,
-        "timings_meaningful": True}, "other": "ignored"}))
+        "timings_meaningful": True}, "runs": ["run1"], "other": "ignored"}))
     markdown_path = report.write_report(results_tsv, tmp_path / "out", verify_report=verify).markdown
     text = markdown_path.read_text()
     assert text.index("is 1.12x faster than PyTorch's best") < text.index("| matmul | run1 |")
@@ -203,3 +203,28 @@ def test_one_experiment_is_one_experiment(tmp_path):
     add_row(path, 1, "softmax", "baseline", "PASS", 0.0012, 1.0, 5.0, False)
     text = report.write_report(path, tmp_path / "out").markdown.read_text()
     assert f"1 row from `{path}`: 0 experiments and 1 baseline, in 1 kernel run." in text and "0.0012x" in text and "0.00x" not in text
+    assert "## softmax (run1, experiment 1)" in text
+
+
+def test_a_region_kernel_is_named_by_its_ops_first_in_the_tables(tmp_path):
+    # Its type is a hash; the run's jobs say what it computes, and the report says that first.
+    path = tmp_path / "results.tsv"
+    add_row(path, 1, "region_f151ae23", "baseline", "PASS", 1.0, 10.0, 5.0)
+    add_row(path, 2, "region_f151ae23", "revert", "FAIL")
+    text = report.write_report(path, tmp_path / "out", titles={"region_f151ae23": "gemm+add"}).markdown.read_text()
+    assert "| gemm+add (region_f151ae23) | run1 | 1 |" in text
+    assert "| 2 | run1 | gemm+add (region_f151ae23) | FAIL |" in text
+    assert "## gemm+add (region_f151ae23) (run1, experiments 1-2)" in text
+
+
+def test_a_verify_of_another_runs_kernels_is_not_shown_as_this_runs(results_tsv, tmp_path):
+    # After a second run, report.md led with the first run's verdict as if it were the new run's.
+    verify = tmp_path / "verify_report.json"
+    verdict = {"summary": "no gain: use torch.compile", "pytorch_best": None, "autokernel_best": None, "speedup": None,
+               "timings_meaningful": True}
+    for runs in (["run0"], None):            # another run's kernels; a report that does not say whose
+        verify.write_text(json.dumps({"verdict": verdict, **({"runs": runs} if runs else {})}))
+        text = report.write_report(results_tsv, tmp_path / "out", verify_report=verify).markdown.read_text()
+        assert "no gain: use torch.compile" not in text
+        assert "Run run1 is not verified yet: the last verify checked the kernels of " in text
+        assert report.summary_json(results.read_rows(results_tsv), report.read_verdict(verify))["verdict"] is None

@@ -284,3 +284,13 @@ def test_verify_without_a_model_takes_the_runs_and_a_check_of_no_call_is_no_pass
     assert check["passed"] and check["calls_checked"] == 0
     assert check["not_checked"] == ["1_softmax: its 1 call fell back to PyTorch: shape M=4,N=32 not verified (1x)"]
     assert "NOTHING CHECKED" in out and "PASS" not in out
+
+
+def test_the_report_names_the_runs_whose_kernels_it_verified(tmp_path):
+    # report.md shows a verdict only beside the rows of a run it verified (reports/report.py verdict_of_run).
+    folder = tmp_path / "opt"
+    folder.mkdir()
+    plugin.write_manifest(folder / MANIFEST_NAME, {"1_softmax": {"tag": "night2"}, "2_rmsnorm": {"tag": "night1"},
+                                                   "3_matmul": {}})
+    assert verification.kernel_runs(folder) == ["night1", "night2"]
+    assert verification.kernel_runs(tmp_path / "absent") == [] and verification.kernel_runs(None) == []

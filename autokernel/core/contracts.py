@@ -84,6 +84,12 @@ class PlanEntry(_OpenRecord):
     extra: dict = field(default_factory=dict)
 
 
+def titled(name: str, title: str) -> str:
+    """A name as people read it: where a title says what it computes (a region's ops, its name a hash), the title
+    first and the name after, "gemm+sigmoid+sum (region_3f9a0c1d2e)"; a name alone where there is none."""
+    return f"{title} ({name})" if title else name
+
+
 @dataclass
 class Job:
     """One kernel job: a starter stamped with the model's shapes (workspace/kernel_<rank>_<type>.py), and the
@@ -107,9 +113,14 @@ class Job:
         return f"{self.rank}_{self.kernel_type}"
 
     @property
-    def title_note(self) -> str:
-        """What the job computes, said after its name or type where it has a title (a region, named by a hash)."""
-        return f" ({self.title})" if self.title else ""
+    def label(self) -> str:
+        """The job as people read it: its name, or a region's ops first, "gemm+add (5_region_f151ae235609cea3)"."""
+        return titled(self.name, self.title)
+
+    @property
+    def type_label(self) -> str:
+        """Its kernel type as people read it: "rmsnorm", or a region's ops first, "gemm+add (region_f151...)"."""
+        return titled(self.kernel_type, self.title)
 
     def to_json(self) -> dict:
         data = asdict(self)

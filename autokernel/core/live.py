@@ -38,7 +38,7 @@ class LoopStatus:
     """A snapshot of the loop for the view."""
     phase: str = "starting"               # "profiling", "baseline 1_softmax (run 1 of 2)", "exp 7: judging"
     kernel: str = "-"                     # "rank 1 matmul (job 1 of 3)"
-    experiments: int = 0                  # numbered experiments so far, resumed runs included
+    experiments: int = 0                  # this run's experiments (resumed sessions included), baselines not
     kernel_experiments: int = 0           # experiments on the current kernel
     best_speedup: float | None = None     # current kernel: baseline latency / best latency
     best_vs_pytorch: float | None = None
@@ -128,7 +128,7 @@ def _panel(status: LoopStatus, width: int | None = None) -> Panel:
     table.add_row("kernel", Text(status.kernel))
     if status.jobs != "-":
         table.add_row("in flight", Text(status.jobs))
-    table.add_row("experiments", f"{status.experiments} in all, {status.kernel_experiments} on this kernel")
+    table.add_row("experiments", f"{status.experiments} in this run, {status.kernel_experiments} on this kernel")
     table.add_row("best", status.best_note or f"{format_speedup(status.best_speedup)} over the baseline, "
                                               f"{format_speedup(status.best_vs_pytorch)} vs PyTorch's best")
     table.add_row("last", Text(status.last_result))

@@ -148,7 +148,7 @@ def keep_only_if_checked(result: BenchResult, kernel_path: str | Path, *, kernel
     return failed
 
 
-def check_source(result: BenchResult, source: str, job, *, seed: int) -> BenchResult:
+def check_source(result: BenchResult, source: str, job, *, seed: int, timeout_s: float = TIMEOUT_S) -> BenchResult:
     """keep_only_if_checked for a job's kernel given as its source (written to a folder of its own, removed after).
 
     The parallel loop's safety net: its judge workers check what beats the best they were sent (would_keep), and a
@@ -158,7 +158,7 @@ def check_source(result: BenchResult, source: str, job, *, seed: int) -> BenchRe
         kernel = Path(folder) / "kernel.py"
         kernel.write_text(source)
         return keep_only_if_checked(result, kernel, kernel_type=job.kernel_type, shapes=job.shapes, dtype=job.dtype,
-                                    seed=seed)
+                                    seed=seed, timeout_s=timeout_s)
     finally:
         remove_tree(folder)
 

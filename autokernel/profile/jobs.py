@@ -20,6 +20,7 @@ from autokernel.core.contracts import Job, PlanEntry
 from autokernel.core.plan import PlanError, read_plan  # noqa: F401 (PlanError: extract's and the CLI's error)
 from autokernel.kernel_types import registry
 from autokernel.kernel_types.regions import store
+from autokernel.kernel_types.regions.record import region_title
 
 JOBS_FILE = "jobs.json"
 
@@ -35,15 +36,6 @@ def make_job(entry: PlanEntry, model: str, path: Path, backend: str = "triton") 
                shape_args=[registry.format_shape(s) for s in shapes], bench_args=bench_args(shapes, entry.dtype),
                share=entry.share, amdahl_2x=entry.amdahl_2x, path=str(path), backend=backend,
                title=region_title(entry.extra.get("region", {}).get("ops") or []))
-
-
-# The GEMMs a region may start with, as its title says them (the ops' own names differ: addmm, mm, bmm...).
-GEMM_OPS = {"addmm", "mm", "bmm", "baddbmm", "matmul", "linear", "addbmm", "_addmm_activation"}
-
-
-def region_title(ops: list[str]) -> str:
-    """A region's ops as its title, "gemm+sigmoid+sum" (a GEMM by any of its names is "gemm"); "" for none."""
-    return "+".join(dict.fromkeys("gemm" if op in GEMM_OPS else op for op in ops))
 
 
 def stamp_starter(source: str, job: Job) -> str:

@@ -32,7 +32,7 @@ def jobs_from_profile(model, inputs, *, name: str, top: int, log: Callable[[str]
         raise OptimizationError(f"the profile found no kernel that AutoKernel can optimize (plan: {plan_path})")
     plan = read_plan(plan_path)
     for job in jobs:
-        log(f"job rank {job.rank}: {job.kernel_type}{job.title_note} ({job.share:.1%} of the {plan.timing}, "
+        log(f"job rank {job.rank}: {job.type_label} ({job.share:.1%} of the {plan.timing}, "
             f"{job.amdahl_2x:.2f}x end to end if made 2x faster)")
     for caveat in plan.caveats:
         log(f"the plan: {caveat}")

@@ -38,17 +38,29 @@ class ReportError(Exception):
 
 
 def read_verdict(path: str | Path | None) -> dict | None:
-    """verify.py's end-to-end verdict, or None (no report, an older one without a verdict, or unreadable)."""
+    """verify.py's end-to-end verdict, or None (no report, an older one without a verdict, or unreadable); with
+    "runs", the runs whose kernels it verified (VerifyReport.runs; [] where the report does not say)."""
     if path is None or not Path(path).is_file():
         return None
     try:
-        verdict = json.loads(Path(path).read_text()).get("verdict")
+        data = json.loads(Path(path).read_text())
+        verdict = data.get("verdict")
     except (ValueError, AttributeError):
         return None
     if not isinstance(verdict, dict) or not isinstance(verdict.get("summary"), str):
         return None
-    return {key: verdict.get(key) for key in ("summary", "pytorch_best", "autokernel_best", "speedup",
-                                              "timings_meaningful")}
+    runs = data.get("runs")
+    return {**{key: verdict.get(key) for key in ("summary", "pytorch_best", "autokernel_best", "speedup",
+                                                 "timings_meaningful")},
+            "runs": [str(run) for run in runs] if isinstance(runs, list) else []}
+
+
+def verdict_of_run(verdict: dict | None, rows: list[dict]) -> dict | None:
+    """The verdict if it is of the newest run in the rows (it verified that run's kernels); None where it is of
+    other runs', or does not say whose: an older verify's verdict beside a newer run's rows would be read as its."""
+    if verdict is None or not rows or rows[-1]["tag"] not in verdict["runs"]:
+        return None
+    return verdict
 
 
 class ReportFiles(NamedTuple):
@@ -58,12 +70,13 @@ class ReportFiles(NamedTuple):
 
 
 def write_report(results_tsv: str | Path, out_dir: str | Path, *, verify_report: str | Path | None = None,
-                 throughput: contracts.Throughput | None = None, plan_caveats: list[str] = ()) -> ReportFiles:
+                 throughput: contracts.Throughput | None = None, plan_caveats: list[str] = (),
+                 titles: dict[str, str] | None = None) -> ReportFiles:
     """Write out_dir/report.md and out_dir/progress.png from results.tsv; return their paths.
 
     A plot that cannot be drawn (matplotlib missing) costs the plot alone: report.md is written
     regardless, saying why the plot is not there. plan_caveats: what the run's plan says of its own times (state.json:
-    profiled on CPU, noisy, scaled to fit)."""
+    profiled on CPU, noisy, scaled to fit). titles: what each region kernel type computes (Job.title), said first."""
     rows = results.read_rows(results_tsv)
     if not rows:
         raise ReportError(f"no experiments in {results_tsv}: nothing to report yet")
@@ -79,7 +92,7 @@ def write_report(results_tsv: str | Path, out_dir: str | Path, *, verify_report:
         figure.savefig(png_path, dpi=100)
     markdown_path = folder / MARKDOWN_FILE
     markdown_path.write_text(markdown_report(rows, groups, results_tsv, read_verdict(verify_report), throughput,
-                                             plot_problem=problem, plan_caveats=plan_caveats) + "\n")
+                                             plot_problem=problem, plan_caveats=plan_caveats, titles=titles) + "\n")
     return ReportFiles(markdown_path, png_path if figure is not None else None, problem)
 
 
@@ -95,7 +108,7 @@ def _meaningless(rows: list[dict]) -> bool:
 def _verdict_lines(verdict: dict) -> list[str]:
     lines = ["## End to end (verify.py)", "", f"**{verdict['summary']}**", ""]
     table = [("PyTorch's best", verdict.get("pytorch_best")), ("AutoKernel's best", verdict.get("autokernel_best"))]
-    rows = [f"| {label} | {entry.get('variant', '-')} | {entry.get('ms', float('nan')):.3f} |"
+    rows = [f"| {label} | {entry.get('name') or entry.get('variant', '-')} | {entry.get('ms', float('nan')):.3f} |"
             for label, entry in table if isinstance(entry, dict)]
     if rows:
         lines += ["| | variant | ms |", "| --- | --- | ---: |", *rows, ""]
@@ -120,7 +133,7 @@ def cost_lines(rows: list[dict]) -> list[str]:
     return lines + [""]
 
 
-def failure_lines(rows: list[dict]) -> list[str]:
+def failure_lines(rows: list[dict], titles: dict[str, str] | None = None) -> list[str]:
     """Every experiment the judge did not pass, with its reason (the run's log, workspace/runs/<tag>.jsonl, has the
     whole error, the hypothesis and the diff)."""
     failed = [row for row in rows if row["correctness"] != contracts.PASS]
@@ -131,7 +144,7 @@ def failure_lines(rows: list[dict]) -> list[str]:
     for row in failed:
         reason = (row.get("reason") or "-").replace("|", "\\|")
         description = (row["description"] or "").replace("|", "\\|")
-        lines.append(f"| {row['experiment']} | {row['tag']} | {row['kernel_type']} | {row['correctness'] or 'no result'} "
+        lines.append(f"| {row['experiment']} | {row['tag']} | {_kernel(row, titles)} | {row['correctness'] or 'no result'} "
                      f"| {reason} | {description} |")
     return lines + ["", "The whole error, the hypothesis and the candidate's diff of each are in the run's log, "
                         "workspace/runs/<run>.jsonl.", ""]
@@ -172,10 +185,14 @@ def job_span_lines(throughput: contracts.Throughput) -> list[str]:
 
 def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Path, verdict: dict | None = None,
                     pace: contracts.Throughput | None = None, *, plot_problem: str | None = None,
-                    plan_caveats: list[str] = ()) -> str:
+                    plan_caveats: list[str] = (), titles: dict[str, str] | None = None) -> str:
     lines = ["# AutoKernel report", ""]
-    if verdict:
+    if verdict_of_run(verdict, rows):
         lines += _verdict_lines(verdict)
+    elif verdict:
+        lines += ["## End to end (verify.py)", "", f"Run {rows[-1]['tag']} is not verified yet: the last verify "
+                  f"checked the kernels of {', '.join(verdict['runs']) or 'no run of the manifest'}. "
+                  "`autokernel verify` checks this run's.", ""]
     if _meaningless(rows):
         lines += [f"> **{NOT_MEANINGFUL}.** The keep decisions made from them are not either.", ""]
     lines += [f"> The plan: {caveat}" for caveat in plan_caveats] + ([""] if plan_caveats else [])
@@ -190,7 +207,7 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
         best = results.best_version(group) or {}
         speedup, vs_best, throughput = best.get("speedup_vs_pytorch"), results.speedup_vs_best(best), best.get("throughput")
         outcome = _outcome(group, best, vs_best)
-        lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {results.experiments_of(group)} | {kept} | "
+        lines.append(f"| {_kernel(group[0], titles)} | {group[0]['tag']} | {results.experiments_of(group)} | {kept} | "
                      f"{format_speedup(speedup)} | {format_speedup(vs_best)} | "
                      f"{outcome} | {'-' if throughput is None else f'{throughput:.4g}'} | {_failures(group)} |")
     lines += ["", "Best: the fastest kept version (or the baseline). Speedups compare times per call, launch "
@@ -200,12 +217,17 @@ def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Pa
                   "nothing of speed; the kernel passed the judge and was saved so verify can be tried. Throughput is in bench.py's unit for the kernel: GB/s when memory-bound, "
                   "TFLOP/s when compute-bound. Experiments do not count the baseline, as `autokernel status` does not. Failures count experiments "
                   "by their correctness verdict.", "",
-              *cost_lines(rows), *failure_lines(rows),
+              *cost_lines(rows), *failure_lines(rows, titles),
               *throughput_lines(pace),
               f"![speedup per experiment]({PLOT_FILE})" if plot_problem is None else f"(No plot: {plot_problem}.)",
               "", "## Experiments", "",
-              results.markdown_summary(rows)]
+              results.markdown_summary(rows, titles)]
     return "\n".join(lines)
+
+
+def _kernel(row: dict, titles: dict[str, str] | None) -> str:
+    """A row's kernel type as people read it: a region's ops first (its type is a hash), where the run's jobs say them."""
+    return contracts.titled(row["kernel_type"], (titles or {}).get(row["kernel_type"], ""))
 
 
 def _outcome(group: list[dict], best: dict, vs_best: float | None) -> str:
@@ -238,7 +260,7 @@ def _kernel_summary(group: list[dict]) -> dict:
 
 def summary_json(rows: list[dict], verdict: dict | None = None, throughput: contracts.Throughput | None = None) -> dict:
     """What report.md says, as data: the verdict, the run's pace (state.json's Throughput) and one record per kernel run."""
-    return {"verdict": verdict, "experiments": len(rows), "throughput": throughput.to_json() if throughput else None,
+    return {"verdict": verdict_of_run(verdict, rows), "experiments": len(rows), "throughput": throughput.to_json() if throughput else None,
             "kernels": [_kernel_summary(group) for group in results.group_by_kernel(rows)]}
 
 

@@ -37,6 +37,10 @@ class Flight:
             return None
         return "checked in a user's process" if in_check else "judged"
 
+    def not_recorded(self, cut: str) -> str:
+        """The line for a verdict the budget cut short (cut: what cut_by_budget says it cut)."""
+        return f"{self.description}: not finished, the budget ran out while it was {cut}; not recorded"
+
 
 @dataclass
 class Lane:

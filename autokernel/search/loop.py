@@ -95,7 +95,7 @@ class OptimizationRun(LoopRecords):
                 self._save_best(state.job(), state.current, state.current.finishing)   # a kill cut it short
                 continue
             job = state.job()
-            self._status.kernel = (f"rank {job.rank} {job.kernel_type}{job.title_note} "
+            self._status.kernel = (f"rank {job.rank} {job.type_label} "
                                    f"(job {state.job_index + 1} of {len(state.jobs)})")
             if state.current is None:
                 stop = self._baseline_stop(job)
@@ -137,7 +137,7 @@ class OptimizationRun(LoopRecords):
         (budget.BenchTimes.baseline_run_s)."""
         run_s = self.bench_times.baseline_run_s(job.kernel_type, results.read_rows(paths.RESULTS_TSV),
                                                 meaningful=torch.cuda.is_available())
-        return self._run_stop(needed_s=run_s or 0.0, what=f"a run of {job.name}'s baseline (as measured before)")
+        return self._run_stop(needed_s=run_s or 0.0, what=f"a run of {job.label}'s baseline (as measured before)")
 
     # ------------------------------------------------------------------ one job
     def _start_job(self, job: Job) -> bool:
@@ -158,7 +158,7 @@ class OptimizationRun(LoopRecords):
             self.checkpoint("baseline: committed")
         runs = self._baseline_runs(job)
         if runs is None:
-            return self._abandon(f"the budget ran out while {job.name}'s baseline was being benched; "
+            return self._abandon(f"the budget ran out while {job.label}'s baseline was being benched; "
                                  f"--resume benches it again", spent_on=BASELINES, started=started)
         return self._settle_baseline(job, runs, number, baseline_commit, started, gpu=self.gpu,
                                      bench_seconds=dict(self.bench_times.baseline))
@@ -189,7 +189,7 @@ class OptimizationRun(LoopRecords):
                           + self._verdict_note(job, gpu))
             self._refresh_status(progress)
         else:
-            self.view.log(f"skipping {job.name}: its starter fails bench.py "
+            self.view.log(f"skipping {job.label}: its starter fails bench.py "
                           f"({baseline.bench.correctness}): {one_line(baseline.bench.message or '', 300)}")
         return passed
 
@@ -199,7 +199,7 @@ class OptimizationRun(LoopRecords):
         for attempt in (1, 2):
             if attempt == 2 and not self._second_run_fits(job, self.bench_times.baseline):
                 break
-            self.view.phase(f"baseline {job.name} (run {attempt} of 2)")
+            self.view.phase(f"baseline {job.label} (run {attempt} of 2)")
             # The first run also times torch.compile of the reference: PyTorch's best is the bar.
             result = self._judge(job, None, quick=self.quick_bench,
                                  compare_compile=attempt == 1 and torch.cuda.is_available())
@@ -216,7 +216,7 @@ class OptimizationRun(LoopRecords):
         first_s, left = self.bench_times.first_run_s(first), self.budget.left()
         if left >= max(first_s, MIN_WORTH_STARTING_S):
             return True
-        self.view.log(f"{job.name}'s baseline stands on one run: {format_duration(left)} left cannot pay for a "
+        self.view.log(f"{job.label}'s baseline stands on one run: {format_duration(left)} left cannot pay for a "
                       f"second ({format_duration(first_s)}); its noise is taken as the floor")
         return False
 

@@ -50,6 +50,9 @@ class LoopRecords:
     """The writes of OptimizationRun (autokernel/search/loop.py) that record what was decided."""
 
     _call_cost: float | None = None     # what the last priced LLM call cost (None: not yet known in this process)
+    # This run's experiments as status counts them (its results.tsv rows but the baselines): read from the file at
+    # the first verdict, then counted on. Not state.experiment, the last number, which counts earlier runs' rows too.
+    _run_experiments: int | None = None
 
     def _save(self) -> None:
         now = time.monotonic()
@@ -102,11 +105,11 @@ class LoopRecords:
         room = QUEUED_KEPT - len(progress.queued)
         progress.queued += [queued_entry(candidate) for candidate in proposal.queued[:max(room, 0)]]
         if proposal.queued:
-            self.view.log(f"{job.name}: the reply held {len(proposal.queued) + 1} candidates; judging "
+            self.view.log(f"{job.label}: the reply held {len(proposal.queued) + 1} candidates; judging "
                           f"\"{one_line(proposal.description, 80)}\" first, {min(len(proposal.queued), max(room, 0))} "
                           f"queued after it")
         if proposal.note:
-            self.view.log(f"{job.name}: {proposal.note}: judging \"{one_line(proposal.description, 80)}\"")
+            self.view.log(f"{job.label}: {proposal.note}: judging \"{one_line(proposal.description, 80)}\"")
 
     def _next_queued(self, progress: JobProgress) -> Proposal | None:
         """The next candidate a reply queued (already paid for), or None."""
@@ -176,6 +179,8 @@ class LoopRecords:
             self.repo.reset_hard(state.kept_commit)
             self.checkpoint("reverted")
         results.append_row(paths.RESULTS_TSV, row)
+        if self._run_experiments is not None and status != contracts.STATUS_BASELINE:
+            self._run_experiments += 1
         self._log(job, progress, row, result, status, paid)
         self.checkpoint("row written")
         state.pending_row = None
@@ -223,7 +228,10 @@ class LoopRecords:
 
     def _refresh_status(self, progress: JobProgress) -> None:
         self._status.gpus = throughput_line(self.state.throughput, time.monotonic() - self._wall_mark)
-        self._status.show_job(self.state.experiment, progress, deadline=self.budget.deadline())
+        if self._run_experiments is None:
+            rows = results.read_rows(paths.RESULTS_TSV) if paths.RESULTS_TSV.exists() else []
+            self._run_experiments = results.experiments_of([row for row in rows if row["tag"] == self.state.tag])
+        self._status.show_job(self._run_experiments, progress, deadline=self.budget.deadline())
         # As status and the report say it: an interpreter's speedup (0.00014x vs PyTorch's best) is no speed at all.
         self._status.best_note = (None if progress.best.bench.timings_meaningful is not False
                                   else f"{SPEED_UNKNOWN} (timed in Triton's interpreter)")
@@ -243,7 +251,7 @@ class LoopRecords:
         final = not is_run_stop(reason)
         verdict = policy.verdict(progress.best)
         saved = policy.is_saved(progress.best)
-        self.view.phase(f"saving {name}" if saved else f"ending {name}: no gain")
+        self.view.phase(f"saving {job.label}" if saved else f"ending {job.label}: no gain")
         with self.guard.critical():
             progress.finishing = reason
             self._save()
@@ -268,7 +276,7 @@ class LoopRecords:
                 run_state.end_job(self.state, run_state.index_of(self.state, job))
             self._save()
             self.checkpoint("finish: saved")
-        self.view.log(policy.describe_ending(name, progress, reason, final=final))
+        self.view.log(policy.describe_ending(name, progress, reason, final=final, title=job.title))
 
 
 def queued_entry(proposal: Proposal) -> dict:

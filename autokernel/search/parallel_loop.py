@@ -151,7 +151,7 @@ class ParallelRun(OptimizationRun):
         lane = Lane(index, job, source=source.read_text())
         self.lanes = sorted(self.lanes + [lane], key=lambda lane: lane.index)
         self.state.throughput.jobs.setdefault(job.name, JobSpan(started_s=self._loop_clock(lane.started)))
-        self.view.log(f"baseline for rank {job.rank} {job.kernel_type} (job {index + 1} of {len(self.state.jobs)}): "
+        self.view.log(f"baseline for rank {job.rank} {job.type_label} (job {index + 1} of {len(self.state.jobs)}): "
                       f"{job.path}")
         return lane
 
@@ -170,10 +170,9 @@ class ParallelRun(OptimizationRun):
 
     def _task_back(self, finished: Finished) -> None:
         lane: Lane = finished.token
-        span = self.state.throughput.jobs.get(lane.job.name)
-        if span is not None:
+        if (span := self.state.throughput.jobs.get(lane.job.name)) is not None:
             span.benches[finished.outcome.gpu] = span.benches.get(finished.outcome.gpu, 0) + 1
-        self._status.kernel = (f"rank {lane.job.rank} {lane.job.kernel_type}{lane.job.title_note} "
+        self._status.kernel = (f"rank {lane.job.rank} {lane.job.type_label} "
                                f"(job {lane.index + 1} of {len(self.state.jobs)})")
         if finished.slot == lane.baseline_slot:
             self._baseline_back(lane, finished)
@@ -192,23 +191,21 @@ class ParallelRun(OptimizationRun):
                 return False
             free = others or free
             if self._run_stop():
-                self._drop(lane, f"the budget ran out before {lane.job.name}'s baseline was benched twice; "
-                                 f"--resume benches it again")
+                self._drop(lane, f"before {lane.job.label}'s baseline was benched twice")
                 return False
         first = not lane.runs
         task, lane.baseline_clipped = self._task(lane.job, None, lane.source, quick=self.quick_bench,
                                                  compare_compile=first and torch.cuda.is_available(), timing=lane)
         lane.baseline_slot = self.pool.submit(task, lane, slot=free[0])
         self.view.log(f"{self.pool.labels[lane.baseline_slot]}: baseline run {len(lane.runs) + 1} of 2 "
-                      f"for {lane.job.name}")
+                      f"for {lane.job.label}")
         return True
 
     def _baseline_back(self, lane: Lane, finished: Finished) -> None:
         lane.baseline_slot = None
         result = integrity.of_the_jobs_type(finished.outcome.result, lane.job.kernel_type)
         if result.correctness == TIMEOUT and lane.baseline_clipped:
-            self._drop(lane, f"the budget ran out while {lane.job.name}'s baseline was being benched; "
-                             f"--resume benches it again")
+            self._drop(lane, f"while {lane.job.label}'s baseline was being benched")
             return
         first = not lane.runs
         if result.correctness != TIMEOUT:
@@ -237,11 +234,11 @@ class ParallelRun(OptimizationRun):
             self.lanes.remove(lane)
             self._end_span(job)
 
-    def _drop(self, lane: Lane, message: str) -> None:
-        """Give up a baseline the budget cut short: nothing was committed or recorded, and no job opens any more."""
+    def _drop(self, lane: Lane, when: str) -> None:
+        """Give up a baseline the budget cut short (`when`): nothing committed or recorded, no job opens any more."""
         self.lanes.remove(lane)
         self._no_new_jobs = self._no_new_jobs or BUDGET_SPENT
-        self.view.log(message)
+        self.view.log(f"the budget ran out {when}; --resume benches it again")
 
     # ------------------------------------------------------------------ a job's candidates
     def _ask(self, lane: Lane) -> bool:
@@ -277,7 +274,7 @@ class ParallelRun(OptimizationRun):
             lane.stop = lane.stop or f"the agent has nothing left to try ({error})"
             return False
         if isinstance(error, OutOfTime):
-            self.view.log(f"no more candidates for {job.name}: {error}")
+            self.view.log(f"no more candidates for {job.label}: {error}")
             lane.stop = budget_too_short(str(error))
             return False
         if error is not None and not isinstance(error, MalformedReply):
@@ -285,7 +282,7 @@ class ParallelRun(OptimizationRun):
         if not reply.queued:                            # paid for now, whatever happens next
             self._account(reply.proposal or error)
         if lane.stop:
-            self.view.log(f"a reply for {job.name} came after it stopped ({lane.stop}); not judged")
+            self.view.log(f"a reply for {job.label} came after it stopped ({lane.stop}); not judged")
             return False
         if isinstance(error, MalformedReply):
             self._record_malformed(job, progress, self.state.experiment + 1, error, reply.started)
@@ -295,7 +292,7 @@ class ParallelRun(OptimizationRun):
             self._llm_s = time.monotonic() - reply.started
             self._take_reply(job, progress, proposal)
         if self.budget.left() < reply.bench_s:
-            self.view.log(f"a candidate for {job.name} not judged: {format_duration(self.budget.left())} left "
+            self.view.log(f"a candidate for {job.label} not judged: {format_duration(self.budget.left())} left "
                           f"cannot pay for a {format_duration(reply.bench_s)} bench")
             lane.stop = self._short_of(reply.bench_s, "a bench")
             return False
@@ -310,7 +307,7 @@ class ParallelRun(OptimizationRun):
         task, clipped = self._task(job, progress, proposal.kernel_source, quick=True)
         slot = self.pool.submit(task, lane)
         lane.flights[slot] = Flight(proposal, description, reply.started, clipped, task.check_timeout_s)
-        self.view.log(f"{self.pool.labels[slot]}: judging {description} [{job.name}]")
+        self.view.log(f"{self.pool.labels[slot]}: judging {description} [{job.label}]")
         return True
 
     def _task(self, job: Job, progress: JobProgress | None, source: str, *, quick: bool,
@@ -342,7 +339,7 @@ class ParallelRun(OptimizationRun):
     def _settle(self, job: Job, progress: JobProgress, flight: Flight, outcome: JudgeOutcome) -> None:
         result = integrity.of_the_jobs_type(outcome.result, job.kernel_type)
         if cut := flight.cut_by_budget(result):
-            self.view.log(f"{flight.description}: not finished, the budget ran out while it was {cut}; not recorded")
+            self.view.log(flight.not_recorded(cut))
             return
         if result.correctness != TIMEOUT:
             for kind, seconds in outcome.bench_seconds.items():
@@ -357,7 +354,11 @@ class ParallelRun(OptimizationRun):
         number = self.state.experiment + 1
         proposal = flight.proposal
         if is_improvement(result, progress.best, progress.noise) and user_check.needs_check(result.bench):
-            checked = user_check.check_source(result.bench, proposal.kernel_source, job, seed=self._seed)
+            flight.check_limit_s = self.bench_times.check_limit(user_check.TIMEOUT_S, self.budget.left())[0]
+            checked = user_check.check_source(result.bench, proposal.kernel_source, job, seed=self._seed,
+                                              timeout_s=flight.check_limit_s)      # cut to the budget, as a worker's
+            if cut := flight.cut_by_budget(checked):       # no verdict, as in _settle
+                return self.view.log(flight.not_recorded(cut))
             result = result if checked is result.bench else JudgedResult(checked)
         keep, against = is_improvement(result, progress.best, progress.noise), progress.best
         with self.guard.critical():
@@ -379,15 +380,14 @@ class ParallelRun(OptimizationRun):
 
     # ------------------------------------------------------------------ each job's own
     def _verdict_note(self, job: Job, gpu: str) -> str:
-        return f" [{job.name}" + (f" on {gpu}]" if gpu else "]")
+        return f" [{job.label}" + (f" on {gpu}]" if gpu else "]")
 
     def _loop_clock(self, at: float | None = None) -> float:
         """The loop's wall time at time.monotonic() `at` (default: now): Throughput.wall_s and what is not saved yet."""
         return self.state.throughput.wall_s + (time.monotonic() if at is None else at) - self._wall_mark
 
     def _end_span(self, job: Job) -> None:
-        span = self.state.throughput.jobs.get(job.name)
-        if span is not None:
+        if (span := self.state.throughput.jobs.get(job.name)) is not None:
             span.ended_s = self._loop_clock()
 
     def _refresh_status(self, progress: JobProgress | None) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from autokernel.core.contracts import (NO_GAIN, SPEED_UNKNOWN, STATUS_REVERT, WINNER, BenchResult, JudgedResult,
-                                       RunSettings)
+                                       RunSettings, titled)
 from autokernel.core.run_records import JobProgress
 from autokernel.core.live import format_duration, plural, printable_line
 
@@ -192,19 +192,20 @@ def outcome(progress: JobProgress, reason: str, *, source_commit: str, tag: str)
             "source_commit": source_commit, "tag": tag}
 
 
-def describe_ending(name: str, progress: JobProgress, reason: str, *, final: bool) -> str:
+def describe_ending(name: str, progress: JobProgress, reason: str, *, final: bool, title: str = "") -> str:
     """The log line for a job that ends (or stops with the run): saved as a winner, saved with its speed
-    unknown (CPU), or "no gain"."""
+    unknown (CPU), or "no gain". title: what a region job computes, said before its name (Job.label)."""
     gain, best = progress.gain() or 1.0, progress.best
+    shown = titled(name, title)
     ending = verdict(best)
     if ending == SPEED_UNKNOWN:
-        return (f"{name} {'done' if final else 'saved so far'} ({reason}): {SPEED_UNKNOWN} (timed in Triton's "
+        return (f"{shown} {'done' if final else 'saved so far'} ({reason}): {SPEED_UNKNOWN} (timed in Triton's "
                 f"interpreter), after {plural(progress.experiments, 'experiment')}, in optimized_kernels/{name}.py")
     if ending == WINNER:
-        return (f"{name} {'done' if final else 'saved so far'} ({reason}): {gain:.2f}x over its baseline after "
+        return (f"{shown} {'done' if final else 'saved so far'} ({reason}): {gain:.2f}x over its baseline after "
                 f"{plural(progress.experiments, 'experiment')}, in optimized_kernels/{name}.py")
     pytorch_best = sum(row.get("pytorch_best_us") or 0.0 for row in best.bench.timings)
-    return (f"{name} {'done' if final else 'stopped'} ({reason}): no gain, nothing saved: its best, "
+    return (f"{shown} {'done' if final else 'stopped'} ({reason}): no gain, nothing saved: its best, "
             f"{best.latency_us or 0:.1f} us, beats PyTorch's best ({pytorch_best:.1f} us) at none of the "
             f"job's shapes ({gain:.2f}x over its baseline, {plural(progress.experiments, 'experiment')})")
 

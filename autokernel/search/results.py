@@ -228,8 +228,10 @@ def _number(value, digits: int = 3) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
-def markdown_summary(rows: list[dict]) -> str:
-    """A markdown overview (one line per kernel) followed by one table of experiments per kernel."""
+def markdown_summary(rows: list[dict], titles: dict[str, str] | None = None) -> str:
+    """A markdown overview (one line per kernel) followed by one table of experiments per kernel. titles: what each
+    region kernel type computes (Job.title), said first (its type is a hash)."""
+    from autokernel.core.contracts import titled
     from autokernel.core.live import format_speedup      # (rich) only when a summary is written
 
     if not rows:
@@ -245,12 +247,15 @@ def markdown_summary(rows: list[dict]) -> str:
         best_latency = best["latency_us"] if best else None
         gain = base_latency / best_latency if base_latency and best_latency else None
         kept = sum(r["status"] == STATUS_KEEP for r in group)
-        lines.append(f"| {group[0]['kernel_type']} | {group[0]['tag']} | {experiments_of(group)} | {kept} | "
+        kernel = titled(group[0]["kernel_type"], (titles or {}).get(group[0]["kernel_type"], ""))
+        lines.append(f"| {kernel} | {group[0]['tag']} | {experiments_of(group)} | {kept} | "
                      f"{_number(base_latency, 1)} | {_number(best_latency, 1)} | {format_speedup(gain)} | "
                      f"{format_speedup(best['speedup_vs_pytorch'] if best else None)} |")
     for group in groups:
-        lines += ["", f"## {group[0]['kernel_type']} ({group[0]['tag']}, experiments "
-                      f"{group[0]['experiment']}-{group[-1]['experiment']})", "",
+        first, last = group[0]["experiment"], group[-1]["experiment"]
+        numbers = f"experiment {first}" if first == last else f"experiments {first}-{last}"
+        kernel = titled(group[0]["kernel_type"], (titles or {}).get(group[0]["kernel_type"], ""))
+        lines += ["", f"## {kernel} ({group[0]['tag']}, {numbers})", "",
                   "| exp | status | correctness | latency (us) | speedup vs PyTorch | tokens | description |",
                   "| ---: | --- | --- | ---: | ---: | ---: | --- |"]
         for row in group:

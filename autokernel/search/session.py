@@ -336,7 +336,7 @@ def outcome_lines(state: RunState) -> list[str]:
              f"reasoning ({cost})"]
     finished = {entry["file"]: entry for entry in state.finished}
     for index, job in enumerate(state.jobs):
-        name = job.name + job.title_note
+        name = job.label
         entry = finished.get(f"{job.name}.py")
         if entry is not None:
             lines.append(f"  {name}: {_finished_line(entry)} ({plural(entry['experiments'], 'experiment')}; "

@@ -59,7 +59,7 @@ class VerifyReport:
     versions: dict                     # {"torch", "triton"}
     optimized_dir: str
     plan: str                          # where the kernels' shares came from, or why they are unknown
-    replaced_share: float | None       # the profiled time the kernels that took calls cover
+    replaced_share: float | None       # the profiled time the kernels routed by measurement cover
     kernels: list[dict]                # per kernel: its calls routed and fallen back in one forward, and its share
     checked: dict                      # the check with every kernel routed: the router's summary there
     route_table: list[dict]            # ours against PyTorch at each call signature
@@ -73,6 +73,9 @@ class VerifyReport:
     overhead: dict | None = None       # with --overhead: the routing's own cost
     extra: dict = field(default_factory=dict)    # the router summary's other sections (module routes, folds, ...)
     dropped: list[dict] = field(default_factory=list)    # what failed and was left out (containment.Dropped's JSON)
+    # The runs whose kernels were verified (their manifest entries' tags): the report shows this verdict only beside
+    # those runs' rows. Empty for the starters, for PyTorch's paths alone and in reports written before it was kept.
+    runs: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:

@@ -13,6 +13,7 @@ from typing import Callable, ContextManager
 
 import torch
 
+from autokernel.core.errors import failure_line
 from autokernel.routing.outputs import output_error
 from autokernel.verify import latency
 
@@ -137,16 +138,6 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
     if torch.cuda.is_available():
         torch.cuda.empty_cache()       # what this variant cached goes back before the next one is built
     return result
-
-
-def failure_line(exc: BaseException) -> str:
-    """One line for a variant's failure: a compiler's wrapper ("BackendCompilerFailed: backend='backend' raised:")
-    says nothing on its first line, so the error it wraps is named too."""
-    inner = getattr(exc, "inner_exception", None)
-    line = f"{type(exc).__name__}: {exc}".splitlines()[0]
-    if isinstance(inner, BaseException):
-        line = f"{line} {type(inner).__name__}: {inner}".splitlines()[0]
-    return line[:300]
 
 
 def run_routed(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str, kernels: list,

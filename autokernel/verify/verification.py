@@ -242,8 +242,20 @@ def verify(loaded: models.LoadedModel, optimized_dir: str | Path | None, *, comp
         kernels=kernels, checked=compared["checked"], route_table=compared["route_table"],
         variants=compared["variants"], verdict=Verdict(**compared["verdict"]), correctness=check, tolerance=allowed,
         timings_meaningful=on_gpu, selection=compared["selection"], headroom=compared["headroom"],
-        overhead=compared.get("overhead"), extra=routing, dropped=drops.to_json())
+        overhead=compared.get("overhead"), extra=routing, dropped=drops.to_json(), runs=kernel_runs(optimized_dir))
     return report, tables
+
+
+def kernel_runs(optimized_dir: str | Path | None) -> list[str]:
+    """The runs whose kernels optimized_dir holds: the tags its manifest's entries were saved with (the starters'
+    entries have none); none where there is no readable manifest (verify drops that part and says why)."""
+    if optimized_dir is None:
+        return []
+    try:
+        entries = manifest.read_manifest(Path(optimized_dir) / paths.MANIFEST_NAME)
+    except manifest.PlugInError:
+        return []
+    return sorted({entry["tag"] for entry in entries.values() if isinstance(entry, dict) and entry.get("tag")})
 
 
 def _triton_version() -> str:

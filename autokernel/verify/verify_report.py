@@ -18,7 +18,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from autokernel.core.live import format_speedup, plural
-from autokernel.profile.jobs import region_title
+from autokernel.core.contracts import titled
+from autokernel.kernel_types.regions.record import region_title
 from autokernel.verify.report_record import VerifyReport
 from autokernel.verify.variants import VARIANTS
 
@@ -108,17 +109,17 @@ def _print_kernels(report: VerifyReport, console: Console) -> None:
     ops = {region["name"]: region.get("ops") or [] for region in report.checked.get("regions") or []}
     for kernel in report.kernels:
         reasons = kernel["fallback_reasons"]
-        title = region_title(ops.get(kernel["name"], []))        # a region, named by a hash: what it computes
+        shown = titled(kernel["name"], region_title(ops.get(kernel["name"], [])))    # a region: its ops first
         if kernel.get("variant"):                                 # which of its starters the region's pick kept
-            title = f"{title}, {kernel['variant']}" if title else kernel["variant"]
-        table.add_row(kernel["name"] + (f" ({title})" if title else ""), str(checked[kernel["name"]]["hits"]),
+            shown += f", {kernel['variant']}"
+        table.add_row(shown, str(checked[kernel["name"]]["hits"]),
                       str(kernel["hits"]),
                       str(kernel["fallbacks"]), _percent(kernel["share"]), escape(kernel["graph_op"] or "-"),
                       escape(next(iter(reasons), "-")))
     console.print(table)
     console.print(escape(report.plan))
     if report.replaced_share is not None:
-        console.print(f"the kernels that took calls cover {_percent(report.replaced_share)} of the profiled time")
+        console.print(f"the kernels routed by measurement cover {_percent(report.replaced_share)} of the profiled time")
     for route in report.checked["module_routes"]:
         for rejection in route["rejections"]:
             console.print(f"[yellow]module {escape(route['path'])} ({escape(route['class'])}) not routed as "

@@ -65,3 +65,16 @@ def test_a_library_call_still_has_no_starter():
                                "    torch._C._dynamo.guards.assert_size_stride(arg0_1, (4, 4), (4, 1))\n")
     wrapper = read(checks_only)
     assert wrapper.inputs == ["arg0_1"] and len(wrapper.steps) == 1     # the allocation; the checks are gone
+
+
+def test_inductors_failure_is_named_by_the_error_it_wraps(monkeypatch):
+    # After the Quick start the README's test run lost 15 region tests to "Inductor failed: BackendCompilerFailed:
+    # backend='inductor' raised:", the wrapper's first line: the cause was on the lines after it.
+    import torch._inductor.compile_fx as compile_fx
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the injected lowering failure")
+    monkeypatch.setattr(compile_fx, "compile_fx", broken)
+    [region] = find_regions(models.TanhGelu(), (models.rows(),)).regions
+    with pytest.raises(inductor.InductorFailed, match="raised: RuntimeError: the injected lowering failure"):
+        inductor.generate(region.definition, torch.device("cpu"))

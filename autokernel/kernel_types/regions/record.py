@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from autokernel.core.contracts import titled
 from autokernel.kernel_types.regions.capture import SourceLine
 from autokernel.kernel_types.regions.graph import RegionDefinition
 
@@ -59,6 +60,15 @@ class RegionEntry:
                       if key in data})
 
 
+# The GEMMs a region may start with, as its title says them (the ops' own names differ: addmm, mm, bmm...).
+GEMM_OPS = {"addmm", "mm", "bmm", "baddbmm", "matmul", "linear", "addbmm", "_addmm_activation"}
+
+
+def region_title(ops: list[str]) -> str:
+    """A region's ops as its title, "gemm+sigmoid+sum" (a GEMM by any of its names is "gemm"); "" for none."""
+    return "+".join(dict.fromkeys("gemm" if op in GEMM_OPS else op for op in ops))
+
+
 @dataclass
 class Region:
     definition: RegionDefinition
@@ -92,6 +102,11 @@ class Region:
         names = [ops.packet(node.op) for node in self.definition.nodes
                  if ops.kind(ops.resolve(node.op)) != ops.VIEW]
         return list(dict.fromkeys(names))
+
+    @property
+    def label(self) -> str:
+        """The region as people read it, its ops first: "gemm+sigmoid+sum (region_3f9a0c1d2e)"."""
+        return titled(self.name, region_title(self.ops()))
 
     def describe(self) -> str:
         outputs = ", ".join(f"{tuple(n.shape)} {n.dtype}" for n in self.definition.output_nodes())

@@ -74,7 +74,7 @@ def variant(region: Region, device: torch.device, log: Callable[[str], None] = l
         e = ep.read(region.definition)
     except ep.Unsupported as why:
         if "gemm" in region.about.kinds:
-            log(f"{region.name}: no GEMM-engine variant ({why}); Inductor's starter alone")
+            log(f"{region.label}: no GEMM-engine variant ({why}); Inductor's starter alone")
         return None
     return GemmVariant(e, plan(e, device))
 

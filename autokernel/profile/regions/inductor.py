@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from autokernel.core.errors import failure_line
 from autokernel.kernel_types.regions import ops
 from autokernel.kernel_types.regions.graph import RegionDefinition, decode
 from autokernel.kernel_types.regions.inputs import make_inputs
@@ -181,8 +182,7 @@ def _generate(definition: RegionDefinition, device: torch.device, persistent_red
                 compiled(*args)
             except Exception as error:
                 if not codes:
-                    raise InductorFailed(f"Inductor failed: {type(error).__name__}: "
-                                         f"{str(error).splitlines()[0][:300]}") from None
+                    raise InductorFailed(f"Inductor failed: {failure_line(error)}") from None
         configs = _chosen_configs(codes[-1]) if on_gpu else {}
     finally:
         torch._dynamo.reset()

@@ -29,7 +29,6 @@ from autokernel.kernel_types import TYPES, registry
 from autokernel.kernel_types.regions import store
 from autokernel.kernel_types.regions.inputs import make_inputs
 from autokernel.kernel_types.regions.record import Region
-from autokernel.profile.jobs import region_title
 from autokernel.profile.regions.find import find_regions
 
 TIMED_CALLS = 5
@@ -112,7 +111,7 @@ def add_regions(plan: Plan, call_sites: list, model: nn.Module, inputs: tuple, w
         time_ms, apart = steady_ms(lambda: region_time_ms(region, device))
         measured[region.name] = time_ms * region.about.instances
         if apart > NOISY_SPREAD:
-            noisy.append(f"{region.name} ({region_title(region.ops())}, {apart:.0%})")
+            noisy.append(f"{region.label}, {apart:.0%} apart")
     # Timed apart from the model, a region can take longer than its ops did inside it, and the shares would add up
     # past 100%. The regions' time can be at most what they took from the menu and the time no entry named: where
     # they measured more, each is scaled down alike to fit, and the plan says so.
@@ -124,7 +123,7 @@ def add_regions(plan: Plan, call_sites: list, model: nn.Module, inputs: tuple, w
                             f"{room:.3f} ms their ops can have taken inside it: each region's time is scaled by "
                             f"{scale:.2f} so that the shares add up to 100%")
     if noisy:
-        caveats.append(f"noisy: the times of {', '.join(noisy)} still spread that much over {MAX_ROUNDS} "
+        caveats.append(f"noisy: the times of {'; '.join(noisy)} still spread that much over {MAX_ROUNDS} "
                             f"rounds of measurement; their rank may change from run to run")
     added_ms *= scale
     for region in found.regions:
