@@ -55,7 +55,7 @@ import triton.language as tl
 
 KERNEL_TYPE = "softmax"
 TUNABLES = {{"REPEATS": {repeats}}}
-TUNABLE_CHOICES = {{"REPEATS": [1, 16]}}
+TUNABLE_CHOICES = {{"REPEATS": [1, 8]}}
 
 
 @triton.jit
@@ -87,7 +87,7 @@ def _kernel(what: str, *, repeats: int = 1, scale: str = "1.0", before: str = "p
     return KERNEL_TEMPLATE.format(what=what, repeats=repeats, scale=scale, before=before)
 
 
-SLOW_STARTER = _kernel("sixteen launches where one would do", repeats=16)
+SLOW_STARTER = _kernel("eight launches where one would do", repeats=8)
 FASTER = _kernel("one launch")
 WRONG = _kernel("scaled by 1.5, so wrong", scale="1.5")
 SYNTAX_ERROR = FASTER.replace("def kernel_fn(x: torch.Tensor) -> torch.Tensor:", "def kernel_fn(x) -> :")
@@ -180,7 +180,7 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
     candidate_processes = str(project / "kernel.py")       # on the command line of bench.py, its worker and launcher
 
     with FakeLLMServer() as server:
-        server.add_kernel_reply("one launch instead of sixteen", FASTER)
+        server.add_kernel_reply("one launch instead of eight", FASTER)
         server.add_kernel_reply("scale the output", WRONG)
         server.add_kernel_reply("wait for inspiration", _hanging("hang1"))
         # Session one (OpenAI) loses its terminal (SIGHUP) while bench.py runs the hanging kernel.
@@ -204,7 +204,7 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
         assert state["settings"]["max_consecutive_reverts"] == 4 and state["settings"]["base_url"] == server.openai_base_url
         assert _git(project, "branch", "--show-current").strip() == "main", "the user is back on their branch"
         assert _git(project, "log", "--format=%s", "autokernel/loop").splitlines() == [
-            "exp 2: one launch instead of sixteen", "baseline 1_softmax: kernel_1_softmax.py", "init"]
+            "exp 2: one launch instead of eight", "baseline 1_softmax: kernel_1_softmax.py", "init"]
         assert _on_branch(project, "kernel.py") == FASTER
         assert _git(project, "status", "--porcelain", "--untracked-files=no") == ""
 
@@ -249,7 +249,7 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
 
     exp2 = _git(project, "log", "--format=%H", "--grep=^exp 2:", "autokernel/loop").strip()
     branch = _git(project, "log", "--format=%s", "autokernel/loop").splitlines()
-    assert branch[1:] == ["exp 2: one launch instead of sixteen", "baseline 1_softmax: kernel_1_softmax.py", "init"]
+    assert branch[1:] == ["exp 2: one launch instead of eight", "baseline 1_softmax: kernel_1_softmax.py", "init"]
     assert branch[0].startswith("optimized 1_softmax: ")
     assert _git(project, "branch", "--show-current").strip() == "main"
     assert _on_branch(project, "optimized_kernels/1_softmax.py") == FASTER

@@ -259,3 +259,25 @@ def test_without_a_gpu_there_is_nothing_to_probe(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(runner, "run_child", lambda *a, **k: pytest.fail("no child should start"))
     assert sandbox_checks.sandbox_gpu_problem(tmp_path) is None
+
+
+def test_the_sandbox_is_probed_once_per_set_of_switches(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from autokernel.sandbox.namespaces import NETWORK_ENV
+
+    reports = [{}, {"missing": ["IPC namespace (off)"]}, {"missing": []}]    # the first probe gets no report
+    started = []
+
+    def probe(cmd, **kwargs):
+        started.append(cmd)
+        return SimpleNamespace(sandbox=reports[len(started) - 1])
+
+    monkeypatch.setattr(sandbox_checks, "_found", {})
+    monkeypatch.setattr(sandbox_checks, "run_child", probe)
+    monkeypatch.delenv(NETWORK_ENV, raising=False)
+    assert sandbox_checks.missing_protections(tmp_path) == []
+    assert sandbox_checks.missing_protections(tmp_path) == ["IPC namespace (off)"], "a probe without a report is not kept"
+    assert sandbox_checks.missing_protections(tmp_path) == ["IPC namespace (off)"] and len(started) == 2
+    monkeypatch.setenv(NETWORK_ENV, "0")               # another switch: probed again
+    assert sandbox_checks.missing_protections(tmp_path) == [] and len(started) == 3

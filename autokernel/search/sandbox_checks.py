@@ -8,6 +8,7 @@ machine cannot give (missing_protections).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -34,13 +35,22 @@ def unconfined_note() -> str:
 
 GPU_PROBE = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
 PROBE_TIMEOUT_S = 60
+# What the probe found, by the sandbox's switches (the AUTOKERNEL_* variables) it ran under: the protections depend on
+# the machine and those switches, not on the run, so a process that starts many runs (the Python API, the loop's
+# tests) starts one probe child, not one a run.
+_found: dict[tuple, list[str]] = {}
 
 
 def missing_protections(cwd: str | Path) -> list[str]:
     """The sandbox's protections this machine cannot give (a network or IPC namespace, the socket filter, the memory
     cgroup), each with why and what it leaves open, as the launcher reports them for a child that does nothing."""
-    child = run_child([sys.executable, "-c", "pass"], timeout_s=PROBE_TIMEOUT_S, cwd=cwd)
-    return list(child.sandbox.get("missing") or [])
+    switches = tuple(sorted((name, value) for name, value in os.environ.items() if name.startswith("AUTOKERNEL_")))
+    if switches not in _found:
+        child = run_child([sys.executable, "-c", "pass"], timeout_s=PROBE_TIMEOUT_S, cwd=cwd)
+        if "missing" not in child.sandbox:         # no report from the launcher: asked again next time
+            return []
+        _found[switches] = list(child.sandbox["missing"] or [])
+    return list(_found[switches])
 
 
 def sandbox_gpu_problem(cwd: str | Path) -> str | None:

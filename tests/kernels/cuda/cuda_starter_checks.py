@@ -44,9 +44,12 @@ def import_with(name: str, extension, monkeypatch, asked: dict | None = None):
     return module
 
 
-def nvcc_compiles(name: str, tmp_path: Path, tunables: dict | None = None) -> None:
+def nvcc_compiles(name: str, tmp_path: Path, tunables: dict | None = None, *, device_only: bool = False) -> None:
     """CUDA_SOURCE, as load_inline writes it, compiles with torch's headers and nvcc flags for sm_90a (as on an
-    H100: cuda_build.SM90A_FLAGS, so the code kept for sm_90a compiles too); `tunables` on top of TUNABLES."""
+    H100: cuda_build.SM90A_FLAGS, so the code kept for sm_90a compiles too); `tunables` on top of TUNABLES.
+    `device_only`: the device pass alone (nvcc -cubin: every kernel the host code launches, built by ptxas), without
+    the host pass (cudafe++ and the host compiler, about half the minute a full build takes on two cores), for
+    tunables that change only device code once the full build has shown the host part compiles."""
     import sysconfig
 
     from torch.utils import cpp_extension
@@ -64,7 +67,7 @@ def nvcc_compiles(name: str, tmp_path: Path, tunables: dict | None = None) -> No
         includes.insert(0, str(tmp_path / "stub"))
     flags = [*cpp_extension.COMMON_NVCC_FLAGS, *cuda_build.DEFAULT_CUDA_FLAGS, "-std=c++20", *cuda_build.SM90A_FLAGS]
     proc = subprocess.run([NVCC, *flags, *(f"-I{p}" for p in includes), "-DTORCH_EXTENSION_NAME=check",
-                           "-c", str(tmp_path / "cuda.cu"), "-o", str(tmp_path / "cuda.o")],
+                           "-cubin" if device_only else "-c", str(tmp_path / "cuda.cu"), "-o", str(tmp_path / "cuda.o")],
                           capture_output=True, text=True, timeout=900)
     found = cuda_build.first_error(proc.stdout + proc.stderr)
     assert proc.returncode == 0, f"{found}\n{proc.stderr[-3000:]}"
