@@ -244,9 +244,9 @@ def test_under_torch_compile_the_models_parameters_stay_static_inputs_with_a_reg
 
 
 def test_with_no_region_replaced_inductor_gets_dynamos_own_graph(kernels, monkeypatch):
-    # verify times each kernel's route alone: with a plan that holds regions, GPT-2's head routed alone went through
-    # the regions' backend, which traced the graph again with make_fx and handed Inductor that copy even though it
-    # replaced nothing: 0.97x end to end in verify, 1.03x with Dynamo's graph (H200, torch 2.11).
+    # verify times each kernel's route alone: with a plan that holds regions, a kernel's route (GPT-2's head) went
+    # through the regions' backend, which traced the graph again with make_fx and handed Inductor that second
+    # tracing even though it replaced nothing. Inductor now gets what it gets without us.
     from torch._inductor import compile_fx as inductor_compile_fx
 
     folder, _ = kernels

@@ -145,8 +145,8 @@ class RegionRouting:
             from torch._inductor.compile_fx import compile_fx
 
             # Bypassed (verify times PyTorch's own compiled path beside ours), or no region replaced (a kernel's route
-            # timed alone): Dynamo's own graph, as Inductor gets it without us. The graph traced again by make_fx
-            # lost to it: GPT-2's head routed alone ran 0.97x through it in verify and 1.03x without it (H200).
+            # timed alone): Dynamo's own graph, as Inductor gets it without us, not make_fx's second tracing of it,
+            # which can only differ from it (its input marks had to be restored by hand: keep_dynamo_inputs).
             graph = gm
             if not self.router.bypass:
                 rewritten, replaced = self.rewrite(gm, example_inputs, COMPILED)
