@@ -43,14 +43,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--routed", action="store_true",
                         help="instead: the shipped GPT-2 with only its head routed to the matmul starter, under "
                              "torch.compile + CUDA graphs, against the same model unrouted; Inductor's code of both")
+    parser.add_argument("--verify-timing", action="store_true",
+                        help="instead: the same routed model timed as verify times it (variants.run: alone, and in "
+                             "turn with the router bypassed), beside do_bench of the same compiled calls")
+    parser.add_argument("--verify-flow", action="store_true",
+                        help="instead: verify's whole comparison of the routed model, in this process")
 
 
-def routed(args: argparse.Namespace) -> int:
-    """Whole-model check of the head's route: the kernel wins alone (session 13: 82 us against Inductor's 104 in
-    the compiled timing of its own shape) but the route lost end to end (0.972x on shipped GPT-2)."""
+def _gpt2_and_head_folder(block_shapes: bool = False):
+    """The shipped GPT-2 module, its input, and a folder of kernels holding the matmul starter verified at the head's
+    shape only (so only the head routes), or also at the blocks' four GEMM shapes (as verify --starters has it)."""
     import tempfile
-
-    from torch._inductor.utils import run_and_get_code
 
     from autokernel.core.paths import MANIFEST_NAME, starter_path
     from autokernel.routing import plugin
@@ -61,7 +64,19 @@ def routed(args: argparse.Namespace) -> int:
     (folder / "1_matmul.py").write_text(starter_path("matmul").read_text())
     plugin.write_manifest(folder / MANIFEST_NAME, {"1_matmul": {
         "file": "1_matmul.py", "kernel_type": "matmul", "rank": 1, "dtypes": ["float16"],
-        "shapes": [{"M": tokens.numel(), "N": 50257, "K": 768}], "best_speedup_vs_pytorch": 1.0}})
+        "shapes": [{"M": tokens.numel(), "N": n, "K": k} for n, k in
+                   ([(50257, 768)] + ([(2304, 768), (768, 768), (3072, 768), (768, 3072)] if block_shapes else []))],
+        "best_speedup_vs_pytorch": 1.0}})
+    return gpt2, tokens, folder
+
+
+def routed(args: argparse.Namespace) -> int:
+    """Whole-model check of the head's route: the kernel wins alone (session 13: 82 us against Inductor's 104 in
+    the compiled timing of its own shape) but the route lost end to end (0.972x on shipped GPT-2)."""
+    from torch._inductor.utils import run_and_get_code
+
+    from autokernel.routing import plugin
+    gpt2, tokens, folder = _gpt2_and_head_folder()
     results = {}
     for name in ("unrouted", "routed"):
         torch._dynamo.reset()
@@ -89,12 +104,78 @@ def routed(args: argparse.Namespace) -> int:
     return 0
 
 
+def verify_timing(args: argparse.Namespace) -> int:
+    """Session 13: this probe timed the head's route at 1.032x (do_bench, each compiled model alone) where verify's
+    selection timed it at 0.90x. Here the same plugged-in model is timed by verify's own code (variants.run): alone,
+    and in turn with the router bypassed as the selection does, each beside do_bench of the same compiled call.
+    Which of the two timings moves says whether the pairing (two CUDA-graph trees of one model, alternating) or
+    the wall clock is what costs the route its win."""
+    from autokernel.routing import plugin
+    from autokernel.routing.decisions import ALL
+    from autokernel.verify import variants
+    gpt2, tokens, folder = _gpt2_and_head_folder()
+    torch.manual_seed(0)
+    model = gpt2.get_model().cuda().half().eval()
+    with torch.no_grad():
+        expected = model(tokens)
+
+    def bench(call) -> None:
+        bench.us = triton.testing.do_bench(call, warmup=25, rep=300) * 1e3
+    bench.us = float("nan")
+
+    def show(label: str, result) -> None:
+        paired = f", PyTorch in turn {result.baseline.median_ms * 1e3:.1f} us" if result.baseline else ""
+        print(f"  {label:44s} wall {result.ms * 1e3 if result.ms else float('nan'):8.1f} us{paired}; do_bench "
+              f"{bench.us:8.1f} us; graphs {result.graphs} breaks {result.graph_breaks} failed {result.failed}",
+              flush=True)
+        bench.us = float("nan")
+
+    for _ in range(2):      # twice: the order of the first runs is not what decides
+        show("PyTorch: torch.compile + CUDA graphs", variants.run("cudagraphs", model, (tokens,), expected, True,
+                                                                   after_timing=bench))
+        plugged = plugin.plug_in(model, folder, policy=ALL)
+        router = plugin.router_of(plugged)
+        with torch.no_grad():
+            plugged(tokens)     # the router decides on an eager call
+        show("head routed, alone", variants.run("ours_cudagraphs", plugged, (tokens,), expected, True,
+                                                after_timing=bench))
+        with torch.no_grad():
+            plugged(tokens)
+        show("head routed, in turn with bypassed", variants.run(
+            "ours_cudagraphs", plugged, (tokens,), expected, True, paired_with=router.bypassed, after_timing=bench))
+        plugin.unplug(plugged)
+    return 0
+
+
+def verify_flow(args: argparse.Namespace) -> int:
+    """verify's whole comparison (handover.compare: PyTorch's variants, the route table, the selection), in this
+    process rather than verify's sandboxed child: --verify-timing timed the head's route at 1.03x with verify's
+    timing code, verify itself at 0.90-0.98x. Once with the head's shape verified alone, once with the blocks'
+    shapes verified too (routed only where the route table says so, as verify --starters has it)."""
+    from autokernel.verify import handover
+    for block_shapes in (False, True):
+        gpt2, tokens, folder = _gpt2_and_head_folder(block_shapes)
+        torch.manual_seed(0)
+        model = gpt2.get_model().cuda().half().eval()
+        print(f"== verified at the head{' and the blocks' if block_shapes else ''}", flush=True)
+        compared, _ = handover.compare(model, (tokens,), folder, on_gpu=True,
+                                       log=lambda line: print("  " + line, flush=True))
+        for trial in compared.get("selection", []):
+            print(f"  selection {trial['mode']} {trial['kernel']}: {trial['why']}", flush=True)
+        print(f"  verdict: {compared['verdict']['summary']}", flush=True)
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         print("head-probe needs a GPU")
         return 2
     if args.routed:
         return routed(args)
+    if args.verify_timing:
+        return verify_timing(args)
+    if args.verify_flow:
+        return verify_flow(args)
     mm = _matmul_module()
     dtype = getattr(torch, args.dtype)
     M, N, K = args.m, args.n, args.k
