@@ -197,6 +197,9 @@ def old_judge(ref: str) -> Path | None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--old-judge", help="also time the judge of this git commit (before/after)")
+    parser.add_argument("--old-judge-first", action="store_true",
+                        help="time the old judge before this one (the first bench of a fresh machine pays for its "
+                             "cold caches: alternate the order between runs)")
     parser.add_argument("--only", default="attacks,runner,starters,wall", help="which parts to run (comma-separated)")
     parser.add_argument("--names", default="", help="only these attacks / starters / kernels (comma-separated)")
     parser.add_argument("--shard", metavar="K/N",
@@ -229,9 +232,11 @@ def main(args: argparse.Namespace) -> int:
         lines += starter_lines
         bad += failed
     if "wall" in parts:
-        lines += wall_rows("this judge (worker process, checked timed calls)", ROOT, names)
+        judges = [("this judge (worker process, checked timed calls)", ROOT)]
         if args.old_judge and (old := old_judge(args.old_judge)):
-            lines += wall_rows(f"the judge of {args.old_judge}", old, names)
+            judges.insert(0 if args.old_judge_first else 1, (f"the judge of {args.old_judge}", old))
+        for label, root in judges:
+            lines += wall_rows(label, root, names)
     lines += ["", f"**{bad} unexpected outcomes.**"]
     name = "_".join(sorted(parts)) + (shard or ("_" + "-".join(sorted(names)) if names else ""))
     out = write_text(dated_path(args.out, info, f"judge_{name}.md"), "\n".join(lines) + "\n")
