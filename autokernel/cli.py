@@ -223,7 +223,7 @@ def _run_command(command: str, extra: list[str]) -> int:
     # The user's own command on the user's own files: it runs in the foreground from the user's
     # directory (so relative paths mean what they say), output live.
     return subprocess.call(paths.module_command(PASS_THROUGH_MODULES[command], *extra),
-                           env=paths.module_environment())
+                           env={**paths.module_environment(), paths.COMMAND_VARIABLE: f"autokernel {command}"})
 
 
 def _resumable(args) -> bool:

@@ -62,11 +62,24 @@ def test_pass_through_runs_the_doors_module_with_its_arguments(monkeypatch, caps
     assert cmd[0] == sys.executable and cmd[cmd.index("-m") + 1:] == ["autokernel.verify.verify_command", "--model",
                                                                        "m.py", "-h"]
     assert kwargs["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(Path(cli.__file__).resolve().parents[1])
+    # Its messages go by what the user typed, not by the door's file name.
+    assert kwargs["env"][paths.COMMAND_VARIABLE] == "autokernel verify"
+
+
+def test_a_doors_messages_name_the_command_the_user_typed(monkeypatch, capsys):
+    from autokernel.verify import verify_command
+    monkeypatch.delenv(paths.COMMAND_VARIABLE, raising=False)
+    assert verify_command.build_parser().prog == "verify.py"
+    monkeypatch.setenv(paths.COMMAND_VARIABLE, "autokernel verify")
+    assert verify_command.build_parser().prog == "autokernel verify"
+    assert verify_command.main(["--model-arg", "config=tiny"]) == verify_command.EXIT_ERROR
+    assert capsys.readouterr().err.startswith("autokernel verify: name the model these flags are for")
 
 
 def test_pass_through_really_starts_the_command(capfd):
     assert cli.main(["extract", "--help"]) == 0
-    assert "usage: extract.py" in capfd.readouterr().out       # the child's, under the door's name
+    # The child's usage (its own flags), under the name the user typed.
+    assert "usage: autokernel extract [-h] [--top TOP] [--plan PLAN]" in capfd.readouterr().out
 
 
 def test_report_prints_markdown_of_a_results_file(tmp_path, capsys):

@@ -209,3 +209,13 @@ def test_torchs_warnings_and_logging_go_to_the_log_and_our_own_lines_stay(tmp_pa
     assert "our own line" in terminal.out and "our own line" not in written
     assert "TensorFloat32" not in terminal.err and "Runtime error" not in terminal.err
     assert "after the block" not in written, "torch's own handlers write where they did once the block ends"
+
+
+def test_speedups_read_as_people_read_them_never_in_exponent_notation():
+    # The interpreter's ratios reach 1e-4 on CPU; the report once printed "8.4e-05x".
+    assert live.format_speedup(None) == "-"
+    assert live.format_speedup(2.899) == "2.90x"
+    assert live.format_speedup(0.0461) == "0.046x"
+    assert live.format_speedup(0.0012) == "0.0012x"
+    assert live.format_speedup(8.4e-05) == "<0.001x"
+    assert "e" not in live.format_speedup(1e-9)

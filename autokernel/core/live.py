@@ -106,10 +106,13 @@ def plural(count: int, noun: str, many: str | None = None) -> str:
 
 
 def format_speedup(value: float | None) -> str:
-    """A speedup as people read it: 2.90x, or 0.046x (CPU runs give tiny ones); "-" for none."""
+    """A speedup as people read it: 2.90x, or 0.046x (CPU runs give tiny ones), never in exponent notation (the
+    interpreter's ratios can be 1e-4: "<0.001x"); "-" for none."""
     if value is None:
         return "-"
-    return f"{value:.2f}x" if value >= 0.1 else f"{value:.2g}x"
+    if value >= 0.1:
+        return f"{value:.2f}x"
+    return f"{value:.2g}x" if value >= 0.001 else "<0.001x"
 
 
 def _cost(status: LoopStatus) -> str:

@@ -94,6 +94,16 @@ def package_first(python_path: str | None) -> str | None:
     return os.pathsep.join([folder, *others])
 
 
+# What the user typed to start one of the doors' commands ("autokernel verify"), set by the CLI for the process it
+# starts: the command's messages and usage lines go by that name, not by the door's file name ("verify.py").
+COMMAND_VARIABLE = "AUTOKERNEL_COMMAND"
+
+
+def command_name(door: str) -> str:
+    """The name a door's command goes by in its messages: what the user typed, or the door itself (verify.py)."""
+    return os.environ.get(COMMAND_VARIABLE) or door
+
+
 def module_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """env (this process's, by default) as a child started by module_command needs it: PYTHONPATH package_first."""
     env = dict(os.environ if env is None else env)

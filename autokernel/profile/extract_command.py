@@ -20,7 +20,8 @@ from autokernel.profile import jobs as kernel_jobs
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="extract.py", description="Turn the optimization plan's top entries into kernel jobs.")
+    parser = argparse.ArgumentParser(prog=paths.command_name("extract.py"),
+                                     description="Turn the optimization plan's top entries into kernel jobs.")
     parser.add_argument("--top", type=int, default=5, help="how many kernel types to extract (default 5)")
     parser.add_argument("--plan", default=None, help="the plan file (default workspace/optimization_plan.json)")
     parser.add_argument("--out", default=None, help="workspace directory for the jobs (default workspace/)")
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         jobs = kernel_jobs.extract_jobs(plan, args.top, out, args.backend)
     except (kernel_jobs.PlanError, ValueError, KeyError) as error:
-        print(f"extract.py: {error.args[0]}", file=sys.stderr)
+        print(f"{paths.command_name('extract.py')}: {error.args[0]}", file=sys.stderr)
         return 2
     for job in jobs:
         print(f"rank {job.rank}: {job.kernel_type} -> {job.path} ({job.share:.1%} of the time, "

@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from autokernel.core import paths
 from autokernel.profile.model_args import add_model_arguments, load_model_keywords
 
 
@@ -26,7 +27,7 @@ def _positive_int(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="profile.py",
+        prog=paths.command_name("profile.py"),
         description="Profile a PyTorch model and rank its kernels by Amdahl's law (writes workspace/*.json).")
     add_model_arguments(parser)
     parser.add_argument("--warmup", type=_positive_int, default=3, help="unprofiled forward passes first (default 3)")
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         loaded = load_model(**load_model_keywords(args))
     except ModelLoadError as error:
-        print(f"profile.py: {error}", file=sys.stderr)
+        print(f"{paths.command_name('profile.py')}: {error}", file=sys.stderr)
         return 2
     _, plan = profiler.profile_to_workspace(loaded.model, loaded.inputs, name=loaded.name, workspace=args.out,
                                             warmup=args.warmup, iters=args.iters)

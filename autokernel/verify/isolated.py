@@ -156,14 +156,15 @@ def verify_in_sandbox(argv: list[str], *, model: str | None, workspace: Path, op
             # that the user still gets a verdict.
             crashed = (f"the check in the sandbox {child.exit_description()} without a result"
                        + (" (it ran past its time limit)" if child.timed_out else "") + f": {_tail(child.stderr)}")
-            print(f"verify.py: {crashed}\nverify.py: comparing PyTorch's own paths alone, in a fresh sandbox",
+            name = paths.command_name("verify.py")
+            print(f"{name}: {crashed}\n{name}: comparing PyTorch's own paths alone, in a fresh sandbox",
                   file=sys.stderr)
             child, answer = _run_sandboxed(command("--pytorch-only"), readable=readable, writable=[out],
                                            on_line=split)
             try:
                 outcome = Outcome.from_json(answer)
             except ValueError:
-                print(f"verify.py: PyTorch's own paths alone {child.exit_description()} without a result too: "
+                print(f"{name}: PyTorch's own paths alone {child.exit_description()} without a result too: "
                       f"{_tail(child.stderr)}", file=sys.stderr)
                 return EXIT_ERROR
             _record_crash(outcome, crashed, out, say)

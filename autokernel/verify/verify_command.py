@@ -67,7 +67,8 @@ from autokernel.verify.verify_report import print_report, report_console
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="verify.py", description="Plug the optimized kernels into a model, check its output "
+    parser = argparse.ArgumentParser(prog=paths.command_name("verify.py"),
+                                     description="Plug the optimized kernels into a model, check its output "
                                                  "and compare it end to end with PyTorch's own paths.")
     add_model_arguments(parser)
     kernels = parser.add_mutually_exclusive_group()
@@ -109,14 +110,14 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 flags, line = run_model.recorded_flags(Path(args.workspace))
             except run_model.NoRunModel as error:
-                print(f"verify.py: {error}", file=sys.stderr)
+                print(f"{paths.command_name('verify.py')}: {error}", file=sys.stderr)
                 return EXIT_ERROR
             print(line, flush=True)
             argv = flags + argv
             args = build_parser().parse_args(argv)
         elif args.model is None and args.hf is None:
-            print("verify.py: name the model these flags are for (a model file, or --hf NAME), or give none of "
-                  "them to verify the model the run optimized", file=sys.stderr)
+            print(f"{paths.command_name('verify.py')}: name the model these flags are for (a model file, or --hf "
+                  "NAME), or give none of them to verify the model the run optimized", file=sys.stderr)
             return EXIT_ERROR
         return isolated.verify_in_sandbox(argv, model=args.model, workspace=Path(args.workspace),
                                           optimized_dir=Path(args.optimized_dir), starters=args.starters)
@@ -130,7 +131,7 @@ def _in_sandbox(args) -> int:
     errors = OwnLines(sys.stderr, OWN_ERROR)
     console = report_console(OwnLines(sys.stdout))   # the terminal's width (the parent passes it), or whole tables
     if hidden := isolated.gpu_hidden():
-        print(f"verify.py: {hidden}", file=errors, flush=True)
+        print(f"{paths.command_name('verify.py')}: {hidden}", file=errors, flush=True)
         with open(args.sandboxed_fd, "w") as answer:
             json.dump(Outcome(EXIT_ERROR).to_json(), answer)
         return EXIT_ERROR
@@ -142,7 +143,7 @@ def _in_sandbox(args) -> int:
                       compile_backend=None if args.no_compile else args.compile_backend, policy=args.route,
                       overhead=args.overhead, console=console, max_autotune=args.max_autotune, top=args.top)
     except (models.ModelLoadError, plugin.PlugInError) as error:
-        print(f"verify.py: {error}", file=errors, flush=True)
+        print(f"{paths.command_name('verify.py')}: {error}", file=errors, flush=True)
         outcome = Outcome(EXIT_NOTHING_TO_PLUG_IN if isinstance(error, NothingToPlugIn) else EXIT_ERROR)
     else:
         print_report(outcome.report, console)
