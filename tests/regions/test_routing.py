@@ -221,10 +221,13 @@ def test_under_torch_compile_the_models_parameters_stay_static_inputs_with_a_reg
         told.append(list(real(num_fixed)))
         return told[-1]
     monkeypatch.setattr(inductor_compile_fx, "get_static_input_idxs", recording)
-    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)      # every graph compiled, none read back
-    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
     model, x = models.GemmSigmoidRowSum(), models.rows()
-    with torch.no_grad():
+    # Every graph compiled, none read back from a cache. torch's own patch, never monkeypatch: torch's config
+    # modules keep their values outside the module's __dict__, and pytest 9.2's monkeypatch undoes such a setattr
+    # with a delattr, which hides the option for good (every later compile in the worker then failed with
+    # "torch._functorch.config.enable_autograd_cache does not exist").
+    with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
         plugin.plug_in(model, folder, policy="all")
         try:
             model(x)
