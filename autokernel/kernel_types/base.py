@@ -149,7 +149,9 @@ class KernelType:
     # own encloses them (autokernel/profile/classify.py); an op belongs to one type at most.
     profiled_ops: frozenset[str] = frozenset()
     # Extra absolute error each output element may carry beyond the dtype's tolerance, for a type
-    # whose PyTorch result itself carries more under a global setting (matmul under TF32):
+    # whose PyTorch result itself carries more under a global setting (matmul under TF32), or whose
+    # honest result carries rounding at its inputs' size that a tolerance relative to the output
+    # does not cover (cross_entropy's lse - x[target]):
     # error_allowance(inputs, oracle, dtype) -> a tensor shaped like the output, or None for none.
     # The judge calls it before the kernel runs, so the setting it reads is the caller's.
     error_allowance: Callable[[Inputs, torch.Tensor, torch.dtype], torch.Tensor | None] | None = None
