@@ -136,9 +136,11 @@ def _errors(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, 
 
 
 def tolerance_used(output: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, dtype: torch.dtype,
-                   tolerance_scale: float = 1.0) -> float:
-    """The largest error over its allowance (1.0 is the limit; inf for a NaN or Inf the oracle lacks)."""
-    got, want, finite, error, allowed, bad, *_ = _errors(output, expected, oracle, dtype, tolerance_scale)
+                   tolerance_scale: float = 1.0, allowance: torch.Tensor | None = None) -> float:
+    """The largest error over its allowance (1.0 is the limit; inf for a NaN or Inf the oracle lacks); allowance
+    is the type's own extra, as compare takes it."""
+    got, want, finite, error, allowed, bad, *_ = _errors(output, expected, oracle, dtype, tolerance_scale,
+                                                          allowance=allowance)
     if bool((bad & ~finite).any()):
         return float("inf")
     ratios = torch.nan_to_num(error[finite] / allowed[finite].clamp(min=1e-300), nan=float("inf"))
