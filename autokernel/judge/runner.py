@@ -228,7 +228,7 @@ def run_child(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path,
         leftover_processes=status.field("leftover_processes", 0) if finished else 0,
         peak_rss_mb=status.field("peak_rss_mb"),
         sandbox={**status.field("landlock", {}), "isolation": status.field("isolation"),
-                 "proc": status.field("proc"), "missing": status.field("missing", [])})
+                 "proc": status.field("proc"), "shm": status.field("shm"), "missing": status.field("missing", [])})
 
 
 def _line_handler(stream, on_line: Callable[[str], None] | None) -> Callable[[str], None] | None:

@@ -100,6 +100,29 @@ def socket_filter_problem() -> str:
     return "" if "Seccomp:" in status else "this kernel has no seccomp"
 
 
+# The namespace's own /dev/shm (namespaces.mount_private): "1" on, "0" off; unset, on only where there is an NVIDIA GPU.
+# Without it nothing can be made in /dev/shm (Landlock lets the candidate write /dev's existing files, never create
+# one), so multiprocessing.Lock() fails (EACCES on its POSIX semaphore) and Inductor's compile-worker pool never
+# becomes ready, silently: every torch.compile in the sandbox (verify's, the judge's worker) compiles serially, in
+# process, on one core. Why not everywhere: a working pool starts a sidecar and one worker per core (up to 32), each
+# importing torch (hundreds of MiB), inside the sandbox's memory cap. On a GPU machine (the H200: 16 cores, a cap of
+# 64 GiB) that is a few GiB, and compiles there are what verify waits for and times. On a machine without a GPU
+# (CI: 2 cores, a few GiB of cap, counted by a cgroup or per process's address space) it would buy little parallelism
+# and could get an honest candidate killed for memory its compiler's workers hold, and slow CI with their startup;
+# there the tests turn it on to check it (tests/test_sandbox_shm.py).
+PRIVATE_SHM_ENV = "AUTOKERNEL_SANDBOX_SHM"
+
+
+def private_shm_problem() -> str:
+    """'' where the namespace's init is to mount a /dev/shm of its own, else why not (the machine's one stays)."""
+    chosen = os.environ.get(PRIVATE_SHM_ENV, "")
+    if chosen == "0":
+        return f"{PRIVATE_SHM_ENV}=0"
+    if chosen != "1" and not gpu_device_files():
+        return f"off where there is no NVIDIA GPU; {PRIVATE_SHM_ENV}=1 turns it on"
+    return ""
+
+
 def _drop_capabilities() -> None:
     """A root user's candidate must not keep root's powers (reading any /proc entry, above all)."""
     last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())

@@ -6,7 +6,8 @@ execs bench.py, so that process and everything it starts can only:
     workspace/, see sandbox.readable_paths), so a key file there is out of reach;
   - write, create or delete under `writable` (its private temporary folder and the compiler
     caches), so it cannot touch the repository, .git/config, the venv or the user's files;
-  - write to existing device files (/dev/null, the GPU's /dev/nvidia*), never create files there;
+  - write to existing device files (/dev/null, the GPU's /dev/nvidia*), never create files there (except in the
+    namespace's own /dev/shm where there is one: launcher.allow_new_mounts);
   - open no TCP connection and bind no TCP port (Landlock ABI 4+);
   - signal no process outside the sandbox, the launcher included (ABI 6+).
 Every feature the running kernel lacks is left out (`abi()` says which); a kernel without

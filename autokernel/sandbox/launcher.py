@@ -14,8 +14,9 @@ environment; this launcher then
   - starts the command in a session of its own, with no capabilities (a root user gives up its
     own), no core dumps, PR_SET_PDEATHSIG on itself, and a Landlock ruleset (autokernel/sandbox/landlock.py)
     that hides the user's home and the repository's .git/ and workspace/, allows writes only to a
-    private temporary folder and the compiler caches, and denies TCP and signals out of the sandbox
-    (with the file rules turned off, the TCP and signal rules stay);
+    private temporary folder, the compiler caches and (on a GPU machine) a /dev/shm of the namespace's
+    own, and denies TCP and signals out of the sandbox (with the file rules turned off, the TCP and
+    signal rules stay);
   - moves itself, before it starts anything, into a network namespace (no socket reaches a process
     outside: UDP to 127.0.0.1, abstract Unix sockets) and an IPC namespace (System V shared memory and
     queues die with the run) of its own (autokernel/sandbox/namespaces.py), and starts the command with a
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import select
@@ -160,14 +162,31 @@ def build_ruleset(config: SandboxConfig, cwd: str) -> landlock.Ruleset | None:
     # Python finds bench.py's own package, autokernel/, by listing the folder bench.py is in.
     ruleset.allow(listed, landlock.READ_DIR)
     ruleset.allow(config.writable, landlock.READ | landlock.write_rights(version))
-    # The GPU's device files and /dev/null must be writable; creating files under /dev (/dev/shm) is not.
+    # The GPU's device files and /dev/null must be writable; creating files under /dev is not (the machine's /dev/shm
+    # included: the namespace's init mounts one of its own where it may, allow_new_mounts).
     ruleset.allow(["/dev"], landlock.READ | landlock.WRITE_FILE | landlock.TRUNCATE)
     allow_proc(ruleset)
     return ruleset
 
 
+def allow_new_mounts(ruleset: landlock.Ruleset, mounted: list[str]) -> None:
+    """Rules for what the namespace's init mounted after the ruleset was made (namespaces.mount_private).
+
+    A rule holds the object its path named when it was added, so the rules for the machine's /proc and /dev/shm do
+    not cover the ones mounted over them. The namespace's own /dev/shm may be written and created in: a tmpfs of 64 MiB,
+    nosuid, nodev and noexec, that only this run's processes see and that ends with them. The rest of /dev stays as
+    build_ruleset made it: its files writable, nothing creatable (a file made in /dev/shm cannot be renamed or linked
+    out of it either: that needs the right to make it where it lands). Unmounting it to reach the machine's /dev/shm
+    takes a capability the command has dropped, and Landlock refuses any mount or unmount to a confined process.
+    """
+    if "/proc" in mounted:
+        allow_proc(ruleset)
+    if "/dev/shm" in mounted:
+        ruleset.allow(["/dev/shm"], landlock.READ | landlock.write_rights(ruleset.version))
+
+
 def allow_proc(ruleset: landlock.Ruleset) -> None:
-    """/proc's rule: read, and on a GPU machine write (the namespace's init calls it again for a /proc of its own).
+    """/proc's rule: read, and on a GPU machine write (allow_new_mounts makes it again for the namespace's /proc).
 
     CUDA's initialisation names its threads through /proc/self/task/<tid>/comm and fails
     (cudaGetDeviceCount error 304) when it cannot (measured on an H100, Landlock ABI 7): the judge
@@ -250,10 +269,11 @@ class _Launcher:
     def start(self, ruleset, namespace: namespaces.Namespace):
         """The launcher's one child (the namespace's init, or the command itself) and how to learn the command ended."""
         config = self.config
+        shm_off = confinement.private_shm_problem()
         if namespace.kind is None:
             child = subprocess.Popen(config.command, stdin=subprocess.DEVNULL, start_new_session=True,
                                      pass_fds=config.pass_fds, preexec_fn=self.confine)
-            self.report(pid=child.pid)
+            self.report(pid=child.pid, shm=shm_off or "no PID namespace, so no mount namespace of its own")
             return child, lambda: child.poll()
         read_end, write_end = os.pipe()
         lifeline_read, self.lifeline = os.pipe()      # the launcher's end lives (and dies) with it
@@ -262,8 +282,8 @@ class _Launcher:
             os.close(read_end)
             os.close(self.lifeline)
             namespaces.run_init(config.command, pass_fds=config.pass_fds, preexec_fn=self.confine,
-                                report_fd=write_end, lifeline_fd=lifeline_read,
-                                allow_new_proc=(lambda: allow_proc(ruleset)) if ruleset else None)
+                                report_fd=write_end, lifeline_fd=lifeline_read, private_shm=not shm_off,
+                                allow_new_mounts=functools.partial(allow_new_mounts, ruleset) if ruleset else None)
         os.close(write_end)
         os.close(lifeline_read)
         self.init_pid = pid
@@ -274,7 +294,7 @@ class _Launcher:
             self.end_everything(init)
             return None, None
         # The pid the command has outside the namespace is the init's one child: the runner may need it to kill.
-        self.report(pid=pid, proc=init.proc_note)
+        self.report(pid=pid, proc=init.proc_note, shm=init.shm_note or shm_off)
         return init, init.returncode
 
     def watch(self, root, command_ended) -> tuple[str | None, int, int | None]:
@@ -312,6 +332,7 @@ class _InitChild:
         self.pid = pid
         self.stream = os.fdopen(read_end, "rb", buffering=0)
         self.proc_note = ""
+        self.shm_note = ""          # "" where the init was not asked for a /dev/shm of its own
         self.exit_code: int | None = None
         self.done = False
 
@@ -323,6 +344,8 @@ class _InitChild:
             message = json.loads(line)
             if "proc" in message:
                 self.proc_note = message["proc"] or "a /proc of its own"
+                if "shm" in message:
+                    self.shm_note = message["shm"] or "a /dev/shm of its own"
                 continue
             return message
 

@@ -15,7 +15,10 @@ namespace with it (an ordinary user, where the kernel allows unprivileged user n
 the user's own uid and gid, so files, devices and getuid() look the same. Inside, the init mounts a
 fresh /proc in a mount namespace of its own where it may (the candidate then sees only its own
 processes, and /proc/self/task/<tid> matches the thread ids it knows: CUDA names its threads there);
-where it may not, the candidate keeps the machine's /proc. Neither is available on every machine:
+where it may not, the candidate keeps the machine's /proc. Where the launcher asks for it, the init also mounts a
+/dev/shm of the namespace's own there (`SHM_OPTIONS`): POSIX semaphores are files in it, so multiprocessing's locks,
+and with them Inductor's compile workers, work in the sandbox, while nothing the candidate makes there reaches the
+machine's /dev/shm or outlives the run. Neither namespace is available on every machine:
 `enter_pid_namespace` says why not, and the launcher falls back to its process-tree walk as a
 child subreaper, no weaker than before.
 Only the standard library is imported here.
@@ -41,6 +44,10 @@ NAMESPACE_ENV = "AUTOKERNEL_SANDBOX_PIDNS"
 # Setting this to 0 turns the network namespace and the socket filter off, for a GPU stack that needs a socket (CUDA's
 # MPS daemon is reached through a Unix socket); the run then says both are missing.
 NETWORK_ENV = "AUTOKERNEL_SANDBOX_NET"
+# The namespace's own /dev/shm: capped (a candidate cannot fill the machine's memory through it; the memory cgroup,
+# where there is one, counts its pages too), writable by every user like the machine's, and gone with the mount
+# namespace, that is with the run's last process.
+SHM_OPTIONS = b"size=64m,mode=1777"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -111,15 +118,32 @@ def isolate_network_and_ipc() -> dict[str, str]:
     return got
 
 
-def _mount_private_proc() -> str:
-    """In a mount namespace of the init's own, a /proc of this PID namespace; '' or why not."""
+def _own_mount_namespace() -> str:
+    """A mount namespace of the init's own, none of whose mounts propagate to the machine's; '' or why not."""
     if _libc.unshare(CLONE_NEWNS) != 0:
         return f"no mount namespace: {_errno_text()}"
     if _libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
         return f"could not make the mounts private: {_errno_text()}"
-    if _libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None) != 0:
-        return f"could not mount /proc: {_errno_text()}"
     return ""
+
+
+def _mount(fstype: bytes, target: bytes, options: bytes | None = None) -> str:
+    if _libc.mount(fstype, target, fstype, _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, options) != 0:
+        return f"could not mount {target.decode()}: {_errno_text()}"
+    return ""
+
+
+def mount_private(*, shm: bool) -> dict[str, str]:
+    """In a mount namespace of the init's own, a /proc of this PID namespace and (shm) a /dev/shm of its own.
+
+    Returns {"/proc": "" or why not} and, where shm, {"/dev/shm": "" or why not}. Without a mount namespace whose mounts
+    are private neither is mounted: a mount there could show in the machine's.
+    """
+    why_not = _own_mount_namespace()
+    mounted = {"/proc": why_not or _mount(b"proc", b"/proc")}
+    if shm:
+        mounted["/dev/shm"] = why_not or _mount(b"tmpfs", b"/dev/shm", SHM_OPTIONS)
+    return mounted
 
 
 def _report(fd: int, **fields) -> None:
@@ -127,13 +151,15 @@ def _report(fd: int, **fields) -> None:
 
 
 def run_init(command: list[str], *, pass_fds: list[int], preexec_fn, report_fd: int, lifeline_fd: int,
-             allow_new_proc=None) -> None:
+             private_shm: bool = False, allow_new_mounts=None) -> None:
     """The namespace's init (pid 1 inside): start the command, report its end, reap, wait to be killed.
 
     lifeline_fd: the read end of a pipe whose write end only the launcher holds, so it ends when the
-    launcher does. allow_new_proc: called once a /proc of the namespace is mounted, so the sandbox's
-    rules (made for the machine's /proc, another file system) can cover it too. Reports on report_fd: {"proc": "" or why /proc is the machine's}, {"error": ...}
-    or {"pid": ...}, then {"returncode": ...}. Never returns.
+    launcher does. private_shm: mount a /dev/shm of the namespace's own too. allow_new_mounts: called with the
+    mount points mounted (["/proc", "/dev/shm"], those that were), before the command starts, so the sandbox's rules
+    (made for the machine's file systems: a rule holds an object, not a path) can cover them too. Reports on
+    report_fd: {"proc": "" or why /proc is the machine's, "shm": the same for /dev/shm (where private_shm)},
+    {"error": ...} or {"pid": ...}, then {"returncode": ...}. Never returns.
     """
     try:
         # With the launcher gone the namespace must go too: the init's death kills everything in it. The
@@ -144,10 +170,10 @@ def run_init(command: list[str], *, pass_fds: list[int], preexec_fn, report_fd: 
             os._exit(1)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, signal.SIG_DFL)
-        why_not = _mount_private_proc()
-        if not why_not and allow_new_proc is not None:
-            allow_new_proc()
-        _report(report_fd, proc=why_not)
+        mounted = mount_private(shm=private_shm)
+        if allow_new_mounts is not None:
+            allow_new_mounts([target for target, why_not in mounted.items() if not why_not])
+        _report(report_fd, proc=mounted["/proc"], **({"shm": mounted["/dev/shm"]} if private_shm else {}))
         try:
             child = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=pass_fds,
                                      preexec_fn=preexec_fn)
