@@ -50,3 +50,16 @@ def test_the_tiny_zoo_ends_every_model_with_a_verdict_on_the_cpu(tmp_path):
     for name, row in rows.items():
         assert row["report"]["verdict"]["summary"].startswith("no speed verdict"), name
         assert row["exit"] in (0, 3, 4, 5), (name, row["exit"])
+
+
+def test_runs_side_by_side_share_the_cpus_for_their_compile_workers(tmp_path, monkeypatch):
+    monkeypatch.setattr(zoo.os, "cpu_count", lambda: 16)
+    lock = tmp_path / "gpu_timing.lock"
+    env = zoo.job_environment({"PATH": "/bin"}, lock, None, 8)
+    assert env["TORCHINDUCTOR_COMPILE_THREADS"] == "2" and env["PATH"] == "/bin"
+    assert env["AUTOKERNEL_GPU_TIMING_LOCK"] == str(lock.resolve()) and "CUDA_VISIBLE_DEVICES" not in env
+    assert zoo.job_environment({}, lock, 1, 32)["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+    assert zoo.job_environment({}, lock, 1, 32)["CUDA_VISIBLE_DEVICES"] == "1"
+    # What the caller set wins.
+    own = zoo.job_environment({"TORCHINDUCTOR_COMPILE_THREADS": "4"}, lock, None, 8)
+    assert own["TORCHINDUCTOR_COMPILE_THREADS"] == "4"
