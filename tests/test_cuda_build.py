@@ -193,7 +193,7 @@ def test_a_sandboxed_child_builds_in_a_cache_of_its_own_that_is_gone_after(tmp_p
     from autokernel.core.paths import ROOT
     from autokernel.judge import runner
 
-    probe = ("import os\nfrom autokernel import cuda_build\n"
+    probe = ("import os\nfrom autokernel.judge import cuda_build\n"
              "folder = cuda_build.cache_root() / 'autokernel_cuda_probe'\n"
              "folder.mkdir(parents=True, exist_ok=True)\n"
              "(folder / 'written').write_text('x')\n"
