@@ -12,6 +12,8 @@ from torch import nn  # noqa: E402
 
 from autokernel.kernel_types import registry  # noqa: E402
 from autokernel.routing import plugin, routes  # noqa: E402
+from autokernel.routing.decisions import ALL  # noqa: E402
+from autokernel.routing.outputs import output_error, tolerance  # noqa: E402
 from tests.test_plugin import (SEQ, kernel_stats, recorded_calls, reference_sources, tiny_llama,  # noqa: E402
                                write_optimized)
 
@@ -195,12 +197,12 @@ def test_function_routes_hit_with_the_registry_shapes(tmp_path):
     folder = write_optimized(tmp_path / "opt", FUNCTIONAL_SHAPES, sources=reference_sources(*FUNCTIONAL_SHAPES))
     with torch.no_grad():
         expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
+        plugin.plug_in(model, folder, policy=ALL)
         model(*inputs)                    # the resolution pass, with the function routing everywhere
         plugin.router_of(model).reset_stats()
         recorded_calls(model, "matmul").clear()
         actual = model(*inputs)           # routed as decided, the function routing in the model's own forward only
-    assert plugin.output_error(expected, actual) <= plugin.tolerance(expected)
+    assert output_error(expected, actual) <= tolerance(expected)
     assert plugin.router_of(model).summary()["scoped_modules"] == [""]
     stats = kernel_stats(model)
     assert {t: (s["hits"], s["fallbacks"]) for t, s in stats.items()} == {

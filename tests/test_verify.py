@@ -15,13 +15,13 @@ import textwrap  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from autokernel.routing.manifest import read_manifest, write_manifest  # noqa: E402
 from autokernel.verify import verify_command as verify  # noqa: E402
 from autokernel.core import hardware  # noqa: E402
 from autokernel.core.paths import MANIFEST_NAME, ROOT, starter_path  # noqa: E402
 from autokernel.core.plan import Plan  # noqa: E402
 from autokernel.profile import models, profiler  # noqa: E402
 from autokernel.profile.profiler import PLAN_FILE  # noqa: E402
-from autokernel.routing import plugin  # noqa: E402
 from autokernel.verify import verification  # noqa: E402
 from tests.test_plugin import LLAMA_SHAPES, reference_kernel, write_optimized  # noqa: E402
 
@@ -110,7 +110,7 @@ def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_p
     assert code == verify.EXIT_PASS
     plan = json.loads((workspace / PLAN_FILE).read_text())
     assert (plan["model"], plan["device"], plan["dtype"]) == ("llama.py:Model", "cpu", "float32")
-    manifest = plugin.read_manifest(workspace / verify.STARTER_MANIFEST_DIR / MANIFEST_NAME)
+    manifest = read_manifest(workspace / verify.STARTER_MANIFEST_DIR / MANIFEST_NAME)
     # A region's starter is Inductor's code for it, written beside the manifest (autokernel/profile/regions/jobs.py) and
     # named relative to it: the sandboxed child made it in a folder of its own, and this process copied it here.
     starters = workspace / verify.STARTER_MANIFEST_DIR
@@ -290,7 +290,7 @@ def test_the_report_names_the_runs_whose_kernels_it_verified(tmp_path):
     # report.md shows a verdict only beside the rows of a run it verified (reports/report.py verdict_of_run).
     folder = tmp_path / "opt"
     folder.mkdir()
-    plugin.write_manifest(folder / MANIFEST_NAME, {"1_softmax": {"tag": "night2"}, "2_rmsnorm": {"tag": "night1"},
+    write_manifest(folder / MANIFEST_NAME, {"1_softmax": {"tag": "night2"}, "2_rmsnorm": {"tag": "night1"},
                                                    "3_matmul": {}})
     assert verification.kernel_runs(folder) == ["night1", "night2"]
     assert verification.kernel_runs(tmp_path / "absent") == [] and verification.kernel_runs(None) == []

@@ -23,9 +23,10 @@ from typing import Callable
 
 import torch
 
+from autokernel.routing.decisions import ALL, MEASURED
 from autokernel.routing.outputs import detached_copy, output_error, tolerance
 from autokernel.routing.plugin import router_of
-from autokernel.routing.router import ALL, MEASURED, Router
+from autokernel.routing.router import Router
 from autokernel.verify import headroom, route_table, selection, variants
 from autokernel.verify.containment import CHECK, COUNTS, HEADROOM, LOAD, OVERHEAD, SELECTION, Drops
 from autokernel.verify.report_record import Verdict

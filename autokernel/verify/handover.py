@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from autokernel.routing import manifest, plugin
+from autokernel.routing.decisions import MEASURED
 from autokernel.verify import endtoend
 from autokernel.verify.containment import Drops
 from autokernel.verify.variants import INDUCTOR, VARIANTS
@@ -41,7 +42,7 @@ class Choice:
 
 
 def compare(model: nn.Module, inputs: tuple, optimized_dir: str | Path | None, *, on_gpu: bool,
-            compile_backend: str | None = INDUCTOR, policy: str = plugin.MEASURED, overhead: bool = False,
+            compile_backend: str | None = INDUCTOR, policy: str = MEASURED, overhead: bool = False,
             log: Callable[[str], None] = lambda line: None, drops: Drops | None = None,
             max_autotune: bool = False) -> tuple[dict, dict]:
     """The end-to-end comparison as plain data (and the kernels' router summary), and the route tables measured

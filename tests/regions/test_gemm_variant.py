@@ -21,6 +21,7 @@ from autokernel.kernel_types.regions import store  # noqa: E402
 from autokernel.kernel_types.regions.inputs import make_inputs  # noqa: E402
 from autokernel.profile.regions import epilogue, gemm_variant, jobs, pick, starter  # noqa: E402
 from autokernel.profile.regions.find import find_regions  # noqa: E402
+from autokernel.routing.manifest import write_manifest  # noqa: E402
 from benchmarks.common import load_problem  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -312,7 +313,7 @@ def test_a_model_routed_to_the_engine_variant_computes_what_it_did(tmp_path, mon
     (tmp_path / "ours.py").write_text(engine_source(region))
     entry = ManifestEntry(file="ours.py", kernel_type=region.name, rank=1, shapes=[region.shape()],
                           dtypes=["float32"]).to_json()
-    plugin.write_manifest(tmp_path / "manifest.json", {f"1_{region.name}": entry})
+    write_manifest(tmp_path / "manifest.json", {f"1_{region.name}": entry})
     with torch.no_grad():
         expected = model(x)
         plugin.plug_in(model, tmp_path, policy="all")
