@@ -304,7 +304,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from autokernel.core import lock
     from autokernel.judge import runner
     from autokernel.profile import models
-    from autokernel.profile.jobs import PlanError
+    from autokernel.core.plan import PlanError
     from autokernel.reports import report
     from autokernel.search import gitops
     from autokernel.core.errors import OptimizationError

@@ -17,6 +17,7 @@ from autokernel.core import paths
 from autokernel.core.contracts import BenchResult, Job, JudgedResult, RunSettings
 from autokernel.core.run_records import JobProgress, RunState
 from autokernel.search import results, run_state
+from autokernel.verify.verification import EXIT_ERROR
 from tests.test_orchestrate import TINY_MODEL, copy_project
 
 
@@ -72,7 +73,7 @@ def test_a_doors_messages_name_the_command_the_user_typed(monkeypatch, capsys):
     assert verify_command.build_parser().prog == "verify.py"
     monkeypatch.setenv(paths.COMMAND_VARIABLE, "autokernel verify")
     assert verify_command.build_parser().prog == "autokernel verify"
-    assert verify_command.main(["--model-arg", "config=tiny"]) == verify_command.EXIT_ERROR
+    assert verify_command.main(["--model-arg", "config=tiny"]) == EXIT_ERROR
     assert capsys.readouterr().err.startswith("autokernel verify: name the model these flags are for")
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from autokernel.judge import cuda_build
 from autokernel.judge.candidate import worker
+from autokernel.judge.candidate.kernel_errors import crash_message
 
 SOURCE = """
 #include <torch/types.h>
@@ -136,7 +137,7 @@ def test_the_judge_reports_a_compile_error_as_a_crash_with_that_line(fake_compil
     fake_compiler.fail = True
     with pytest.raises(cuda_build.CudaCompileError) as raised:
         worker.load_kernel(kernel)
-    message = worker.crash_message(raised.value, kernel)
+    message = crash_message(raised.value, kernel)
     assert message.startswith('CudaCompileError: CUDA compile error at CUDA_SOURCE line 7: identifier '
                               '"undefined_name" is undefined (at kernel.py:3: _ext = load_cuda(')
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from autokernel.core import hardware, paths
+from autokernel.core.plan import PlanError
 from autokernel.kernel_types import registry
 from autokernel.profile import extract_command as extract
 from autokernel.profile import jobs as kernel_jobs, profiler
@@ -104,21 +105,21 @@ def test_jobs_json_lists_the_exact_bench_strings(plan_path, tmp_path):
 
 
 def test_bad_plans_give_clear_errors(tmp_path, monkeypatch):
-    with pytest.raises(kernel_jobs.PlanError, match="run `python profile.py MODEL` first"):
+    with pytest.raises(PlanError, match="run `python profile.py MODEL` first"):
         kernel_jobs.extract_jobs(tmp_path / "missing.json", 3, tmp_path / "ws")
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
-    with pytest.raises(kernel_jobs.PlanError, match="not valid JSON"):
+    with pytest.raises(PlanError, match="not valid JSON"):
         kernel_jobs.extract_jobs(broken, 3, tmp_path / "ws")
     broken.write_text(json.dumps({"model": "x"}))
-    with pytest.raises(kernel_jobs.PlanError, match="no \"entries\" list"):
+    with pytest.raises(PlanError, match="no \"entries\" list"):
         kernel_jobs.extract_jobs(broken, 3, tmp_path / "ws")
     broken.write_text(json.dumps(_plan([_entry(1, "conv2d", [{"M": 1}], 0.5)])))
     with pytest.raises(KeyError, match="unknown kernel type 'conv2d'"):
         kernel_jobs.extract_jobs(broken, 3, tmp_path / "ws")
     broken.write_text(json.dumps(_plan([_entry(1, "softmax", SOFTMAX_SHAPES, 0.5)])))
     monkeypatch.setattr(paths, "STARTERS_DIR", tmp_path / "no_starters")
-    with pytest.raises(kernel_jobs.PlanError, match="no starter kernel for softmax"):
+    with pytest.raises(PlanError, match="no starter kernel for softmax"):
         kernel_jobs.extract_jobs(broken, 3, tmp_path / "ws")
 
 
@@ -169,7 +170,7 @@ def test_the_cuda_backend_starts_from_the_cuda_starters(tmp_path):
 def test_a_type_without_a_cuda_starter_is_a_clear_error(plan_path, tmp_path):
     path = tmp_path / "layernorm_plan.json"
     path.write_text(json.dumps(_plan([_entry(1, "layernorm", NORM_SHAPES, 0.3)])))
-    with pytest.raises(kernel_jobs.PlanError, match=r"no cuda starter kernel for layernorm: .*\(the cuda starters: "
+    with pytest.raises(PlanError, match=r"no cuda starter kernel for layernorm: .*\(the cuda starters: "
                                                 r"matmul, rmsnorm, softmax\); use --backend triton or any"):
         kernel_jobs.extract_jobs(path, 5, tmp_path / "ws", backend="cuda")
     with pytest.raises(ValueError, match="backend must be one of triton, cuda, any"):

@@ -158,7 +158,7 @@ def test_native_output_goes_to_the_log_file_not_the_terminal(tmp_path, capfd):
 
 
 def test_the_gpus_line_gives_each_gpus_pace_and_idle_time():
-    from autokernel.core.contracts import GpuUse, Throughput
+    from autokernel.core.throughput import GpuUse, Throughput
     from autokernel.core.live import throughput_line
 
     throughput = Throughput(wall_s=3000.0, gpus={"gpu1": GpuUse(experiments=40, busy_s=3000.0),
@@ -172,7 +172,7 @@ def test_the_gpus_line_gives_each_gpus_pace_and_idle_time():
 
 
 def test_the_panel_shows_one_rate_the_runs():
-    from autokernel.core.contracts import GpuUse, Throughput
+    from autokernel.core.throughput import GpuUse, Throughput
 
     status = live.LoopStatus(deadline=time.monotonic() + 60)
     status.gpus = live.throughput_line(Throughput(wall_s=3600.0, gpus={"cpu": GpuUse(experiments=90, busy_s=3000.0)}))

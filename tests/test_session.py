@@ -22,6 +22,7 @@ from autokernel.core.errors import OptimizationError
 from autokernel.core.live import ProgressView
 from autokernel.core.lock import RunLocked
 from autokernel.search import budget, gitops, loop, results, run_state, session
+from autokernel.search.loop_records import budget_too_short, is_run_stop
 from tests.loop_helpers import TableAgent, fake_run_bench, git, make_job, make_project, proposal, result, source
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -269,7 +270,7 @@ def test_resume_restores_every_setting_and_a_flag_overrides_out_loud(project, mo
                     llm_model="fake-model", base_url="http://127.0.0.1:9/v1", max_cost_usd=5.0, reasoning="medium")
     table = [proposal("faster", source(result(60.0)), tokens_in=10, cost_usd=0.01), loop.OutOfTime("stop here")]
     state = _start(project, monkeypatch, with_agent=TableAgent(table), **settings)
-    assert state.stopped_because == loop.budget_too_short("stop here") and loop.is_run_stop(state.stopped_because)
+    assert state.stopped_because == budget_too_short("stop here") and is_run_stop(state.stopped_because)
     saved = run_state.load().settings
     assert (saved.budget_s, saved.max_consecutive_reverts, saved.target_speedup, saved.base_url, saved.max_cost_usd,
             saved.llm_model) == (180.0, 100, 1000.0, "http://127.0.0.1:9/v1", 5.0, "fake-model")

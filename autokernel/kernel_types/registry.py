@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from autokernel.kernel_types import TYPES
-from autokernel.kernel_types.base import Adversarial, KernelType, Shape  # noqa: F401 (API)
+from autokernel.kernel_types.base import KernelType, Shape
 
 REGISTRY: dict[str, KernelType] = TYPES
 

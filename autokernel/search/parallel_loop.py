@@ -49,7 +49,8 @@ from autokernel.fleet.pool import Finished, WorkerPool
 from autokernel.judge import runner, user_check
 from autokernel.search import integrity, policy, run_state
 from autokernel.search.lanes import Flight, Lane, lanes_line
-from autokernel.search.loop import BUDGET_SPENT, MIN_WORTH_STARTING_S, OptimizationRun, budget_too_short, is_run_stop
+from autokernel.search.loop import MIN_WORTH_STARTING_S, OptimizationRun
+from autokernel.search.loop_records import BUDGET_SPENT, budget_too_short, is_run_stop
 from autokernel.search.policy import is_improvement
 from autokernel.search.proposals import Proposals, Reply
 

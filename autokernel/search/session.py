@@ -39,9 +39,11 @@ from autokernel.core.live import TORCH_LOG, ProgressView, format_duration, forma
 from autokernel.core.lock import RunLock
 from autokernel.fleet import workers
 from autokernel.judge import runner
+from autokernel.sandbox.child_env import secrets_withheld
 from autokernel.search import gitops, policy, results, run_state, sandbox_checks
 from autokernel.search.budget import CLOCK_FILE_NAME, Budget, ClockKeeper, recovered_elapsed
-from autokernel.search.loop import OptimizationRun, is_run_stop
+from autokernel.search.loop import OptimizationRun
+from autokernel.search.loop_records import is_run_stop
 from autokernel.search.parallel_loop import ParallelRun
 from autokernel.search.run_state import resumable, state_file
 
@@ -113,7 +115,7 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
         try:
             # The agent holds its key now: from here on no process of the run (the pool's workers, git, the
             # judge's children) can inherit a secret from this environment, whatever its allow-list says.
-            with runner.secrets_withheld(), ClockKeeper(clock_file, state.tag, budget), \
+            with secrets_withheld(), ClockKeeper(clock_file, state.tag, budget), \
                     workers.open_pool(state.settings, view) as pool:
                 loop = (OptimizationRun(state, repo=repo, agent=agent, view=view, budget=budget, checkpoint=checkpoint)
                         if pool is None else ParallelRun(state, pool=pool, repo=repo, agent=agent, view=view,

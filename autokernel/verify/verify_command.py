@@ -59,10 +59,8 @@ from autokernel.profile.model_args import add_model_arguments, load_model_keywor
 from autokernel.routing.decisions import MEASURED, POLICIES
 from autokernel.routing.manifest import PlugInError
 from autokernel.verify import isolated, run_model
-from autokernel.verify.verification import (EXIT_DROPPED, EXIT_ERROR, EXIT_FAIL,  # noqa: F401 (API)
-                                             EXIT_NOTHING_CHECKED,
-                                             EXIT_NOTHING_TO_PLUG_IN, EXIT_PASS, REPORT_FILE, STARTER_MANIFEST_DIR, NothingToPlugIn, Outcome,
-                                             STARTERS_TOP, run)
+from autokernel.verify.verification import (EXIT_ERROR, EXIT_NOTHING_TO_PLUG_IN, STARTERS_TOP, NothingToPlugIn, Outcome,
+                                            run)
 from autokernel.verify.child_lines import OWN_ERROR, OwnLines
 from autokernel.verify.verify_report import print_report, report_console
 

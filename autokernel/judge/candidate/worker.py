@@ -55,6 +55,7 @@ from autokernel.judge.candidate.kernel_errors import crash_message
 from autokernel.judge.candidate.worker_guards import VIOLATIONS
 from autokernel.judge.candidate.worker_process import die_with_parent
 from autokernel.kernel_types import references as reference, registry
+from autokernel.kernel_types.base import KernelType
 
 
 class Rejected(Exception):
@@ -103,7 +104,7 @@ class Worker:
         self.counter = guards.LaunchCounter(stream_of, timing_stream).install()
         # A CUDA kernel file's launches are read from the GPU's kernel events (autokernel/judge/cuda_launches.py).
         self.cuda_watch = cuda_launches.watch_for(kernel_path, device)
-        self.kt: registry.KernelType | None = None
+        self.kt: KernelType | None = None
         self.kernel_fn = None
         self.previous_output = None         # the tensors of the last call's output
         self.earlier_outputs: list = []     # weak references to every earlier call's output tensors
