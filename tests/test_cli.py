@@ -14,6 +14,7 @@ import pytest
 
 from autokernel import cli
 from autokernel.core import paths
+from autokernel.core.arguments import joined_negative_values, parse_duration
 from autokernel.core.contracts import BenchResult, Job, JudgedResult, RunSettings
 from autokernel.core.run_records import JobProgress, RunState
 from autokernel.search import results, run_state
@@ -24,13 +25,13 @@ from tests.test_orchestrate import TINY_MODEL, copy_project
 @pytest.mark.parametrize("text, seconds", [("8h", 28800), ("30m", 1800), ("90s", 90), ("1h30m", 5400),
                                            ("1.5h", 5400), ("45", 45), (" 2H ", 7200)])
 def test_durations(text, seconds):
-    assert cli.parse_duration(text) == seconds
+    assert parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "8x", "h", "1h-5m", "0m"])
 def test_bad_durations_are_refused(text):
     with pytest.raises(Exception, match="duration"):
-        cli.parse_duration(text)
+        parse_duration(text)
 
 
 def test_bad_flag_is_an_argparse_error(capsys):
@@ -50,7 +51,7 @@ def test_a_negative_value_is_its_flags_own_error_not_a_missing_argument(capsys, 
     err = capsys.readouterr().err
     assert said in err and "expected one argument" not in err
     # Only a value after a flag that takes one is joined to it.
-    assert cli.joined_negative_values(["--budget", "-5m", "--quick", "-5"], cli._build_parser()) == [
+    assert joined_negative_values(["--budget", "-5m", "--quick", "-5"], cli._build_parser()) == [
         "--budget=-5m", "--quick", "-5"]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from autokernel.agents.base import SearchExhausted
 from autokernel.core import paths
 from autokernel.core.contracts import (PASS, VERDICTS, BenchResult, ContractError, Job, JudgedResult, JudgeOutcome,
                                         KeptVersion, ManifestEntry, PlanEntry, RunSettings)
@@ -103,7 +104,7 @@ def test_manifest_and_state_round_trip_through_the_files_the_loop_writes(tmp_pat
     repo = gitops.KernelRepo(project)
     repo.start_branch("contracts")
     jobs = [make_job(project, 1, source(result(100.0)))]
-    agent = ScriptedAgent(proposal("faster", source(result(40.0))), loop.SearchExhausted("done"))
+    agent = ScriptedAgent(proposal("faster", source(result(40.0))), SearchExhausted("done"))
     state = RunState(tag="contracts", jobs=jobs, kept_commit=repo.head(), settings=RunSettings(target_speedup=2.0))
     loop.OptimizationRun(state, repo=repo, agent=agent, view=ProgressView(interactive=False),
                          budget=Budget(state.settings.budget_s)).run()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from autokernel.agents.base import SearchExhausted
 from autokernel.core.contracts import RunSettings
 from autokernel.core.run_records import RunState
 from autokernel.core.live import ProgressView
@@ -90,7 +91,7 @@ def test_every_attack_is_undone_and_never_kept(project, tmp_path, monkeypatch, c
     marker = tmp_path / "planted-command-ran"
     named = attacks(marker)
     agent = ScriptedAgent(*[proposal(name, kernel(1.0, code)) for name, code in named.items()],
-                          loop.SearchExhausted("done"))
+                          SearchExhausted("done"))
     repo = gitops.KernelRepo(project)
     config_before = (project / ".git" / "config").read_text()
     bench_before = (project / "bench.py").read_text()

@@ -11,6 +11,7 @@ from torch import nn
 from autokernel.core import hardware, paths
 from autokernel.core.plan import PlanError
 from autokernel.kernel_types import registry
+from autokernel.kernel_types.regions.record import region_title
 from autokernel.profile import extract_command as extract
 from autokernel.profile import jobs as kernel_jobs, profiler
 
@@ -188,6 +189,6 @@ def test_a_region_job_is_titled_by_its_ops_a_menu_job_by_its_type(tmp_path):
     # Its ops first, as every line that names it says them; its hash name after, for its files.
     assert job.label == "gemm+sigmoid+sum (2_region_3f9a0c1d2e)"
     assert job.type_label == "gemm+sigmoid+sum (region_3f9a0c1d2e)"
-    assert kernel_jobs.region_title(["mm", "add", "mm", "relu"]) == "gemm+add+relu"
+    assert region_title(["mm", "add", "mm", "relu"]) == "gemm+add+relu"
     menu = kernel_jobs.make_job(PlanEntry.from_json(_entry(1, "softmax", SOFTMAX_SHAPES, 0.5)), "m", tmp_path / "s.py")
     assert menu.title == "" and menu.label == "1_softmax" and menu.type_label == "softmax"

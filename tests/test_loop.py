@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.agents.base import AgentError, MalformedReply, RetryPolicy
+from autokernel.agents.base import AgentError, MalformedReply, RetryPolicy, SearchExhausted
 from autokernel.agents.openai_agent import OpenAIAgent
 from autokernel.core.contracts import RunSettings
 from autokernel.core.run_records import RunState
@@ -49,7 +49,7 @@ def test_noise_decides_and_target_speedup_moves_on_to_the_next_kernel(project):
     within_noise, beyond_noise, double = source(result(90.0)), source(result(80.0)), source(result(40.0))
     agent = ScriptedAgent(proposal("within noise", within_noise), proposal("beyond noise", beyond_noise),
                           proposal("twice as fast\nsecond line", double),
-                          proposal("inside the noise floor", source(result(49.5))), loop.SearchExhausted("done"))
+                          proposal("inside the noise floor", source(result(49.5))), SearchExhausted("done"))
     state = _run(project, jobs, agent, max_consecutive_reverts=5, target_speedup=2.0)
 
     assert state.done and state.job_index == 2 and state.current is None
@@ -119,7 +119,7 @@ def test_a_candidate_of_another_type_or_signature_is_not_benched(project, monkey
     computed_type = source(result(1.0)).replace("KERNEL_TYPE = 'softmax'", "KERNEL_TYPE = 'soft' + 'max'")
     other_signature = source(result(1.0)).replace("def kernel_fn(x):", "def kernel_fn(x, scale=2.0):")
     agent = ScriptedAgent(proposal("matmul now", other_type), proposal("computed", computed_type),
-                          proposal("extra parameter", other_signature), loop.SearchExhausted("done"))
+                          proposal("extra parameter", other_signature), SearchExhausted("done"))
     _run(project, [make_job(project, 1, source(result(100.0)))], agent, max_consecutive_reverts=4)
     assert [r["correctness"] for r in results.read_rows(project / "results.tsv")] == ["PASS", "FAIL", "FAIL", "FAIL"]
     assert len(judged) == 2, "only the baseline was benched"
@@ -161,7 +161,7 @@ def test_on_a_gpu_the_quick_judge_screens_and_the_full_judge_decides(project, mo
     fails_full = source(result(50.0), result(None, "FAIL"))
     faster = source(result(60.0), result(62.0))
     agent = ScriptedAgent(proposal("slower", slower), proposal("quick-only", fails_full), proposal("faster", faster),
-                          loop.SearchExhausted("done"))
+                          SearchExhausted("done"))
     state = _run(project, [make_job(project, 1, starter)], agent, target_speedup=10)
 
     assert judged == [
@@ -221,7 +221,7 @@ def test_time_left_counts_down_from_the_first_baseline(project, monkeypatch):
     repo.start_branch("rules")
     state = RunState(tag="rules", jobs=[make_job(project, 1, source(result(100.0)))], kept_commit=repo.head(),
                      settings=RunSettings(budget_s=600.0))
-    loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(loop.SearchExhausted("done")), view=view,
+    loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(SearchExhausted("done")), view=view,
                          budget=Budget(600.0)).run()
     assert seen and all(left is not None and 0 < left <= 600.0 for left in seen), seen
 
@@ -229,7 +229,7 @@ def test_time_left_counts_down_from_the_first_baseline(project, monkeypatch):
 def test_a_keep_whose_speedup_vs_pytorch_fell_says_why_in_its_row(project):
     baseline = {**result(100.0), "speedup_vs_pytorch": 1.5, "pytorch_latency_us": 150.0}
     faster = {**result(80.0), "speedup_vs_pytorch": 1.25, "pytorch_latency_us": 100.0}
-    agent = ScriptedAgent(proposal("faster", source(faster)), loop.SearchExhausted("done"))
+    agent = ScriptedAgent(proposal("faster", source(faster)), SearchExhausted("done"))
     _run(project, [make_job(project, 1, source(baseline))], agent)
     keep = results.read_rows(project / "results.tsv")[1]
     assert keep["status"] == "keep" and keep["speedup_vs_pytorch"] == 1.25
@@ -358,8 +358,8 @@ def test_a_kernel_slower_than_torch_compile_is_no_gain_and_is_not_saved(project,
     slow_job = make_job(project, 1, source(_timed(100.0, 150.0, 60.0), _timed(100.0, 150.0)))
     # Job 2: its improvement beats torch.compile's 90 us.
     fast_job = make_job(project, 2, source(_timed(100.0, 150.0, 90.0), _timed(100.0, 150.0)))
-    agent = ScriptedAgent(proposal("faster", source(_timed(80.0, 150.0))), loop.SearchExhausted("done"),
-                          proposal("faster still", source(_timed(50.0, 150.0))), loop.SearchExhausted("done"))
+    agent = ScriptedAgent(proposal("faster", source(_timed(80.0, 150.0))), SearchExhausted("done"),
+                          proposal("faster still", source(_timed(50.0, 150.0))), SearchExhausted("done"))
     state = _run(project, [slow_job, fast_job], agent, target_speedup=10)
 
     assert calls == [True, False, False, False, True, False, False, False], "compile is timed once per job"
@@ -395,7 +395,7 @@ def test_a_candidate_gets_at_least_the_time_the_jobs_first_cold_bench_took(proje
     monkeypatch.setattr(loop.runner, "run_bench", run_bench)
     starter, candidate = source(result(100.0)), source(result(90.0), result(91.0))
     _run(project, [make_job(project, 1, starter)], ScriptedAgent(proposal("tiles", candidate),
-                                                                 loop.SearchExhausted("done")), target_speedup=10)
+                                                                 SearchExhausted("done")), target_speedup=10)
     first, *later = limits
     assert first[0] and not any(cold for cold, _, _ in later)
     assert all(limit >= 150.0 for _, _, limit in later), limits          # not 3 x 16 s

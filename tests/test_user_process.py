@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from autokernel.agents.base import SearchExhausted
 from autokernel.core import paths
 from autokernel.core.contracts import RunSettings
 from autokernel.core.live import ProgressView
@@ -246,7 +247,7 @@ def test_the_loop_keeps_no_candidate_that_fails_in_the_users_process(project):
     passed = {**result(50.0), runner.JUDGED_BY: "bench.py"}
     agent = ScriptedAgent(proposal("grid capped", capped + f"\n# fake-results: [{_json(passed)}]\n"),
                           proposal("honest", honest + f"\n# fake-results: [{_json(passed)}]\n"),
-                          loop.SearchExhausted("done"))
+                          SearchExhausted("done"))
     repo = gitops.KernelRepo(project)
     repo.start_branch("users")
     state = RunState(tag="users", jobs=[make_job(project, 1, _baseline())], kept_commit=repo.head(),

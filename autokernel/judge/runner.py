@@ -43,7 +43,7 @@ from autokernel.kernel_types.base import Shape
 from autokernel.kernel_types.regions import store as region_store
 from autokernel.kernel_types.registry import format_shape
 from autokernel.sandbox import launcher as sandbox
-from autokernel.sandbox.process_tree import undumpable
+from autokernel.sandbox.process_tree import kill_tree, undumpable
 from autokernel.sandbox import redact
 
 # run_bench puts a fresh secret in bench.py's environment there; bench.py takes it out before it starts the
@@ -146,7 +146,7 @@ def _stop(launcher: subprocess.Popen, status: _StatusReader) -> None:
         return
     except subprocess.TimeoutExpired:
         pass
-    sandbox.kill_tree(launcher.pid, within_s=1.0)
+    kill_tree(launcher.pid, within_s=1.0)
     _signal(launcher.pid, signal.SIGKILL)
     _signal(status.field("pid"), signal.SIGKILL, group=True)
     launcher.wait()
