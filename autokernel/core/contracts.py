@@ -121,10 +121,7 @@ class Job:
         return titled(self.kernel_type, self.title)
 
     def to_json(self) -> dict:
-        data = asdict(self)
-        if not self.title:          # as a job written before titles holds it: no key
-            del data["title"]
-        return data
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict) -> Job:
