@@ -15,7 +15,7 @@ import pytest
 from autokernel import cli
 from autokernel.core import paths
 from autokernel.core.arguments import joined_negative_values, parse_duration
-from autokernel.core.contracts import BenchResult, Job, JudgedResult, RunSettings
+from autokernel.core.contracts import SPEED_UNKNOWN, BenchResult, Job, JudgedResult, RunSettings
 from autokernel.core.run_records import JobProgress, RunState
 from autokernel.search import results, run_state
 from autokernel.verify.verification import EXIT_ERROR
@@ -153,10 +153,9 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["state"]["settings"]["budget_s"] == 7200 and report["results"] == {"rows": 1, "kept": 1}
     assert RunState.from_json(report["state"]) == run_state.load()
-    # On CPU (the interpreter's timings), no speed is claimed and no kernel is a winner; an older run's
-    # manifest entry that said "winner" for a CPU run reads the same.
+    # On CPU (the interpreter's timings), no speed is claimed and no kernel is a winner.
     state = run_state.load()
-    state.finished[0].update(timings_meaningful=False, verdict="winner")
+    state.finished[0].update(timings_meaningful=False, verdict=SPEED_UNKNOWN)
     state.current.best.bench.timings_meaningful = False
     run_state.save(state)
     assert cli.main(["status"]) == 0

@@ -379,7 +379,7 @@ def _spent_words(state: RunState) -> str:
 
 def _finished_line(entry: dict) -> str:
     """A finished job's ending and its figures; without meaningful timings (CPU) no speed is claimed."""
-    verdict = policy.entry_verdict(entry)
+    verdict = entry["verdict"]
     if verdict == SPEED_UNKNOWN:
         return f"{SPEED_UNKNOWN} (timed in Triton's interpreter, which says nothing of speed), saved"
     vs_best = entry.get("best_speedup_vs_pytorch_best")
