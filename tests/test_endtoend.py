@@ -11,7 +11,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from autokernel.core.errors import failure_line
+from autokernel.core.errors import failure_line  # noqa: E402
 from autokernel.routing import plugin  # noqa: E402
 from autokernel.verify import endtoend, latency, route_table  # noqa: E402
 from autokernel.verify.latency import Latency  # noqa: E402
