@@ -15,9 +15,8 @@ from autokernel.agents.openai_agent import OpenAIAgent
 from autokernel.core.contracts import RunSettings
 from autokernel.core.run_records import RunState
 from autokernel.core.live import ProgressView
-from autokernel.search import gitops, loop, results, run_state
+from autokernel.search import gitops, loop, loop_records, results, run_state
 from autokernel.search.budget import Budget
-from autokernel.search.loop_records import BUDGET_SPENT, BUDGET_TOO_SHORT, COST_REACHED, is_run_stop
 from tests.fake_llm_server import FakeLLMServer
 from tests.loop_helpers import (ScriptedAgent, bench_result, fake_run_bench, git, make_job, make_project, proposal,
                                 result, source, subjects)
@@ -185,7 +184,7 @@ def test_the_budget_saves_the_best_so_far_and_keeps_the_job_open(project):
     state = _run(project, jobs, agent, budget_s=3.0, target_speedup=10)
     assert not state.done and state.job_index == 0 and state.current.experiments == 1
     # Spent, or too short for another experiment (the slow agent's 1.5 s each), said as it is.
-    assert is_run_stop(state.stopped_because) and state.finished == []
+    assert loop_records.is_run_stop(state.stopped_because) and state.finished == []
     assert len(agent.script) == 1
     assert _statuses(project) == [(1, "baseline", "PASS"), (2, "keep", "PASS")]
     manifest = __import__("json").loads((project / "optimized_kernels" / "manifest.json").read_text())["kernels"]
@@ -205,7 +204,7 @@ def test_no_experiment_starts_that_the_budget_left_cannot_pay_for(project, monke
     state = _run(project, [make_job(project, 1, source(result(100.0)))], agent, budget_s=1.6)
     # Two baseline runs took 1.2 s of the 1.6 s: another 0.6 s run would overrun, so none starts.
     assert agent.contexts == [] and _statuses(project) == [(1, "baseline", "PASS")]
-    assert state.stopped_because == BUDGET_SPENT
+    assert state.stopped_because == loop_records.BUDGET_SPENT
 
 
 def test_time_left_counts_down_from_the_first_baseline(project, monkeypatch):
@@ -246,7 +245,7 @@ def test_a_baseline_the_budget_left_cannot_pay_for_is_not_started(project, monke
     monkeypatch.setattr(loop.runner, "run_bench", lambda *args, **kwargs: judged.append(1) or bench_result(100.0))
     state = _run(project, [make_job(project, 1, source(result(100.0)))], ScriptedAgent(), budget_s=3.0)
     assert judged == [] and state.current is None
-    assert state.stopped_because.startswith(BUDGET_TOO_SHORT) and state.stopped_because.endswith(
+    assert state.stopped_because.startswith(loop_records.BUDGET_TOO_SHORT) and state.stopped_because.endswith(
         "left, and a run of 1_softmax's baseline (as measured before) takes about 0m10s")
     assert state.stopped_because in capsys.readouterr().out
     assert [row["tag"] for row in results.read_rows(project / "results.tsv")] == ["earlier"]
@@ -267,7 +266,7 @@ def test_a_baseline_whose_second_run_cannot_be_paid_for_stands_on_one(project, m
     (row,) = results.read_rows(project / "results.tsv")
     assert row["status"] == "baseline" and row["description"] == "baseline (one run: no time for a second; noise " \
                                                                   "floor 2.0%)"
-    assert state.current is not None and state.current.noise == 0.02 and state.stopped_because == BUDGET_SPENT
+    assert (state.current.noise, state.stopped_because) == (0.02, loop_records.BUDGET_SPENT)
     assert "1_softmax's baseline stands on one run" in capsys.readouterr().out
 
 
@@ -294,7 +293,7 @@ def test_a_cost_cap_stops_the_run_cleanly(project):
     agent = ScriptedAgent(*[proposal(f"try {n}", source(result(100.0 - n)), tokens_in=1000, cost_usd=0.6)
                             for n in range(5)])
     state = _run(project, [make_job(project, 1, source(result(100.0)))], agent, max_cost_usd=1.0)
-    assert state.stopped_because == COST_REACHED and not state.done
+    assert state.stopped_because == loop_records.COST_REACHED and not state.done
     assert len(_statuses(project)) == 2 and state.cost_usd == pytest.approx(0.6) and len(agent.contexts) == 1, \
         "after one call of $0.60, a second, expected to cost as much, would pass the $1 cap: it is never started"
 
@@ -325,12 +324,12 @@ def test_llm_trouble_ends_the_run_within_its_budget(project, trouble):
     # The fake judge takes no time, so one bench limit adds nothing here: the budget itself binds.
     # Far below what waiting would take (a 60 s reply, a 3600 s Retry-After); the slack is a loaded machine's.
     assert elapsed < budget_s + 5, f"{trouble}: {elapsed:.1f} s on a {budget_s} s budget"
-    assert is_run_stop(state.stopped_because) and not state.done and state.current is not None
+    assert loop_records.is_run_stop(state.stopped_because) and not state.done and state.current is not None
     assert _statuses(project) == [(1, "baseline", "PASS")], "no bogus row for an experiment never judged"
     assert run_state.load().stopped_because == state.stopped_because
     if trouble.startswith("429"):
         # The budget was not spent: the wait the server asked for did not fit in it, and the reason says so.
-        assert state.stopped_because.startswith(BUDGET_TOO_SHORT + ": ")
+        assert state.stopped_because.startswith(loop_records.BUDGET_TOO_SHORT + ": ")
         assert "HTTP 429" in state.stopped_because and "waiting 3600 s to retry would end past the budget (" \
             in state.stopped_because and "s left)" in state.stopped_because
 

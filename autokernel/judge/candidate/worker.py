@@ -285,8 +285,7 @@ class Worker:
         # The host time of the call as a model pays it: without the judge's own guard (guard_cost_ms).
         guard_ms = self.guard_per_call_ms + self.guard_per_op_ms * (self.no_library_compute.ops - ops)
         record["launch_ms"], record["guard_ms"] = max(0.0, record["launch_ms"] - guard_ms), guard_ms
-        problem = guards.output_problem(output, self.timed_inputs, self.previous_output, self.device,
-                                        self.timed_parts)
+        problem = guards.output_problem(output, self.timed_inputs, self.previous_output, self.device, self.timed_parts)
         if problem:
             raise Rejected(problem)
         self.unproven = (output, fresh, launches)
