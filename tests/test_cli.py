@@ -15,7 +15,7 @@ import pytest
 from autokernel import cli
 from autokernel.core import paths
 from autokernel.core.arguments import joined_negative_values, parse_duration
-from autokernel.core.contracts import SPEED_UNKNOWN, BenchResult, Job, JudgedResult, RunSettings
+from autokernel.core.contracts import SPEED_UNKNOWN, WINNER, BenchResult, Job, JudgedResult, RunSettings
 from autokernel.core.run_records import JobProgress, RunState
 from autokernel.search import results, run_state
 from autokernel.verify.verification import EXIT_ERROR
@@ -129,7 +129,7 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
                            best=JudgedResult(BenchResult("PASS", latency_us=20.0, timings_meaningful=True),
                                              wins_at=["M=1"]))
     finished = {"file": "1_matmul.py", "speedup_over_baseline": 1.8, "best_speedup_vs_pytorch": 1.1,
-                "experiments": 9, "stopped_because": "5 reverts in a row"}
+                "experiments": 9, "stopped_because": "5 reverts in a row", "verdict": WINNER}
     jobs = [Job(rank=rank, kernel_type=kernel_type, dtype="float16", shapes=[], path=f"kernel_{rank}.py")
             for rank, kernel_type in ((1, "matmul"), (2, "softmax"), (3, "rmsnorm"))]
     run_state.save(RunState(tag="night", jobs=jobs, kept_commit="abc", settings=RunSettings(budget_s=7200), job_index=1,

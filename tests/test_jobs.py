@@ -36,8 +36,7 @@ def plan_path(tmp_path):
     path.write_text(json.dumps(_plan([
         _entry(2, "rmsnorm", NORM_SHAPES, 0.3),
         _entry(1, "matmul", MATMUL_SHAPES, 0.5),
-        _entry(3, "other", [], 0.05),
-        _entry(4, "softmax", SOFTMAX_SHAPES, 0.05),
+        _entry(3, "softmax", SOFTMAX_SHAPES, 0.05),
     ])))
     return path
 
@@ -49,13 +48,13 @@ def _job_literal(source: str) -> dict:
     raise AssertionError("no JOB literal")
 
 
-def test_jobs_follow_rank_and_skip_other(plan_path, tmp_path):
+def test_jobs_follow_rank(plan_path, tmp_path):
     jobs = kernel_jobs.extract_jobs(plan_path, 5, tmp_path / "ws")
-    assert [(job.rank, job.kernel_type) for job in jobs] == [(1, "matmul"), (2, "rmsnorm"), (4, "softmax")]
+    assert [(job.rank, job.kernel_type) for job in jobs] == [(1, "matmul"), (2, "rmsnorm"), (3, "softmax")]
     assert [job.path for job in jobs] == [str(tmp_path / "ws" / name) for name in
-                                          ("kernel_1_matmul.py", "kernel_2_rmsnorm.py", "kernel_4_softmax.py")]
+                                          ("kernel_1_matmul.py", "kernel_2_rmsnorm.py", "kernel_3_softmax.py")]
     assert sorted(p.name for p in (tmp_path / "ws").iterdir()) == [
-        "jobs.json", "kernel_1_matmul.py", "kernel_2_rmsnorm.py", "kernel_4_softmax.py"]
+        "jobs.json", "kernel_1_matmul.py", "kernel_2_rmsnorm.py", "kernel_3_softmax.py"]
 
 
 def test_top_limits_the_jobs(plan_path, tmp_path):
@@ -87,7 +86,7 @@ def test_job_file_is_the_starter_with_the_job_after_its_docstring(plan_path, tmp
 
 def test_job_file_still_names_its_kernel_type(plan_path, tmp_path):
     kernel_jobs.extract_jobs(plan_path, 5, tmp_path / "ws")
-    for kernel_type, rank in (("matmul", 1), ("rmsnorm", 2), ("softmax", 4)):
+    for kernel_type, rank in (("matmul", 1), ("rmsnorm", 2), ("softmax", 3)):
         tree = ast.parse((tmp_path / "ws" / f"kernel_{rank}_{kernel_type}.py").read_text())
         assigned = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign) for t in node.targets}
         assert ast.literal_eval(assigned["KERNEL_TYPE"]) == kernel_type
