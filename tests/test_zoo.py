@@ -52,11 +52,14 @@ def test_the_tiny_zoo_ends_every_model_with_a_verdict_on_the_cpu(tmp_path):
         assert row["exit"] in (0, 3, 4, 5), (name, row["exit"])
 
 
-def test_runs_side_by_side_share_the_cpus_for_their_compile_workers(tmp_path, monkeypatch):
+def test_runs_side_by_side_share_the_cpus_or_compile_in_process(tmp_path, monkeypatch):
     monkeypatch.setattr(zoo.os, "cpu_count", lambda: 16)
     lock = tmp_path / "gpu_timing.lock"
     env = zoo.job_environment({"PATH": "/bin"}, lock, None, 8)
-    assert env["TORCHINDUCTOR_COMPILE_THREADS"] == "2" and env["PATH"] == "/bin"
+    # 2 CPUs a run is too few for a pool: each compiles in its own process.
+    assert env["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and env["PATH"] == "/bin"
+    assert zoo.job_environment({}, lock, None, 4)["TORCHINDUCTOR_COMPILE_THREADS"] == "4"
+    assert zoo.job_environment({}, lock, None, 1)["TORCHINDUCTOR_COMPILE_THREADS"] == "16"
     assert env["AUTOKERNEL_GPU_TIMING_LOCK"] == str(lock.resolve()) and "CUDA_VISIBLE_DEVICES" not in env
     assert zoo.job_environment({}, lock, 1, 32)["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
     assert zoo.job_environment({}, lock, 1, 32)["CUDA_VISIBLE_DEVICES"] == "1"

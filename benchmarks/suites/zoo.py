@@ -64,46 +64,47 @@ def _zoo_file(file: str, arch: str, size: str) -> tuple[str, ...]:
 
 
 TINY_LM = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
-# The longest first (as the H200 timed them), so that the last to finish are short. Left out to fit the gate's nine
-# minutes: the GRU (the LSTM's twin) and problems/vit_block.py (ViT-B/16's block).
+# The longest first (as the H200 timed them in sessions 15-16, 375 s down to 33 s with eight side by side), so that
+# the last to finish are short (session 16: hf bert, sixteenth in line, ran out of the gate's budget). Left out to fit
+# the gate's nine minutes: the GRU (the LSTM's twin) and problems/vit_block.py (ViT-B/16's block).
 ZOO: dict[str, Entry] = {
-    "hf gpt2 1x512": Entry(_hf("gpt2", "1,512", n_layer=4),
-                           _hf("gpt2", "1,16", vocab_size=128, n_embd=64, n_layer=2, n_head=4), "transformers"),
     # float32, as a model is built: its GEMMs are where our tf32x3 engine is outside Inductor's reach (H200, session
     # 12: 1.18x torch.compile + CUDA graphs).
     "hf gpt2 1x512 float32": Entry(_hf("gpt2", "1,512", n_layer=4),
                                    _hf("gpt2", "1,16", vocab_size=128, n_embd=64, n_layer=2, n_head=4), "transformers",
                                    dtype="float32"),
     "mamba-style scan": Entry(_zoo_file("sequence.py", "mamba", "full"), _zoo_file("sequence.py", "mamba", "tiny")),
-    "efficientnet_b0": Entry(_zoo_file("vision.py", "efficientnet_b0", "full"),
-                             _zoo_file("vision.py", "efficientnet_b0", "tiny"), "torchvision"),
+    "gpt2 (shipped) 1x512": Entry(("models/gpt2.py",), _args("models/gpt2.py", config="tiny", seq=16)),
     "vit_b_16": Entry(_zoo_file("vision.py", "vit", "full"), _zoo_file("vision.py", "vit", "tiny"), "torchvision"),
     "bert (shipped) 1x512": Entry(("models/bert.py",), _args("models/bert.py", config="tiny", seq=16)),
-    "llama (shipped) 1x512": Entry(("models/llama.py",), _args("models/llama.py", config="tiny")),
+    "hf gpt2 1x512": Entry(_hf("gpt2", "1,512", n_layer=4),
+                           _hf("gpt2", "1,16", vocab_size=128, n_embd=64, n_layer=2, n_head=4), "transformers"),
     "mobilenet_v3_small": Entry(_zoo_file("vision.py", "mobilenet_v3_small", "full"),
                                 _zoo_file("vision.py", "mobilenet_v3_small", "tiny"), "torchvision"),
-    "gpt2 (shipped) 1x512": Entry(("models/gpt2.py",), _args("models/gpt2.py", config="tiny", seq=16)),
+    "efficientnet_b0": Entry(_zoo_file("vision.py", "efficientnet_b0", "full"),
+                             _zoo_file("vision.py", "efficientnet_b0", "tiny"), "torchvision"),
+    "hf bert 1x512": Entry(_hf("bert", "1,512", num_hidden_layers=6), _hf("bert", "1,16", **TINY_LM), "transformers"),
     "resnet18": Entry(_zoo_file("vision.py", "resnet18", "full"), _zoo_file("vision.py", "resnet18", "tiny"),
                       "torchvision"),
+    "llama (shipped) 1x512": Entry(("models/llama.py",), _args("models/llama.py", config="tiny")),
     "kb: resnet18": Entry(_zoo_file("cnn.py", "resnet18", "full"), _zoo_file("cnn.py", "resnet18", "tiny")),
-    "hf llama GQA 1x1024": Entry(
-        _hf("llama", "1,1024", hidden_size=1024, intermediate_size=2816, num_hidden_layers=4, num_attention_heads=16,
-            num_key_value_heads=4, vocab_size=32000),
-        _hf("llama", "1,16", num_key_value_heads=2, **TINY_LM), "transformers"),
     "hf qwen2 GQA 1x512": Entry(
         _hf("qwen2", "1,512", hidden_size=896, intermediate_size=4864, num_hidden_layers=4, num_attention_heads=14,
             num_key_value_heads=2, vocab_size=32000),
         _hf("qwen2", "1,16", num_key_value_heads=2, **TINY_LM), "transformers"),
+    "hf llama GQA 1x1024": Entry(
+        _hf("llama", "1,1024", hidden_size=1024, intermediate_size=2816, num_hidden_layers=4, num_attention_heads=16,
+            num_key_value_heads=4, vocab_size=32000),
+        _hf("llama", "1,16", num_key_value_heads=2, **TINY_LM), "transformers"),
+    "kb: deep narrow mlp": Entry(_zoo_file("cnn.py", "deep_narrow_mlp", "full"),
+                                 _zoo_file("cnn.py", "deep_narrow_mlp", "tiny")),
     "problem: gemm_sigmoid_rowsum": Entry(("benchmarks/problems/gemm_sigmoid_rowsum.py",),
                                           ("benchmarks/problems/gemm_sigmoid_rowsum.py",), dtype="float32"),
     "lstm": Entry(_zoo_file("sequence.py", "lstm", "full"), _zoo_file("sequence.py", "lstm", "tiny")),
-    "hf bert 1x512": Entry(_hf("bert", "1,512", num_hidden_layers=6), _hf("bert", "1,16", **TINY_LM), "transformers"),
     "kb: conv+bn+relu": Entry(_zoo_file("cnn.py", "conv_bn_relu", "full"), _zoo_file("cnn.py", "conv_bn_relu", "tiny")),
+    "kb: depthwise conv": Entry(_zoo_file("cnn.py", "depthwise", "full"), _zoo_file("cnn.py", "depthwise", "tiny")),
     "problem: layernorm_last3": Entry(("benchmarks/problems/layernorm_last3.py",),
                                       ("benchmarks/problems/layernorm_last3.py",)),
-    "kb: deep narrow mlp": Entry(_zoo_file("cnn.py", "deep_narrow_mlp", "full"),
-                                 _zoo_file("cnn.py", "deep_narrow_mlp", "tiny")),
-    "kb: depthwise conv": Entry(_zoo_file("cnn.py", "depthwise", "full"), _zoo_file("cnn.py", "depthwise", "tiny")),
     "kb: maxpool": Entry(_zoo_file("cnn.py", "maxpool", "full"), _zoo_file("cnn.py", "maxpool", "tiny")),
 }
 
@@ -165,12 +166,18 @@ def _run_stamped(cmd: list[str], env: dict, timeout_s: float, started: float) ->
     return ("timeout" if killed.is_set() else proc.returncode), lines, "".join(stamped)
 
 
+MIN_POOL = 4    # fewer CPUs than this per run: no compile pool (its start costs more than its workers save)
+
+
 def job_environment(base, lock: Path, gpu: int | None, side_by_side: int) -> dict[str, str]:
     """One verify run's environment: its GPU's timing lock, its GPU, and its share of the machine's CPUs for
     Inductor's compile workers. Each run's sandboxed child starts a pool of as many workers as the machine has CPUs
     (about 0.5 GiB each: 7.7 GiB for 16 on an H200 machine); eight such pools side by side would hold 128 processes
-    and ~60 GiB to compile on 16 CPUs. A TORCHINDUCTOR_COMPILE_THREADS the caller set is kept."""
-    threads = str(max(1, (os.cpu_count() or 1) // side_by_side))
+    and ~60 GiB to compile on 16 CPUs. A share under MIN_POOL compiles in the run's own process (1 thread): on the
+    H200, eight runs with pools of 2 took 154 s to profile ViT-B/16 where in-process compiles took 108 s (the gates
+    of sessions 15 and 16). A TORCHINDUCTOR_COMPILE_THREADS the caller set is kept."""
+    share = (os.cpu_count() or 1) // side_by_side
+    threads = str(share if share >= MIN_POOL else 1)
     return {"TORCHINDUCTOR_COMPILE_THREADS": threads, **base, "COLUMNS": "200", "PYTHONUNBUFFERED": "1",
             "AUTOKERNEL_GPU_TIMING_LOCK": str(lock.resolve()),
             **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {})}
