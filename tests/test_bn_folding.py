@@ -214,3 +214,27 @@ def test_a_batch_norm_skips_only_the_tensor_its_own_layer_handed_it():
     assert len(fold_batch_norms(model, (x,)).folds) == 1
     with torch.no_grad():
         assert output_error(expected, model(x, other=True)) <= tolerance(expected)
+
+
+def test_inside_a_dynamo_trace_the_compiled_flag_decides_unless_the_trace_is_of_the_eager_forward():
+    model = _with_statistics(cnn.get_model("conv_bn_relu", "tiny"))
+    inputs = tuple(cnn.get_inputs("conv_bn_relu", "tiny"))
+    folding = fold_batch_norms(model, inputs)
+    folding.eager, folding.compiled = True, False
+    graphs = []
+
+    def batch_norms_in_graph(gm, example_inputs):
+        graphs.append(sum("batch_norm" in str(node.target) for node in gm.graph.nodes))
+        return gm.forward
+
+    def traced(eager_trace: bool) -> int:
+        folding.eager_trace = lambda: eager_trace
+        torch._dynamo.reset()
+        try:
+            with torch.no_grad():
+                torch.compile(model, backend=batch_norms_in_graph)(*inputs)
+        finally:
+            torch._dynamo.reset()
+        return graphs.pop()
+    assert traced(eager_trace=False) == 1          # a compiled variant: the compiled flag, off
+    assert traced(eager_trace=True) == 0           # the eager forward traced (regions routed eagerly): eager, on
