@@ -109,3 +109,13 @@ def test_a_region_kernel_is_shown_with_what_it_computes(monkeypatch):
     # Beside the table's "routed (measured)": on CPU "the kernels that took calls cover 0.0%" read as contradicting
     # the error check's "every verified call routed (1 kernel call)".
     assert "the kernels routed by measurement cover 52.4% of the profiled time" in stream.getvalue()
+
+
+def test_the_batch_norms_folded_and_those_not_are_printed_with_why():
+    report = VerifyReport.from_json({**wide_report().to_json(), "batch_norm_folding": {
+        "folds": ["stem.1 into stem.0"], "rejected": {"blocks.0.bn2": "blocks.0.conv2: its output is returned"},
+        "eager": True, "compiled": False}})
+    out = io.StringIO()
+    print_report(report, report_console(out))
+    assert ("batch norm folding: 1 folded, on eager; blocks.0.bn2 not folded: blocks.0.conv2: its output is "
+            "returned") in out.getvalue()
