@@ -238,3 +238,17 @@ def test_inside_a_dynamo_trace_the_compiled_flag_decides_unless_the_trace_is_of_
         return graphs.pop()
     assert traced(eager_trace=False) == 1          # a compiled variant: the compiled flag, off
     assert traced(eager_trace=True) == 0           # the eager forward traced (regions routed eagerly): eager, on
+
+
+def test_the_folded_weights_are_static_inputs_to_a_compiled_graph_and_stay_where_they_are():
+    # Under CUDA graphs an input not marked static is copied into the graph's memory before every replay.
+    model = _with_statistics(cnn.get_model("conv_bn_relu", "tiny"))
+    inputs = tuple(cnn.get_inputs("conv_bn_relu", "tiny"))
+    [fold] = fold_batch_norms(model, inputs).folds
+    weight = fold.weight
+    assert getattr(weight, "_dynamo_static_input_type", None) is not None
+    assert getattr(fold.bias, "_dynamo_static_input_type", None) is not None
+    with torch.no_grad():
+        model[1].running_var.mul_(2.0)
+        model(*inputs)
+    assert fold.weight is weight          # folded again in place: a captured graph reads the new values

@@ -100,6 +100,10 @@ class BnFold:
             weight, bias = folded_parameters(self.layer, self.norm)
             if self.weight is None or self.weight.shape != weight.shape:
                 self.weight, self.bias = weight, bias
+                # Static as parameters are: under CUDA graphs an input not marked so is copied into the graph's
+                # own memory before every replay (a ResNet's every weight, each forward). Made again in place below.
+                torch._dynamo.mark_static_address(weight)
+                torch._dynamo.mark_static_address(bias)
             else:
                 self.weight.copy_(weight)
                 self.bias.copy_(bias)
