@@ -33,7 +33,8 @@ from torch import nn
 
 from autokernel.core import paths
 from autokernel.routing.bn_folding import fold_batch_norms, unfold_batch_norms
-from autokernel.routing.plugin import PlugInError, compile_backend, plug_in, unplug
+from autokernel.routing.manifest import PlugInError
+from autokernel.routing.plugin import compile_backend, plug_in, unplug
 from autokernel.sandbox.child_env import SANDBOXED_CHILD_VARIABLE
 from autokernel.verify import handover, isolated
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from autokernel.core import contracts, paths
 from autokernel.core.arguments import joined_negative_values, parse_duration, positive_float, positive_int
+from autokernel.core.errors import OptimizationError
 from autokernel.profile.model_args import add_model_arguments, load_model_keywords, model_flags
 from autokernel.search import results
 
@@ -200,13 +201,13 @@ def _cmd_optimize(args, started: float) -> int:
     given = {field: getattr(args, flag) for flag, field in SETTING_FLAGS.items() if getattr(args, flag) is not None}
     if args.resume:
         if args.model is not None or args.hf is not None:
-            raise session.OptimizationError("--resume continues the saved run, whose jobs are in its state: "
+            raise OptimizationError("--resume continues the saved run, whose jobs are in its state: "
                                             "give no model with it")
     else:
         spec = _model_spec(args)
     problem = paths.outside_any_repository()
     if problem:
-        raise session.OptimizationError(problem)
+        raise OptimizationError(problem)
     if args.resume:
         state = session.run_optimization(resume=True, overrides=given, tag=args.tag, started=started)
     else:
@@ -302,12 +303,11 @@ def _user_errors() -> tuple[type[Exception], ...]:
     """The exceptions whose message is meant for the user; imported late so `autokernel report` stays light."""
     from autokernel.agents.base import AgentError
     from autokernel.core import lock
+    from autokernel.core.plan import PlanError
     from autokernel.judge import runner
     from autokernel.profile import models
-    from autokernel.profile.jobs import PlanError
     from autokernel.reports import report
     from autokernel.search import gitops
-    from autokernel.core.errors import OptimizationError
 
     return (OptimizationError, gitops.GitOpsError, models.ModelLoadError, AgentError, PlanError,
             results.ResultsFileError, report.ReportError, lock.RunLocked, runner.SandboxError)

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.agents.base import Agent, Proposal
+from autokernel.agents.base import Agent, Proposal, SearchExhausted
 from autokernel.core import paths
 from autokernel.core.contracts import BenchResult, Job
-from autokernel.search import loop
 
 GITIGNORE = "results.tsv\nworkspace/\n__pycache__/\n"
 
@@ -84,7 +83,7 @@ class TableAgent(ScriptedAgent):
     def propose(self, ctx):
         self.contexts.append(ctx)
         done = len(ctx.history)
-        step = self.table[done] if done < len(self.table) else loop.SearchExhausted("table done")
+        step = self.table[done] if done < len(self.table) else SearchExhausted("table done")
         if isinstance(step, Exception):
             raise step
         return step

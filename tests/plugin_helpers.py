@@ -8,6 +8,7 @@ import torch
 
 from autokernel.core.paths import MANIFEST_NAME, starter_path
 from autokernel.routing import plugin
+from autokernel.routing.manifest import write_manifest
 
 
 def write_optimized(folder: Path, kernels: dict, dtypes=("float32",), sources: dict | None = None) -> Path:
@@ -23,7 +24,7 @@ def write_optimized(folder: Path, kernels: dict, dtypes=("float32",), sources: d
             (folder / f"{name}.py").write_text(source)
         entries[name] = {"file": f"{name}.py", "kernel_type": kernel_type, "rank": rank, "shapes": shapes,
                          "dtypes": list(dtypes), "best_speedup_vs_pytorch": 1.0}
-    plugin.write_manifest(folder / MANIFEST_NAME, entries)
+    write_manifest(folder / MANIFEST_NAME, entries)
     return folder
 
 

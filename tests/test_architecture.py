@@ -5,7 +5,6 @@ it, no module imports a top-level script, and no two modules import each other r
 from __future__ import annotations
 
 import ast
-import importlib
 import re
 import subprocess
 from pathlib import Path
@@ -24,10 +23,8 @@ LONGEST_FILE = 400                      # lines
 # above; the few modules at the package's top level (the doors) may import any layer, and none imports them.
 LAYERS = ["core", "sandbox", "kernel_types", "judge", "routing", "profile", "agents", "fleet", "search", "verify",
           "reports"]
-# The doors, and the two paths kernel files written before the layers import (the layers' modules under old names).
-OLD_KERNEL_IMPORTS = {"autokernel.cuda_build": "autokernel.judge.cuda_build",
-                      "autokernel.interpreter_libdevice": "autokernel.core.interpreter_libdevice"}
-TOP_LEVEL_MODULES = {"autokernel", "autokernel.api", "autokernel.cli", "autokernel.score", *OLD_KERNEL_IMPORTS}
+# The doors: the package's top level holds nothing else.
+TOP_LEVEL_MODULES = {"autokernel", "autokernel.api", "autokernel.cli", "autokernel.score"}
 MOST_TOP_LEVEL_MODULES = 15
 DEEPEST_LAYER_CHAIN = 9                 # layers, the top level counted as one
 # The CUDA GEMM starter holds three kernels in its one CUDA_SOURCE literal (Hopper's wgmma + TMA pipeline,
@@ -191,14 +188,9 @@ def test_every_module_sits_in_a_layer_but_the_doors_at_the_top_level():
     assert sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py")) == sorted(LAYERS)
 
 
-@pytest.mark.parametrize("old, module", sorted(OLD_KERNEL_IMPORTS.items()))
-def test_a_kernel_file_written_before_the_layers_imports_the_same_module_by_its_old_path(old, module):
-    assert importlib.import_module(old) is importlib.import_module(module)
-
-
 def test_no_layer_imports_a_layer_above_it():
     graph = import_graph(PACKAGE, ROOT)
-    assert "autokernel.kernel_types.registry" in graph["autokernel.judge.correctness"]
+    assert "autokernel.kernel_types.base" in graph["autokernel.judge.correctness"]
     assert upward_imports(graph, LAYERS) == []
     assert layer_depth(graph, LAYERS) <= DEEPEST_LAYER_CHAIN
 

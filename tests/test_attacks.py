@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from autokernel.judge import runner, source_check
+from autokernel.judge.candidate.worker_process import CONFINE_ENV
 from autokernel.sandbox import child_env, landlock, namespaces
+from autokernel.sandbox.child_env import caches_for
 from tests.processes import all_gone_within
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +146,7 @@ def test_the_worker_writes_its_own_folders_and_nothing_of_the_judges(tmp_path, m
     """) + (ATTACK_DIR.parent / "judge_fixtures" / "row_softmax.py").read_text())
     result = runner.run_bench(kernel, shapes=[], dtype="float16", timeout_s=300, seed=7, extra_args=["--quick"])
     assert result.correctness == "PASS", result.message
-    seen = (runner.caches_for(kernel) / "probe").read_text().splitlines()
+    seen = (caches_for(kernel) / "probe").read_text().splitlines()
     assert seen == ["own tmp written", "own cache written", "judge refused", "judge caches refused"]
 
 
@@ -156,7 +158,7 @@ def test_the_worker_cannot_signal_the_judge_even_with_the_file_rules_off(confine
     # PyTorch, or killed, it would judge wrongly or not at all. With the file rules off (red team) the worker had no
     # Landlock layer of its own and shared the judge's domain, so its signals reached it; SIGCONT here is harmless.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv(runner.CONFINE_ENV, confine)
+    monkeypatch.setenv(CONFINE_ENV, confine)
     monkeypatch.setenv(source_check.SOURCE_CHECK_ENV, "0")        # the probe signals: the layer behind the check
     kernel = tmp_path / "probe.py"
     kernel.write_text(textwrap.dedent("""
@@ -170,4 +172,4 @@ def test_the_worker_cannot_signal_the_judge_even_with_the_file_rules_off(confine
     """) + (ATTACK_DIR.parent / "judge_fixtures" / "row_softmax.py").read_text())
     result = runner.run_bench(kernel, shapes=[], dtype="float16", timeout_s=300, seed=7, extra_args=["--quick"])
     assert result.correctness == "PASS", result.message
-    assert (runner.caches_for(kernel) / "probe").read_text() == "refused"
+    assert (caches_for(kernel) / "probe").read_text() == "refused"

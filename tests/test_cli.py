@@ -14,22 +14,24 @@ import pytest
 
 from autokernel import cli
 from autokernel.core import paths
-from autokernel.core.contracts import BenchResult, Job, JudgedResult, RunSettings
+from autokernel.core.arguments import joined_negative_values, parse_duration
+from autokernel.core.contracts import SPEED_UNKNOWN, WINNER, BenchResult, Job, JudgedResult, RunSettings
 from autokernel.core.run_records import JobProgress, RunState
 from autokernel.search import results, run_state
+from autokernel.verify.verification import EXIT_ERROR
 from tests.test_orchestrate import TINY_MODEL, copy_project
 
 
 @pytest.mark.parametrize("text, seconds", [("8h", 28800), ("30m", 1800), ("90s", 90), ("1h30m", 5400),
                                            ("1.5h", 5400), ("45", 45), (" 2H ", 7200)])
 def test_durations(text, seconds):
-    assert cli.parse_duration(text) == seconds
+    assert parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "8x", "h", "1h-5m", "0m"])
 def test_bad_durations_are_refused(text):
     with pytest.raises(Exception, match="duration"):
-        cli.parse_duration(text)
+        parse_duration(text)
 
 
 def test_bad_flag_is_an_argparse_error(capsys):
@@ -49,7 +51,7 @@ def test_a_negative_value_is_its_flags_own_error_not_a_missing_argument(capsys, 
     err = capsys.readouterr().err
     assert said in err and "expected one argument" not in err
     # Only a value after a flag that takes one is joined to it.
-    assert cli.joined_negative_values(["--budget", "-5m", "--quick", "-5"], cli._build_parser()) == [
+    assert joined_negative_values(["--budget", "-5m", "--quick", "-5"], cli._build_parser()) == [
         "--budget=-5m", "--quick", "-5"]
 
 
@@ -72,7 +74,7 @@ def test_a_doors_messages_name_the_command_the_user_typed(monkeypatch, capsys):
     assert verify_command.build_parser().prog == "verify.py"
     monkeypatch.setenv(paths.COMMAND_VARIABLE, "autokernel verify")
     assert verify_command.build_parser().prog == "autokernel verify"
-    assert verify_command.main(["--model-arg", "config=tiny"]) == verify_command.EXIT_ERROR
+    assert verify_command.main(["--model-arg", "config=tiny"]) == EXIT_ERROR
     assert capsys.readouterr().err.startswith("autokernel verify: name the model these flags are for")
 
 
@@ -127,7 +129,7 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
                            best=JudgedResult(BenchResult("PASS", latency_us=20.0, timings_meaningful=True),
                                              wins_at=["M=1"]))
     finished = {"file": "1_matmul.py", "speedup_over_baseline": 1.8, "best_speedup_vs_pytorch": 1.1,
-                "experiments": 9, "stopped_because": "5 reverts in a row"}
+                "experiments": 9, "stopped_because": "5 reverts in a row", "verdict": WINNER}
     jobs = [Job(rank=rank, kernel_type=kernel_type, dtype="float16", shapes=[], path=f"kernel_{rank}.py")
             for rank, kernel_type in ((1, "matmul"), (2, "softmax"), (3, "rmsnorm"))]
     run_state.save(RunState(tag="night", jobs=jobs, kept_commit="abc", settings=RunSettings(budget_s=7200), job_index=1,
@@ -151,10 +153,9 @@ def test_status_summarizes_the_saved_state(tmp_path, monkeypatch, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["state"]["settings"]["budget_s"] == 7200 and report["results"] == {"rows": 1, "kept": 1}
     assert RunState.from_json(report["state"]) == run_state.load()
-    # On CPU (the interpreter's timings), no speed is claimed and no kernel is a winner; an older run's
-    # manifest entry that said "winner" for a CPU run reads the same.
+    # On CPU (the interpreter's timings), no speed is claimed and no kernel is a winner.
     state = run_state.load()
-    state.finished[0].update(timings_meaningful=False, verdict="winner")
+    state.finished[0].update(timings_meaningful=False, verdict=SPEED_UNKNOWN)
     state.current.best.bench.timings_meaningful = False
     run_state.save(state)
     assert cli.main(["status"]) == 0

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from autokernel.agents.base import SearchExhausted
 from autokernel.core import paths
 from autokernel.core.contracts import (PASS, VERDICTS, BenchResult, ContractError, Job, JudgedResult, JudgeOutcome,
                                         KeptVersion, ManifestEntry, PlanEntry, RunSettings)
@@ -50,16 +51,12 @@ def test_plan_entries_round_trip_through_the_plan_the_profiler_writes(workspace)
         assert record.to_json() == entry and record.shapes and record.rank >= 1
 
 
-def test_the_plan_round_trips_through_the_file_the_profiler_writes_and_reads_older_plans(workspace):
+def test_the_plan_round_trips_through_the_file_the_profiler_writes(workspace):
     written = json.loads((workspace / profiler.PLAN_FILE).read_text())
     plan = read_plan(workspace / profiler.PLAN_FILE)
     assert isinstance(plan, Plan) and plan.to_json() == written       # every key kept, the policies' among them
     assert plan.model == "head" and plan.regions["found"] >= 1 and "fold_policy" in plan.extra
     assert plan.shares() == {entry.kernel_type: entry.share for entry in plan.entries}
-    # An older plan listed the time no kernel names as an entry "other": read, it is the plan's other_ms.
-    older = {key: value for key, value in written.items() if key != "other"}
-    older["entries"] = [*written["entries"], {"rank": 9, "kernel_type": "other", "time_ms": 0.25, "share": 0.1}]
-    assert Plan.from_json(older).other_ms == 0.25 and Plan.from_json(older).entries == plan.entries
     # What is not a plan is refused by name, and read_plan says what to do.
     for broken, why in (({"model": "m"}, "no \"entries\" list"), ({"entries": []}, "needs model, device, dtype"),
                         ({**written, "entries": [{"kernel_type": "softmax"}]}, "a PlanEntry needs")):
@@ -103,7 +100,7 @@ def test_manifest_and_state_round_trip_through_the_files_the_loop_writes(tmp_pat
     repo = gitops.KernelRepo(project)
     repo.start_branch("contracts")
     jobs = [make_job(project, 1, source(result(100.0)))]
-    agent = ScriptedAgent(proposal("faster", source(result(40.0))), loop.SearchExhausted("done"))
+    agent = ScriptedAgent(proposal("faster", source(result(40.0))), SearchExhausted("done"))
     state = RunState(tag="contracts", jobs=jobs, kept_commit=repo.head(), settings=RunSettings(target_speedup=2.0))
     loop.OptimizationRun(state, repo=repo, agent=agent, view=ProgressView(interactive=False),
                          budget=Budget(state.settings.budget_s)).run()

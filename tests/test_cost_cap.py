@@ -6,6 +6,7 @@ from autokernel.core.live import ProgressView
 from autokernel.core.run_records import RunState
 from autokernel.search import gitops, loop, results
 from autokernel.search.budget import Budget
+from autokernel.search.loop_records import COST_REACHED
 from tests.test_run_log import project  # noqa: F401 (the fixture)
 
 
@@ -19,7 +20,7 @@ def test_a_resumed_run_expects_its_next_call_to_cost_what_its_last_priced_one_di
     state = RunState(tag="night", jobs=[], kept_commit=repo.head(), cost_usd=0.0396,
                      settings=RunSettings(max_cost_usd=0.05))
     run = loop.OptimizationRun(state, repo=repo, agent=None, view=ProgressView(interactive=False), budget=Budget(600))
-    assert run._cost_stop() == loop.COST_REACHED
+    assert run._cost_stop() == COST_REACHED
     state.settings = RunSettings(max_cost_usd=0.08)
     run.settings = state.settings
     assert run._cost_stop() is None

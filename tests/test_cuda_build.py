@@ -12,6 +12,7 @@ import pytest
 
 from autokernel.judge import cuda_build
 from autokernel.judge.candidate import worker
+from autokernel.judge.candidate.kernel_errors import crash_message
 
 SOURCE = """
 #include <torch/types.h>
@@ -136,7 +137,7 @@ def test_the_judge_reports_a_compile_error_as_a_crash_with_that_line(fake_compil
     fake_compiler.fail = True
     with pytest.raises(cuda_build.CudaCompileError) as raised:
         worker.load_kernel(kernel)
-    message = worker.crash_message(raised.value, kernel)
+    message = crash_message(raised.value, kernel)
     assert message.startswith('CudaCompileError: CUDA compile error at CUDA_SOURCE line 7: identifier '
                               '"undefined_name" is undefined (at kernel.py:3: _ext = load_cuda(')
 
@@ -193,7 +194,7 @@ def test_a_sandboxed_child_builds_in_a_cache_of_its_own_that_is_gone_after(tmp_p
     from autokernel.core.paths import ROOT
     from autokernel.judge import runner
 
-    probe = ("import os\nfrom autokernel import cuda_build\n"
+    probe = ("import os\nfrom autokernel.judge import cuda_build\n"
              "folder = cuda_build.cache_root() / 'autokernel_cuda_probe'\n"
              "folder.mkdir(parents=True, exist_ok=True)\n"
              "(folder / 'written').write_text('x')\n"

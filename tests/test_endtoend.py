@@ -11,6 +11,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from autokernel.core.errors import failure_line  # noqa: E402
 from autokernel.routing import plugin  # noqa: E402
 from autokernel.verify import endtoend, latency, route_table  # noqa: E402
 from autokernel.verify.latency import Latency  # noqa: E402
@@ -169,7 +170,7 @@ def test_a_compiler_failure_is_named_by_the_error_it_wraps():
         raise RuntimeError("Cannot access data pointer of Tensor (e.g. FakeTensor)")
     except RuntimeError as inner:
         wrapped = BackendCompilerFailed(lambda gm, inputs: gm, inner, None)
-    line = variants.failure_line(wrapped)
+    line = failure_line(wrapped)
     assert line.startswith("BackendCompilerFailed: ") and "RuntimeError: Cannot access data pointer" in line
     assert "\n" not in line
-    assert variants.failure_line(ValueError("plain\nsecond")) == "ValueError: plain"
+    assert failure_line(ValueError("plain\nsecond")) == "ValueError: plain"

@@ -9,7 +9,8 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from autokernel.routing import plugin  # noqa: E402
-from autokernel.routing.decisions import NOT_MEASURED  # noqa: E402
+from autokernel.routing.decisions import ALL, NOT_MEASURED  # noqa: E402
+from autokernel.routing.outputs import output_error, tolerance  # noqa: E402
 from tests.test_plugin import (LLAMA_SHAPES, SEQ, kernel_stats, one_forward_stats, recorded_calls,  # noqa: E402
                                reference_sources, tiny_llama, write_optimized)
 from tests.plugin_helpers import recording_backend  # noqa: E402
@@ -25,10 +26,10 @@ def _folds(model) -> dict:
 def _plugged_stats(model, inputs, folder) -> dict:
     """Plug the folder into the model: its output holds before and after one counted forward; that forward's stats."""
     expected = model(*inputs)
-    plugin.plug_in(model, folder, policy=plugin.ALL)
-    assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+    plugin.plug_in(model, folder, policy=ALL)
+    assert output_error(expected, model(*inputs)) <= tolerance(expected)
     stats = one_forward_stats(model, inputs)
-    assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+    assert output_error(expected, model(*inputs)) <= tolerance(expected)
     return stats
 
 
@@ -51,7 +52,7 @@ def test_each_folded_linear_is_a_site_verify_can_time(tmp_path):
     model, inputs = tiny_llama()
     folder = write_optimized(tmp_path / "opt", {"rmsnorm_linear": FOLD_SHAPES})
     with torch.no_grad():
-        plugin.plug_in(model, folder, policy=plugin.ALL, keep_examples=True)
+        plugin.plug_in(model, folder, policy=ALL, keep_examples=True)
         for _ in range(3):
             model(*inputs)
         router = plugin.router_of(model)
@@ -61,7 +62,7 @@ def test_each_folded_linear_is_a_site_verify_can_time(tmp_path):
         for site in sites.values():
             with router.bypassed():
                 theirs = site.run_pytorch()
-            assert plugin.output_error(theirs, site.run_ours()) <= plugin.tolerance(theirs)
+            assert output_error(theirs, site.run_ours()) <= tolerance(theirs)
 
 
 def test_a_norm_feeding_a_module_another_kernel_replaces_is_not_folded(tmp_path):
@@ -70,8 +71,8 @@ def test_a_norm_feeding_a_module_another_kernel_replaces_is_not_folded(tmp_path)
                              sources=reference_sources("rmsnorm_linear", "fused_mlp"))
     with torch.no_grad():
         expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
-        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+        plugin.plug_in(model, folder, policy=ALL)
+        assert output_error(expected, model(*inputs)) <= tolerance(expected)
         assert one_forward_stats(model, inputs) == {"rmsnorm_linear": (4, 0), "fused_mlp": (1, 0)}
     assert "layers.0.mlp_norm" not in _folds(model)
     # The fused MLP gets the normalized activation, not the raw one.
@@ -114,7 +115,7 @@ def test_a_norm_output_with_another_use_is_not_folded(tmp_path):
     model, x = Block(residual_from=0), torch.randn(4, 16)
     with torch.no_grad():
         expected = model(x)
-        plugin.plug_in(model, _block_folder(tmp_path), policy=plugin.ALL)
+        plugin.plug_in(model, _block_folder(tmp_path), policy=ALL)
         recorded_calls(model, "rmsnorm_linear").clear()
         assert torch.equal(model(x), expected)
     assert _folds(model) == {} and recorded_calls(model, "rmsnorm_linear") == []
@@ -127,10 +128,10 @@ def test_a_fold_a_later_input_signature_refutes_is_off_for_good(tmp_path):
     small, large = torch.randn(4, 16), torch.randn(6, 16)
     with torch.no_grad():
         expected_small, expected_large = model(small), model(large)
-        plugin.plug_in(model, _block_folder(tmp_path), policy=plugin.ALL)
-        assert plugin.output_error(expected_small, model(small)) <= plugin.tolerance(expected_small)
+        plugin.plug_in(model, _block_folder(tmp_path), policy=ALL)
+        assert output_error(expected_small, model(small)) <= tolerance(expected_small)
         assert _folds(model)["norm"] == (["q", "k"], None)
-        assert plugin.output_error(expected_large, model(large)) <= plugin.tolerance(expected_large)
+        assert output_error(expected_large, model(large)) <= tolerance(expected_large)
         assert "not confirmed at a later input signature" in _folds(model)["norm"][1]
         recorded_calls(model, "rmsnorm_linear").clear()
         assert torch.equal(model(small), expected_small)
@@ -142,7 +143,7 @@ def test_the_pair_is_checked_against_the_unfolded_forward_before_it_is_trusted(t
     model, x = Block(offset=1.0), torch.randn(4, 16)      # named RMSNorm, computes (1 + weight) * normalized x
     with torch.no_grad():
         expected = model(x)
-        plugin.plug_in(model, _block_folder(tmp_path), policy=plugin.ALL)
+        plugin.plug_in(model, _block_folder(tmp_path), policy=ALL)
         assert torch.equal(model(x), expected)
         assert torch.equal(model(x), expected)
     consumers, rejected = _folds(model)["norm"]
@@ -157,7 +158,7 @@ def test_a_fold_runs_only_where_every_consumer_routes(tmp_path):
         plugin.plug_in(model, _block_folder(tmp_path))       # "measured", and nothing was measured
         assert torch.equal(model(x), expected) and torch.equal(model(x), expected)
         assert kernel_stats(model)["rmsnorm_linear"]["fallback_reasons"] == {NOT_MEASURED: 2}
-        plugin.plug_in(model, _block_folder(tmp_path, rows=(6,)), policy=plugin.ALL)   # 4 rows not verified
+        plugin.plug_in(model, _block_folder(tmp_path, rows=(6,)), policy=ALL)   # 4 rows not verified
         assert torch.equal(model(x), expected) and torch.equal(model(x), expected)
         assert kernel_stats(model)["rmsnorm_linear"]["fallback_reasons"] == {"shape M=4,N=8,K=16 not verified": 2}
 
@@ -176,11 +177,11 @@ def _compiled_llama_graph_ops(tmp_path, kernels: dict) -> tuple[list[str], objec
     try:
         with torch.no_grad():
             expected = model(*inputs)
-            plugin.plug_in(model, folder, policy=plugin.ALL)
+            plugin.plug_in(model, folder, policy=ALL)
             model(*inputs)                    # the watched pass finds the folds,
             model(*inputs)                    # the next call decides and checks them
             compiled = torch.compile(model, backend=recording, fullgraph=True)
-            assert plugin.output_error(expected, compiled(*inputs)) <= plugin.tolerance(expected)
+            assert output_error(expected, compiled(*inputs)) <= tolerance(expected)
         assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
     finally:
         torch._dynamo.reset()
@@ -200,7 +201,7 @@ def test_calls_needing_gradients_are_not_folded(tmp_path):
     torch.manual_seed(0)
     model, x = Block(), torch.randn(4, 16)
     expected = model(x)
-    plugin.plug_in(model, _block_folder(tmp_path), policy=plugin.ALL)
+    plugin.plug_in(model, _block_folder(tmp_path), policy=ALL)
     assert torch.equal(model(x), expected) and torch.equal(model(x), expected)
     assert "gradients" in next(iter(kernel_stats(model)["rmsnorm_linear"]["fallback_reasons"]))
 
@@ -219,13 +220,13 @@ def test_the_search_watches_the_real_first_forward_and_folds_from_the_next(tmp_p
     model, x = Counting(), torch.randn(4, 16)
     with torch.no_grad():
         expected = model(x)
-        plugin.plug_in(model, _block_folder(tmp_path), policy=plugin.ALL)
+        plugin.plug_in(model, _block_folder(tmp_path), policy=ALL)
         Counting.calls = 0
         recorded_calls(model, "rmsnorm_linear").clear()
         assert torch.equal(model(x), expected)
         assert Counting.calls == 1 and recorded_calls(model, "rmsnorm_linear") == []     # run once, unfolded
         assert _folds(model) == {"norm": (["q", "k"], None)}
-        assert plugin.output_error(expected, model(x)) <= plugin.tolerance(expected)
+        assert output_error(expected, model(x)) <= tolerance(expected)
         assert Counting.calls == 2 and kernel_stats(model)["rmsnorm_linear"]["hits"] == 2
 
 
@@ -262,9 +263,9 @@ def test_a_use_the_function_routing_takes_to_a_kernel_still_refutes_the_fold(tmp
                              sources=reference_sources("rmsnorm_linear", "softmax"))
     with torch.no_grad():
         expected = model(x)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
+        plugin.plug_in(model, folder, policy=ALL)
         for _ in range(2):
-            assert plugin.output_error(expected, model(x)) <= plugin.tolerance(expected)
+            assert output_error(expected, model(x)) <= tolerance(expected)
     assert kernel_stats(model)["softmax"]["hits"] == 2
     assert _folds(model) == {} and "softmax" in plugin.router_of(model).folding.searched["norm"]
 
@@ -279,9 +280,9 @@ def test_a_hugging_face_llamas_input_norms_fold_into_q_k_v(tmp_path):
     folder = write_optimized(tmp_path / "opt", {"rmsnorm_linear": [{"M": 8, "N": 64, "K": 64}]})
     with torch.no_grad():
         expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
+        plugin.plug_in(model, folder, policy=ALL)
         for _ in range(2):
-            assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+            assert output_error(expected, model(*inputs)) <= tolerance(expected)
     folds = _folds(model)
     assert folds["model.layers.0.input_layernorm"] == (
         [f"model.layers.0.self_attn.{name}_proj" for name in "qkv"], None)

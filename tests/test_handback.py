@@ -85,7 +85,8 @@ def test_route_tables_that_are_not_are_refused_before_the_manifest_is_touched(tm
 
 
 _VERDICT = {"summary": "no gain: use torch.compile", "pytorch_best": None, "autokernel_best": None, "speedup": None,
-            "use": "compile", "use_code": "torch.compile(model)", "faster": False, "timings_meaningful": False}
+            "use": "compile", "use_code": "torch.compile(model)", "faster": False, "timings_meaningful": False,
+            "batch_norm_folding": False}
 _COMPARED = {"checked": {"passed": True, "max_error": 0.0}, "tolerance": 1e-2, "verdict": _VERDICT}
 
 

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from autokernel.agents.base import SearchExhausted
 from autokernel.core.contracts import RunSettings
 from autokernel.core.run_records import RunState
 from autokernel.core.live import ProgressView
 from autokernel.judge import runner
+from autokernel.judge.candidate.worker_process import CONFINE_ENV
 from autokernel.sandbox import landlock
 from autokernel.search import gitops, integrity, loop, results
 from autokernel.search.budget import Budget
@@ -85,11 +87,11 @@ def project(tmp_path, monkeypatch):
 def test_every_attack_is_undone_and_never_kept(project, tmp_path, monkeypatch, confined):
     if confined and landlock.abi() < 1:
         pytest.skip("this kernel has no Landlock")
-    monkeypatch.setenv(runner.CONFINE_ENV, "1" if confined else "0")
+    monkeypatch.setenv(CONFINE_ENV, "1" if confined else "0")
     marker = tmp_path / "planted-command-ran"
     named = attacks(marker)
     agent = ScriptedAgent(*[proposal(name, kernel(1.0, code)) for name, code in named.items()],
-                          loop.SearchExhausted("done"))
+                          SearchExhausted("done"))
     repo = gitops.KernelRepo(project)
     config_before = (project / ".git" / "config").read_text()
     bench_before = (project / "bench.py").read_text()

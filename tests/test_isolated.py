@@ -25,6 +25,7 @@ from autokernel import api  # noqa: E402
 from autokernel.core import paths  # noqa: E402
 from autokernel.core.run_records import RunState  # noqa: E402
 from autokernel.search import session  # noqa: E402
+from autokernel.verify.verification import EXIT_PASS, REPORT_FILE  # noqa: E402
 from tests.test_plugin import reference_kernel, write_optimized  # noqa: E402
 from tests.test_verify import SOFTMAX_MODEL  # noqa: E402
 
@@ -115,11 +116,11 @@ def test_verify_runs_a_kept_kernel_where_its_payload_finds_no_key_and_writes_not
     finally:
         sibling.kill()
     output = "".join(capfd.readouterr())
-    assert code == verify.EXIT_PASS, output
+    assert code == EXIT_PASS, output
     assert "PAYLOAD RAN" not in output, "what the kernel prints is not verify's own: the workspace's log has it"
     logged = (tmp_path / "ws" / "torch.log").read_text()
     _nothing_leaked(secret, output + logged, listener, targets)
-    assert (tmp_path / "ws" / verify.REPORT_FILE).is_file(), "the parent records what the child handed back"
+    assert (tmp_path / "ws" / REPORT_FILE).is_file(), "the parent records what the child handed back"
 
 
 def test_optimize_compares_in_the_sandbox_where_the_payload_finds_no_key(tmp_path, monkeypatch, capfd):

@@ -9,7 +9,9 @@ import torch
 from torch import nn
 
 from autokernel.core import hardware, paths
+from autokernel.core.plan import PlanError
 from autokernel.kernel_types import registry
+from autokernel.kernel_types.regions.record import region_title
 from autokernel.profile import extract_command as extract
 from autokernel.profile import jobs as kernel_jobs, profiler
 
@@ -34,8 +36,7 @@ def plan_path(tmp_path):
     path.write_text(json.dumps(_plan([
         _entry(2, "rmsnorm", NORM_SHAPES, 0.3),
         _entry(1, "matmul", MATMUL_SHAPES, 0.5),
-        _entry(3, "other", [], 0.05),
-        _entry(4, "softmax", SOFTMAX_SHAPES, 0.05),
+        _entry(3, "softmax", SOFTMAX_SHAPES, 0.05),
     ])))
     return path
 
@@ -47,13 +48,13 @@ def _job_literal(source: str) -> dict:
     raise AssertionError("no JOB literal")
 
 
-def test_jobs_follow_rank_and_skip_other(plan_path, tmp_path):
+def test_jobs_follow_rank(plan_path, tmp_path):
     jobs = kernel_jobs.extract_jobs(plan_path, 5, tmp_path / "ws")
-    assert [(job.rank, job.kernel_type) for job in jobs] == [(1, "matmul"), (2, "rmsnorm"), (4, "softmax")]
+    assert [(job.rank, job.kernel_type) for job in jobs] == [(1, "matmul"), (2, "rmsnorm"), (3, "softmax")]
     assert [job.path for job in jobs] == [str(tmp_path / "ws" / name) for name in
-                                          ("kernel_1_matmul.py", "kernel_2_rmsnorm.py", "kernel_4_softmax.py")]
+                                          ("kernel_1_matmul.py", "kernel_2_rmsnorm.py", "kernel_3_softmax.py")]
     assert sorted(p.name for p in (tmp_path / "ws").iterdir()) == [
-        "jobs.json", "kernel_1_matmul.py", "kernel_2_rmsnorm.py", "kernel_4_softmax.py"]
+        "jobs.json", "kernel_1_matmul.py", "kernel_2_rmsnorm.py", "kernel_3_softmax.py"]
 
 
 def test_top_limits_the_jobs(plan_path, tmp_path):
@@ -85,7 +86,7 @@ def test_job_file_is_the_starter_with_the_job_after_its_docstring(plan_path, tmp
 
 def test_job_file_still_names_its_kernel_type(plan_path, tmp_path):
     kernel_jobs.extract_jobs(plan_path, 5, tmp_path / "ws")
-    for kernel_type, rank in (("matmul", 1), ("rmsnorm", 2), ("softmax", 4)):
+    for kernel_type, rank in (("matmul", 1), ("rmsnorm", 2), ("softmax", 3)):
         tree = ast.parse((tmp_path / "ws" / f"kernel_{rank}_{kernel_type}.py").read_text())
         assigned = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign) for t in node.targets}
         assert ast.literal_eval(assigned["KERNEL_TYPE"]) == kernel_type
@@ -104,21 +105,21 @@ def test_jobs_json_lists_the_exact_bench_strings(plan_path, tmp_path):
 
 
 def test_bad_plans_give_clear_errors(tmp_path, monkeypatch):
-    with pytest.raises(kernel_jobs.PlanError, match="run `python profile.py MODEL` first"):
+    with pytest.raises(PlanError, match="run `python profile.py MODEL` first"):
         kernel_jobs.extract_jobs(tmp_path / "missing.json", 3, tmp_path / "ws")
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
-    with pytest.raises(kernel_jobs.PlanError, match="not valid JSON"):
+    with pytest.raises(PlanError, match="not valid JSON"):
         kernel_jobs.extract_jobs(broken, 3, tmp_path / "ws")
     broken.write_text(json.dumps({"model": "x"}))
-    with pytest.raises(kernel_jobs.PlanError, match="no \"entries\" list"):
+    with pytest.raises(PlanError, match="no \"entries\" list"):
         kernel_jobs.extract_jobs(broken, 3, tmp_path / "ws")
     broken.write_text(json.dumps(_plan([_entry(1, "conv2d", [{"M": 1}], 0.5)])))
     with pytest.raises(KeyError, match="unknown kernel type 'conv2d'"):
         kernel_jobs.extract_jobs(broken, 3, tmp_path / "ws")
     broken.write_text(json.dumps(_plan([_entry(1, "softmax", SOFTMAX_SHAPES, 0.5)])))
     monkeypatch.setattr(paths, "STARTERS_DIR", tmp_path / "no_starters")
-    with pytest.raises(kernel_jobs.PlanError, match="no starter kernel for softmax"):
+    with pytest.raises(PlanError, match="no starter kernel for softmax"):
         kernel_jobs.extract_jobs(broken, 3, tmp_path / "ws")
 
 
@@ -169,7 +170,7 @@ def test_the_cuda_backend_starts_from_the_cuda_starters(tmp_path):
 def test_a_type_without_a_cuda_starter_is_a_clear_error(plan_path, tmp_path):
     path = tmp_path / "layernorm_plan.json"
     path.write_text(json.dumps(_plan([_entry(1, "layernorm", NORM_SHAPES, 0.3)])))
-    with pytest.raises(kernel_jobs.PlanError, match=r"no cuda starter kernel for layernorm: .*\(the cuda starters: "
+    with pytest.raises(PlanError, match=r"no cuda starter kernel for layernorm: .*\(the cuda starters: "
                                                 r"matmul, rmsnorm, softmax\); use --backend triton or any"):
         kernel_jobs.extract_jobs(path, 5, tmp_path / "ws", backend="cuda")
     with pytest.raises(ValueError, match="backend must be one of triton, cuda, any"):
@@ -187,6 +188,6 @@ def test_a_region_job_is_titled_by_its_ops_a_menu_job_by_its_type(tmp_path):
     # Its ops first, as every line that names it says them; its hash name after, for its files.
     assert job.label == "gemm+sigmoid+sum (2_region_3f9a0c1d2e)"
     assert job.type_label == "gemm+sigmoid+sum (region_3f9a0c1d2e)"
-    assert kernel_jobs.region_title(["mm", "add", "mm", "relu"]) == "gemm+add+relu"
+    assert region_title(["mm", "add", "mm", "relu"]) == "gemm+add+relu"
     menu = kernel_jobs.make_job(PlanEntry.from_json(_entry(1, "softmax", SOFTMAX_SHAPES, 0.5)), "m", tmp_path / "s.py")
     assert menu.title == "" and menu.label == "1_softmax" and menu.type_label == "softmax"

@@ -8,6 +8,7 @@ import time
 
 from rich.console import Console
 
+from autokernel.agents.base import SearchExhausted
 from autokernel.core import live
 
 
@@ -45,7 +46,7 @@ def test_the_panel_claims_no_speed_for_a_best_timed_in_the_interpreter(tmp_path,
                      settings=RunSettings())
     console = Console(file=io.StringIO(), width=120, force_terminal=True)
     with live.ProgressView(interactive=True, console=console) as view:
-        loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(loop.SearchExhausted("done")), view=view,
+        loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(SearchExhausted("done")), view=view,
                              budget=Budget(600.0)).run()
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", console.file.getvalue())
     assert "correct; speed unknown on CPU (timed in Triton's interpreter)" in text
@@ -73,7 +74,7 @@ def test_the_panel_counts_this_runs_experiments_not_the_earlier_runs_rows(tmp_pa
     state = RunState(tag="panel", jobs=[make_job(root, 1, source(result(100.0)))], kept_commit=repo.head(),
                      settings=RunSettings(), experiment=5)
     console = Console(file=io.StringIO(), width=120, force_terminal=True)
-    agent = ScriptedAgent(proposal("slower", source(result(120.0))), loop.SearchExhausted("done"))
+    agent = ScriptedAgent(proposal("slower", source(result(120.0))), SearchExhausted("done"))
     with live.ProgressView(interactive=True, console=console) as view:
         loop.OptimizationRun(state, repo=repo, agent=agent, view=view, budget=Budget(600.0)).run()
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", console.file.getvalue())
@@ -100,7 +101,7 @@ def test_a_region_job_is_named_by_its_ops_first_in_the_runs_lines_and_status(tmp
     repo.start_branch("titled")
     state = RunState(tag="titled", jobs=[job], kept_commit=repo.head(), settings=RunSettings())
     console = Console(file=io.StringIO(), width=300)
-    loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(loop.SearchExhausted("done")),
+    loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(SearchExhausted("done")),
                          view=ProgressView(interactive=False, console=console), budget=Budget(600.0)).run()
     said = console.file.getvalue()
     assert "baseline for rank 1 gemm+add (softmax) (job 1 of 1)" in said
@@ -158,7 +159,7 @@ def test_native_output_goes_to_the_log_file_not_the_terminal(tmp_path, capfd):
 
 
 def test_the_gpus_line_gives_each_gpus_pace_and_idle_time():
-    from autokernel.core.contracts import GpuUse, Throughput
+    from autokernel.core.throughput import GpuUse, Throughput
     from autokernel.core.live import throughput_line
 
     throughput = Throughput(wall_s=3000.0, gpus={"gpu1": GpuUse(experiments=40, busy_s=3000.0),
@@ -172,7 +173,7 @@ def test_the_gpus_line_gives_each_gpus_pace_and_idle_time():
 
 
 def test_the_panel_shows_one_rate_the_runs():
-    from autokernel.core.contracts import GpuUse, Throughput
+    from autokernel.core.throughput import GpuUse, Throughput
 
     status = live.LoopStatus(deadline=time.monotonic() + 60)
     status.gpus = live.throughput_line(Throughput(wall_s=3600.0, gpus={"cpu": GpuUse(experiments=90, busy_s=3000.0)}))

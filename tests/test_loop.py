@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.agents.base import AgentError, MalformedReply, RetryPolicy
+from autokernel.agents.base import AgentError, MalformedReply, RetryPolicy, SearchExhausted
 from autokernel.agents.openai_agent import OpenAIAgent
 from autokernel.core.contracts import RunSettings
 from autokernel.core.run_records import RunState
 from autokernel.core.live import ProgressView
-from autokernel.search import gitops, loop, results, run_state
+from autokernel.search import gitops, loop, loop_records, results, run_state
 from autokernel.search.budget import Budget
 from tests.fake_llm_server import FakeLLMServer
 from tests.loop_helpers import (ScriptedAgent, bench_result, fake_run_bench, git, make_job, make_project, proposal,
@@ -48,7 +48,7 @@ def test_noise_decides_and_target_speedup_moves_on_to_the_next_kernel(project):
     within_noise, beyond_noise, double = source(result(90.0)), source(result(80.0)), source(result(40.0))
     agent = ScriptedAgent(proposal("within noise", within_noise), proposal("beyond noise", beyond_noise),
                           proposal("twice as fast\nsecond line", double),
-                          proposal("inside the noise floor", source(result(49.5))), loop.SearchExhausted("done"))
+                          proposal("inside the noise floor", source(result(49.5))), SearchExhausted("done"))
     state = _run(project, jobs, agent, max_consecutive_reverts=5, target_speedup=2.0)
 
     assert state.done and state.job_index == 2 and state.current is None
@@ -118,7 +118,7 @@ def test_a_candidate_of_another_type_or_signature_is_not_benched(project, monkey
     computed_type = source(result(1.0)).replace("KERNEL_TYPE = 'softmax'", "KERNEL_TYPE = 'soft' + 'max'")
     other_signature = source(result(1.0)).replace("def kernel_fn(x):", "def kernel_fn(x, scale=2.0):")
     agent = ScriptedAgent(proposal("matmul now", other_type), proposal("computed", computed_type),
-                          proposal("extra parameter", other_signature), loop.SearchExhausted("done"))
+                          proposal("extra parameter", other_signature), SearchExhausted("done"))
     _run(project, [make_job(project, 1, source(result(100.0)))], agent, max_consecutive_reverts=4)
     assert [r["correctness"] for r in results.read_rows(project / "results.tsv")] == ["PASS", "FAIL", "FAIL", "FAIL"]
     assert len(judged) == 2, "only the baseline was benched"
@@ -160,7 +160,7 @@ def test_on_a_gpu_the_quick_judge_screens_and_the_full_judge_decides(project, mo
     fails_full = source(result(50.0), result(None, "FAIL"))
     faster = source(result(60.0), result(62.0))
     agent = ScriptedAgent(proposal("slower", slower), proposal("quick-only", fails_full), proposal("faster", faster),
-                          loop.SearchExhausted("done"))
+                          SearchExhausted("done"))
     state = _run(project, [make_job(project, 1, starter)], agent, target_speedup=10)
 
     assert judged == [
@@ -184,7 +184,7 @@ def test_the_budget_saves_the_best_so_far_and_keeps_the_job_open(project):
     state = _run(project, jobs, agent, budget_s=3.0, target_speedup=10)
     assert not state.done and state.job_index == 0 and state.current.experiments == 1
     # Spent, or too short for another experiment (the slow agent's 1.5 s each), said as it is.
-    assert loop.is_run_stop(state.stopped_because) and state.finished == []
+    assert loop_records.is_run_stop(state.stopped_because) and state.finished == []
     assert len(agent.script) == 1
     assert _statuses(project) == [(1, "baseline", "PASS"), (2, "keep", "PASS")]
     manifest = __import__("json").loads((project / "optimized_kernels" / "manifest.json").read_text())["kernels"]
@@ -204,7 +204,7 @@ def test_no_experiment_starts_that_the_budget_left_cannot_pay_for(project, monke
     state = _run(project, [make_job(project, 1, source(result(100.0)))], agent, budget_s=1.6)
     # Two baseline runs took 1.2 s of the 1.6 s: another 0.6 s run would overrun, so none starts.
     assert agent.contexts == [] and _statuses(project) == [(1, "baseline", "PASS")]
-    assert state.stopped_because == loop.BUDGET_SPENT
+    assert state.stopped_because == loop_records.BUDGET_SPENT
 
 
 def test_time_left_counts_down_from_the_first_baseline(project, monkeypatch):
@@ -220,7 +220,7 @@ def test_time_left_counts_down_from_the_first_baseline(project, monkeypatch):
     repo.start_branch("rules")
     state = RunState(tag="rules", jobs=[make_job(project, 1, source(result(100.0)))], kept_commit=repo.head(),
                      settings=RunSettings(budget_s=600.0))
-    loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(loop.SearchExhausted("done")), view=view,
+    loop.OptimizationRun(state, repo=repo, agent=ScriptedAgent(SearchExhausted("done")), view=view,
                          budget=Budget(600.0)).run()
     assert seen and all(left is not None and 0 < left <= 600.0 for left in seen), seen
 
@@ -228,7 +228,7 @@ def test_time_left_counts_down_from_the_first_baseline(project, monkeypatch):
 def test_a_keep_whose_speedup_vs_pytorch_fell_says_why_in_its_row(project):
     baseline = {**result(100.0), "speedup_vs_pytorch": 1.5, "pytorch_latency_us": 150.0}
     faster = {**result(80.0), "speedup_vs_pytorch": 1.25, "pytorch_latency_us": 100.0}
-    agent = ScriptedAgent(proposal("faster", source(faster)), loop.SearchExhausted("done"))
+    agent = ScriptedAgent(proposal("faster", source(faster)), SearchExhausted("done"))
     _run(project, [make_job(project, 1, source(baseline))], agent)
     keep = results.read_rows(project / "results.tsv")[1]
     assert keep["status"] == "keep" and keep["speedup_vs_pytorch"] == 1.25
@@ -245,7 +245,7 @@ def test_a_baseline_the_budget_left_cannot_pay_for_is_not_started(project, monke
     monkeypatch.setattr(loop.runner, "run_bench", lambda *args, **kwargs: judged.append(1) or bench_result(100.0))
     state = _run(project, [make_job(project, 1, source(result(100.0)))], ScriptedAgent(), budget_s=3.0)
     assert judged == [] and state.current is None
-    assert state.stopped_because.startswith(loop.BUDGET_TOO_SHORT) and state.stopped_because.endswith(
+    assert state.stopped_because.startswith(loop_records.BUDGET_TOO_SHORT) and state.stopped_because.endswith(
         "left, and a run of 1_softmax's baseline (as measured before) takes about 0m10s")
     assert state.stopped_because in capsys.readouterr().out
     assert [row["tag"] for row in results.read_rows(project / "results.tsv")] == ["earlier"]
@@ -266,7 +266,7 @@ def test_a_baseline_whose_second_run_cannot_be_paid_for_stands_on_one(project, m
     (row,) = results.read_rows(project / "results.tsv")
     assert row["status"] == "baseline" and row["description"] == "baseline (one run: no time for a second; noise " \
                                                                   "floor 2.0%)"
-    assert state.current is not None and state.current.noise == 0.02 and state.stopped_because == loop.BUDGET_SPENT
+    assert (state.current.noise, state.stopped_because) == (0.02, loop_records.BUDGET_SPENT)
     assert "1_softmax's baseline stands on one run" in capsys.readouterr().out
 
 
@@ -293,7 +293,7 @@ def test_a_cost_cap_stops_the_run_cleanly(project):
     agent = ScriptedAgent(*[proposal(f"try {n}", source(result(100.0 - n)), tokens_in=1000, cost_usd=0.6)
                             for n in range(5)])
     state = _run(project, [make_job(project, 1, source(result(100.0)))], agent, max_cost_usd=1.0)
-    assert state.stopped_because == loop.COST_REACHED and not state.done
+    assert state.stopped_because == loop_records.COST_REACHED and not state.done
     assert len(_statuses(project)) == 2 and state.cost_usd == pytest.approx(0.6) and len(agent.contexts) == 1, \
         "after one call of $0.60, a second, expected to cost as much, would pass the $1 cap: it is never started"
 
@@ -324,12 +324,12 @@ def test_llm_trouble_ends_the_run_within_its_budget(project, trouble):
     # The fake judge takes no time, so one bench limit adds nothing here: the budget itself binds.
     # Far below what waiting would take (a 60 s reply, a 3600 s Retry-After); the slack is a loaded machine's.
     assert elapsed < budget_s + 5, f"{trouble}: {elapsed:.1f} s on a {budget_s} s budget"
-    assert loop.is_run_stop(state.stopped_because) and not state.done and state.current is not None
+    assert loop_records.is_run_stop(state.stopped_because) and not state.done and state.current is not None
     assert _statuses(project) == [(1, "baseline", "PASS")], "no bogus row for an experiment never judged"
     assert run_state.load().stopped_because == state.stopped_because
     if trouble.startswith("429"):
         # The budget was not spent: the wait the server asked for did not fit in it, and the reason says so.
-        assert state.stopped_because.startswith(loop.BUDGET_TOO_SHORT + ": ")
+        assert state.stopped_because.startswith(loop_records.BUDGET_TOO_SHORT + ": ")
         assert "HTTP 429" in state.stopped_because and "waiting 3600 s to retry would end past the budget (" \
             in state.stopped_because and "s left)" in state.stopped_because
 
@@ -357,8 +357,8 @@ def test_a_kernel_slower_than_torch_compile_is_no_gain_and_is_not_saved(project,
     slow_job = make_job(project, 1, source(_timed(100.0, 150.0, 60.0), _timed(100.0, 150.0)))
     # Job 2: its improvement beats torch.compile's 90 us.
     fast_job = make_job(project, 2, source(_timed(100.0, 150.0, 90.0), _timed(100.0, 150.0)))
-    agent = ScriptedAgent(proposal("faster", source(_timed(80.0, 150.0))), loop.SearchExhausted("done"),
-                          proposal("faster still", source(_timed(50.0, 150.0))), loop.SearchExhausted("done"))
+    agent = ScriptedAgent(proposal("faster", source(_timed(80.0, 150.0))), SearchExhausted("done"),
+                          proposal("faster still", source(_timed(50.0, 150.0))), SearchExhausted("done"))
     state = _run(project, [slow_job, fast_job], agent, target_speedup=10)
 
     assert calls == [True, False, False, False, True, False, False, False], "compile is timed once per job"
@@ -394,7 +394,7 @@ def test_a_candidate_gets_at_least_the_time_the_jobs_first_cold_bench_took(proje
     monkeypatch.setattr(loop.runner, "run_bench", run_bench)
     starter, candidate = source(result(100.0)), source(result(90.0), result(91.0))
     _run(project, [make_job(project, 1, starter)], ScriptedAgent(proposal("tiles", candidate),
-                                                                 loop.SearchExhausted("done")), target_speedup=10)
+                                                                 SearchExhausted("done")), target_speedup=10)
     first, *later = limits
     assert first[0] and not any(cold for cold, _, _ in later)
     assert all(limit >= 150.0 for _, _, limit in later), limits          # not 3 x 16 s

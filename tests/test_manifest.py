@@ -13,7 +13,7 @@ import torch  # noqa: E402
 from autokernel.core.contracts import Job  # noqa: E402
 from autokernel.core.paths import MANIFEST_NAME, starter_path  # noqa: E402
 from autokernel.routing import manifest, plugin  # noqa: E402
-from autokernel.routing.manifest import RouteRecord  # noqa: E402
+from autokernel.routing.manifest import PlugInError, RouteRecord  # noqa: E402
 from tests.test_plugin import reference_kernel, reference_sources, write_optimized  # noqa: E402
 
 
@@ -31,22 +31,22 @@ def test_manifest_entry_from_a_job_loads_the_file_it_names(tmp_path):
 
 
 def test_bad_optimized_folders_give_clear_errors(tmp_path):
-    with pytest.raises(plugin.PlugInError, match="manifest.json does not exist"):
+    with pytest.raises(PlugInError, match="manifest.json does not exist"):
         plugin.load_kernels(tmp_path / "nothing")
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / MANIFEST_NAME).write_text("{not json")
-    with pytest.raises(plugin.PlugInError, match="is not valid JSON"):
+    with pytest.raises(PlugInError, match="is not valid JSON"):
         plugin.load_kernels(tmp_path / "broken")
     (tmp_path / "broken" / MANIFEST_NAME).write_text(json.dumps({"1_softmax": {}}))
-    with pytest.raises(plugin.PlugInError, match='no "kernels" object'):
+    with pytest.raises(PlugInError, match='no "kernels" object'):
         plugin.load_kernels(tmp_path / "broken")
     wrong_type = write_optimized(tmp_path / "wrong", {"softmax": [{"M": 1, "N": 1}]},
                                  sources={"softmax": reference_kernel("rmsnorm")})
-    with pytest.raises(plugin.PlugInError, match="KERNEL_TYPE 'rmsnorm'"):
+    with pytest.raises(PlugInError, match="KERNEL_TYPE 'rmsnorm'"):
         plugin.load_kernels(wrong_type)
     bad_dtype = write_optimized(tmp_path / "dtype", {"softmax": [{"M": 1, "N": 1}]}, dtypes=("fp8",),
                                 sources=reference_sources("softmax"))
-    with pytest.raises(plugin.PlugInError, match="unknown dtypes"):
+    with pytest.raises(PlugInError, match="unknown dtypes"):
         plugin.load_kernels(bad_dtype)
 
 
@@ -78,6 +78,6 @@ def test_the_manifest_is_replaced_whole(tmp_path):
 
 
 def test_a_missing_manifest_says_what_a_run_that_saved_nothing_means(tmp_path):
-    with pytest.raises(plugin.PlugInError) as error:
+    with pytest.raises(PlugInError) as error:
         manifest.read_manifest(tmp_path / "optimized_kernels" / "manifest.json")
     assert "does not exist" in str(error.value) and "saved none" in str(error.value) and "--starters" in str(error.value)

@@ -314,7 +314,7 @@ def test_the_budget_stops_every_job_in_flight_and_resume_goes_on_with_each(tmp_p
     from autokernel.core.run_records import RunState
     from autokernel.search import session
     from autokernel.search.budget import Budget
-    from autokernel.search.loop import BUDGET_SPENT
+    from autokernel.search.loop_records import BUDGET_SPENT
     from tests.pool_helpers import jobs, parallel_project, parallel_run
 
     repo = parallel_project(tmp_path / "project", monkeypatch)

@@ -9,6 +9,7 @@ import pytest
 from autokernel.core import paths
 from autokernel.core.contracts import Job
 from autokernel.core.errors import OptimizationError
+from autokernel.core.live import TORCH_LOG
 from autokernel.core.plan import Plan, write_plan
 from autokernel.profile import jobs as kernel_jobs, planning, profiler
 
@@ -33,7 +34,7 @@ def test_torchs_output_while_planning_goes_to_the_profile_log_and_our_lines_to_t
     assert planning.jobs_from_profile(None, (), name="m", top=1, log=said.append) == [job]
     terminal = capfd.readouterr()
     assert "AUTOTUNE" not in terminal.out + terminal.err and "triton_mm_1" not in terminal.out + terminal.err
-    written = (tmp_path / planning.TORCH_LOG).read_text()
+    written = (tmp_path / TORCH_LOG).read_text()
     assert "AUTOTUNE mm" in written and "triton_mm_1" in written and "profiler table" in written
     assert said[1] == "no starter for region_ab: Inductor failed"
     assert said[2].startswith("job rank 1: softmax (50.0% of the CPU op time") and said[3] == "the plan: profiled on CPU"

@@ -12,7 +12,9 @@ from torch import nn  # noqa: E402
 from autokernel.core.paths import MANIFEST_NAME, ROOT  # noqa: E402
 from autokernel.profile.models import load_model  # noqa: E402
 from autokernel.routing import manifest, plugin  # noqa: E402
+from autokernel.routing.decisions import ALL  # noqa: E402
 from autokernel.routing.manifest import RouteRecord  # noqa: E402
+from autokernel.routing.outputs import output_error, tolerance  # noqa: E402
 from tests.plugin_helpers import (kernel_stats, one_forward_stats, recording_backend,  # noqa: E402
                                   write_optimized)
 
@@ -66,10 +68,10 @@ def test_llama_with_starter_kernels_matches_the_original(tmp_path):
     folder = write_optimized(tmp_path / "opt", LLAMA_SHAPES, sources=reference_sources("rotary_embedding"))
     with torch.no_grad():
         expected = model(*inputs)
-        assert plugin.plug_in(model, folder, policy=plugin.ALL) is model
+        assert plugin.plug_in(model, folder, policy=ALL) is model
         recorded_calls(model, "rotary_embedding").clear()
         actual = model(*inputs)
-    assert plugin.output_error(expected, actual) <= plugin.tolerance(expected)
+    assert output_error(expected, actual) <= tolerance(expected)
     # Per layer: q, k, v and o projections and the lm_head (the MLP's linears are inside the fused MLP);
     # 2 norms per layer and the final norm; q and k rotated.
     assert one_forward_stats(model, inputs) == {"rmsnorm": (3, 0), "matmul": (5, 0), "flash_attention": (1, 0),
@@ -96,8 +98,8 @@ def test_unverified_shapes_and_dtypes_fall_back_and_are_counted(tmp_path):
                                 sources=reference_sources("rmsnorm"))
     with torch.no_grad():
         expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
-        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+        plugin.plug_in(model, folder, policy=ALL)
+        assert output_error(expected, model(*inputs)) <= tolerance(expected)
         # Only the attention projections were verified: the MLP's linears and the lm_head run in PyTorch.
         assert one_forward_stats(model, inputs)["matmul"] == (4, 4)
         assert kernel_stats(model)["matmul"]["fallback_reasons"] == {"shape M=8,N=176,K=64 not verified": 2,
@@ -109,9 +111,9 @@ def test_unverified_shapes_and_dtypes_fall_back_and_are_counted(tmp_path):
         assert stats["matmul"]["hits"] == stats["rmsnorm"]["hits"] == 0
         assert stats["matmul"]["fallbacks"] == 8 and stats["rmsnorm"]["fallbacks"] == 3
 
-        plugin.plug_in(model, fp16_norm, policy=plugin.ALL)   # replaces the earlier kernels
+        plugin.plug_in(model, fp16_norm, policy=ALL)   # replaces the earlier kernels
         recorded_calls(model, "rmsnorm").clear()
-        assert plugin.output_error(expected, model(*inputs)) == 0.0
+        assert output_error(expected, model(*inputs)) == 0.0
         norm = kernel_stats(model)["rmsnorm"]
         assert (norm["hits"], norm["fallback_reasons"]) == (0, {"dtype float32 not verified": 3})
         assert recorded_calls(model, "rmsnorm") == []
@@ -173,7 +175,7 @@ def test_calls_that_need_gradients_fall_back(tmp_path):
     model, x = nn.Linear(16, 24), torch.randn(10, 16)
     folder = write_optimized(tmp_path / "opt", {"matmul": [{"M": 10, "N": 24, "K": 16}]},
                              sources=reference_sources("matmul"))
-    plugin.plug_in(model, folder, policy=plugin.ALL)
+    plugin.plug_in(model, folder, policy=ALL)
     model(x).sum().backward()
     matmul = kernel_stats(model)["matmul"]
     assert matmul["hits"] == 0
@@ -202,7 +204,7 @@ def test_module_route_is_dropped_when_its_first_call_differs(tmp_path):
     folder = write_optimized(tmp_path / "opt", {"rmsnorm": [{"M": 3, "N": 8}]}, sources=reference_sources("rmsnorm"))
     with torch.no_grad():
         expected = model(x)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
+        plugin.plug_in(model, folder, policy=ALL)
         recorded_calls(model, "rmsnorm").clear()
         assert torch.equal(model(x), expected)
         assert torch.equal(model(x), expected)
@@ -227,10 +229,10 @@ def test_a_routed_llama_compiles_into_one_graph_with_the_kernels_ops_in_it(tmp_p
     counters.clear()
     with torch.no_grad():
         expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
+        plugin.plug_in(model, folder, policy=ALL)
         model(*inputs)                    # the eager call resolves the routes and checks the module routes
         compiled = torch.compile(model, backend=recording, fullgraph=True)
-        assert plugin.output_error(expected, compiled(*inputs)) <= plugin.tolerance(expected)
+        assert output_error(expected, compiled(*inputs)) <= tolerance(expected)
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
     ours = sorted({op.split(".")[1].split("_", 1)[0] for op in graph_ops if op.startswith("autokernel.")})
     assert ours == ["flash", "fused", "matmul", "rmsnorm", "rotary"]

@@ -12,6 +12,7 @@ from torch import nn  # noqa: E402
 
 from autokernel.core.paths import ROOT  # noqa: E402
 from autokernel.routing import plugin  # noqa: E402
+from autokernel.routing.decisions import ALL  # noqa: E402
 from tests.plugin_helpers import one_forward_stats, recording_backend, write_optimized  # noqa: E402
 
 
@@ -43,7 +44,7 @@ def routes_as_planned(tmp_path, model, inputs, kernel_type: str) -> tuple[dict, 
     folder = write_optimized(tmp_path / "opt", {kernel_type: [shape for _, shape in sites[kernel_type]]})
     with torch.no_grad():
         expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
+        plugin.plug_in(model, folder, policy=ALL)
         actual = model(*inputs)
     torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
     return sites, one_forward_stats(model, inputs)
@@ -88,7 +89,7 @@ def test_max_and_min_with_indices_are_planned_and_routed_with_pytorchs_indices(t
     assert sorted(shape["op"] for shape in shapes) == ["max_dim", "min_dim"]
     with torch.no_grad():
         expected = model(x)
-        plugin.plug_in(model, write_optimized(tmp_path / "opt", {"reduce": shapes}), policy=plugin.ALL)
+        plugin.plug_in(model, write_optimized(tmp_path / "opt", {"reduce": shapes}), policy=ALL)
         routed = model(x)
     for ours, own in zip(routed, expected):
         assert ours.dtype == own.dtype and ours.shape == own.shape
@@ -102,7 +103,7 @@ def test_a_kernel_verified_for_amax_does_not_take_max_with_indices(tmp_path):
     # The shapes differ by op: an amax job's kernel is never handed a call that must return indices.
     model, inputs = load_problem("max_middle").Model(1).eval(), (torch.randn(3, 20, 9),)
     plugin.plug_in(model, write_optimized(tmp_path / "opt", {"reduce": [{"O": 3, "R": 20, "I": 9, "op": "max"}]}),
-                   policy=plugin.ALL)
+                   policy=ALL)
     with torch.no_grad():
         model(*inputs)                  # the resolution pass: the call is read, and left to PyTorch
     [kernel] = plugin.router_of(model).summary()["kernels"]
@@ -122,7 +123,7 @@ def test_max_with_indices_is_left_to_torch_compile_inside_a_graph(tmp_path):
     with torch.no_grad():
         expected = model(x)
         plugin.plug_in(model, write_optimized(tmp_path / "opt", {"reduce": [{"O": 3, "R": 20, "I": 9,
-                                                                              "op": "max_dim"}]}), policy=plugin.ALL)
+                                                                              "op": "max_dim"}]}), policy=ALL)
         model(x)
         compiled = torch.compile(model, backend=recording, fullgraph=True)
         torch.testing.assert_close(compiled(x), expected, atol=0, rtol=0)
@@ -166,7 +167,7 @@ def test_max_and_min_through_the_router_keep_nan_and_inf(tmp_path):
     for reduce in (REDUCTIONS["amax dim 1"][0], REDUCTIONS["Tensor.amin keepdim"][0]):
         model = Reduction(reduce).eval()
         shape = planned_sites(model, (x,))["reduce"][0][1]
-        plugin.plug_in(model, write_optimized(tmp_path / shape["op"], {"reduce": [shape]}), policy=plugin.ALL)
+        plugin.plug_in(model, write_optimized(tmp_path / shape["op"], {"reduce": [shape]}), policy=ALL)
         with torch.no_grad():
             torch.testing.assert_close(model(x), reduce(x), atol=0, rtol=0, equal_nan=True)
         assert one_forward_stats(model, (x,)) == {"reduce": (1, 0)}
@@ -239,7 +240,7 @@ def test_a_routed_problem_compiles_into_one_graph_with_the_kernels_op(tmp_path, 
     counters.clear()
     with torch.no_grad():
         expected = model(x)
-        plugin.plug_in(model, write_optimized(tmp_path / "opt", {kernel_type: [shape]}), policy=plugin.ALL)
+        plugin.plug_in(model, write_optimized(tmp_path / "opt", {kernel_type: [shape]}), policy=ALL)
         model(x)
         compiled = torch.compile(model, backend=recording, fullgraph=True)
         torch.testing.assert_close(compiled(x), expected, atol=1e-4, rtol=1e-4)

@@ -91,9 +91,6 @@ def test_without_meaningful_timings_a_kernel_is_never_a_winner_but_is_saved_for_
     for wins_at in ([], ["M=1,N=8"]):
         cpu = judged(timings_meaningful=False, wins_at=wins_at)
         assert policy.verdict(cpu) == SPEED_UNKNOWN == "correct; speed unknown on CPU" and policy.is_saved(cpu)
-    # A manifest entry an older version wrote for a CPU run said "winner": read as what it was.
-    assert policy.entry_verdict({"verdict": WINNER, "timings_meaningful": False}) == SPEED_UNKNOWN
-    assert policy.entry_verdict({"verdict": WINNER, "timings_meaningful": True}) == WINNER
     progress = JobProgress(baseline=judged(latency_us=2e6), best=judged(latency_us=1e6, timings_meaningful=False),
                            noise=0.02, experiments=3)
     line = policy.describe_ending("1_rmsnorm", progress, "5 reverts in a row", final=True)

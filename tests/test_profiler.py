@@ -102,21 +102,3 @@ def test_outputs_are_written_and_printed(llama_report, tmp_path):
     text = console.export_text()
     assert saved_plan["entries"][0]["kernel_type"] in text and "coverage: 100.0%" in text
     assert saved_plan["entries"][2]["kernel_type"] not in text      # only the top 2 rows are shown
-
-
-def test_shares_that_overlap_are_labelled_so():
-    """Regions timed apart from the model made a plan's shares add up to more than 100% (155-171% seen on a
-    CPU run); plans are scaled to fit now, and an older plan file that overlaps is labelled so when printed."""
-    from autokernel.core.contracts import PlanEntry
-    from autokernel.core.plan import Plan
-
-    def printed(*shares):
-        entries = [PlanEntry(rank=rank, kernel_type="softmax", dtype="float32", shapes=[{"M": 4, "N": 8}],
-                             share=share, amdahl_2x=1.0, time_ms=share * 10) for rank, share in enumerate(shares, 1)]
-        console = Console(record=True, width=200)
-        profiler.print_plan(Plan(model="m", device="cpu", dtype="float32", entries=entries, total_ms=10.0,
-                                 other_ms=1.0), console=console)
-        return console.export_text()
-
-    assert "the shares add up to 160%, not 100%: they overlap" in printed(0.9, 0.6)
-    assert "overlap" not in printed(0.5, 0.4)

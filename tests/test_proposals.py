@@ -21,7 +21,8 @@ from autokernel.fleet.pool import LocalPool
 from autokernel.search import results, run_state
 from autokernel.search.budget import Budget
 from autokernel.search.lanes import Lane
-from autokernel.search.loop import BUDGET_SPENT, OptimizationRun
+from autokernel.search.loop import OptimizationRun
+from autokernel.search.loop_records import BUDGET_SPENT
 from autokernel.search.proposals import Proposals, Reply
 from tests.fake_llm_server import FakeLLMServer
 from tests.loop_helpers import proposal

@@ -157,7 +157,7 @@ def test_without_matplotlib_report_md_is_still_written_and_says_why_there_is_no_
 
 
 def test_the_report_gives_each_gpus_pace_and_idle_time():
-    from autokernel.core.contracts import GpuUse, Throughput
+    from autokernel.core.throughput import GpuUse, Throughput
 
     throughput = Throughput(wall_s=1800.0, gpus={"gpu0": GpuUse(experiments=50, busy_s=1700.0),
                                                  "gpu1": GpuUse(experiments=40, busy_s=1200.0)})
@@ -169,7 +169,7 @@ def test_the_report_gives_each_gpus_pace_and_idle_time():
 
 
 def test_the_report_says_when_each_job_was_in_flight_and_where():
-    from autokernel.core.contracts import GpuUse, JobSpan, Throughput
+    from autokernel.core.throughput import GpuUse, JobSpan, Throughput
 
     throughput = Throughput(wall_s=600.0, gpus={"gpu0": GpuUse(experiments=9, busy_s=590.0)},
                             jobs={"2_reduce": JobSpan(started_s=60.0, ended_s=None, benches={"gpu1": 4}),

@@ -109,34 +109,16 @@ def test_foreign_header_is_refused(tmp_path):
         results.read_rows(path)
 
 
-def test_a_file_of_the_previous_version_is_read_but_not_appended_to(tmp_path):
+def test_a_file_with_a_column_missing_is_refused_whole(tmp_path):
+    """One header is read: a file without `reason` (an AutoKernel of another version) is neither read nor appended to."""
     path = tmp_path / "results.tsv"
-    path.write_text("\t".join(results.LEGACY_COLUMNS) + "\n1\tt\tsoftmax\t10\t5\t1\t0.5\tPASS\t1\tbaseline run\t"
-                    "baseline\t2\t0\n")
-    (row,) = results.read_rows(path)
-    assert row["speedup_vs_pytorch"] == 0.5 and row["timings_meaningful"] is None and row["cost_usd"] is None
-    with pytest.raises(results.ResultsFileError, match="written by an older AutoKernel.*move it aside"):
-        results.check_writable(path)
+    path.write_text("\t".join(results.COLUMNS[:-1]) + "\n" + "\t".join(
+        results._cell(_row(1, "baseline", 50.0).get(c)) for c in results.COLUMNS[:-1]) + "\n")
+    for use in (results.read_rows, results.check_writable, lambda p: results.append_row(p, _row(2, "keep", 40.0))):
+        with pytest.raises(results.ResultsFileError, match="move it aside"):
+            use(path)
+    assert len(path.read_text().splitlines()) == 2
     results.check_writable(tmp_path / "absent.tsv")
-
-
-@pytest.mark.parametrize("columns", [results.NO_GPU_COLUMNS, results.GPU_COLUMNS, results.TOKEN_COLUMNS])
-def test_a_file_of_a_previous_version_is_resumed_and_upgraded_in_place(tmp_path, columns):
-    """A run started before --gpus (or before the cached and reasoning token columns) and resumed after the
-    upgrade: its rows stay, the header gains the new columns, their cells empty."""
-    path = tmp_path / "results.tsv"
-    old_row = "\t".join(results._cell(_row(1, "baseline", 50.0).get(c)) for c in columns)
-    path.write_text("\t".join(columns) + "\n" + old_row + "\n")
-    first = results.read_rows(path)[0]
-    assert first["latency_us"] == 50.0 and first["llm_tokens"] == 120 and first["reason"] is None
-    results.check_writable(path)
-    results.append_row(path, dict(_row(2, "keep", 40.0), gpu="gpu1", llm_cached_tokens=7, llm_reasoning_tokens=3))
-    lines = path.read_text().splitlines()
-    assert lines[0] == "\t".join(results.COLUMNS) and len(lines) == 3
-    old_tokens = (None, None) if columns != results.TOKEN_COLUMNS else (0, 0)
-    assert [(r["experiment"], r["latency_us"], r["gpu"], r["llm_cached_tokens"], r["llm_reasoning_tokens"])
-            for r in results.read_rows(path)] == [(1, 50.0, None, *old_tokens), (2, 40.0, "gpu1", 7, 3)]
-    assert not list(tmp_path.glob("*.upgrade")), "the rewrite leaves no scratch file behind"
 
 
 def test_ensure_row_writes_a_decided_row_once(tmp_path):

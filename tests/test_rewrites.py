@@ -14,6 +14,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from autokernel.routing import bn_folding, plugin  # noqa: E402
+from autokernel.routing.outputs import output_error, tolerance  # noqa: E402
 from autokernel.verify import handover, latency, route_table, rewrites  # noqa: E402
 from autokernel.verify.latency import Latency  # noqa: E402
 from tests.plugin_helpers import write_optimized  # noqa: E402
@@ -84,7 +85,7 @@ def test_a_fold_that_makes_the_model_faster_is_kept_and_handed_over(tmp_path, ti
         expected = model(*inputs)
     handed = handover.runnable(model, folder, verdict, inputs)
     with torch.no_grad():
-        assert plugin.output_error(expected, handed(*inputs)) <= plugin.tolerance(expected)
+        assert output_error(expected, handed(*inputs)) <= tolerance(expected)
     assert [f.label for f in bn_folding.folding_of(model).folds] == ["bn into conv"]
     with pytest.raises(ValueError, match="sample inputs"):
         handover.runnable(model, folder, verdict)

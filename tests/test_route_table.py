@@ -7,6 +7,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch  # noqa: E402
 
 from autokernel.routing import plugin  # noqa: E402
+from autokernel.routing.decisions import ALL  # noqa: E402
 from autokernel.verify import route_table  # noqa: E402
 from autokernel.verify.latency import Latency  # noqa: E402
 from tests.test_plugin import LLAMA_SHAPES, reference_sources, tiny_llama, write_optimized  # noqa: E402
@@ -30,7 +31,7 @@ def test_without_a_gpu_every_site_is_recorded_and_none_routes(tmp_path):
     model, inputs = tiny_llama()
     folder = write_optimized(tmp_path / "opt", LLAMA_SHAPES, sources=reference_sources(*LLAMA_SHAPES))
     with torch.no_grad():
-        plugin.plug_in(model, folder, policy=plugin.ALL, keep_examples=True)
+        plugin.plug_in(model, folder, policy=ALL, keep_examples=True)
         model(*inputs)
     records = route_table.measure(plugin.router_of(model), on_gpu=False)
     rows = [record for kernel_records in records.values() for record in kernel_records]

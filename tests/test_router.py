@@ -9,14 +9,14 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from autokernel.routing import plugin  # noqa: E402
-from autokernel.routing.router import call_signature  # noqa: E402
+from autokernel.routing.decisions import ALL, call_signature  # noqa: E402
 from tests.test_plugin import LLAMA_SHAPES, SEQ, reference_sources, tiny_llama, write_optimized  # noqa: E402
 
 
 def llama_with_stand_ins(tmp_path):
     model, inputs = tiny_llama()
     folder = write_optimized(tmp_path / "opt", LLAMA_SHAPES, sources=reference_sources(*LLAMA_SHAPES))
-    plugin.plug_in(model, folder, policy=plugin.ALL)
+    plugin.plug_in(model, folder, policy=ALL)
     return model, inputs, plugin.router_of(model)
 
 
@@ -85,7 +85,7 @@ def test_function_routes_in_the_models_own_forward(tmp_path):
     folder = write_optimized(tmp_path / "opt", {"softmax": [{"M": 3, "N": 8}]}, sources=reference_sources("softmax"))
     with torch.no_grad():
         expected = model(x)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
+        plugin.plug_in(model, folder, policy=ALL)
         torch.testing.assert_close(model(x), expected)
         router = plugin.router_of(model)
         router.reset_stats()
@@ -123,7 +123,7 @@ def test_a_kernel_that_raises_at_a_shape_falls_back_there_saying_why(tmp_path):
     small, wide = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 16)
     with torch.no_grad():
         expected = model(wide)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
+        plugin.plug_in(model, folder, policy=ALL)
         torch.testing.assert_close(model(small), Attend()(small))
         torch.testing.assert_close(model(wide), expected)       # no exception: PyTorch ran it
         model(wide)

@@ -12,6 +12,8 @@ from torch import nn  # noqa: E402
 
 from autokernel.kernel_types import registry  # noqa: E402
 from autokernel.routing import plugin, routes  # noqa: E402
+from autokernel.routing.decisions import ALL  # noqa: E402
+from autokernel.routing.outputs import output_error, tolerance  # noqa: E402
 from tests.test_plugin import (SEQ, kernel_stats, recorded_calls, reference_sources, tiny_llama,  # noqa: E402
                                write_optimized)
 
@@ -182,8 +184,8 @@ FUNCTIONAL_SHAPES = {
     "matmul": [{"M": 10, "N": 24, "K": 16}, {"M": 10, "N": 12, "K": 24}],
     "layernorm": [{"M": 10, "N": 24}],
     "softmax": [{"M": 10, "N": 12}],
-    "reduce": [{"M": 10, "N": 12, "dim": -1, "op": "sum"}, {"M": 10, "N": 12, "dim": 0, "op": "max"},
-               {"M": 1, "N": 12, "dim": -1, "op": "sum"}],
+    "reduce": [{"O": 10, "R": 12, "I": 1, "op": "sum"}, {"O": 1, "R": 10, "I": 12, "op": "max"},
+               {"O": 1, "R": 12, "I": 1, "op": "sum"}],
     "flash_attention": [{"B": 2, "H": 4, "S": 5, "D": 6, "causal": 1}],
     "cross_entropy": [{"M": 10, "V": 12}],
 }
@@ -195,12 +197,12 @@ def test_function_routes_hit_with_the_registry_shapes(tmp_path):
     folder = write_optimized(tmp_path / "opt", FUNCTIONAL_SHAPES, sources=reference_sources(*FUNCTIONAL_SHAPES))
     with torch.no_grad():
         expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
+        plugin.plug_in(model, folder, policy=ALL)
         model(*inputs)                    # the resolution pass, with the function routing everywhere
         plugin.router_of(model).reset_stats()
         recorded_calls(model, "matmul").clear()
         actual = model(*inputs)           # routed as decided, the function routing in the model's own forward only
-    assert plugin.output_error(expected, actual) <= plugin.tolerance(expected)
+    assert output_error(expected, actual) <= tolerance(expected)
     assert plugin.router_of(model).summary()["scoped_modules"] == [""]
     stats = kernel_stats(model)
     assert {t: (s["hits"], s["fallbacks"]) for t, s in stats.items()} == {
@@ -209,8 +211,7 @@ def test_function_routes_hit_with_the_registry_shapes(tmp_path):
     assert list(stats["softmax"]["fallback_reasons"]) == [
         "softmax over a dimension other than the last, or with a dtype argument"]
     assert list(stats["flash_attention"]["fallback_reasons"]) == ["attention with a mask or dropout"]
-    # columns.sum() over all of a (10, 12) tensor is {O: 1, R: 120, I: 1}, which was not verified. (The
-    # manifest lists the verified shapes in the keys reduce shapes had before any dim could be reduced.)
+    # columns.sum() over all of a (10, 12) tensor is {O: 1, R: 120, I: 1}, which was not verified.
     assert stats["reduce"]["fallback_reasons"] == {"shape O=1,R=120,I=1,op=sum not verified": 1}
     # The kernels get contiguous 2-D operands; the linear's weight arrives transposed to (K, N).
     linear_a, linear_b = recorded_calls(model, "matmul")[0]

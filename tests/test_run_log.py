@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.agents.base import MalformedReply
+from autokernel.agents.base import MalformedReply, SearchExhausted
 from autokernel.core.contracts import RunSettings
 from autokernel.core.live import ProgressView
 from autokernel.core.run_records import RunState
@@ -31,7 +31,7 @@ def test_every_experiment_is_logged_with_its_error_hypothesis_diff_and_cost(proj
     agent = ScriptedAgent(proposal("halve it", faster, tokens_in=100, tokens_out=20, cost_usd=0.03),
                           proposal("use y", crashing, tokens_in=90, tokens_out=10, cost_usd=0.02),
                           MalformedReply("no code block", tokens_in=5, tokens_out=1),
-                          loop.SearchExhausted("done"))
+                          SearchExhausted("done"))
     agent.script[1].hypothesis = "y is the row max, loaded once"
     repo = gitops.KernelRepo(project)
     repo.start_branch("night")

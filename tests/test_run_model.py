@@ -3,9 +3,10 @@ takes that one (autokernel/verify/run_model.py): the shapes its kernels were ver
 
 import json
 
+from autokernel.agents.base import OutOfTime
 from autokernel.core.contracts import RunSettings
 from autokernel.core.live import ProgressView
-from autokernel.search import loop, run_state, session
+from autokernel.search import run_state, session
 from autokernel.verify import run_model
 from tests.loop_helpers import TableAgent, make_job, result, source
 from tests.test_session import _use_agent, project  # noqa: F401 (the fixture)
@@ -20,7 +21,7 @@ def test_a_new_run_records_its_model_flags_and_inputs_for_verify(project, monkey
             "inputs": [{"shape": [1, 8], "dtype": "int64"}]}))
         return jobs
 
-    _use_agent(monkeypatch, TableAgent([loop.OutOfTime("stop")]))
+    _use_agent(monkeypatch, TableAgent([OutOfTime("stop")]))
     flags = [str(project / "m.py"), "--model-arg", "config=tiny"]
     session.run_optimization(plan=plan, settings=RunSettings(), tag="night", view=ProgressView(interactive=False),
                              model_flags=flags)

@@ -16,6 +16,8 @@ import pytest
 from autokernel.core import child_output
 from autokernel.core.contracts import BenchResult
 from autokernel.judge import runner
+from autokernel.judge.candidate.worker_process import CONFINE_ENV
+from autokernel.sandbox.child_env import child_environment
 from autokernel.search import sandbox_checks
 from tests.processes import all_gone_within, new_token
 
@@ -198,7 +200,7 @@ def test_interrupting_the_caller_kills_the_child(tmp_path, monkeypatch):
 
 
 def test_child_environment_is_an_allow_list_without_secrets():
-    env = runner.child_environment({"Openai_Api_Key": "x", "PATH": "/bin", "my_password": "y", "GITHUB_PAT": "p",
+    env = child_environment({"Openai_Api_Key": "x", "PATH": "/bin", "my_password": "y", "GITHUB_PAT": "p",
                                     "DATABASE_URL": "postgres://u:p@h/db", "CUDA_VISIBLE_DEVICES": "0",
                                     "TORCH_HUB_TOKEN": "t", "LC_ALL": "C", "SOME_TOOL_SETTING": "1"})
     assert env == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0", "LC_ALL": "C"}
@@ -248,7 +250,7 @@ def test_a_sandbox_that_hides_the_gpu_is_reported_before_the_run(tmp_path, monke
     monkeypatch.setattr(sandbox_checks, "GPU_PROBE", "import sys; print('cudaGetDeviceCount error 304', file=sys.stderr); "
                                              "sys.exit(3)")              # the candidates' sandbox does not
     problem = sandbox_checks.sandbox_gpu_problem(tmp_path)
-    assert "cannot use it" in problem and "error 304" in problem and runner.CONFINE_ENV in problem
+    assert "cannot use it" in problem and "error 304" in problem and CONFINE_ENV in problem
     monkeypatch.setattr(sandbox_checks, "GPU_PROBE", "pass")
     assert sandbox_checks.sandbox_gpu_problem(tmp_path) is None
 

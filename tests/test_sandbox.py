@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from autokernel.judge import runner
+from autokernel.judge.candidate.worker_process import CONFINE_ENV
 from autokernel.sandbox import landlock, namespaces, launcher as sandbox
 from tests.processes import all_gone_within, gone_within, marked, new_token
 
@@ -194,7 +195,7 @@ def test_memory_past_the_cap_stops_the_whole_tree(tmp_path):
 @pytest.mark.parametrize("files_confined", ["1", "0"])
 def test_no_tcp_connection_out_of_the_sandbox(tmp_path, monkeypatch, files_confined):
     # With the file rules off (AUTOKERNEL_SANDBOX_FS=0) the network rules stay: a candidate once reached 127.0.0.1 so.
-    monkeypatch.setenv(runner.CONFINE_ENV, files_confined)
+    monkeypatch.setenv(CONFINE_ENV, files_confined)
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
         attack = f"""

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from autokernel.judge import runner
+from autokernel.judge.candidate.worker_process import CONFINE_ENV
 from autokernel.sandbox import confinement, landlock
 from tests.processes import new_token
 
@@ -31,7 +32,7 @@ def _child(code: str) -> runner.ChildResult:
 def private_shm(monkeypatch):
     """AUTOKERNEL_SANDBOX_SHM=1; skips where the machine gives no PID namespace or no mount namespace."""
     monkeypatch.setenv(confinement.PRIVATE_SHM_ENV, "1")
-    monkeypatch.delenv(runner.CONFINE_ENV, raising=False)
+    monkeypatch.delenv(CONFINE_ENV, raising=False)
     note = _child("pass").sandbox.get("shm")
     if note != "a /dev/shm of its own":
         pytest.skip(f"no /dev/shm of the sandbox's own on this machine: {note}")
@@ -127,7 +128,7 @@ def test_nothing_else_under_dev_becomes_writable_and_the_machines_dev_shm_stays_
 @needs_landlock
 def test_turned_off_dev_shm_is_the_machines_and_nothing_can_be_made_in_it(monkeypatch):
     monkeypatch.setenv(confinement.PRIVATE_SHM_ENV, "0")
-    monkeypatch.delenv(runner.CONFINE_ENV, raising=False)
+    monkeypatch.delenv(CONFINE_ENV, raising=False)
     name = f"autokernel-test-{new_token()}"
     result = _child(f"""
         import multiprocessing

@@ -19,6 +19,7 @@ import pytest
 
 from autokernel.judge import runner
 from autokernel.sandbox import landlock
+from autokernel.sandbox.child_env import caches_for
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTACK_DIR = ROOT / "tests" / "attacks"
@@ -172,7 +173,7 @@ def judged(tmp_path, monkeypatch):
     def judge(name: str):
         kernel = ATTACK_DIR / f"{name}.py"
         result = runner.run_bench(kernel, shapes=[], dtype="float16", timeout_s=300, seed=7, extra_args=["--quick"])
-        probe = runner.caches_for(kernel) / "probe"
+        probe = caches_for(kernel) / "probe"
         return result, probe.read_text().splitlines() if probe.exists() else []
     return judge
 

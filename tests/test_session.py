@@ -15,13 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.agents.base import MalformedReply
+from autokernel.agents import builtin
+from autokernel.agents.base import AgentError, MalformedReply, OutOfTime, SearchExhausted
 from autokernel.core.contracts import RunSettings
+from autokernel.core.interrupts import Interrupted
 from autokernel.core.run_records import RunState
 from autokernel.core.errors import OptimizationError
 from autokernel.core.live import ProgressView
 from autokernel.core.lock import RunLocked
 from autokernel.search import budget, gitops, loop, results, run_state, session
+from autokernel.search.loop_records import budget_too_short, is_run_stop
 from tests.loop_helpers import TableAgent, fake_run_bench, git, make_job, make_project, proposal, result, source
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -217,8 +220,6 @@ def test_a_second_run_in_the_same_repository_is_refused_naming_the_holder(projec
 
 
 def test_a_run_ended_by_an_agent_error_does_not_claim_optimized_kernels(project, monkeypatch, capsys):
-    from autokernel.agents.base import AgentError
-
     with pytest.raises(AgentError):
         _start(project, monkeypatch, with_agent=TableAgent([AgentError("the API refused the request (HTTP 400)")]))
     out = capsys.readouterr().out
@@ -241,7 +242,7 @@ def test_a_work_folder_that_is_no_repository_is_refused_leaving_no_lock(tmp_path
 
 
 def test_an_unfinished_run_is_set_aside_by_new_keeping_its_branch_and_rows(project, monkeypatch, capsys):
-    first = _start(project, monkeypatch, with_agent=TableAgent([loop.OutOfTime("stop")]))
+    first = _start(project, monkeypatch, with_agent=TableAgent([OutOfTime("stop")]))
     assert not first.done and run_state.resumable() is not None
     rows = _rows(project)
     jobs = [make_job(project, 1, source(result(100.0)))]
@@ -267,9 +268,9 @@ def test_an_unfinished_run_is_set_aside_by_new_keeping_its_branch_and_rows(proje
 def test_resume_restores_every_setting_and_a_flag_overrides_out_loud(project, monkeypatch, capsys):
     settings = dict(budget_s=180.0, max_consecutive_reverts=100, target_speedup=1000.0, agent="scripted",
                     llm_model="fake-model", base_url="http://127.0.0.1:9/v1", max_cost_usd=5.0, reasoning="medium")
-    table = [proposal("faster", source(result(60.0)), tokens_in=10, cost_usd=0.01), loop.OutOfTime("stop here")]
+    table = [proposal("faster", source(result(60.0)), tokens_in=10, cost_usd=0.01), OutOfTime("stop here")]
     state = _start(project, monkeypatch, with_agent=TableAgent(table), **settings)
-    assert state.stopped_because == loop.budget_too_short("stop here") and loop.is_run_stop(state.stopped_because)
+    assert state.stopped_because == budget_too_short("stop here") and is_run_stop(state.stopped_because)
     saved = run_state.load().settings
     assert (saved.budget_s, saved.max_consecutive_reverts, saved.target_speedup, saved.base_url, saved.max_cost_usd,
             saved.llm_model) == (180.0, 100, 1000.0, "http://127.0.0.1:9/v1", 5.0, "fake-model")
@@ -278,7 +279,7 @@ def test_resume_restores_every_setting_and_a_flag_overrides_out_loud(project, mo
 
     def make_agent(kind, *, model=None, base_url=None, reasoning=None):
         made.append((kind, model, base_url, reasoning))
-        return TableAgent(_table()[:1] + [loop.SearchExhausted("done")])
+        return TableAgent(_table()[:1] + [SearchExhausted("done")])
 
     monkeypatch.setattr(session, "make_agent", make_agent)
     capsys.readouterr()
@@ -295,11 +296,11 @@ def test_resume_restores_every_setting_and_a_flag_overrides_out_loud(project, mo
 def test_resume_with_the_builtin_agent_drops_the_llm_agents_model_and_url_out_loud(project, monkeypatch, capsys):
     from autokernel.agents import factory
 
-    _start(project, monkeypatch, with_agent=TableAgent([loop.OutOfTime("stop")]), agent="openai",
+    _start(project, monkeypatch, with_agent=TableAgent([OutOfTime("stop")]), agent="openai",
            llm_model="qwen2.5-coder", base_url="http://127.0.0.1:9/v1")
     monkeypatch.setattr(session, "make_agent", factory.make_agent)      # the real one: it refuses a stray URL
-    monkeypatch.setattr(factory.BuiltinAgent, "propose", lambda self, ctx: (_ for _ in ()).throw(
-        loop.SearchExhausted("enough")))
+    monkeypatch.setattr(builtin.BuiltinAgent, "propose", lambda self, ctx: (_ for _ in ()).throw(
+        SearchExhausted("enough")))
     capsys.readouterr()
     state = session.run_optimization(resume=True, overrides={"agent": "builtin"}, view=ProgressView(interactive=False))
     out = capsys.readouterr().out
@@ -309,7 +310,7 @@ def test_resume_with_the_builtin_agent_drops_the_llm_agents_model_and_url_out_lo
 
 
 def test_resume_refuses_to_drop_a_users_commit_on_the_run_branch(project, monkeypatch):
-    _start(project, monkeypatch, with_agent=TableAgent([loop.OutOfTime("stop")]))
+    _start(project, monkeypatch, with_agent=TableAgent([OutOfTime("stop")]))
     git(project, "checkout", "-q", gitops.branch_name("night"))
     (project / "notes.md").write_text("my analysis\n")
     git(project, "add", "notes.md")
@@ -340,7 +341,7 @@ def test_an_interrupt_returns_the_user_and_resume_goes_on(project, monkeypatch):
     class Interrupting(TableAgent):
         def propose(self, ctx):
             if len(ctx.history) == 1:
-                raise loop.Interrupted(2)
+                raise Interrupted(2)
             return super().propose(ctx)
 
     with pytest.raises(KeyboardInterrupt):
@@ -373,7 +374,7 @@ def test_a_resumed_built_in_search_goes_on_where_it_stopped(tmp_path, monkeypatc
         if name == "row settled":
             rows_settled.append(name)
             if len(rows_settled) == 3:          # the baseline and two experiments
-                raise loop.Interrupted(15)
+                raise Interrupted(15)
     with pytest.raises(KeyboardInterrupt):
         _start(project, monkeypatch, jobs=[make_job(project, 1, starter)], with_agent=BuiltinAgent(),
                checkpoint=stop_after_two, max_consecutive_reverts=100)
@@ -387,7 +388,7 @@ def test_a_cost_cap_on_a_model_without_prices_is_refused_up_front(project, monke
 
     planned = []
     with FakeLLMServer() as server:
-        with pytest.raises(session.AgentError, match="--max-cost needs a model whose prices AutoKernel knows"):
+        with pytest.raises(AgentError, match="--max-cost needs a model whose prices AutoKernel knows"):
             session.run_optimization(plan=lambda log: planned.append(1) or [], tag="night",
                                      settings=RunSettings(agent="openai", llm_model="local-llama",
                                                           base_url=server.openai_base_url, max_cost_usd=5.0),

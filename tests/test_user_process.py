@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from autokernel.agents.base import SearchExhausted
 from autokernel.core import paths
 from autokernel.core.contracts import RunSettings
 from autokernel.core.live import ProgressView
@@ -24,6 +25,7 @@ from autokernel.judge.user_process import Checker, UserProcessFailure
 from autokernel.kernel_types import registry
 from autokernel.search import gitops, loop, results
 from autokernel.search.budget import Budget
+from autokernel.search.loop_records import BUDGET_SPENT, BUDGET_TOO_SHORT
 from tests.loop_helpers import (ScriptedAgent, bench_result, fake_run_bench, make_job, make_project, proposal, result,
                                 source)
 
@@ -245,7 +247,7 @@ def test_the_loop_keeps_no_candidate_that_fails_in_the_users_process(project):
     passed = {**result(50.0), runner.JUDGED_BY: "bench.py"}
     agent = ScriptedAgent(proposal("grid capped", capped + f"\n# fake-results: [{_json(passed)}]\n"),
                           proposal("honest", honest + f"\n# fake-results: [{_json(passed)}]\n"),
-                          loop.SearchExhausted("done"))
+                          SearchExhausted("done"))
     repo = gitops.KernelRepo(project)
     repo.start_branch("users")
     state = RunState(tag="users", jobs=[make_job(project, 1, _baseline())], kept_commit=repo.head(),
@@ -292,7 +294,7 @@ def test_no_experiment_starts_that_cannot_pay_for_the_check_a_keep_runs(project,
     state = _loop(project, agent, budget_s=5.0)
     # After the first keep about 2 s are left: enough to ask and bench (instant here), not to check a keep (3 s).
     assert _statuses(project) == ["baseline", "keep"] and len(agent.contexts) == 1
-    assert state.stopped_because.startswith(loop.BUDGET_TOO_SHORT) and "an experiment takes about 0m03s" in \
+    assert state.stopped_because.startswith(BUDGET_TOO_SHORT) and "an experiment takes about 0m03s" in \
         state.stopped_because
 
 
@@ -310,7 +312,7 @@ def test_a_check_cut_short_by_the_budget_leaves_no_row(project, monkeypatch):
     state = _loop(project, agent, budget_s=2.0)
     assert limits and limits[0] <= 2.0, "the check's limit is the budget left, not its 300 s ceiling"
     assert _statuses(project) == ["baseline"], "a budget cut is no verdict"
-    assert state.experiment == 1 and state.stopped_because == loop.BUDGET_SPENT
+    assert state.experiment == 1 and state.stopped_because == BUDGET_SPENT
     assert gitops.KernelRepo(project).uncommitted_tracked_files() == []
     assert state.spent_s["experiments"] >= limits[0], "the cut experiment's time is still what the time went to"
 

@@ -15,14 +15,16 @@ import textwrap  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from autokernel.routing.manifest import read_manifest, write_manifest  # noqa: E402
 from autokernel.verify import verify_command as verify  # noqa: E402
 from autokernel.core import hardware  # noqa: E402
 from autokernel.core.paths import MANIFEST_NAME, ROOT, starter_path  # noqa: E402
 from autokernel.core.plan import Plan  # noqa: E402
 from autokernel.profile import models, profiler  # noqa: E402
 from autokernel.profile.profiler import PLAN_FILE  # noqa: E402
-from autokernel.routing import plugin  # noqa: E402
 from autokernel.verify import verification  # noqa: E402
+from autokernel.verify.verification import (EXIT_ERROR, EXIT_FAIL, EXIT_NOTHING_CHECKED, EXIT_PASS, REPORT_FILE,
+                                            STARTER_MANIFEST_DIR, NothingToPlugIn)
 from tests.test_plugin import LLAMA_SHAPES, reference_kernel, write_optimized  # noqa: E402
 
 TINY_LLAMA_ARGS = [str(ROOT / "models" / "llama.py"), "--input-shape", "1,8", "--device", "cpu",
@@ -51,7 +53,7 @@ def get_inputs():
 
 
 def read_report(workspace) -> dict:
-    return json.loads((workspace / verify.REPORT_FILE).read_text())
+    return json.loads((workspace / REPORT_FILE).read_text())
 
 
 @pytest.mark.slow
@@ -69,7 +71,7 @@ def test_tiny_llama_with_the_starter_kernels_passes(tmp_path, capsys):
     code = verify.main([*TINY_LLAMA_ARGS, "--optimized-dir", str(folder), "--workspace", str(workspace),
                         "--no-compile", "--route", "all"])
 
-    assert code == verify.EXIT_PASS
+    assert code == EXIT_PASS
     report = read_report(workspace)
     check = report["correctness"]
     assert check["passed"] and check["max_error"] <= 1e-4 and check["variant_max_error"] <= 1e-4
@@ -107,13 +109,13 @@ def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_p
 
     code = verify.main([*TINY_LLAMA_ARGS, "--starters", "--workspace", str(workspace), "--no-compile"])
 
-    assert code == verify.EXIT_PASS
+    assert code == EXIT_PASS
     plan = json.loads((workspace / PLAN_FILE).read_text())
     assert (plan["model"], plan["device"], plan["dtype"]) == ("llama.py:Model", "cpu", "float32")
-    manifest = plugin.read_manifest(workspace / verify.STARTER_MANIFEST_DIR / MANIFEST_NAME)
+    manifest = read_manifest(workspace / STARTER_MANIFEST_DIR / MANIFEST_NAME)
     # A region's starter is Inductor's code for it, written beside the manifest (autokernel/profile/regions/jobs.py) and
     # named relative to it: the sandboxed child made it in a folder of its own, and this process copied it here.
-    starters = workspace / verify.STARTER_MANIFEST_DIR
+    starters = workspace / STARTER_MANIFEST_DIR
     assert manifest == {f"{e['rank']}_{e['kernel_type']}": {
         "file": f"{e['kernel_type']}.py" if e["kernel_type"].startswith("region_") else str(starter_path(e["kernel_type"])),
         "kernel_type": e["kernel_type"], "rank": e["rank"], "shapes": e["shapes"], "dtypes": ["float32"]}
@@ -123,7 +125,7 @@ def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_p
                            for name in regions)
     report = read_report(workspace)
     assert report["correctness"]["passed"] and report["plan"].endswith("profiled now")
-    assert report["optimized_dir"] == str(workspace / verify.STARTER_MANIFEST_DIR)
+    assert report["optimized_dir"] == str(workspace / STARTER_MANIFEST_DIR)
     # The plan's shapes are the model's: every planned kernel takes every call of its type in the check.
     assert [(k["kernel_type"], k["fallbacks"]) for k in report["checked"]["kernels"]] == [
         (e["kernel_type"], 0) for e in plan["entries"]]
@@ -168,13 +170,13 @@ def test_starters_reuse_this_models_plan(tmp_path, capsys):
     code = verify.main([*TINY_LLAMA_ARGS, "--starters", "--workspace", str(workspace), "--no-compile",
                         "--route", "all"])
 
-    assert code == verify.EXIT_PASS
+    assert code == EXIT_PASS
     assert (workspace / PLAN_FILE).read_text() == plan_text and "profiling" not in capsys.readouterr().out
     report = read_report(workspace)
     assert [(k["name"], k["file"], k["share"]) for k in report["kernels"]] == [
         (f"{e['rank']}_{e['kernel_type']}", str(starter_path(e["kernel_type"])), e["share"]) for e in entries]
     assert all(k["hits"] > 0 and k["fallbacks"] == 0 for k in report["kernels"])
-    with pytest.raises(verify.NothingToPlugIn, match="nothing to plug in"):
+    with pytest.raises(NothingToPlugIn, match="nothing to plug in"):
         verification.write_starter_manifest(Plan(model="llama.py:Model", device="cpu", dtype="float32", entries=[]),
                                             tmp_path)
 
@@ -191,7 +193,7 @@ def test_a_wrong_kernel_fails_the_check_and_compile_is_timed(tmp_path, capsys):
     code = verify.main([str(model_file), "--device", "cpu", "--optimized-dir", str(folder),
                         "--workspace", str(workspace), "--compile-backend", "aot_eager", "--route", "all"])
 
-    assert code == verify.EXIT_FAIL
+    assert code == EXIT_FAIL
     report = read_report(workspace)
     check = report["correctness"]
     assert not check["passed"]
@@ -236,12 +238,12 @@ def test_a_plan_profiled_at_other_inputs_is_not_this_models(tmp_path):
 @pytest.mark.slow
 def test_missing_kernels_or_model_exit_with_a_message(tmp_path, capsys):
     code = verify.main([*TINY_LLAMA_ARGS, "--optimized-dir", str(tmp_path / "none"), "--workspace", str(tmp_path)])
-    assert code == verify.EXIT_ERROR
+    assert code == EXIT_ERROR
     assert "manifest.json does not exist" in capsys.readouterr().err
     code = verify.main([str(tmp_path / "missing.py"), "--optimized-dir", str(tmp_path), "--workspace", str(tmp_path)])
-    assert code == verify.EXIT_ERROR
+    assert code == EXIT_ERROR
     assert "Model file not found" in capsys.readouterr().err
-    assert not (tmp_path / verify.REPORT_FILE).exists()
+    assert not (tmp_path / REPORT_FILE).exists()
 
 
 def _save_run(workspace, model_flags) -> None:
@@ -255,12 +257,12 @@ def _save_run(workspace, model_flags) -> None:
 
 
 def test_verify_without_a_model_needs_a_run_that_recorded_one(tmp_path, capsys):
-    assert verify.main(["--workspace", str(tmp_path)]) == verify.EXIT_ERROR
+    assert verify.main(["--workspace", str(tmp_path)]) == EXIT_ERROR
     assert "give the model to verify (a model file, or --hf NAME): there is no run in" in capsys.readouterr().err
     _save_run(tmp_path, None)
-    assert verify.main(["--workspace", str(tmp_path)]) == verify.EXIT_ERROR
+    assert verify.main(["--workspace", str(tmp_path)]) == EXIT_ERROR
     assert "run night in" in capsys.readouterr().err
-    assert verify.main(["--model-arg", "config=tiny", "--workspace", str(tmp_path)]) == verify.EXIT_ERROR
+    assert verify.main(["--model-arg", "config=tiny", "--workspace", str(tmp_path)]) == EXIT_ERROR
     assert "name the model these flags are for" in capsys.readouterr().err
 
 
@@ -279,7 +281,7 @@ def test_verify_without_a_model_takes_the_runs_and_a_check_of_no_call_is_no_pass
 
     out = capsys.readouterr().out
     assert f"verifying the model run night optimized: {model_file} --dtype float32" in out
-    assert code == verify.EXIT_NOTHING_CHECKED
+    assert code == EXIT_NOTHING_CHECKED
     check = read_report(workspace)["correctness"]
     assert check["passed"] and check["calls_checked"] == 0
     assert check["not_checked"] == ["1_softmax: its 1 call fell back to PyTorch: shape M=4,N=32 not verified (1x)"]
@@ -290,7 +292,7 @@ def test_the_report_names_the_runs_whose_kernels_it_verified(tmp_path):
     # report.md shows a verdict only beside the rows of a run it verified (reports/report.py verdict_of_run).
     folder = tmp_path / "opt"
     folder.mkdir()
-    plugin.write_manifest(folder / MANIFEST_NAME, {"1_softmax": {"tag": "night2"}, "2_rmsnorm": {"tag": "night1"},
+    write_manifest(folder / MANIFEST_NAME, {"1_softmax": {"tag": "night2"}, "2_rmsnorm": {"tag": "night1"},
                                                    "3_matmul": {}})
     assert verification.kernel_runs(folder) == ["night1", "night2"]
     assert verification.kernel_runs(tmp_path / "absent") == [] and verification.kernel_runs(None) == []

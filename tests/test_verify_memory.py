@@ -20,7 +20,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel.routing import outputs, plugin  # noqa: E402
+from autokernel.routing import outputs  # noqa: E402
+from autokernel.routing.manifest import write_manifest  # noqa: E402
 from autokernel.verify import handover  # noqa: E402
 
 OUTPUT_MIB = 64
@@ -67,7 +68,7 @@ class Scale(nn.Module):
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads the resident memory from /proc")
 def test_verify_fits_in_a_forward_pass_and_a_bounded_margin(tmp_path):
-    plugin.write_manifest(tmp_path / "manifest.json", {})
+    write_manifest(tmp_path / "manifest.json", {})
     model, x = Scale(), torch.randn(OUTPUT_MIB * 2**20 // 4)
     with torch.no_grad():
         # Everything verify imports and compiles once is loaded before measuring (a small call).

@@ -72,7 +72,7 @@ def test_an_exception_in_kernel_fn_is_a_crash_with_the_kernel_line(tmp_path):
 
 
 def test_a_crash_message_names_the_kernel_line_of_a_syntax_error_and_keeps_the_whole_error(tmp_path):
-    from autokernel.judge.candidate.worker import crash_message
+    from autokernel.judge.candidate.kernel_errors import crash_message
 
     kernel = tmp_path / "kernel.py"
     try:

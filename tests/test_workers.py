@@ -8,6 +8,7 @@ from autokernel.core.live import ProgressView
 from autokernel.fleet import workers
 from autokernel.fleet.pool import LocalPool
 from autokernel.judge import runner
+from autokernel.judge.candidate.worker_process import CONFINE_ENV
 
 
 def test_one_gpu_is_the_one_gpu_loop_and_two_logical_gpus_a_local_pool(monkeypatch):
@@ -25,7 +26,7 @@ def test_more_gpus_than_the_machine_has_and_no_confinement_are_refused(monkeypat
     with pytest.raises(OptimizationError, match="--gpus 3: this machine has 2 visible GPU"):
         with workers.open_pool(RunSettings(gpus=3), ProgressView(interactive=False)):
             pass
-    monkeypatch.setenv(runner.CONFINE_ENV, "0")
+    monkeypatch.setenv(CONFINE_ENV, "0")
     with pytest.raises(OptimizationError, match="needs the sandbox's file-system confinement.*AUTOKERNEL_SANDBOX_FS=0"):
         with workers.open_pool(RunSettings(gpus=2), ProgressView(interactive=False)):
             pass
@@ -33,12 +34,12 @@ def test_more_gpus_than_the_machine_has_and_no_confinement_are_refused(monkeypat
 
 def test_every_visible_gpu_is_only_the_default_without_confinement_the_run_keeps_to_one(monkeypatch, caplog):
     monkeypatch.setattr(workers.pools, "visible_devices", lambda: [0, 1])
-    monkeypatch.setenv(runner.CONFINE_ENV, "0")
+    monkeypatch.setenv(CONFINE_ENV, "0")
     assert workers.check(RunSettings()) == 1
     assert "using 1 of 2 GPUs" in caplog.text and "AUTOKERNEL_SANDBOX_FS=0" in caplog.text
     with pytest.raises(OptimizationError, match="--gpus 2 judges several candidates at once"):
         workers.check(RunSettings(gpus=2))          # asked for by name: refused, not quietly reduced
-    monkeypatch.delenv(runner.CONFINE_ENV)
+    monkeypatch.delenv(CONFINE_ENV)
     if runner.filesystem_confined():
         assert workers.check(RunSettings()) == 2
 
@@ -47,7 +48,7 @@ def test_a_new_run_that_cannot_have_its_workers_is_refused_before_it_creates_any
     from tests.pool_helpers import git, make_repo, run
 
     root = make_repo(tmp_path / "project")
-    monkeypatch.setenv(runner.CONFINE_ENV, "0")
+    monkeypatch.setenv(CONFINE_ENV, "0")
     with pytest.raises(OptimizationError, match="--gpus 2 judges several candidates at once"):
         run(root, gpus=2)
     assert "autokernel/par" not in git(root, "branch", "--list"), "no branch was made"

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import re
 
-from autokernel.agents.base import AgentError, ChatAgent, ChatReply, Prices, Request, RetryPolicy
-from autokernel.agents.usage import Price, Usage
+from autokernel.agents.base import AgentError, ChatAgent, ChatReply, Request, RetryPolicy
+from autokernel.agents.usage import Price, Prices, Usage
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 KEY_ENV = "ANTHROPIC_API_KEY"

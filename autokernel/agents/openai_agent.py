@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 
-from autokernel.agents.base import AgentError, ChatAgent, ChatReply, Prices, Request, RetryPolicy
-from autokernel.agents.usage import Price, Usage
+from autokernel.agents.base import AgentError, ChatAgent, ChatReply, Request, RetryPolicy
+from autokernel.agents.usage import Price, Prices, Usage
 
 DEFAULT_MODEL = "gpt-6.1-sol"
 KEY_ENV = "OPENAI_API_KEY"

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 
-from autokernel.core.throughput import GpuUse, JobSpan, Throughput  # noqa: F401 (records of the state, defined apart)
-
 # bench.py's verdicts (its exit codes, in this order: 0, 1, 2, 3).
 PASS, FAIL, CRASH, TIMEOUT = "PASS", "FAIL", "CRASH", "TIMEOUT"
 VERDICTS = (PASS, FAIL, CRASH, TIMEOUT)
@@ -123,10 +121,7 @@ class Job:
         return titled(self.kernel_type, self.title)
 
     def to_json(self) -> dict:
-        data = asdict(self)
-        if not self.title:          # as a job written before titles holds it: no key
-            del data["title"]
-        return data
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict) -> Job:

@@ -69,7 +69,7 @@ RATE_AFTER_S = 60.0      # a rate from the first seconds of a run means nothing
 
 def throughput_line(throughput, unsaved_wall_s: float = 0.0) -> str:
     """The run's one rate (experiments per hour, overall and per GPU, over the run's loop time, resumes included)
-    and the time each GPU sat idle (a contracts.Throughput); no rate before a minute of loop time."""
+    and the time each GPU sat idle (a throughput.Throughput); no rate before a minute of loop time."""
     wall = throughput.wall_s + unsaved_wall_s
     if not throughput.gpus or wall <= 0:
         return "-"

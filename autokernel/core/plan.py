@@ -2,8 +2,7 @@
 live view read. One record from the profiler to its readers; JSON only at the file.
 
 A plan is the model's measured time split into kernel entries (the menu's types and the model's regions, by
-rank, each a PlanEntry) and the rest, `other_ms`, which no kernel names. Older plans listed that rest as an
-entry of kernel type "other"; reading one moves it to `other_ms`.
+rank, each a PlanEntry) and the rest, `other_ms`, which no kernel names.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from pathlib import Path
 
 from autokernel.core.contracts import ContractError, PlanEntry, check_keys
 
-OTHER = "other"        # the kernel type older plans gave the time no kernel names
+OTHER = "other"        # the time no kernel type names: the profiler's label for it, the plan's other_ms
 
 
 class PlanError(Exception):
@@ -64,10 +63,8 @@ class Plan:
         check_keys(cls, data)
         if not all(isinstance(entry, dict) for entry in data["entries"]):
             raise ContractError("a Plan's entries are JSON objects")
-        entries = [PlanEntry.from_json(entry) for entry in data["entries"] if entry.get("kernel_type") != OTHER]
-        other = data.get("other") if isinstance(data.get("other"), dict) else {}
-        other_ms = other.get("time_ms", sum(entry.get("time_ms", 0.0) for entry in data["entries"]
-                                           if entry.get("kernel_type") == OTHER))
+        entries = [PlanEntry.from_json(entry) for entry in data["entries"]]
+        other_ms = data["other"].get("time_ms", 0.0) if isinstance(data.get("other"), dict) else 0.0
         known = {f.name for f in fields(cls)} - {"entries", "other_ms", "extra"}
         return cls(entries=sorted(entries, key=lambda entry: entry.rank), other_ms=other_ms,
                    **{key: value for key, value in data.items() if key in known},

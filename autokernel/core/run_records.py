@@ -87,7 +87,7 @@ class RunState:
     agent_state: dict | None = None  # the built-in agent's search, so a resumed run never repeats a configuration
     # The model as the run was given it, for `autokernel verify` with no model (autokernel/verify/run_model.py):
     # {"flags": verify.py's model flags, "inputs": the profiled inputs' shapes and dtypes}; None when the run was
-    # given a model object (autokernel.optimize) or was started before this was recorded.
+    # given a model object (autokernel.optimize).
     model: dict | None = None
     throughput: Throughput = field(default_factory=Throughput)
     # With several GPUs, jobs after job_index run side by side with it (autokernel/search/run_state.py reads these):
@@ -102,11 +102,6 @@ class RunState:
         data.update(jobs=[job.to_json() for job in self.jobs], settings=self.settings.to_json(),
                     current=self.current.to_json() if self.current else None, throughput=self.throughput.to_json(),
                     ahead={name: progress.to_json() for name, progress in self.ahead.items()})
-        if self.model is None:          # as a state written before models were recorded holds it: no key
-            del data["model"]
-        for name in ("spent_s", "plan_caveats"):     # likewise, when empty, as states before they were recorded
-            if not data[name]:
-                del data[name]
         return data
 
     @classmethod
@@ -117,8 +112,8 @@ class RunState:
         settings = RunSettings.from_json(data.pop("settings"))
         current = data.pop("current")
         jobs = [Job.from_json(job) for job in data.pop("jobs")]
-        throughput = Throughput.from_json(data.pop("throughput", None) or {})   # absent in older states
-        ahead = {name: JobProgress.from_json(progress) for name, progress in (data.pop("ahead", None) or {}).items()}
+        throughput = Throughput.from_json(data.pop("throughput"))
+        ahead = {name: JobProgress.from_json(progress) for name, progress in data.pop("ahead").items()}
         return cls(**data, jobs=jobs, settings=settings, current=JobProgress.from_json(current) if current else None,
                    throughput=throughput, ahead=ahead)
 

@@ -21,8 +21,10 @@ import time
 from dataclasses import dataclass
 
 from autokernel.core import paths
-from autokernel.core.contracts import CRASH, JudgeOutcome, JudgeTask, Throughput
+from autokernel.core.contracts import CRASH, JudgeOutcome, JudgeTask
+from autokernel.core.throughput import Throughput
 from autokernel.judge import runner
+from autokernel.sandbox.child_env import child_environment
 
 STDERR_KEPT = 20            # lines of a dead worker's stderr in its CRASH message
 JUDGE_WORKER_MODULE = "autokernel.fleet.judge_worker"     # each local worker's process
@@ -130,7 +132,7 @@ class WorkerPool:
 class LocalPool(WorkerPool):
     """One worker process per GPU of this machine (CUDA_VISIBLE_DEVICES=<its index>), JSON lines both ways.
 
-    A worker gets the allow-listed environment of a bench child (runner.child_environment: no API
+    A worker gets the allow-listed environment of a bench child (child_env.child_environment: no API
     key), the work directory, and the GPU it is pinned to; with no GPU, the workers are logical GPUs:
     parallel judges in Triton's interpreter."""
 
@@ -148,7 +150,7 @@ class LocalPool(WorkerPool):
 
     def _start(self, slot: int) -> None:
         env = paths.module_environment({
-            **runner.child_environment(), "CUDA_VISIBLE_DEVICES": _device_name(self.devices[slot]),
+            **child_environment(), "CUDA_VISIBLE_DEVICES": _device_name(self.devices[slot]),
             paths.WORKDIR_VARIABLE: str(paths.ROOT), "PYTHONUNBUFFERED": "1", "TMPDIR": self.scratch})
         process = subprocess.Popen(paths.module_command(JUDGE_WORKER_MODULE, self.labels[slot]),
                                    cwd=str(paths.ROOT), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

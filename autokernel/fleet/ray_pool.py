@@ -16,10 +16,11 @@ import fnmatch
 import os
 import socket
 
-from autokernel.core.contracts import JudgeOutcome, JudgeTask, Throughput
+from autokernel.core.contracts import JudgeOutcome, JudgeTask
 from autokernel.core.errors import OptimizationError
+from autokernel.core.throughput import Throughput
 from autokernel.fleet.pool import WorkerPool
-from autokernel.judge import runner
+from autokernel.sandbox.child_env import SECRET_PATTERNS
 
 INSTALL_HINT = "pip install 'autokernel[ray]'"
 REACH_TIMEOUT_S = 5.0
@@ -32,7 +33,7 @@ class JudgeActor:
         import ray
 
         for name in list(os.environ):
-            if any(fnmatch.fnmatchcase(name.upper(), pattern) for pattern in runner.SECRET_PATTERNS):
+            if any(fnmatch.fnmatchcase(name.upper(), pattern) for pattern in SECRET_PATTERNS):
                 del os.environ[name]
         gpus = ray.get_gpu_ids()
         self.label = f"{ray.util.get_node_ip_address()}/gpu{gpus[0] if gpus else '?'}"

@@ -23,6 +23,7 @@ from autokernel.core.errors import OptimizationError
 from autokernel.core.live import ProgressView
 from autokernel.fleet import pool as pools
 from autokernel.judge import runner
+from autokernel.judge.candidate.worker_process import CONFINE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def check(settings: RunSettings) -> int:
         if devices and count > len(devices):
             raise OptimizationError(f"--gpus {count}: this machine has {len(devices)} visible GPU(s)")
     if count != 1 and not runner.filesystem_confined():
-        why = f"{runner.CONFINE_ENV}=0" if os.environ.get(runner.CONFINE_ENV) == "0" else "no Landlock in this kernel"
+        why = f"{CONFINE_ENV}=0" if os.environ.get(CONFINE_ENV) == "0" else "no Landlock in this kernel"
         if settings.gpus is None and not settings.ray:
             # Every visible GPU is only the default: without confinement the run keeps to one, as it
             # always could, rather than refusing what the user did not ask for.

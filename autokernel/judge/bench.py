@@ -58,10 +58,11 @@ import time
 from pathlib import Path
 
 from autokernel.core.contracts import CRASH, FAIL, PASS
+from autokernel.core.dtypes import DTYPES
 from autokernel.core.gpu_lock import gpu_to_itself
 from autokernel.judge import cuda_launches
 from autokernel.judge.candidate import worker_process
-from autokernel.judge.correctness import DTYPES, CheckFailure
+from autokernel.judge.correctness import CheckFailure
 from autokernel.judge.judge_link import CandidateWorker, WorkerFailure
 from autokernel.judge.stages import ON_GPU, STAGES, Judge
 from autokernel.judge.timing_stage import time_kernel

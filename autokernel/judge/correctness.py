@@ -23,8 +23,8 @@ from typing import Sequence
 
 import torch
 
-from autokernel.core.dtypes import DTYPES, TOLERANCES, dtype_name  # noqa: F401 (re-exported for bench.py)
-from autokernel.kernel_types.registry import KernelType
+from autokernel.core.dtypes import DTYPES, TOLERANCES
+from autokernel.kernel_types.base import KernelType
 
 # TOLERANCES (autokernel/core/dtypes.py, the one table) are atol and rtol by dtype, against a float32
 # (float64 for float32 kernels) oracle.

@@ -9,7 +9,7 @@ invoking ninja or nvcc at all, so a re-run (and every judge run of an unchanged 
 recompile.
 
 The cache lives under $AUTOKERNEL_CUDA_CACHE, else $XDG_CACHE_HOME/autokernel/cuda (~/.cache/...).
-Under the judge, $AUTOKERNEL_CUDA_CACHE is the candidate's own (runner.caches_for: one folder per
+Under the judge, $AUTOKERNEL_CUDA_CACHE is the candidate's own (sandbox/child_env.py, caches_for: one folder per
 kernel source, written by benches of those very bytes alone), so no candidate can plant a build
 that another kernel, verify or plug_in would load; verify's sandboxed child builds in a private
 folder. A build folder is only trusted once its marker file exists, which the build writes last.

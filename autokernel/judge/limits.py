@@ -28,6 +28,7 @@ import torch
 
 from autokernel.core.hardware import GPUSpec, SMLimits
 from autokernel.kernel_types import registry
+from autokernel.kernel_types.base import KernelType
 
 THREADS_PER_WARP = 32
 NO_GPU_NOTE = ("no GPU figures: the kernel ran in Triton's CPU interpreter, which has no bandwidth, "
@@ -81,7 +82,7 @@ class Limits:
         return asdict(self)
 
 
-def summarize(kt: registry.KernelType, dtype: torch.dtype, gpu: GPUSpec, timed: list[tuple[dict, float]],
+def summarize(kt: KernelType, dtype: torch.dtype, gpu: GPUSpec, timed: list[tuple[dict, float]],
               compiled: list[dict], *, tf32: bool, floor_us: float | None = None) -> Limits:
     """The summary for (shape, median GPU time in us) pairs and the compiled kernels' figures.
 
@@ -107,7 +108,7 @@ def summarize(kt: registry.KernelType, dtype: torch.dtype, gpu: GPUSpec, timed: 
                   occupancy_note=occupancy_note)
 
 
-def shape_limits(kt: registry.KernelType, shape: dict, dtype: torch.dtype, latency_us: float, gpu: GPUSpec,
+def shape_limits(kt: KernelType, shape: dict, dtype: torch.dtype, latency_us: float, gpu: GPUSpec,
                  *, tf32: bool, floor_us: float | None = None) -> ShapeLimits:
     moved = float(kt.bytes_moved(shape, registry.dtype_size(dtype)))
     flops = float(kt.flops(shape))

@@ -39,17 +39,17 @@ from autokernel.core.child_output import TailReader, current_watcher
 from autokernel.core.contracts import CRASH, FAIL, PASS, TIMEOUT, BenchResult, ContractError
 from autokernel.core.gpu_lock import TIMING_LOCK_VARIABLE
 from autokernel.judge import judge_files
+from autokernel.kernel_types.base import Shape
 from autokernel.kernel_types.regions import store as region_store
-from autokernel.kernel_types.registry import Shape, format_shape
+from autokernel.kernel_types.registry import format_shape
 from autokernel.sandbox import launcher as sandbox
-from autokernel.sandbox.process_tree import undumpable
+from autokernel.sandbox.process_tree import kill_tree, undumpable
 from autokernel.sandbox import redact
 
 # run_bench puts a fresh secret in bench.py's environment there; bench.py takes it out before it starts the
 # candidate's worker and writes it into its JSON result. A result file without it was not written by the judge.
 from autokernel.judge.candidate.worker_process import CONFINE_ENV, NONCE_VARIABLE, WORKER_CACHE_VARIABLE
-from autokernel.sandbox.child_env import (ALLOWED_ENV, SECRET_PATTERNS, caches_for, caches_in,  # noqa: F401 (API)
-                                           child_environment, outgrown, remove_tree, secrets_withheld)
+from autokernel.sandbox.child_env import caches_for, caches_in, child_environment, outgrown, remove_tree
 
 # CONFINE_ENV=0 turns the Landlock file-system confinement off (sandbox/launcher.py), for a machine where it gets in
 # the way.
@@ -146,7 +146,7 @@ def _stop(launcher: subprocess.Popen, status: _StatusReader) -> None:
         return
     except subprocess.TimeoutExpired:
         pass
-    sandbox.kill_tree(launcher.pid, within_s=1.0)
+    kill_tree(launcher.pid, within_s=1.0)
     _signal(launcher.pid, signal.SIGKILL)
     _signal(status.field("pid"), signal.SIGKILL, group=True)
     launcher.wait()

@@ -42,7 +42,6 @@ FROM_IMPORTS = {
     "torch._inductor.runtime.triton_helpers": {"math", "libdevice"},
     "autokernel.judge.cuda_build": {"load_cuda", "sm90a_flags"},
     "autokernel.core.interpreter_libdevice": {"libdevice"},
-    "autokernel.interpreter_libdevice": {"libdevice"},
 }
 # typing's names that evaluate strings as code.
 FORBIDDEN_FROM = {"typing": {"get_type_hints", "ForwardRef", "evaluate_forward_ref"}}

@@ -15,16 +15,18 @@ if not ON_GPU:
     # cost more than they give. (The worker runs Triton's interpreter; this process runs no Triton.)
     torch.set_num_threads(1)
 
-from autokernel.judge.correctness import (DTYPES, CheckFailure, case_inputs, compare_outputs,  # noqa: E402
-                                           dtype_name, output_parts, reference_outputs, same_bits)
+from autokernel.core.dtypes import DTYPES, dtype_name  # noqa: E402
+from autokernel.judge.correctness import (CheckFailure, case_inputs, compare_outputs,  # noqa: E402
+                                          output_parts, reference_outputs, same_bits)
 from autokernel.judge.judge_link import CandidateWorker  # noqa: E402
 from autokernel.kernel_types import registry  # noqa: E402
+from autokernel.kernel_types.base import KernelType  # noqa: E402
 
 
 class Judge:
     """Everything one bench run needs: the worker, the kernel type, the device and the seeds."""
 
-    def __init__(self, worker: CandidateWorker, kt: registry.KernelType, args):
+    def __init__(self, worker: CandidateWorker, kt: KernelType, args):
         self.worker = worker
         self.kt = kt
         self.args = args

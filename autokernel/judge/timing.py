@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from autokernel.core.hardware import GPUSpec
-from autokernel.kernel_types.registry import KernelType, Shape, dtype_size
+from autokernel.kernel_types.base import KernelType, Shape
+from autokernel.kernel_types.registry import dtype_size
 
 # The flush before each timed call: twice triton.testing.do_bench's, so that the host's time in
 # kernel_fn (its launches, and the worker's guard on every PyTorch op) overlaps it up to about

@@ -155,8 +155,6 @@ class KernelType:
     # error_allowance(inputs, oracle, dtype) -> a tensor shaped like the output, or None for none.
     # The judge calls it before the kernel runs, so the setting it reads is the caller's.
     error_allowance: Callable[[Inputs, torch.Tensor, torch.dtype], torch.Tensor | None] | None = None
-    # A shape in the keys the type uses today, from whichever keys it was written with (older plans).
-    canonical: Callable[[Shape], Shape] = dict
     recognise: Recognition = Recognition()
     route: Routing = Routing()
     fold: FoldType | None = None

@@ -22,14 +22,8 @@ _OPS = {"aten::sum": "sum", "aten::mean": "mean", "aten::amax": "max", "aten::am
 
 
 def reduce_layout(s: Shape) -> tuple[int, int, int]:
-    """(O, R, I) of a reduce shape: a tensor viewed as (outer, reduced, inner), reduced over R.
-
-    Shapes written before any dimension could be reduced, {M, N, dim} (an (M, N) tensor reduced
-    over dim -1 or 0), are still read: plans, job shapes and manifests of that time stay valid.
-    """
-    if "R" in s:
-        return int(s.get("O", 1)), int(s["R"]), int(s.get("I", 1))
-    return (int(s["M"]), int(s["N"]), 1) if int(s.get("dim", -1)) in (1, -1) else (1, int(s["M"]), int(s["N"]))
+    """(O, R, I) of a reduce shape: a tensor viewed as (outer, reduced, inner), reduced over R."""
+    return int(s.get("O", 1)), int(s["R"]), int(s.get("I", 1))
 
 
 def reduce_shape(outer: int, reduced: int, inner: int, op: str) -> Shape:
@@ -45,11 +39,6 @@ def reduce_call(outer: int, reduced: int, inner: int) -> tuple[tuple[int, ...], 
     if outer == 1:
         return (reduced, inner), 0
     return (outer, reduced, inner), 1
-
-
-def canonical_reduce_shape(s: Shape) -> Shape:
-    """A reduce shape in today's keys {O, R, I, op}, whichever keys it was written with."""
-    return reduce_shape(*reduce_layout(s), str(s.get("op", "sum")))
 
 
 def reduce_inputs(s, dtype, gen, device, x_scale=1.0, x_offset=0.0):
@@ -275,7 +264,6 @@ KERNEL_TYPE = KernelType(
     bytes_moved=lambda s, e: (math.prod(reduce_layout(s)) + _output_elems(s)) * e
     + (_output_elems(s) * 8 if s.get("op") in WITH_INDICES else 0),
     flops=lambda s: float(math.prod(reduce_layout(s))),
-    canonical=canonical_reduce_shape,
     recognise=Recognition(op_shape=op_shape),
     route=Routing(functions={
         torch.sum: _SUM, torch.Tensor.sum: _SUM, torch.mean: _MEAN, torch.Tensor.mean: _MEAN,

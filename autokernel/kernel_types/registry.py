@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from autokernel.kernel_types import TYPES
-from autokernel.kernel_types.base import Adversarial, KernelType, Shape  # noqa: F401 (API)
+from autokernel.kernel_types.base import KernelType, Shape
 
 REGISTRY: dict[str, KernelType] = TYPES
 
@@ -66,10 +66,3 @@ def format_shape(shape: Shape) -> str:
 
 def dtype_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
-
-
-def canonical_shape(kernel_type: str, shape: Shape) -> Shape:
-    """The shape in the keys its type uses today (a reduce shape of the form {M, N, dim, op}, from before any
-    dimension could be reduced, becomes {O, R, I, op}); a shape of an unknown type is returned as it is."""
-    known = REGISTRY.get(kernel_type)
-    return known.canonical(shape) if known is not None else dict(shape)

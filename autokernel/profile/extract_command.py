@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from autokernel.core import paths
+from autokernel.core.plan import PlanError
 from autokernel.profile import jobs as kernel_jobs
 
 
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = Path(args.plan) if args.plan else paths.WORKSPACE / "optimization_plan.json"
     try:
         jobs = kernel_jobs.extract_jobs(plan, args.top, out, args.backend)
-    except (kernel_jobs.PlanError, ValueError, KeyError) as error:
+    except (PlanError, ValueError, KeyError) as error:
         print(f"{paths.command_name('extract.py')}: {error.args[0]}", file=sys.stderr)
         return 2
     for job in jobs:

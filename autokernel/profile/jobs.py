@@ -17,7 +17,7 @@ from typing import Callable
 
 from autokernel.core import paths
 from autokernel.core.contracts import Job, PlanEntry
-from autokernel.core.plan import PlanError, read_plan  # noqa: F401 (PlanError: extract's and the CLI's error)
+from autokernel.core.plan import PlanError, read_plan
 from autokernel.kernel_types import registry
 from autokernel.kernel_types.regions import store
 from autokernel.kernel_types.regions.record import region_title

@@ -361,11 +361,6 @@ def print_plan(plan: Plan, top: int | None = None, console: Console | None = Non
     console.print(table)
     for caveat in plan.caveats:
         console.print(f"[yellow]{escape(caveat)}[/yellow]")
-    added = sum(entry.share for entry in plan.entries) + plan.other_share
-    if added > 1.005:       # a plan written before the regions were scaled to fit (regions/plan.py)
-        console.print(f"[yellow]the shares add up to {added:.0%}, not 100%: they overlap. Each region is timed on "
-                      f"its own, apart from the model, and that time can be more than its ops took inside it; read "
-                      f"each share against the {plan.total_ms:.3f} ms forward pass, not as one part of it[/yellow]")
     coverage = plan.coverage or 0.0
     style = "green" if coverage >= COVERAGE_TARGET else "bold red"
     console.print(f"[{style}]coverage: {coverage:.1%} of measured time attributed "

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 from autokernel.core import contracts
 from autokernel.core.live import format_duration, format_speedup, plural
+from autokernel.core.throughput import Throughput
 from autokernel.search import results
 
 MARKDOWN_FILE = "report.md"
@@ -70,7 +71,7 @@ class ReportFiles(NamedTuple):
 
 
 def write_report(results_tsv: str | Path, out_dir: str | Path, *, verify_report: str | Path | None = None,
-                 throughput: contracts.Throughput | None = None, plan_caveats: list[str] = (),
+                 throughput: Throughput | None = None, plan_caveats: list[str] = (),
                  titles: dict[str, str] | None = None) -> ReportFiles:
     """Write out_dir/report.md and out_dir/progress.png from results.tsv; return their paths.
 
@@ -150,7 +151,7 @@ def failure_lines(rows: list[dict], titles: dict[str, str] | None = None) -> lis
                         "workspace/runs/<run>.jsonl.", ""]
 
 
-def throughput_lines(throughput: contracts.Throughput | None) -> list[str]:
+def throughput_lines(throughput: Throughput | None) -> list[str]:
     """The run's pace: experiments per hour per GPU and overall, and each GPU's idle time (state.json's Throughput)."""
     if throughput is None or not throughput.gpus:
         return []
@@ -167,7 +168,7 @@ def throughput_lines(throughput: contracts.Throughput | None) -> list[str]:
     return lines + job_span_lines(throughput)
 
 
-def job_span_lines(throughput: contracts.Throughput) -> list[str]:
+def job_span_lines(throughput: Throughput) -> list[str]:
     """With several GPUs: when each job was in flight (on the loop's clock) and which GPUs judged its benches."""
     if not throughput.jobs:
         return []
@@ -184,7 +185,7 @@ def job_span_lines(throughput: contracts.Throughput) -> list[str]:
 
 
 def markdown_report(rows: list[dict], groups: list[list[dict]], source: str | Path, verdict: dict | None = None,
-                    pace: contracts.Throughput | None = None, *, plot_problem: str | None = None,
+                    pace: Throughput | None = None, *, plot_problem: str | None = None,
                     plan_caveats: list[str] = (), titles: dict[str, str] | None = None) -> str:
     lines = ["# AutoKernel report", ""]
     if verdict_of_run(verdict, rows):
@@ -258,7 +259,7 @@ def _kernel_summary(group: list[dict]) -> dict:
             "outcome": _outcome(group, best or {}, results.speedup_vs_best(best) if best else None)}
 
 
-def summary_json(rows: list[dict], verdict: dict | None = None, throughput: contracts.Throughput | None = None) -> dict:
+def summary_json(rows: list[dict], verdict: dict | None = None, throughput: Throughput | None = None) -> dict:
     """What report.md says, as data: the verdict, the run's pace (state.json's Throughput) and one record per kernel run."""
     return {"verdict": verdict_of_run(verdict, rows), "experiments": len(rows), "throughput": throughput.to_json() if throughput else None,
             "kernels": [_kernel_summary(group) for group in results.group_by_kernel(rows)]}

@@ -141,10 +141,7 @@ def _load_kernel(folder: Path, name: str, entry: dict, manifest_path: Path, devi
     if getattr(module, "KERNEL_TYPE", None) != kernel_type or not callable(kernel_fn):
         raise PlugInError(f"{file} has KERNEL_TYPE {getattr(module, 'KERNEL_TYPE', None)!r} and kernel_fn "
                           f"{kernel_fn!r}, but {where} says it is a {kernel_type!r} kernel")
-    # Shapes in the keys of their time are read in today's (registry.canonical_shape): an older manifest still routes.
-    shapes = [registry.canonical_shape(kernel_type, shape) for shape in shapes]
-    records = {(shape_key(registry.canonical_shape(kernel_type, record.shape)), record.dtype): record
-               for record in route_records(entry, sha, device_name)}
+    records = {(shape_key(record.shape), record.dtype): record for record in route_records(entry, sha, device_name)}
     return OptimizedKernel(name=name, kernel_type=kernel_type, rank=rank, file=file, shapes=shapes,
                            dtypes=frozenset(DTYPES[d] for d in dtype_names), kernel_fn=kernel_fn,
                            source_sha256=sha, records=records, backend="cuda" if is_cuda_file(source) else "triton")

@@ -26,10 +26,10 @@ from torch import nn
 from autokernel.core import interpreter, paths
 from autokernel.kernel_types.regions import store as region_store
 from autokernel.routing import routes
+from autokernel.routing.decisions import MEASURED, ModuleRoute
 from autokernel.routing.kernel_ops import OptimizedKernel, load_kernels as _load_kernels
-from autokernel.routing.manifest import PlugInError, manifest_entry, read_manifest, write_manifest  # noqa: F401 (API)
-from autokernel.routing.outputs import output_error, tolerance  # noqa: F401 (API)
-from autokernel.routing.router import ALL, MEASURED, POLICIES, ModuleRoute, Router  # noqa: F401 (API)
+from autokernel.routing.manifest import PlugInError
+from autokernel.routing.router import Router
 
 ROUTER_ATTRIBUTE = "_autokernel_router"
 

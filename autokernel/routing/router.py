@@ -32,11 +32,12 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from autokernel.kernel_types import registry
+from autokernel.kernel_types.base import Reading
 from autokernel.kernel_types.regions import store
 from autokernel.routing import routes
-from autokernel.routing.decisions import (ALL, MEASURED, POLICIES, Decision, KernelStats,  # noqa: F401 (API)
-                                           ModuleRoute, Site, autocast_on, call_signature, capture_graph_op,
-                                           copy_call, copy_fits, decide, first_call_mismatch, survives_a_launch)
+from autokernel.routing.decisions import (MEASURED, POLICIES, Decision, KernelStats, ModuleRoute, Site, autocast_on,
+                                           call_signature, capture_graph_op, copy_call, copy_fits, decide,
+                                           first_call_mismatch, survives_a_launch)
 from autokernel.routing.fold_routing import FOLD_TYPES, Folding
 from autokernel.routing.kernel_ops import OptimizedKernel
 from autokernel.routing.norm_folding import note_call
@@ -118,7 +119,7 @@ class Router:
             self.regions.forget()
 
     # ------------------------------------------------------------------ deciding
-    def decide(self, kernel_type: str, reading: routes.Reading | str, site_label: str) -> Decision:
+    def decide(self, kernel_type: str, reading: Reading | str, site_label: str) -> Decision:
         """The decision for one call of a kernel type (made once per signature)."""
         return decide(self.by_type[kernel_type], self.policy, reading)
 

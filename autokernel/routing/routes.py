@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autokernel.kernel_types import TYPES
-from autokernel.kernel_types.base import ModuleVariant, Reading  # noqa: F401 (the router's records)
+from autokernel.kernel_types.base import ModuleVariant, Reading
 
 
 @dataclass(frozen=True)

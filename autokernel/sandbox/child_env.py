@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 from typing import Mapping
 
-# The compiler-cache variables and their folder's names (runner.caches_in makes them for the judge).
+# The compiler-cache variables and their folder's names (caches_in makes them for the judge).
 CACHE_FOLDERS = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "CUDA_CACHE_PATH": "nv",
                  # CUDA C++ kernel files' builds (autokernel/judge/cuda_build.py), compiled inside the sandbox.
                  "AUTOKERNEL_CUDA_CACHE": "cuda"}

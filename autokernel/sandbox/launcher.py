@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autokernel.sandbox import confinement, landlock, namespaces
-from autokernel.sandbox.confinement import gpu_device_files  # noqa: F401 (API: where the GPU's device files are)
+from autokernel.sandbox.confinement import gpu_device_files
 from autokernel.sandbox.process_tree import descendants, kill_tree, live_descendants, reap_orphans, resident_bytes
 
 POLL_S = 0.05

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autokernel.core.paths import OPTIMIZED_DIR_NAME
-from autokernel.judge import runner
+from autokernel.sandbox.child_env import child_environment
 
 BRANCH_PREFIX = "autokernel/"
 KERNEL_FILE_NAME = "kernel.py"
@@ -57,7 +57,7 @@ def _user_settings(root: Path) -> tuple[dict[str, str], list[str]]:
     """The user's identity and safe.directory entries, read once with their full configuration."""
     def read(*args: str) -> list[str]:
         completed = subprocess.run(["git", "-c", "core.fsmonitor=false", "config", *args], cwd=root,
-                                   env=runner.child_environment(), capture_output=True, text=True)
+                                   env=child_environment(), capture_output=True, text=True)
         return completed.stdout.splitlines() if completed.returncode == 0 else []
 
     identity = {}
@@ -76,12 +76,12 @@ class KernelRepo:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         probe = subprocess.run(["git", "-c", "core.fsmonitor=false", "rev-parse", "--show-toplevel"], cwd=self.root,
-                               env=runner.child_environment(), capture_output=True, text=True)
+                               env=child_environment(), capture_output=True, text=True)
         if probe.returncode != 0 or Path(probe.stdout.strip()).resolve() != self.root.resolve():
             raise GitOpsError(f"{self.root} is not a git repository; the loop keeps its history in git "
                               f"(run `git init && git add -A && git commit -m init` there first)")
         identity_env, safe_directories = _user_settings(self.root)
-        self._env = {**runner.child_environment(), **identity_env, "GIT_CONFIG_NOSYSTEM": "1",
+        self._env = {**child_environment(), **identity_env, "GIT_CONFIG_NOSYSTEM": "1",
                      "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
         self._overrides = [arg for setting in (*HARDENED_CONFIG, *(f"safe.directory={d}" for d in safe_directories))
                            for arg in ("-c", setting)]

@@ -30,8 +30,7 @@ from autokernel.core.live import LoopStatus, ProgressView, format_duration, plur
 from autokernel.judge import runner, user_check
 from autokernel.search import gitops, integrity, policy, results, run_state
 from autokernel.search.budget import ONE_RUN_BASELINE, BenchTimes, Budget
-from autokernel.search.loop_records import (BUDGET_SPENT, BUDGET_TOO_SHORT, COST_REACHED,  # noqa: F401 (re-exported)
-                                             RUN_STOPS, LoopRecords, budget_too_short, is_run_stop)
+from autokernel.search.loop_records import BUDGET_SPENT, COST_REACHED, LoopRecords, budget_too_short, is_run_stop
 from autokernel.search.policy import is_improvement, one_line
 
 KERNEL_IN_REPO = gitops.KERNEL_FILE_NAME

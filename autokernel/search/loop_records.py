@@ -21,7 +21,7 @@ from autokernel.core.run_records import BASELINES, EXPERIMENTS, JobProgress
 from autokernel.core.live import throughput_line
 from autokernel.judge import runner
 from autokernel.kernel_types.regions import store as region_store
-from autokernel.routing import plugin
+from autokernel.routing.manifest import manifest_entry, read_manifest, write_manifest
 from autokernel.sandbox.redact import scrub
 from autokernel.search import gitops, policy, results, run_log, run_state
 from autokernel.search.policy import one_line
@@ -256,15 +256,15 @@ class LoopRecords:
             progress.finishing = reason
             self._save()
             self.checkpoint("finish: in flight")
-            entry = {**plugin.manifest_entry(job, f"{name}.py"),
+            entry = {**manifest_entry(job, f"{name}.py"),
                      **policy.outcome(progress, reason, source_commit=progress.kept[-1].commit, tag=self.state.tag),
                      "verdict": verdict}
             if saved:
                 paths.OPTIMIZED_DIR.mkdir(exist_ok=True)
                 (paths.OPTIMIZED_DIR / f"{name}.py").write_bytes(self._kept_source(progress).encode())
                 region_store.copy_to(job.kernel_type, paths.OPTIMIZED_DIR)     # a region's file goes with it
-                kernels = plugin.read_manifest(paths.MANIFEST_FILE) if paths.MANIFEST_FILE.exists() else {}
-                plugin.write_manifest(paths.MANIFEST_FILE, {**kernels, name: entry})
+                kernels = read_manifest(paths.MANIFEST_FILE) if paths.MANIFEST_FILE.exists() else {}
+                write_manifest(paths.MANIFEST_FILE, {**kernels, name: entry})
                 self.checkpoint("finish: files written")
                 outcome = SPEED_UNKNOWN if verdict == SPEED_UNKNOWN else f"{gain:.2f}x over its baseline"
                 self.state.kept_commit = self.repo.commit_optimized(

@@ -49,8 +49,8 @@ from autokernel.fleet.pool import Finished, WorkerPool
 from autokernel.judge import runner, user_check
 from autokernel.search import integrity, policy, run_state
 from autokernel.search.lanes import Flight, Lane, lanes_line
-from autokernel.search.loop import BUDGET_SPENT, MIN_WORTH_STARTING_S, OptimizationRun, budget_too_short, is_run_stop
-from autokernel.search.policy import is_improvement
+from autokernel.search.loop import MIN_WORTH_STARTING_S, OptimizationRun
+from autokernel.search.loop_records import BUDGET_SPENT, budget_too_short, is_run_stop
 from autokernel.search.proposals import Proposals, Reply
 
 POLL_S = 0.5            # how often the orchestrator looks up from waiting, to redraw the view
@@ -353,14 +353,14 @@ class ParallelRun(OptimizationRun):
         """The one-GPU loop's experiment writes, in its order: state, kernel.py, commit, verdict (LoopRecords)."""
         number = self.state.experiment + 1
         proposal = flight.proposal
-        if is_improvement(result, progress.best, progress.noise) and user_check.needs_check(result.bench):
+        if policy.is_improvement(result, progress.best, progress.noise) and user_check.needs_check(result.bench):
             flight.check_limit_s = self.bench_times.check_limit(user_check.TIMEOUT_S, self.budget.left())[0]
             checked = user_check.check_source(result.bench, proposal.kernel_source, job, seed=self._seed,
                                               timeout_s=flight.check_limit_s)      # cut to the budget, as a worker's
             if cut := flight.cut_by_budget(checked):       # no verdict, as in _settle
                 return self.view.log(flight.not_recorded(cut))
             result = result if checked is result.bench else JudgedResult(checked)
-        keep, against = is_improvement(result, progress.best, progress.noise), progress.best
+        keep, against = policy.is_improvement(result, progress.best, progress.noise), progress.best
         with self.guard.critical():
             self.state.in_flight = {"step": "experiment", "number": number}
             self._save()

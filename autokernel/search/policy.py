@@ -79,11 +79,6 @@ def is_saved(result: JudgedResult) -> bool:
     return verdict(result) != NO_GAIN
 
 
-def entry_verdict(entry: dict) -> str:
-    """A finished job's verdict as recorded (a manifest or state entry); older runs wrote "winner" for CPU runs."""
-    return SPEED_UNKNOWN if entry.get("timings_meaningful") is False else entry.get("verdict") or WINNER
-
-
 def measured_noise(first: BenchResult, second: BenchResult, floor: float) -> float:
     a, b = first.latency_us, second.latency_us
     if not a or not b:

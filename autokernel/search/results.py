@@ -13,12 +13,9 @@ rate (autokernel/agents/usage.py).
 exception's own line, where in kernel.py); the run's log (autokernel/search/run_log.py) holds the whole
 error, the hypothesis and the diff.
 
-Files written by an older version (LEGACY_COLUMNS: without speedup_vs_compile,
-timings_meaningful and cost_usd) are still read, with those cells empty; a run refuses to append
-to one, before it creates anything (`check_writable`). A file of one of the three previous versions
-(TOKEN_COLUMNS, without `reason`; GPU_COLUMNS, without the cached and reasoning token columns; and
-NO_GPU_COLUMNS, without `gpu`) is read too, and the first row appended to it (a run resumed after an
-upgrade) rewrites it once, atomically, with the new header and those cells empty.
+A file with any other header (another tool's, or a run of another AutoKernel version) is neither read
+nor appended to: a run refuses it before it creates anything (`check_writable`) and asks for it to be
+moved aside.
 """
 
 from __future__ import annotations
@@ -31,15 +28,12 @@ from pathlib import Path
 
 from autokernel.core.contracts import PASS, STATUS_BASELINE, STATUS_KEEP, BenchResult
 
-NO_GPU_COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
-                  "speedup_vs_compile", "correctness", "timings_meaningful", "peak_vram_mb", "description", "status",
-                  "wall_seconds", "llm_tokens", "cost_usd")
-GPU_COLUMNS = NO_GPU_COLUMNS + ("gpu",)      # gpu: the worker's GPU that judged it (empty: not judged)
-TOKEN_COLUMNS = GPU_COLUMNS + ("llm_cached_tokens", "llm_reasoning_tokens")
-COLUMNS = TOKEN_COLUMNS + ("reason",)        # reason: why the judge did not pass it, short (empty: it passed)
-UPGRADABLE = (TOKEN_COLUMNS, GPU_COLUMNS, NO_GPU_COLUMNS)   # read, and rewritten with COLUMNS when a row is appended
-LEGACY_COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
-                  "correctness", "peak_vram_mb", "description", "status", "wall_seconds", "llm_tokens")
+COLUMNS = ("experiment", "tag", "kernel_type", "throughput", "latency_us", "pct_peak", "speedup_vs_pytorch",
+           "speedup_vs_compile", "correctness", "timings_meaningful", "peak_vram_mb", "description", "status",
+           "wall_seconds", "llm_tokens", "cost_usd",
+           "gpu",                                           # the worker's GPU that judged it (empty: not judged)
+           "llm_cached_tokens", "llm_reasoning_tokens",
+           "reason")                                        # why the judge did not pass it, short (empty: it passed)
 INT_COLUMNS = {"experiment", "llm_tokens", "llm_cached_tokens", "llm_reasoning_tokens"}
 FLOAT_COLUMNS = {"throughput", "latency_us", "pct_peak", "speedup_vs_pytorch", "speedup_vs_compile", "peak_vram_mb",
                  "wall_seconds", "cost_usd"}
@@ -113,12 +107,11 @@ def _header(path: Path) -> tuple[str, ...]:
 
 
 def check_writable(path: str | Path) -> None:
-    """Raise ResultsFileError unless rows can be appended to path (absent, empty, or this version's header)."""
+    """Raise ResultsFileError unless rows can be appended to path (absent, empty, or this version's header): the
+    one file read_rows reads too."""
     path = Path(path)
-    if path.exists() and path.stat().st_size and _header(path) not in (COLUMNS, *UPGRADABLE):
-        found = _header(path)
-        which = "an older AutoKernel" if found == LEGACY_COLUMNS else "something else"
-        raise ResultsFileError(f"{path} was written by {which} (columns {list(found)}, expected {list(COLUMNS)}); "
+    if path.exists() and path.stat().st_size and _header(path) != COLUMNS:
+        raise ResultsFileError(f"{path} has columns {list(_header(path))}, not this AutoKernel's {list(COLUMNS)}; "
                                f"move it aside (say, mv {path.name} {path.stem}.old.tsv) to start a new one")
 
 
@@ -130,27 +123,12 @@ def append_row(path: str | Path, row: dict) -> None:
         raise ValueError(f"results row has unknown columns {sorted(unknown)}")
     is_new = not path.exists() or path.stat().st_size == 0
     check_writable(path)
-    if not is_new and _header(path) in UPGRADABLE:
-        _upgrade(path)
     lines = [] if not is_new else ["\t".join(COLUMNS)]
     lines.append("\t".join(_cell(row.get(column)) for column in COLUMNS))
     with path.open("a", newline="") as handle:
         handle.write("\n".join(lines) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
-
-
-def _upgrade(path: Path) -> None:
-    """Rewrite a previous version's file with this version's header (its missing cells empty): a new file, renamed
-    over."""
-    rows = read_rows(path)
-    scratch = path.with_suffix(path.suffix + ".upgrade")
-    with scratch.open("w", newline="") as handle:
-        handle.write("\n".join(["\t".join(COLUMNS)] + ["\t".join(_cell(row.get(c)) for c in COLUMNS) for row in rows])
-                     + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(scratch, path)
 
 
 def _parse(column: str, text: str):
@@ -166,15 +144,11 @@ def _parse(column: str, text: str):
 
 
 def read_rows(path: str | Path) -> list[dict]:
-    """Every row of results.tsv as a dict, numbers parsed and empty cells as None; [] when there is no file.
-
-    A file of a previous version reads with its missing columns as None.
-    """
+    """Every row of results.tsv as a dict, numbers parsed and empty cells as None; [] when there is no file."""
     path = Path(path)
     if not path.exists() or path.stat().st_size == 0:
         return []
-    if _header(path) not in (COLUMNS, *UPGRADABLE, LEGACY_COLUMNS):
-        raise ResultsFileError(f"{path} has columns {list(_header(path))}, expected {list(COLUMNS)}")
+    check_writable(path)
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
         return [{column: _parse(column, row.get(column) or "") for column in COLUMNS} for row in reader]

@@ -12,7 +12,8 @@ import os
 import sys
 from pathlib import Path
 
-from autokernel.judge.runner import CONFINE_ENV, last_lines, run_child
+from autokernel.judge.candidate.worker_process import CONFINE_ENV
+from autokernel.judge.runner import last_lines, run_child
 from autokernel.sandbox.namespaces import NAMESPACE_ENV, NETWORK_ENV
 
 GPU_PROBE_TIMEOUT_S = 120

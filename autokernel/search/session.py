@@ -29,6 +29,7 @@ from autokernel.agents.base import AgentError
 from autokernel.agents.factory import make_agent
 from autokernel.core import paths
 from autokernel.core.contracts import NO_GAIN, SPEED_UNKNOWN, Job, RunSettings
+from autokernel.core.paths import OPTIMIZED_DIR_NAME
 from autokernel.core.plan import Plan
 from autokernel.core.run_records import BASELINES, EXPERIMENTS, PROFILING, RunState
 from autokernel.profile.model_args import shown_flags
@@ -39,16 +40,18 @@ from autokernel.core.live import TORCH_LOG, ProgressView, format_duration, forma
 from autokernel.core.lock import RunLock
 from autokernel.fleet import workers
 from autokernel.judge import runner
+from autokernel.sandbox.child_env import secrets_withheld
 from autokernel.search import gitops, policy, results, run_state, sandbox_checks
 from autokernel.search.budget import CLOCK_FILE_NAME, Budget, ClockKeeper, recovered_elapsed
-from autokernel.search.loop import OptimizationRun, is_run_stop
+from autokernel.search.loop import OptimizationRun
+from autokernel.search.loop_records import is_run_stop
 from autokernel.search.parallel_loop import ParallelRun
 from autokernel.search.run_state import resumable, state_file
 
 TAG_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 CPU_NOTE = ("no CUDA GPU: bench.py runs the kernels on CPU through the Triton interpreter (with --quick), so "
             "correctness is checked for real but timings, and the keep decisions made from them, are not meaningful")
-LOOP_WRITES = (gitops.KERNEL_FILE_NAME, gitops.OPTIMIZED_DIR_NAME)
+LOOP_WRITES = (gitops.KERNEL_FILE_NAME, OPTIMIZED_DIR_NAME)
 
 
 def cuda_build_note() -> str | None:
@@ -113,7 +116,7 @@ def run_optimization(*, plan: Callable[[Callable[[str], None]], list[Job]] | Non
         try:
             # The agent holds its key now: from here on no process of the run (the pool's workers, git, the
             # judge's children) can inherit a secret from this environment, whatever its allow-list says.
-            with runner.secrets_withheld(), ClockKeeper(clock_file, state.tag, budget), \
+            with secrets_withheld(), ClockKeeper(clock_file, state.tag, budget), \
                     workers.open_pool(state.settings, view) as pool:
                 loop = (OptimizationRun(state, repo=repo, agent=agent, view=view, budget=budget, checkpoint=checkpoint)
                         if pool is None else ParallelRun(state, pool=pool, repo=repo, agent=agent, view=view,
@@ -183,9 +186,9 @@ def _profiled(name: str):
 
 
 def _refuse_untracked_outputs(repo: gitops.KernelRepo) -> None:
-    stray = repo.untracked_files(gitops.OPTIMIZED_DIR_NAME)
+    stray = repo.untracked_files(OPTIMIZED_DIR_NAME)
     if stray:
-        raise OptimizationError(f"{gitops.OPTIMIZED_DIR_NAME}/ has files git does not track ({', '.join(stray[:5])}): "
+        raise OptimizationError(f"{OPTIMIZED_DIR_NAME}/ has files git does not track ({', '.join(stray[:5])}): "
                                 f"the run commits that folder, so move them away or commit them first")
 
 
@@ -275,7 +278,7 @@ def _recover(repo: gitops.KernelRepo, state: RunState) -> None:
     run_state.settle_pending_row(state)
     state.experiment = max(state.experiment, results.last_experiment(paths.RESULTS_TSV))
     repo.reset_hard(kept)
-    for name in repo.untracked_files(gitops.OPTIMIZED_DIR_NAME):    # a finish step's file, never committed
+    for name in repo.untracked_files(OPTIMIZED_DIR_NAME):    # a finish step's file, never committed
         (repo.root / name).unlink(missing_ok=True)
     state.in_flight = None
 
@@ -299,11 +302,11 @@ def _return_user(repo: gitops.KernelRepo, state: RunState, position: str | None,
     where = "on this branch" if repo.current_branch() == branch else f"on branch {branch}"
     kept = f"results: every experiment in {paths.RESULTS_TSV.name}, the kept ones as commits {where} (git log {branch})"
     if not saved:
-        view.log(f"{kept}; no optimized kernel was saved, so {gitops.OPTIMIZED_DIR_NAME}/ holds none of this run's")
+        view.log(f"{kept}; no optimized kernel was saved, so {OPTIMIZED_DIR_NAME}/ holds none of this run's")
         return
-    view.log(f"{kept}, the optimized kernels in {gitops.OPTIMIZED_DIR_NAME}/ {where}"
+    view.log(f"{kept}, the optimized kernels in {OPTIMIZED_DIR_NAME}/ {where}"
              + ("" if repo.current_branch() == branch else
-                f": `git checkout {branch}` (or `git checkout {branch} -- {gitops.OPTIMIZED_DIR_NAME}`) before "
+                f": `git checkout {branch}` (or `git checkout {branch} -- {OPTIMIZED_DIR_NAME}`) before "
                 f"`autokernel verify`") + f"; kernels saved: {', '.join(saved)}")
 
 
@@ -376,7 +379,7 @@ def _spent_words(state: RunState) -> str:
 
 def _finished_line(entry: dict) -> str:
     """A finished job's ending and its figures; without meaningful timings (CPU) no speed is claimed."""
-    verdict = policy.entry_verdict(entry)
+    verdict = entry["verdict"]
     if verdict == SPEED_UNKNOWN:
         return f"{SPEED_UNKNOWN} (timed in Triton's interpreter, which says nothing of speed), saved"
     vs_best = entry.get("best_speedup_vs_pytorch_best")

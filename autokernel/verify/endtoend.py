@@ -25,9 +25,10 @@ from typing import Callable
 
 import torch
 
+from autokernel.routing.decisions import ALL, MEASURED
 from autokernel.routing.outputs import detached_copy, output_error, tolerance
 from autokernel.routing.plugin import router_of
-from autokernel.routing.router import ALL, MEASURED, Router
+from autokernel.routing.router import Router
 from autokernel.verify import headroom, rewrites, route_table, selection, variants
 from autokernel.verify.containment import CHECK, COUNTS, HEADROOM, LOAD, OVERHEAD, REWRITE, SELECTION, Drops
 from autokernel.verify.report_record import Verdict
@@ -49,7 +50,7 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
     speedup = theirs.ms / ours.ms if theirs and ours else None
     if theirs is None:
         return Verdict("PyTorch's own variants could not be measured", None, brief(ours), None, "eager", "model",
-                       False, on_gpu)
+                       False, on_gpu, False)
     noise = max(NOISE_FLOOR, theirs.latency.spread, ours.latency.spread) if ours else NOISE_FLOOR
     faster = bool(on_gpu and ours is not None and speedup > 1 + noise)
     name = VARIANTS[theirs.variant][0]
@@ -65,7 +66,7 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
         summary = (f"no gain: use {name} ({theirs.ms:.3f} ms); AutoKernel's best, "
                    f"{VARIANTS[ours.variant][0] if ours else 'none'}, is {speedup or 0:.2f}x of it (noise {noise:.0%})")
     use = ours.variant if faster else theirs.variant
-    return Verdict(summary, brief(theirs), brief(ours), speedup, use, HOW_TO_USE[use], faster, on_gpu)
+    return Verdict(summary, brief(theirs), brief(ours), speedup, use, HOW_TO_USE[use], faster, on_gpu, False)
 
 
 def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, compile_backend: str | None = INDUCTOR,

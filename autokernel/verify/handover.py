@@ -21,6 +21,7 @@ from torch import nn
 
 from autokernel.routing import manifest, plugin
 from autokernel.routing.bn_folding import fold_batch_norms, unfold_batch_norms
+from autokernel.routing.decisions import MEASURED
 from autokernel.verify import endtoend
 from autokernel.verify.containment import Drops
 from autokernel.verify.variants import INDUCTOR, VARIANTS
@@ -42,7 +43,7 @@ class Choice:
 
 
 def compare(model: nn.Module, inputs: tuple, optimized_dir: str | Path | None, *, on_gpu: bool,
-            compile_backend: str | None = INDUCTOR, policy: str = plugin.MEASURED, overhead: bool = False,
+            compile_backend: str | None = INDUCTOR, policy: str = MEASURED, overhead: bool = False,
             log: Callable[[str], None] = lambda line: None, drops: Drops | None = None,
             max_autotune: bool = False) -> tuple[dict, dict]:
     """The end-to-end comparison as plain data (and the kernels' router summary), and the route tables measured
@@ -97,7 +98,7 @@ def runnable(model: nn.Module, optimized_dir: str | Path, verdict: dict, inputs:
     verdict's path ran folded: found on `inputs`), with its Choice attached."""
     variant = verdict["use"]
     name, ours, mode = VARIANTS[variant]
-    if ours and verdict.get("batch_norm_folding"):
+    if ours and verdict["batch_norm_folding"]:
         if inputs is None:
             raise ValueError("the verdict's path runs with the batch norms folded, which are found on a forward: "
                              "pass the sample inputs")

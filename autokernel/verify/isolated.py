@@ -36,7 +36,7 @@ from autokernel.core import paths
 from autokernel.core.live import TORCH_LOG
 from autokernel.judge import runner
 from autokernel.kernel_types.regions import store as region_store
-from autokernel.sandbox.child_env import SANDBOXED_CHILD_VARIABLE
+from autokernel.sandbox.child_env import SANDBOXED_CHILD_VARIABLE, remove_tree
 from autokernel.verify.child_lines import Split
 
 # The sandboxed children: verify's whole work (verify.py's command), and one comparison on a model object (this
@@ -181,7 +181,7 @@ def verify_in_sandbox(argv: list[str], *, model: str | None, workspace: Path, op
         split.close()
         if split.logged:
             say(f"torch's own output ({split.logged} lines) is in {split.log_path}")
-        runner.remove_tree(out)          # the sandboxed child wrote it: no link it planted is followed
+        remove_tree(out)          # the sandboxed child wrote it: no link it planted is followed
 
 
 def _tail(stderr: str, lines: int = 6) -> str:
@@ -276,7 +276,7 @@ def compare_in_sandbox(model, inputs: tuple, optimized_dir: Path, *, on_gpu: boo
                 raise SandboxedCheckFailed(f"the sandboxed check handed back no route tables ({exc})") from None
         return _checked_comparison(answer["compared"])
     finally:
-        runner.remove_tree(folder)
+        remove_tree(folder)
 
 
 def _checked_comparison(compared: dict) -> dict:
@@ -292,7 +292,7 @@ def _checked_comparison(compared: dict) -> dict:
                   and isinstance(compared.get("tolerance"), (int, float)) and isinstance(verdict, dict)
                   and Verdict(**verdict).use in VARIANTS and isinstance(verdict["summary"], str)
                   and isinstance(verdict["use_code"], str) and type(verdict["faster"]) is bool
-                  and type(verdict.get("batch_norm_folding", False)) is bool)
+                  and type(verdict["batch_norm_folding"]) is bool)
     except TypeError:              # a verdict without the fields a Verdict has, or with others
         usable = False
     if not usable:

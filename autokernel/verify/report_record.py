@@ -25,7 +25,7 @@ class Verdict:
     use_code: str
     faster: bool
     timings_meaningful: bool
-    batch_norm_folding: bool = False    # the path to use runs with the model's batch norms folded (rewrites.py)
+    batch_norm_folding: bool            # the path to use runs with the model's batch norms folded (rewrites.py)
 
     def to_json(self) -> dict:
         return asdict(self)

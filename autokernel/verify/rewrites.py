@@ -23,8 +23,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from autokernel.core.dtypes import dtype_name
 from autokernel.routing.bn_folding import BatchNormFolding, fold_batch_norms
+from autokernel.routing.decisions import ALL
 from autokernel.routing.manifest import RouteRecord
-from autokernel.routing.router import ALL
 from autokernel.verify.route_table import NOT_TIMED_ON_CPU
 
 NAME = "batch norm folding"

@@ -27,6 +27,8 @@ from autokernel.profile.regions import jobs as region_jobs
 from autokernel.profile.regions.inductor import InductorFailed
 from autokernel.profile.regions.starter_code import StarterError
 from autokernel.routing import manifest, plugin
+from autokernel.routing.decisions import MEASURED
+from autokernel.routing.manifest import PlugInError, manifest_entry, write_manifest
 from autokernel.routing.outputs import ERROR_DEFINITION
 from autokernel.verify import handover
 from autokernel.verify.containment import CHECK, PROFILE, STARTER, Drops
@@ -48,7 +50,7 @@ EXIT_DROPPED = 5
 STARTERS_TOP = 8
 
 
-class NothingToPlugIn(plugin.PlugInError):
+class NothingToPlugIn(PlugInError):
     """The plan has no kernel type AutoKernel has a kernel for."""
 
 
@@ -186,7 +188,7 @@ def starter_entries(plan: Plan, folder: Path, drops: Drops | None = None, top: i
             drops.add(STARTER, entry.kernel_type, exc)
             continue
         named = starter.name if starter.parent == folder else starter
-        entries[f"{entry.rank}_{entry.kernel_type}"] = plugin.manifest_entry(entry, named)
+        entries[f"{entry.rank}_{entry.kernel_type}"] = manifest_entry(entry, named)
     return entries
 
 
@@ -204,12 +206,12 @@ def write_starter_manifest(plan: Plan, folder: Path, earlier: Path | None = None
     for name, entry in entries.items():
         if manifest.ROUTE_TABLE in before.get(name, {}):
             entry[manifest.ROUTE_TABLE] = before[name][manifest.ROUTE_TABLE]
-    plugin.write_manifest(manifest_path, entries)
+    write_manifest(manifest_path, entries)
     return folder
 
 
 def verify(loaded: models.LoadedModel, optimized_dir: str | Path | None, *, compile_backend: str | None,
-           plan: Plan | None, plan_note: str, policy: str = plugin.MEASURED, overhead: bool = False,
+           plan: Plan | None, plan_note: str, policy: str = MEASURED, overhead: bool = False,
            log: Callable[[str], None] = lambda line: None, drops: Drops | None = None,
            max_autotune: bool = False) -> tuple[VerifyReport, dict]:
     """The end-to-end comparison and checks (autokernel/verify/handover.py) as the report, and the route tables

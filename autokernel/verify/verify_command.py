@@ -56,12 +56,11 @@ from pathlib import Path
 from autokernel.core import interpreter, paths
 from autokernel.profile import models
 from autokernel.profile.model_args import add_model_arguments, load_model_keywords, names_a_model
-from autokernel.routing import plugin
+from autokernel.routing.decisions import MEASURED, POLICIES
+from autokernel.routing.manifest import PlugInError
 from autokernel.verify import isolated, run_model
-from autokernel.verify.verification import (EXIT_DROPPED, EXIT_ERROR, EXIT_FAIL,  # noqa: F401 (API)
-                                             EXIT_NOTHING_CHECKED,
-                                             EXIT_NOTHING_TO_PLUG_IN, EXIT_PASS, REPORT_FILE, STARTER_MANIFEST_DIR, NothingToPlugIn, Outcome,
-                                             STARTERS_TOP, run)
+from autokernel.verify.verification import (EXIT_ERROR, EXIT_NOTHING_TO_PLUG_IN, STARTERS_TOP, NothingToPlugIn, Outcome,
+                                            run)
 from autokernel.verify.child_lines import OWN_ERROR, OwnLines
 from autokernel.verify.verify_report import print_report, report_console
 
@@ -80,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top", type=int, default=STARTERS_TOP,
                         help=f"with --starters, the starters of the plan's TOP kernel types with the most time, as "
                              f"optimize --top picks its jobs (default {STARTERS_TOP}; 0: every kernel type)")
-    parser.add_argument("--route", choices=plugin.POLICIES, default=plugin.MEASURED,
+    parser.add_argument("--route", choices=POLICIES, default=MEASURED,
                         help="measured (default): route a call only where our kernel was measured faster there; "
                              "all: route every call the kernels were verified for")
     parser.add_argument("--overhead", action="store_true",
@@ -142,7 +141,7 @@ def _in_sandbox(args) -> int:
                       starters=args.starters and not args.pytorch_only,
                       compile_backend=None if args.no_compile else args.compile_backend, policy=args.route,
                       overhead=args.overhead, console=console, max_autotune=args.max_autotune, top=args.top)
-    except (models.ModelLoadError, plugin.PlugInError) as error:
+    except (models.ModelLoadError, PlugInError) as error:
         print(f"{paths.command_name('verify.py')}: {error}", file=errors, flush=True)
         outcome = Outcome(EXIT_NOTHING_TO_PLUG_IN if isinstance(error, NothingToPlugIn) else EXIT_ERROR)
     else:

@@ -24,6 +24,7 @@ from benchmarks.common import RESULTS, dated_path, do_bench_ms, fmt, latency_sta
     table_header, write_json, write_text
 from autokernel.core.paths import starter_path  # noqa: E402
 from autokernel.kernel_types import registry  # noqa: E402
+from autokernel.kernel_types.base import KernelType  # noqa: E402
 
 # The public paper's sizes, and the target ratio for our starter (against the copy limit for
 # memory-bound kernels, against the named peer for compute-bound ones).
@@ -89,7 +90,7 @@ def liger_impl(kernel_type: str):
     return None
 
 
-def peers(kernel_type: str, kt: registry.KernelType) -> dict:
+def peers(kernel_type: str, kt: KernelType) -> dict:
     impls = {"eager": kt.reference, "torch.compile": torch.compile(kt.reference)}
     if kernel_type == "flash_attention":
         impls["sdpa"] = lambda q, k, v, causal, sm_scale: torch.nn.functional.scaled_dot_product_attention(

@@ -30,6 +30,8 @@ import torch
 from autokernel.core.paths import MANIFEST_NAME, starter_path
 from autokernel.judge.candidate.worker import load_kernel
 from autokernel.routing import plugin
+from autokernel.routing.decisions import ALL
+from autokernel.routing.manifest import write_manifest
 from autokernel.routing.outputs import tensors_of
 from benchmarks.common import do_bench_ms as bench_ms, env_out, load_problem, run_info, table_header, write_json
 
@@ -72,10 +74,10 @@ def errors(got, expected) -> tuple[float, int]:
 def plugged_in(model, kernel_type: str, shape: dict, x: torch.Tensor, folder: Path):
     """The model with the starter plugged in (policy all), and how many calls of one forward it routed."""
     (folder / "1_k.py").write_text(starter_path(kernel_type).read_text())
-    plugin.write_manifest(folder / MANIFEST_NAME, {"1_k": {
+    write_manifest(folder / MANIFEST_NAME, {"1_k": {
         "file": "1_k.py", "kernel_type": kernel_type, "rank": 1, "shapes": [shape], "dtypes": ["float32"],
         "best_speedup_vs_pytorch": 1.0}})
-    plugin.plug_in(model, folder, policy=plugin.ALL)
+    plugin.plug_in(model, folder, policy=ALL)
     model(x)                                    # the resolution pass
     plugin.router_of(model).reset_stats()
     model(x)

@@ -24,10 +24,9 @@ import torch
 import torch.nn.functional as F
 
 import reference
-from autokernel.core.dtypes import DTYPES
+from autokernel.core.dtypes import DTYPES, TOLERANCES
 from autokernel.core.paths import starter_path
 from autokernel.judge.candidate.worker import load_kernel
-from autokernel.judge.correctness import TOLERANCES
 from autokernel.kernel_types import registry
 from benchmarks.common import do_bench_ms as _ms, run_info, write_json
 

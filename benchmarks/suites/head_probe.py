@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import triton
+from autokernel.routing.manifest import write_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANS = ("128x128x64/w8/s5/g8/k1/ws0", "128x256x64/w8/s3/g8/k1/ws0", "128x256x64/w8/s3/g8/k1/ws1",
@@ -62,7 +63,7 @@ def _gpt2_and_head_folder(block_shapes: bool = False):
     tokens = gpt2.get_inputs()[0].cuda()
     folder = Path(tempfile.mkdtemp())
     (folder / "1_matmul.py").write_text(starter_path("matmul").read_text())
-    plugin.write_manifest(folder / MANIFEST_NAME, {"1_matmul": {
+    write_manifest(folder / MANIFEST_NAME, {"1_matmul": {
         "file": "1_matmul.py", "kernel_type": "matmul", "rank": 1, "dtypes": ["float16"],
         "shapes": [{"M": tokens.numel(), "N": n, "K": k} for n, k in
                    ([(50257, 768)] + ([(2304, 768), (768, 768), (3072, 768), (768, 3072)] if block_shapes else []))],

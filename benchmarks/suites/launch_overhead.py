@@ -20,6 +20,7 @@ import torch
 from autokernel.core.paths import starter_path
 from autokernel.judge.candidate import worker_guards as guards
 from autokernel.judge.candidate.worker import load_kernel
+from autokernel.judge.candidate.worker_tampering import refuse_introspection
 from autokernel.judge.correctness import case_inputs
 from autokernel.kernel_types import registry
 from benchmarks.common import run_info
@@ -69,7 +70,7 @@ def main(args: argparse.Namespace) -> None:
             return fn(**kw)
     print("+dispatch mode ", *(f"{v:8.1f}" for v in host_and_gpu_us(guarded, inputs)))
     print("guard cost ms (per call, per op):", guards.guard_cost_ms(mode, torch.device("cuda"), time.perf_counter))
-    sys.addaudithook(guards.refuse_introspection)
+    sys.addaudithook(refuse_introspection)
     print("+audit hook    ", *(f"{v:8.1f}" for v in host_and_gpu_us(guarded, inputs)))
     counter.uninstall()
     print("-launch counter", *(f"{v:8.1f}" for v in host_and_gpu_us(guarded, inputs)))

@@ -27,6 +27,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from autokernel.routing import manifest, plugin  # noqa: E402
+from autokernel.routing.decisions import ALL  # noqa: E402
 from autokernel.routing.router import _FunctionRouting  # noqa: E402
 
 NO_OP_KERNEL = '''"""A stand-in matmul that does no work: it returns a tensor made at import (router_glue.py)."""
@@ -67,7 +68,7 @@ def main(args: argparse.Namespace) -> None:
     model, x = nn.Sequential(linear), torch.randn(8, 64, device=device)
     with torch.no_grad():
         unplugged = per_call_us(lambda: linear(x), args.calls)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
+        plugin.plug_in(model, folder, policy=ALL)
         model(x)
         router = plugin.router_of(model)
         decision = next(iter(router.module_routes[0].decisions.values()))

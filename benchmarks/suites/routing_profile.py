@@ -26,6 +26,7 @@ import torch  # noqa: E402
 
 from autokernel.profile import models, profiler  # noqa: E402
 from autokernel.routing import plugin  # noqa: E402
+from autokernel.routing.decisions import ALL  # noqa: E402
 from autokernel.verify import latency, verification  # noqa: E402
 
 
@@ -45,7 +46,7 @@ def main(args: argparse.Namespace) -> None:
     folder = verification.write_starter_manifest(plan, workspace / "starters")
     with torch.no_grad():
         plain = latency.wall_clock(lambda: model(*inputs), on_gpu)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
+        plugin.plug_in(model, folder, policy=ALL)
         model(*inputs)
         router = plugin.router_of(model)
         with router.bypassed():

@@ -26,10 +26,12 @@ import torch
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 
+from autokernel.core.dtypes import DTYPES  # noqa: E402
 from autokernel.core.paths import starter_path  # noqa: E402
-from autokernel.judge.correctness import (DTYPES, CheckFailure, case_inputs, compare_outputs,  # noqa: E402
-                                           output_parts, reference_outputs, tolerance_used)
+from autokernel.judge.correctness import (CheckFailure, case_inputs, compare_outputs,  # noqa: E402
+                                          output_parts, reference_outputs, tolerance_used)
 from autokernel.kernel_types import registry  # noqa: E402
+from autokernel.kernel_types.base import Adversarial, KernelType  # noqa: E402
 from benchmarks.common import RESULTS, load_module, run_info, table_header, write_text  # noqa: E402
 
 # The case that failed an honest kernel before issue 12 (bench --seed 2110533320: case 29).
@@ -45,7 +47,7 @@ def load_kernel_fn(kernel_type: str):
     return load_module(starter_path(kernel_type), f"starter_{kernel_type}").kernel_fn
 
 
-def run_case(kernel_fn, kt: registry.KernelType, adversarial: registry.Adversarial, dtype: str,
+def run_case(kernel_fn, kt: KernelType, adversarial: Adversarial, dtype: str,
              seeds: list[int], device: str) -> dict:
     shape = {**kt.smoke_shape, **adversarial.shape}
     worst, worst_seed, failures = 0.0, None, []

@@ -2,9 +2,9 @@
 
 import pytest
 
-from autokernel.agents import AgentContext, AgentError
 from autokernel.agents.anthropic_agent import (DEFAULT_MAX_TOKENS, DEFAULT_MODEL, THINKING_BUDGETS, AnthropicAgent,
                                                thinking_kind)
+from autokernel.agents.base import AgentContext, AgentError
 
 KERNEL = 'KERNEL_TYPE = "rmsnorm"\n\ndef kernel_fn(x, weight, eps=1e-6):\n    return x\n'
 CONTEXT = AgentContext(kernel_type="rmsnorm", kernel_source=KERNEL, last_result=None, history=[], best_versions=[],

@@ -12,10 +12,10 @@ from email.utils import formatdate
 
 import pytest
 
-from autokernel.agents import AgentContext, AgentError, MalformedReply, RetryPolicy, make_agent
 from autokernel.agents.anthropic_agent import AnthropicAgent
-from autokernel.agents.base import OutOfTime, retry_after_s
+from autokernel.agents.base import AgentContext, AgentError, MalformedReply, OutOfTime, RetryPolicy, retry_after_s
 from autokernel.agents.builtin import BuiltinAgent
+from autokernel.agents.factory import make_agent
 from autokernel.agents.openai_agent import OpenAIAgent
 from autokernel.agents.usage import Price, Usage, cost_usd
 from tests.fake_llm_server import FakeLLMServer

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.agents import AgentContext, SearchExhausted
+from autokernel.agents.base import AgentContext, SearchExhausted
 from autokernel.agents.builtin import BuiltinAgent, config_key, neighbours, score
 from autokernel.agents.tunables import read_tunables, rewrite_tunables
 from autokernel.core.contracts import BenchResult

@@ -2,7 +2,7 @@
 
 import pytest
 
-from autokernel.agents import AgentContext, AgentError
+from autokernel.agents.base import AgentContext, AgentError
 from autokernel.agents.openai_agent import DEFAULT_MAX_TOKENS, DEFAULT_MODEL, LOCAL_SERVER_KEY, OpenAIAgent
 
 KERNEL = 'KERNEL_TYPE = "reduce"\n\ndef kernel_fn(x, dim=-1, op="sum"):\n    return x\n'

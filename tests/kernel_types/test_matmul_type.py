@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch import nn
 
+from autokernel.core.dtypes import pytorch_fp32_matmul_uses_tf32
 from autokernel.kernel_types import matmul, registry
 from autokernel.routing import routes
 
@@ -86,9 +87,9 @@ def test_the_tf32_allowance_grows_as_the_square_root_of_k(float32_matmul_precisi
 def test_the_per_backend_precision_api_is_followed_too(float32_matmul_precision):
     # Torch 2.9+: once torch.backends.cuda.matmul.fp32_precision is set, the legacy getter raises.
     torch.backends.cuda.matmul.fp32_precision = "tf32"
-    assert matmul.pytorch_fp32_matmul_uses_tf32()
+    assert pytorch_fp32_matmul_uses_tf32()
     torch.backends.cuda.matmul.fp32_precision = "ieee"
-    assert not matmul.pytorch_fp32_matmul_uses_tf32()
+    assert not pytorch_fp32_matmul_uses_tf32()
 
 
 def test_linear_weights_are_transposed_once_until_they_change():

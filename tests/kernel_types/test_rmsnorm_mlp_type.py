@@ -15,6 +15,8 @@ from autokernel.core.hardware import detect  # noqa: E402
 from autokernel.kernel_types import mlps, registry, rmsnorm_mlp  # noqa: E402
 from autokernel.profile import profiler  # noqa: E402
 from autokernel.routing import plugin  # noqa: E402
+from autokernel.routing.decisions import ALL  # noqa: E402
+from autokernel.routing.outputs import output_error, tolerance  # noqa: E402
 from tests.test_classify import DIM, HIDDEN, ROWS, PlainNorm, _sites, one_thread  # noqa: E402,F401 (a fixture)
 from tests.test_fold_routing import (FOLD_SHAPES, RMSNorm, _compiled_llama_graph_ops, _folds,  # noqa: E402
                                      _plugged_stats)
@@ -197,11 +199,11 @@ def test_the_mlp_kernel_gets_the_raw_residual_stream_and_the_norm_weight(tmp_pat
     model.layers[0].mlp_norm.register_forward_pre_hook(lambda module, args: residuals.append(args[0]))
     with torch.no_grad():
         expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
+        plugin.plug_in(model, folder, policy=ALL)
         model(*inputs)                    # the watched pass finds the fold,
         model(*inputs)                    # the next call decides and checks it
         recorded_calls(model, "rmsnorm_mlp").clear()
-        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+        assert output_error(expected, model(*inputs)) <= tolerance(expected)
     (x, norm_weight, w_gate, w_up, w_down, eps, act), = recorded_calls(model, "rmsnorm_mlp")
     assert torch.equal(x, residuals[-1].reshape(SEQ, 64)) and not torch.allclose(x.pow(2).mean(-1), torch.ones(SEQ))
     mlp, norm = model.layers[0].mlp, model.layers[0].mlp_norm
@@ -218,8 +220,8 @@ def test_a_norm_feeding_an_mlp_folds_into_the_mlp_before_its_linears(tmp_path):
     folder = write_optimized(tmp_path / "opt", kernels, sources=reference_sources(*kernels))
     with torch.no_grad():
         expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
-        assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+        plugin.plug_in(model, folder, policy=ALL)
+        assert output_error(expected, model(*inputs)) <= tolerance(expected)
         stats = one_forward_stats(model, inputs)
     assert _folds(model) == {
         "layers.0.attention_norm": (["layers.0.attention.q_proj", "layers.0.attention.k_proj",
@@ -262,7 +264,7 @@ def test_an_mlp_norm_whose_output_also_feeds_the_residual_is_not_folded(tmp_path
     model, x = NormMLP(residual=True), torch.randn(4, 16)
     with torch.no_grad():
         expected = model(x)
-        plugin.plug_in(model, _mlp_folder(tmp_path, act="gelu"), policy=plugin.ALL)
+        plugin.plug_in(model, _mlp_folder(tmp_path, act="gelu"), policy=ALL)
         recorded_calls(model, "rmsnorm_mlp").clear()
         assert torch.equal(model(x), expected)
     assert _folds(model) == {} and recorded_calls(model, "rmsnorm_mlp") == []
@@ -274,7 +276,7 @@ def test_a_wrongly_guessed_activation_is_caught_by_the_pair_check(tmp_path):
     model, x = NormMLP(), torch.randn(4, 16)
     with torch.no_grad():
         expected = model(x)
-        plugin.plug_in(model, _mlp_folder(tmp_path, act="silu"), policy=plugin.ALL)
+        plugin.plug_in(model, _mlp_folder(tmp_path, act="silu"), policy=ALL)
         assert torch.equal(model(x), expected)
         assert torch.equal(model(x), expected)
     consumers, rejected = _folds(model)["norm"]
@@ -289,8 +291,8 @@ def test_an_mlp_holding_its_activation_folds_with_it(tmp_path):
     model, x = NormMLP(mlp), torch.randn(4, 16)
     with torch.no_grad():
         expected = model(x)
-        plugin.plug_in(model, _mlp_folder(tmp_path, act="gelu"), policy=plugin.ALL)
-        assert plugin.output_error(expected, model(x)) <= plugin.tolerance(expected)
+        plugin.plug_in(model, _mlp_folder(tmp_path, act="gelu"), policy=ALL)
+        assert output_error(expected, model(x)) <= tolerance(expected)
         assert one_forward_stats(model, (x,)) == {"rmsnorm_mlp": (1, 0)}
     assert _folds(model) == {"norm": (["mlp"], None)}
 
@@ -312,14 +314,14 @@ def test_verify_gets_an_rmsnorm_mlp_site_to_time_against_the_norm_and_mlp(tmp_pa
     model, inputs = tiny_llama()
     folder = write_optimized(tmp_path / "opt", {"rmsnorm_mlp": MLP_FOLD_SHAPES})
     with torch.no_grad():
-        plugin.plug_in(model, folder, policy=plugin.ALL, keep_examples=True)
+        plugin.plug_in(model, folder, policy=ALL, keep_examples=True)
         model(*inputs)
         model(*inputs)
         router = plugin.router_of(model)
         (site,) = [s for s in router.sites.values() if s.kernel.kernel_type == "rmsnorm_mlp"]
         assert site.shape == MLP_FOLD_SHAPES[0]
         ours, theirs = site.run_ours(), site.run_pytorch()
-        assert plugin.output_error(theirs, ours) <= plugin.tolerance(theirs)
+        assert output_error(theirs, ours) <= tolerance(theirs)
     records = route_table.measure(router, on_gpu=False)
     (record,) = records["1_rmsnorm_mlp"]
     assert record.why == route_table.NOT_TIMED_ON_CPU and not (record.route_eager or record.route_compiled)
@@ -335,9 +337,9 @@ def test_a_hugging_face_llamas_mlp_norm_folds_into_its_mlp(tmp_path):
     folder = write_optimized(tmp_path / "opt", {"rmsnorm_mlp": [{"M": 8, "D": 64, "F": 128, "act": "silu"}]})
     with torch.no_grad():
         expected = model(*inputs)
-        plugin.plug_in(model, folder, policy=plugin.ALL)
+        plugin.plug_in(model, folder, policy=ALL)
         for _ in range(2):
-            assert plugin.output_error(expected, model(*inputs)) <= plugin.tolerance(expected)
+            assert output_error(expected, model(*inputs)) <= tolerance(expected)
     # LlamaMLP holds its activation as act_fn (HF's SiLUActivation): read as silu, checked, folded.
     assert _folds(model)["model.layers.0.post_attention_layernorm"] == (["model.layers.0.mlp"], None)
     assert kernel_stats(model)["rmsnorm_mlp"]["hits"] == 1

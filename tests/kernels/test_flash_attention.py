@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import reference
+from autokernel.core.dtypes import TOLERANCES as TOLERANCE
 from autokernel.core.paths import starter_path
 from autokernel.judge.candidate.worker import load_kernel
-from autokernel.judge.correctness import TOLERANCES as TOLERANCE
 
 attention, _ = load_kernel(starter_path("flash_attention"))
 

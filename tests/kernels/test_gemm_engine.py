@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from autokernel.core.dtypes import TOLERANCES as TOLERANCE
 from autokernel.core.kernel_file import import_file
 from autokernel.core.paths import ROOT
-from autokernel.judge.correctness import TOLERANCES as TOLERANCE
 
 engine = import_file(ROOT / "kernels" / "_gemm_engine.py", "_test_gemm_engine")
 CPU = torch.device("cpu")

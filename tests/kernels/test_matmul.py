@@ -9,9 +9,9 @@ import random
 import pytest
 import torch
 
+from autokernel.core.dtypes import TOLERANCES as TOLERANCE
 from autokernel.core.paths import starter_path
 from autokernel.judge.candidate.worker import load_kernel
-from autokernel.judge.correctness import TOLERANCES as TOLERANCE
 
 matmul, _ = load_kernel(starter_path("matmul"))
 CPU = torch.device("cpu")

@@ -20,7 +20,9 @@ from autokernel.judge.correctness import compare  # noqa: E402
 from autokernel.kernel_types.regions import store  # noqa: E402
 from autokernel.kernel_types.regions.inputs import make_inputs  # noqa: E402
 from autokernel.profile.regions import epilogue, gemm_variant, jobs, pick, starter  # noqa: E402
+from autokernel.profile.regions.epilogue_ops import Unsupported  # noqa: E402
 from autokernel.profile.regions.find import find_regions  # noqa: E402
+from autokernel.routing.manifest import write_manifest  # noqa: E402
 from benchmarks.common import load_problem  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -178,13 +180,13 @@ def test_row_logsumexp_max_values_and_inference_batch_norm_are_epilogues(model, 
 
 def test_max_dims_indices_are_not_an_epilogue():
     region = only_region(Linear(lambda y: torch.max(y, dim=1)[1]), torch.randn(8, 32))
-    with pytest.raises(epilogue.Unsupported, match="other than its values"):
+    with pytest.raises(Unsupported, match="other than its values"):
         epilogue.read(region.definition)
 
 
 def test_a_region_whose_epilogue_cannot_be_written_keeps_inductors_starter_alone():
     region = only_region(Linear(torch.sin), torch.randn(8, 32))
-    with pytest.raises(epilogue.Unsupported, match="the pointwise op sin"):
+    with pytest.raises(Unsupported, match="the pointwise op sin"):
         epilogue.read(region.definition)
     said = []
     assert gemm_variant.variant(region, CPU, said.append) is None
@@ -200,7 +202,7 @@ def test_a_gemm_output_read_in_another_order_is_refused():
         def forward(self, x):
             return torch.relu(self.linear(x).transpose(0, 1).contiguous())
     region = only_region(Transposed(), torch.randn(8, 32))
-    with pytest.raises(epilogue.Unsupported, match="reorders"):
+    with pytest.raises(Unsupported, match="reorders"):
         epilogue.read(region.definition)
 
 
@@ -312,7 +314,7 @@ def test_a_model_routed_to_the_engine_variant_computes_what_it_did(tmp_path, mon
     (tmp_path / "ours.py").write_text(engine_source(region))
     entry = ManifestEntry(file="ours.py", kernel_type=region.name, rank=1, shapes=[region.shape()],
                           dtypes=["float32"]).to_json()
-    plugin.write_manifest(tmp_path / "manifest.json", {f"1_{region.name}": entry})
+    write_manifest(tmp_path / "manifest.json", {f"1_{region.name}": entry})
     with torch.no_grad():
         expected = model(x)
         plugin.plug_in(model, tmp_path, policy="all")

@@ -11,6 +11,7 @@ from autokernel.judge import runner
 from autokernel.kernel_types.regions import store
 from autokernel.profile.regions.find import find_regions
 from autokernel.routing import plugin
+from autokernel.routing.manifest import write_manifest
 from tests.regions import small_models as models
 from tests.regions.starters import starter_for
 
@@ -54,7 +55,7 @@ def test_a_region_of_each_kind_is_found_judged_and_routed(kind, tmp_path, monkey
     (folder / path.name).write_text(path.read_text())
     entry = ManifestEntry(file=path.name, kernel_type=region.name, rank=1, shapes=[region.shape()],
                           dtypes=[region.definition.dtype]).to_json()
-    plugin.write_manifest(folder / "manifest.json", {f"1_{region.name}": entry})
+    write_manifest(folder / "manifest.json", {f"1_{region.name}": entry})
     with torch.no_grad():
         expected = model(*inputs)
         plugin.plug_in(model, folder, policy="all")

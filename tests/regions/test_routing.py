@@ -12,6 +12,7 @@ from autokernel.kernel_types.regions import store
 from autokernel.kernel_types.regions.capture import aten_graph, capture
 from autokernel.profile.regions.find import find_regions
 from autokernel.routing import plugin
+from autokernel.routing.manifest import write_manifest
 from autokernel.routing.regions import matching
 from tests.regions import small_models as models
 from tests.regions.starters import made
@@ -26,7 +27,7 @@ def kernels(tmp_path_factory):
     store.copy_to(region.name, folder)
     entry = ManifestEntry(file=path.name, kernel_type=region.name, rank=1, shapes=[region.shape()],
                           dtypes=["float32"]).to_json()
-    plugin.write_manifest(folder / "manifest.json", {f"1_{region.name}": entry})
+    write_manifest(folder / "manifest.json", {f"1_{region.name}": entry})
     return folder, region
 
 
@@ -308,7 +309,7 @@ def test_the_routing_summary_names_the_variant_a_regions_starter_runs(kernels, t
     store.copy_to(region.name, tmp_path)
     entry = ManifestEntry(file="two.py", kernel_type=region.name, rank=1, shapes=[region.shape()],
                           dtypes=["float32"]).to_json()
-    plugin.write_manifest(tmp_path / "manifest.json", {f"1_{region.name}": entry})
+    write_manifest(tmp_path / "manifest.json", {f"1_{region.name}": entry})
     rows = {}
     for name, where in (("one", folder), ("two", tmp_path)):
         model = models.GemmSigmoidRowSum()

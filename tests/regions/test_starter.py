@@ -11,6 +11,7 @@ import torch
 from autokernel.agents.tunables import read_tunables
 from autokernel.core.kernel_file import import_file
 from autokernel.judge import runner
+from autokernel.judge.candidate.worker_process import CONFINE_ENV
 from autokernel.kernel_types import registry
 from autokernel.kernel_types.regions import store
 from tests.regions.starters import made
@@ -85,7 +86,7 @@ _data["definition"]["nodes"][0]["op"] = "aten.tanh.default"
 open(_file, "w").write(json.dumps(_data))
 ''', 1))
     original = region_file.read_text()
-    monkeypatch.setenv(runner.CONFINE_ENV, "0")
+    monkeypatch.setenv(CONFINE_ENV, "0")
     monkeypatch.setenv("AUTOKERNEL_SOURCE_CHECK", "0")     # it opens files: the check behind the source check
     try:
         result = runner.run_bench(attack, shapes=[region.shape()], dtype="float32", timeout_s=300, seed=5,

@@ -55,6 +55,7 @@ from autokernel.judge.candidate.kernel_errors import crash_message
 from autokernel.judge.candidate.worker_guards import VIOLATIONS
 from autokernel.judge.candidate.worker_process import die_with_parent
 from autokernel.kernel_types import references as reference, registry
+from autokernel.kernel_types.base import KernelType
 
 
 class Rejected(Exception):
@@ -103,7 +104,7 @@ class Worker:
         self.counter = guards.LaunchCounter(stream_of, timing_stream).install()
         # A CUDA kernel file's launches are read from the GPU's kernel events (autokernel/judge/cuda_launches.py).
         self.cuda_watch = cuda_launches.watch_for(kernel_path, device)
-        self.kt: registry.KernelType | None = None
+        self.kt: KernelType | None = None
         self.kernel_fn = None
         self.previous_output = None         # the tensors of the last call's output
         self.earlier_outputs: list = []     # weak references to every earlier call's output tensors
@@ -284,8 +285,7 @@ class Worker:
         # The host time of the call as a model pays it: without the judge's own guard (guard_cost_ms).
         guard_ms = self.guard_per_call_ms + self.guard_per_op_ms * (self.no_library_compute.ops - ops)
         record["launch_ms"], record["guard_ms"] = max(0.0, record["launch_ms"] - guard_ms), guard_ms
-        problem = guards.output_problem(output, self.timed_inputs, self.previous_output, self.device,
-                                        self.timed_parts)
+        problem = guards.output_problem(output, self.timed_inputs, self.previous_output, self.device, self.timed_parts)
         if problem:
             raise Rejected(problem)
         self.unproven = (output, fresh, launches)

@@ -7,7 +7,7 @@ environment's result nonce, which the judge takes out first, and not its memory 
 closed by PR_SET_DUMPABLE. autokernel/judge/judge_link.py talks to the worker once it is started.
 
 Under the runner, the worker also gets folders of its own: a temporary folder and the compiler caches
-of its kernel source (runner.caches_for), never the judge's. Where Landlock confines files, the
+of its kernel source (sandbox/child_env.py, caches_for), never the judge's. Where Landlock confines files, the
 worker gets one more layer of rules on top of the sandbox's, so it can write only there (and to
 device files): the judge's own caches and its temporary folder, where it compiles torch.compile's
 reference, are out of its reach, so nothing the candidate plants can run in the judge.
@@ -42,9 +42,9 @@ WORKER_CODE = ("import sys, torch\n"
                "from autokernel.judge.candidate.worker import main\n"
                "sys.exit(main())\n")
 
-# runner.run_bench names the candidate's compiler-cache folder here (runner.caches_for).
+# runner.run_bench names the candidate's compiler-cache folder here (sandbox/child_env.py, caches_for).
 WORKER_CACHE_VARIABLE = "AUTOKERNEL_WORKER_CACHE"
-CONFINE_ENV = "AUTOKERNEL_SANDBOX_FS"     # runner.CONFINE_ENV: 0 turns Landlock's file rules off
+CONFINE_ENV = "AUTOKERNEL_SANDBOX_FS"     # 0 turns Landlock's file rules off
 
 _sealed: dict = {}
 _early: dict = {}

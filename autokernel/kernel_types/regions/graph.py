@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from autokernel.core.dtypes import DTYPES, dtype_name
+from autokernel.core.dtypes import DTYPES
 from autokernel.kernel_types.regions import ops
 
 PREFIX = "region_"
@@ -180,4 +180,4 @@ def layout_of(tensor) -> tuple[list[int], list[int], str]:
 
 
 __all__ = ["RegionInput", "RegionNode", "RegionDefinition", "encode", "decode", "references", "PREFIX",
-           "torch_dtype", "layout_of", "dtype_name"]
+           "torch_dtype", "layout_of"]

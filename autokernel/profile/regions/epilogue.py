@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from autokernel.kernel_types.regions import ops
-from autokernel.kernel_types.regions.graph import RegionDefinition, RegionNode, decode, references, torch_dtype
+from autokernel.kernel_types.regions.graph import RegionDefinition, RegionNode, decode, references
 from autokernel.profile.regions.epilogue_ops import FLOATS, Unsupported, number, pointwise
 
 TILE, ROW, SCALAR = "tile", "row", "scalar"
@@ -321,4 +321,4 @@ def _affine(name: str, offsets: torch.Tensor, level: str, what: str) -> Operand:
     return Operand(name, base, steps, level)
 
 
-__all__ = ["Epilogue", "Operand", "Unsupported", "read", "TILE", "ROW", "SCALAR", "torch_dtype"]
+__all__ = ["Epilogue", "Operand", "read", "TILE", "ROW", "SCALAR"]

@@ -22,8 +22,10 @@ from typing import Callable
 
 import torch
 
+from autokernel.kernel_types.regions.graph import torch_dtype
 from autokernel.kernel_types.regions.record import Region
 from autokernel.profile.regions import epilogue as ep
+from autokernel.profile.regions.epilogue_ops import Unsupported
 
 VARIANT = "engine"
 ROWS_BLOCK = 256                 # rows per program of the row finisher
@@ -53,7 +55,7 @@ def plan(e: ep.Epilogue, device: torch.device) -> dict:
     """TUNABLES of the tile: the menu matmul's plan for the shape (its measured table for 16-bit products)."""
     if device.type == "cuda" and device.index is None:       # the matmul starter reads the GPU's properties by index
         device = torch.device("cuda", torch.cuda.current_device())
-    p = _matmul_starter().plan(e.M, e.N, e.K, ep.torch_dtype(e.dtype), device, split_k=False)   # one tile, no K slices
+    p = _matmul_starter().plan(e.M, e.N, e.K, torch_dtype(e.dtype), device, split_k=False)   # one tile, no K slices
     tma = _has_tma(device)
     size = 2 if e.dtype != "float32" else 4
     tma_possible = (e.a.strides[1] == 1 and (e.a.strides[0] * size) % 16 == 0
@@ -72,7 +74,7 @@ def variant(region: Region, device: torch.device, log: Callable[[str], None] = l
     where the region holds a GEMM)."""
     try:
         e = ep.read(region.definition)
-    except ep.Unsupported as why:
+    except Unsupported as why:
         if "gemm" in region.about.kinds:
             log(f"{region.label}: no GEMM-engine variant ({why}); Inductor's starter alone")
         return None
