@@ -3,6 +3,7 @@
     import autokernel
     model = autokernel.optimize(model, sample_inputs, budget_hours=2)   # profile, optimize, plug in
     model = autokernel.plug_in(model)                                   # kernels from optimized_kernels/
+    autokernel.fold_batch_norms(model, sample_inputs)                   # eval mode: batch norms into their layers
 
 optimize() runs what `autokernel optimize` runs (autokernel/search/session.py), with the same run
 settings: it checks everything first (the repository, the agent and its endpoint) and writes
@@ -31,12 +32,13 @@ import torch
 from torch import nn
 
 from autokernel.core import paths
+from autokernel.routing.bn_folding import fold_batch_norms, unfold_batch_norms
 from autokernel.routing.manifest import PlugInError
 from autokernel.routing.plugin import compile_backend, plug_in, unplug
 from autokernel.sandbox.child_env import SANDBOXED_CHILD_VARIABLE
 from autokernel.verify import handover, isolated
 
-__all__ = ["optimize", "plug_in", "unplug", "compile_backend"]
+__all__ = ["optimize", "plug_in", "unplug", "compile_backend", "fold_batch_norms", "unfold_batch_norms"]
 BACKENDS = paths.BACKENDS
 DEFAULT_BUDGET_HOURS = 8
 
@@ -127,4 +129,4 @@ def optimize(model: nn.Module, sample_inputs, backend: str = "triton", budget_ho
                           f"{compared['tolerance']:g}), so they were taken out again; the kernels are in "
                           f"{paths.OPTIMIZED_DIR}")
     view.log(f"end to end: {compared['verdict']['summary']}")
-    return handover.runnable(model, paths.OPTIMIZED_DIR, compared["verdict"])
+    return handover.runnable(model, paths.OPTIMIZED_DIR, compared["verdict"], inputs)

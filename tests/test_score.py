@@ -73,7 +73,8 @@ def report(eager, compiled, ours=None, ours_compile=None, passed=True, error=0.0
     if ours_compile is not None:
         variants["ours_compile"] = variant("ours_compile", ours_compile)
     verdict = Verdict(summary="v", pytorch_best=pytorch_best, autokernel_best=None, speedup=None, use="compile",
-                      use_code="torch.compile(model)", faster=False, timings_meaningful=meaningful)
+                      use_code="torch.compile(model)", faster=False, timings_meaningful=meaningful,
+                      batch_norm_folding=False)
     check = ErrorCheck(max_error=error, variant_max_error=error, tolerance=1e-2, passed=passed, definition="")
     return VerifyReport(model="m", device="cuda", device_name="gpu", dtype="float32", inputs=[], versions={},
                         optimized_dir="", plan="", replaced_share=None, kernels=[], checked={}, route_table=[],

@@ -40,7 +40,8 @@ def wide_report() -> VerifyReport:
         "headroom": None,
         "verdict": {"faster": False, "summary": "no gain: use torch.compile (7.787 ms)",
                     "pytorch_best": {"variant": "compile", "ms": 7.787}, "autokernel_best": None, "speedup": None,
-                    "use": "compile", "use_code": "torch.compile(model)", "timings_meaningful": False},
+                    "use": "compile", "use_code": "torch.compile(model)", "timings_meaningful": False,
+                    "batch_norm_folding": False},
         "correctness": {"passed": True, "max_error": 1.2e-3, "variant_max_error": 1.3e-3, "tolerance": 0.01,
                         "definition": "max |ours - eager| / RMS(eager)"}})
 
@@ -109,3 +110,14 @@ def test_a_region_kernel_is_shown_with_what_it_computes(monkeypatch):
     # Beside the table's "routed (measured)": on CPU "the kernels that took calls cover 0.0%" read as contradicting
     # the error check's "every verified call routed (1 kernel call)".
     assert "the kernels routed by measurement cover 52.4% of the profiled time" in stream.getvalue()
+
+
+def test_the_batch_norms_folded_and_those_not_are_printed_with_why(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)      # pytest-xdist's workers set it: the line would wrap
+    report = VerifyReport.from_json({**wide_report().to_json(), "batch_norm_folding": {
+        "folds": ["stem.1 into stem.0"], "rejected": {"blocks.0.bn2": "blocks.0.conv2: its output is returned"},
+        "eager": True, "compiled": False}})
+    out = io.StringIO()
+    print_report(report, report_console(out))
+    assert ("batch norm folding: 1 folded, on eager; blocks.0.bn2 not folded: blocks.0.conv2: its output is "
+            "returned") in out.getvalue()

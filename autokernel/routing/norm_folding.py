@@ -22,6 +22,10 @@ exist. So the pattern is found by watching one real forward, never by reading mo
 What this cannot see: a norm output stored by Python code (an attribute, a cache) and read in a
 later forward. The router checks the folded result against the unfolded one on its first call.
 
+The same watch serves a producer that is not a norm (stand_in=False): a convolution or linear whose
+batch norm folds into its weights (autokernel/routing/bn_folding.py). Its output need not match its
+input, and its input is not handed on, so neither the shape check nor the in-place check applies.
+
     search = find_folds(model, lambda: model(*inputs), norms, is_consumer, may_replace)
     output = search.output
     for fold in search.folds: fold.norm_path, fold.consumer_paths
@@ -97,7 +101,8 @@ class _Watch(TorchFunctionMode):
 
 class _Search:
     def __init__(self, model: nn.Module, norms: dict[str, nn.Module], is_consumer: Callable[[nn.Module], bool],
-                 may_replace: Callable[[nn.Module], bool]):
+                 may_replace: Callable[[nn.Module], bool], stand_in: bool = True):
+        self.stand_in = stand_in                    # the norm's raw input stands in for its output (module doc)
         self.paths = {id(module): path for path, module in model.named_modules()}
         self.norms = {id(module): path for path, module in norms.items()}
         self.is_consumer, self.may_replace = is_consumer, may_replace
@@ -117,13 +122,16 @@ class _Search:
     def norm_returned(self, module: nn.Module, args: tuple, output) -> None:
         path = self.norms[id(module)]
         x = args[0] if args else None
-        if (not isinstance(output, torch.Tensor) or not isinstance(x, torch.Tensor) or len(args) != 1
-                or output.shape != x.shape or output.dtype != x.dtype):
+        if not isinstance(output, torch.Tensor) or not isinstance(x, torch.Tensor) or len(args) != 1:
+            self.reject(path, "its call is not one tensor in, one tensor out")
+            return
+        if self.stand_in and (output.shape != x.shape or output.dtype != x.dtype):
             self.reject(path, "its call is not one tensor in, one tensor of the same shape and dtype out")
             return
         self.called.add(path)
         self.outputs[id(output)] = path
-        self.inputs[id(output)] = (x, x._version)
+        if self.stand_in:
+            self.inputs[id(output)] = (x, x._version)
         self.kept.append(output)
 
     def module_entered(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -140,7 +148,7 @@ class _Search:
                                                     and not kwargs else "")
             if feeding is not None and path not in self.consumers[feeding]:
                 self.consumers[feeding].append(path)
-            if feeding is not None:
+            if feeding is not None and id(first) in self.inputs:
                 # Folded, the consumer reads the norm's input itself: it must be as the norm saw it.
                 x, version = self.inputs[id(first)]
                 if x._version != version:
@@ -194,12 +202,12 @@ class _Search:
 
 def find_folds(model: nn.Module, run_forward: Callable[[], object], norms: dict[str, nn.Module],
                is_consumer: Callable[[nn.Module], bool],
-               may_replace: Callable[[nn.Module], bool] = lambda module: False) -> FoldSearch:
+               may_replace: Callable[[nn.Module], bool] = lambda module: False, stand_in: bool = True) -> FoldSearch:
     """Run one forward (run_forward(), the caller's real one: its output is kept in the result) and find
     which of `norms` (path -> module) fold into their consumers. The watch sits below any
     TorchFunctionMode run_forward pushes: such a mode must pass each call it handles on to PyTorch
     or to a kernel launch whose own torch calls (a reshape of its inputs) the watch then sees."""
-    search = _Search(model, norms, is_consumer, may_replace)
+    search = _Search(model, norms, is_consumer, may_replace, stand_in)
     handles = []
     norm_ids = {id(module) for module in norms.values()}
     try:

@@ -19,8 +19,8 @@ T = TypeVar("T")
 REASON_CHARS = 400
 
 # The stages a unit can be dropped at, in the order verify meets them.
-PROFILE, STARTER, LOAD, CHECK, ROUTE_TABLE, HEADROOM, OVERHEAD, SELECTION, COUNTS, SANDBOX = (
-    "profile", "starter", "load", "check", "route table", "headroom", "overhead", "selection", "counts",
+PROFILE, STARTER, LOAD, REWRITE, CHECK, ROUTE_TABLE, HEADROOM, OVERHEAD, SELECTION, COUNTS, SANDBOX = (
+    "profile", "starter", "load", "rewrite", "check", "route table", "headroom", "overhead", "selection", "counts",
     "sandboxed check")
 
 

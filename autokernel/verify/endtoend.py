@@ -9,7 +9,9 @@ their spread) and its output checked against the original's. The steps:
      correctness check), and every call signature the kernels meet is noted;
   3. time our kernel against PyTorch's op at each signature (autokernel/verify/route_table.py);
   4. keep, mode by mode, only the winners that make the whole model faster (autokernel/verify/selection.py),
-     and time our three variants with them ("measured" policy; "all" skips 3 and 4 and routes all);
+     and time our three variants with them ("measured" policy; "all" skips 3 and 4 and routes all); the
+     model's batch norms folded into the layers before them are one more candidate there
+     (autokernel/verify/rewrites.py);
   5. name PyTorch's best and AutoKernel's best, and say which one to use.
 With `overhead`, step 2's all-routed model is also timed eagerly and under CUDA graphs and set
 against the sum of its parts (overhead.py). Without a GPU, compile and CUDA-graph variants that
@@ -27,8 +29,8 @@ from autokernel.routing.decisions import ALL, MEASURED
 from autokernel.routing.outputs import detached_copy, output_error, tolerance
 from autokernel.routing.plugin import router_of
 from autokernel.routing.router import Router
-from autokernel.verify import headroom, route_table, selection, variants
-from autokernel.verify.containment import CHECK, COUNTS, HEADROOM, LOAD, OVERHEAD, SELECTION, Drops
+from autokernel.verify import headroom, rewrites, route_table, selection, variants
+from autokernel.verify.containment import CHECK, COUNTS, HEADROOM, LOAD, OVERHEAD, REWRITE, SELECTION, Drops
 from autokernel.verify.report_record import Verdict
 from autokernel.verify.variants import HOW_TO_USE, INDUCTOR, NOISE_FLOOR, VARIANTS, VariantResult
 
@@ -48,7 +50,7 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
     speedup = theirs.ms / ours.ms if theirs and ours else None
     if theirs is None:
         return Verdict("PyTorch's own variants could not be measured", None, brief(ours), None, "eager", "model",
-                       False, on_gpu)
+                       False, on_gpu, False)
     noise = max(NOISE_FLOOR, theirs.latency.spread, ours.latency.spread) if ours else NOISE_FLOOR
     faster = bool(on_gpu and ours is not None and speedup > 1 + noise)
     name = VARIANTS[theirs.variant][0]
@@ -64,7 +66,7 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
         summary = (f"no gain: use {name} ({theirs.ms:.3f} ms); AutoKernel's best, "
                    f"{VARIANTS[ours.variant][0] if ours else 'none'}, is {speedup or 0:.2f}x of it (noise {noise:.0%})")
     use = ours.variant if faster else theirs.variant
-    return Verdict(summary, brief(theirs), brief(ours), speedup, use, HOW_TO_USE[use], faster, on_gpu)
+    return Verdict(summary, brief(theirs), brief(ours), speedup, use, HOW_TO_USE[use], faster, on_gpu, False)
 
 
 def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, compile_backend: str | None = INDUCTOR,
@@ -92,16 +94,23 @@ def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, com
                 _profiler_of(profiled, log) if variant == "compile" and on_gpu and compile_backend == INDUCTOR
                 else None))
     found = drops.contained(HEADROOM, "torch.compile's forward", lambda: _headroom(results, profiled))
-    ours = None
+    ours, rewrite = None, None
     if plug_in is not None:
+        # Folded before the kernels are plugged in, unfolded after they are taken out (handover.compare): patches
+        # come off in the order opposite to the one they went on in.
+        rewrite = drops.contained(REWRITE, rewrites.NAME, lambda: rewrites.batch_norm_folding(
+            model, inputs, policy, on_gpu))
         ours = _ours_contained(model, inputs, plug_in, names, backend, results, expected, allowed, on_gpu=on_gpu,
-                               policy=policy, overhead=overhead, log=log, drops=drops)
+                               policy=policy, overhead=overhead, log=log, drops=drops, rewrite=rewrite)
     if ours is None:          # no kernel of ours ran: PyTorch's best, still with a verdict
         ours = _nothing_of_ours(names, results, policy)
     routed_any = ours.pop("routed_any")
     verdict = choose(results, allowed, on_gpu, routed_any)
     if ours.pop("regions") and verdict.use in variants.HOW_TO_USE_WITH_REGIONS:
         verdict.use_code = variants.HOW_TO_USE_WITH_REGIONS[verdict.use]
+    if rewrite is not None and VARIANTS[verdict.use][1]:
+        folded = rewrite.folding.compiled if VARIANTS[verdict.use][2] else rewrite.folding.eager
+        verdict.use_code, verdict.batch_norm_folding = rewrites.use_code(verdict.use_code, folded), folded
     checked_error = ours.pop("checked_error")
     return {"variants": {name: result.to_json() for name, result in results.items()},
             "verdict": verdict.to_json(), "tolerance": allowed,
@@ -111,7 +120,7 @@ def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, com
 
 
 def _ours_contained(model, inputs, plug_in, names, backend, results, expected, allowed, *, on_gpu, policy, overhead,
-                    log, drops: Drops) -> dict | None:
+                    log, drops: Drops, rewrite: rewrites.Rewrite | None = None) -> dict | None:
     """Our part of the comparison (_ours) with every kernel that loads; when it raises, each kernel is tried alone,
     those that fail alone are dropped, and the rest go again (all of them, when none fails alone: the failure is
     their sum). None when no kernel is left."""
@@ -126,8 +135,10 @@ def _ours_contained(model, inputs, plug_in, names, backend, results, expected, a
             if not router.kernels:
                 return None
             return _ours(model, inputs, router, names, backend, results, expected, allowed, on_gpu=on_gpu,
-                         policy=policy, overhead=overhead, log=log, drops=drops)
+                         policy=policy, overhead=overhead, log=log, drops=drops, rewrite=rewrite)
         except Exception as exc:     # the routed model's forward, or a step on it, broke: find the kernels that did it
+            if rewrite is not None:
+                rewrite.off()        # the kernels are tried alone as the check runs them: unfolded
             for variant in (v for v in names if VARIANTS[v][1]):
                 results.pop(variant, None)
             plugged = router_of(model)
@@ -163,9 +174,14 @@ def _nothing_of_ours(names: list[str], results: dict[str, VariantResult], policy
 
 
 def _ours(model, inputs, router, names, backend, results, expected, allowed, *, on_gpu, policy, overhead, log,
-          drops: Drops) -> dict:
+          drops: Drops, rewrite: rewrites.Rewrite | None = None) -> dict:
     """Steps 2 to 4 with the kernels plugged into the model (router): the check, the route table, the selection,
-    and our variants timed; a figure that raises is dropped (a variant's own failure is in its result)."""
+    and our variants timed; a figure that raises is dropped (a variant's own failure is in its result). The
+    rewrite, if any, is off until the selection (or, without one, its record's flags) turns it on."""
+    if rewrite is not None:
+        rewrite.off()
+        rewrite.folding.bypassed = lambda: router.bypass      # PyTorch's own path, timed in turn, runs unfolded
+        rewrite.folding.eager_trace = lambda: router.regions is not None and router.regions.tracing_eagerly
     with torch.no_grad():
         if router.folding is not None or router.regions is not None:
             # The first call with these inputs is watched for folded norms (run unfolded), and the first
@@ -181,6 +197,8 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
             torch.cuda.empty_cache()
         checked = router.summary()
         records = route_table.measure(router, on_gpu, log, drops)
+        if rewrite is not None and rewrite.record is not None:
+            records[rewrites.NAME] = [rewrite.record]
 
     def run_ours(variant: str, paired: bool = False) -> VariantResult:
         log(f"timing {VARIANTS[variant][0]}")
@@ -200,14 +218,22 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
     route_table.apply(router.kernels, records)
     router.release_examples()
     router.set_policy(policy)
+
+    def forget() -> None:
+        router.forget_decisions()
+        if rewrite is not None:
+            rewrite.sync()
+    forget()
     trials = []
     if policy == MEASURED and on_gpu:
         compiled_variant = next((v for v in ("ours_cudagraphs", "ours_compile") if v in names), None)
         for mode, variant in (("eager", "ours"), ("compiled", compiled_variant)):
             if variant is None:
                 continue
+            if rewrite is not None:
+                rewrite.candidate(mode)
             kept, mode_trials = drops.contained(SELECTION, f"the {mode} routes", lambda: selection.select(
-                mode, records, variant, lambda v: run_ours(v, paired=True), router.forget_decisions, allowed, log),
+                mode, records, variant, lambda v: run_ours(v, paired=True), forget, allowed, log),
                 default=(None, []))
             trials += mode_trials
             if kept is not None:
@@ -220,6 +246,8 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
             variant, failed="nothing routed: no kernel made the model faster in this mode")
     routing = drops.contained(COUNTS, "one forward's hits and fallbacks", lambda: _one_forward_counts(
         router, model, inputs), default=router.summary())
+    if rewrite is not None:
+        routing[rewrites.REPORT_KEY] = rewrite.summary()
     return {"routed_any": any(routed.values()), "regions": router.regions is not None, "checked_error": checked_error,
             "checked": checked, "routing": routing, "route_table": _table_rows(records),
             "selection": [trial.to_json() for trial in trials], "records": records, **extra}

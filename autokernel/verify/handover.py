@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from autokernel.routing import manifest, plugin
+from autokernel.routing.bn_folding import fold_batch_norms, unfold_batch_norms
 from autokernel.routing.decisions import MEASURED
 from autokernel.verify import endtoend
 from autokernel.verify.containment import Drops
@@ -64,6 +65,7 @@ def compare(model: nn.Module, inputs: tuple, optimized_dir: str | Path | None, *
                   for kernel in router.kernels} if on_gpu and router is not None else {}
     finally:
         plugin.unplug(model)
+        unfold_batch_norms(model)      # after the kernels: it went on before them (verify/rewrites.py)
     return compared, tables
 
 
@@ -91,10 +93,16 @@ def checked_tables(tables) -> dict[str, tuple[str, str, list[manifest.RouteRecor
     return checked
 
 
-def runnable(model: nn.Module, optimized_dir: str | Path, verdict: dict) -> nn.Module:
-    """The model to run on the verdict's path (plugged in and compiled as it says), with its Choice attached."""
+def runnable(model: nn.Module, optimized_dir: str | Path, verdict: dict, inputs: tuple | None = None) -> nn.Module:
+    """The model to run on the verdict's path (plugged in and compiled as it says, its batch norms folded where the
+    verdict's path ran folded: found on `inputs`), with its Choice attached."""
     variant = verdict["use"]
     name, ours, mode = VARIANTS[variant]
+    if ours and verdict["batch_norm_folding"]:
+        if inputs is None:
+            raise ValueError("the verdict's path runs with the batch norms folded, which are found on a forward: "
+                             "pass the sample inputs")
+        fold_batch_norms(model, inputs)
     if ours:
         plugin.plug_in(model, optimized_dir)
     backend = plugin.compile_backend(model, mode or "default") if ours else "inductor"

@@ -25,6 +25,7 @@ class Verdict:
     use_code: str
     faster: bool
     timings_meaningful: bool
+    batch_norm_folding: bool            # the path to use runs with the model's batch norms folded (rewrites.py)
 
     def to_json(self) -> dict:
         return asdict(self)

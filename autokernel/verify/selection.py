@@ -98,8 +98,11 @@ def select(mode: str, records: dict[str, list], variant: str, try_variant: Calla
 
 
 def _predicted_fraction(records: list, mode: str, result: VariantResult) -> float | None:
-    """The gain the route table predicts for these routes, as a fraction of PyTorch's own forward in this trial."""
-    if result.baseline is None or result.baseline.median_ms <= 0:
+    """The gain the route table predicts for these routes, as a fraction of PyTorch's own forward in this trial; None
+    without a prediction (no baseline, or routes with no time of their own: a rewrite, autokernel/verify/rewrites.py)."""
+    _, ours, theirs = MODES[mode]
+    timed = any(getattr(r, ours) is not None and getattr(r, theirs) is not None for r in records)
+    if not timed or result.baseline is None or result.baseline.median_ms <= 0:
         return None
     return predicted_gain_us(records, mode) / (result.baseline.median_ms * 1000)
 

@@ -53,6 +53,7 @@ def _us(value: float | None) -> str:
 def print_report(report: VerifyReport, console: Console) -> None:
     _print_kernels(report, console)
     _print_route_table(report, console)
+    _print_folds(report, console)
     for trial in report.selection:
         verdict = "[green]kept[/green]" if trial["kept"] else "[yellow]dropped[/yellow]"
         console.print(f"end-to-end check of {escape(trial['kernel'])}'s {trial['mode']} routes: {verdict}: "
@@ -66,6 +67,17 @@ def print_report(report: VerifyReport, console: Console) -> None:
     console.print(f"use: {escape(verdict.use_code)}")
     _print_dropped(report, console)
     _print_error_check(report, console)
+
+
+def _print_folds(report: VerifyReport, console: Console) -> None:
+    """The batch norms folded into the layers before them (verify/rewrites.py), where on, and those not folded."""
+    folding = (report.extra or {}).get("batch_norm_folding")
+    if not folding:
+        return
+    modes = [mode for mode in ("eager", "compiled") if folding.get(mode)]
+    console.print(f"batch norm folding: {len(folding['folds'])} folded, on {' and '.join(modes) or 'in no mode'}"
+                  + "".join(f"; {escape(path)} not folded: {escape(why)}"
+                            for path, why in sorted(folding["rejected"].items())))
 
 
 def _print_dropped(report: VerifyReport, console: Console) -> None:

@@ -79,6 +79,28 @@ def test_eagerly_the_kernel_runs_in_the_regions_place(kernels):
     assert kernel["hits"] == 2 and summary["regions"][0]["replaced"] == 2
 
 
+def test_the_eager_forward_is_traced_with_the_flag_a_rewrite_reads_to_keep_its_eager_decision(kernels, monkeypatch):
+    # A batch norm fold decides per mode (autokernel/routing/bn_folding.py): inside this Dynamo trace it is eager.
+    from autokernel.routing.regions.routing import RegionRouting
+
+    folder, _ = kernels
+    seen, backend = [], RegionRouting.eager_backend
+
+    def recording(self, gm, example_inputs):
+        seen.append(self.tracing_eagerly)
+        return backend(self, gm, example_inputs)
+    monkeypatch.setattr(RegionRouting, "eager_backend", recording)
+    model, x, y = Twice(), models.rows(), models.rows()
+    with torch.no_grad():
+        plugin.plug_in(model, folder, policy="all")
+        try:
+            model(x, y), model(x, y)
+            regions = plugin.router_of(model).regions
+        finally:
+            plugin.unplug(model)
+    assert seen == [True] and regions.tracing_eagerly is False
+
+
 def test_the_measured_policy_routes_no_region_without_a_measurement(kernels):
     folder, _ = kernels
     model, x = models.GemmSigmoidRowSum(), models.rows()

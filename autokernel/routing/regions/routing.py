@@ -51,6 +51,9 @@ class RegionRouting:
         self._eager_routes: bool | None = None
         self._found: dict[str, Counter] = {}           # graph code -> matches per kernel (a graph seen twice counts once)
         self.replaced: Counter = Counter()             # kernel name -> regions replaced in the graphs compiled so far
+        # The eager forward traced by Dynamo now (not a compiled variant): a rewrite that decides per mode reads it
+        # (autokernel/routing/bn_folding.py); Dynamo guards on it, so each of the two ways in keeps its own graph.
+        self.tracing_eagerly = False
 
     # ------------------------------------------------------------------ deciding and rewriting
     def routes(self, kernel, mode: str) -> bool:
@@ -172,7 +175,11 @@ class RegionRouting:
         compiled = self._eager.get(original)
         if compiled is None:
             compiled = self._eager[original] = torch.compile(original, backend=self.eager_backend, dynamic=False)
-        return compiled(*args, **kwargs)
+        self.tracing_eagerly = True
+        try:
+            return compiled(*args, **kwargs)
+        finally:
+            self.tracing_eagerly = False
 
     def _any_eager(self) -> bool:
         """Whether any region routes eagerly: without one, the model runs as the menu routes it, not through Dynamo."""
