@@ -128,3 +128,12 @@ def test_a_trial_is_timed_once_when_its_noise_is_below_the_predicted_gain_or_it_
     selection.select("eager", eager, "ours", lambda v: calls.append(v) or paired_result(*DISTURBED),
                      lambda: None, 1e-2, lambda line: None)
     assert calls == ["ours_cudagraphs", "ours"]
+
+
+def test_a_predicted_gain_under_the_noise_floor_is_not_timed_again():
+    # 0.5% of a ~1 ms forward: below NOISE_FLOOR no second timing could show it (EfficientNet's regions, session 16).
+    records = {"matmul": [compiled_record(100.0, 105.0)]}
+    calls = []
+    selection.select("compiled", records, "ours_cudagraphs", lambda v: calls.append(v) or paired_result(*DISTURBED),
+                     lambda: None, 1e-2, lambda line: None)
+    assert calls == ["ours_cudagraphs"]
