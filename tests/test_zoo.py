@@ -29,7 +29,7 @@ def test_an_entry_with_its_own_dtype_is_verified_in_it_and_the_others_in_the_run
     def dtype_of(name):
         cmd = zoo.command(name, "full", "float16", tmp_path)
         return cmd[cmd.index("--dtype") + 1]
-    assert dtype_of("hf gpt2 1x512 float32") == "float32" and dtype_of("hf gpt2 1x512") == "float16"
+    assert dtype_of("hf gpt2 1x512 float32") == "float32" and dtype_of("hf bert 1x512") == "float16"
 
 
 def test_a_row_without_a_report_is_counted_and_shown_as_no_verdict():
