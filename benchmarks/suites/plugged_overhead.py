@@ -1,0 +1,99 @@
+"""What a model's patched forwards cost under torch.compile + CUDA graphs, with nothing of ours doing any work.
+
+    python benchmarks/end_to_end.py plugged-overhead [--only NAME ...] [--dtype float16] [--size full|tiny]
+
+Why: in the gate of session 16 (benchmarks/results/2026-11-29_NVIDIA-H200_gate_s16/), verify's paired compiled
+trial of batch-norm folding timed "PyTorch's own path" (the same compiled model, folding bypassed) at 0.769 ms on
+MobileNetV3 where plain torch.compile + CUDA graphs took 0.516 ms, and 0.431 against 0.241 ms on KernelBench's
+ResNet-18: the fold won its trial and lost the verdict. Each model here is timed, one variant at a time, in
+torch.compile's "reduce-overhead" mode (whole call, host clock between syncs, median of 5 repeats and their range):
+  plain     the model as it is;
+  bypassed  its batch norms' forwards patched for folding, the fold bypassed (what the trial's own side runs);
+  folded    the same patches, folded;
+  paired    folded and bypassed through one compiled object, timed in turn as verify's trial times them.
+If "bypassed" is much slower than "plain", the patches themselves cost (guards, Python in the traced forwards, a
+second graph); if "paired" differs from the two timed alone, the pairing does. Without a GPU it runs on the CPU
+(no CUDA graphs: a check that it runs, its times mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+
+import torch
+
+from autokernel.routing.bn_folding import fold_batch_norms, unfold_batch_norms
+from autokernel.verify import latency
+from benchmarks.common import ROOT
+
+# name -> (zoo file, arch): the CNNs of the gate whose fold won its compiled trial in session 16
+MODELS = {"kb: resnet18": ("cnn.py", "resnet18"), "kb: conv+bn+relu": ("cnn.py", "conv_bn_relu"),
+          "mobilenet_v3_small": ("vision.py", "mobilenet_v3_small"), "resnet18": ("vision.py", "resnet18")}
+
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load(name: str, dtype: torch.dtype, size: str):
+    file, arch = MODELS[name]
+    spec = importlib.util.spec_from_file_location(f"zoo_{arch}", ROOT / "benchmarks" / "zoo" / file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.get_model(arch, size).eval().to(DEVICE, dtype)
+    return model, tuple(x.to(DEVICE, dtype) for x in module.get_inputs(arch, size))
+
+
+def timed(fn) -> str:
+    with torch.no_grad():
+        for _ in range(3):          # compile, then CUDA graphs' warm-up and recording
+            fn()
+        t = latency.wall_clock(fn, DEVICE == "cuda")
+    return f"{t.median_ms:.3f} ms [{t.low_ms:.3f}-{t.high_ms:.3f}]"
+
+
+def measure(name: str, dtype: torch.dtype, size: str) -> list[str]:
+    model, inputs = load(name, dtype, size)
+    lines = []
+    torch._dynamo.reset()
+    plain = torch.compile(model, mode="reduce-overhead")
+    lines.append(f"{name}: plain {timed(lambda: plain(*inputs))}")
+    bypass = [True]
+    folding = fold_batch_norms(model, inputs, bypassed=lambda: bypass[0])
+    for label, bypassed in (("bypassed", True), ("folded", False)):
+        torch._dynamo.reset()
+        bypass[0] = bypassed
+        alone = torch.compile(model, mode="reduce-overhead")
+        lines.append(f"{name}: {label} ({len(folding.folds)} folds) {timed(lambda: alone(*inputs))}")
+    torch._dynamo.reset()
+    both = torch.compile(model, mode="reduce-overhead")
+
+    def side(bypassed: bool):
+        def call():
+            bypass[0] = bypassed
+            return both(*inputs)
+        return call
+    with torch.no_grad():
+        for _ in range(3):
+            side(False)(), side(True)()
+        ours, theirs = latency.paired(side(False), side(True), DEVICE == "cuda")
+    lines.append(f"{name}: paired folded {ours.median_ms:.3f} ms, bypassed {theirs.median_ms:.3f} ms")
+    unfold_batch_norms(model)
+    return lines
+
+
+def main(args: argparse.Namespace) -> int:
+    if DEVICE == "cpu":
+        print("no GPU: on the CPU, without CUDA graphs; these times mean nothing")
+    dtype = getattr(torch, args.dtype)
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name() if DEVICE == 'cuda' else 'CPU'}, {args.dtype}")
+    for name in args.only or list(MODELS):
+        for line in measure(name, dtype, args.size):
+            print(line, flush=True)
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--only", nargs="*", choices=list(MODELS))
+    parser.add_argument("--dtype", default="float16")
+    parser.add_argument("--size", choices=("full", "tiny"), default="full")
