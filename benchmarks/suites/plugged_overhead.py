@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import time
 
 import torch
 
@@ -44,12 +45,37 @@ def load(name: str, dtype: torch.dtype, size: str):
     return model, tuple(x.to(DEVICE, dtype) for x in module.get_inputs(arch, size))
 
 
-def timed(fn) -> str:
+def guard_cost(model, inputs: tuple) -> str:
+    """How many guards Dynamo checks before each call of the model's compiled forward, and how long that takes (the
+    first cache entry's guards, host clock, best of 7): every patched forward adds guards on its closures."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    entries = _debug_get_cache_entry_list(type(model).forward.__code__)
+    if not entries:
+        return "guards: no cache entry found"
+    manager = entries[0].guard_manager
+    names = type(model).forward.__code__.co_varnames[:type(model).forward.__code__.co_argcount]
+    frame = dict(zip(names, (model, *inputs)))
+    with torch.no_grad():
+        if not manager.check(frame):
+            return "guards: the first entry is not this call's"
+        best = min(_seconds(lambda: manager.check(frame), 1000) for _ in range(7))
+    count = sum(1 for line in str(manager).splitlines() if "+- " in line) if hasattr(manager, "__str__") else 0
+    return f"guards: {best * 1e6:.1f} us a call" + (f" ({count} lines)" if count else "")
+
+
+def _seconds(fn, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def timed(fn, model, inputs: tuple) -> str:
     with torch.no_grad():
         for _ in range(3):          # compile, then CUDA graphs' warm-up and recording
             fn()
         t = latency.wall_clock(fn, DEVICE == "cuda")
-    return f"{t.median_ms:.3f} ms [{t.low_ms:.3f}-{t.high_ms:.3f}]"
+    return f"{t.median_ms:.3f} ms [{t.low_ms:.3f}-{t.high_ms:.3f}]; {guard_cost(model, inputs)}"
 
 
 def measure(name: str, dtype: torch.dtype, size: str) -> list[str]:
@@ -57,14 +83,14 @@ def measure(name: str, dtype: torch.dtype, size: str) -> list[str]:
     lines = []
     torch._dynamo.reset()
     plain = torch.compile(model, mode="reduce-overhead")
-    lines.append(f"{name}: plain {timed(lambda: plain(*inputs))}")
+    lines.append(f"{name}: plain {timed(lambda: plain(*inputs), model, inputs)}")
     bypass = [True]
     folding = fold_batch_norms(model, inputs, bypassed=lambda: bypass[0])
     for label, bypassed in (("bypassed", True), ("folded", False)):
         torch._dynamo.reset()
         bypass[0] = bypassed
         alone = torch.compile(model, mode="reduce-overhead")
-        lines.append(f"{name}: {label} ({len(folding.folds)} folds) {timed(lambda: alone(*inputs))}")
+        lines.append(f"{name}: {label} ({len(folding.folds)} folds) {timed(lambda: alone(*inputs), model, inputs)}")
     torch._dynamo.reset()
     both = torch.compile(model, mode="reduce-overhead")
 
