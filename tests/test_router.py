@@ -8,6 +8,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+from autokernel.routing import patching
 from autokernel.routing import plugin  # noqa: E402
 from autokernel.routing.decisions import ALL, call_signature  # noqa: E402
 from tests.test_plugin import LLAMA_SHAPES, SEQ, reference_sources, tiny_llama, write_optimized  # noqa: E402
@@ -51,7 +52,7 @@ def test_the_function_routing_is_on_only_in_modules_that_call_routed_functions(t
     # Only the attention's own torch calls pass through the routing mode (its views, transposes and
     # SDPA), not the rest of the model, nor the code of the modules it calls.
     assert 0 < router.intercepted <= 12
-    assert "forward" in vars(model.layers[0].attention)
+    assert [run.method for run in patching.runs_of(model.layers[0].attention)] == ["run_scoped"]
 
 
 def test_bypassed_routing_runs_pytorch_everywhere(tmp_path):

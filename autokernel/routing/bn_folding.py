@@ -22,17 +22,17 @@ only. A batch norm in training mode or without running statistics, a transposed 
 convolution, a linear whose output is not (batch, features), or a call that needs gradients, is not
 folded: each is dropped with its reason (`rejected`) or runs unfolded on that call.
 
-As the norm folds do, the layer's forward (its class swapped for one that runs the fold: _folded_class)
+As the norm folds do, the layer's forward (patched as the router's are: autokernel/routing/patching.py)
 hands its folded output on, noted as `handed`; the batch norm returns its input unchanged only when it
-receives exactly that tensor object, and runs as it is otherwise. So wherever the folded path did not run (a call with gradients, the model in
-training mode, the fold turned off for a mode, PyTorch's own path timed beside ours), the model
-computes what it always did. Dynamo traces the identity test as a constant: the same code runs inside
+receives exactly that tensor object, and runs as it is otherwise. So wherever the folded path did not
+run (a call with gradients, the model in training mode, the fold turned off for a mode, PyTorch's own
+path timed beside ours), the model computes what it always did. Dynamo traces the identity test as a constant: the same code runs inside
 torch.compile.
 
     folding = fold_batch_norms(model, inputs)   # watched forward, then the first folded call checked
     folding.folds, folding.rejected             # BnFold: .layer_path, .norm_path; batch norm path -> why not
     folding.eager = False                       # off eagerly (and .compiled under torch.compile)
-    unfold_batch_norms(model)                   # the original classes back
+    unfold_batch_norms(model)                   # the original forwards back
 """
 
 from __future__ import annotations
@@ -46,14 +46,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from autokernel.routing import patching
 from autokernel.routing.norm_folding import find_folds
 from autokernel.routing.outputs import detached_copy, output_error, tolerance
 
 FOLDING_ATTRIBUTE = "_autokernel_bn_folding"
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-RUN_ATTRIBUTE = "_autokernel_bn_fold"       # on a folded layer or batch norm: (its BatchNormFolding, its BnFold)
-# The folded modules' classes, one per original class (_folded_class).
-_FOLDED_CLASSES: dict[type, type] = {}
 
 
 def _layer_problem(layer: nn.Module) -> str:
@@ -113,28 +111,6 @@ class BnFold:
         return self.weight, self.bias
 
 
-def _folded_class(cls: type) -> type:
-    """cls with a forward that runs the fold's (_run_layer, or _run_norm for a batch norm), made once per class.
-
-    The fold swaps a module's class rather than patching a forward onto the instance: under torch.compile, Dynamo
-    checks before every call that a patched instance forward, its closure's cells and its partial's arguments are
-    still what it traced, a chain of guards per module, where a class costs one type check it makes anyway.
-    Measured on the CPU (benchmarks/suites/plugged_overhead.py, KernelBench ResNet-18, 20 folds): 1865 guard lines
-    unpatched, 3043 with instance patches; on the H200 such a model's compiled call took 0.43 ms against 0.24
-    (benchmarks/results/2026-11-29_NVIDIA-H200_gate_s16). Its name stays the class's, as the model prints."""
-    folded = _FOLDED_CLASSES.get(cls)
-    if folded is None:
-        is_norm = issubclass(cls, _BatchNorm)
-
-        def forward(self, *args, **kwargs):
-            folding, fold = self.__dict__[RUN_ATTRIBUTE]
-            run = folding._run_norm if is_norm else folding._run_layer
-            return run(fold, functools.partial(cls.forward, self), args, kwargs)
-        folded = _FOLDED_CLASSES[cls] = type(cls.__name__, (cls,), {"forward": forward, "__module__": __name__,
-                                                                     "__qualname__": f"folded_{cls.__qualname__}"})
-    return folded
-
-
 @torch.no_grad()
 def folded_parameters(layer: nn.Module, norm: _BatchNorm) -> tuple[torch.Tensor, torch.Tensor]:
     """The layer's weight and bias with the eval-mode batch norm after it folded in, in float64 rounded once."""
@@ -165,17 +141,14 @@ class BatchNormFolding:
         self.bypassed = bypassed                   # PyTorch's own path is being run (verify times it beside ours)
         self.eager = self.compiled = True
         self.hits = 0                               # eager calls that ran folded
-        self._patches: list[tuple[nn.Module, type]] = []
-        for fold in folds:
-            for module in (fold.layer, fold.norm):
-                self._patches.append((module, type(module)))
-                module.__dict__[RUN_ATTRIBUTE] = (self, fold)
-                module.__class__ = _folded_class(type(module))
+        self._patches: list[tuple[nn.Module, patching.Run]] = []
+        for fold in folds:        # their classes swapped, not their forwards patched: few guards when compiled
+            self._patches.append((fold.layer, patching.patch(fold.layer, self, "_run_layer", fold)))
+            self._patches.append((fold.norm, patching.patch(fold.norm, self, "_run_norm", fold)))
 
     def restore(self) -> None:
-        for module, original in reversed(self._patches):
-            module.__class__ = original
-            module.__dict__.pop(RUN_ATTRIBUTE, None)
+        for module, run in reversed(self._patches):
+            patching.unpatch(module, run)
         self._patches.clear()
         for fold in self.folds:
             fold.handed = None
@@ -214,7 +187,9 @@ class BatchNormFolding:
 
 
 def _patched_forward(fold: BnFold) -> bool:
-    return "forward" in fold.layer.__dict__ or "forward" in fold.norm.__dict__
+    """Whether something else runs the layer's or the batch norm's forward already: a forward on the instance (which
+    would run before the fold), or the router's runs (plugged in before the fold: it would route around it)."""
+    return any("forward" in m.__dict__ or patching.runs_of(m) for m in (fold.layer, fold.norm))
 
 
 def _needs_grad(fold: BnFold) -> bool:
@@ -306,7 +281,7 @@ def fold_batch_norms(model: nn.Module, inputs, bypassed: Callable[[], bool] = la
 
 
 def unfold_batch_norms(model: nn.Module) -> nn.Module:
-    """The classes fold_batch_norms swapped put back (a no-op for a model without folds); returns the model."""
+    """The forwards fold_batch_norms patched put back (a no-op for a model without folds); returns the model."""
     folding = folding_of(model)
     if folding is not None:
         folding.restore()

@@ -125,10 +125,9 @@ class Folding:
 
     def _route(self, route: FoldRoute) -> None:
         self.routes[route.fold.norm_path] = route
-        self.router.patch(route.fold.norm, lambda original, args, kwargs: self.run_norm(route, original, args, kwargs))
+        self.router.patch(route.fold.norm, self, "run_norm", route)
         for path, consumer in zip(route.fold.consumer_paths, route.fold.consumers):
-            self.router.patch(consumer, lambda original, args, kwargs, path=path:
-                              self.run_consumer(route, path, original, args, kwargs))
+            self.router.patch(consumer, self, "run_consumer", route, path)
 
     def _reject(self, route: FoldRoute, why: str) -> None:
         route.rejected, route.handed = why, None

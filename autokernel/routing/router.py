@@ -34,7 +34,7 @@ from torch.overrides import TorchFunctionMode
 from autokernel.kernel_types import registry
 from autokernel.kernel_types.base import Reading
 from autokernel.kernel_types.regions import store
-from autokernel.routing import routes
+from autokernel.routing import patching, routes
 from autokernel.routing.decisions import (MEASURED, POLICIES, Decision, KernelStats, ModuleRoute, Site, autocast_on,
                                            call_signature, capture_graph_op, copy_call, copy_fits, decide,
                                            first_call_mismatch, survives_a_launch)
@@ -44,7 +44,6 @@ from autokernel.routing.norm_folding import note_call
 from autokernel.routing.regions.routing import RegionRouting
 
 _NOT_ROUTED = object()
-_NOT_PATCHED = object()
 
 
 class Router:
@@ -74,7 +73,7 @@ class Router:
         self._module_stack: list[tuple[str, nn.Module]] = []
         self._pass_calls: Counter = Counter()
         self._scopes_patched: set[str] = set()
-        self.patches: list[tuple[nn.Module, object]] = []    # (module, its instance forward before), in order
+        self.patches: list[tuple[nn.Module, patching.Run]] = []    # (module, the run patched on), in order
         # Norms folded into their consumers (rmsnorm_mlp, rmsnorm_linear), found on each new model input signature.
         fold_types = [fold_type for kernel_type, fold_type in FOLD_TYPES.items() if kernel_type in self.by_type]
         self.folding = Folding(self, fold_types) if fold_types else None
@@ -320,30 +319,23 @@ class Router:
         return output
 
     # ------------------------------------------------------------------ patching forwards
-    def patch(self, module: nn.Module, run: Callable) -> None:
-        """module.forward becomes run(its current forward, args, kwargs), keeping its signature for inspection."""
-        original = module.forward
-        self.patches.append((module, module.__dict__.get("forward", _NOT_PATCHED)))
-
-        @functools.wraps(original)
-        def forward(*args, **kwargs):
-            return run(original, args, kwargs)
-        module.forward = forward
+    def patch(self, module: nn.Module, owner, method: str, *data) -> None:
+        """module's forward becomes owner.method(*data, its current forward, args, kwargs) (autokernel/routing/
+        patching.py: its class is swapped, not its forward patched on the instance, so that a compiled model's guards
+        stay few)."""
+        self.patches.append((module, patching.patch(module, owner, method, *data)))
 
     def restore(self) -> None:
-        """Put back every forward patch() replaced, last first."""
-        for module, previous in reversed(self.patches):
-            if previous is _NOT_PATCHED:
-                del module.forward
-            else:
-                module.forward = previous
+        """Take off every run patch() put on, last first."""
+        for module, run in reversed(self.patches):
+            patching.unpatch(module, run)
         self.patches.clear()
 
     def _patch_new_scopes(self) -> None:
         for path, module in self.scoped_modules.items():
             if path and path not in self._scopes_patched:
                 self._scopes_patched.add(path)
-                self.patch(module, functools.partial(self.run_scoped, path))
+                self.patch(module, self, "run_scoped", path)
 
     def _leave_module(self) -> None:
         self._module_stack.pop()     # (a forward hook's return value would replace the module's output)
