@@ -106,6 +106,21 @@ def test_linears_that_read_equal_but_different_tensors_are_not_grouped():
     assert concat.rejected == {}              # k shares no input with them: nothing to say about it
 
 
+class Temporaries(nn.Module):
+    """Each linear reads a temporary of the same shape, freed before the next is made (CPython reuses its id)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 4), nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.a(x + 1) + self.b(x + 2)
+
+
+def test_temporaries_that_follow_one_another_are_not_one_input():
+    assert concat_linears(Temporaries().eval(), (torch.randn(3, 8),)).groups == []
+
+
 def test_a_linear_reused_on_another_input_is_not_grouped_and_the_model_stays_correct():
     model, x, y = Crossed(reuse=True).eval(), torch.randn(3, 8), torch.randn(3, 8)
     expected = _reference(model, x, y)

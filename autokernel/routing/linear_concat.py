@@ -9,7 +9,8 @@ fusions only when listed in pre_grad_fusion_options, empty by default.
 
 Which linears share an input is found by watching one real forward, not from their names: every
 nn.Linear's pre-hook notes the tensor it reads (the Python object, its version, data pointer, shape and
-stride, with the tensors kept alive so that no id is reused). Linears of the same dtype, device and input
+stride; the object through a weak reference, so that an id reused by a later tensor is told apart without
+keeping every layer's activations alive as a forward with gradients would). Linears of the same dtype, device and input
 width, all with a bias or all without, that read the same tensors on every call of the watched forward
 form a group. The first of a group to be called (its leader) computes the one GEMM and hands each sibling
 its slice, noted in the sibling's slot with the input it was computed from; a sibling takes its slice only
@@ -37,6 +38,7 @@ and the check below refuses the rewrite where it does at the given inputs' shape
 from __future__ import annotations
 
 import functools
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -179,9 +181,20 @@ class LinearConcat:
         return original(*args, **kwargs)
 
 
-def _input_key(x: torch.Tensor) -> tuple:
-    """What "the same input" means: the same tensor object, unchanged (version), at the same memory and layout."""
-    return id(x), x._version, x.data_ptr(), tuple(x.shape), tuple(x.stride())
+class _Inputs:
+    """The tensors one watched forward's linears read, each numbered once: the same number is the same object."""
+
+    def __init__(self):
+        self._seen: dict[int, tuple[weakref.ref, int]] = {}      # id -> (the object, its number)
+        self._numbered = 0
+
+    def key(self, x: torch.Tensor) -> tuple:
+        """What "the same input" means: the same tensor object, unchanged (version), at the same memory and layout."""
+        ref, number = self._seen.get(id(x), (None, None))
+        if ref is None or ref() is not x:           # a new object, or a dead one's id reused
+            number, self._numbered = self._numbered, self._numbered + 1
+            self._seen[id(x)] = (weakref.ref(x), number)
+        return number, x._version, x.data_ptr(), tuple(x.shape), tuple(x.stride())
 
 
 def _linear_problem(linear: nn.Module) -> str:
@@ -202,7 +215,7 @@ def find_linear_groups(model: nn.Module, run_forward: Callable[[], object]
     linears = {path: m for path, m in model.named_modules() if isinstance(m, nn.Linear)}
     calls: dict[str, list[tuple]] = {path: [] for path in linears}
     first_call: dict[str, int] = {}
-    alive: list[torch.Tensor] = []           # the inputs, kept so that no id is reused in the forward
+    inputs = _Inputs()
     odd: dict[str, str] = {}                 # linears called in a way the fused path does not take
 
     def entered(path, module, args, kwargs):
@@ -210,8 +223,7 @@ def find_linear_groups(model: nn.Module, run_forward: Callable[[], object]
         if len(args) != 1 or kwargs or not isinstance(args[0], torch.Tensor):
             odd[path] = "called with other than one positional tensor"
             return
-        alive.append(args[0])
-        calls[path].append(_input_key(args[0]))
+        calls[path].append(inputs.key(args[0]))
     handles = [m.register_forward_pre_hook(functools.partial(entered, path), with_kwargs=True)
                for path, m in linears.items()]
     try:
