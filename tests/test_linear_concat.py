@@ -246,3 +246,9 @@ def test_the_fused_model_traces_in_one_graph_with_fewer_gemms_and_the_same_outpu
         torch._dynamo.reset()
     assert linears == [4, 7]
     assert all(slot is None for group in concat.groups for slot in group.slots)   # nothing kept after the graph
+
+
+def test_the_rewrite_is_public_as_batch_norm_folding_is():
+    import autokernel
+
+    assert autokernel.concat_linears is concat_linears and autokernel.unconcat_linears is unconcat_linears

@@ -1,5 +1,5 @@
-"""Rewrites as routes of verify's selection (autokernel/verify/rewrites.py): batch norm folding and linears concatenated,
-each tried end to end after the kernels, kept only where the model gets faster with it, and named in the code the
+"""Rewrites as routes of verify's selection (autokernel/verify/rewrites.py): batch norm folding and linears
+concatenated, each tried end to end after the kernels, kept only where the model gets faster with it, and named in the code the
 verdict hands over.
 
 Speed is never measured here: the timer reports chosen figures, a forward costing more or less for each batch
@@ -140,7 +140,7 @@ def test_linears_concatenated_are_a_route_of_their_own_kept_only_where_faster(tm
     assert report["routing"][CONCAT.report_key] == {"groups": ["head_a + head_b"], "rejected": {}, "eager": faster,
                                                     "compiled": False}
     verdict = report["verdict"]
-    assert verdict["batch_norm_folding"] and verdict["concatenated_linears"] is faster
+    assert verdict["batch_norm_folding"] and verdict["linear_concat"] is faster
     assert verdict["use_code"] == "; ".join([FOLD.use_code, *[CONCAT.use_code] * faster, "autokernel.plug_in(model)"])
     # The comparison leaves the model as it found it (its weights in storage of their own); the path handed over
     # is rewritten again.

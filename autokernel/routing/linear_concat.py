@@ -59,26 +59,28 @@ class LinearGroup:
     linears: list[nn.Linear]
     weight: torch.Tensor                 # [sum of out_features, in_features]
     bias: torch.Tensor | None
-    views: list[tuple] = field(default_factory=list)   # each linear's (weight, bias) views, to see them replaced
+    sizes: tuple[int, ...] = ()                         # each linear's out_features: its columns of the output
+    addresses: list[tuple] = field(default_factory=list)   # each linear's (weight, bias) view's data pointer
     slots: list = field(default_factory=list)          # per sibling: (input, its version, output slice) or None
 
     @property
     def label(self) -> str:
         return " + ".join(self.paths)
 
-    @property
-    def sizes(self) -> list[int]:
-        return [linear.out_features for linear in self.linears]
-
     def intact(self) -> bool:
-        """Every linear still holds the views it was given (eagerly: a weight replaced breaks the group)."""
-        return all(linear.weight is not None and linear.weight.data_ptr() == w.data_ptr()
-                   and linear.weight.shape == w.shape and (b is None or linear.bias.data_ptr() == b.data_ptr())
-                   for linear, (w, b) in zip(self.linears, self.views))
+        """Every linear still holds the views it was given (eagerly: a weight replaced breaks the group). Read from
+        _parameters, where nn.Module keeps them: its __getattr__ costs a GEMM launch's time over a group."""
+        return all(_address(linear, "weight") == w and _address(linear, "bias") == b
+                   for linear, (w, b) in zip(self.linears, self.addresses))
 
     def needs_grad(self, x: torch.Tensor) -> bool:
         return torch.is_grad_enabled() and (x.requires_grad or any(
             p.requires_grad for linear in self.linears for p in linear.parameters(recurse=False)))
+
+
+def _address(linear: nn.Linear, name: str) -> int | None:
+    parameter = linear._parameters.get(name)
+    return None if parameter is None else parameter.data_ptr()
 
 
 def _fuse(paths: list[str], linears: list[nn.Linear]) -> LinearGroup:
@@ -86,14 +88,15 @@ def _fuse(paths: list[str], linears: list[nn.Linear]) -> LinearGroup:
     with torch.no_grad():
         weight = torch.cat([linear.weight.detach() for linear in linears])
         bias = torch.cat([linear.bias.detach() for linear in linears]) if linears[0].bias is not None else None
-        group = LinearGroup(paths, linears, weight, bias, slots=[None] * (len(linears) - 1))
+        group = LinearGroup(paths, linears, weight, bias, tuple(linear.out_features for linear in linears),
+                            slots=[None] * (len(linears) - 1))
         start = 0
         for linear in linears:
             end = start + linear.out_features
             linear.weight.data = weight[start:end]
             if bias is not None:
                 linear.bias.data = bias[start:end]
-            group.views.append((linear.weight.data, None if bias is None else linear.bias.data))
+            group.addresses.append((_address(linear, "weight"), _address(linear, "bias")))
             start = end
     # Static as parameters are: under CUDA graphs an input not marked so is copied into the graph's own memory
     # before every replay.
@@ -106,11 +109,11 @@ def _fuse(paths: list[str], linears: list[nn.Linear]) -> LinearGroup:
 def _unfuse(group: LinearGroup) -> None:
     """Each linear's weight and bias in storage of its own again (where it still holds the group's views)."""
     with torch.no_grad():
-        for linear, (w, b) in zip(group.linears, group.views):
-            if linear.weight.data_ptr() == w.data_ptr():
-                linear.weight.data = linear.weight.data.clone()
-            if b is not None and linear.bias.data_ptr() == b.data_ptr():
-                linear.bias.data = linear.bias.data.clone()
+        for linear, addresses in zip(group.linears, group.addresses):
+            for name, address in zip(("weight", "bias"), addresses):
+                if address is not None and _address(linear, name) == address:
+                    parameter = linear._parameters[name]
+                    parameter.data = parameter.data.clone()
     group.slots = [None] * len(group.slots)
 
 
@@ -265,6 +268,7 @@ def concat_linears(model: nn.Module, inputs, bypassed: Callable[[], bool] = lamb
     with torch.no_grad():
         found, rejected, output = find_linear_groups(model, lambda: model(*inputs))
         expected = detached_copy(output)          # the next forward may reuse the output's memory
+        del output                                # one copy of a (large) output held, not two
         concat = LinearConcat([_fuse(paths, linears) for paths, linears in found], rejected, bypassed)
         setattr(model, CONCAT_ATTRIBUTE, concat)
         if concat.groups:
@@ -284,7 +288,9 @@ def _check(model: nn.Module, inputs: tuple, expected) -> str:
     except RuntimeError as exc:       # code after a projection that needs its output contiguous (a .view over it)
         return f"the fused forward raises: {str(exc).splitlines()[0]}"
     error, allowed = output_error(expected, actual), tolerance(expected)
-    return "" if error <= allowed else f"the fused forward differs from the model's by {error:.3g} (tolerance {allowed:g})"
+    if error <= allowed:
+        return ""
+    return f"the fused forward differs from the model's by {error:.3g} (tolerance {allowed:g})"
 
 
 def unconcat_linears(model: nn.Module) -> nn.Module:

@@ -114,7 +114,7 @@ def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, com
         compiled = VARIANTS[verdict.use][2] is not None
         verdict.use_code = rewrites.use_code(verdict.use_code, applied, compiled)
         for rewrite in applied:
-            setattr(verdict, rewrite.kind.verdict_flag, rewrite.on_in(compiled))
+            setattr(verdict, rewrite.kind.report_key, rewrite.on_in(compiled))
     checked_error = ours.pop("checked_error")
     return {"variants": {name: result.to_json() for name, result in results.items()},
             "verdict": verdict.to_json(), "tolerance": allowed,

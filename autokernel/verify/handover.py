@@ -94,11 +94,12 @@ def checked_tables(tables) -> dict[str, tuple[str, str, list[manifest.RouteRecor
 
 def runnable(model: nn.Module, optimized_dir: str | Path, verdict: dict, inputs: tuple | None = None) -> nn.Module:
     """The model to run on the verdict's path (plugged in and compiled as it says, rewritten where the verdict's path
-    ran rewritten: its batch norms folded, its linears concatenated, each found on `inputs`), with its Choice attached."""
+    ran rewritten: its batch norms folded, its linears concatenated, each found on `inputs`), with its Choice
+    attached."""
     variant = verdict["use"]
     name, ours, mode = VARIANTS[variant]
     for kind in rewrites.KINDS:
-        if ours and verdict.get(kind.verdict_flag):
+        if ours and verdict.get(kind.report_key):
             if inputs is None:
                 raise ValueError(f"the verdict's path runs with {kind.name}, which is found on a forward: pass the "
                                  "sample inputs")

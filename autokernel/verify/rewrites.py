@@ -32,7 +32,7 @@ from autokernel.routing.linear_concat import LinearConcat, concat_linears, uncon
 from autokernel.routing.manifest import RouteRecord
 from autokernel.verify.route_table import NOT_TIMED_ON_CPU
 
-NOT_TIMED = "a rewrite of the model's parameters: no call of its own to time, judged end to end only"
+NOT_TIMED = "a rewrite of the model: no call of its own to time, judged end to end only"
 OFF_UNDER_ALL = "off under the \"all\" policy: rewritten, the ops it covers would hide from their kernels"
 
 
@@ -40,8 +40,7 @@ OFF_UNDER_ALL = "off under the \"all\" policy: rewritten, the ops it covers woul
 class Kind:
     """One rewrite as verify knows it: its route record's name, its report section, the verdict's flag, its code."""
     name: str                        # the kernel name its route record goes under
-    report_key: str                  # its summary in verify's report (router summary's sections)
-    verdict_flag: str                # Verdict's field: the path to use runs with it on
+    report_key: str                  # its summary in verify's report, and Verdict's field: the path runs with it on
     use_code: str                    # the verdict's code for it
     items_key: str                   # what its summary lists: its folds, its groups
     verb: str                        # "fold bn into conv", "concat q + k + v": its route record's site
@@ -52,11 +51,11 @@ class Kind:
 
 
 BATCH_NORM_FOLDING = Kind(
-    "batch norm folding", "batch_norm_folding", "batch_norm_folding", "autokernel.fold_batch_norms(model, inputs)",
+    "batch norm folding", "batch_norm_folding", "autokernel.fold_batch_norms(model, inputs)",
     "folds", "fold", lambda model: any(isinstance(m, _BatchNorm) for m in model.modules()), fold_batch_norms,
     unfold_batch_norms, lambda folding: folding.folds)
 LINEAR_CONCAT = Kind(
-    "linear concatenation", "linear_concat", "concatenated_linears", "autokernel.concat_linears(model, inputs)",
+    "linear concatenation", "linear_concat", "autokernel.concat_linears(model, inputs)",
     "groups", "concat", lambda model: sum(isinstance(m, nn.Linear) for m in model.modules()) > 1, concat_linears,
     unconcat_linears, lambda concat: concat.groups)
 # Applied in this order (a linear a batch norm folds into is patched already, so it is not concatenated), and undone
