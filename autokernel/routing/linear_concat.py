@@ -10,16 +10,20 @@ fusions only when listed in pre_grad_fusion_options, empty by default.
 Which linears share an input is found by watching one real forward, not from their names: every
 nn.Linear's pre-hook notes the tensor it reads (the Python object, its version, data pointer, shape and
 stride; the object through a weak reference, so that an id reused by a later tensor is told apart without
-keeping every layer's activations alive as a forward with gradients would). Linears of the same dtype, device and input
-width, all with a bias or all without, that read the same tensors on every call of the watched forward
-form a group. The first of a group to be called (its leader) computes the one GEMM and hands each sibling
-its slice, noted in the sibling's slot with the input it was computed from; a sibling takes its slice only
-when it is called on that very input object, unchanged since (its version, checked eagerly: Dynamo cannot
-trace a version), and runs as it is otherwise. So wherever the fused path did not run (a call with
+keeping every layer's activations alive). Linears of the same dtype, device and input width, all with a
+bias or all without, that read the same tensors on every call of the watched forward form a group.
+
+Why the linears' forwards and not their parent's: the parent's code (an attention, an MLP) is the model's
+own and differs in every architecture, while nn.Linear's is one. So the first of a group to be called (its
+leader) computes the one GEMM and hands each sibling its slice, noted in the sibling's slot with the input
+it was computed from, as batch norm folding hands a layer's output to its batch norm; a sibling takes its
+slice only when it is called on that very input object, unchanged since (its version, checked eagerly:
+Dynamo cannot trace a version, so under torch.compile an input changed in place between two projections
+is not seen), and runs as it is otherwise. So wherever the fused path did not run (a call with
 gradients, training mode, the rewrite off in a mode, PyTorch's own path timed beside ours, a sibling
-called on another input), each linear computes what it always did. The parent modules' forwards are not
-touched, so any model's code (Hugging Face or not) keeps working; Dynamo traces the identity tests as
-constants, and a group whose siblings all run in one graph leaves no tensor in a slot after it.
+called on another input), each linear computes what it always did. Dynamo traces the identity tests as
+constants: no state of the data enters the graph, and a group whose siblings all run in one graph
+leaves no tensor in a slot after it (nothing for CUDA graphs to keep alive between replays).
 
 No weight is copied: the group's weight is one new tensor, and each linear's weight (and bias) is made a
 view of its rows, so the model holds no more memory than before and an in-place update of a weight (a
@@ -269,7 +273,15 @@ def concat_linears(model: nn.Module, inputs, bypassed: Callable[[], bool] = lamb
         found, rejected, output = find_linear_groups(model, lambda: model(*inputs))
         expected = detached_copy(output)          # the next forward may reuse the output's memory
         del output                                # one copy of a (large) output held, not two
-        concat = LinearConcat([_fuse(paths, linears) for paths, linears in found], rejected, bypassed)
+        groups = []
+        try:
+            for paths, linears in found:
+                groups.append(_fuse(paths, linears))
+        except BaseException:               # out of memory for one fused weight: the others' weights back too
+            for group in groups:
+                _unfuse(group)
+            raise
+        concat = LinearConcat(groups, rejected, bypassed)
         setattr(model, CONCAT_ATTRIBUTE, concat)
         if concat.groups:
             why = _check(model, inputs, expected)
@@ -285,8 +297,8 @@ def _check(model: nn.Module, inputs: tuple, expected) -> str:
     """Why the fused forward is not the model's ("" when it matches within the output's tolerance)."""
     try:
         actual = model(*inputs)
-    except RuntimeError as exc:       # code after a projection that needs its output contiguous (a .view over it)
-        return f"the fused forward raises: {str(exc).splitlines()[0]}"
+    except Exception as exc:          # code after a projection that needs its output contiguous (a .view over it)
+        return f"the fused forward raises {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
     error, allowed = output_error(expected, actual), tolerance(expected)
     if error <= allowed:
         return ""

@@ -1,7 +1,7 @@
 """Linears that read one input run as one GEMM (autokernel.concat_linears): each model with and without it, paired.
 
     python benchmarks/end_to_end.py linear-concat [--only NAME ...] [--modes eager compile cudagraphs] [--out DIR]
-                                                  [--tiny]
+                                                  [--tiny --backend aot_eager]
 
 For each model (fp16, eval, no gradients) the same model object is timed with the rewrite off and on, repeat by
 repeat in turn (autokernel/verify/latency.py paired: a drifting machine moves both alike), eagerly, under
@@ -56,7 +56,7 @@ def build(name: str, tiny: bool):
     return model, (torch.randint(0, config.vocab_size, (batch, seq), device=device),)
 
 
-def measure(name: str, modes: list[str], tiny: bool = False) -> dict:
+def measure(name: str, modes: list[str], tiny: bool = False, backend: str = "inductor") -> dict:
     from autokernel.routing.linear_concat import concat_linears, unconcat_linears
     from autokernel.routing.outputs import output_error, tolerance
     from autokernel.verify import latency
@@ -68,7 +68,8 @@ def measure(name: str, modes: list[str], tiny: bool = False) -> dict:
         concat = concat_linears(model, inputs)
         row = {"model": name, "groups": len(concat.groups), "rejected": concat.rejected, "modes": {}}
         for mode in modes:
-            run = model if MODES[mode] is None else torch.compile(model, mode=MODES[mode])
+            run = (model if MODES[mode] is None else torch.compile(model, mode=MODES[mode]) if backend == "inductor"
+                   else torch.compile(model, backend=backend))
 
             def call(on: bool, run=run):
                 concat.eager = concat.compiled = on
@@ -99,6 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", nargs="*", choices=list(MODES), default=list(MODES))
     parser.add_argument("--out", help="folder for rows.jsonl (default: $OUT/linear_concat)")
     parser.add_argument("--tiny", action="store_true", help="tiny float32 models on the CPU: a smoke run")
+    parser.add_argument("--backend", default="inductor", help="torch.compile's backend (aot_eager: a CPU smoke run)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -106,7 +108,7 @@ def main(args: argparse.Namespace) -> int:
     out = env_out("linear_concat", args.out)
     print(f"{info.device}, {info.versions()}: speedup = rewrite off / on, median of paired repeats (spread)")
     for name in args.only or list(MODELS):
-        row = measure(name, args.modes, args.tiny)
+        row = measure(name, args.modes, args.tiny, args.backend)
         cells = [f"{mode} {m['off_ms']:.3f} -> {m['on_ms']:.3f} ms = {m['speedup']:.3f}x ({m['spread']:.1%}; "
                  f"error {m['error_on']:.2g} of {m['tolerance']:g})" for mode, m in row["modes"].items()]
         print(f"{name}: {row['groups']} groups, {row['seconds']} s; " + "; ".join(cells), flush=True)
