@@ -152,3 +152,8 @@ def test_linears_concatenated_are_a_route_of_their_own_kept_only_where_faster(tm
     with torch.no_grad():
         assert all(output_error(e, a) <= tolerance(e) for e, a in zip(expected, handed(*inputs)))
     assert (linear_concat.concat_of(model) is not None) is faster
+
+
+def test_the_route_table_names_the_first_rewrites_and_counts_the_rest():
+    assert rewrites._site("concat", ["a + b", "c + d", "e + f", "g + h"]) == "concat a + b, c + d and 2 more"
+    assert rewrites._site("fold", ["bn into conv"]) == "fold bn into conv"

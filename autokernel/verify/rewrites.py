@@ -107,10 +107,17 @@ def rewrite(kind: Kind, model: nn.Module, inputs: tuple, policy: str, on_gpu: bo
         rewritten.trying = policy != ALL and on_gpu
         why = NOT_TIMED if on_gpu else NOT_TIMED_ON_CPU
         rewritten.record = RouteRecord(shape={kind.items_key: len(items)}, dtype=dtype_name(parameter.dtype),
-                                       site=f"{kind.verb} {', '.join(item.label for item in items)}",
+                                       site=_site(kind.verb, [item.label for item in items]),
                                        calls=len(items), why=why if policy != ALL else OFF_UNDER_ALL)
     rewritten.off()
     return rewritten
+
+
+def _site(verb: str, labels: list[str], shown: int = 2) -> str:
+    """The route table's site: the first few of what it rewrote (its report section lists them all), so that a
+    32-layer model's 64 groups of linears do not make a row of kilobytes."""
+    more = f" and {len(labels) - shown} more" if len(labels) > shown else ""
+    return f"{verb} {', '.join(labels[:shown])}{more}"
 
 
 def undo_all(model: nn.Module) -> nn.Module:
