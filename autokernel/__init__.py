@@ -1,6 +1,7 @@
 """AutoKernel: makes a PyTorch model faster by optimizing its hottest GPU kernels; the package's public entry points."""
 
-_PUBLIC = ("optimize", "plug_in", "unplug", "compile_backend", "fold_batch_norms", "unfold_batch_norms")
+_PUBLIC = ("optimize", "plug_in", "unplug", "compile_backend", "fold_batch_norms", "unfold_batch_norms",
+           "concat_linears", "unconcat_linears")
 
 
 def __getattr__(name: str):

@@ -4,6 +4,7 @@
     model = autokernel.optimize(model, sample_inputs, budget_hours=2)   # profile, optimize, plug in
     model = autokernel.plug_in(model)                                   # kernels from optimized_kernels/
     autokernel.fold_batch_norms(model, sample_inputs)                   # eval mode: batch norms into their layers
+    autokernel.concat_linears(model, sample_inputs)                     # eval mode: q, k, v (gate, up) as one GEMM
 
 optimize() runs what `autokernel optimize` runs (autokernel/search/session.py), with the same run
 settings: it checks everything first (the repository, the agent and its endpoint) and writes
@@ -33,12 +34,14 @@ from torch import nn
 
 from autokernel.core import paths
 from autokernel.routing.bn_folding import fold_batch_norms, unfold_batch_norms
+from autokernel.routing.linear_concat import concat_linears, unconcat_linears
 from autokernel.routing.manifest import PlugInError
 from autokernel.routing.plugin import compile_backend, plug_in, unplug
 from autokernel.sandbox.child_env import SANDBOXED_CHILD_VARIABLE
 from autokernel.verify import handover, isolated
 
-__all__ = ["optimize", "plug_in", "unplug", "compile_backend", "fold_batch_norms", "unfold_batch_norms"]
+__all__ = ["optimize", "plug_in", "unplug", "compile_backend", "fold_batch_norms", "unfold_batch_norms",
+           "concat_linears", "unconcat_linears"]
 BACKENDS = paths.BACKENDS
 DEFAULT_BUDGET_HOURS = 8
 

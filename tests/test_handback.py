@@ -86,7 +86,7 @@ def test_route_tables_that_are_not_are_refused_before_the_manifest_is_touched(tm
 
 _VERDICT = {"summary": "no gain: use torch.compile", "pytorch_best": None, "autokernel_best": None, "speedup": None,
             "use": "compile", "use_code": "torch.compile(model)", "faster": False, "timings_meaningful": False,
-            "batch_norm_folding": False}
+            "batch_norm_folding": False, "linear_concat": False}
 _COMPARED = {"checked": {"passed": True, "max_error": 0.0}, "tolerance": 1e-2, "verdict": _VERDICT}
 
 
@@ -98,8 +98,10 @@ _COMPARED = {"checked": {"passed": True, "max_error": 0.0}, "tolerance": 1e-2, "
     {**_COMPARED, "verdict": {**_VERDICT, "faster": "yes"}},
     {key: value for key, value in _COMPARED.items() if key != "checked"},
     {**_COMPARED, "verdict": {**_VERDICT, "batch_norm_folding": "yes"}},
+    {**_COMPARED, "verdict": {**_VERDICT, "linear_concat": 1}},
+    {**_COMPARED, "verdict": {k: v for k, v in _VERDICT.items() if k != "linear_concat"}},
 ], ids=["passed-not-bool", "tolerance-not-number", "use-not-a-variant", "verdict-short", "faster-not-bool",
-        "no-check", "folding-not-bool"])
+        "no-check", "folding-not-bool", "concat-not-bool", "concat-missing"])
 def test_a_comparison_that_is_not_one_fails_the_sandboxed_check(tmp_path, monkeypatch, compared):
     """autokernel.optimize's check runs the kept kernels in the child: what it sends back is read as data, checked,
     and anything else fails the check (optimize then hands back PyTorch's own path), never a KeyError or a string

@@ -85,10 +85,11 @@ def test_tiny_llama_with_the_starter_kernels_passes(tmp_path, capsys):
     assert set(report["variants"]) == {"eager", "ours"} and report["variants"]["ours"]["ms"] > 0
     assert report["timings_meaningful"] is False and not report["verdict"]["faster"]
     assert report["verdict"]["summary"].startswith("no speed verdict")
-    # The route table lists every signature the kernels met, with the calls per forward.
+    # The route table lists every signature the kernels met, with the calls per forward, and the rewrites (off under
+    # "all": autokernel/verify/rewrites.py): q, k and v, and gate and up, each read one input.
     assert {(row["kernel"], row["calls"]) for row in report["route_table"]} == {
         ("1_rmsnorm", 3), ("2_matmul", 4), ("2_matmul", 1), ("3_flash_attention", 1), ("4_fused_mlp", 1),
-        ("5_rotary_embedding", 2)}
+        ("5_rotary_embedding", 2), ("linear concatenation", 2)}
     assert report["versions"]["torch"] == torch.__version__ and report["inputs"] == [{"shape": [1, 8],
                                                                                        "dtype": "int64"}]
     out = capsys.readouterr().out

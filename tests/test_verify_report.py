@@ -121,3 +121,14 @@ def test_the_batch_norms_folded_and_those_not_are_printed_with_why(monkeypatch):
     print_report(report, report_console(out))
     assert ("batch norm folding: 1 folded, on eager; blocks.0.bn2 not folded: blocks.0.conv2: its output is "
             "returned") in out.getvalue()
+
+
+def test_the_linears_concatenated_and_those_not_are_printed_with_why(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)      # pytest-xdist's workers set it: the line would wrap
+    report = VerifyReport.from_json({**wide_report().to_json(), "linear_concat": {
+        "groups": ["attn.q + attn.k + attn.v"], "rejected": {"mlp.up": "shares an input with mlp.gate but not ..."},
+        "eager": False, "compiled": True}})
+    out = io.StringIO()
+    print_report(report, report_console(out))
+    assert ("linear concatenation: 1 groups run as one GEMM each, on compiled; mlp.up not concatenated: shares an "
+            "input with mlp.gate but not ...") in out.getvalue()

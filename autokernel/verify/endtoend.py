@@ -10,8 +10,8 @@ their spread) and its output checked against the original's. The steps:
   3. time our kernel against PyTorch's op at each signature (autokernel/verify/route_table.py);
   4. keep, mode by mode, only the winners that make the whole model faster (autokernel/verify/selection.py),
      and time our three variants with them ("measured" policy; "all" skips 3 and 4 and routes all); the
-     model's batch norms folded into the layers before them are one more candidate there
-     (autokernel/verify/rewrites.py);
+     model's batch norms folded into the layers before them, and its linears that read one input run as one
+     GEMM, are more candidates there (autokernel/verify/rewrites.py);
   5. name PyTorch's best and AutoKernel's best, and say which one to use.
 With `overhead`, step 2's all-routed model is also timed eagerly and under CUDA graphs and set
 against the sum of its parts (overhead.py). Without a GPU, compile and CUDA-graph variants that
@@ -94,23 +94,27 @@ def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, com
                 _profiler_of(profiled, log) if variant == "compile" and on_gpu and compile_backend == INDUCTOR
                 else None))
     found = drops.contained(HEADROOM, "torch.compile's forward", lambda: _headroom(results, profiled))
-    ours, rewrite = None, None
+    ours, applied = None, []
     if plug_in is not None:
-        # Folded before the kernels are plugged in, unfolded after they are taken out (handover.compare): patches
+        # Rewritten before the kernels are plugged in, undone after they are taken out (handover.compare): patches
         # come off in the order opposite to the one they went on in.
-        rewrite = drops.contained(REWRITE, rewrites.NAME, lambda: rewrites.batch_norm_folding(
-            model, inputs, policy, on_gpu))
+        for kind in rewrites.KINDS:
+            made = drops.contained(REWRITE, kind.name, lambda kind=kind: rewrites.rewrite(
+                kind, model, inputs, policy, on_gpu))
+            applied += [made] if made is not None else []
         ours = _ours_contained(model, inputs, plug_in, names, backend, results, expected, allowed, on_gpu=on_gpu,
-                               policy=policy, overhead=overhead, log=log, drops=drops, rewrite=rewrite)
+                               policy=policy, overhead=overhead, log=log, drops=drops, applied=applied)
     if ours is None:          # no kernel of ours ran: PyTorch's best, still with a verdict
         ours = _nothing_of_ours(names, results, policy)
     routed_any = ours.pop("routed_any")
     verdict = choose(results, allowed, on_gpu, routed_any)
     if ours.pop("regions") and verdict.use in variants.HOW_TO_USE_WITH_REGIONS:
         verdict.use_code = variants.HOW_TO_USE_WITH_REGIONS[verdict.use]
-    if rewrite is not None and VARIANTS[verdict.use][1]:
-        folded = rewrite.folding.compiled if VARIANTS[verdict.use][2] else rewrite.folding.eager
-        verdict.use_code, verdict.batch_norm_folding = rewrites.use_code(verdict.use_code, folded), folded
+    if VARIANTS[verdict.use][1]:
+        compiled = VARIANTS[verdict.use][2] is not None
+        verdict.use_code = rewrites.use_code(verdict.use_code, applied, compiled)
+        for rewrite in applied:
+            setattr(verdict, rewrite.kind.report_key, rewrite.on_in(compiled))
     checked_error = ours.pop("checked_error")
     return {"variants": {name: result.to_json() for name, result in results.items()},
             "verdict": verdict.to_json(), "tolerance": allowed,
@@ -120,7 +124,7 @@ def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, com
 
 
 def _ours_contained(model, inputs, plug_in, names, backend, results, expected, allowed, *, on_gpu, policy, overhead,
-                    log, drops: Drops, rewrite: rewrites.Rewrite | None = None) -> dict | None:
+                    log, drops: Drops, applied: list[rewrites.Rewrite] = ()) -> dict | None:
     """Our part of the comparison (_ours) with every kernel that loads; when it raises, each kernel is tried alone,
     those that fail alone are dropped, and the rest go again (all of them, when none fails alone: the failure is
     their sum). None when no kernel is left."""
@@ -135,10 +139,10 @@ def _ours_contained(model, inputs, plug_in, names, backend, results, expected, a
             if not router.kernels:
                 return None
             return _ours(model, inputs, router, names, backend, results, expected, allowed, on_gpu=on_gpu,
-                         policy=policy, overhead=overhead, log=log, drops=drops, rewrite=rewrite)
+                         policy=policy, overhead=overhead, log=log, drops=drops, applied=applied)
         except Exception as exc:     # the routed model's forward, or a step on it, broke: find the kernels that did it
-            if rewrite is not None:
-                rewrite.off()        # the kernels are tried alone as the check runs them: unfolded
+            for rewrite in applied:
+                rewrite.off()        # the kernels are tried alone as the check runs them: not rewritten
             for variant in (v for v in names if VARIANTS[v][1]):
                 results.pop(variant, None)
             plugged = router_of(model)
@@ -174,14 +178,14 @@ def _nothing_of_ours(names: list[str], results: dict[str, VariantResult], policy
 
 
 def _ours(model, inputs, router, names, backend, results, expected, allowed, *, on_gpu, policy, overhead, log,
-          drops: Drops, rewrite: rewrites.Rewrite | None = None) -> dict:
+          drops: Drops, applied: list[rewrites.Rewrite] = ()) -> dict:
     """Steps 2 to 4 with the kernels plugged into the model (router): the check, the route table, the selection,
     and our variants timed; a figure that raises is dropped (a variant's own failure is in its result). The
-    rewrite, if any, is off until the selection (or, without one, its record's flags) turns it on."""
-    if rewrite is not None:
+    rewrites are off until the selection (or, without one, their records' flags) turns them on."""
+    for rewrite in applied:
         rewrite.off()
-        rewrite.folding.bypassed = lambda: router.bypass      # PyTorch's own path, timed in turn, runs unfolded
-        rewrite.folding.eager_trace = lambda: router.regions is not None and router.regions.tracing_eagerly
+        rewrite.applied.bypassed = lambda: router.bypass      # PyTorch's own path, timed in turn, runs as it is
+        rewrite.applied.eager_trace = lambda: router.regions is not None and router.regions.tracing_eagerly
     with torch.no_grad():
         if router.folding is not None or router.regions is not None:
             # The first call with these inputs is watched for folded norms (run unfolded), and the first
@@ -197,8 +201,9 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
             torch.cuda.empty_cache()
         checked = router.summary()
         records = route_table.measure(router, on_gpu, log, drops)
-        if rewrite is not None and rewrite.record is not None:
-            records[rewrites.NAME] = [rewrite.record]
+        for rewrite in applied:
+            if rewrite.record is not None:
+                records[rewrite.kind.name] = [rewrite.record]
 
     def run_ours(variant: str, paired: bool = False) -> VariantResult:
         log(f"timing {VARIANTS[variant][0]}")
@@ -221,7 +226,7 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
 
     def forget() -> None:
         router.forget_decisions()
-        if rewrite is not None:
+        for rewrite in applied:
             rewrite.sync()
     forget()
     trials = []
@@ -230,7 +235,7 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
         for mode, variant in (("eager", "ours"), ("compiled", compiled_variant)):
             if variant is None:
                 continue
-            if rewrite is not None:
+            for rewrite in applied:
                 rewrite.candidate(mode)
             kept, mode_trials = drops.contained(SELECTION, f"the {mode} routes", lambda: selection.select(
                 mode, records, variant, lambda v: run_ours(v, paired=True), forget, allowed, log),
@@ -246,8 +251,8 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
             variant, failed="nothing routed: no kernel made the model faster in this mode")
     routing = drops.contained(COUNTS, "one forward's hits and fallbacks", lambda: _one_forward_counts(
         router, model, inputs), default=router.summary())
-    if rewrite is not None:
-        routing[rewrites.REPORT_KEY] = rewrite.summary()
+    for rewrite in applied:
+        routing[rewrite.kind.report_key] = rewrite.summary()
     return {"routed_any": any(routed.values()), "regions": router.regions is not None, "checked_error": checked_error,
             "checked": checked, "routing": routing, "route_table": _table_rows(records),
             "selection": [trial.to_json() for trial in trials], "records": records, **extra}

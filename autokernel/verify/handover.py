@@ -20,9 +20,8 @@ import torch
 from torch import nn
 
 from autokernel.routing import manifest, plugin
-from autokernel.routing.bn_folding import fold_batch_norms, unfold_batch_norms
 from autokernel.routing.decisions import MEASURED
-from autokernel.verify import endtoend
+from autokernel.verify import endtoend, rewrites
 from autokernel.verify.containment import Drops
 from autokernel.verify.variants import INDUCTOR, VARIANTS
 
@@ -65,7 +64,7 @@ def compare(model: nn.Module, inputs: tuple, optimized_dir: str | Path | None, *
                   for kernel in router.kernels} if on_gpu and router is not None else {}
     finally:
         plugin.unplug(model)
-        unfold_batch_norms(model)      # after the kernels: it went on before them (verify/rewrites.py)
+        rewrites.undo_all(model)       # after the kernels: they went on before them (verify/rewrites.py)
     return compared, tables
 
 
@@ -94,15 +93,17 @@ def checked_tables(tables) -> dict[str, tuple[str, str, list[manifest.RouteRecor
 
 
 def runnable(model: nn.Module, optimized_dir: str | Path, verdict: dict, inputs: tuple | None = None) -> nn.Module:
-    """The model to run on the verdict's path (plugged in and compiled as it says, its batch norms folded where the
-    verdict's path ran folded: found on `inputs`), with its Choice attached."""
+    """The model to run on the verdict's path (plugged in and compiled as it says, rewritten where the verdict's path
+    ran rewritten: its batch norms folded, its linears concatenated, each found on `inputs`), with its Choice
+    attached."""
     variant = verdict["use"]
     name, ours, mode = VARIANTS[variant]
-    if ours and verdict["batch_norm_folding"]:
-        if inputs is None:
-            raise ValueError("the verdict's path runs with the batch norms folded, which are found on a forward: "
-                             "pass the sample inputs")
-        fold_batch_norms(model, inputs)
+    for kind in rewrites.KINDS:
+        if ours and verdict.get(kind.report_key):
+            if inputs is None:
+                raise ValueError(f"the verdict's path runs with {kind.name}, which is found on a forward: pass the "
+                                 "sample inputs")
+            kind.apply(model, inputs)
     if ours:
         plugin.plug_in(model, optimized_dir)
     backend = plugin.compile_backend(model, mode or "default") if ours else "inductor"

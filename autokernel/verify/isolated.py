@@ -292,7 +292,8 @@ def _checked_comparison(compared: dict) -> dict:
                   and isinstance(compared.get("tolerance"), (int, float)) and isinstance(verdict, dict)
                   and Verdict(**verdict).use in VARIANTS and isinstance(verdict["summary"], str)
                   and isinstance(verdict["use_code"], str) and type(verdict["faster"]) is bool
-                  and type(verdict["batch_norm_folding"]) is bool)
+                  and type(verdict["batch_norm_folding"]) is bool
+                  and type(verdict.get("linear_concat")) is bool)
     except TypeError:              # a verdict without the fields a Verdict has, or with others
         usable = False
     if not usable:

@@ -26,6 +26,7 @@ class Verdict:
     faster: bool
     timings_meaningful: bool
     batch_norm_folding: bool            # the path to use runs with the model's batch norms folded (rewrites.py)
+    linear_concat: bool = False         # ... with its linears that read one input run as one GEMM (rewrites.py)
 
     def to_json(self) -> dict:
         return asdict(self)

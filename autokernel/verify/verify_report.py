@@ -70,14 +70,19 @@ def print_report(report: VerifyReport, console: Console) -> None:
 
 
 def _print_folds(report: VerifyReport, console: Console) -> None:
-    """The batch norms folded into the layers before them (verify/rewrites.py), where on, and those not folded."""
-    folding = (report.extra or {}).get("batch_norm_folding")
-    if not folding:
-        return
-    modes = [mode for mode in ("eager", "compiled") if folding.get(mode)]
-    console.print(f"batch norm folding: {len(folding['folds'])} folded, on {' and '.join(modes) or 'in no mode'}"
-                  + "".join(f"; {escape(path)} not folded: {escape(why)}"
-                            for path, why in sorted(folding["rejected"].items())))
+    """Each rewrite (verify/rewrites.py): what it rewrote (batch norms folded, linears concatenated), where on, and
+    what it left as it is, and why."""
+    # (report section, name, what it lists, what each is, what one left out is)
+    for key, name, listed, done, left in (
+            ("batch_norm_folding", "batch norm folding", "folds", "folded", "not folded"),
+            ("linear_concat", "linear concatenation", "groups", "groups run as one GEMM each", "not concatenated")):
+        rewrite = (report.extra or {}).get(key)
+        if not rewrite:
+            continue
+        modes = [mode for mode in ("eager", "compiled") if rewrite.get(mode)]
+        console.print(f"{name}: {len(rewrite[listed])} {done}, on {' and '.join(modes) or 'in no mode'}"
+                      + "".join(f"; {escape(path)} {left}: {escape(why)}"
+                                for path, why in sorted(rewrite["rejected"].items())))
 
 
 def _print_dropped(report: VerifyReport, console: Console) -> None:
