@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from autokernel.routing.bn_folding import fold_batch_norms, folded_parameters, folding_of, unfold_batch_norms
-from autokernel.routing.patching import RUNS, runs_of
+from autokernel.core.patching import RUNS, runs_of
 from autokernel.routing.outputs import output_error, tolerance
 from benchmarks.zoo import cnn
 
@@ -278,7 +278,7 @@ def _guard_lines(model: nn.Module, inputs: tuple) -> int:
 def test_a_compiled_folded_model_checks_few_more_guards_than_the_model_itself():
     # A forward patched on the instance cost ~29 guard lines a module (its closure's cells, its partial's function and
     # arguments), checked before every compiled call: ResNet-18 with 20 folds, 1865 -> 3043 lines (torch 2.13). Patched
-    # modules swap their class instead (autokernel/routing/patching.py): ~16 a module (2501), the run's record.
+    # modules swap their class instead (autokernel/core/patching.py): ~16 a module (2501), the run's record.
     model = _with_statistics(cnn.get_model("resnet18", "tiny"))
     inputs = tuple(cnn.get_inputs("resnet18", "tiny"))
     plain = _guard_lines(model, inputs)

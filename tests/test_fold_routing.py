@@ -8,7 +8,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel.routing import patching
+from autokernel.core import patching
 from autokernel.routing import plugin  # noqa: E402
 from autokernel.routing.decisions import ALL, NOT_MEASURED  # noqa: E402
 from autokernel.routing.outputs import output_error, tolerance  # noqa: E402

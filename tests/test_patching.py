@@ -5,7 +5,7 @@ import inspect
 import torch
 from torch import nn
 
-from autokernel.routing import patching
+from autokernel.core import patching
 
 
 class Tagger:

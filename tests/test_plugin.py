@@ -9,7 +9,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel.routing import patching
+from autokernel.core import patching
 from autokernel.core.paths import MANIFEST_NAME, ROOT  # noqa: E402
 from autokernel.profile.models import load_model  # noqa: E402
 from autokernel.routing import manifest, plugin  # noqa: E402

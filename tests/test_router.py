@@ -8,7 +8,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel.routing import patching
+from autokernel.core import patching
 from autokernel.routing import plugin  # noqa: E402
 from autokernel.routing.decisions import ALL, call_signature  # noqa: E402
 from tests.test_plugin import LLAMA_SHAPES, SEQ, reference_sources, tiny_llama, write_optimized  # noqa: E402

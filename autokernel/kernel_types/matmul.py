@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from autokernel.core import patching
 from autokernel.core.dtypes import pytorch_fp32_matmul_uses_tf32
 from autokernel.kernel_types import references as reference
 from autokernel.kernel_types.base import (Adversarial, Inputs, KernelType, ModuleVariant, Reading, Recognition,
@@ -141,7 +142,9 @@ def _launch_matmul(fn, input, other, *, out=None):
 
 
 def module_variants(module: nn.Module, verified_shapes: list[dict]) -> list[ModuleVariant]:
-    if type(module) is not nn.Linear:      # a subclass may compute something else (quantized, LoRA...)
+    # A subclass may compute something else (quantized, LoRA...); a Linear whose class only our own patches swapped
+    # (autokernel/core/patching.py: a fold, a concatenation) is still one.
+    if patching.original_class(type(module)) is not nn.Linear:
         return []
 
     def read(x):

@@ -14,6 +14,7 @@ import math
 import torch
 from torch import nn
 
+from autokernel.core import patching
 from autokernel.kernel_types import norms, references as reference
 from autokernel.kernel_types.base import Adversarial, FoldType, KernelType, Reading, normal
 
@@ -62,7 +63,9 @@ def rmsnorm_linear_flops(s) -> float:
 
 # --------------------------------------------------------------------------- the fold
 def is_plain_linear(module: nn.Module) -> bool:
-    return type(module) is nn.Linear      # a subclass may compute something else (quantized, LoRA...)
+    # A subclass may compute something else (quantized, LoRA...); a Linear whose class only our own patches swapped
+    # (autokernel/core/patching.py: a fold, a concatenation) is still one.
+    return patching.original_class(type(module)) is nn.Linear
 
 
 def read_rmsnorm_linear(norm: nn.Module, linear: nn.Linear, x) -> Reading | str:

@@ -22,7 +22,7 @@ only. A batch norm in training mode or without running statistics, a transposed 
 convolution, a linear whose output is not (batch, features), or a call that needs gradients, is not
 folded: each is dropped with its reason (`rejected`) or runs unfolded on that call.
 
-As the norm folds do, the layer's forward (patched as the router's are: autokernel/routing/patching.py)
+As the norm folds do, the layer's forward (patched as the router's are: autokernel/core/patching.py)
 hands its folded output on, noted as `handed`; the batch norm returns its input unchanged only when it
 receives exactly that tensor object, and runs as it is otherwise. So wherever the folded path did not
 run (a call with gradients, the model in training mode, the fold turned off for a mode, PyTorch's own
@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from autokernel.routing import patching
+from autokernel.core import patching
 from autokernel.routing.norm_folding import find_folds
 from autokernel.routing.outputs import detached_copy, output_error, tolerance
 

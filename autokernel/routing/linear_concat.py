@@ -50,10 +50,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from autokernel.core import patching
 from autokernel.routing.outputs import detached_copy, output_error, tolerance
 
 CONCAT_ATTRIBUTE = "_autokernel_linear_concat"
-_NOT_PATCHED = object()
 
 
 @dataclass
@@ -134,27 +134,16 @@ class LinearConcat:
         self.bypassed = bypassed
         self.eager = self.compiled = True
         self.hits = 0                              # eager calls of a leader that ran the fused GEMM
-        self._patches: list[tuple[nn.Module, object]] = []
-        for group in groups:
-            self._patch(group.linears[0], functools.partial(self._run_leader, group))
+        self._patches: list[tuple[nn.Module, patching.Run]] = []
+        for group in groups:         # their classes swapped, not their forwards patched: few guards when compiled
+            leader = group.linears[0]
+            self._patches.append((leader, patching.patch(leader, self, "_run_leader", group)))
             for i, linear in enumerate(group.linears[1:]):
-                self._patch(linear, functools.partial(self._run_sibling, group, i))
-
-    def _patch(self, module: nn.Module, run: Callable) -> None:
-        original = module.forward
-        self._patches.append((module, module.__dict__.get("forward", _NOT_PATCHED)))
-
-        @functools.wraps(original)
-        def forward(*args, **kwargs):
-            return run(original, args, kwargs)
-        module.forward = forward
+                self._patches.append((linear, patching.patch(linear, self, "_run_sibling", group, i)))
 
     def restore(self) -> None:
-        for module, previous in reversed(self._patches):
-            if previous is _NOT_PATCHED:
-                del module.forward
-            else:
-                module.forward = previous
+        for module, run in reversed(self._patches):
+            patching.unpatch(module, run)
         self._patches.clear()
         for group in self.groups:
             _unfuse(group)
@@ -206,10 +195,10 @@ class _Inputs:
 
 def _linear_problem(linear: nn.Module) -> str:
     """Why this module is not a plain linear whose forward can be taken over ("" when it is)."""
+    if "forward" in linear.__dict__ or patching.runs_of(linear):
+        return "its forward is patched already (a batch norm folded into it, or a kernel plugged in)"
     if type(linear) is not nn.Linear:
         return f"{type(linear).__name__} is a subclass of nn.Linear: its forward may compute something else"
-    if "forward" in linear.__dict__:
-        return "its forward is patched already (a batch norm folded into it, or a kernel plugged in)"
     if type(linear.weight.data) is not torch.Tensor or not linear.weight.is_floating_point():
         return f"its weight is a {type(linear.weight.data).__name__} of {linear.weight.dtype}, not a plain float tensor"
     return ""

@@ -31,10 +31,11 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from autokernel.core import patching
 from autokernel.kernel_types import registry
 from autokernel.kernel_types.base import Reading
 from autokernel.kernel_types.regions import store
-from autokernel.routing import patching, routes
+from autokernel.routing import routes
 from autokernel.routing.decisions import (MEASURED, POLICIES, Decision, KernelStats, ModuleRoute, Site, autocast_on,
                                            call_signature, capture_graph_op, copy_call, copy_fits, decide,
                                            first_call_mismatch, survives_a_launch)
