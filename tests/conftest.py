@@ -4,7 +4,7 @@ worker does, at its speed.
 
 (Session 13 tried the `slow` tests first with pytest-xdist handing out one test at a time: 23 minutes on two cores,
 and 26 without it on the same machine that afternoon, against 15.5 that morning; no gain shown, so xdist's own
-order stays.)
+order stays. How tests are handed out to the workers is pyproject.toml's --dist worksteal.)
 """
 
 from autokernel.core import interpreter

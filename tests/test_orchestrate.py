@@ -7,6 +7,7 @@ loop's rules, its budget and the order of its writes are tested in process, in t
 and tests/test_session.py.
 """
 
+import hashlib
 import json
 import os
 import signal
@@ -171,20 +172,30 @@ def _on_branch(project: Path, path: str) -> str:
     return _git(project, "show", f"autokernel/loop:{path}")
 
 
-def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path):
+# Issue 24: what an LLM rewarded for speed would try against what surrounds the judge. Each is a correct, one-launch
+# softmax: a PASS, were the judge fooled. Session two of the loop test below proposes them (a test of their own
+# profiled and benched a baseline again: one loop start less, issue 37).
+ROUND_TWO_ATTACKS = ["daemon_rewrites_verdict", "daemon_writes_after_the_run", "writes_verdict_through_proc_fd",
+                     "thread_outlives_kernel_fn"]
+
+
+def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill_and_rejects_the_attacks_on_the_judge(
+        tmp_path):
     project = copy_project(tmp_path / "project")
     model = tmp_path / "tiny_softmax.py"
     model.write_text(TINY_MODEL)
     caches = tmp_path / "caches"
     caches.mkdir()
     candidate_processes = str(project / "kernel.py")       # on the command line of bench.py, its worker and launcher
+    attacks = {name: (PROJECT / "tests" / "attacks" / f"{name}.py").read_text() for name in ROUND_TWO_ATTACKS}
+    reverts = 4 + len(attacks)        # session three's fourth revert ends the run
 
     with FakeLLMServer() as server:
         server.add_kernel_reply("one launch instead of eight", FASTER)
         server.add_kernel_reply("scale the output", WRONG)
         server.add_kernel_reply("wait for inspiration", _hanging("hang1"))
         # Session one (OpenAI) loses its terminal (SIGHUP) while bench.py runs the hanging kernel.
-        loop = _start_loop(project, model, "openai", server.openai_base_url, caches, "--max-reverts", "4",
+        loop = _start_loop(project, model, "openai", server.openai_base_url, caches, "--max-reverts", str(reverts),
                            "--target-speedup", "100", "--budget", "1h", "--experiment-timeout", "90s",
                            env_extra=SOURCE_CHECK_OFF)
         # The keep of exp 2 runs the user's-process check first (tens of seconds in the interpreter, on two busy cores).
@@ -201,25 +212,30 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
         state = json.loads((project / "workspace" / "state.json").read_text())
         assert state["experiment"] == 3 and state["current"]["experiments"] == 2 and not state["done"]
         assert state["kept_commit"] == _git(project, "rev-parse", "autokernel/loop").strip()
-        assert state["settings"]["max_consecutive_reverts"] == 4 and state["settings"]["base_url"] == server.openai_base_url
+        assert state["settings"]["max_consecutive_reverts"] == reverts
+        assert state["settings"]["base_url"] == server.openai_base_url
         assert _git(project, "branch", "--show-current").strip() == "main", "the user is back on their branch"
         assert _git(project, "log", "--format=%s", "autokernel/loop").splitlines() == [
             "exp 2: one launch instead of eight", "baseline 1_softmax: kernel_1_softmax.py", "init"]
         assert _on_branch(project, "kernel.py") == FASTER
         assert _git(project, "status", "--porcelain", "--untracked-files=no") == ""
 
-        # Session two (Anthropic) resumes with the run's settings; it is killed outright during the hang.
+        # Session two (Anthropic) resumes with the run's settings. It judges the attacks on what surrounds the judge
+        # (the source check, which refuses each before it runs, off: the sandbox behind it is what is tested), then
+        # is killed outright during the hang.
+        for name, source in attacks.items():
+            server.add_kernel_reply(name, source)
         server.add_kernel_reply("wait for inspiration again", _hanging("hang2"))
         loop = _start_loop(project, None, "anthropic", server.anthropic_base_url, caches, env_extra=SOURCE_CHECK_OFF)
         _wait_for_marker(caches, "hang2", loop, within_s=300)
         [launcher] = _children(loop.pid, "autokernel.sandbox.launcher")
         loop.kill()
         output, _ = loop.communicate(timeout=60)
-        assert "--agent anthropic overrides the run's openai" in output and "--max-reverts 4" in output
+        assert "--agent anthropic overrides the run's openai" in output and f"--max-reverts {reverts}" in output
         assert all_gone_within(candidate_processes) and gone_within(launcher), \
             "the bench child outlived the killed loop"
 
-        # Session three finishes the job: the kill left an unjudged experiment 4, which is judged anew. A reply
+        # Session three finishes the job: the kill left an unjudged experiment 8, which is judged anew. A reply
         # without code is asked for again once; unreadable twice, it is a row of its own, not a revert.
         server.add_kernel_reply("fewer characters", SYNTAX_ERROR)
         server.add_reply("I would try a larger block size next.")
@@ -233,16 +249,18 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
         # Its TIMEOUT row (below) says it ran; a rejected candidate's cache folder goes with its verdict.
         assert all_gone_within(candidate_processes) and not list(caches.glob("autokernel/candidates/*/hang3"))
         paths_asked = [request.path for request in server.requests]
-        assert [p.endswith("/chat/completions") for p in paths_asked] == [True] * 3 + [False] * 6
-        assert "could not be used: no ```python code block" in json.dumps(server.requests[6].body)
+        assert [p.endswith("/chat/completions") for p in paths_asked] == [True] * 3 + [False] * (6 + len(attacks))
+        assert "could not be used: no ```python code block" in json.dumps(server.requests[6 + len(attacks)].body)
         assert server.pending == 0
 
     rows = results.read_rows(project / "results.tsv")
     assert [(r["experiment"], r["status"], r["correctness"]) for r in rows] == [
-        (1, "baseline", "PASS"), (2, "keep", "PASS"), (3, "revert", "FAIL"), (4, "revert", "CRASH"),
-        (5, "revert", "FAIL"), (6, "revert", "TIMEOUT"), (7, "revert", "FAIL")]
-    assert rows[4]["description"] == "malformed reply"
-    assert [r["llm_tokens"] for r in rows] == [0, 150, 150, 150, 300, 150, 150]
+        (1, "baseline", "PASS"), (2, "keep", "PASS"), (3, "revert", "FAIL"),
+        *((4 + i, "revert", "FAIL") for i in range(len(attacks))),
+        (8, "revert", "CRASH"), (9, "revert", "FAIL"), (10, "revert", "TIMEOUT"), (11, "revert", "FAIL")]
+    assert [r["description"] for r in rows[3:7]] == ROUND_TWO_ATTACKS
+    assert rows[8]["description"] == "malformed reply"
+    assert [r["llm_tokens"] for r in rows] == [0, 150, 150, *[150] * len(attacks), 150, 300, 150, 150]
     assert all(r["tag"] == "loop" and r["kernel_type"] == "softmax" for r in rows)
     assert all(r["timings_meaningful"] is False for r in rows if r["correctness"] == "PASS")
     assert rows[1]["latency_us"] < rows[0]["latency_us"] / 2
@@ -258,49 +276,22 @@ def test_loop_keeps_reverts_logs_and_resumes_after_a_hangup_and_a_kill(tmp_path)
     assert manifest["shapes"] == [{"M": 4, "N": 64}] and manifest["dtypes"] == ["float32"]
     assert manifest["source_commit"] == exp2
     assert manifest["speedup_over_baseline"] > 2
-    assert "4 reverts in a row" in manifest["stopped_because"]
+    assert f"{reverts} reverts in a row" in manifest["stopped_because"]
     final_state = json.loads((project / "workspace" / "state.json").read_text())
-    # Nine replies were paid for; the two whose sessions were cut off mid-bench have no row.
-    assert final_state["done"] and final_state["experiment"] == 7 and final_state["llm_tokens"] == 9 * 150
-    assert _git(project, "status", "--porcelain", "--untracked-files=no") == ""
-    assert not [p for p in process_tree.process_table() if p in process_tree.descendants(os.getpid())
-                and runner.JUDGE_MODULE in Path(f"/proc/{p}/cmdline").read_text(errors="ignore")]
-
-
-# Issue 24: what an LLM rewarded for speed would try against what surrounds the judge. Each is a correct, one-launch
-# softmax, far faster than the slow starter: kept, if the judge were fooled.
-ROUND_TWO_ATTACKS = ["daemon_rewrites_verdict", "daemon_writes_after_the_run", "writes_verdict_through_proc_fd",
-                     "thread_outlives_kernel_fn"]
-
-
-def test_the_loop_rejects_every_attack_on_what_surrounds_the_judge_and_nothing_they_wrote_survives(tmp_path):
-    project = copy_project(tmp_path / "project")
-    model = tmp_path / "tiny_softmax.py"
-    model.write_text(TINY_MODEL)
-    caches = tmp_path / "caches"
-    attacks = {name: (PROJECT / "tests" / "attacks" / f"{name}.py").read_text() for name in ROUND_TWO_ATTACKS}
-    with FakeLLMServer() as server:
-        for name, source in attacks.items():
-            server.add_kernel_reply(name, source)
-        # The source check refuses every one of them before it runs: off, so the sandbox behind it is what is tested.
-        loop = _start_loop(project, model, "openai", server.openai_base_url, caches, "--max-reverts",
-                           str(len(attacks)), "--target-speedup", "100", "--budget", "1h", env_extra=SOURCE_CHECK_OFF)
-        output, _ = loop.communicate(timeout=900)
-    assert loop.returncode == 0, output
-    rows = results.read_rows(project / "results.tsv")
-    assert [(r["description"], r["status"], r["correctness"]) for r in rows[1:]] == [
-        ("daemon_rewrites_verdict", "revert", "FAIL"), ("daemon_writes_after_the_run", "revert", "FAIL"),
-        ("writes_verdict_through_proc_fd", "revert", "FAIL"), ("thread_outlives_kernel_fn", "revert", "FAIL")], output
-    assert _git(project, "log", "--format=%s", "autokernel/loop").splitlines()[-2:] == [
-        "baseline 1_softmax: kernel_1_softmax.py", "init"]
-    assert not any(source == _on_branch(project, "kernel.py") for source in attacks.values())
+    # Thirteen replies were paid for; the two whose sessions were cut off mid-bench have no row.
+    assert final_state["done"] and final_state["experiment"] == 11 and final_state["llm_tokens"] == 13 * 150
     assert _git(project, "status", "--porcelain", "--untracked-files=all") == ""
-    assert all_gone_within(str(project / "kernel.py"))
-    time.sleep(4.0)      # past the daemons' own waits: nothing they wrote, or would write later, is left
-    # The one candidate cache left is the baseline's, the one kernel that passed; the rejected ones' are gone.
-    assert len(list(caches.glob("autokernel/candidates/*"))) == 1
+    # Nothing the attacks wrote, or would have written after their runs (their daemons' waits ended sessions ago),
+    # survives: no attack is on the branch, and a rejected candidate's cache folder went with its verdict.
+    assert not any(source == _on_branch(project, "kernel.py") for source in attacks.values())
+    def cache_folder(source: str) -> Path:          # as child_env.cache_folder_of names it, for these caches
+        return caches / "autokernel" / "candidates" / hashlib.sha256(source.encode()).hexdigest()[:32]
+    assert cache_folder(FASTER).is_dir(), "the kept candidate's folder stays: where this looks is where they are"
+    assert not [name for name, source in attacks.items() if cache_folder(source).exists()]
     assert not list(caches.glob("autokernel/candidates/*/daemon_alive"))
     assert "# written after the run" not in (project / "kernel.py").read_text() + (project / "results.tsv").read_text()
+    assert not [p for p in process_tree.process_table() if p in process_tree.descendants(os.getpid())
+                and runner.JUDGE_MODULE in Path(f"/proc/{p}/cmdline").read_text(errors="ignore")]
 
 
 def test_an_unreachable_endpoint_fails_in_seconds_before_profiling(tmp_path):

@@ -196,6 +196,8 @@ def test_ci_runs_the_readmes_test_command_and_the_fast_tier_leaves_out_a_registe
     assert 'python -m pytest -q -n auto -m "not slow"' in development
     options = tomllib.loads((PROJECT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert "--strict-markers" in options["addopts"] and any(marker.startswith("slow:") for marker in options["markers"])
+    # -n auto hands tests out by work stealing: xdist's default leaves a worker idle behind the last long cases.
+    assert "--dist worksteal" in options["addopts"]
 
 
 def test_the_wheel_lists_every_subpackage_of_the_package():
