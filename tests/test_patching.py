@@ -54,3 +54,15 @@ def test_a_compiled_patched_module_traces_through_its_runs():
             assert torch.allclose(torch.compile(linear, backend="eager", fullgraph=True)(x), expected)
     finally:
         torch._dynamo.reset()
+
+
+def test_a_forward_set_on_the_instance_runs_innermost_and_comes_back():
+    linear = nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    own = lambda x: nn.Linear.forward(linear, x) * 2.0      # noqa: E731 (what accelerate's hooks or a test set)
+    linear.forward = own
+    run = patching.patch(linear, Tagger([]), "run", 1.0)
+    assert "forward" not in vars(linear)
+    assert torch.allclose(linear(x), nn.Linear.forward(linear, x) * 2.0 + 1.0)
+    patching.unpatch(linear, run)
+    assert vars(linear)["forward"] is own and type(linear) is nn.Linear

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 from torch import nn
 
 RUNS = "_autokernel_runs"           # on a patched module: its runs, innermost first
+INSTANCE_FORWARD = "_autokernel_instance_forward"    # a forward the instance had of its own, run innermost
 _PATCHED_CLASSES: dict[type, type] = {}
 
 
@@ -46,6 +47,8 @@ def patch(module: nn.Module, owner: Any, method: str, *data) -> Run:
     run = Run(owner, method, data)
     runs = module.__dict__.get(RUNS)
     if runs is None:
+        if "forward" in module.__dict__:     # a forward set on the instance (a test's, accelerate's hooks) would
+            module.__dict__[INSTANCE_FORWARD] = module.__dict__.pop("forward")    # shadow the class's: ours wraps it
         module.__dict__[RUNS] = runs = []
         module.__class__ = _patched_class(type(module))
     runs.append(run)
@@ -64,6 +67,8 @@ def unpatch(module: nn.Module, run: Run) -> None:
     if not runs:
         del module.__dict__[RUNS]
         module.__class__ = original_class(type(module))
+        if INSTANCE_FORWARD in module.__dict__:
+            module.__dict__["forward"] = module.__dict__.pop(INSTANCE_FORWARD)
 
 
 def runs_of(module: nn.Module) -> list[Run]:
@@ -82,7 +87,7 @@ def _patched_class(cls: type) -> type:
     if patched is None:
         @functools.wraps(cls.forward)
         def forward(self, *args, **kwargs):
-            call = functools.partial(cls.forward, self)
+            call = self.__dict__.get(INSTANCE_FORWARD) or functools.partial(cls.forward, self)
             for run in self.__dict__[RUNS]:
                 call = functools.partial(_through, run, call)
             return call(*args, **kwargs)
