@@ -138,11 +138,11 @@ def _precompile_threads():
 
     Inductor takes that number from TORCHINDUCTOR_COMPILE_THREADS where it is set, the variable that also sizes its
     pool of compile-worker processes. The GPU gate sets it to 1 (eight verify runs side by side start no pools:
-    benchmarks/suites/zoo.py), and so each GEMM or convolution region's configs compiled one after another: the
-    gate's profile+starters phase grew from session 15 (variable unset) to 16 (set to 1) in the models with such
-    regions only (ResNet-18 48 -> 72-74 s, MobileNet 66 -> 92 s, EfficientNet 76 -> 110 s; the LSTM, layernorm and
-    maxpool the same). Threads start no process and hold no memory of their own, so they take the CPUs whatever
-    the pool's size."""
+    benchmarks/suites/zoo.py; 2 before that), and so each GEMM or convolution region's configs compiled one after
+    another: the gate's profile+starters phase grew from session 15 (unset: 16 threads) to 16 (2, then 1) in the
+    models with such regions only (ResNet-18 48 -> 72-80 s, MobileNet 66 -> 92-96 s, EfficientNet 76 -> 110-135 s;
+    the LSTM, layernorm and maxpool the same). Threads start no process and hold no memory of their own, so they
+    take the CPUs whatever the pool's size (benchmarks/suites/precompile_threads.py times both ways)."""
     try:
         from torch._inductor import select_algorithm
 
