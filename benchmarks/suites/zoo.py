@@ -175,7 +175,10 @@ def job_environment(base, lock: Path, gpu: int | None, side_by_side: int) -> dic
     (about 0.5 GiB each: 7.7 GiB for 16 on an H200 machine); eight such pools side by side would hold 128 processes
     and ~60 GiB to compile on 16 CPUs. A share under MIN_POOL compiles in the run's own process (1 thread): on the
     H200, eight runs with pools of 2 took 154 s to profile ViT-B/16 where in-process compiles took 108 s (the gates
-    of sessions 15 and 16). A TORCHINDUCTOR_COMPILE_THREADS the caller set is kept."""
+    of sessions 15 and 16). Inductor reads the same variable for max-autotune's precompile threads (16 in session
+    15, where it was unset; 2 then 1 after), which the regions' starters set to every CPU since
+    (autokernel/profile/regions/inductor.py, _precompile_threads). A
+    TORCHINDUCTOR_COMPILE_THREADS the caller set is kept."""
     share = (os.cpu_count() or 1) // side_by_side
     threads = str(share if share >= MIN_POOL else 1)
     return {"TORCHINDUCTOR_COMPILE_THREADS": threads, **base, "COLUMNS": "200", "PYTHONUNBUFFERED": "1",
