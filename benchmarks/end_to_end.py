@@ -16,7 +16,8 @@ from benchmarks.common import run_subcommand  # noqa: E402
 # subcommand -> its module in benchmarks/suites/ (whose docstring's first line is the subcommand's help)
 SUBCOMMANDS = {"models": "verify_models", "headroom": "model_headroom", "routing-profile": "routing_profile",
                "launch-overhead": "launch_overhead", "router-glue": "router_glue", "compile-count": "compile_count",
-               "zoo": "zoo", "plugged-overhead": "plugged_overhead", "linear-concat": "linear_concat_ab"}
+               "zoo": "zoo", "plugged-overhead": "plugged_overhead", "linear-concat": "linear_concat_ab",
+               "precompile-threads": "precompile_threads"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import json  # noqa: E402
+import re  # noqa: E402
 import textwrap  # noqa: E402
 
 import pytest  # noqa: E402
@@ -29,6 +30,7 @@ from tests.test_plugin import LLAMA_SHAPES, reference_kernel, write_optimized  #
 
 TINY_LLAMA_ARGS = [str(ROOT / "models" / "llama.py"), "--input-shape", "1,8", "--device", "cpu",
                    "--model-arg", "config=tiny", "--model-arg", "n_layers=1", "--model-arg", "vocab_size=128"]
+SECONDS = r"\d+\.\d s"
 SOFTMAX_MODEL = '''
 import torch
 from torch import nn
@@ -139,6 +141,13 @@ def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_p
     assert report["variants"]["ours"]["failed"].startswith("nothing routed")
     out = capsys.readouterr().out
     assert "profiling llama.py:Model first" in out and "PASS" in out
+    # The phase before the comparison says where its time went: the profile's parts, then the starters' (a region's
+    # is Inductor's code, made here).
+    count = r"( \(\d+x\))?"
+    assert re.search(rf"profiled in {SECONDS} \(torch profiler {SECONDS}, regions {SECONDS}, region capture {SECONDS}, "
+                     rf"region timing {SECONDS}{count}\)", out)
+    assert re.search(rf"starters made in {SECONDS} \(region starters {SECONDS}{count}, Inductor {SECONDS}{count}\)",
+                     out)
 
 
 def test_starters_are_made_for_the_plans_top_kernel_types_and_the_log_says_how_many_were_left(tmp_path):

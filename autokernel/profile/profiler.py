@@ -28,7 +28,7 @@ from rich.markup import escape
 from rich.table import Table
 from torch import nn
 
-from autokernel.core import hardware, paths
+from autokernel.core import hardware, paths, stopwatch
 from autokernel.core.contracts import PlanEntry
 from autokernel.core.plan import OTHER, Plan, write_plan
 from autokernel.judge.timing import roofline
@@ -321,9 +321,11 @@ def profile_to_workspace(model: nn.Module, inputs, *, name: str, workspace: str 
                          warmup: int = 3, iters: int = 10, gpu: hardware.GPUSpec | None = None
                          ) -> tuple[ProfileReport, Plan]:
     """Profile, plan against this machine's GPU (or `gpu`), and write both JSON files into the workspace."""
-    report = profile_model(model, inputs, warmup=warmup, iters=iters, name=name)
+    with stopwatch.timed("torch profiler"):
+        report = profile_model(model, inputs, warmup=warmup, iters=iters, name=name)
     plan = build_plan(report, gpu or hardware.detect())
-    plan = plan_regions(plan, report, model, inputs, workspace)
+    with stopwatch.timed("regions"):
+        plan = plan_regions(plan, report, model, inputs, workspace)
     write_outputs(report, plan, workspace)
     return report, plan
 

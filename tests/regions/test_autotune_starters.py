@@ -81,3 +81,28 @@ def test_outside_a_run_and_without_a_gpu_the_starters_are_made_as_before(tmp_pat
 def _no_allowance_left_behind():
     yield
     assert autotune_budget._current.get() is None
+
+
+def test_a_regions_configs_are_precompiled_on_every_cpu_whatever_the_compile_pools_size(tmp_path, monkeypatch):
+    # The GPU gate sets TORCHINDUCTOR_COMPILE_THREADS=1 to start no compile pools; Inductor reads it for its
+    # precompile threads too, and compiled each GEMM region's configs one at a time (inductor._precompile_threads).
+    from torch._inductor import select_algorithm
+
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    select_algorithm.get_num_workers.cache_clear()
+    cpus = len(os.sched_getaffinity(0))
+    seen = []
+    real_compile = torch.compile
+
+    def compile_watched(*args, **kwargs):        # what the precompile would take, asked while the region compiles
+        seen.append(select_algorithm.get_num_workers())
+        return real_compile(*args, **kwargs)
+
+    [region] = find_regions(models.GemmSigmoidRowSum(), (models.rows(),)).regions
+    monkeypatch.setattr(torch, "compile", compile_watched)
+    inductor.generate(region.definition, CPU)
+    assert seen == [cpus]
+    assert select_algorithm.get_num_workers() == 1       # outside the region's compile, Inductor's own number
+    with pytest.raises(RuntimeError), inductor._precompile_threads():
+        raise RuntimeError("Inductor failed")
+    assert select_algorithm.get_num_workers() == 1

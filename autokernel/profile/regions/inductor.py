@@ -18,6 +18,7 @@ Inductor's caches are off for this compile, so its code is generated anew and ca
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -131,6 +132,32 @@ def _first_choice_only():
             steps.remove(first)
 
 
+@contextlib.contextmanager
+def _precompile_threads():
+    """Max-autotune precompiles a template's configs in threads, as many as the CPUs this process may use.
+
+    Inductor takes that number from TORCHINDUCTOR_COMPILE_THREADS where it is set, the variable that also sizes its
+    pool of compile-worker processes. The GPU gate sets it to 1 (eight verify runs side by side start no pools:
+    benchmarks/suites/zoo.py; 2 before that), and so each GEMM or convolution region's configs compiled one after
+    another: the gate's profile+starters phase grew from session 15 (unset: 16 threads) to 16 (2, then 1) in the
+    models with such regions only (ResNet-18 48 -> 72-80 s, MobileNet 66 -> 92-96 s, EfficientNet 76 -> 110-135 s;
+    the LSTM, layernorm and maxpool the same). Threads start no process and hold no memory of their own, so they
+    take the CPUs whatever the pool's size (benchmarks/suites/precompile_threads.py times both ways)."""
+    try:
+        from torch._inductor import select_algorithm
+
+        pool_size = select_algorithm.get_num_workers
+    except (ImportError, AttributeError):        # a torch release without it: Inductor's own choice
+        yield
+        return
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    select_algorithm.get_num_workers = lambda: max(pool_size(), cpus)
+    try:
+        yield
+    finally:
+        select_algorithm.get_num_workers = pool_size
+
+
 def generate(definition: RegionDefinition, device: torch.device, *, persistent_reductions: bool = True,
              split_reductions: bool = True, seed: int = 0, autotune: bool = True) -> InductorOutput:
     """Inductor's code for the region on this device (see the module's docstring). Where no GEMM template fits
@@ -174,7 +201,7 @@ def _generate(definition: RegionDefinition, device: torch.device, persistent_red
     on_gpu = device.type == "cuda"
     torch._dynamo.reset()
     try:
-        with config.patch(options), _capturing(codes, stop=not on_gpu), \
+        with config.patch(options), _capturing(codes, stop=not on_gpu), _precompile_threads(), \
                 (contextlib.nullcontext() if on_gpu else _cpu_triton()), \
                 (contextlib.nullcontext() if autotune or not on_gpu else _first_choice_only()), torch.no_grad():
             compiled = torch.compile(gm, fullgraph=True, dynamic=False)

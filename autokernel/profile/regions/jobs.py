@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from autokernel.core import paths
+from autokernel.core import paths, stopwatch
 from autokernel.kernel_types.regions import ops, store
 from autokernel.profile.regions import autotune_budget, inductor
 from autokernel.profile.regions.starter_code import StarterError, fingerprint
@@ -60,14 +60,16 @@ def _made(name: str, region, on: torch.device, variants: bool, judged: bool, aut
     """starter_source's work: Inductor's code (and its other ways, and ours) as one starter file."""
     from autokernel.profile.regions import gemm_variant, pick, starter  # import triton: after the interpreter's choice
 
-    out = inductor.generate(region.definition, on, autotune=autotune)
+    with stopwatch.timed("Inductor"):
+        out = inductor.generate(region.definition, on, autotune=autotune)
     made: dict = {"inductor": (out.code, out.configs)}
     if variants and reduces(region):
         # Inductor's other ways with a reduction, where they give other code: the search may move to them.
         for other_name, options in (("looped", {"persistent_reductions": False}),
                                     ("unsplit", {"split_reductions": False})):
             try:
-                other = inductor.generate(region.definition, on, autotune=autotune, **options)
+                with stopwatch.timed("Inductor"):
+                    other = inductor.generate(region.definition, on, autotune=autotune, **options)
             except inductor.InductorFailed:
                 continue
             if all(fingerprint(other.code) != fingerprint(code) for code, _ in made.values()):
@@ -84,7 +86,8 @@ def _made(name: str, region, on: torch.device, variants: bool, judged: bool, aut
         alone = {key: starter.write(region, {key: made[key]}, generated_on=out.device, versions=out.versions)
                  for key in (next(iter(made)), gemm_variant.VARIANT)}
         try:
-            verdicts = pick.judge_variants(alone, region)
+            with stopwatch.timed("judge"):
+                verdicts = pick.judge_variants(alone, region)
         except Exception as exc:     # the pick only orders the variants: when it cannot judge, Inductor's goes first
             log(f"{name}: the variants could not be judged ({type(exc).__name__}: {exc}); Inductor's code first")
         else:
@@ -106,6 +109,7 @@ def starter_file(kernel_type: str, folder: str | Path) -> Path:
         return paths.starter_path(kernel_type)
     target = Path(folder) / f"{kernel_type}.py"
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(starter_source(kernel_type))
+    with stopwatch.timed("region starters"):
+        target.write_text(starter_source(kernel_type))
     store.copy_to(kernel_type, folder)
     return target

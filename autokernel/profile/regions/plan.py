@@ -23,6 +23,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from autokernel.core import stopwatch
 from autokernel.core.contracts import PlanEntry
 from autokernel.core.plan import Plan
 from autokernel.kernel_types import TYPES, registry
@@ -96,8 +97,8 @@ def add_regions(plan: Plan, call_sites: list, model: nn.Module, inputs: tuple, w
     # A fused type's plan entry names the consumers of the norm it folds; the norms are the menu's too.
     folds = [TYPES[e.kernel_type].fold for e in entries if e.kernel_type in TYPES and TYPES[e.kernel_type].fold]
     kept_by_menu |= {path for path, module in model.named_modules() if any(fold.is_norm(module) for fold in folds)}
-    found = find_regions(model, inputs, name=plan.model,
-                         excluded=lambda path: path in kept_by_menu)
+    with stopwatch.timed("region capture"):
+        found = find_regions(model, inputs, name=plan.model, excluded=lambda path: path in kept_by_menu)
     folder = Path(workspace) / store.FOLDER
     store.add_folder(folder)
     device = next((t.device for t in (*model.parameters(), *inputs) if isinstance(t, torch.Tensor)),
@@ -108,7 +109,8 @@ def add_regions(plan: Plan, call_sites: list, model: nn.Module, inputs: tuple, w
     measured, noisy = {}, []
     for region in found.regions:
         store.save(region, folder)
-        time_ms, apart = steady_ms(lambda: region_time_ms(region, device))
+        with stopwatch.timed("region timing"):
+            time_ms, apart = steady_ms(lambda: region_time_ms(region, device))
         measured[region.name] = time_ms * region.about.instances
         if apart > NOISY_SPREAD:
             noisy.append(f"{region.label}, {apart:.0%} apart")
