@@ -38,9 +38,6 @@ class Run(NamedTuple):
     method: str
     data: tuple
 
-    def __call__(self, original, args: tuple, kwargs: dict):
-        return getattr(self.owner, self.method)(*self.data, original, args, kwargs)
-
 
 def patch(module: nn.Module, owner: Any, method: str, *data) -> Run:
     """module's forward becomes owner.method(*data, its forward so far, args, kwargs); the run, to unpatch it."""
