@@ -26,8 +26,8 @@ As the norm folds do, the layer's forward (patched as the router's are: autokern
 hands its folded output on, noted as `handed`; the batch norm returns its input unchanged only when it
 receives exactly that tensor object, and runs as it is otherwise. So wherever the folded path did not
 run (a call with gradients, the model in training mode, the fold turned off for a mode, PyTorch's own
-path timed beside ours), the model computes what it always did. Dynamo traces the identity test as a constant: the same code runs inside
-torch.compile.
+path timed beside ours), the model computes what it always did. Dynamo traces the identity test as a
+constant: the same code runs inside torch.compile.
 
     folding = fold_batch_norms(model, inputs)   # watched forward, then the first folded call checked
     folding.folds, folding.rejected             # BnFold: .layer_path, .norm_path; batch norm path -> why not

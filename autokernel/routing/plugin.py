@@ -16,7 +16,6 @@ gradients or under autocast fall back.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Callable, Collection
 

@@ -23,7 +23,6 @@ break. Counting (hits, fallbacks and why) happens in eager calls only.
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections import Counter
 from typing import Callable
 

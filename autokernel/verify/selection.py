@@ -16,8 +16,8 @@ than PyTorch's path timed alone, the pairs' spread 4-6% against a route worth 2%
 more and judged on the second timing alone, whichever way the first went; at most once, so a
 selection costs at most twice its trials. A predicted gain under the noise floor (1%) is not timed
 again: no timing resolves it, and in the gate of session 16, 18 of 22 second timings were of such
-routes (0.0-0.9%), each 10-40 s of a compile-heavy model's verify. The verdict times the routed model again against
-PyTorch's best in any case, so a second chance here never hands over something slower.
+routes (0.0-0.9%), each 10-40 s of a compile-heavy model's verify. The verdict times the routed model
+again against PyTorch's best in any case, so a second chance here never hands over something slower.
 """
 
 from __future__ import annotations
@@ -100,8 +100,8 @@ def select(mode: str, records: dict[str, list], variant: str, try_variant: Calla
 
 
 def _predicted_fraction(records: list, mode: str, result: VariantResult) -> float | None:
-    """The gain the route table predicts for these routes, as a fraction of PyTorch's own forward in this trial; None
-    without a prediction (no baseline, or routes with no time of their own: a rewrite, autokernel/verify/rewrites.py)."""
+    """The gain the route table predicts for these routes, as a fraction of PyTorch's own forward in this trial;
+    None without a prediction (no baseline, or routes with no time of their own: a rewrite, verify/rewrites.py)."""
     _, ours, theirs = MODES[mode]
     timed = any(getattr(r, ours) is not None and getattr(r, theirs) is not None for r in records)
     if not timed or result.baseline is None or result.baseline.median_ms <= 0:
