@@ -110,6 +110,9 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="append each problem's score to FILE and skip the problems it holds: run the same command "
                             "again to go on after a cut-off run")
     score.add_argument("--gpus", type=positive_int, default=1, help="problems scored side by side, one per GPU")
+    score.add_argument("--jobs", type=positive_int, default=1,
+                       help="problems side by side on each GPU, their compilations overlapping and their timings "
+                            "taking turns (default 1)")
     score.add_argument("--problems", metavar="NAMES", help="only these problem files, by name: gelu,l2_norm,...")
     score.add_argument("--stop-after", metavar="DURATION", type=parse_duration,
                        help="start no problem after this long (with --state, the next run goes on)")
@@ -152,7 +155,7 @@ def _cmd_score(args, started: float) -> int:
     try:
         scores = score.score_folder(folder, budget=args.budget_per_problem, top=args.top, extra_args=extra,
                                     compile_enabled=not args.no_compile, log=lambda line: print(line, flush=True),
-                                    state=Path(args.state) if args.state else None, gpus=args.gpus,
+                                    state=Path(args.state) if args.state else None, gpus=args.gpus, jobs=args.jobs,
                                     only=args.problems.split(",") if args.problems else None,
                                     stop_after_s=args.stop_after,
                                     problem_timeout_s=args.problem_timeout or score.PROBLEM_TIMEOUT_S,

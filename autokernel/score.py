@@ -1,7 +1,7 @@
 """Scores a folder of problem files the way KernelBench scores its levels: fast_p, against eager and torch.compile.
 
     autokernel score DIR [--budget-per-problem 0] [--top 1] [--dtype float16] [--no-compile] [--json-out FILE]
-                         [--state FILE] [--gpus N] [--stop-after DURATION] [--problem-timeout DURATION]
+                         [--state FILE] [--gpus N] [--jobs N] [--stop-after DURATION] [--problem-timeout DURATION]
                          [--problems NAME,NAME...] [--reports DIR] [--overhead]
 
 Each problem file (KernelBench's convention: `class Model`, `get_inputs()`, `get_init_inputs()`)
@@ -21,7 +21,9 @@ A scored folder takes more GPU time than one sitting may have: `--state FILE` ap
 score to FILE as it is done and skips the problems FILE already has, so a run cut off (or stopped by
 `--stop-after`, which starts no problem after that long) goes on where it was with the same command;
 `--gpus N` scores N problems side by side, each on its own GPU (CUDA_VISIBLE_DEVICES), each optimized
-in a git repository of its own. The table covers every problem FILE holds.
+in a git repository of its own; `--jobs J` runs J problems side by side on each GPU, so that their compilations
+overlap while their timings take turns (each GPU's timing lock, autokernel/core/gpu_lock.py, as the zoo's gate
+does). The table covers every problem FILE holds.
 
 A score row says how fast, not why. `--reports DIR` keeps each problem's whole verify report as
 DIR/<problem>.json (the route table, ours against PyTorch per call, whole-call and GPU time; every
@@ -43,7 +45,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from autokernel.core import paths
+from autokernel.core import gpu_lock, paths
 from autokernel.verify.report_record import VerifyReport
 
 THRESHOLDS = (1.0, 1.5, 2.0)
@@ -173,6 +175,7 @@ class ScoringRun:
     workdir: Path | None = None
     state: Path | None = None            # one JSON line per scored problem: a run cut off goes on from there
     gpus: int = 1                        # problems judged side by side, one per GPU (CUDA_VISIBLE_DEVICES)
+    jobs: int = 1                        # problems side by side on each GPU, their timings taking turns
     stop_after_s: float | None = None    # no problem starts after this long (a device call's limit)
     problem_timeout_s: float = PROBLEM_TIMEOUT_S
     reports: Path | None = None          # where each problem's verify report is kept, as <problem>.json
@@ -183,11 +186,13 @@ def score_folder(folder: Path, *, budget: str | None, top: int, extra_args: list
                  log: Callable[[str], None], workdir: Path | None = None, state: Path | None = None, gpus: int = 1,
                  stop_after_s: float | None = None, problem_timeout_s: float = PROBLEM_TIMEOUT_S,
                  only: list[str] | None = None, reports: Path | None = None,
-                 verify_args: list[str] | None = None) -> list[ProblemScore]:
+                 verify_args: list[str] | None = None, jobs: int = 1) -> list[ProblemScore]:
     """Optimize (with a budget) and verify every problem file of the folder not already in `state`, one child
-    process per step, `gpus` problems at a time (each on its own GPU); returns every problem's score so far."""
+    process per step, `gpus` x `jobs` problems at a time (`jobs` on each GPU); returns every problem's score so
+    far."""
     run = ScoringRun(budget, top, extra_args, compile_enabled, Path(workdir or tempfile.mkdtemp(
-        prefix="autokernel-score-")), state, gpus, stop_after_s, problem_timeout_s, reports, list(verify_args or ()))
+        prefix="autokernel-score-")), state, gpus, jobs, stop_after_s, problem_timeout_s, reports,
+        list(verify_args or ()))
     files = [file for file in problem_files(folder) if only is None or file.stem in only]
     unknown = sorted(set(only or ()) - {file.stem for file in files})
     if unknown:
@@ -199,19 +204,21 @@ def score_folder(folder: Path, *, budget: str | None, top: int, extra_args: list
         log(f"{len(done)} problems scored before (in {state}); {len(pending)} to go")
     started, lock, scores = time.monotonic(), threading.Lock(), list(done)
 
-    def worker(gpu: int) -> None:
+    def worker(slot: int) -> None:
+        gpu = slot % max(1, run.gpus)
         while True:
             with lock:
                 if not pending or (run.stop_after_s is not None and time.monotonic() - started > run.stop_after_s):
                     return
                 file = pending.pop(0)
-            score = score_problem(file, run, log, gpu if run.gpus > 1 else None)
+            score = score_problem(file, run, log, gpu)
             with lock:
                 scores.append(score)
                 _append_state(run.state, score)
                 log(f"   {_row(score)}")
 
-    threads = [threading.Thread(target=worker, args=(gpu,), daemon=True) for gpu in range(max(1, run.gpus))]
+    threads = [threading.Thread(target=worker, args=(slot,), daemon=True)
+               for slot in range(max(1, run.gpus) * max(1, run.jobs))]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -223,11 +230,11 @@ def score_folder(folder: Path, *, budget: str | None, top: int, extra_args: list
     return sorted(scores, key=lambda row: order.index(row.problem) if row.problem in order else len(order))
 
 
-def score_problem(file: Path, run: ScoringRun, log: Callable[[str], None], gpu: int | None) -> ProblemScore:
-    """One problem: optimized in a git repository of its own (with a budget), then verified; on `gpu` if given."""
+def score_problem(file: Path, run: ScoringRun, log: Callable[[str], None], gpu: int = 0) -> ProblemScore:
+    """One problem: optimized in a git repository of its own (with a budget), then verified; on GPU `gpu`."""
     started = time.monotonic()
-    log(f"== {file.name}" + (f" (GPU {gpu})" if gpu is not None else ""))
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else None
+    log(f"== {file.name}" + (f" (GPU {gpu})" if run.gpus > 1 else ""))
+    env = _environment(run, gpu)
     workspace, optimized = run.workdir / file.stem, None
     try:
         optimized = _optimize(file, run, log, workspace, env) if run.budget else None
@@ -332,6 +339,20 @@ def _verify(file: Path, workspace: Path, optimized: Path | None, run: ScoringRun
         return VerifyReport.from_json(json.loads(report_file.read_text())), planned
     except ValueError as error:        # not JSON, or not a report (a ContractError)
         raise _ProblemFailed(f"verify wrote a report that is not one: {error}") from error
+
+
+def _environment(run: ScoringRun, gpu: int) -> dict | None:
+    """The steps' environment: their GPU where there are several, and that GPU's timing lock where problems share
+    it (None: this process's own)."""
+    env = {}
+    if run.gpus > 1:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if run.jobs > 1:
+        lock = run.workdir / f"gpu{gpu}_timing.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.touch()
+        env[gpu_lock.TIMING_LOCK_VARIABLE] = str(lock)
+    return {**os.environ, **env} if env else None
 
 
 def _tail(text: str) -> str:

@@ -3,12 +3,15 @@
 import json
 import subprocess
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from autokernel import cli
 from autokernel import score
+from autokernel.core import gpu_lock
 from autokernel.verify.report_record import ErrorCheck, Verdict, VerifyReport
 
 SOFTMAX_PROBLEM = '''
@@ -173,6 +176,36 @@ def test_a_scoring_run_goes_on_from_its_state_and_scores_problems_side_by_side(t
     assert len(seen) == 3 and [row.speedup_vs_eager for row in again] == [2.0, 1.0, 2.0, 2.0]
 
 
+def test_jobs_share_a_gpu_with_their_timings_taking_turns_through_its_lock(tmp_path, monkeypatch):
+    folder = tmp_path / "problems"
+    folder.mkdir()
+    for name in ("a", "b", "c", "d", "e", "f"):
+        (folder / f"{name}.py").write_text(textwrap.dedent(SOFTMAX_PROBLEM))
+    at_once, lock = {"now": 0, "most": 0}, threading.Lock()
+    environments = []
+
+    def fake_problem(file, run, log, gpu):
+        environments.append(score._environment(run, gpu))
+        with lock:
+            at_once["now"] += 1
+            at_once["most"] = max(at_once["most"], at_once["now"])
+        time.sleep(0.2)
+        with lock:
+            at_once["now"] -= 1
+        return score.ProblemScore(file.stem, True, 2.0, 1.5, "faster", True, 0.1)
+    monkeypatch.setattr(score, "score_problem", fake_problem)
+    rows = score.score_folder(folder, budget=None, top=1, extra_args=[], compile_enabled=False,
+                              log=lambda line: None, workdir=tmp_path / "work", gpus=2, jobs=3)
+    assert len(rows) == 6 and at_once["most"] == 6          # 2 GPUs x 3 jobs
+    locks = {env[gpu_lock.TIMING_LOCK_VARIABLE] for env in environments}
+    assert {env["CUDA_VISIBLE_DEVICES"] for env in environments} == {"0", "1"}
+    assert len(locks) == 2 and all(Path(path).is_file() for path in locks)       # one lock per GPU
+    assert all(env[gpu_lock.TIMING_LOCK_VARIABLE].endswith(f"gpu{env['CUDA_VISIBLE_DEVICES']}_timing.lock")
+               for env in environments)
+    alone = score.ScoringRun(None, 1, [], False, tmp_path / "work")
+    assert score._environment(alone, 0) is None           # one problem at a time: the process's own environment
+
+
 def test_only_the_named_problems_are_scored_and_a_wrong_name_is_refused(tmp_path, monkeypatch, capsys):
     folder = tmp_path / "problems"
     folder.mkdir()
@@ -240,7 +273,7 @@ def test_reports_keeps_each_problems_verify_report_and_overhead_reaches_verify_a
     monkeypatch.setattr(score, "_run", fake_verify)
     run = score.ScoringRun(None, 1, ["--dtype", "float32"], True, tmp_path / "work", reports=tmp_path / "reports",
                            verify_args=["--overhead"])
-    row = score.score_problem(problem, run, lambda line: None, None)
+    row = score.score_problem(problem, run, lambda line: None)
 
     assert row.correct and row.error is None and row.dropped == []
     kept = json.loads((tmp_path / "reports" / "softmax.json").read_text())
@@ -275,7 +308,7 @@ def test_a_failed_verify_keeps_its_last_lines_in_the_row_and_in_the_reports(tmp_
     monkeypatch.setattr(score, "_run", lambda cmd, what, scoring, env, cwd=None: subprocess.CompletedProcess(
         cmd, 2, "", "compiler noise\n" * 30 + traceback))
     run = score.ScoringRun(None, 1, [], True, tmp_path / "work", reports=tmp_path / "reports")
-    row = score.score_problem(problem, run, lambda line: None, None)
+    row = score.score_problem(problem, run, lambda line: None)
     assert not row.correct and row.error == "verify exited 2: KeyError: relu_1"
     assert row.error_tail[-1] == "KeyError: relu_1" and len(row.error_tail) == score.TAIL_LINES
     kept = (tmp_path / "reports" / "softmax.error.txt").read_text()

@@ -78,7 +78,7 @@ def timed(fn, model, inputs: tuple) -> str:
     return f"{t.median_ms:.3f} ms [{t.low_ms:.3f}-{t.high_ms:.3f}]; {guard_cost(model, inputs)}"
 
 
-def measure(name: str, dtype: torch.dtype, size: str) -> list[str]:
+def measure(name: str, dtype: torch.dtype, size: str, profile: bool = False) -> list[str]:
     model, inputs = load(name, dtype, size)
     lines = []
     torch._dynamo.reset()
@@ -91,6 +91,8 @@ def measure(name: str, dtype: torch.dtype, size: str) -> list[str]:
         bypass[0] = bypassed
         alone = torch.compile(model, mode="reduce-overhead")
         lines.append(f"{name}: {label} ({len(folding.folds)} folds) {timed(lambda: alone(*inputs), model, inputs)}")
+        if profile and not bypassed:
+            lines += _profiled(lambda: alone(*inputs), f"{name}, folded alone")
     torch._dynamo.reset()
     both = torch.compile(model, mode="reduce-overhead")
 
@@ -104,8 +106,31 @@ def measure(name: str, dtype: torch.dtype, size: str) -> list[str]:
             side(False)(), side(True)()
         ours, theirs = latency.paired(side(False), side(True), DEVICE == "cuda")
     lines.append(f"{name}: paired folded {ours.median_ms:.3f} ms, bypassed {theirs.median_ms:.3f} ms")
+    with torch.no_grad():       # both states compiled and recorded, one of them called: the two entries, no switching
+        one_side = latency.wall_clock(side(False), DEVICE == "cuda")
+    lines.append(f"{name}: both compiled, folded alone {one_side.median_ms:.3f} ms")
+    if profile:
+        lines += _profiled(side(False), f"{name}, both compiled, folded")
     unfold_batch_norms(model)
     return lines
+
+
+def _profiled(call, label: str, calls: int = 200) -> list[str]:
+    """Where the host's time goes in `calls` calls (cProfile, top functions by own time): the Python of a call."""
+    import cProfile
+    import io
+    import pstats
+    with torch.no_grad():
+        call()
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize() if DEVICE == "cuda" else None
+        profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
+    return [f"--- {label}: cProfile of {calls} calls", *out.getvalue().splitlines()]
 
 
 def main(args: argparse.Namespace) -> int:
@@ -114,7 +139,7 @@ def main(args: argparse.Namespace) -> int:
     dtype = getattr(torch, args.dtype)
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name() if DEVICE == 'cuda' else 'CPU'}, {args.dtype}")
     for name in args.only or list(MODELS):
-        for line in measure(name, dtype, args.size):
+        for line in measure(name, dtype, args.size, args.profile):
             print(line, flush=True)
     return 0
 
@@ -123,3 +148,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", nargs="*", choices=list(MODELS))
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--size", choices=("full", "tiny"), default="full")
+    parser.add_argument("--profile", action="store_true", help="print where the host's time goes (cProfile) in the "
+                        "folded model alone and in the compiled object holding both states")
