@@ -140,6 +140,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 # ---------------------------------------------------------------------- the commands
+def _line_at_once(line: str) -> None:
+    """One write per line: problems scored side by side log from threads, and print's two writes can interleave."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def _cmd_score(args, started: float) -> int:
     from pathlib import Path
 
@@ -154,7 +160,7 @@ def _cmd_score(args, started: float) -> int:
     extra = ["--dtype", args.dtype] if args.dtype else []
     try:
         scores = score.score_folder(folder, budget=args.budget_per_problem, top=args.top, extra_args=extra,
-                                    compile_enabled=not args.no_compile, log=lambda line: print(line, flush=True),
+                                    compile_enabled=not args.no_compile, log=_line_at_once,
                                     state=Path(args.state) if args.state else None, gpus=args.gpus, jobs=args.jobs,
                                     only=args.problems.split(",") if args.problems else None,
                                     stop_after_s=args.stop_after,
