@@ -131,5 +131,9 @@ def optimize(model: nn.Module, sample_inputs, backend: str = "triton", budget_ho
                           f"{checked['max_error']:.3g} (relative to the output's scale; tolerance "
                           f"{compared['tolerance']:g}), so they were taken out again; the kernels are in "
                           f"{paths.OPTIMIZED_DIR}")
+    if compared["dropped"]:      # a kernel that broke the forward or was off end to end: out, said, not raised
+        warnings.warn("the end-to-end check dropped " + "; ".join(
+            f"{d['unit']} ({d['stage']}: {d['reason']})" for d in compared["dropped"]) + "; the rest is compared "
+            "without them", stacklevel=2)
     view.log(f"end to end: {compared['verdict']['summary']}")
     return handover.runnable(model, paths.OPTIMIZED_DIR, compared["verdict"], inputs)
