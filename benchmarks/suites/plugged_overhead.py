@@ -14,7 +14,8 @@ torch.compile's "reduce-overhead" mode (whole call, host clock between syncs, me
   paired    folded and bypassed through one compiled object, timed in turn as verify's trial times them;
   plugged   folded, with the model's starter kernels plugged in as verify runs AutoKernel's compiled variant
             (`m = autokernel.plug_in(model, starters); torch.compile(m, backend=autokernel.compile_backend(m,
-            "reduce-overhead"))`), the "measured" policy with no route table: nothing routed, the router's own cost.
+            "reduce-overhead"))`), the "measured" policy with no route table: nothing routed, the router's own cost;
+            and the same plugged-in model compiled by Inductor's own backend (mode="reduce-overhead").
 If "bypassed" is much slower than "plain", the patches themselves cost (guards, Python in the traced forwards, a
 second graph); if "paired" differs from the two timed alone, the pairing does; if "plugged" is slower than "folded",
 plug_in's router does (session 17, H200: conv+bn+relu 0.177 ms against 0.121 ms compiled, the fold alone 0.093
@@ -178,12 +179,18 @@ def _plugged(name: str, model, inputs: tuple, folding, starters: Path, profile: 
         with torch.no_grad():
             for _ in range(2):      # the routes resolved eagerly (with norms to fold the first call only watches)
                 model(*inputs)
-        torch._dynamo.reset()
-        ours = torch.compile(model, backend=plugin.compile_backend(model, "reduce-overhead"))
         kernels = ", ".join(kernel.name for kernel in router.kernels)
-        lines = [f"{name}: plugged ({kernels}; folded) {timed(lambda: ours(*inputs), model, inputs, ours)}"]
-        if profile:
-            lines += _profiled(lambda: ours(*inputs), f"{name}, plugged")
+        lines = []
+        # verify's backend, then Inductor's own in the same mode: where no region is replaced the two compile the
+        # same graph, so a difference between them is the backend's wrapping, not the router's guards
+        for how, backend in (("compile_backend", plugin.compile_backend(model, "reduce-overhead")), ("inductor", None)):
+            torch._dynamo.reset()
+            ours = (torch.compile(model, backend=backend) if backend is not None
+                    else torch.compile(model, mode="reduce-overhead"))
+            lines.append(f"{name}: plugged, {how} ({kernels}; folded) "
+                         f"{timed(lambda: ours(*inputs), model, inputs, ours)}")
+            if profile:
+                lines += _profiled(lambda: ours(*inputs), f"{name}, plugged, {how}")
         return lines
     finally:
         torch._dynamo.reset()
