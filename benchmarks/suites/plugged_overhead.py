@@ -158,14 +158,14 @@ def measure(name: str, dtype: torch.dtype, size: str, profile: bool = False, plu
 
 
 def _starters(model, inputs: tuple, name: str) -> Path:
-    """The model's starter kernels, made as `verify --starters` makes them: profiled, planned, each kernel type's
-    starter at the plan's shapes (regions: Inductor's code for them), in a folder of their own."""
+    """The model's starter kernels, made as `verify --starters` makes them: profiled, planned, the starter of each of
+    the plan's top kernel types at the plan's shapes (regions: Inductor's code for them), in a folder of their own."""
     from autokernel.profile import profiler
-    from autokernel.verify.verification import write_starter_manifest
+    from autokernel.verify.verification import STARTERS_TOP, write_starter_manifest
 
     workspace = Path(tempfile.mkdtemp(prefix="plugged_overhead_"))
     _, plan = profiler.profile_to_workspace(model, inputs, name=name, workspace=workspace)
-    return write_starter_manifest(plan, workspace / "starter_kernels")
+    return write_starter_manifest(plan, workspace / "starter_kernels", top=STARTERS_TOP)
 
 
 def _plugged(name: str, model, inputs: tuple, folding, starters: Path, profile: bool) -> list[str]:
