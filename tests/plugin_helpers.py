@@ -53,3 +53,21 @@ def recording_backend() -> tuple[object, list[str]]:
         return torch._dynamo.lookup_backend("aot_eager")(graph_module, example_inputs)
 
     return backend, graph_ops
+
+
+def guard_lines(model, inputs) -> int:
+    """The guards Dynamo checks before each call of the model's compiled forward (lines of its guard tree; a model of
+    its own class, whose forward Dynamo compiles as the frame it enters)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            compiled = torch.compile(model, backend="eager")
+            compiled(*inputs)
+            compiled(*inputs)
+        entries = _debug_get_cache_entry_list(type(model).forward.__code__)
+        assert len(entries) == 1
+        return sum("+- " in line for line in str(entries[0].guard_manager).splitlines())
+    finally:
+        torch._dynamo.reset()

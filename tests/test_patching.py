@@ -66,3 +66,23 @@ def test_a_forward_set_on_the_instance_runs_innermost_and_comes_back():
     assert torch.allclose(linear(x), nn.Linear.forward(linear, x) * 2.0 + 1.0)
     patching.unpatch(linear, run)
     assert vars(linear)["forward"] is own and type(linear) is nn.Linear
+
+
+def test_an_untraced_run_runs_eagerly_and_a_compiled_forward_follows_it_when_traced_again():
+    # An owner takes a run out of Dynamo's trace where it does nothing under torch.compile: it costs no guards there.
+    linear = nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    own = linear(x)
+    run = patching.patch(linear, Tagger([]), "run", 2.0)
+    patching.set_traced(linear, run, False)
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            compiled = torch.compile(linear, backend="eager", fullgraph=True)
+            assert torch.allclose(compiled(x), own) and torch.allclose(linear(x), own + 2.0)
+            patching.set_traced(linear, run, True)          # a guard on the traced runs: compiled again, with it
+            assert torch.allclose(compiled(x), own + 2.0)
+    finally:
+        torch._dynamo.reset()
+    patching.unpatch(linear, run)
+    assert type(linear) is nn.Linear and not any(name.startswith("_autokernel") for name in vars(linear))

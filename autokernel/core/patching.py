@@ -2,6 +2,7 @@
 the instance: the module's class is swapped for a subclass whose forward runs the module's own stack of runs.
 
     run = patch(module, owner, "method", *data)   # owner.method(*data, original, args, kwargs) now runs the forward
+    set_traced(module, run, False)                # torch.compile traces the forward without it (it does nothing there)
     unpatch(module, run)                          # that run taken off; with none left, the class is its own again
 
 Why a class and not an instance forward: under torch.compile, Dynamo checks before every call that what it traced
@@ -16,6 +17,17 @@ patches. Under CUDA graphs a compiled call's host time is its guards plus the gr
 on the H200, a plugged-in ResNet-18 with nothing routed took 0.43 ms a call against 0.24 ms
 (benchmarks/results/2026-11-29_NVIDIA-H200_gate_s16/).
 
+A run that changes nothing in a compiled forward (a router's module route with no decision to route compiled, the
+router's own run of the model when no function is routed compiled) is taken out of Dynamo's trace: each run traced
+costs ~25 guard lines (its record, its owner's attributes, the decision looked up), checked before every call. Its
+owner says so (set_traced), before the compile and again whenever that could change (a guard sees the change and
+compiles again); traced, the patched forward runs only the traced runs, read as one attribute (2 guard lines when
+there are none). An owner that leaves a run traced while it does nothing costs guards, never correctness; one that
+untraced a run that acts would compile the forward without it, so its test must be exact or err towards tracing
+(autokernel/routing/router.py). Measured on the CPU (torch 2.13), nothing routed compiled: the tiny GPT-2 with its
+starters, 866 guard lines traced through, 564 without (487 as it is); KernelBench's conv + batch norm + ReLU with its
+fold and its region starter, 250 and 207 (the fold alone 203).
+
 Runs are taken off by identity, in any order, by whoever put them on; the class is restored only when the last goes,
 so two users of a module (the router and a fold) never restore each other's class.
 """
@@ -25,9 +37,12 @@ from __future__ import annotations
 import functools
 from typing import Any, NamedTuple
 
+import torch
 from torch import nn
 
 RUNS = "_autokernel_runs"           # on a patched module: its runs, innermost first
+TRACED = "_autokernel_traced"       # on a patched module: the runs a torch.compile trace runs, as a tuple
+UNTRACED = "_autokernel_untraced"   # on a patched module: the runs its owners took out of the trace
 INSTANCE_FORWARD = "_autokernel_instance_forward"    # a forward the instance had of its own, run innermost
 _PATCHED_CLASSES: dict[type, type] = {}
 
@@ -47,9 +62,27 @@ def patch(module: nn.Module, owner: Any, method: str, *data) -> Run:
         if "forward" in module.__dict__:     # a forward set on the instance (a test's, accelerate's hooks) would
             module.__dict__[INSTANCE_FORWARD] = module.__dict__.pop("forward")    # shadow the class's: ours wraps it
         module.__dict__[RUNS] = runs = []
+        module.__dict__[UNTRACED] = []
         module.__class__ = _patched_class(type(module))
     runs.append(run)
+    _retrace(module)
     return run
+
+
+def set_traced(module: nn.Module, run: Run, traced: bool) -> None:
+    """Whether Dynamo's trace of the module's forward runs `run` (it does at first; eager calls always run it)."""
+    runs = module.__dict__.get(RUNS)
+    if runs is None or not any(on is run for on in runs):
+        return
+    untraced = [off for off in module.__dict__[UNTRACED] if off is not run]
+    module.__dict__[UNTRACED] = untraced + ([] if traced else [run])
+    _retrace(module)
+
+
+def _retrace(module: nn.Module) -> None:
+    untraced = module.__dict__[UNTRACED]
+    module.__dict__[TRACED] = tuple(run for run in module.__dict__[RUNS]
+                                    if not any(off is run for off in untraced)) or None
 
 
 def unpatch(module: nn.Module, run: Run) -> None:
@@ -61,8 +94,11 @@ def unpatch(module: nn.Module, run: Run) -> None:
         if on is run:
             del runs[i]
             break
+    module.__dict__[UNTRACED] = [off for off in module.__dict__[UNTRACED] if off is not run]
+    _retrace(module)
     if not runs:
-        del module.__dict__[RUNS]
+        for name in (RUNS, TRACED, UNTRACED):
+            del module.__dict__[name]
         module.__class__ = original_class(type(module))
         if INSTANCE_FORWARD in module.__dict__:
             module.__dict__["forward"] = module.__dict__.pop(INSTANCE_FORWARD)
@@ -85,7 +121,9 @@ def _patched_class(cls: type) -> type:
         @functools.wraps(cls.forward)
         def forward(self, *args, **kwargs):
             call = self.__dict__.get(INSTANCE_FORWARD) or functools.partial(cls.forward, self)
-            for run in self.__dict__[RUNS]:
+            # Traced, the runs are read as an attribute, with the module's other attributes (one guard fewer), and
+            # None for none (one guard line, where an empty tuple is three)
+            for run in (getattr(self, TRACED) or ()) if torch.compiler.is_compiling() else self.__dict__[RUNS]:
                 call = functools.partial(_through, run, call)
             return call(*args, **kwargs)
         patched = _PATCHED_CLASSES[cls] = type(cls.__name__, (cls,), {

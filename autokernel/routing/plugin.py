@@ -77,10 +77,11 @@ def plug_in(model: nn.Module, optimized_dir: str | Path | None = None, *, policy
         if variants:
             route = ModuleRoute(path or "(model)", type(module).__name__, variants)
             router.module_routes.append(route)
-            router.patch(module, router, "run_module", route)
-    router.patch(model, router, "run_model", model)
+            router.patch(module, router, "run_module", route,
+                         traced=lambda route=route: router.module_route_traced(route))
+    router.patch(model, router, "run_model", model, traced=router.model_traced)
     if router.regions is not None:        # outermost: regions are routed in the model's whole graph
-        router.patch(model, router.regions, "run_model")
+        router.patch(model, router.regions, "run_model", traced=router.regions.routes_compiled)
     setattr(model, ROUTER_ATTRIBUTE, router)
     return model
 

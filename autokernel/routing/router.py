@@ -73,7 +73,8 @@ class Router:
         self._module_stack: list[tuple[str, nn.Module]] = []
         self._pass_calls: Counter = Counter()
         self._scopes_patched: set[str] = set()
-        self.patches: list[tuple[nn.Module, patching.Run]] = []    # (module, the run patched on), in order
+        # (module, the run patched on, whether torch.compile must trace it: None for always), in order
+        self.patches: list[tuple[nn.Module, patching.Run, Callable[[], bool] | None]] = []
         # Norms folded into their consumers (rmsnorm_mlp, rmsnorm_linear), found on each new model input signature.
         fold_types = [fold_type for kernel_type, fold_type in FOLD_TYPES.items() if kernel_type in self.by_type]
         self.folding = Folding(self, fold_types) if fold_types else None
@@ -116,6 +117,7 @@ class Router:
             self.folding.forget()
         if self.regions is not None:
             self.regions.forget()
+        self.retrace()
 
     # ------------------------------------------------------------------ deciding
     def decide(self, kernel_type: str, reading: Reading | str, site_label: str) -> Decision:
@@ -181,6 +183,8 @@ class Router:
         decision = route.decisions.get(key)
         if decision is None:
             decision = route.decisions[key] = self._resolve_module(route, original, x)
+            if decision.compiled:
+                self.retrace()
         if decision.eager:
             self._count(decision, hit=True)
             return _launch_outside_modes(decision.reading.launch, decision.kernel.kernel_fn, x)
@@ -234,6 +238,8 @@ class Router:
             decision = self._resolve_function(func, args, kwargs)
             if key is not None:
                 self.function_decisions[key] = decision
+                if decision.compiled:
+                    self.retrace()
         if self.recording and (decision.eager or decision.compiled) and self._module_stack:
             path, module = self._module_stack[-1]
             self.scoped_modules.setdefault(path, module)
@@ -319,15 +325,38 @@ class Router:
         return output
 
     # ------------------------------------------------------------------ patching forwards
-    def patch(self, module: nn.Module, owner, method: str, *data) -> None:
-        """module's forward becomes owner.method(*data, its current forward, args, kwargs) (autokernel/routing/
+    def patch(self, module: nn.Module, owner, method: str, *data, traced: Callable[[], bool] | None = None) -> None:
+        """module's forward becomes owner.method(*data, its current forward, args, kwargs) (autokernel/core/
         patching.py: its class is swapped, not its forward patched on the instance, so that a compiled model's guards
-        stay few)."""
-        self.patches.append((module, patching.patch(module, owner, method, *data)))
+        stay few). traced() says whether the run can change a compiled forward now: where it cannot, Dynamo does not
+        trace it (no guards on it); retrace() asks again whenever a decision it reads changes."""
+        run = patching.patch(module, owner, method, *data)
+        self.patches.append((module, run, traced))
+        if traced is not None:
+            patching.set_traced(module, run, traced())
+
+    def retrace(self) -> None:
+        """The runs a compiled forward traces, after the decisions changed (a compiled graph guards on the change)."""
+        for module, run, traced in self.patches:
+            if traced is not None:
+                patching.set_traced(module, run, traced())
+
+    # When each of the router's runs can change a compiled forward, read from what it reads while compiling
+    # (run_module, run_scoped, run_model; RegionRouting.routes_compiled): only through a decision to route compiled.
+    # Exact, or conservative: an untraced run that would have routed a call compiles PyTorch's forward in its place.
+    def module_route_traced(self, route: ModuleRoute) -> bool:
+        return any(decision.compiled for decision in route.decisions.values())
+
+    def functions_traced(self) -> bool:
+        return any(decision.compiled for decision in self.function_decisions.values())
+
+    def model_traced(self) -> bool:
+        """The model's own run: its own scope's function routing, and the norm folds' end of each forward."""
+        return self.folding is not None or ("" in self.scoped_modules and self.functions_traced())
 
     def restore(self) -> None:
         """Take off every run patch() put on, last first."""
-        for module, run in reversed(self.patches):
+        for module, run, _ in reversed(self.patches):
             patching.unpatch(module, run)
         self.patches.clear()
 
@@ -335,7 +364,8 @@ class Router:
         for path, module in self.scoped_modules.items():
             if path and path not in self._scopes_patched:
                 self._scopes_patched.add(path)
-                self.patch(module, self, "run_scoped", path)
+                self.patch(module, self, "run_scoped", path, traced=self.functions_traced)
+        self.retrace()         # the model's own run follows its scope
 
     def _leave_module(self) -> None:
         self._module_stack.pop()     # (a forward hook's return value would replace the module's output)

@@ -181,6 +181,12 @@ class RegionRouting:
         finally:
             self.tracing_eagerly = False
 
+    def routes_compiled(self) -> bool:
+        """Whether any region is replaced in a compiled graph. Without one, this forward's run, which under
+        torch.compile only reads the bypass (so that a bypassed forward is compiled again, without the regions), need
+        not be traced: the backend compiles Dynamo's own graph either way (autokernel/routing/router.py retraces)."""
+        return any(self.routes(kernel, COMPILED) for kernel in self.kernels)
+
     def _any_eager(self) -> bool:
         """Whether any region routes eagerly: without one, the model runs as the menu routes it, not through Dynamo."""
         if self._eager_routes is None:
