@@ -210,9 +210,10 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
             checked_error = math.inf
             log("the check with every kernel routed ran out of GPU memory: it does not pass")
             torch.cuda.empty_cache()
-        if checked_error != math.inf and not checked_error <= allowed:
+        if policy == MEASURED and checked_error != math.inf and not checked_error <= allowed:
             # A kernel the judge passed can still be off in the model (a float32 convolution on tensor cores at
-            # 3e-4 where float32 allows 1e-4): found and dropped like one that breaks the forward.
+            # 3e-4 where float32 allows 1e-4): found and dropped like one that breaks the forward. Asked to route
+            # every call (--route all), the check is reported as it is, failed.
             raise OverTolerance(f"the model with every kernel routed is off by {checked_error:.3g}, over the "
                                 f"tolerance {allowed:.3g}")
         checked = router.summary()
