@@ -1,5 +1,5 @@
 """Tests for autokernel/core/interpreter.py: Triton's interpreter patches triton.language once per launch, with the
-same results as patching on every helper call."""
+same results as patching on every helper call; a scalar comparison broadcast into a mask stays a mask."""
 
 import os
 
@@ -34,6 +34,16 @@ def _row_stats(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
 def _refuses(x_ptr, BLOCK: tl.constexpr):
     tl.static_assert(BLOCK > 64, "refused on purpose")
     tl.store(x_ptr, tl.sum(tl.arange(0, BLOCK), axis=0))
+
+
+@triton.jit
+def _batched_copy(x_ptr, out_ptr, BATCH, BLOCK: tl.constexpr):
+    # Inductor's batched matmul template masks its store the same way: a block mask and a scalar comparison.
+    batch = tl.program_id(1)
+    rows, cols = tl.arange(0, BLOCK)[:, None], tl.arange(0, BLOCK)[None, :]
+    mask = (rows < 3) & (cols < 3) & (batch < BATCH)
+    offsets = batch * 9 + rows * 3 + cols
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask, other=0.0) * 2, mask)
 
 
 @pytest.fixture
@@ -89,3 +99,14 @@ def test_choosing_again_wraps_triton_once():
     assert patch.autokernel_once_per_launch
     assert interpreter._patch_once_per_launch()
     assert triton_interpreter._patch_lang is patch and triton_interpreter.GridExecutor.__call__ is call
+
+
+def test_a_scalar_comparison_in_a_block_mask_keeps_the_mask_boolean():
+    # Before: "mask has unsupported dtype" (the scalar's splat took its operands' int32), which dropped every bmm
+    # region starter of a model checked on the CPU.
+    assert interpreter.choose()
+    x = torch.randn(2, 3, 3)
+    out = torch.zeros(2, 3, 3)
+    _batched_copy[(1, 2)](x, out, 2, BLOCK=4)
+    assert torch.equal(out, x * 2)
+    assert interpreter._splat_in_the_blocks_type()
