@@ -66,10 +66,13 @@ def parse_input_shape(text: str) -> tuple[int, ...]:
 
 
 def parse_model_arg(text: str) -> tuple[str, object]:
-    """"config=tiny" -> ("config", "tiny"): one keyword for get_model()/the model class; numbers become int or float."""
+    """"config=tiny" -> ("config", "tiny"): one keyword for get_model()/the model class; numbers become int or float,
+    true and false booleans (a config's switch given as the string "false" would be true)."""
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
         raise ModelLoadError(f"Bad --model-arg {text!r}: expected NAME=VALUE, like config=tiny.")
+    if value.strip().lower() in ("true", "false"):
+        return name.strip(), value.strip().lower() == "true"
     for kind in (int, float):
         try:
             return name.strip(), kind(value)
