@@ -28,7 +28,7 @@ from rich.markup import escape
 from rich.table import Table
 from torch import nn
 
-from autokernel.core import hardware, paths, stopwatch
+from autokernel.core import hardware, patching, paths, stopwatch
 from autokernel.core.contracts import PlanEntry
 from autokernel.core.plan import OTHER, Plan, write_plan
 from autokernel.judge.timing import roofline
@@ -112,7 +112,7 @@ class _ModuleRanges:
 
     def __enter__(self) -> "_ModuleRanges":
         self._range_recognised_functions()
-        for path, module in self.model.named_modules():
+        for path, module in patching.hookable_modules(self.model):
             self.handles.append(module.register_forward_pre_hook(
                 lambda mod, args, kwargs, path=path: self._enter(path, args, kwargs), with_kwargs=True))
             # always_call keeps the ranges balanced when a forward raises.
