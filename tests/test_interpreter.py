@@ -46,6 +46,13 @@ def _batched_copy(x_ptr, out_ptr, BATCH, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask, other=0.0) * 2, mask)
 
 
+@triton.jit
+def _dot(a_ptr, b_ptr, out_ptr, BLOCK: tl.constexpr):
+    rows, cols = tl.arange(0, BLOCK)[:, None], tl.arange(0, BLOCK)[None, :]
+    a, b = tl.load(a_ptr + rows * BLOCK + cols), tl.load(b_ptr + rows * BLOCK + cols)
+    tl.store(out_ptr + rows * BLOCK + cols, tl.dot(a, b, out_dtype=tl.float32))
+
+
 @pytest.fixture
 def language_patches(monkeypatch):
     """How many times Triton's own patching of triton.language ran (four module scans each, at least)."""
@@ -110,3 +117,13 @@ def test_a_scalar_comparison_in_a_block_mask_keeps_the_mask_boolean():
     _batched_copy[(1, 2)](x, out, 2, BLOCK=4)
     assert torch.equal(out, x * 2)
     assert interpreter._splat_in_the_blocks_type()
+
+
+def test_a_dot_of_bfloat16_multiplies_the_numbers_not_their_bits():
+    # Before: the uint16 arrays the interpreter holds bfloat16 in were multiplied as integers (off by ~1e10).
+    assert interpreter.choose()
+    a, b = torch.randn(16, 16).bfloat16(), torch.randn(16, 16).bfloat16()
+    out = torch.empty(16, 16)
+    _dot[(1,)](a, b, out, BLOCK=16)
+    expected = a.float() @ b.float()        # bfloat16 products are exact in float32; only the sums' order differs
+    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-5)
