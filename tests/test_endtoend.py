@@ -56,6 +56,19 @@ def test_without_a_gpu_there_is_no_speed_verdict():
     assert verdict.summary == "no speed verdict: CPU interpreter timings are not meaningful; use PyTorch eager"
 
 
+def test_a_model_whose_own_output_changes_from_call_to_call_is_said_to_be_so():
+    # A VAE samples in its forward: eager run again is off from the first output like every other variant.
+    results = {"eager": result("eager", 8.0, error=0.6), "compile": result("compile", 2.0, error=0.5),
+               "ours": result("ours", None, failed="no kernel of ours ran (see the parts dropped)")}
+    verdict = endtoend.choose(results, 1e-4, on_gpu=True, routed=False)
+    assert verdict.summary.startswith("PyTorch's own variants could not be checked: the model run again as it is is "
+                                      "off by 0.6 (tolerance 0.0001)")
+    assert verdict.use == "eager" and verdict.pytorch_best is None
+    failed = {"eager": result("eager", None, failed="RuntimeError: boom")}
+    assert endtoend.choose(failed, 1e-4, on_gpu=True, routed=False).summary == (
+        "PyTorch's own variants could not be measured")
+
+
 @pytest.fixture
 def gpu_like_timer(monkeypatch):
     """A timer that reports a GPU's figures: each routed call a kernel takes adds `per_hit_ms` to a forward."""

@@ -1,5 +1,5 @@
 """Tests for autokernel/core/interpreter.py: Triton's interpreter patches triton.language once per launch, with the
-same results as patching on every helper call."""
+same results as patching on every helper call; a scalar comparison broadcast into a mask stays a mask."""
 
 import os
 
@@ -34,6 +34,23 @@ def _row_stats(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
 def _refuses(x_ptr, BLOCK: tl.constexpr):
     tl.static_assert(BLOCK > 64, "refused on purpose")
     tl.store(x_ptr, tl.sum(tl.arange(0, BLOCK), axis=0))
+
+
+@triton.jit
+def _batched_copy(x_ptr, out_ptr, BATCH, BLOCK: tl.constexpr):
+    # Inductor's batched matmul template masks its store the same way: a block mask and a scalar comparison.
+    batch = tl.program_id(1)
+    rows, cols = tl.arange(0, BLOCK)[:, None], tl.arange(0, BLOCK)[None, :]
+    mask = (rows < 3) & (cols < 3) & (batch < BATCH)
+    offsets = batch * 9 + rows * 3 + cols
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask, other=0.0) * 2, mask)
+
+
+@triton.jit
+def _dot(a_ptr, b_ptr, out_ptr, BLOCK: tl.constexpr):
+    rows, cols = tl.arange(0, BLOCK)[:, None], tl.arange(0, BLOCK)[None, :]
+    a, b = tl.load(a_ptr + rows * BLOCK + cols), tl.load(b_ptr + rows * BLOCK + cols)
+    tl.store(out_ptr + rows * BLOCK + cols, tl.dot(a, b, out_dtype=tl.float32))
 
 
 @pytest.fixture
@@ -89,3 +106,24 @@ def test_choosing_again_wraps_triton_once():
     assert patch.autokernel_once_per_launch
     assert interpreter._patch_once_per_launch()
     assert triton_interpreter._patch_lang is patch and triton_interpreter.GridExecutor.__call__ is call
+
+
+def test_a_scalar_comparison_in_a_block_mask_keeps_the_mask_boolean():
+    # Before: "mask has unsupported dtype" (the scalar's splat took its operands' int32), which dropped every bmm
+    # region starter of a model checked on the CPU.
+    assert interpreter.choose()
+    x = torch.randn(2, 3, 3)
+    out = torch.zeros(2, 3, 3)
+    _batched_copy[(1, 2)](x, out, 2, BLOCK=4)
+    assert torch.equal(out, x * 2)
+    assert interpreter._splat_in_the_blocks_type()
+
+
+def test_a_dot_of_bfloat16_multiplies_the_numbers_not_their_bits():
+    # Before: the uint16 arrays the interpreter holds bfloat16 in were multiplied as integers (off by ~1e10).
+    assert interpreter.choose()
+    a, b = torch.randn(16, 16).bfloat16(), torch.randn(16, 16).bfloat16()
+    out = torch.empty(16, 16)
+    _dot[(1,)](a, b, out, BLOCK=16)
+    expected = a.float() @ b.float()        # bfloat16 products are exact in float32; only the sums' order differs
+    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-5)

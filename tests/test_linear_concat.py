@@ -257,3 +257,25 @@ def test_the_rewrite_is_public_as_batch_norm_folding_is():
     import autokernel
 
     assert autokernel.concat_linears is concat_linears and autokernel.unconcat_linears is unconcat_linears
+
+
+class PaddedEncoder(nn.Module):
+    """nn.TransformerEncoder on a padded batch: its layers run on a nested tensor, their linears too."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 1)
+
+    def forward(self, x):
+        padding = torch.zeros(x.shape[:2], dtype=torch.bool)
+        padding[:, -2:] = True
+        return self.encoder(x, src_key_padding_mask=padding)
+
+
+def test_linears_called_with_a_nested_tensor_are_left_as_they_are():
+    # Before: "NestedTensorImpl doesn't support sizes" from the watched forward, and the rewrite was dropped.
+    model, x = PaddedEncoder().eval(), torch.randn(2, 6, 16)
+    expected = _reference(model, x)
+    concat = concat_linears(model, (x,))
+    assert concat.groups == []
+    assert output_error(expected, _reference(model, x)) <= tolerance(expected)

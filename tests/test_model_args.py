@@ -22,6 +22,13 @@ def test_flags_become_load_model_keywords():
         "model_kwargs": {"config": "tiny", "n_layers": 2}, "device": "cpu"}
 
 
+def test_true_and_false_become_booleans():
+    # A Hugging Face config's switch (tie_word_embeddings=false) given as the string "false" would be true.
+    args = parse(["--hf", "falcon", "--model-arg", "parallel_attn=false", "--model-arg", "bias=True",
+                  "--model-arg", "name=falsetto"])
+    assert load_model_keywords(args)["model_kwargs"] == {"parallel_attn": False, "bias": True, "name": "falsetto"}
+
+
 def test_without_the_device_flag_the_loader_chooses():
     args = parse(["--hf", "llama"], with_device=False)
     assert not hasattr(args, "device")

@@ -231,6 +231,25 @@ def test_hf_with_real_transformers_builds_a_tiny_llama():
     assert loaded.model(*loaded.inputs).logits.shape == (*TINY_SHAPE, 100)
 
 
+def test_hf_encoder_decoders_get_decoder_tokens_and_whisper_its_audio_encoder():
+    # T5 and Whisper refused to run with the encoder's input alone ("You must specify exactly one of input_ids or
+    # inputs_embeds"), and Whisper was built as its causal LM: the decoder alone, fed the spectrogram's shape as
+    # token ids.
+    pytest.importorskip("transformers", reason="transformers is the optional [hf] extra")
+    t5 = load_model(hf="t5", device="cpu", input_shape=TINY_SHAPE, hf_overrides=dict(
+        vocab_size=100, d_model=32, d_ff=64, d_kv=16, num_layers=1, num_heads=2))
+    assert t5.inputs[1] is None and t5.inputs[2].shape == TINY_SHAPE and int(t5.inputs[2].max()) < 100
+    whisper = load_model(hf="whisper", device="cpu", input_shape=(1, 16, 32), hf_overrides=dict(
+        vocab_size=100, num_mel_bins=16, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=16,
+        max_target_positions=8, pad_token_id=0, decoder_start_token_id=1))
+    audio, _, tokens = whisper.inputs
+    assert type(whisper.model).__name__ == "WhisperModel" and audio.is_floating_point()
+    # The decoder reads at most its positions when the encoder reads no tokens.
+    assert tokens.shape == (1, 8) and tokens.dtype == torch.int64
+    assert whisper.model(*whisper.inputs).last_hidden_state.shape == (1, 8, 32)
+
+
 # --------------------------------------------------------------------------- failures
 def test_missing_file():
     assert "Model file not found: no_such_model.py" in load_error(path="no_such_model.py")

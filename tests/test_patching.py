@@ -2,6 +2,7 @@
 
 import inspect
 
+import pytest
 import torch
 from torch import nn
 
@@ -86,3 +87,21 @@ def test_an_untraced_run_runs_eagerly_and_a_compiled_forward_follows_it_when_tra
         torch._dynamo.reset()
     patching.unpatch(linear, run)
     assert type(linear) is nn.Linear and not any(name.startswith("_autokernel") for name in vars(linear))
+
+
+class _Scripted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = torch.jit.script(nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.block(x))
+
+
+def test_a_torchscript_module_and_what_is_inside_it_take_no_hooks():
+    model = _Scripted()
+    # TorchScript refuses a hook: every walk that hooks the model's modules would fail on it.
+    with pytest.raises(RuntimeError, match="not supported on ScriptModules"):
+        model.block.register_forward_pre_hook(lambda *_: None)
+    assert [path for path, _ in patching.hookable_modules(model)] == ["", "head"]

@@ -102,3 +102,44 @@ def test_outputs_are_written_and_printed(llama_report, tmp_path):
     text = console.export_text()
     assert saved_plan["entries"][0]["kernel_type"] in text and "coverage: 100.0%" in text
     assert saved_plan["entries"][2]["kernel_type"] not in text      # only the top 2 rows are shown
+
+
+class _PaddedEncoder(torch.nn.Module):
+    """nn.TransformerEncoder given a padding mask: in eval mode its fast path packs the batch into a nested tensor,
+    and its layers are called with it."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 2)
+
+    def forward(self, x):
+        padding = torch.zeros(x.shape[:2], dtype=torch.bool)
+        padding[:, -2:] = True
+        return self.encoder(x, src_key_padding_mask=padding)
+
+
+def test_a_module_called_with_a_nested_tensor_is_profiled():
+    # Before: "NestedTensorImpl doesn't support sizes" when the module's range was named by its input's shape,
+    # and the whole profile was dropped.
+    model = _PaddedEncoder().eval()
+    report = profiler.profile_model(model, (torch.randn(2, 6, 16),), warmup=1, iters=1)
+    assert report.total_ms > 0 and report.inputs == [{"shape": [2, 6, 16], "dtype": "float32"}]
+
+
+class _WithScriptedBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()))
+        self.norm = torch.nn.LayerNorm(16)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.norm(self.block(x)))
+
+
+def test_a_model_with_a_torchscript_block_is_profiled_around_it():
+    # Before: "register_forward_pre_hook is not supported on ScriptModules" (then, from the norm folding search's
+    # cleanup, "list.remove(x): x not in list"), and the whole profile was dropped.
+    report = profiler.profile_model(_WithScriptedBlock().eval(), (torch.randn(4, 16),), warmup=1, iters=1)
+    assert report.total_ms > 0
+    assert any(site.module_path == "head" for site in report.call_sites)

@@ -7,7 +7,9 @@ Triton), verify.py, profile.py, `autokernel optimize`, and the Python API's opti
 plug_in(). Nothing switches it as a side effect of an import.
 
 With the interpreter on, `choose()` also makes Triton's interpreter patch triton.language once per launch instead of
-once per call of a @jit helper (see `_patch_once_per_launch`): the same results in about half the time.
+once per call of a @jit helper (see `_patch_once_per_launch`): the same results in about half the time; and makes
+a scalar broadcast to a block keep the block's type (see `_splat_in_the_blocks_type`), and tl.dot multiply bfloat16
+values rather than their bits (see `_dot_bfloat16_as_floats`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ def choose() -> bool:
     on = os.environ.get("TRITON_INTERPRET") == "1"
     if on:
         _patch_once_per_launch()
+        _splat_in_the_blocks_type()
+        _dot_bfloat16_as_floats()
     return on
 
 
@@ -84,4 +88,61 @@ def _patch_once_per_launch() -> bool:
     patch_once.autokernel_once_per_launch = True
     triton_interpreter._patch_lang = patch_once
     triton_interpreter.GridExecutor.__call__ = launch_call
+    return True
+
+
+def _splat_in_the_blocks_type() -> bool:
+    """Make Triton's interpreter broadcast a scalar into a block of the block's element type; False where this
+    Triton's interpreter lacks the names it wraps (nothing is changed there).
+
+    The interpreter labels a comparison's result with its operands' type (int32 for `pid < BATCH`) though its
+    values are booleans, and its splat converts the values to that label: a scalar comparison broadcast into a
+    block mask becomes int32, and a store under that mask fails ("mask has unsupported dtype"). Inductor's batched
+    matmul template masks its store with `idx_q < BATCH` (torch 2.13, Triton 3.9), so every region starter with a
+    bmm failed its check on the CPU and was dropped. The block type says what the values are (int1 for a mask).
+    """
+    try:
+        import numpy as np
+        from triton.runtime import interpreter as triton_interpreter
+        builder, to_numpy = triton_interpreter.InterpreterBuilder, triton_interpreter._get_np_dtype
+        handle = triton_interpreter.TensorHandle
+    except (ImportError, AttributeError):
+        return False
+    if getattr(builder.create_splat, "autokernel_block_type", False):
+        return True
+
+    def create_splat(self, ret_ty, arg):
+        value = arg.data[0] if arg.data.ndim else arg.data
+        return handle(np.full(ret_ty.shape, value, dtype=to_numpy(ret_ty)), ret_ty.element_ty)
+
+    create_splat.autokernel_block_type = True
+    builder.create_splat = create_splat
+    return True
+
+
+def _dot_bfloat16_as_floats() -> bool:
+    """Make Triton's interpreter's tl.dot multiply bfloat16 operands as the numbers they are; False where this
+    Triton's interpreter lacks the names it wraps (nothing is changed there).
+
+    The interpreter holds bfloat16 values as their 16 bits in uint16 arrays, and its dot multiplies those arrays
+    as they are: the integers the bits spell, not the numbers (off by 1e10 in a bfloat16 Linear + ReLU region
+    under autocast, whose starter was then dropped on the CPU). Its own casts read the bits right; the operands
+    go through them to float32 first, which a float32 accumulator gives the same products as the GPU's.
+    """
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter as triton_interpreter
+        builder = triton_interpreter.InterpreterBuilder
+        dot = builder.create_dot
+    except (ImportError, AttributeError):
+        return False
+    if getattr(dot, "autokernel_bfloat16", False):
+        return True
+
+    def create_dot(self, a, b, d, *args, **kwargs):
+        a, b = (self.cast_impl(x, tl.float32) if x.dtype.scalar == tl.bfloat16 else x for x in (a, b))
+        return dot(self, a, b, d, *args, **kwargs)
+
+    create_dot.autokernel_bfloat16 = True
+    builder.create_dot = create_dot
     return True

@@ -35,7 +35,7 @@ so two users of a module (the router and a fold) never restore each other's clas
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 import torch
 from torch import nn
@@ -134,3 +134,11 @@ def _patched_class(cls: type) -> type:
 
 def _through(run: Run, original, *args, **kwargs):
     return getattr(run.owner, run.method)(*run.data, original, args, kwargs)
+
+
+def hookable_modules(model: nn.Module) -> Iterator[tuple[str, nn.Module]]:
+    """The model's modules, (path, module), that take forward hooks: every one but a TorchScript module's
+    (torch.jit.script), which refuses them ("register_forward_pre_hook is not supported on ScriptModules") and runs
+    inside TorchScript, where no hook would be called; its submodules are TorchScript modules too."""
+    return ((path, module) for path, module in model.named_modules()
+            if not isinstance(module, torch.jit.ScriptModule))

@@ -5,7 +5,8 @@ The forms, tried in this order for a model file:
     `get_init_inputs()`); inputs from `input_shape`, else from the file's `get_inputs()`;
   - `get_model()` and `get_inputs()`;
   - KernelBench: `class Model`, `get_inputs()`, `get_init_inputs()`, used as-is.
-`hf="llama"` instead of a file builds a Hugging Face transformers architecture with random weights.
+`hf="llama"` instead of a file builds a Hugging Face transformers architecture with random weights; an
+encoder-decoder (T5, BART, Whisper) also gets random decoder tokens.
 
 `model_kwargs` go to `get_model()` (or the class); `get_inputs()` receives those it names in its
 signature (all of them if it takes **kwargs), so a choice like config="tiny" reaches both.
@@ -33,6 +34,9 @@ from autokernel.core.dtypes import dtype_named
 # The same seed for every load, so profile and verify see the same weights and inputs.
 LOAD_SEED = 0
 HF_DEFAULT_INPUT_SHAPE = (1, 512)
+# An encoder-decoder's decoder tokens when its encoder reads no tokens (Whisper's spectrogram): a short reply, as
+# when it transcribes.
+HF_DECODER_TOKENS = 64
 
 NO_GPU_HINT = ("load it on the CPU instead (device 'cpu'): the CPU path (Triton interpreter) still works for small "
                "models, but profiling then measures CPU op time and kernel timings won't be meaningful")
@@ -62,10 +66,13 @@ def parse_input_shape(text: str) -> tuple[int, ...]:
 
 
 def parse_model_arg(text: str) -> tuple[str, object]:
-    """"config=tiny" -> ("config", "tiny"): one keyword for get_model()/the model class; numbers become int or float."""
+    """"config=tiny" -> ("config", "tiny"): one keyword for get_model()/the model class; numbers become int or float,
+    true and false booleans (a config's switch given as the string "false" would be true)."""
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
         raise ModelLoadError(f"Bad --model-arg {text!r}: expected NAME=VALUE, like config=tiny.")
+    if value.strip().lower() in ("true", "false"):
+        return name.strip(), value.strip().lower() == "true"
     for kind in (int, float):
         try:
             return name.strip(), kind(value)
@@ -346,11 +353,33 @@ def _hf_recipe(architecture: str, overrides: dict, input_shape: tuple[int, ...] 
     except (ValueError, KeyError) as exc:
         raise ModelLoadError(f"transformers has no architecture called {architecture!r}; use a model type such as "
                              "llama, mistral, gpt2 or bert.") from exc
-    # Encoder-only families (BERT) appear in both maps: they get the bare encoder, like models/bert.py.
+    # Encoder-only families (BERT) appear in both maps: they get the bare encoder, like models/bert.py. So do
+    # encoder-decoders: Whisper's causal LM is its decoder alone, which would never see the audio.
     is_decoder_lm = (config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-                     and config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+                     and config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+                     and not getattr(config, "is_encoder_decoder", False))
     auto_class = transformers.AutoModelForCausalLM if is_decoder_lm else transformers.AutoModel
     shape = tuple(input_shape) if input_shape is not None else HF_DEFAULT_INPUT_SHAPE
     return _Recipe(label=f"hf:{architecture}", make_model=lambda: auto_class.from_config(config),
-                   make_inputs=lambda model, dtype: _random_inputs(model, shape, dtype),
+                   make_inputs=lambda model, dtype: _hf_inputs(model, config, shape, dtype),
                    name=lambda model: f"hf:{architecture}")
+
+
+def _hf_inputs(model: nn.Module, config, shape: tuple[int, ...], dtype: torch.dtype | None) -> tuple:
+    """The encoder's random input of `shape`; for an encoder-decoder, its decoder's tokens too, as the positional
+    argument forward() names decoder_input_ids (None for the arguments before it): without them T5, BART and
+    Whisper refuse to run. The decoder reads as many tokens as the encoder when the encoder reads tokens, else
+    HF_DECODER_TOKENS (at most the decoder's positions)."""
+    inputs = _random_inputs(model, shape, dtype)
+    parameters = list(inspect.signature(model.forward).parameters)
+    if not getattr(config, "is_encoder_decoder", False) or "decoder_input_ids" not in parameters:
+        return inputs
+    encoder_input = inputs[0]
+    if encoder_input.is_floating_point():
+        length = min(HF_DECODER_TOKENS, getattr(config, "max_target_positions", None) or HF_DECODER_TOKENS)
+        decoder_shape = (encoder_input.shape[0], length)
+    else:
+        decoder_shape = tuple(encoder_input.shape)
+    decoder_ids = torch.randint(0, config.vocab_size, decoder_shape)
+    gap = parameters.index("decoder_input_ids") - len(inputs)
+    return (*inputs, *([None] * gap), decoder_ids)

@@ -28,7 +28,7 @@ from rich.markup import escape
 from rich.table import Table
 from torch import nn
 
-from autokernel.core import hardware, paths, stopwatch
+from autokernel.core import hardware, patching, paths, stopwatch
 from autokernel.core.contracts import PlanEntry
 from autokernel.core.plan import OTHER, Plan, write_plan
 from autokernel.judge.timing import roofline
@@ -112,7 +112,7 @@ class _ModuleRanges:
 
     def __enter__(self) -> "_ModuleRanges":
         self._range_recognised_functions()
-        for path, module in self.model.named_modules():
+        for path, module in patching.hookable_modules(self.model):
             self.handles.append(module.register_forward_pre_hook(
                 lambda mod, args, kwargs, path=path: self._enter(path, args, kwargs), with_kwargs=True))
             # always_call keeps the ranges balanced when a forward raises.
@@ -120,9 +120,10 @@ class _ModuleRanges:
         return self
 
     def _enter(self, path: str, args: tuple, kwargs: dict) -> None:
-        # Few Python calls here: with_stack records every one of them as an event of its own.
+        # Few Python calls here: with_stack records every one of them as an event of its own. A nested tensor has
+        # no shape (nn.TransformerEncoder's fast path packs a padded batch into one), so it is named by none.
         tensors = [value for value in (*args, *kwargs.values()) if isinstance(value, torch.Tensor)]
-        shape = ",".join(map(str, tensors[0].shape)) if tensors else ""
+        shape = ",".join(map(str, tensors[0].shape)) if tensors and not tensors[0].is_nested else ""
         # The ops record_function itself calls: its constructor costs more Python than the range.
         self.open_ranges.append(torch.ops.profiler._record_function_enter_new(f"{RANGE_PREFIX}{path}#{shape}", None))
 

@@ -219,6 +219,9 @@ def find_linear_groups(model: nn.Module, run_forward: Callable[[], object]
         if len(args) != 1 or kwargs or not isinstance(args[0], torch.Tensor):
             odd[path] = "called with other than one positional tensor"
             return
+        if args[0].is_nested:       # nn.TransformerEncoder's layers on a padded batch: a nested tensor has no shape
+            odd[path] = "called with a nested tensor"
+            return
         calls[path].append(inputs.key(args[0]))
     handles = [m.register_forward_pre_hook(functools.partial(entered, path), with_kwargs=True)
                for path, m in linears.items()]

@@ -42,6 +42,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
+from autokernel.core import patching
+
 # Tensor methods and attributes that read metadata only: a use of them is not a use of the values.
 _METADATA_METHODS = {torch.Tensor.size, torch.Tensor.dim, torch.Tensor.stride, torch.Tensor.numel,
                      torch.Tensor.is_contiguous, torch.Tensor.__len__, torch.Tensor.element_size,
@@ -210,13 +212,13 @@ def find_folds(model: nn.Module, run_forward: Callable[[], object], norms: dict[
     search = _Search(model, norms, is_consumer, may_replace, stand_in)
     handles = []
     norm_ids = {id(module) for module in norms.values()}
+    _ACTIVE.append(search)      # before anything can raise: the finally takes it off
     try:
-        for module in model.modules():
+        for _, module in patching.hookable_modules(model):
             handles.append(module.register_forward_pre_hook(search.module_entered, with_kwargs=True))
             handles.append(module.register_forward_hook(lambda *_: search.module_left(), always_call=True))
             if id(module) in norm_ids:
                 handles.append(module.register_forward_hook(search.norm_returned))
-        _ACTIVE.append(search)
         with _Watch(search):
             returned = run_forward()
     finally:

@@ -308,7 +308,7 @@ class Router:
 
     def _resolution_pass(self, model: nn.Module, original: Callable, args: tuple, kwargs: dict):
         handles = []
-        for path, module in model.named_modules():
+        for path, module in patching.hookable_modules(model):
             handles.append(module.register_forward_pre_hook(
                 lambda m, a, path=path: self._module_stack.append((path, m))))
             handles.append(module.register_forward_hook(lambda m, a, o: self._leave_module()))

@@ -49,7 +49,7 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
     theirs, ours = best(False), best(True)
     speedup = theirs.ms / ours.ms if theirs and ours else None
     if theirs is None:
-        return Verdict("PyTorch's own variants could not be measured", None, brief(ours), None, "eager", "model",
+        return Verdict(_unmeasured(results.get("eager"), allowed_error), None, brief(ours), None, "eager", "model",
                        False, on_gpu, False)
     noise = max(NOISE_FLOOR, theirs.latency.spread, ours.latency.spread) if ours else NOISE_FLOOR
     faster = bool(on_gpu and ours is not None and speedup > 1 + noise)
@@ -67,6 +67,17 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
                    f"{VARIANTS[ours.variant][0] if ours else 'none'}, is {speedup or 0:.2f}x of it (noise {noise:.0%})")
     use = ours.variant if faster else theirs.variant
     return Verdict(summary, brief(theirs), brief(ours), speedup, use, HOW_TO_USE[use], faster, on_gpu, False)
+
+
+def _unmeasured(eager: VariantResult | None, allowed_error: float) -> str:
+    """Why PyTorch's own variants have no figure. The model run again as it is, off from its first output: the model
+    does not give the same output twice (random numbers in its forward, or inputs it changes in place), so no
+    output of any variant can be checked (a VAE's sampling took every kernel and torch.compile with it)."""
+    if eager is not None and eager.ms is not None and eager.error is not None and not eager.error <= allowed_error:
+        return (f"PyTorch's own variants could not be checked: the model run again as it is is off by "
+                f"{eager.error:.3g} (tolerance {allowed_error:.3g}), so its output changes from call to call (random "
+                "numbers in its forward, or inputs it changes in place) and no variant's output can be compared")
+    return "PyTorch's own variants could not be measured"
 
 
 def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, compile_backend: str | None = INDUCTOR,

@@ -4,8 +4,9 @@
     python benchmarks/end_to_end.py zoo summarize OUT > table.md
 
 The zoo: the shipped models; Hugging Face transformers built from their configs (GPT-2, BERT, LLaMA with
-grouped-query attention, Qwen2); torchvision's ResNet-18, MobileNetV3, EfficientNet-B0 and ViT-B/16; an LSTM
-and a Mamba-style selective scan (benchmarks/zoo/sequence.py); convolutions, pooling, a ResNet and a deep narrow MLP
+grouped-query attention, Qwen2, T5); torchvision's ResNet-18, MobileNetV3, EfficientNet-B0 and ViT-B/16; an LSTM,
+a Mamba-style selective scan and torch.nn's Transformer encoder on a padded batch (benchmarks/zoo/sequence.py); a
+DLRM-style recommender (benchmarks/zoo/recsys.py); convolutions, pooling, a ResNet and a deep narrow MLP
 as KernelBench writes them (benchmarks/zoo/cnn.py); and a sample of benchmarks/problems.
 
 Each model is verified by its own `autokernel verify` process (verify.py), `--jobs` of them side by side so that
@@ -105,6 +106,17 @@ ZOO: dict[str, Entry] = {
                                       ("benchmarks/problems/layernorm_last3.py",)),
     "kb: maxpool": Entry(_zoo_file("cnn.py", "maxpool", "full"), _zoo_file("cnn.py", "maxpool", "tiny")),
     "lstm": Entry(_zoo_file("sequence.py", "lstm", "full"), _zoo_file("sequence.py", "lstm", "tiny")),
+    # Added in session 17 from the held-out survey (each found a bug on the CPU); their time on the H200 is not yet
+    # known, so they come last. T5-small's encoder-decoder at four layers each (the --hf loader gave it no decoder
+    # tokens), torch.nn's Transformer encoder on a padded batch (a nested tensor: the profile failed), and a
+    # DLRM-style recommender (embedding bags and a batched matmul).
+    "hf t5 1x512": Entry(_hf("t5", "1,512", num_layers=4),
+                         _hf("t5", "1,16", vocab_size=128, d_model=64, d_ff=128, d_kv=16, num_layers=2, num_heads=4),
+                         "transformers"),
+    "torch encoder, padded 8x128": Entry(_zoo_file("sequence.py", "encoder", "full"),
+                                         _zoo_file("sequence.py", "encoder", "tiny")),
+    "dlrm recommender": Entry(_args("benchmarks/zoo/recsys.py", size="full"),
+                              _args("benchmarks/zoo/recsys.py", size="tiny")),
 }
 
 

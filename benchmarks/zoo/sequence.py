@@ -1,4 +1,5 @@
-"""Sequence models of the zoo in plain PyTorch: an LSTM, a GRU, and a Mamba-style selective scan.
+"""Sequence models of the zoo in plain PyTorch: an LSTM, a GRU, a Mamba-style selective scan, and torch.nn's
+Transformer encoder over a padded batch.
 
     autokernel verify benchmarks/zoo/sequence.py --model-arg arch=mamba [--model-arg size=tiny] --starters
 
@@ -7,16 +8,20 @@ block is a selective state-space scan as Mamba computes it (input-dependent step
 written as a chunked parallel scan: within a chunk, h_t = a_t * h_{t-1} + b_t is h = P * (h_0 + cumsum(b / P)) with
 P the running product of a, taken in log space and in float32 (the scan runs in float32 whatever the model's dtype);
 chunks of CHUNK steps keep 1 / P finite, and the state is carried from chunk to chunk.
+
+The encoder is nn.TransformerEncoder given a padding mask (the last quarter of each sequence but the first is
+padding): in eval mode torch runs its fused fast path on a nested tensor, which no other zoo model does (profiling
+it failed before: a nested tensor has no shape).
 """
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-ARCHS = ("lstm", "gru", "mamba")
+ARCHS = ("lstm", "gru", "mamba", "encoder")
 CHUNK = 16
-SIZES = {"full": dict(dim=512, hidden=512, layers=2, seq=128, state=16),
-         "tiny": dict(dim=16, hidden=16, layers=1, seq=8, state=4)}
+SIZES = {"full": dict(dim=512, hidden=512, layers=2, seq=128, state=16, heads=8, batch=8),
+         "tiny": dict(dim=16, hidden=16, layers=1, seq=8, state=4, heads=2, batch=2)}
 
 
 class Recurrent(nn.Module):
@@ -59,6 +64,22 @@ class SelectiveScan(nn.Module):
         return x + self.out_proj(y * F.silu(gate))
 
 
+class PaddedEncoder(nn.Module):
+    """nn.TransformerEncoder over a batch whose sequences after the first end early (their tails are padding)."""
+
+    def __init__(self, dim: int, heads: int, layers: int):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(dim, heads, 4 * dim, batch_first=True)
+        # mask_check=False: with the check, torch.compile takes the slow path (the check cannot be traced), whose
+        # padded positions hold values where the fast path's hold zeros, so no compiled variant would match eager.
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=True, mask_check=False)
+
+    def forward(self, x):
+        padding = torch.zeros(x.shape[:2], dtype=torch.bool, device=x.device)
+        padding[1:, x.shape[1] * 3 // 4:] = True
+        return self.encoder(x, src_key_padding_mask=padding)
+
+
 def scan(log_decay: torch.Tensor, drive: torch.Tensor) -> torch.Tensor:
     """h_t = exp(log_decay_t) * h_{t-1} + drive_t along dim 1, from h = 0, chunk by chunk."""
     state, chunks = torch.zeros_like(drive[:, 0]), []
@@ -77,9 +98,13 @@ def get_model(arch: str = "lstm", size: str = "full"):
     s = SIZES[size]
     if arch == "mamba":
         return nn.Sequential(*(SelectiveScan(s["dim"], s["state"]) for _ in range(s["layers"]))).eval()
+    if arch == "encoder":
+        return PaddedEncoder(s["dim"], s["heads"], s["layers"]).eval()
     return Recurrent(arch, s["dim"], s["hidden"], s["layers"]).eval()
 
 
 def get_inputs(arch: str = "lstm", size: str = "full", batch: int = 1):
     torch.manual_seed(0)
+    if arch == "encoder":     # a padded batch: one sequence alone has nothing to pad
+        batch = max(batch, SIZES[size]["batch"])
     return [torch.randn(batch, SIZES[size]["seq"], SIZES[size]["dim"])]
