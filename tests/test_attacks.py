@@ -8,6 +8,7 @@ benchmarks/judge.py attacks on a GPU.
 
 import json
 import os
+import re
 import runpy
 import subprocess
 import sys
@@ -35,6 +36,8 @@ CPU_ATTACKS = [name for name, expected in ATTACKS.items() if expected[3] == "cpu
 ATTACK_ENV = {**os.environ, "AUTOKERNEL_REGION_DIRS": str(ATTACK_DIR / _EXPECTED["REGION_DIRS"]),
               source_check.SOURCE_CHECK_ENV: "0"}
 # The loop screens every candidate with --quick; these also go through the full verdict.
+# How long the daemon attacks sleep before they act (time.sleep(3) in each file, checked below).
+DAEMON_WAIT_S = 3.0
 FULL_TOO = ["stale_output_when_called_often", "decoy_launch_returns_torch", "cache_by_data_pointer",
             "cache_by_address_and_version", "computes_before_the_clock_starts", "precomputes_the_next_call"]
 
@@ -99,6 +102,13 @@ def test_forged_result_file_does_not_fool_the_loop(monkeypatch):
     assert result.speedup_vs_pytorch is None
 
 
+def test_the_daemon_wait_the_sandbox_test_outlasts_is_the_attacks_own():
+    # The longest a daemon attack sleeps before it acts: the test below waits past it, from the bench's start.
+    waits = [float(w) for name in RUNNER_ATTACKS
+             for w in re.findall(r"time\.sleep\(([\d.]+)\)", (ATTACK_DIR / f"{name}.py").read_text())]
+    assert max(waits) == DAEMON_WAIT_S
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("namespace", ["1", "0"])
 @pytest.mark.parametrize("name", sorted(RUNNER_ATTACKS))
@@ -112,13 +122,16 @@ def test_a_daemon_that_outlives_the_judge_is_void_and_dies_before_the_verdict_is
     kernel = tmp_path / f"{name}.py"
     kernel.write_text((ATTACK_DIR / f"{name}.py").read_text())
     correctness, message = RUNNER_ATTACKS[name]
+    started = time.monotonic()      # the daemon is forked at the kernel's import, after this
     result = runner.run_bench(kernel, shapes=[], dtype="float16", timeout_s=300, seed=7, extra_args=["--quick"])
     assert result.correctness == correctness and message in result.message, result.message
     assert result.latency_us is None and result.speedup_vs_pytorch is None
     assert all_gone_within(str(kernel), within_s=1.0), "a process of the run outlived it"
     # The CRASH says the daemon existed; its folder, the one place it could write that outlives a bench, is gone
-    # with the verdict, and stays gone past the daemon's own wait: nothing it wrote, or would write, survives.
-    time.sleep(4.0)
+    # with the verdict, and stays gone past the daemon's own wait (DAEMON_WAIT_S after its start, which is after
+    # `started`; a second to spare): nothing it wrote, or would write, survives. The bench itself takes most of that
+    # wait on two cores, so the test sleeps only what is left of it, not 4 s after the verdict.
+    time.sleep(max(0.0, started + DAEMON_WAIT_S + 1.0 - time.monotonic()))
     assert not child_env.cache_folder_of(kernel).exists()
 
 
