@@ -28,7 +28,6 @@ from typing import Callable
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from autokernel.core import patching
 from autokernel.kernel_types import registry
@@ -41,10 +40,9 @@ from autokernel.routing.decisions import (MEASURED, POLICIES, Decision, KernelSt
 from autokernel.routing.fold_routing import FOLD_TYPES, Folding
 from autokernel.routing.kernel_ops import OptimizedKernel
 from autokernel.routing.norm_folding import note_call
+from autokernel.routing.function_mode import (NOT_ROUTED, FunctionRouting, launch_outside_modes,
+                                              routing_mode_on_top)
 from autokernel.routing.regions.routing import RegionRouting
-
-_NOT_ROUTED = object()
-
 
 class Router:
     """The routing of one plugged-in model: its kernels, the cached decisions, and the counts."""
@@ -171,7 +169,7 @@ class Router:
             if decision is not None and decision.compiled:
                 return decision.reading.launch(decision.kernel.graph_op(), x)
             return original(x)
-        if (self._scope_depth or self.recording) and _routing_mode_on_top():
+        if (self._scope_depth or self.recording) and routing_mode_on_top():
             # A routed module's own code is outside any function routing: its torch calls are its own
             # computation (a linear's F.linear), decided here once, not again call by call.
             with torch.overrides._pop_mode_temporarily():
@@ -187,7 +185,7 @@ class Router:
                 self.retrace()
         if decision.eager:
             self._count(decision, hit=True)
-            return _launch_outside_modes(decision.reading.launch, decision.kernel.kernel_fn, x)
+            return launch_outside_modes(decision.reading.launch, decision.kernel.kernel_fn, x)
         self._count(decision, hit=False)
         return original(x)
 
@@ -219,9 +217,9 @@ class Router:
 
     # ------------------------------------------------------------------ function calls
     def run_function(self, func: Callable, args: tuple, kwargs: dict):
-        """The kernel's result for one routed torch function call, or _NOT_ROUTED to let PyTorch run it."""
+        """The kernel's result for one routed torch function call, or NOT_ROUTED to let PyTorch run it."""
         if self.bypass:
-            return _NOT_ROUTED
+            return NOT_ROUTED
         if self.recording and self.folding is not None:
             note_call(func, args, kwargs)       # the fold search watches what this mode takes from it
         compiling = torch.compiler.is_compiling()
@@ -233,7 +231,7 @@ class Router:
         if compiling:
             if decision is not None and decision.compiled:
                 return decision.reading.launch(decision.kernel.graph_op(), *args, **kwargs)
-            return _NOT_ROUTED
+            return NOT_ROUTED
         if decision is None:
             decision = self._resolve_function(func, args, kwargs)
             if key is not None:
@@ -250,9 +248,9 @@ class Router:
                 self._count(decision, hit=True)
                 return decision.reading.launch(decision.kernel.kernel_fn, *args, **kwargs)
             self._count(decision, hit=False, why=why)
-            return _NOT_ROUTED
+            return NOT_ROUTED
         self._count(decision, hit=False)
-        return _NOT_ROUTED
+        return NOT_ROUTED
 
     def _resolve_function(self, func: Callable, args: tuple, kwargs: dict) -> Decision:
         label = routes.function_name(func)
@@ -295,12 +293,12 @@ class Router:
     def run_scoped(self, path: str, original: Callable, args: tuple, kwargs: dict):
         """A module's own forward, with the function routing on when its own code calls routed functions."""
         if path in self.scoped_modules and torch.compiler.is_compiling():
-            with _FunctionRouting(self):
+            with FunctionRouting(self):
                 return original(*args, **kwargs)
         if path in self.scoped_modules and not self.recording:
             self._scope_depth += 1
             try:
-                with _FunctionRouting(self):
+                with FunctionRouting(self):
                     return original(*args, **kwargs)
             finally:
                 self._scope_depth -= 1
@@ -314,7 +312,7 @@ class Router:
             handles.append(module.register_forward_hook(lambda m, a, o: self._leave_module()))
         self.recording, self._module_stack, self._pass_calls = True, [("", model)], Counter()
         try:
-            with _FunctionRouting(self):
+            with FunctionRouting(self):
                 output = original(*args, **kwargs)
         finally:
             self.recording = False
@@ -388,33 +386,3 @@ class Router:
             "resolutions": dict(self.resolutions),
             "policy": self.policy,
         }
-
-
-def _routing_mode_on_top() -> bool:
-    return isinstance(torch.overrides._get_current_function_mode(), _FunctionRouting)
-
-
-def _launch_outside_modes(launch: Callable, fn: Callable, x: torch.Tensor):
-    # Inside a module whose function calls are routed, the kernel's own torch calls must not be routed.
-    if torch._C._is_torch_function_mode_enabled():
-        with torch._C.DisableTorchFunction():
-            return launch(fn, x)
-    return launch(fn, x)
-
-
-class _FunctionRouting(TorchFunctionMode):
-    """Sends the torch functions the router knows to it; PyTorch runs whatever it declines."""
-
-    def __init__(self, router: Router):
-        super().__init__()
-        self.router = router
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if not torch.compiler.is_compiling():      # (a counter in a graph would be a guard, and recompile it)
-            self.router.intercepted += 1
-        if func in self.router.function_routes:
-            out = self.router.run_function(func, args, kwargs)
-            if out is not _NOT_ROUTED:
-                return out
-        return func(*args, **kwargs)

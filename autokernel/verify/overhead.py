@@ -51,7 +51,7 @@ def measure(router, records: dict, pytorch: dict[str, VariantResult], run_ours: 
 
 def router_glue(router, one_forward: Callable[[], None], on_gpu: bool) -> dict:
     """Per forward: what the router's decisions and its function routing mode cost, measured call by call."""
-    from autokernel.routing.router import _FunctionRouting
+    from autokernel.routing.function_mode import FunctionRouting
 
     sites = [s for s in router.sites.values() if s.run_routed is not None]
     per_site = {}
@@ -66,7 +66,7 @@ def router_glue(router, one_forward: Callable[[], None], on_gpu: bool) -> dict:
     intercepted = router.intercepted
     probe = torch.zeros(8, device="cuda" if on_gpu else "cpu")
     plain = latency.wall_clock(lambda: probe.view(-1), False)
-    with _FunctionRouting(router):
+    with FunctionRouting(router):
         moded = latency.wall_clock(lambda: probe.view(-1), False)
     router.intercepted = 0
     mode_us = max(0.0, moded.us - plain.us)

@@ -28,7 +28,7 @@ from torch import nn  # noqa: E402
 
 from autokernel.routing import manifest, plugin  # noqa: E402
 from autokernel.routing.decisions import ALL  # noqa: E402
-from autokernel.routing.router import _FunctionRouting  # noqa: E402
+from autokernel.routing.function_mode import FunctionRouting  # noqa: E402
 
 NO_OP_KERNEL = '''"""A stand-in matmul that does no work: it returns a tensor made at import (router_glue.py)."""
 import torch
@@ -78,7 +78,7 @@ def main(args: argparse.Namespace) -> None:
         direct = per_call_us(lambda: direct_module(x), args.calls)
         routed = per_call_us(lambda: linear(x), args.calls)
         plain_op = per_call_us(lambda: x.view(-1), args.calls)
-        with _FunctionRouting(router):
+        with FunctionRouting(router):
             moded_op = per_call_us(lambda: x.view(-1), args.calls)
     print(f"torch {torch.__version__}, {device}")
     print(f"nn.Linear unplugged (PyTorch's call)                  {unplugged:7.2f} us")
