@@ -8,6 +8,7 @@ from autokernel.routing.bn_folding import fold_batch_norms, folded_parameters, f
 from autokernel.core.patching import RUNS, runs_of
 from autokernel.routing.outputs import output_error, tolerance
 from benchmarks.zoo import cnn
+from tests.plugin_helpers import guard_lines
 
 
 def _with_statistics(model: nn.Module) -> nn.Module:
@@ -258,37 +259,20 @@ def test_the_folded_weights_are_static_inputs_to_a_compiled_graph_and_stay_where
     assert fold.weight is weight          # folded again in place: a captured graph reads the new values
 
 
-def _guard_lines(model: nn.Module, inputs: tuple) -> int:
-    """The guards Dynamo checks before each call of the model's compiled forward (lines of its guard tree)."""
-    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
-
-    torch._dynamo.reset()
-    try:
-        with torch.no_grad():
-            compiled = torch.compile(model, backend="eager")
-            compiled(*inputs)
-            compiled(*inputs)
-        entries = _debug_get_cache_entry_list(type(model).forward.__code__)
-        assert len(entries) == 1
-        return sum("+- " in line for line in str(entries[0].guard_manager).splitlines())
-    finally:
-        torch._dynamo.reset()
-
-
 def test_a_compiled_folded_model_checks_few_more_guards_than_the_model_itself():
     # A forward patched on the instance cost ~29 guard lines a module (its closure's cells, its partial's function and
     # arguments), checked before every compiled call: ResNet-18 with 20 folds, 1865 -> 3043 lines (torch 2.13). Patched
     # modules swap their class instead (autokernel/core/patching.py): ~16 a module (2501), the run's record.
     model = _with_statistics(cnn.get_model("resnet18", "tiny"))
     inputs = tuple(cnn.get_inputs("resnet18", "tiny"))
-    plain = _guard_lines(model, inputs)
+    plain = guard_lines(model, inputs)
     folding = fold_batch_norms(model, inputs)
     folding.eager = folding.compiled = False
     patched = 2 * len(folding.folds)
     assert len(folding.folds) == 20
-    assert _guard_lines(model, inputs) <= plain + 20 * patched
+    assert guard_lines(model, inputs) <= plain + 20 * patched
     folding.compiled = True
-    assert _guard_lines(model, inputs) <= plain + 20 * patched
+    assert guard_lines(model, inputs) <= plain + 20 * patched
 
 
 def test_plugged_in_after_the_fold_the_fold_still_runs_and_before_it_is_refused():
