@@ -11,24 +11,18 @@ hang costs only its row:
      then read from the run's branch); without one, the starter kernels at the problem's shapes;
   2. `autokernel verify FILE --starters` (or `--optimized-dir` of the run), which checks the output and
      times PyTorch eager, torch.compile and CUDA graphs, each with and without our kernels.
-A problem is correct when verify's error check passes. Its speedup against eager is eager's time
-over AutoKernel's best variant's; against torch.compile, torch.compile's over AutoKernel's best
-compiled variant. Where nothing was routed, AutoKernel's best is PyTorch's own path: 1.0.
-fast_p is the fraction of problems that are correct and faster than the baseline by more than p;
-fast_1 is "correct and faster". Without a GPU every time is the interpreter's: the table says so.
+A problem is correct when verify's error check passes. Its speedup against eager is eager's time over AutoKernel's
+best variant's; against torch.compile, torch.compile's over AutoKernel's best compiled variant, and no more than the
+compiled routes' speedup timed in turn. Where nothing was routed, AutoKernel's best is PyTorch's own path: 1.0.
+fast_p is the fraction of problems correct and faster than the baseline by more than p. Without a GPU every time
+is the interpreter's: the table says so.
 
-A scored folder takes more GPU time than one sitting may have: `--state FILE` appends each problem's
-score to FILE as it is done and skips the problems FILE already has, so a run cut off (or stopped by
-`--stop-after`, which starts no problem after that long) goes on where it was with the same command;
-`--gpus N` scores N problems side by side, each on its own GPU (CUDA_VISIBLE_DEVICES), each optimized
-in a git repository of its own; `--jobs J` runs J problems side by side on each GPU, so that their compilations
-overlap while their timings take turns (each GPU's timing lock, autokernel/core/gpu_lock.py, as the zoo's gate
-does). The table covers every problem FILE holds.
-
-A score row says how fast, not why. `--reports DIR` keeps each problem's whole verify report as
-DIR/<problem>.json (the route table, ours against PyTorch per call, whole-call and GPU time; every
-variant's timings), and `--overhead` has verify measure the routing's own cost as well: what a GPU
-run needs to tell a slow kernel from a slow route.
+`--state FILE` appends each problem's score to FILE as it is done and skips the problems FILE already has, so a run
+cut off (or stopped by `--stop-after`, which starts no problem after that long) goes on with the same command;
+`--gpus N` scores N problems side by side, each on its own GPU, each optimized in a git repository of its own;
+`--jobs J` runs J problems side by side on each GPU, their timings taking turns (the GPU's timing lock,
+autokernel/core/gpu_lock.py). `--reports DIR` keeps each problem's whole verify report as DIR/<problem>.json, and
+`--overhead` has verify measure the routing's own cost as well.
 """
 
 from __future__ import annotations
@@ -112,6 +106,12 @@ def _best(variants: dict, names: tuple[str, ...]) -> float | None:
     return min(times, default=None)
 
 
+def _compiled_in_turn(trials: list[dict]) -> float | None:
+    """The speedup over PyTorch's own compiled path of the routes the compiled selection kept, timed in turn."""
+    kept = [t["speedup"] for t in trials if t.get("mode") == "compiled" and t.get("kept") and t.get("speedup")]
+    return kept[-1] if kept else None
+
+
 def score_report(name: str, report: VerifyReport, seconds: float) -> ProblemScore:
     """A problem's score from verify's report."""
     variants = report.variants
@@ -122,12 +122,15 @@ def score_report(name: str, report: VerifyReport, seconds: float) -> ProblemScor
     strongest = _best(variants, ("max_autotune",))
     ours_any = min((v["ms"] for v in correct_ours.values()), default=None)
     ours_compiled = min((v["ms"] for n, v in correct_ours.items() if n != "ours"), default=None)
+    vs_compile = (compiled / ours_compiled if ours_compiled else 1.0) if compiled else None
+    if vs_compile is not None and ours_compiled and (paired := _compiled_in_turn(report.selection)) is not None:
+        vs_compile = min(vs_compile, paired)      # as the verdict does (endtoend.choose): no more than timed in turn
     # Where none of ours ran (nothing routed, or a run that kept nothing), the user is handed PyTorch's best.
     handed = ours_any or (report.verdict.pytorch_best or {}).get("ms")
     return ProblemScore(
         problem=name, correct=report.passed,
         speedup_vs_eager=(eager / handed if handed else 1.0) if eager else None,
-        speedup_vs_compile=(compiled / ours_compiled if ours_compiled else 1.0) if compiled else None,
+        speedup_vs_compile=vs_compile,
         speedup_vs_max_autotune=(strongest / (ours_compiled or handed) if (ours_compiled or handed) else 1.0)
         if strongest else None,
         verdict=report.verdict.summary, timings_meaningful=report.timings_meaningful, seconds=seconds,
@@ -342,22 +345,19 @@ def _verify(file: Path, workspace: Path, optimized: Path | None, run: ScoringRun
 
 
 def _environment(run: ScoringRun, gpu: int) -> dict | None:
-    """The steps' environment: their GPU where there are several, and that GPU's timing lock where problems share
-    it (None: this process's own)."""
+    """The steps' environment: their GPU, and its timing lock where problems share it (None: this process's own)."""
     env = {}
     if run.gpus > 1:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     if run.jobs > 1:
-        lock = run.workdir / f"gpu{gpu}_timing.lock"
-        lock.parent.mkdir(parents=True, exist_ok=True)
+        (lock := run.workdir / f"gpu{gpu}_timing.lock").parent.mkdir(parents=True, exist_ok=True)
         lock.touch()
         env[gpu_lock.TIMING_LOCK_VARIABLE] = str(lock)
     return {**os.environ, **env} if env else None
 
 
 def _tail(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "(no output)"
+    return (_tail_lines(text, 1) or ["(no output)"])[0][:300]
 
 
 def _tail_lines(text: str, count: int = TAIL_LINES) -> list[str]:

@@ -49,6 +49,23 @@ def test_a_slower_or_wrong_autokernel_hands_over_pytorchs_best():
     assert not endtoend.choose(close, 1e-2, on_gpu=True, routed=True).faster
 
 
+def test_the_verdict_claims_no_more_than_the_speedup_timed_in_turn():
+    # Session 18's gate: PyTorch's best timed minutes before ours on a shared GPU read 1.528 ms, ours alone 1.083
+    # (1.41x), where the selection's trial in turn with PyTorch's own path measured 1.076x.
+    results = {"cudagraphs": result("cudagraphs", 1.528), "ours_cudagraphs": result("ours_cudagraphs", 1.083)}
+    verdict = endtoend.choose(results, 1e-2, on_gpu=True, routed=True, in_turn={"ours_cudagraphs": (1.076, 0.037)})
+    assert verdict.faster and verdict.speedup == pytest.approx(1.076)
+    assert verdict.summary.startswith("faster by 1.08x: ") and "timed in turn" in verdict.summary
+    # In turn inside its own noise: PyTorch's best is handed over, whatever the figures timed apart say.
+    verdict = endtoend.choose(results, 1e-2, on_gpu=True, routed=True, in_turn={"ours_cudagraphs": (1.03, 0.037)})
+    assert not verdict.faster and verdict.use == "cudagraphs" and verdict.speedup == pytest.approx(1.03)
+    # A figure in turn larger than the ratio apart changes nothing; nor does one for another variant.
+    for in_turn in ({"ours_cudagraphs": (2.0, 0.01)}, {"ours": (0.5, 0.01)}):
+        verdict = endtoend.choose(results, 1e-2, on_gpu=True, routed=True, in_turn=in_turn)
+        assert verdict.faster and verdict.speedup == pytest.approx(1.528 / 1.083)
+        assert "timed in turn" not in verdict.summary
+
+
 def test_without_a_gpu_there_is_no_speed_verdict():
     results = {"eager": result("eager", 8.0), "ours": result("ours", 1.0)}
     verdict = endtoend.choose(results, 1e-2, on_gpu=False, routed=True)

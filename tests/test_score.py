@@ -67,7 +67,7 @@ def get_init_inputs():
 
 
 def report(eager, compiled, ours=None, ours_compile=None, passed=True, error=0.0, meaningful=True,
-           pytorch_best=None) -> VerifyReport:
+           pytorch_best=None, selection=None) -> VerifyReport:
     def variant(name, ms):
         return {"variant": name, "ms": ms, "error": None if ms is None else error}
     variants = {"eager": variant("eager", eager), "compile": variant("compile", compiled)}
@@ -82,7 +82,7 @@ def report(eager, compiled, ours=None, ours_compile=None, passed=True, error=0.0
     return VerifyReport(model="m", device="cuda", device_name="gpu", dtype="float32", inputs=[], versions={},
                         optimized_dir="", plan="", replaced_share=None, kernels=[], checked={}, route_table=[],
                         variants=variants, verdict=verdict, correctness=check, tolerance=1e-2,
-                        timings_meaningful=meaningful)
+                        timings_meaningful=meaningful, selection=selection or [])
 
 
 def test_speedups_are_against_eager_and_compile_and_nothing_routed_is_pytorchs_own_path():
@@ -94,6 +94,11 @@ def test_speedups_are_against_eager_and_compile_and_nothing_routed_is_pytorchs_o
     handed_back = score.score_report("b", report(eager=4.0, compiled=2.0, pytorch_best={
         "variant": "compile", "name": "torch.compile", "ms": 2.0}), 1.0)
     assert (handed_back.speedup_vs_eager, handed_back.speedup_vs_compile) == (2.0, 1.0)
+    # The compiled routes' trial in turn with PyTorch's own path said 1.1x: no more is claimed (endtoend.choose).
+    trials = [{"mode": "compiled", "kept": True, "speedup": 1.1}, {"mode": "compiled", "kept": False, "speedup": 1.3},
+              {"mode": "eager", "kept": True, "speedup": 1.05}]
+    paired = score.score_report("a", report(eager=4.0, compiled=2.0, ours_compile=1.6, selection=trials), 1.0)
+    assert paired.speedup_vs_compile == pytest.approx(1.1)
     wrong = score.score_report("c", report(eager=4.0, compiled=2.0, ours=1.0, error=0.5, passed=False), 1.0)
     assert not wrong.correct and wrong.speedup_vs_eager == 1.0     # a wrong variant is no speedup
 

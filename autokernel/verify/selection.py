@@ -17,7 +17,8 @@ more and judged on the second timing alone, whichever way the first went; at mos
 selection costs at most twice its trials. A predicted gain under the noise floor (1%) is not timed
 again: no timing resolves it, and in the gate of session 16, 18 of 22 second timings were of such
 routes (0.0-0.9%), each 10-40 s of a compile-heavy model's verify. The verdict times the routed model
-again against PyTorch's best in any case, so a second chance here never hands over something slower.
+again against PyTorch's best in any case, so a second chance here never hands over something slower; and it claims
+no more than the speedup the kept trial measured in turn (in_turn, endtoend.choose).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Trial:
     kept: bool
     why: str
     timings: int = 1                    # 2 when the first was too noisy to tell the predicted gain (module doc)
+    noise: float | None = None          # of the speedup (the paired repeats' spread, at least NOISE_FLOOR)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -87,7 +89,7 @@ def select(mode: str, records: dict[str, list], variant: str, try_variant: Calla
             result = try_variant(variant)
             (kept, speedup, why, noise), timings = _judge(result, best_speedup, allowed_error), 2
         trials.append(Trial(mode, name, variant, result.ms, result.baseline.median_ms if result.baseline else None,
-                            speedup, best_speedup, kept, why, timings))
+                            speedup, best_speedup, kept, why, timings, noise))
         if kept:
             best_speedup, best_routed = speedup, result
             continue
@@ -97,6 +99,13 @@ def select(mode: str, records: dict[str, list], variant: str, try_variant: Calla
                 record.why += f"; {mode} route dropped end to end: {why}"
     forget()
     return best_routed, trials
+
+
+def in_turn(trials: list[Trial]) -> tuple[float, float] | None:
+    """The speedup over PyTorch's own path of what a mode's selection kept, and its noise, as timed in turn (the last
+    kept trial's: each kept trial beats the one before); None when nothing was kept."""
+    kept = [trial for trial in trials if trial.kept and trial.speedup is not None]
+    return (kept[-1].speedup, kept[-1].noise or NOISE_FLOOR) if kept else None
 
 
 def _predicted_fraction(records: list, mode: str, result: VariantResult) -> float | None:

@@ -62,6 +62,14 @@ def test_the_region_is_found_each_time_the_model_computes_it_and_nowhere_else(ke
     assert matching.find(graph.module.graph, region.definition) == []
 
 
+def test_a_region_computed_on_another_device_than_the_kernels_is_passed_over(kernels):
+    # A Triton kernel on the GPU takes no CPU tensor; the graph here computes on the CPU.
+    _, region = kernels
+    [graph] = capture(Twice(), (models.rows(), models.rows()))
+    assert len(matching.find(graph.module.graph, region.definition, device="cpu")) == 2
+    assert matching.find(graph.module.graph, region.definition, device="cuda") == []
+
+
 def test_eagerly_the_kernel_runs_in_the_regions_place(kernels):
     folder, region = kernels
     model, x, y = Twice(), models.rows(), models.rows()

@@ -94,8 +94,12 @@ class _Matcher:
         return True
 
 
-def find(graph: torch.fx.Graph, definition: RegionDefinition) -> list[Match]:
-    """Every place the graph computes the region, none overlapping another."""
+def find(graph: torch.fx.Graph, definition: RegionDefinition, device: str | None = None) -> list[Match]:
+    """Every place the graph computes the region on `device` (a device type; default: the GPU where there is one),
+    none overlapping another. A region computed elsewhere is passed over: a Triton kernel takes no CPU tensor,
+    where a model's graph can run ops on the CPU beside the GPU's (session 18, H200: nn.TransformerEncoder's
+    padded fast path, "Pointer argument cannot be accessed from Triton (cpu tensor?)")."""
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     first = definition.outputs[0]
     first_op = next(node.op for node in definition.nodes if node.name == first)
     matches, used = [], set()
@@ -116,6 +120,8 @@ def find(graph: torch.fx.Graph, definition: RegionDefinition) -> list[Match]:
             continue
         covered = set(matcher.nodes.values())
         outputs = [matcher.nodes[name] for name in definition.outputs]
+        if _devices([*matcher.inputs.values(), *covered]) != {device}:
+            continue
         inner = covered - set(outputs)
         if covered & used or any(user not in covered for node in inner for user in node.users):
             continue
@@ -123,6 +129,10 @@ def find(graph: torch.fx.Graph, definition: RegionDefinition) -> list[Match]:
         matches.append(Match(dict(matcher.nodes), [matcher.inputs[item.name] for item in definition.inputs],
                              outputs))
     return matches
+
+
+def _devices(nodes) -> set[str]:
+    return {value.device.type for node in nodes if isinstance(value := node.meta.get("val"), torch.Tensor)}
 
 
 def _match_output(matcher: _Matcher, name: str, graph: torch.fx.Graph) -> bool:
