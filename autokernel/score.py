@@ -11,11 +11,11 @@ hang costs only its row:
      then read from the run's branch); without one, the starter kernels at the problem's shapes;
   2. `autokernel verify FILE --starters` (or `--optimized-dir` of the run), which checks the output and
      times PyTorch eager, torch.compile and CUDA graphs, each with and without our kernels.
-A problem is correct when verify's error check passes. Its speedup against eager is eager's time over AutoKernel's
-best variant's; against torch.compile, torch.compile's over AutoKernel's best compiled variant, and no more than the
-compiled routes' speedup timed in turn. Where nothing was routed, AutoKernel's best is PyTorch's own path: 1.0.
-fast_p is the fraction of problems correct and faster than the baseline by more than p. Without a GPU every time
-is the interpreter's: the table says so.
+A problem is correct when verify's error check passes. Its speedups are those of the path verify's verdict hands
+over: AutoKernel's best where it is faster than PyTorch's best, by no more than the verdict claims (the speedup
+timed in turn); else PyTorch's best, which counts against eager as it is and against torch.compile as 1.0 (a PyTorch
+path is no gain of ours). fast_p is the fraction of problems correct and faster than the baseline by more than p.
+Without a GPU there is no speed verdict and every time is the interpreter's: the table says so.
 
 `--state FILE` appends each problem's score to FILE as it is done and skips the problems FILE already has, so a run
 cut off (or stopped by `--stop-after`, which starts no problem after that long) goes on with the same command;
@@ -106,34 +106,29 @@ def _best(variants: dict, names: tuple[str, ...]) -> float | None:
     return min(times, default=None)
 
 
-def _compiled_in_turn(trials: list[dict]) -> float | None:
-    """The speedup over PyTorch's own compiled path of the routes the compiled selection kept, timed in turn."""
-    kept = [t["speedup"] for t in trials if t.get("mode") == "compiled" and t.get("kept") and t.get("speedup")]
-    return kept[-1] if kept else None
-
-
 def score_report(name: str, report: VerifyReport, seconds: float) -> ProblemScore:
-    """A problem's score from verify's report."""
-    variants = report.variants
-    allowed = report.correctness.tolerance
-    correct_ours = {n: v for n, v in variants.items() if v["variant"].startswith("ours") and v["ms"]
-                    and v["error"] is not None and v["error"] <= allowed}
+    """A problem's score from verify's report: the path its verdict hands over, against each baseline."""
+    variants, verdict = report.variants, report.verdict
     eager, compiled = _best(variants, ("eager",)), _best(variants, ("compile", "cudagraphs"))
     strongest = _best(variants, ("max_autotune",))
-    ours_any = min((v["ms"] for v in correct_ours.values()), default=None)
-    ours_compiled = min((v["ms"] for n, v in correct_ours.items() if n != "ours"), default=None)
-    vs_compile = (compiled / ours_compiled if ours_compiled else 1.0) if compiled else None
-    if vs_compile is not None and ours_compiled and (paired := _compiled_in_turn(report.selection)) is not None:
-        vs_compile = min(vs_compile, paired)      # as the verdict does (endtoend.choose): no more than timed in turn
-    # Where none of ours ran (nothing routed, or a run that kept nothing), the user is handed PyTorch's best.
-    handed = ours_any or (report.verdict.pytorch_best or {}).get("ms")
+    pytorch_ms = (verdict.pytorch_best or {}).get("ms")
+    ours_ms = (verdict.autokernel_best or {}).get("ms") if verdict.faster else None
+    # The verdict may claim less than its two figures' ratio (the speedup timed in turn, endtoend.choose): every
+    # baseline gets the same discount.
+    discount = verdict.speedup * ours_ms / pytorch_ms if ours_ms and pytorch_ms and verdict.speedup else 1.0
+
+    def against(baseline: float | None, ours_only: bool) -> float | None:
+        if not baseline:
+            return None
+        if ours_ms:
+            return baseline / ours_ms * discount
+        # PyTorch's own path is handed over: against eager it is what the user gains; against torch.compile (a
+        # PyTorch path faster still is no gain of ours) and max-autotune, 1.0 at most
+        return 1.0 if ours_only or not pytorch_ms else baseline / pytorch_ms
     return ProblemScore(
-        problem=name, correct=report.passed,
-        speedup_vs_eager=(eager / handed if handed else 1.0) if eager else None,
-        speedup_vs_compile=vs_compile,
-        speedup_vs_max_autotune=(strongest / (ours_compiled or handed) if (ours_compiled or handed) else 1.0)
-        if strongest else None,
-        verdict=report.verdict.summary, timings_meaningful=report.timings_meaningful, seconds=seconds,
+        problem=name, correct=report.passed, speedup_vs_eager=against(eager, False),
+        speedup_vs_compile=against(compiled, True), speedup_vs_max_autotune=against(strongest, True),
+        verdict=verdict.summary, timings_meaningful=report.timings_meaningful, seconds=seconds,
         dropped=[f"{d['stage']}: {d['unit']}: {d['reason']}" for d in report.dropped])
 
 
