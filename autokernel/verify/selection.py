@@ -10,11 +10,12 @@ autokernel/verify/variants.py), so that a machine whose speed drifts between run
 kernel stays routed only if the speedup over PyTorch with it beats the best so far by more than
 the noise. A kernel that fails the test loses its routes in that mode, and its records say why.
 
-A compiled trial whose noise is larger than the whole gain the route table predicts cannot tell a
-win from a loss: on the GPU, one such trial in a run is often disturbed (both sides 20-35% slower
-than PyTorch's path timed alone, the pairs' spread 4-6% against a route worth 2%). It is timed once
-more and judged on the second timing alone, whichever way the first went; at most once, so a
-selection costs at most twice its trials. A predicted gain under the noise floor (1%) is not timed
+A trial whose noise is larger than the whole gain the route table predicts cannot tell a win from
+a loss: on the GPU, one such trial in a run is often disturbed (both sides 20-35% slower than
+PyTorch's path timed alone, the pairs' spread 4-6% against a route worth 2%; an eager trial beside
+7 other verifies, session 18: noise 48% against a predicted 37%, where a calm run kept the route at
+1.57x). It is timed once more and judged on the second timing alone, whichever way the first went;
+at most once, so a selection costs at most twice its trials. A predicted gain under the noise floor (1%) is not timed
 again: no timing resolves it, and in the gate of session 16, 18 of 22 second timings were of such
 routes (0.0-0.9%), each 10-40 s of a compile-heavy model's verify. The verdict times the routed model
 again against PyTorch's best in any case, so a second chance here never hands over something slower; and it claims
@@ -83,7 +84,7 @@ def select(mode: str, records: dict[str, list], variant: str, try_variant: Calla
         kept, speedup, why, noise = _judge(result, best_speedup, allowed_error)
         timings = 1
         gain = _predicted_fraction(records[name], mode, result)
-        if mode == "compiled" and noise is not None and gain is not None and noise > gain >= NOISE_FLOOR:
+        if noise is not None and gain is not None and noise > gain >= NOISE_FLOOR:
             log(f"end-to-end check of {name}'s {mode} routes, timed again: its noise ({noise:.1%}) is larger than "
                 f"the gain the route table predicts ({gain:.1%}); {why}")
             result = try_variant(variant)
