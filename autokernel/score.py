@@ -279,7 +279,7 @@ _GIT = ["git", "-c", "user.name=autokernel score", "-c", "user.email=score@autok
 def _optimize(file: Path, run: ScoringRun, log, workspace: Path, env: dict | None) -> Path:
     """Run the loop on the problem in a git repository of its own (problems side by side never share a tree);
     the folder verify reads: optimized_kernels/ in the worktree of the run's branch, or, where the run saved no
-    kernel (none beat PyTorch's best), a manifest of no kernels, so the problem is scored as the user has it then:
+    kernel (none was correct), a manifest of no kernels, so the problem is scored as the user has it then:
     PyTorch's own paths, timed."""
     repo = workspace / "repo"
     shutil.rmtree(repo, ignore_errors=True)
@@ -304,7 +304,7 @@ def _optimize(file: Path, run: ScoringRun, log, workspace: Path, env: dict | Non
     kept = worktree / paths.OPTIMIZED_DIR_NAME
     if (kept / paths.MANIFEST_NAME).is_file():
         return kept
-    log(f"   {file.stem}: the run saved no kernel (none beat PyTorch's best); verified as PyTorch's own paths")
+    log(f"   {file.stem}: the run saved no kernel (none was correct); verified as PyTorch's own paths")
     nothing = worktree / "kept_nothing"
     nothing.mkdir()
     (nothing / paths.MANIFEST_NAME).write_text(json.dumps({"kernels": {}}))

@@ -78,9 +78,10 @@ def test_pytorch_best_is_the_faster_of_eager_and_the_baselines_torch_compile_sha
 def test_a_win_inside_the_noise_is_no_win_and_a_failure_gets_no_figures():
     close = bench(timings_meaningful=True, timings=[_timed(98.0, 100.0)])
     seen = policy.against_pytorch_best(close, {}, noise=0.05)
-    assert seen.wins_at == [] and policy.verdict(seen) == NO_GAIN and not policy.is_saved(seen)
+    assert seen.wins_at == [] and policy.verdict(seen) == NO_GAIN and policy.is_saved(seen)      # verify tries it
     assert seen.speedup_vs_best == pytest.approx(100.0 / 98.0) and seen.bench.speedup_vs_compile is None
     failed = bench("FAIL")
+    assert not policy.is_saved(JudgedResult(failed))
     assert policy.against_pytorch_best(failed, {"M=4096,N=4096": 1.0}, 0.02) == JudgedResult(failed)
     assert "wins_at" not in JudgedResult(failed).to_json(), "no figure is written that was not computed"
 
@@ -107,8 +108,9 @@ def test_a_job_that_ends_without_a_win_says_no_gain_and_by_how_much():
                            best=judged(latency_us=80.0, timings=[{"pytorch_best_us": 60.0}], timings_meaningful=True,
                                        wins_at=[]))
     line = policy.describe_ending("1_softmax", progress, "5 reverts in a row", final=True)
-    assert line == ("1_softmax done (5 reverts in a row): no gain, nothing saved: its best, 80.0 us, beats "
-                    "PyTorch's best (60.0 us) at none of the job's shapes (1.25x over its baseline, 7 experiments)")
+    assert line == ("1_softmax done (5 reverts in a row): no gain alone: its best, 80.0 us, beats "
+                    "PyTorch's best (60.0 us) at none of the job's shapes (1.25x over its baseline, 7 experiments); "
+                    "in optimized_kernels/1_softmax.py for verify to try in the model")
     progress.best.wins_at = ["M=1,N=8"]
     saved = policy.describe_ending("1_softmax", progress, "the run's time budget is spent", final=False)
     assert saved.startswith("1_softmax saved so far") and "optimized_kernels/1_softmax.py" in saved

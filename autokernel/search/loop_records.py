@@ -238,10 +238,9 @@ class LoopRecords:
         self.view.update(self._status)
 
     def _save_best(self, job: Job, progress: JobProgress, reason: str) -> None:
-        """Save the kept version (HEAD) as optimized_kernels/<rank>_<type>.py and commit it, if it is a
-        winner: faster than PyTorch's best at one of the job's shapes; or, on CPU, where its speed is
-        unknown, so verify can be tried there (policy.verdict). Otherwise the job ends as "no gain", with
-        nothing saved for verify to route.
+        """Save the kept version (HEAD) as optimized_kernels/<rank>_<type>.py and commit it, if it is correct
+        (policy.is_saved): a winner, faster than PyTorch's best at one of the job's shapes; or "no gain" alone,
+        for verify to try in the model; or, on CPU, where its speed is unknown (policy.verdict).
 
         A run-ending reason (budget, cost) saves the best so far and keeps the job open for --resume;
         any other ends the job.
@@ -258,7 +257,7 @@ class LoopRecords:
             self.checkpoint("finish: in flight")
             entry = {**manifest_entry(job, f"{name}.py"),
                      **policy.outcome(progress, reason, source_commit=progress.kept[-1].commit, tag=self.state.tag),
-                     "verdict": verdict}
+                     "verdict": verdict, "saved": saved}
             if saved:
                 paths.OPTIMIZED_DIR.mkdir(exist_ok=True)
                 (paths.OPTIMIZED_DIR / f"{name}.py").write_bytes(self._kept_source(progress).encode())

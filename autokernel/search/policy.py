@@ -74,9 +74,12 @@ def verdict(result: JudgedResult) -> str:
 
 
 def is_saved(result: JudgedResult) -> bool:
-    """Whether a job's best goes to optimized_kernels/: a winner, or, on CPU, a correct kernel, so that the
-    pipeline (verify, plug_in) can be tried without a GPU; verify routes nothing there by measurement."""
-    return verdict(result) != NO_GAIN
+    """Whether a job's best goes to optimized_kernels/: whenever it is correct, a winner or not. The judge sets it
+    against PyTorch's op alone; in the model Inductor may take another path for that op (session 18, H200:
+    matmul_tall_skinny's GEMM took 248 us compiled in the model, 133 us ours, where alone it had no gain), and
+    verify, which routes a kernel only where the model gets faster with it, is the one to tell. On CPU it is
+    saved so that the pipeline (verify, plug_in) can be tried without a GPU."""
+    return result.bench.passed
 
 
 def measured_noise(first: BenchResult, second: BenchResult, floor: float) -> float:
@@ -188,8 +191,8 @@ def outcome(progress: JobProgress, reason: str, *, source_commit: str, tag: str)
 
 
 def describe_ending(name: str, progress: JobProgress, reason: str, *, final: bool, title: str = "") -> str:
-    """The log line for a job that ends (or stops with the run): saved as a winner, saved with its speed
-    unknown (CPU), or "no gain". title: what a region job computes, said before its name (Job.label)."""
+    """The log line for a job that ends (or stops with the run): a winner, its speed unknown (CPU), or "no gain"
+    alone (saved all the same, is_saved). title: what a region job computes, said before its name (Job.label)."""
     gain, best = progress.gain() or 1.0, progress.best
     shown = titled(name, title)
     ending = verdict(best)
@@ -200,9 +203,10 @@ def describe_ending(name: str, progress: JobProgress, reason: str, *, final: boo
         return (f"{shown} {'done' if final else 'saved so far'} ({reason}): {gain:.2f}x over its baseline after "
                 f"{plural(progress.experiments, 'experiment')}, in optimized_kernels/{name}.py")
     pytorch_best = sum(row.get("pytorch_best_us") or 0.0 for row in best.bench.timings)
-    return (f"{shown} {'done' if final else 'stopped'} ({reason}): no gain, nothing saved: its best, "
+    return (f"{shown} {'done' if final else 'stopped'} ({reason}): no gain alone: its best, "
             f"{best.latency_us or 0:.1f} us, beats PyTorch's best ({pytorch_best:.1f} us) at none of the "
-            f"job's shapes ({gain:.2f}x over its baseline, {plural(progress.experiments, 'experiment')})")
+            f"job's shapes ({gain:.2f}x over its baseline, {plural(progress.experiments, 'experiment')}); in "
+            f"optimized_kernels/{name}.py for verify to try in the model")
 
 
 def describe_verdict(number: int, status: str, result: JudgedResult, description: str, progress: JobProgress) -> str:

@@ -295,7 +295,7 @@ def _return_user(repo: gitops.KernelRepo, state: RunState, position: str | None,
                 repo.checkout(position)
     except gitops.GitOpsError as exc:
         view.log(f"could not return to {position}: {exc}")
-    saved = [entry["file"] for entry in state.finished if entry.get("verdict") != NO_GAIN]
+    saved = [entry["file"] for entry in state.finished if entry.get("saved", entry.get("verdict") != NO_GAIN)]
     if is_run_stop(state.stopped_because):
         saved += [f"{state.jobs[index].name}.py (best so far)" for index, progress in run_state.open_jobs(state)
                   if policy.is_saved(progress.best)]
@@ -386,5 +386,6 @@ def _finished_line(entry: dict) -> str:
     vs_best_text = (f", {format_speedup(vs_best)} vs PyTorch's best" if vs_best is not None else
                     f", {format_speedup(entry['best_speedup_vs_pytorch'])} vs PyTorch eager"
                     if entry.get("best_speedup_vs_pytorch") is not None else "")
-    ending = "no gain: PyTorch's best is faster at every shape, nothing saved" if verdict == NO_GAIN else "done"
+    ending = ("no gain alone: PyTorch's best is faster at every shape; saved for verify to try in the model"
+              if verdict == NO_GAIN else "done")
     return f"{ending}, {format_speedup(entry['speedup_over_baseline'])} over its baseline" + vs_best_text
