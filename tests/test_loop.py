@@ -1,8 +1,7 @@
 """Tests for autokernel/search/loop.py: the keep rule, the stopping rules, the budget, and the order of the writes.
 
-The loop runs in this process on a throwaway repository (tests/loop_helpers.py) with a fake judge
-and scripted agents, or the real LLM agents against the fake LLM server; the end-to-end runs of the
-real judge are in tests/test_orchestrate.py.
+The loop runs in this process on a throwaway repository (tests/loop_helpers.py) with a fake judge and scripted
+agents, or the real LLM agents against the fake LLM server; the real judge's end-to-end runs: test_orchestrate.py.
 """
 
 import time
@@ -365,8 +364,7 @@ def test_a_kernel_slower_than_torch_compile_is_no_gain_and_is_saved_for_verify_t
     no_gain, winner = state.finished
     assert no_gain["verdict"] == "no gain" and winner["verdict"] == "winner"
     # Both saved: in the model, Inductor may take another path than for the op alone; verify tells.
-    assert (project / "optimized_kernels" / "1_softmax.py").exists()
-    assert (project / "optimized_kernels" / "2_softmax.py").exists()
+    assert all((project / "optimized_kernels" / f"{n}_softmax.py").exists() for n in (1, 2))
     manifest = __import__("json").loads((project / "optimized_kernels" / "manifest.json").read_text())["kernels"]
     assert list(manifest) == ["1_softmax", "2_softmax"] and manifest["2_softmax"]["wins_at"] == ["M=4,N=64"]
     assert manifest["1_softmax"]["verdict"] == "no gain" and manifest["1_softmax"]["wins_at"] == []
