@@ -12,6 +12,8 @@ torch.compile's "reduce-overhead" mode (whole call, host clock between syncs, me
   bypassed  its batch norms' forwards patched for folding, the fold bypassed (what the trial's own side runs);
   folded    the same patches, folded;
   paired    folded and bypassed through one compiled object, timed in turn as verify's trial times them;
+  two objects  folded and bypassed compiled as two objects, timed in turn (two_objects: a final comparison in
+            turn would time them so; if they match each state timed alone, it can be trusted);
   plugged   folded, with the model's starter kernels plugged in as verify runs AutoKernel's compiled variant
             (`m = autokernel.plug_in(model, starters); torch.compile(m, backend=autokernel.compile_backend(m,
             "reduce-overhead"))`), the "measured" policy with no route table: nothing routed, the router's own cost;
@@ -150,11 +152,39 @@ def measure(name: str, dtype: torch.dtype, size: str, profile: bool = False, plu
     lines.append(f"{name}: both compiled, folded alone {one_side.median_ms:.3f} ms")
     if profile:
         lines += _profiled(side(False), f"{name}, both compiled, folded")
+    torch._dynamo.reset()
+    folded, bypassed = two_objects(model, inputs, lambda state: bypass.__setitem__(0, state))
+    with torch.no_grad():
+        for _ in range(3):
+            folded(), bypassed()
+        ours, theirs = latency.paired(folded, bypassed, DEVICE == "cuda")
+    lines.append(f"{name}: two objects in turn, folded {ours.median_ms:.3f} ms, bypassed {theirs.median_ms:.3f} ms")
     bypass[0] = False
     if starters is not None:
         lines += _plugged(name, model, inputs, folding, starters, profile)
     unfold_batch_norms(model)
     return lines
+
+
+def two_objects(model, inputs: tuple, set_bypassed, backend=None, mode: str = "reduce-overhead"):
+    """Two compiled objects of one model, one per state (set_bypassed(False): ours; True: PyTorch's own path), each
+    entered through a frame of its own, so that Dynamo keeps each one's graph in a cache of its own and never checks
+    one state's guards on the other's calls: what a final comparison timed in turn would time (measure() sets it
+    against the one object holding both states, and against each state compiled alone)."""
+    def ours_frame(*args):
+        return model(*args)
+
+    def theirs_frame(*args):
+        return model(*args)
+    def call(frame, bypassed: bool):
+        compiled = torch.compile(frame, backend=backend) if backend else torch.compile(frame, mode=mode)
+
+        def run():
+            set_bypassed(bypassed)
+            return compiled(*inputs)
+        run.frame = frame           # whose code holds the object's cache entries
+        return run
+    return call(ours_frame, False), call(theirs_frame, True)
 
 
 def _starters(model, inputs: tuple, name: str) -> Path:
