@@ -113,11 +113,53 @@ def test_an_unreadable_call_says_why(func, args, kwargs, reason):
     assert routes.read_function_call(func, args, kwargs)[1] == reason
 
 
-def test_ignored_targets_are_checked_on_every_call():
-    # Whether a target equals ignore_index depends on the values, so it cannot be part of a cached decision.
-    _, reading = routes.read_function_call(F.cross_entropy, (LOGITS, TARGETS), {})
-    assert reading.per_call_check(LOGITS, TARGETS) is None
-    assert reading.per_call_check(LOGITS, torch.full((10,), -100)) == "targets equal to ignore_index"
+def test_targets_of_minus_100_are_the_kernels_own_and_another_ignore_index_goes_to_pytorch():
+    # The judge checks that a kernel leaves -100 out (the "ignored targets" case), so the route needs no look at the
+    # targets on each call and can run inside a compiled graph; another ignore_index is not what was judged.
+    assert routes.read_function_call(F.cross_entropy, (LOGITS, TARGETS), {"ignore_index": 0})[1] == (
+        "cross-entropy with an ignore_index other than -100")
+
+
+class Calls(nn.Module):
+    """Python-level torch functions, written as a user writes them: positionally, defaults left out."""
+
+    def __init__(self, call):
+        super().__init__()
+        self.call, self.weight, self.bias = call, nn.Parameter(torch.randn(12)), nn.Parameter(torch.randn(12))
+
+    def forward(self, x, targets):
+        return self.call(self, x, targets)
+
+
+PYTHON_LEVEL = {
+    "cross_entropy": (lambda m, x, t: F.cross_entropy(x, t), {"M": 10, "V": 12}),
+    "softmax": (lambda m, x, t: F.softmax(x, dim=-1), {"M": 10, "N": 12}),
+    "layernorm": (lambda m, x, t: F.layer_norm(x, (12,), m.weight, m.bias, 1e-5), {"M": 10, "N": 12}),
+}
+
+
+@pytest.mark.parametrize("kernel_type", list(PYTHON_LEVEL))
+def test_a_python_level_torch_function_is_routed_inside_a_compiled_graph(kernel_type, tmp_path):
+    # Session 18 (H200): eagerly such a function hands the routing mode its own form of the call (every default,
+    # weight and bias by name), under Dynamo the mode sees it as written; the decisions were never found in a graph,
+    # so cross_entropy's compiled route (2.2x alone) never ran and its trial measured PyTorch against itself.
+    call, shape = PYTHON_LEVEL[kernel_type]
+    targets = torch.where(torch.arange(10) % 3 == 0, -100, TARGETS)      # -100: left out, as PyTorch does
+    model, graphs = Calls(call).eval(), []
+    folder = write_optimized(tmp_path / "opt", {kernel_type: [shape]}, sources=reference_sources(kernel_type))
+    with torch.no_grad():
+        expected = model(LOGITS, targets)
+        plugin.plug_in(model, folder, policy=ALL)
+        model(LOGITS, targets)                    # the resolution pass
+        torch._dynamo.reset()
+        try:
+            compiled = torch.compile(model, backend=lambda gm, example: graphs.append(gm) or gm.forward)
+            actual = compiled(LOGITS, targets)
+        finally:
+            torch._dynamo.reset()
+            plugin.unplug(model)
+    assert f"torch.ops.autokernel.{kernel_type}" in graphs[0].code and "functional" not in graphs[0].code
+    torch.testing.assert_close(actual, expected)
 
 
 

@@ -39,7 +39,6 @@ class Reading:
     shape: dict
     tensors: tuple
     launch: Callable        # function routes: launch(fn, *args, **kwargs); module routes: launch(fn, x)
-    per_call_check: Callable | None = None   # a data-dependent condition re-checked on every call; None if none
     # Whether torch.compile may run the launch through the kernel's graph op, whose schema is the
     # reference's one-tensor result (autokernel/routing/kernel_ops.py); torch.max(x, dim)'s pair cannot.
     traceable: bool = True

@@ -147,8 +147,8 @@ def decide(kernels: list[OptimizedKernel], policy: str, reading: Reading | str) 
         record = kernel.record(reading.shape, dtype)
         eager, compiled = (record.route_eager, record.route_compiled) if record else (False, False)
         why = "" if eager else (record.why or "slower than PyTorch here") if record else NOT_MEASURED
-    if reading.per_call_check is not None or not reading.traceable:
-        compiled = False     # a data-dependent check cannot run inside a compiled graph, nor a pair-valued launch
+    if not reading.traceable:
+        compiled = False     # a pair-valued launch cannot run through the kernel's graph op
     return Decision(kernel, reading, eager, compiled, why)
 
 

@@ -224,7 +224,8 @@ class Router:
             note_call(func, args, kwargs)       # the fold search watches what this mode takes from it
         compiling = torch.compiler.is_compiling()
         try:     # inside a graph autocast is off: the decision made eagerly for this signature
-            key = (func, call_signature(args, kwargs, autocast=False if compiling else None))
+            key = (func, call_signature(*routes.canonical_call(self.function_routes[func], args, kwargs),
+                                        autocast=False if compiling else None))
             decision = self.function_decisions.get(key)
         except TypeError:        # an unhashable argument: decide for this call alone
             key, decision = None, None
@@ -242,13 +243,8 @@ class Router:
             path, module = self._module_stack[-1]
             self.scoped_modules.setdefault(path, module)
         if decision.eager:
-            check = decision.reading.per_call_check
-            why = check(*args, **kwargs) if check is not None else None
-            if not why:
-                self._count(decision, hit=True)
-                return decision.reading.launch(decision.kernel.kernel_fn, *args, **kwargs)
-            self._count(decision, hit=False, why=why)
-            return NOT_ROUTED
+            self._count(decision, hit=True)
+            return decision.reading.launch(decision.kernel.kernel_fn, *args, **kwargs)
         self._count(decision, hit=False)
         return NOT_ROUTED
 

@@ -16,6 +16,7 @@ Kernel arguments are made contiguous: bench.py verified the kernels on contiguou
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Callable
 
@@ -29,14 +30,42 @@ from autokernel.kernel_types.base import ModuleVariant, Reading
 
 @dataclass(frozen=True)
 class FunctionRoute:
-    """A torch function some kernel type can run: how to read a call of it."""
+    """A torch function some kernel type can run: how to read a call of it; its parameters' names and defaults."""
     kernel_type: str
     read: Callable
+    names: tuple = ()            # a Python-level function's parameters, in order (none for a builtin)
+    defaults: dict = None
+
+
+def function_route(kernel_type: str, func: Callable, read: Callable) -> FunctionRoute:
+    try:
+        parameters = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):      # a builtin: its routing mode sees its calls as written, eagerly or traced
+        return FunctionRoute(kernel_type, read, (), {})
+    return FunctionRoute(kernel_type, read, tuple(p.name for p in parameters),
+                         {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty})
+
+
+def canonical_call(route: FunctionRoute, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """One call in one form, whichever way it reached the routing mode: every named argument by name, those that
+    hold their default left out. Eagerly a Python-level torch function hands the mode its own form
+    (F.cross_entropy(x, t): x and t, and weight=None ... label_smoothing=0.0 by name; F.layer_norm its weight and
+    bias by name); under Dynamo the mode sees the call as written. Keyed on the raw calls, the decisions made
+    eagerly were never found in a compiled graph, and no such route ran there (session 18)."""
+    given = dict(zip(route.names, args))
+    given.update(kwargs)
+    named = {name: given[name] for name in route.names if name in given}       # in the parameters' order
+    named.update((name, value) for name, value in given.items() if name not in named)
+    return args[len(route.names):], {
+        name: value for name, value in named.items()
+        if not (name in route.defaults and (value is route.defaults[name] or type(value) in (int, float, str, bool)
+                                            and type(value) is type(route.defaults[name])
+                                            and value == route.defaults[name]))}
 
 
 # torch function -> how to read a call of it (a function belongs to one type at most)
 FUNCTION_ROUTES: dict[Callable, FunctionRoute] = {
-    func: FunctionRoute(kernel_type.name, read)
+    func: function_route(kernel_type.name, func, read)
     for kernel_type in TYPES.values() for func, read in kernel_type.route.functions.items()}
 
 

@@ -73,6 +73,8 @@ ATTACKS = {
     # Red team (session 9): wrong for a user's model, right on every input the judge drew before.
     "softmax_shift_never_negative": ("FAIL", "stability", "[large negative values", "cpu"),
     "cross_entropy_lse_in_input_dtype": ("FAIL", "stability", "[confident logits", "cpu"),
+    # Issue 35 follow-up (session 18): the router no longer sends padded batches to PyTorch; the judge draws them.
+    "cross_entropy_counts_ignored_targets": ("FAIL", "stability", "[ignored targets", "cpu"),
     "rotary_recomputes_its_tables": ("FAIL", "smoke", "elements wrong", "cpu"),
     "rmsnorm_ignores_eps": ("FAIL", "stability", "[eps 1e-05 near the rows' scale", "cpu"),
     "matmul_ignores_b_strides": ("FAIL", "stability", "[a Linear's weight", "cpu"),

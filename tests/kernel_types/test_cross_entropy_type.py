@@ -57,3 +57,18 @@ def test_an_lse_rounded_to_16_bits_still_fails_every_time(dtype):
     for seed in SEEDS:
         inputs = _confident(seed, dtype)
         assert not _passes(_loss_in_float32(**inputs, lse_dtype=dtype), inputs, dtype), seed
+
+
+def test_ignored_targets_are_left_out_of_the_loss_and_the_count():
+    # A kernel that treats -100 as a loss of 0 but still divides by every row passes friendly inputs and fails here.
+    for dtype in (torch.float32, torch.float16):
+        inputs = cross_entropy._ignored({"M": 48, "V": 1024}, dtype, torch.Generator().manual_seed(0),
+                                        torch.device("cpu"))
+        counted = inputs["targets"] != cross_entropy.IGNORE_INDEX
+        assert 0 < int(counted.sum()) < 48
+        right = torch.nn.functional.cross_entropy(inputs["logits"].float(), inputs["targets"])
+        assert _passes(right, inputs, dtype)
+        logits, targets = inputs["logits"][counted], inputs["targets"][counted]
+        assert _passes(_loss_in_float32(logits, targets), inputs, dtype)     # honest work over the counted rows
+        every_row = _loss_in_float32(logits, targets) * int(counted.sum()) / 48
+        assert not _passes(every_row, inputs, dtype)
