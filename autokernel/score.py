@@ -348,6 +348,8 @@ def _environment(run: ScoringRun, gpu: int) -> dict | None:
         (lock := run.workdir / f"gpu{gpu}_timing.lock").parent.mkdir(parents=True, exist_ok=True)
         lock.touch()
         env[gpu_lock.TIMING_LOCK_VARIABLE] = str(lock)
+        if gpu_lock.COMPILE_THREADS_VARIABLE not in os.environ:      # as the zoo's gate: a share of the CPUs each
+            env[gpu_lock.COMPILE_THREADS_VARIABLE] = gpu_lock.compile_threads(run.jobs * max(1, run.gpus))
     return {**os.environ, **env} if env else None
 
 

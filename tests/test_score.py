@@ -212,6 +212,13 @@ def test_jobs_share_a_gpu_with_their_timings_taking_turns_through_its_lock(tmp_p
                for env in environments)
     alone = score.ScoringRun(None, 1, [], False, tmp_path / "work")
     assert score._environment(alone, 0) is None           # one problem at a time: the process's own environment
+    # Inductor's compile workers: each of the 6 runs its share of the CPUs (as the zoo's gate), unless the caller set it
+    monkeypatch.delenv(gpu_lock.COMPILE_THREADS_VARIABLE, raising=False)
+    monkeypatch.setattr(gpu_lock.os, "cpu_count", lambda: 32)
+    side_by_side = score.ScoringRun(None, 1, [], False, tmp_path / "work", gpus=2, jobs=3)
+    assert score._environment(side_by_side, 0)[gpu_lock.COMPILE_THREADS_VARIABLE] == "5"        # 32 // 6
+    monkeypatch.setenv(gpu_lock.COMPILE_THREADS_VARIABLE, "2")
+    assert score._environment(side_by_side, 0)[gpu_lock.COMPILE_THREADS_VARIABLE] == "2"
 
 
 def test_only_the_named_problems_are_scored_and_a_wrong_name_is_refused(tmp_path, monkeypatch, capsys):

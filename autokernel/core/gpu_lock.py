@@ -42,3 +42,17 @@ def gpu_to_itself():
         if lock is not None:
             fcntl.flock(lock, fcntl.LOCK_UN)
             lock.close()
+
+
+COMPILE_THREADS_VARIABLE = "TORCHINDUCTOR_COMPILE_THREADS"
+MIN_POOL = 4    # fewer CPUs than this per run: no compile pool (eight pools of 16 workers: 128 processes, ~60 GiB)
+
+
+def compile_threads(side_by_side: int) -> str:
+    """Inductor's compile workers for one of `side_by_side` runs sharing the machine: its share of the CPUs. Each
+    run's sandboxed child otherwise starts a pool of as many workers as the machine has CPUs (about 0.5 GiB each);
+    eight such pools side by side would hold 128 processes and ~60 GiB on 16 CPUs, and slow the host side of every
+    timing taken meanwhile. A share under MIN_POOL compiles in the run's own process (1 thread)."""
+    share = (os.cpu_count() or 1) // max(1, side_by_side)
+    return str(share if share >= MIN_POOL else 1)
+

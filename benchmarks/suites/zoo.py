@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from autokernel.core import gpu_lock
 from benchmarks.common import ROOT
 
 TAIL_LINES = 40
@@ -177,22 +178,17 @@ def _run_stamped(cmd: list[str], env: dict, timeout_s: float, started: float) ->
     return ("timeout" if killed.is_set() else proc.returncode), lines, "".join(stamped)
 
 
-MIN_POOL = 4    # fewer CPUs than this per run: no compile pool (eight pools of 16 workers: 128 processes, ~60 GiB)
 
 
 def job_environment(base, lock: Path, gpu: int | None, side_by_side: int) -> dict[str, str]:
     """One verify run's environment: its GPU's timing lock, its GPU, and its share of the machine's CPUs for
-    Inductor's compile workers. Each run's sandboxed child starts a pool of as many workers as the machine has CPUs
-    (about 0.5 GiB each: 7.7 GiB for 16 on an H200 machine); eight such pools side by side would hold 128 processes
-    and ~60 GiB to compile on 16 CPUs. A share under MIN_POOL compiles in the run's own process (1 thread). Inductor
-    reads the same variable for max-autotune's precompile threads (16 in session 15, where it was unset; 2 then 1
+    Inductor's compile workers (gpu_lock.compile_threads). Inductor reads the same variable for max-autotune's
+    precompile threads (16 in session 15, where it was unset; 2 then 1
     after): the region starters set those to every CPU since (autokernel/profile/regions/inductor.py,
     _precompile_threads), so what session 16's gates show of the pool's size (ViT-B/16 profiled in 154 s with pools
     of 2, 108 s in session 15 without a pool) is mixed with that. A TORCHINDUCTOR_COMPILE_THREADS the caller set is
     kept."""
-    share = (os.cpu_count() or 1) // side_by_side
-    threads = str(share if share >= MIN_POOL else 1)
-    return {"TORCHINDUCTOR_COMPILE_THREADS": threads, **base, "COLUMNS": "200", "PYTHONUNBUFFERED": "1",
+    return {gpu_lock.COMPILE_THREADS_VARIABLE: gpu_lock.compile_threads(side_by_side), **base, "COLUMNS": "200", "PYTHONUNBUFFERED": "1",
             "AUTOKERNEL_GPU_TIMING_LOCK": str(lock.resolve()),
             **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {})}
 
