@@ -17,7 +17,7 @@ Kernel arguments are made contiguous: bench.py verified the kernels on contiguou
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -34,14 +34,14 @@ class FunctionRoute:
     kernel_type: str
     read: Callable
     names: tuple = ()            # a Python-level function's parameters, in order (none for a builtin)
-    defaults: dict = None
+    defaults: dict = field(default_factory=dict)
 
 
 def function_route(kernel_type: str, func: Callable, read: Callable) -> FunctionRoute:
     try:
         parameters = list(inspect.signature(func).parameters.values())
     except (TypeError, ValueError):      # a builtin: its routing mode sees its calls as written, eagerly or traced
-        return FunctionRoute(kernel_type, read, (), {})
+        return FunctionRoute(kernel_type, read)
     return FunctionRoute(kernel_type, read, tuple(p.name for p in parameters),
                          {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty})
 
@@ -52,15 +52,20 @@ def canonical_call(route: FunctionRoute, args: tuple, kwargs: dict) -> tuple[tup
     (F.cross_entropy(x, t): x and t, and weight=None ... label_smoothing=0.0 by name; F.layer_norm its weight and
     bias by name); under Dynamo the mode sees the call as written. Keyed on the raw calls, the decisions made
     eagerly were never found in a compiled graph, and no such route ran there (session 18)."""
+    if not route.names:          # a builtin (torch.softmax, torch.matmul): already one form, and a hot path
+        return args, kwargs
     given = dict(zip(route.names, args))
     given.update(kwargs)
     named = {name: given[name] for name in route.names if name in given}       # in the parameters' order
     named.update((name, value) for name, value in given.items() if name not in named)
-    return args[len(route.names):], {
-        name: value for name, value in named.items()
-        if not (name in route.defaults and (value is route.defaults[name] or type(value) in (int, float, str, bool)
-                                            and type(value) is type(route.defaults[name])
-                                            and value == route.defaults[name]))}
+    return args[len(route.names):], {name: value for name, value in named.items()
+                                     if not _is_default(value, route.defaults.get(name, inspect.Parameter.empty))}
+
+
+def _is_default(value, default) -> bool:
+    """None, or a number, string or bool equal to the parameter's default (never a tensor's comparison)."""
+    return value is default or (type(value) is type(default) and type(value) in (int, float, str, bool)
+                                and value == default)
 
 
 # torch function -> how to read a call of it (a function belongs to one type at most)
