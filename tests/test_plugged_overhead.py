@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from autokernel.core import patching
-from benchmarks.suites.plugged_overhead import guard_cost, two_objects
+from benchmarks.suites.plugged_overhead import guard_cost
 
 
 class Doubler:
@@ -42,28 +42,3 @@ def test_the_guards_of_a_compiled_model_are_found_and_checked(make, patched):
     finally:
         torch._dynamo.reset()
     assert re.fullmatch(r"guards: [\d.]+ us a call \(\d+ lines, \d+ of them Python lambdas\)", found), found
-
-
-class Switched(nn.Module):
-    """Its forward reads a flag, as a plugged-in model reads its router's bypass."""
-
-    def __init__(self):
-        super().__init__()
-        self.linear, self.bypassed = nn.Linear(4, 4), False
-
-    def forward(self, x):
-        return self.linear(x) if self.bypassed else self.linear(x) * 2.0
-
-
-def test_two_objects_each_keep_one_state_and_one_graph_called_in_turn():
-    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
-    model, x = Switched().eval(), torch.randn(2, 4)
-    torch._dynamo.reset()
-    try:
-        with torch.no_grad():
-            ours, theirs = two_objects(model, (x,), lambda state: setattr(model, "bypassed", state), backend="eager")
-            for _ in range(3):           # in turn, as latency.paired calls them
-                assert torch.allclose(ours(), model.linear(x) * 2.0) and torch.allclose(theirs(), model.linear(x))
-            assert [len(_debug_get_cache_entry_list(fn.frame.__code__)) for fn in (ours, theirs)] == [1, 1]
-    finally:
-        torch._dynamo.reset()

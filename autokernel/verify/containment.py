@@ -19,9 +19,9 @@ T = TypeVar("T")
 REASON_CHARS = 400
 
 # The stages a unit can be dropped at, in the order verify meets them.
-PROFILE, STARTER, LOAD, REWRITE, CHECK, ROUTE_TABLE, HEADROOM, OVERHEAD, SELECTION, COUNTS, SANDBOX = (
+PROFILE, STARTER, LOAD, REWRITE, CHECK, ROUTE_TABLE, HEADROOM, OVERHEAD, SELECTION, COUNTS, HEAD_TO_HEAD, SANDBOX = (
     "profile", "starter", "load", "rewrite", "check", "route table", "headroom", "overhead", "selection", "counts",
-    "sandboxed check")
+    "head to head", "sandboxed check")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ their spread) and its output checked against the original's. The steps:
      and time our three variants with them ("measured" policy; "all" skips 3 and 4 and routes all); the
      model's batch norms folded into the layers before them, and its linears that read one input run as one
      GEMM, are more candidates there (autokernel/verify/rewrites.py);
-  5. name PyTorch's best and AutoKernel's best, and say which one to use.
+  5. name PyTorch's best and AutoKernel's best, time the two in turn (autokernel/verify/head_to_head.py), and say
+     which one to use.
 With `overhead`, step 2's all-routed model is also timed eagerly and under CUDA graphs and set
 against the sum of its parts (overhead.py). Without a GPU, compile and CUDA-graph variants that
 cannot run are skipped, and every figure is labelled not meaningful.
@@ -29,39 +30,42 @@ from autokernel.routing.decisions import ALL, MEASURED
 from autokernel.routing.outputs import detached_copy, output_error, tolerance
 from autokernel.routing.plugin import router_of
 from autokernel.routing.router import Router
-from autokernel.verify import headroom, rewrites, route_table, selection, variants
-from autokernel.verify.containment import CHECK, COUNTS, HEADROOM, LOAD, OVERHEAD, REWRITE, SELECTION, Drops
+from autokernel.verify import head_to_head, headroom, rewrites, route_table, selection, variants
+from autokernel.verify.containment import (CHECK, COUNTS, HEAD_TO_HEAD, HEADROOM, LOAD, OVERHEAD, REWRITE, SELECTION,
+                                           Drops)
 from autokernel.verify.report_record import Verdict
 from autokernel.verify.variants import HOW_TO_USE, INDUCTOR, NOISE_FLOOR, VARIANTS, VariantResult
 
 
 def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool, routed: bool,
-           in_turn: dict[str, tuple[float, float] | None] | None = None) -> Verdict:
+           in_turn: dict[str, tuple[float, float] | None] | None = None,
+           pair: head_to_head.HeadToHead | None = None) -> Verdict:
     """PyTorch's best, AutoKernel's best among the variants that are correct, and which of the two to use.
 
-    in_turn: ours variant -> (speedup, noise) of its routes over PyTorch's own path in the same mode, timed in turn
-    by the selection. PyTorch's best was timed minutes before ours, and a GPU shared with other work (the gate's 8
+    pair: the two bests timed in turn (head_to_head.py): where it is of these two variants, its speedup and the
+    noise of its pairs are the verdict's, and its times the ones the summary names. Without it, in_turn: ours
+    variant -> (speedup, noise) of its routes over PyTorch's own path in the same mode, timed in turn by the
+    selection. PyTorch's best was timed minutes before ours, and a GPU shared with other work (the gate's 8
     verifies on one GPU, session 18: LLaMA's compile + CUDA graphs 1.17-1.63 ms from repeat to repeat) can make it
     look slower than it is: the shipped LLaMA measured 1.41x so, 1.08x in turn. Where both exist, the verdict
     takes the smaller speedup, so it never claims more than either says, against the noise of the pairs."""
-    def best(ours: bool) -> VariantResult | None:
-        usable = [r for name, r in results.items() if VARIANTS[name][1] == ours and r.ms is not None
-                  and name not in variants.REFERENCE_ONLY and r.error is not None and r.error <= allowed_error]
-        return min(usable, key=lambda r: r.ms, default=None)
-
-    def brief(result: VariantResult | None) -> dict | None:
+    def brief(result: VariantResult | None) -> dict | None:     # the times apart: score's baselines are too
         return None if result is None else {"variant": result.variant, "name": VARIANTS[result.variant][0],
                                             "ms": result.ms}
 
-    theirs, ours = best(False), best(True)
+    theirs, ours = bests(results, allowed_error)
     speedup = theirs.ms / ours.ms if theirs and ours else None
+    if pair is not None and not (ours and pair.ours == ours.variant and pair.theirs == theirs.variant):
+        pair = None
     if theirs is None:
         return Verdict(_unmeasured(results.get("eager"), allowed_error), None, brief(ours), None, "eager", "model",
                        False, on_gpu, False)
     noise = max(NOISE_FLOOR, theirs.latency.spread, ours.latency.spread) if ours else NOISE_FLOOR
-    paired = (in_turn or {}).get(ours.variant) if ours else None
+    paired = (in_turn or {}).get(ours.variant) if ours and pair is None else None
     capped = paired is not None and paired[0] < speedup
-    if paired is not None:
+    if pair is not None:
+        speedup, noise = pair.speedup, max(NOISE_FLOOR, pair.noise)
+    elif paired is not None:
         # The pairs' noise, not the spread of figures timed apart on a machine that drifts between them (the
         # gate's HF LLaMA 1x1024: 1.10x apart with 16% spread, 1.10x in turn with 3%)
         speedup, noise = min(speedup, paired[0]), max(NOISE_FLOOR, paired[1])
@@ -70,8 +74,9 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
     if not on_gpu:
         summary = f"no speed verdict: CPU interpreter timings are not meaningful; use {name}"
     elif faster:
-        summary = (f"faster by {speedup:.2f}x: {VARIANTS[ours.variant][0]} ({ours.ms:.3f} ms) against "
-                   f"PyTorch's best, {name} ({theirs.ms:.3f} ms)"
+        ours_ms, theirs_ms = (pair.ours_ms, pair.theirs_ms) if pair else (ours.ms, theirs.ms)
+        summary = (f"faster by {speedup:.2f}x: {VARIANTS[ours.variant][0]} ({ours_ms:.3f} ms) against "
+                   f"PyTorch's best, {name} ({theirs_ms:.3f} ms)" + ("; the two timed in turn" if pair else "")
                    + ("; the speedup is the one timed in turn with PyTorch's own path, smaller than these two "
                       "figures' ratio" if capped else ""))
     elif not routed:
@@ -81,7 +86,18 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
         summary = (f"no gain: use {name} ({theirs.ms:.3f} ms); AutoKernel's best, "
                    f"{VARIANTS[ours.variant][0] if ours else 'none'}, is {speedup or 0:.2f}x of it (noise {noise:.0%})")
     use = ours.variant if faster else theirs.variant
-    return Verdict(summary, brief(theirs), brief(ours), speedup, use, HOW_TO_USE[use], faster, on_gpu, False)
+    return Verdict(summary, brief(theirs), brief(ours), speedup, use, HOW_TO_USE[use], faster, on_gpu, False,
+                   head_to_head=pair.to_json() if pair else None)
+
+
+def bests(results: dict[str, VariantResult],
+          allowed_error: float) -> tuple[VariantResult | None, VariantResult | None]:
+    """PyTorch's fastest variant and AutoKernel's, among those timed and correct (a reference-only one never)."""
+    def best(ours: bool) -> VariantResult | None:
+        usable = [r for name, r in results.items() if VARIANTS[name][1] == ours and r.ms is not None
+                  and name not in variants.REFERENCE_ONLY and r.error is not None and r.error <= allowed_error]
+        return min(usable, key=lambda r: r.ms, default=None)
+    return best(False), best(True)
 
 
 def _unmeasured(eager: VariantResult | None, allowed_error: float) -> str:
@@ -133,7 +149,7 @@ def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, com
     if ours is None:          # no kernel of ours ran: PyTorch's best, still with a verdict
         ours = _nothing_of_ours(names, results, policy)
     routed_any = ours.pop("routed_any")
-    verdict = choose(results, allowed, on_gpu, routed_any, ours.pop("in_turn", {}))
+    verdict = choose(results, allowed, on_gpu, routed_any, ours.pop("in_turn", {}), ours.pop("head_to_head", None))
     if ours.pop("regions") and verdict.use in variants.HOW_TO_USE_WITH_REGIONS:
         verdict.use_code = variants.HOW_TO_USE_WITH_REGIONS[verdict.use]
     if VARIANTS[verdict.use][1]:
@@ -248,12 +264,13 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
             if rewrite.record is not None:
                 records[rewrite.kind.name] = [rewrite.record]
 
+    # Regions are routed by a backend of their own, which then hands the graph to Inductor.
+    ours_backend = router.regions.compile_backend if router.regions is not None and backend == INDUCTOR else backend
+
     def run_ours(variant: str, paired: bool = False) -> VariantResult:
         log(f"timing {VARIANTS[variant][0]}")
         if VARIANTS[variant][2] is not None:
             resolve_routes(router, model, inputs)
-        # Regions are routed by a backend of their own, which then hands the graph to Inductor.
-        ours_backend = router.regions.compile_backend if router.regions is not None and backend == INDUCTOR else backend
         return variants.run_routed(variant, model, inputs, expected, on_gpu, ours_backend, router.kernels, log,
                                    paired_with=router.bypassed if paired else None)
 
@@ -301,7 +318,13 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
         router, model, inputs), default=router.summary())
     for rewrite in applied:
         routing[rewrite.kind.report_key] = rewrite.summary()
-    return {"routed_any": any(routed.values()), "regions": router.regions is not None, "checked_error": checked_error,
+    theirs_best, ours_best = bests(results, allowed)
+    pair = None
+    if on_gpu and theirs_best and ours_best and theirs_best.ms / ours_best.ms >= head_to_head.WORTH_PAIRING:
+        resolve_routes(router, model, inputs)
+        pair = drops.contained(HEAD_TO_HEAD, "the two bests timed in turn", lambda: head_to_head.measure(
+            model, inputs, router, ours_best.variant, theirs_best.variant, ours_backend, backend, on_gpu, log))
+    return {"routed_any": any(routed.values()), "head_to_head": pair, "regions": router.regions is not None, "checked_error": checked_error,
             "checked": checked, "routing": routing, "route_table": _table_rows(records),
             "selection": [trial.to_json() for trial in trials], "in_turn": paired, "records": records, **extra}
 

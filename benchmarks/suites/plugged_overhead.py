@@ -12,8 +12,8 @@ torch.compile's "reduce-overhead" mode (whole call, host clock between syncs, me
   bypassed  its batch norms' forwards patched for folding, the fold bypassed (what the trial's own side runs);
   folded    the same patches, folded;
   paired    folded and bypassed through one compiled object, timed in turn as verify's trial times them;
-  two objects  folded and bypassed compiled as two objects, timed in turn (two_objects: a final comparison in
-            turn would time them so; if they match each state timed alone, it can be trusted);
+  two objects  folded and bypassed compiled as two objects, timed in turn (as verify's verdict times its two
+            bests, autokernel/verify/head_to_head.py: session 19, each as fast as alone);
   plugged   folded, with the model's starter kernels plugged in as verify runs AutoKernel's compiled variant
             (`m = autokernel.plug_in(model, starters); torch.compile(m, backend=autokernel.compile_backend(m,
             "reduce-overhead"))`), the "measured" policy with no route table: nothing routed, the router's own cost;
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import inspect
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -39,7 +40,7 @@ import torch
 
 from autokernel.routing import plugin
 from autokernel.routing.bn_folding import fold_batch_norms, unfold_batch_norms
-from autokernel.verify import latency
+from autokernel.verify import head_to_head, latency
 from benchmarks.common import ROOT
 
 # name -> (zoo file, arch): the CNNs of the gate whose fold won its compiled trial in session 16
@@ -54,6 +55,7 @@ def load(name: str, dtype: torch.dtype, size: str):
     file, arch = MODELS[name]
     spec = importlib.util.spec_from_file_location(f"zoo_{arch}", ROOT / "benchmarks" / "zoo" / file)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module     # Dynamo imports a traced function's module by name (cnn.py's classes)
     spec.loader.exec_module(module)
     model = module.get_model(arch, size).eval().to(DEVICE, dtype)
     return model, tuple(x.to(DEVICE, dtype) for x in module.get_inputs(arch, size))
@@ -153,7 +155,11 @@ def measure(name: str, dtype: torch.dtype, size: str, profile: bool = False, plu
     if profile:
         lines += _profiled(side(False), f"{name}, both compiled, folded")
     torch._dynamo.reset()
-    folded, bypassed = two_objects(model, inputs, lambda state: bypass.__setitem__(0, state))
+    # As verify's verdict times its two bests (autokernel/verify/head_to_head.py)
+    folded_fn, bypassed_fn = (head_to_head.frame_of(model, "reduce-overhead", "inductor",
+                                                    lambda state=state: bypass.__setitem__(0, state))
+                              for state in (False, True))
+    folded, bypassed = (lambda: folded_fn(*inputs)), (lambda: bypassed_fn(*inputs))
     with torch.no_grad():
         for _ in range(3):
             folded(), bypassed()
@@ -164,27 +170,6 @@ def measure(name: str, dtype: torch.dtype, size: str, profile: bool = False, plu
         lines += _plugged(name, model, inputs, folding, starters, profile)
     unfold_batch_norms(model)
     return lines
-
-
-def two_objects(model, inputs: tuple, set_bypassed, backend=None, mode: str = "reduce-overhead"):
-    """Two compiled objects of one model, one per state (set_bypassed(False): ours; True: PyTorch's own path), each
-    entered through a frame of its own, so that Dynamo keeps each one's graph in a cache of its own and never checks
-    one state's guards on the other's calls: what a final comparison timed in turn would time (measure() sets it
-    against the one object holding both states, and against each state compiled alone)."""
-    def ours_frame(*args):
-        return model(*args)
-
-    def theirs_frame(*args):
-        return model(*args)
-    def call(frame, bypassed: bool):
-        compiled = torch.compile(frame, backend=backend) if backend else torch.compile(frame, mode=mode)
-
-        def run():
-            set_bypassed(bypassed)
-            return compiled(*inputs)
-        run.frame = frame           # whose code holds the object's cache entries
-        return run
-    return call(ours_frame, False), call(theirs_frame, True)
 
 
 def _starters(model, inputs: tuple, name: str) -> Path:

@@ -1,0 +1,94 @@
+"""The verdict's own figure: AutoKernel's best and PyTorch's best, each built as the user would run it, timed in turn.
+
+PyTorch's variants are timed first, AutoKernel's minutes later, and a GPU shared with other work drifts between the
+two: in the gates of session 18 (8 verifies to a GPU) the shipped LLaMA read 1.41x apart and 1.08x in turn, and its
+next gate read 0.89x apart where its kept routes' trial said 1.10x. So the two bests are built once more and timed
+repeat by repeat in turn, and the verdict claims the speedup of those pairs (endtoend.choose).
+
+Each side is its own compiled object, entered through a frame of its own, so Dynamo keeps each one's graphs in a
+cache of their own: one object holding both states (the selection's trials) checks one state's guards on the
+other's calls, and under CUDA graphs costs up to 2x (MobileNetV3, H200, session 17: 0.618 ms against 0.287). Two
+objects in turn cost what each costs alone (session 19, H200: 0.281 and 0.281 ms against 0.285 and 0.279). PyTorch's
+side runs with the router bypassed (its patches left in place: MobileNetV3's 34 folds bypassed, 0.280 against
+0.279 ms plain), compiled as PyTorch's variant was; ours through the backend its variant was compiled by.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+
+from autokernel.verify import latency
+from autokernel.verify.variants import GRAPHED_MODES, VARIANTS, compiled
+
+# Below this apart speedup AutoKernel's best is not timed again: a pair cannot turn 0.8x into a win worth its noise,
+# and the compiles cost (HF T5's eager routes at 0.04x of PyTorch's best).
+WORTH_PAIRING = 0.8
+
+
+@dataclass(frozen=True)
+class HeadToHead:
+    """The two bests timed in turn: medians, the median of the per-pair ratios, and those ratios' spread."""
+    ours: str                   # the variants paired
+    theirs: str
+    ours_ms: float
+    theirs_ms: float
+    speedup: float
+    noise: float
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def frame_of(model, mode: str | None, backend, set_state: Callable[[], None]) -> Callable[..., object]:
+    """The model as one side runs it: called as it is (mode None), or torch.compile of a frame of its own whose
+    every call first puts the router in this side's state (Dynamo reads that state as a constant, guarded)."""
+    if mode is None:
+        def eager(*args):
+            set_state()
+            return model(*args)
+        return eager
+
+    def frame(*args):
+        return model(*args)
+    # Dynamo keeps compiled graphs per code object, and every `frame` made here shares one: a copy of its own each
+    frame.__code__ = frame.__code__.replace()
+    built = compiled(frame, mode, backend)
+
+    def run(*args):
+        set_state()
+        return built(*args)
+    run.frame = frame           # whose code holds this object's cache entries
+    return run
+
+
+def measure(model, inputs: tuple, router, ours: str, theirs: str, ours_backend, theirs_backend, on_gpu: bool,
+            log: Callable[[str], None]) -> HeadToHead | None:
+    """Time AutoKernel's variant `ours` (the router as the selection left it) and PyTorch's variant `theirs` (the
+    router bypassed) in turn. A side that raises here ran before: the caller drops this figure (containment.py) and
+    the verdict keeps the figures timed apart."""
+    log(f"timing {VARIANTS[ours][0]} and {VARIANTS[theirs][0]} in turn (the verdict's figure)")
+
+    def set_bypass(state: bool) -> Callable[[], None]:
+        return lambda: setattr(router, "bypass", state)
+    torch._dynamo.reset()
+    try:
+        ours_fn = frame_of(model, VARIANTS[ours][2], ours_backend, set_bypass(False))
+        theirs_fn = frame_of(model, VARIANTS[theirs][2], theirs_backend, set_bypass(True))
+        with torch.no_grad():
+            warmups = 3 if {VARIANTS[ours][2], VARIANTS[theirs][2]} & set(GRAPHED_MODES) else 1
+            for _ in range(warmups):       # compiles both, then records their CUDA graphs
+                ours_fn(*inputs), theirs_fn(*inputs)
+            ours_latency, theirs_latency = latency.paired(lambda: ours_fn(*inputs), lambda: theirs_fn(*inputs),
+                                                          on_gpu)
+    finally:
+        router.bypass = False
+        torch._dynamo.reset()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    pair = latency.paired_speedup(ours_latency, theirs_latency)
+    if pair is None:
+        return None
+    return HeadToHead(ours, theirs, ours_latency.median_ms, theirs_latency.median_ms, *pair)

@@ -1,0 +1,116 @@
+"""Tests for autokernel/verify/head_to_head.py: the two bests built as two objects and timed in turn, and the verdict
+that claims their pairs' speedup (endtoend.choose).
+
+No speed is asserted (CPU timings mean nothing): the tests check which state each side runs in, that each compiled
+object keeps its own graph, and how the verdict reads a pair it is given.
+"""
+
+import torch
+from torch import nn
+
+from autokernel.verify import endtoend, head_to_head
+from autokernel.verify.head_to_head import HeadToHead
+from autokernel.verify.latency import Latency
+from autokernel.verify.variants import VariantResult
+
+
+class Switch:
+    """What the router is to head_to_head: a `bypass` flag that the model reads."""
+    bypass = False
+
+
+class Switched(nn.Module):
+    """x * 3 on AutoKernel's side, x * 2 on PyTorch's (the router bypassed): each call's output names its state."""
+
+    def __init__(self, switch: Switch):
+        super().__init__()
+        self.switch = switch
+
+    def forward(self, x):
+        return x * 2 if self.switch.bypass else x * 3
+
+
+def test_two_compiled_objects_alternated_each_run_their_own_state_from_one_graph_each():
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    switch, x = Switch(), torch.ones(4)
+    model = Switched(switch)
+    torch._dynamo.reset()
+    try:
+        ours = head_to_head.frame_of(model, "default", "eager", lambda: setattr(switch, "bypass", False))
+        theirs = head_to_head.frame_of(model, "default", "eager", lambda: setattr(switch, "bypass", True))
+        with torch.no_grad():
+            for _ in range(3):               # in turn, as latency.paired calls them
+                assert torch.equal(ours(x), x * 3) and torch.equal(theirs(x), x * 2)
+        # One graph in each object's own cache: neither checks the other state's guards, nor recompiles
+        assert [len(_debug_get_cache_entry_list(fn.frame.__code__)) for fn in (ours, theirs)] == [1, 1]
+    finally:
+        torch._dynamo.reset()
+
+
+def test_measure_times_ours_unbypassed_and_pytorchs_bypassed_and_leaves_the_router_as_it_was():
+    switch = Switch()
+    model = Switched(switch)
+    states = []
+    model.register_forward_pre_hook(lambda module, args: states.append(switch.bypass))
+    lines = []
+    pair = head_to_head.measure(model, (torch.ones(8),), switch, "ours", "eager", None, None, on_gpu=False,
+                                log=lines.append)
+    assert isinstance(pair, HeadToHead) and (pair.ours, pair.theirs) == ("ours", "eager")
+    assert pair.ours_ms > 0 and pair.theirs_ms > 0 and pair.speedup > 0 and pair.noise >= 0
+    assert states[0] is False and states[1] is True            # the warm-up: ours, then PyTorch's
+    assert False in states[2:] and True in states[2:]
+    assert switch.bypass is False
+    assert lines == ["timing AutoKernel and PyTorch eager in turn (the verdict's figure)"]
+
+
+def test_measure_raises_what_broke_a_side_and_still_takes_the_bypass_off():
+    switch = Switch()
+
+    class Broken(Switched):
+        def forward(self, x):
+            if self.switch.bypass:
+                raise RuntimeError("PyTorch's side broke")
+            return x
+
+    try:
+        head_to_head.measure(Broken(switch), (torch.ones(2),), switch, "ours", "eager", None, None, on_gpu=False,
+                             log=lambda line: None)
+    except RuntimeError as exc:
+        assert "PyTorch's side broke" in str(exc)
+    else:
+        raise AssertionError("a side that raises must not give a figure")
+    assert switch.bypass is False
+
+
+def timed(variant: str, ms: float) -> VariantResult:
+    return VariantResult(variant, Latency(ms, ms * 0.99, ms * 1.01, 5), error=0.0)
+
+
+RESULTS = {"eager": timed("eager", 8.0), "cudagraphs": timed("cudagraphs", 1.5), "ours": timed("ours", 9.0),
+           "ours_cudagraphs": timed("ours_cudagraphs", 1.0)}       # 1.50x apart
+
+
+def test_the_verdict_claims_the_pairs_speedup_not_the_ratio_apart():
+    pair = HeadToHead("ours_cudagraphs", "cudagraphs", 1.10, 1.16, 1.05, 0.01)
+    verdict = endtoend.choose(RESULTS, 1e-2, on_gpu=True, routed=True, pair=pair)
+    assert verdict.faster and verdict.speedup == 1.05
+    assert verdict.summary.startswith("faster by 1.05x: AutoKernel + torch.compile + CUDA graphs (1.100 ms) against "
+                                      "PyTorch's best, torch.compile + CUDA graphs (1.160 ms); the two timed in turn")
+    assert verdict.head_to_head == pair.to_json()
+    # The times apart stay the report's (score's baselines are timed apart too, and take the verdict's discount)
+    assert verdict.pytorch_best["ms"] == 1.5 and verdict.autokernel_best["ms"] == 1.0
+
+
+def test_a_pair_inside_its_noise_hands_over_pytorchs_best_even_where_apart_says_faster():
+    pair = HeadToHead("ours_cudagraphs", "cudagraphs", 1.0, 1.03, 1.03, 0.04)
+    verdict = endtoend.choose(RESULTS, 1e-2, on_gpu=True, routed=True, in_turn={"ours_cudagraphs": (1.4, 0.01)},
+                              pair=pair)
+    assert not verdict.faster and verdict.use == "cudagraphs"
+    assert "is 1.03x of it (noise 4%)" in verdict.summary
+
+
+def test_a_pair_of_other_variants_than_the_two_bests_is_not_the_verdicts_figure():
+    stale = HeadToHead("ours", "cudagraphs", 9.0, 1.5, 0.17, 0.01)
+    verdict = endtoend.choose(RESULTS, 1e-2, on_gpu=True, routed=True, pair=stale)
+    assert verdict.faster and verdict.speedup == 1.5 and verdict.head_to_head is None
