@@ -114,3 +114,27 @@ def test_a_pair_of_other_variants_than_the_two_bests_is_not_the_verdicts_figure(
     stale = HeadToHead("ours", "cudagraphs", 9.0, 1.5, 0.17, 0.01)
     verdict = endtoend.choose(RESULTS, 1e-2, on_gpu=True, routed=True, pair=stale)
     assert verdict.faster and verdict.speedup == 1.5 and verdict.head_to_head is None
+
+
+def test_a_win_on_the_wall_that_the_gpus_own_clock_does_not_show_is_not_claimed(monkeypatch):
+    """Session 19's second gate, a Mamba-style scan: beside 7 other verifies PyTorch's host-bound CUDA-graph path read
+    0.30 ms in turn against ours' 0.17 (1.76x); on the GPU's own clock it takes 0.124 (ours 0.170: 0.73x)."""
+    def steady(ms: float) -> Latency:
+        return Latency(ms, ms, ms, 5, (ms,) * 5)
+    monkeypatch.setattr(head_to_head.latency, "paired", lambda a, b, on_gpu: (steady(0.17), steady(0.30)))
+    monkeypatch.setattr(head_to_head.latency, "gpu_busy", lambda a, b, host_ms: (steady(0.17), steady(0.124)))
+    switch = Switch()
+    pair = head_to_head.measure(Switched(switch), (torch.ones(2),), switch, "ours", "eager", None, None,
+                                on_gpu=True, log=lambda line: None)
+    assert round(pair.wall_speedup, 2) == 1.76 and round(pair.gpu_speedup, 2) == 0.73
+    assert pair.speedup == pair.gpu_speedup and (pair.ours_gpu_ms, pair.theirs_gpu_ms) == (0.17, 0.124)
+    results = {"eager": timed("eager", 0.30), "ours": timed("ours", 0.17)}
+    verdict = endtoend.choose(results, 1e-2, on_gpu=True, routed=True, pair=pair)
+    assert not verdict.faster and verdict.use == "eager"
+
+
+def test_on_the_cpu_the_pair_has_no_gpu_clock_and_claims_the_walls_speedup():
+    switch = Switch()
+    pair = head_to_head.measure(Switched(switch), (torch.ones(2),), switch, "ours", "eager", None, None,
+                                on_gpu=False, log=lambda line: None)
+    assert pair.gpu_speedup is None and pair.ours_gpu_ms is None and pair.speedup == pair.wall_speedup

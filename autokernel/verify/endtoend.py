@@ -76,7 +76,7 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
     elif faster:
         ours_ms, theirs_ms = (pair.ours_ms, pair.theirs_ms) if pair else (ours.ms, theirs.ms)
         summary = (f"faster by {speedup:.2f}x: {VARIANTS[ours.variant][0]} ({ours_ms:.3f} ms) against "
-                   f"PyTorch's best, {name} ({theirs_ms:.3f} ms)" + ("; the two timed in turn" if pair else "")
+                   f"PyTorch's best, {name} ({theirs_ms:.3f} ms)" + (_in_turn_note(pair) if pair else "")
                    + ("; the speedup is the one timed in turn with PyTorch's own path, smaller than these two "
                       "figures' ratio" if capped else ""))
     elif not routed:
@@ -88,6 +88,11 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
     use = ours.variant if faster else theirs.variant
     return Verdict(summary, brief(theirs), brief(ours), speedup, use, HOW_TO_USE[use], faster, on_gpu, False,
                    head_to_head=pair.to_json() if pair else None)
+
+
+def _in_turn_note(pair: head_to_head.HeadToHead) -> str:
+    gpu = f" ({pair.gpu_speedup:.2f}x on the GPU's own clock)" if pair.gpu_speedup is not None else ""
+    return f"; the two timed in turn{gpu}"
 
 
 def bests(results: dict[str, VariantResult],

@@ -7,7 +7,9 @@ L2 from the previous one. So here:
   - `wall_clock` times calls back to back with the host clock, between device syncs: per call,
     the larger of the host's launch cost and the GPU's time, as in an eager forward;
   - `graph_replay` captures calls into a CUDA graph and times its replays: GPU time alone, as in a
-    compiled forward under CUDA graphs.
+    compiled forward under CUDA graphs;
+  - `gpu_busy` times whole calls on the GPU's clock with the GPU kept busy ahead of the host: the GPU's own time
+    per call, which no load on the host can change (head_to_head.py sets it beside the wall clock).
 Each gives the median of several repeats and their spread (trimmed_spread); `paired` takes two
 calls' repeats in turn, and `paired_speedup` reads their ratio pair by pair. Under the CPU interpreter the wall
 clock still runs, but nothing it says about speed is meaningful; callers label it so.
@@ -143,6 +145,46 @@ def paired(fn_a: Callable[[], object], fn_b: Callable[[], object], on_gpu: bool,
             samples_a.append(wall_clock(fn_a, on_gpu, repeats=1, warmup=1).median_ms)
             samples_b.append(wall_clock(fn_b, on_gpu, repeats=1, warmup=1).median_ms)
     return _summary(samples_a), _summary(samples_b)
+
+
+def gpu_busy(fn_a: Callable[[], object], fn_b: Callable[[], object], host_ms: float, *, calls: int = 10,
+             repeats: int = REPEATS) -> tuple[Latency, Latency]:
+    """The GPU's own time per call of two calls, taken in turn: before each repeat the GPU is given a spin of its own
+    (torch.cuda._sleep) long enough for the host to queue `calls` calls behind it (twice host_ms each, the slower
+    side's wall time), so the events around them see no gap left by a slow host: what a host busy with other work
+    cannot slow (session 19: a host-bound CUDA-graph replay read 0.124 ms alone, 0.30 beside 7 other verifies).
+    A call that waits for the GPU (a sync in the forward) lets gaps back in; then the figure is the wall's, no less."""
+    cycles = _sleep_cycles_per_ms() * max(1.0, 2 * calls * host_ms)
+    samples: tuple[list[float], list[float]] = ([], [])
+    with torch.no_grad(), gpu_to_itself():
+        for _ in range(repeats):
+            for fn, taken in ((fn_a, samples[0]), (fn_b, samples[1])):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                torch.cuda.synchronize()
+                torch.cuda._sleep(int(cycles))
+                start.record()
+                for _ in range(calls):
+                    fn()
+                end.record()
+                end.synchronize()
+                taken.append(start.elapsed_time(end) / calls)
+    return _summary(samples[0]), _summary(samples[1])
+
+
+_CYCLES_PER_MS: list[float] = []
+
+
+def _sleep_cycles_per_ms() -> float:
+    """How many of torch.cuda._sleep's cycles this GPU spins in a millisecond (measured once a process)."""
+    if not _CYCLES_PER_MS:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        torch.cuda._sleep(10_000_000)
+        end.record()
+        end.synchronize()
+        _CYCLES_PER_MS.append(10_000_000 / max(start.elapsed_time(end), 1e-3))
+    return _CYCLES_PER_MS[0]
 
 
 def graph_replay(fn: Callable[[], object], *, repeats: int = REPEATS,
