@@ -138,3 +138,23 @@ def test_on_the_cpu_the_pair_has_no_gpu_clock_and_claims_the_walls_speedup():
     pair = head_to_head.measure(Switched(switch), (torch.ones(2),), switch, "ours", "eager", None, None,
                                 on_gpu=False, log=lambda line: None)
     assert pair.gpu_speedup is None and pair.ours_gpu_ms is None and pair.speedup == pair.wall_speedup
+
+
+def test_the_pair_carries_the_larger_noise_of_the_wall_and_the_gpu_clock(monkeypatch):
+    steady = Latency(1.0, 1.0, 1.0, 5, (1.0,) * 5)
+    monkeypatch.setattr(head_to_head.latency, "paired", lambda a, b, on_gpu: (
+        steady, Latency(1.1, 1.1, 1.1, 5, (1.1,) * 5)))          # the wall: 1.10x, every pair alike
+    gpu_theirs = Latency(1.05, 0.9, 1.2, 5, (1.0, 1.05, 1.1, 1.2, 0.9))
+    monkeypatch.setattr(head_to_head.latency, "gpu_busy", lambda a, b, host_ms: (steady, gpu_theirs))
+    switch = Switch()
+    pair = head_to_head.measure(Switched(switch), (torch.ones(2),), switch, "ours", "eager", None, None,
+                                on_gpu=True, log=lambda line: None)
+    gpu_speedup, gpu_noise = head_to_head.latency.paired_speedup(steady, gpu_theirs)
+    assert gpu_noise > 0.05 and pair.noise == gpu_noise
+    assert round(pair.wall_speedup, 3) == 1.1 and pair.speedup == pair.gpu_speedup == gpu_speedup == 1.05
+
+
+def test_routes_kept_in_turn_are_paired_however_slow_they_read_apart():
+    assert head_to_head.worth_pairing(0.37, kept_in_turn=True)
+    assert not head_to_head.worth_pairing(0.37, kept_in_turn=False)
+    assert head_to_head.worth_pairing(0.95, kept_in_turn=False)

@@ -325,7 +325,8 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
         routing[rewrite.kind.report_key] = rewrite.summary()
     theirs_best, ours_best = bests(results, allowed)
     pair = None
-    if on_gpu and theirs_best and ours_best and theirs_best.ms / ours_best.ms >= head_to_head.WORTH_PAIRING:
+    if on_gpu and theirs_best and ours_best and head_to_head.worth_pairing(theirs_best.ms / ours_best.ms,
+                                                                           paired.get(ours_best.variant) is not None):
         resolve_routes(router, model, inputs)
         pair = drops.contained(HEAD_TO_HEAD, "the two bests timed in turn", lambda: head_to_head.measure(
             model, inputs, router, ours_best.variant, theirs_best.variant, ours_backend, backend, on_gpu, log))
