@@ -17,9 +17,9 @@ PyTorch's path timed alone, the pairs' spread 4-6% against a route worth 2%; an 
 1.57x). It is timed once more and judged on the second timing alone, whichever way the first went;
 at most once, so a selection costs at most twice its trials. A predicted gain under the noise floor (1%) is not timed
 again: no timing resolves it, and in the gate of session 16, 18 of 22 second timings were of such
-routes (0.0-0.9%), each 10-40 s of a compile-heavy model's verify. The verdict times the routed model
-again against PyTorch's best in any case, so a second chance here never hands over something slower; and it claims
-no more than the speedup the kept trial measured in turn (in_turn, endtoend.choose).
+routes (0.0-0.9%), each 10-40 s of a compile-heavy model's verify. The verdict times AutoKernel's best against
+PyTorch's best in turn in any case (head_to_head.py), so a second chance here never hands over something slower;
+without that figure it claims no more than the speedup the kept trial measured in turn (in_turn, endtoend.choose).
 """
 
 from __future__ import annotations
