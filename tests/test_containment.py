@@ -132,15 +132,31 @@ def test_a_starter_that_cannot_be_generated_is_dropped_and_the_others_kept(tmp_p
     broken_type = plan.entries[0].kernel_type
     real = region_jobs.starter_file
 
-    def broken(kernel_type, folder):
+    def broken(kernel_type, folder, log):
         if kernel_type == broken_type:
             raise KeyError("the injected failure of a starter")
-        return real(kernel_type, folder)
+        return real(kernel_type, folder, log)
     monkeypatch.setattr(region_jobs, "starter_file", broken)
     drops = Drops()
     entries = verification.starter_entries(plan, tmp_path / "starters", drops)
     assert [(d.stage, d.unit) for d in drops] == [(containment.STARTER, broken_type)]
     assert len(entries) == len(plan.entries) - 1 and not any(name.endswith(f"_{broken_type}") for name in entries)
+
+
+def test_how_a_starters_variants_were_judged_is_said_on_verifys_log(tmp_path, monkeypatch):
+    from autokernel.profile.regions import jobs as region_jobs
+
+    plan = _plan_of_tiny_llama(tmp_path)
+    real = region_jobs.starter_source
+
+    def judged(kernel_type, *args, log=lambda line: None, **kwargs):      # as a GPU's pick logs its verdicts
+        log(f"{kernel_type}: inductor PASS 713.0 us; gemm_engine PASS 390.0 us")
+        return real(kernel_type, *args, log=log, **kwargs)
+    monkeypatch.setattr(region_jobs, "starter_source", judged)
+    lines = []
+    verification.starter_entries(plan, tmp_path / "starters", Drops(lines.append))
+    regions = [e.kernel_type for e in plan.entries if "region" in e.kernel_type]
+    assert regions and all(f"{name}: inductor PASS 713.0 us; gemm_engine PASS 390.0 us" in lines for name in regions)
 
 
 def _plan_of_tiny_llama(tmp_path):

@@ -185,6 +185,10 @@ def _top_entries(plan: Plan, top: int) -> list:
     return plan.entries[:top] if top > 0 else plan.entries
 
 
+def _quiet(line: str) -> None:
+    """Where no one listens: write_starter_manifest called without `drops`."""
+
+
 def starter_entries(plan: Plan, folder: Path, drops: Drops | None = None, top: int = 0) -> dict[str, dict]:
     """The manifest entries of the starters of the plan's `top` kernel types (0: all), at the plan's shapes:
     kernels/<type>.py, or for a region Inductor's code for it, generated into folder (with its region file) and named
@@ -192,7 +196,7 @@ def starter_entries(plan: Plan, folder: Path, drops: Drops | None = None, top: i
     entries = {}
     for entry in _top_entries(plan, top):
         try:       # a region's starter is Inductor's code for it, generated here (autokernel/profile/regions/jobs.py)
-            starter = region_jobs.starter_file(entry.kernel_type, folder)
+            starter = region_jobs.starter_file(entry.kernel_type, folder, log=drops.log if drops is not None else _quiet)
         except (InductorFailed, StarterError) as why:
             (drops.log if drops is not None else print)(f"no starter for {entry.kernel_type}: {why}")
             continue

@@ -103,13 +103,14 @@ def reduces(region) -> bool:
     return bool({ops.REDUCTION, ops.NORM, ops.SCAN} & set(region.about.kinds))
 
 
-def starter_file(kernel_type: str, folder: str | Path) -> Path:
-    """The starter kernel of a kernel type, as a file verify can plug in from folder."""
+def starter_file(kernel_type: str, folder: str | Path, log: Callable[[str], None] = lambda line: None) -> Path:
+    """The starter kernel of a kernel type, as a file verify can plug in from folder; `log` hears how a GEMM region's
+    variants were judged (session 19's gate: a region that picked a 1.46 ms variant said nothing of why)."""
     if not store.is_region(kernel_type):
         return paths.starter_path(kernel_type)
     target = Path(folder) / f"{kernel_type}.py"
     target.parent.mkdir(parents=True, exist_ok=True)
     with stopwatch.timed("region starters"):
-        target.write_text(starter_source(kernel_type))
+        target.write_text(starter_source(kernel_type, log=log))
     store.copy_to(kernel_type, folder)
     return target
