@@ -147,6 +147,17 @@ def declared_buckets(kernel_type: str) -> dict[str, list[str]] | None:
 def buckets_used(kernel_type: str, tunables: dict, shapes: list[dict], dtype_name: str | None) -> list[str] | None:
     """The shape buckets the starter's plan picks for the job's shapes with these TUNABLES, or None where
     the starter does not plan by bucket (or the plan cannot be made: then there is no preference)."""
+    plans = starter_plans(kernel_type, [tunables], shapes, dtype_name, "no shape-bucket preference")
+    if plans is None or not all(hasattr(plan, "bucket") for plan in plans[0]):
+        return None             # planned per shape without buckets (the GEMM engine's starters)
+    return sorted({plan.bucket for plan in plans[0]})
+
+
+def starter_plans(kernel_type: str, configs: list[dict], shapes: list[dict], dtype_name: str | None,
+                  purpose: str) -> list[list] | None:
+    """For each TUNABLES config, what the starter's public `plan(...)` makes for each of the job's shapes (on
+    the CPU, where the starter plans as on an H100); None where the starter has no plan or cannot make one
+    (logged with `purpose`: what goes without)."""
     starter = starter_path(kernel_type)
     if not shapes or not starter.is_file() or "def plan(" not in starter.read_text():
         return None
@@ -154,14 +165,15 @@ def buckets_used(kernel_type: str, tunables: dict, shapes: list[dict], dtype_nam
 
     try:
         module = import_file(starter, f"_autokernel_starter_{kernel_type}")
-        module.TUNABLES = dict(tunables)
         params = [name for name, p in inspect.signature(module.plan).parameters.items()      # the shape's sizes
                   if name not in ("dtype", "device") and p.default is inspect.Parameter.empty]
         dtype = DTYPES[dtype_name or "float16"]
-        plans = [module.plan(*(shape[p] for p in params), dtype=dtype, device=torch.device("cpu")) for shape in shapes]
-        if not all(hasattr(plan, "bucket") for plan in plans):
-            return None         # planned per shape without buckets (the GEMM engine's starters)
-        return sorted({plan.bucket for plan in plans})
-    except Exception as exc:    # a hint for the search order, never a reason to stop the run
-        log.warning("no shape-bucket preference for %s: %s: %s", kernel_type, type(exc).__name__, exc)
+        made = []
+        for config in configs:
+            module.TUNABLES = dict(config)
+            made.append([module.plan(*(shape[p] for p in params), dtype=dtype, device=torch.device("cpu"))
+                         for shape in shapes])
+        return made
+    except Exception as exc:    # a hint for the search, never a reason to stop the run
+        log.warning("%s for %s: %s: %s", purpose, kernel_type, type(exc).__name__, exc)
         return None

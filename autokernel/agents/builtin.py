@@ -1,7 +1,15 @@
 """The built-in agent: offline coordinate descent over the TUNABLES a kernel declares, no API key needed.
 
-Starting from the kernel's current TUNABLES, it tries the neighbouring values (in TUNABLE_CHOICES
-order; every value of a whole-plan tunable, which has no order) of one tunable at a time (and a tile side that grows together with its bucket's warps, one
+Structural moves come first: for a GEMM kernel (one that declares `engine_plan` and `engine_split_k` tunables),
+autokernel/agents/gemm_moves.py ranks tile and split-K changes by a cost model of the job's shapes (waves of
+work units over the GPU's SMs, bytes moved, partials) and the search measures the best few (at most four),
+each one proposal whose description is the model's line ("split-K 8 at 64x2048x2048 ...: 0.12 waves -> 0.97
+(wave efficiency 12% -> 97%) ..."), before any single knob is turned. The moves are fixed when the job's
+search starts and kept in its state; one the search has already measured is never proposed again.
+
+Then, starting from the best configuration so far (the kernel's current TUNABLES when no move won), it
+tries the neighbouring values (in TUNABLE_CHOICES order; every value of a whole-plan tunable, which has no
+order) of one tunable at a time (and a tile side that grows together with its bucket's warps, one
 step up: alone, a wider tile often spills), walking the tunables in the order autokernel/agents/axis_order.py
 gives: those that act on what limits the kernel first (memory or compute, by the roofline of the
 judge's summary of the baseline), and, for a kernel planned by shape bucket, the buckets the job's
@@ -23,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from autokernel.agents import axis_order
+from autokernel.agents import axis_order, gemm_moves
 from autokernel.agents.base import Agent, AgentContext, Proposal, SearchExhausted, WaitForResults
 from autokernel.agents.tunables import format_literal, read_tunables, rewrite_tunables
 from autokernel.core.contracts import PASS, BenchResult
@@ -71,6 +79,7 @@ class CoordinateSearch:
     bound: str | None = None                    # the roofline bound the order was chosen for
     buckets: list[str] | None = None            # the shape buckets the job's shapes use, where planned by bucket
     waiting: list[dict] = field(default_factory=list)   # with several GPUs: configurations being judged now
+    moves: list[dict] = field(default_factory=list)     # structural moves measured first: {"description", "config"}
 
     def record(self, outcome: float | None, config: dict | None = None) -> None:
         """Learns the outcome (its score) of the pending proposal (or of `config`, one of those being judged)."""
@@ -88,6 +97,10 @@ class CoordinateSearch:
             if self.scores.get(config_key(config), 0) is None:
                 del self.scores[config_key(config)]
         self.waiting = []
+
+    def next_move(self) -> dict | None:
+        """The first structural move not yet tried (a move the descent reached first is not tried again)."""
+        return next((move for move in self.moves if config_key(move["config"]) not in self.scores), None)
 
     def next_config(self) -> dict | None:
         """The next untried configuration, or None once a full round over the tunables improved nothing."""
@@ -169,7 +182,8 @@ class BuiltinAgent(Agent):
             search = self._searches[job_key] = _start_search(ctx)
         elif search.pending is not None:
             search.record(_score_of_pending(ctx, search.pending_description))
-        candidate = search.next_config()
+        move = search.next_move()
+        candidate = move["config"] if move is not None else search.next_config()
         if candidate is None and search.waiting:
             raise WaitForResults(f"{len(search.waiting)} configurations are being judged; their results decide the next")
         if candidate is None:
@@ -177,8 +191,9 @@ class BuiltinAgent(Agent):
                 f"{ctx.kernel_type}: coordinate descent over {', '.join(search.choices)} converged after "
                 f"{len(search.scores)} configurations; best {format_literal(search.best)}")
         current, _ = _read(ctx.kernel_source)
-        description = ", ".join(f"{name} {format_literal(current.get(name))} -> {format_literal(value)}"
-                                for name, value in candidate.items() if current.get(name) != value)
+        description = move["description"] if move is not None else ", ".join(
+            f"{name} {format_literal(current.get(name))} -> {format_literal(value)}"
+            for name, value in candidate.items() if current.get(name) != value)
         if ctx.in_flight is None:
             search.mark_pending(candidate, description)
         else:       # several at once: each from another direction (next_config skips those being judged)
@@ -196,6 +211,11 @@ def _start_search(ctx: AgentContext) -> CoordinateSearch:
     search = CoordinateSearch(choices=choices, best=tunables, best_score=None, bound=bound, buckets=buckets,
                               order=axis_order.axis_order(list(choices), bound, buckets,
                                                           axis_order.declared_buckets(ctx.kernel_type)))
+    measured = [result for result in (ctx.baseline, ctx.last_result) if result is not None]
+    machine = gemm_moves.machine_of(ctx.platform, [result.device for result in measured]
+                                    + [(result.limits or {}).get("gpu") for result in measured])
+    search.moves = gemm_moves.propose(ctx.kernel_type, tunables, choices, ctx.job.get("shapes") or [],
+                                      ctx.job.get("dtype"), machine)
     # A resumed run: the kept versions' configurations are already measured.
     for source, result in ctx.best_versions:
         try:
