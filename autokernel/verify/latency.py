@@ -31,6 +31,7 @@ REPEATS = 5
 TRIM_FROM = 5                # with this many repeats or more, the spread leaves out the highest and the lowest
 REPEAT_SECONDS = 0.05        # each repeat runs enough calls to take about this long (on a GPU)
 CALLS_PER_GRAPH = 20
+MIN_SPIN_MS = 20.0           # gpu_busy: the GPU's spin ahead of the host's queued calls, at the least
 # Runs that share one GPU hold its timing lock while they time (autokernel/core/gpu_lock.py). The first call of what is
 # timed (a compilation, a Triton JIT: seconds to minutes of CPU) runs before the lock is taken, so that one run's
 # compiling never holds up the others' timing (first_call_unlocked).
@@ -151,10 +152,13 @@ def gpu_busy(fn_a: Callable[[], object], fn_b: Callable[[], object], host_ms: fl
              repeats: int = REPEATS) -> tuple[Latency, Latency]:
     """The GPU's own time per call of two calls, taken in turn: before each repeat the GPU is given a spin of its own
     (torch.cuda._sleep) long enough for the host to queue `calls` calls behind it (twice host_ms each, the slower
-    side's wall time), so the events around them see no gap left by a slow host: what a host busy with other work
-    cannot slow (session 19: a host-bound CUDA-graph replay read 0.124 ms alone, 0.30 beside 7 other verifies).
+    side's wall time, and MIN_SPIN_MS at least), so the events around them see no gap left by a slow host: what a
+    host busy with other work cannot slow (session 19: a host-bound CUDA-graph replay read 0.124 ms alone, 0.30
+    beside 7 other verifies).
     A call that waits for the GPU (a sync in the forward) lets gaps back in; then the figure is the wall's, no less."""
-    cycles = _sleep_cycles_per_ms() * max(1.0, 2 * calls * host_ms)
+    # At least MIN_SPIN_MS: a loaded host's scheduler can take a few of its time slices (milliseconds each) from the
+    # thread that queues the calls; session 19's ResNet-18 beside 5 verifies, spun 6 ms, read pairs 0.85x to 1.02x
+    cycles = _sleep_cycles_per_ms() * max(MIN_SPIN_MS, 2 * calls * host_ms)
     samples: tuple[list[float], list[float]] = ([], [])
     with torch.no_grad(), gpu_to_itself():
         for _ in range(repeats):
