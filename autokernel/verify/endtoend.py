@@ -330,7 +330,8 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
         resolve_routes(router, model, inputs)
         pair = drops.contained(HEAD_TO_HEAD, "the two bests timed in turn", lambda: head_to_head.measure(
             model, inputs, router, ours_best.variant, theirs_best.variant, ours_backend, backend, on_gpu, log))
-    return {"routed_any": any(routed.values()), "head_to_head": pair, "regions": router.regions is not None, "checked_error": checked_error,
+    return {"routed_any": any(routed.values()), "head_to_head": pair, "regions": router.regions is not None,
+            "checked_error": checked_error,
             "checked": checked, "routing": routing, "route_table": _table_rows(records),
             "selection": [trial.to_json() for trial in trials], "in_turn": paired, "records": records, **extra}
 

@@ -196,7 +196,8 @@ def starter_entries(plan: Plan, folder: Path, drops: Drops | None = None, top: i
     entries = {}
     for entry in _top_entries(plan, top):
         try:       # a region's starter is Inductor's code for it, generated here (autokernel/profile/regions/jobs.py)
-            starter = region_jobs.starter_file(entry.kernel_type, folder, log=drops.log if drops is not None else _quiet)
+            starter = region_jobs.starter_file(entry.kernel_type, folder,
+                                               log=drops.log if drops is not None else _quiet)
         except (InductorFailed, StarterError) as why:
             (drops.log if drops is not None else print)(f"no starter for {entry.kernel_type}: {why}")
             continue
