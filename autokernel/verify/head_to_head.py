@@ -93,18 +93,23 @@ def measure(model, inputs: tuple, router, ours: str, theirs: str, ours_backend, 
     try:
         ours_fn = frame_of(model, VARIANTS[ours][2], ours_backend, set_bypass(False))
         theirs_fn = frame_of(model, VARIANTS[theirs][2], theirs_backend, set_bypass(True))
+
+        def ours_call():
+            return ours_fn(*inputs)
+
+        def theirs_call():
+            return theirs_fn(*inputs)
         with torch.no_grad():
             warmups = 3 if {VARIANTS[ours][2], VARIANTS[theirs][2]} & set(GRAPHED_MODES) else 1
             for _ in range(warmups):       # compiles both, then records their CUDA graphs
-                ours_fn(*inputs), theirs_fn(*inputs)
-            ours_latency, theirs_latency = latency.paired(lambda: ours_fn(*inputs), lambda: theirs_fn(*inputs),
-                                                          on_gpu)
+                ours_call(), theirs_call()
+            ours_latency, theirs_latency = latency.paired(ours_call, theirs_call, on_gpu)
         pair = latency.paired_speedup(ours_latency, theirs_latency)
         if pair is None:
             return None
         wall, noise = pair
-        gpu = latency.gpu_busy(lambda: ours_fn(*inputs), lambda: theirs_fn(*inputs),
-                               max(ours_latency.median_ms, theirs_latency.median_ms)) if on_gpu else None
+        gpu = (latency.gpu_busy(ours_call, theirs_call, max(ours_latency.median_ms, theirs_latency.median_ms))
+               if on_gpu else None)
     finally:
         router.bypass = False
         torch._dynamo.reset()
