@@ -57,3 +57,12 @@ def test_the_budget_left_cuts_every_bench_limit_measured_or_not():
     times.record(None, 20.0, quick=True, compare_compile=False)
     assert times.limit(None, True, 900.0, left_s=500.0) == (60.0, False)
     assert times.limit(None, True, 900.0, left_s=25.0) == (25.0, True), "measured, and still cut at the budget"
+
+
+def test_a_jobs_first_baseline_run_gets_the_ceiling_however_quick_the_other_jobs_were():
+    times = BenchTimes()
+    times.record(None, 20.0, quick=False, compare_compile=False)           # another job's bench: 20 s
+    assert times.limit(None, False, 900.0, left_s=500.0) == (60.0, False), "a second run is held to 3x the typical"
+    assert times.limit(None, False, 900.0, left_s=5000.0, first_baseline=True) == (900.0, False), \
+        "a first run compiles every shape: the others' times say nothing of it"
+    assert times.limit(None, False, 900.0, left_s=120.0, first_baseline=True) == (120.0, True), "the budget still cuts it"

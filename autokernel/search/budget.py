@@ -83,9 +83,16 @@ class BenchTimes:
         seconds = progress.bench_seconds if progress else {}
         return seconds.get("quick" if quick else "full") or seconds.get("full") or self.typical_s or 0.0
 
-    def limit(self, progress, quick: bool, ceiling_s: float, left_s: float) -> tuple[float, bool]:
-        """The bench's time limit, and whether the budget left clipped it (then a TIMEOUT means "out of time")."""
-        typical = self.expected(progress, quick)
+    def limit(self, progress, quick: bool, ceiling_s: float, left_s: float, *,
+              first_baseline: bool = False) -> tuple[float, bool]:
+        """The bench's time limit, and whether the budget left clipped it (then a TIMEOUT means "out of time").
+
+        A job's first baseline run gets the ceiling: it compiles the starter at every shape of the sweep and times
+        torch.compile, which other jobs' benches say nothing of (on an H200 a flash_attention starter's took 179 s,
+        52 compilations, where the other LLaMA jobs' took 54-88 s, and the 71 s it was given skipped the job). A
+        TIMEOUT there loses the whole job, and the file is a shipped starter (or a kept kernel on --resume), not a
+        candidate that may hang."""
+        typical = None if first_baseline else self.expected(progress, quick)
         limit = bench_limit(typical, ceiling_s)
         # A candidate with new tile sizes compiles every shape from scratch, as only the job's first
         # bench did (the later ones found Triton's cache warm): its limit is at least that first

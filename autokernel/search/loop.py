@@ -200,7 +200,7 @@ class OptimizationRun(LoopRecords):
                 break
             self.view.phase(f"baseline {job.label} (run {attempt} of 2)")
             # The first run also times torch.compile of the reference: PyTorch's best is the bar.
-            result = self._judge(job, None, quick=self.quick_bench,
+            result = self._judge(job, None, quick=self.quick_bench, first_baseline=attempt == 1,
                                  compare_compile=attempt == 1 and torch.cuda.is_available())
             if result is None:
                 return None
@@ -354,13 +354,14 @@ class OptimizationRun(LoopRecords):
         return False
 
     def _judge(self, job: Job, progress: JobProgress | None, *, quick: bool, screen: bool = False,
-               compare_compile: bool = False) -> BenchResult | None:
+               compare_compile: bool = False, first_baseline: bool = False) -> BenchResult | None:
         """bench.py on kernel.py in the sandbox, with the integrity checks around it; None when cut by the budget.
 
         compare_compile also times torch.compile of the reference; that run's duration (compilation
         included) is not what later benches cost, so it is not counted in their expected time."""
         quick = quick or self.quick_bench
-        limit, clipped = self.bench_times.limit(progress, quick, self.settings.experiment_timeout_s, self.budget.left())
+        limit, clipped = self.bench_times.limit(progress, quick, self.settings.experiment_timeout_s, self.budget.left(),
+                                                first_baseline=first_baseline)
         timed = {}
 
         def bench() -> BenchResult:

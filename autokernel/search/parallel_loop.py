@@ -69,7 +69,6 @@ class ParallelRun(OptimizationRun):
         self._seed = state.experiment            # each task's seed: fresh inputs for every bench
         self.lanes: list[Lane] = []              # the jobs in flight, in plan order
         self._no_new_jobs: str | None = None     # a run-ending reason once no job may open any more
-        self._first_run_s = 0.0                  # the longest first baseline run (it compiles) this session
         self.proposals = Proposals(self.agent)   # the questions out to the agent, each on a thread of its own
 
     # ------------------------------------------------------------------ the schedule
@@ -212,7 +211,6 @@ class ParallelRun(OptimizationRun):
             for seconds in finished.outcome.bench_seconds.values():      # none when its worker died
                 self.bench_times.record(lane, seconds, quick=self.quick_bench,
                                         compare_compile=first and torch.cuda.is_available())
-                self._first_run_s = max(self._first_run_s, seconds if first else 0.0)
         if first:
             lane.first_slot, lane.first_gpu = finished.slot, finished.outcome.gpu
         lane.runs.append(result)
@@ -316,11 +314,8 @@ class ParallelRun(OptimizationRun):
         else the job's); and whether the budget clipped them."""
         quick = quick or self.quick_bench
         ceiling, left = self.settings.experiment_timeout_s, self.budget.left()
-        limit, clipped = self.bench_times.limit(timing or progress, quick, ceiling, left)
-        if compare_compile and not clipped:
-            # A job's first run compiles every shape and times torch.compile: the other jobs' quick benches
-            # say little of it, their first runs more (a TIMEOUT there would skip the job).
-            limit = min(ceiling, max(limit, self._first_run_s))
+        limit, clipped = self.bench_times.limit(timing or progress, quick, ceiling, left,
+                                                first_baseline=timing is not None and not timing.runs)
         full_limit = full_below = None
         if progress is not None and not self.quick_bench and progress.best.latency_us:
             # The screen decides whether the full judge runs, on the same GPU, right after it.
