@@ -66,3 +66,24 @@ def test_a_jobs_first_baseline_run_gets_the_ceiling_however_quick_the_other_jobs
     assert times.limit(None, False, 900.0, left_s=5000.0, first_baseline=True) == (900.0, False), \
         "a first run compiles every shape: the others' times say nothing of it"
     assert times.limit(None, False, 900.0, left_s=120.0, first_baseline=True) == (120.0, True), "the budget still cuts it"
+
+
+def test_a_lanes_first_baseline_run_is_limited_by_the_ceiling_and_its_second_by_the_benches_so_far(tmp_path):
+    from types import SimpleNamespace
+
+    from autokernel.search.lanes import Lane
+    from autokernel.search.parallel_loop import ParallelRun
+    from tests.loop_helpers import make_job, result, source
+
+    run = ParallelRun.__new__(ParallelRun)       # only what a task's limits read
+    run.settings, run.quick_bench = SimpleNamespace(experiment_timeout_s=900.0), False
+    run.bench_times, run.budget, run._seed = BenchTimes(), Budget(5000.0), 1
+    run.bench_times.record(None, 20.0, quick=False, compare_compile=False)      # the other jobs' benches: 20 s
+    job = make_job(tmp_path, 1, source(result(100.0)))
+    lane = Lane(0, job)
+    first, clipped = run._task(job, None, lane.source, quick=False, compare_compile=True, timing=lane)
+    assert (first.timeout_s, clipped) == (900.0, False), "a starter's first run compiles every shape: the ceiling"
+    lane.runs.append(result(100.0))
+    lane.bench_seconds["full"] = 25.0
+    second, _ = run._task(job, None, lane.source, quick=False, timing=lane)
+    assert second.timeout_s == 75.0, "the second run is held to its first's measured time"
