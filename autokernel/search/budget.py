@@ -89,9 +89,9 @@ class BenchTimes:
 
         A job's first baseline run gets the ceiling: it compiles the starter at every shape of the sweep and times
         torch.compile, which other jobs' benches say nothing of (on an H200 a flash_attention starter's took 179 s,
-        52 compilations, where the other LLaMA jobs' took 54-88 s, and the 71 s it was given skipped the job). A
-        TIMEOUT there loses the whole job, and the file is a shipped starter (or a kept kernel on --resume), not a
-        candidate that may hang."""
+        52 compilations, where the other LLaMA jobs' took 31-88 s, and the 71 s it was given skipped the job). A
+        TIMEOUT there loses the whole job, and the file is the job's starter (shipped, or made from Inductor's code
+        for a region), not a candidate that may hang."""
         typical = None if first_baseline else self.expected(progress, quick)
         limit = bench_limit(typical, ceiling_s)
         # A candidate with new tile sizes compiles every shape from scratch, as only the job's first
