@@ -149,3 +149,17 @@ def test_a_problem_loads_at_its_sizes_or_divided():
 def test_a_table_header_has_a_rule_per_column():
     assert common.table_header(["a", "b"]) == ["| a | b |", "|---|---|"]
     assert common.fmt(None) == "-" and common.fmt(1.234, ".2f") == "1.23"
+
+
+def test_compile_count_in_one_dtype_replays_every_shape_of_the_full_run_in_the_jobs_dtype_alone():
+    import torch
+
+    from autokernel.kernel_types import registry
+    from benchmarks.suites.compile_count import cases
+
+    kt = registry.get("rmsnorm_mlp")
+    job = [{"M": 4096, "D": 2048, "F": 5632, "act": "silu"}]
+    full, one = cases(kt, job, torch.float16), cases(kt, job, torch.float16, one_dtype=True)
+    assert {dtype for _, dtype, _ in one} == {torch.float16}
+    assert {dtype for _, dtype, _ in full} == {torch.float16, torch.bfloat16, torch.float32}
+    assert [case for case in full if case[1] == torch.float16] == one, "the same checks, the other dtypes' left out"

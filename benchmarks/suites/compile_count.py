@@ -12,6 +12,7 @@ declares it do_not_specialize, and each tensor descriptor's block. A file with t
 as on an H100 (its engine_on_gpu and device figures replaced); other files plan as they do on the CPU.
 
     python benchmarks/end_to_end.py compile-count KERNEL_FILE [--type TYPE] [--shape M=4096,D=2048,F=5632,act=silu ...]
+        [--dtype float16] [--one-dtype]
 """
 
 from __future__ import annotations
@@ -54,10 +55,11 @@ def record_launches(keys: Counter):
     InterpretedFunction.run = run
 
 
-def cases(kt, job_shapes: list[dict], job_dtype) -> list[tuple[dict, object, str | None]]:
-    """(shape, dtype, adversarial name) of every check of a full judge run on a GPU, as bench.py makes them."""
+def cases(kt, job_shapes: list[dict], job_dtype, *, one_dtype: bool = False) -> list[tuple[dict, object, str | None]]:
+    """(shape, dtype, adversarial name) of every check of a full judge run on a GPU, as bench.py makes them;
+    one_dtype: its stages in the job's dtype alone, at every shape (what a baseline judged in one dtype would cost)."""
     from autokernel.core.dtypes import DTYPES
-    dtypes = list(DTYPES.values())
+    dtypes = [job_dtype] if one_dtype else list(DTYPES.values())
     timing = job_shapes or [kt.timing_shape]
     found = [(kt.smoke_shape, job_dtype, None)] * 2
     found += [(shape, dtype, None) for dtype in dtypes for shape in kt.sweep]
@@ -69,7 +71,8 @@ def cases(kt, job_shapes: list[dict], job_dtype) -> list[tuple[dict, object, str
     return found
 
 
-def count(kernel_file: Path, kernel_type: str | None, job_shapes: list[dict], dtype_name: str) -> Counter:
+def count(kernel_file: Path, kernel_type: str | None, job_shapes: list[dict], dtype_name: str, *,
+          one_dtype: bool = False) -> Counter:
     import torch
 
     from autokernel.core.dtypes import DTYPES
@@ -84,7 +87,7 @@ def count(kernel_file: Path, kernel_type: str | None, job_shapes: list[dict], dt
         module._engine_device = lambda index: (H100_SHARED_BYTES, H100_SMS, True)
         module.ENGINE_MIN_TILE = {"cuda": module.ENGINE_MIN_TILE["cuda"], "cpu": module.ENGINE_MIN_TILE["cuda"]}
     kt = registry.get(kernel_type or module.KERNEL_TYPE)
-    for seed, (shape, dtype, adversarial) in enumerate(cases(kt, job_shapes, DTYPES[dtype_name])):
+    for seed, (shape, dtype, adversarial) in enumerate(cases(kt, job_shapes, DTYPES[dtype_name], one_dtype=one_dtype)):
         case = {"shape": shape, "dtype": str(dtype).replace("torch.", ""), "seed": seed, "adversarial": adversarial}
         with torch.no_grad():
             module.kernel_fn(**case_inputs(kt, case, "cpu"))
@@ -96,6 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--type", help="the kernel type (default: the file's KERNEL_TYPE)")
     parser.add_argument("--shape", action="append", default=[], help="a job shape, as bench.py takes it")
     parser.add_argument("--dtype", default="float16")
+    parser.add_argument("--one-dtype", action="store_true", help="the stages in --dtype alone, at every shape")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -103,9 +107,11 @@ def main(args: argparse.Namespace) -> int:
     # are loaded after this), not when the module is imported, so that no other subcommand meets it.
     os.environ["TRITON_INTERPRET"] = "1"
     from autokernel.kernel_types import registry
-    keys = count(args.kernel, args.type, [registry.parse_shape(s) for s in args.shape], args.dtype)
+    keys = count(args.kernel, args.type, [registry.parse_shape(s) for s in args.shape], args.dtype,
+                 one_dtype=args.one_dtype)
     per_kernel = Counter(name for name, *_ in keys)
-    print(f"{args.kernel}: {len(keys)} compilations in one full judge run "
+    run = f"a judge run in {args.dtype} alone" if args.one_dtype else "one full judge run"
+    print(f"{args.kernel}: {len(keys)} compilations in {run} "
           f"({', '.join(f'{name} {n}' for name, n in per_kernel.most_common())}); {sum(keys.values())} launches")
     return 0
 
