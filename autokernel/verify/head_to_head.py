@@ -117,6 +117,7 @@ def measure(model, inputs: tuple, router, ours: str, theirs: str, ours_backend, 
             torch.cuda.empty_cache()
     # The GPU clock's pairs can be noisy where the host is descheduled longer than the spin (session 19, ResNet-18
     # beside 5 other verifies: 0.254 and 0.216 ms medians, a median pair ratio of 1.02): the noise is the larger
+    # of the two clocks'.
     gpu_speedup, gpu_noise = latency.paired_speedup(*gpu) if gpu else (None, 0.0)
     return HeadToHead(ours, theirs, ours_latency.median_ms, theirs_latency.median_ms,
                       min(wall, gpu_speedup or wall), max(noise, gpu_noise), wall, gpu and gpu[0].median_ms,
