@@ -1,7 +1,7 @@
 """The fixed judge, at its place in the layout: check a kernel in five correctness stages, then time it against PyTorch.
 
     python bench.py [--kernel kernel.py] [--shape M=4096,N=4096 ...] [--dtype float16]
-                    [--seed N] [--compare-compile] [--quick | --screen] [--json | --json-out FILE]
+                    [--seed N] [--compare-compile] [--quick | --screen] [--one-dtype] [--json | --json-out FILE]
                     [--result-fd N]
 
 This door runs the judge's module, autokernel/judge/bench.py, as `python -m autokernel.judge.bench` does (the loop

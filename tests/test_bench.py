@@ -124,6 +124,12 @@ def test_the_screen_checks_the_runs_dtype_only_and_the_full_judge_every_dtype(tm
     assert all(s["cases"] <= 3 for s in screened["stages"] if s["stage"] in ("shape sweep", "edge shapes"))
     full, proc = run_bench(wrong_in_bf16, tmp_path, "--dtype", "float16")
     assert full["correctness"] == "FAIL" and "bfloat16" in full["message"], full["message"]
+    # A job's baseline (its starter) is --one-dtype: every sweep and edge shape, in the job's dtype alone.
+    baseline, _ = run_bench(wrong_in_bf16, tmp_path, "--one-dtype", "--dtype", "float16")
+    assert baseline["correctness"] == "PASS", baseline["message"]
+    cases = {s["stage"]: s["cases"] for s in baseline["stages"]}
+    softmax = registry.get("softmax")
+    assert (cases["shape sweep"], cases["edge shapes"]) == (len(softmax.cpu_sweep), len(softmax.cpu_edge_shapes))
 
 
 @pytest.mark.slow

@@ -2,7 +2,9 @@
 
 import pytest
 
-from autokernel.search.budget import BENCH_LIMIT_SLACK_S, ONE_RUN_BASELINE, BenchTimes, Budget, bench_limit
+from autokernel.core.contracts import JudgedResult
+from autokernel.search.budget import (BENCH_LIMIT_SLACK_S, ONE_RUN_BASELINE, BenchTimes, Budget, bench_limit,
+                                     checked_dtypes)
 
 
 class Clock:
@@ -87,3 +89,41 @@ def test_a_lanes_first_baseline_run_is_limited_by_the_ceiling_and_its_second_by_
     lane.bench_seconds["full"] = 25.0
     second, _ = run._task(job, None, lane.source, quick=False, timing=lane)
     assert second.timeout_s == 75.0, "the second run is held to its first's measured time"
+
+
+def test_a_baseline_in_one_dtype_sets_a_full_judges_estimate_and_floor_per_dtype():
+    # A job's baseline checks its dtype alone; a full judge compiles the candidate in each of the type's dtypes.
+    from types import SimpleNamespace
+
+    times, job = BenchTimes(), SimpleNamespace(bench_seconds={})
+    times.record(job, 80.0, quick=False, compare_compile=True)                  # the first run: cold, one dtype
+    times.record(job, 20.0, quick=False, compare_compile=False, baseline=True)   # the second
+    assert checked_dtypes("softmax", one_dtype=False) == 3 and checked_dtypes("softmax", one_dtype=True) == 1
+    assert times.expected(job, quick=True) == 20.0, "a screen checks one dtype, as the baseline did"
+    assert times.expected(job, quick=False, dtypes=3) == 60.0
+    assert times.limit(job, True, 900.0, 5000.0) == (80.0, False), "the screen: at least the cold run's time"
+    assert times.limit(job, False, 900.0, 5000.0, dtypes=3) == (240.0, False), "the full judge: cold in each dtype"
+    times.record(job, 45.0, quick=False, compare_compile=False)                  # a full judge measured
+    assert times.expected(job, quick=False, dtypes=3) == 45.0
+
+
+def test_a_lanes_baseline_checks_its_dtype_alone_and_a_candidates_full_judge_gets_the_cold_floor_per_dtype(tmp_path):
+    from types import SimpleNamespace
+
+    from autokernel.core.run_records import JobProgress
+    from autokernel.search.lanes import Lane
+    from autokernel.search.parallel_loop import ParallelRun
+    from tests.loop_helpers import bench_result, make_job, result, source
+
+    run = ParallelRun.__new__(ParallelRun)
+    run.settings, run.quick_bench = SimpleNamespace(experiment_timeout_s=900.0), False
+    run.bench_times, run.budget, run._seed = BenchTimes(), Budget(5000.0), 1
+    job = make_job(tmp_path, 1, source(result(100.0)))
+    lane = Lane(0, job)
+    first, _ = run._task(job, None, lane.source, quick=False, compare_compile=True, timing=lane)
+    assert first.extra_args == ["--one-dtype", "--compare-compile"] and first.full_timeout_s is None
+    baseline = JudgedResult(bench_result(100.0))
+    progress = JobProgress(baseline=baseline, best=baseline, noise=0.02, bench_seconds={"cold": 80.0, "baseline": 20.0})
+    candidate, _ = run._task(job, progress, "candidate", quick=True)
+    assert candidate.extra_args == ["--screen"]
+    assert (candidate.timeout_s, candidate.full_timeout_s) == (80.0, 240.0)

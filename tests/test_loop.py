@@ -149,7 +149,7 @@ def test_on_a_gpu_the_quick_judge_screens_and_the_full_judge_decides(project, mo
     def run_bench(kernel_path, **kwargs):
         # On a GPU the screen is --screen (quick, the job's dtype only); the full judge has neither flag.
         assert "--quick" not in kwargs["extra_args"]
-        judged.append((Path(kernel_path).read_text(), "--screen" in kwargs["extra_args"]))
+        judged.append((Path(kernel_path).read_text(), [a for a in kwargs["extra_args"] if a != "--compare-compile"]))
         return fake(kernel_path, **kwargs)
 
     monkeypatch.setattr(loop.runner, "run_bench", run_bench)
@@ -163,10 +163,10 @@ def test_on_a_gpu_the_quick_judge_screens_and_the_full_judge_decides(project, mo
     state = _run(project, [make_job(project, 1, starter)], agent, target_speedup=10)
 
     assert judged == [
-        (starter, False), (starter, False),            # the baseline: full judge, twice for the noise
-        (slower, True),                                # screened out: never pays for the full judge
-        (fails_full, True), (fails_full, False),       # the full judge's FAIL decides
-        (faster, True), (faster, False)]
+        (starter, ["--one-dtype"]), (starter, ["--one-dtype"]),   # the baseline: every shape, its dtype, twice
+        (slower, ["--screen"]),                                   # screened out: never pays for the full judge
+        (fails_full, ["--screen"]), (fails_full, []),             # the full judge's FAIL decides
+        (faster, ["--screen"]), (faster, [])]
     assert _statuses(project)[1:] == [(2, "revert", "PASS"), (3, "revert", "FAIL"), (4, "keep", "PASS")]
     assert state.finished[0]["best_latency_us"] == 62.0   # the full judge's timing is the one kept
 

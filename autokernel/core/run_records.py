@@ -26,7 +26,7 @@ class JobProgress:
     history: list[dict] = field(default_factory=list)   # what the agent is shown of each (policy.history_entry)
     kept: list[KeptVersion] = field(default_factory=list)    # per kept version, baseline first
     bench_seconds: dict[str, float] = field(default_factory=dict)   # "quick"/"full": the longest clean bench;
-    #                                                                  "cold": the first, compiling every shape
+    #                     "cold": the first, compiling every shape; "baseline": the other (both in the job's dtype)
     finishing: str | None = None      # set while the job's best is being saved: the reason it stopped
     compile_us: dict[str, float] = field(default_factory=dict)   # torch.compile's call time per shape (baseline)
     older: list[dict] = field(default_factory=list)   # experiments that left `history`, one summary line each

@@ -1,7 +1,7 @@
 """The fixed judge: check a kernel in five correctness stages, then time it against PyTorch.
 
     python bench.py [--kernel kernel.py] [--shape M=4096,N=4096 ...] [--dtype float16]
-                    [--seed N] [--compare-compile] [--quick | --screen] [--json | --json-out FILE]
+                    [--seed N] [--compare-compile] [--quick | --screen] [--one-dtype] [--json | --json-out FILE]
                     [--result-fd N]
     python -m autokernel.judge.bench ...      # the same process: how the package starts it (judge/runner.py)
 
@@ -88,9 +88,11 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=None, help="base seed for the random inputs (default: random)")
     parser.add_argument("--compare-compile", action="store_true", help="also time torch.compile of the reference")
     parser.add_argument("--quick", action="store_true", help="fewer sweep and edge shapes and timed calls")
+    parser.add_argument("--one-dtype", action="store_true",
+                        help="the stages check --dtype only (a job's baseline: its starter, at every shape)")
     parser.add_argument("--screen", action="store_true",
-                        help="the loop's first look at a candidate on a GPU: --quick, and the stages check --dtype "
-                             "only; a candidate that looks faster is judged again in full before it is kept")
+                        help="the loop's first look at a candidate on a GPU: --quick and --one-dtype; a candidate "
+                             "that looks faster is judged again in full before it is kept")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
     parser.add_argument("--json-out", help="also write the result as JSON to this file")
     parser.add_argument("--result-fd", type=int, default=None,
@@ -100,6 +102,7 @@ def parse_args(argv=None):
     if args.seed is None:
         args.seed = secrets.randbelow(2**31)
     args.quick = args.quick or args.screen
+    args.one_dtype = args.one_dtype or args.screen
     return args
 
 

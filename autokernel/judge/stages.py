@@ -60,8 +60,8 @@ class Judge:
         return shapes[:2] + shapes[-1:] if self.args.quick else list(shapes)
 
     def stage_dtypes(self) -> list[torch.dtype]:
-        """Every dtype; a --screen checks only the run's own, since each dtype compiles a candidate again."""
-        return [self.dtype] if self.args.screen else [d for d in DTYPES.values() if self.kt.supports(d)]
+        """Every dtype; --one-dtype (a baseline, a --screen) checks only the run's own: each compiles the kernel again."""
+        return [self.dtype] if self.args.one_dtype else [d for d in DTYPES.values() if self.kt.supports(d)]
 
     def timing_shapes(self) -> list[dict]:
         if self.args.shape:

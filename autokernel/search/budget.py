@@ -7,8 +7,10 @@ a time limit from that same measure, not the 15-minute ceiling, cut to the budge
 budget cuts short is no verdict, it is run again on resume. So a run ends within a bench's kill
 grace of its budget.
 
-A job's baseline is its starter benched twice. Before it starts, one run's cost is estimated
-(`baseline_run_s`): the last baseline of the same kernel type on this kind of device in
+A job's baseline is its starter benched twice, its stages in the job's dtype alone (`--one-dtype`: the
+starter is shipped or made from Inductor's code, and a candidate is judged in every dtype before it is kept);
+a bench in n dtypes is expected to cost n times that until one is measured. Before it starts, one run's cost
+is estimated (`baseline_run_s`): the last baseline of the same kernel type on this kind of device in
 results.tsv (this run's or an earlier one's), else the longest bench of this run so far; with
 nothing measured yet it starts, its limit cut to the budget left. Its second run starts only if
 the first one's time fits in what is left; otherwise the baseline stands on one run, and says so.
@@ -17,6 +19,7 @@ the first one's time fits in what is left; otherwise the baseline stands on one 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import threading
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from autokernel.core.contracts import PASS, STATUS_BASELINE
+from autokernel.core.dtypes import DTYPES
 
 # A bench may take this many times the longest clean bench of its job so far, or this much longer,
 # whichever is more (compilation and autotuning vary between candidates), up to --experiment-timeout.
@@ -53,6 +57,23 @@ class Budget:
         return self.clock() + self.left()
 
 
+@functools.lru_cache(maxsize=None)
+def _judged_dtypes(kernel_type: str) -> int:
+    from autokernel.kernel_types import registry
+
+    try:
+        kind = registry.get(kernel_type)
+    except (KeyError, OSError, ValueError):         # a region whose file is gone: assume the most
+        return len(DTYPES)
+    return sum(kind.supports(dtype) for dtype in DTYPES.values())
+
+
+def checked_dtypes(kernel_type: str, *, one_dtype: bool) -> int:
+    """How many dtypes a bench's stages check: one with --one-dtype (a baseline, a --screen), else every dtype the
+    type is judged in (a region: its model's only)."""
+    return 1 if one_dtype else _judged_dtypes(kernel_type)
+
+
 def bench_limit(typical_s: float | None, ceiling_s: float) -> float:
     """The time limit of a bench whose kind took typical_s before (None: never measured)."""
     if not typical_s:
@@ -79,26 +100,30 @@ class BenchTimes:
     def of(self, progress) -> dict[str, float]:
         return progress.bench_seconds if progress else self.baseline
 
-    def expected(self, progress, quick: bool) -> float:
+    def expected(self, progress, quick: bool, *, dtypes: int = 1) -> float:
+        """What a bench of this job is expected to take: its kind's longest so far, else the baseline's (a run in
+        one dtype: times `dtypes`, the dtypes this bench checks), else the session's typical bench."""
         seconds = progress.bench_seconds if progress else {}
-        return seconds.get("quick" if quick else "full") or seconds.get("full") or self.typical_s or 0.0
+        measured = seconds.get("quick" if quick else "full") or (quick and seconds.get("full"))
+        return measured or dtypes * seconds.get("baseline", 0.0) or self.typical_s or 0.0
 
     def limit(self, progress, quick: bool, ceiling_s: float, left_s: float, *,
-              first_baseline: bool = False) -> tuple[float, bool]:
+              first_baseline: bool = False, dtypes: int = 1) -> tuple[float, bool]:
         """The bench's time limit, and whether the budget left clipped it (then a TIMEOUT means "out of time").
 
         A job's first baseline run gets the ceiling: it compiles the starter at every shape of the sweep and times
         torch.compile, which other jobs' benches say nothing of (on an H200 a flash_attention starter's took 179 s,
         52 compilations, where the other LLaMA jobs' took 31-88 s, and the 71 s it was given skipped the job). A
         TIMEOUT there loses the whole job, and the file is the job's starter (shipped, or made from Inductor's code
-        for a region), not a candidate that may hang."""
-        typical = None if first_baseline else self.expected(progress, quick)
+        for a region), not a candidate that may hang. dtypes: how many dtypes this bench's stages check."""
+        typical = None if first_baseline else self.expected(progress, quick, dtypes=dtypes)
         limit = bench_limit(typical, ceiling_s)
         # A candidate with new tile sizes compiles every shape from scratch, as only the job's first
         # bench did (the later ones found Triton's cache warm): its limit is at least that first
-        # bench's time. On an H100 two correct rmsnorm_mlp candidates were killed at 48 s for want of it.
+        # bench's time, in each dtype it checks (the first compiled the job's dtype alone). On an H100 two
+        # correct rmsnorm_mlp candidates were killed at 48 s for want of it.
         cold = self.of(progress).get("cold")
-        limit = min(ceiling_s, max(limit, cold)) if cold else limit
+        limit = min(ceiling_s, max(limit, dtypes * cold)) if cold else limit
         # The budget binds every bench, measured or not: one that would run past it is cut there.
         clipped = left_s < limit
         return (min(limit, max(left_s, 1.0)) if clipped else limit), clipped
@@ -133,14 +158,15 @@ class BenchTimes:
         """The first baseline run's measured time (a job's or a lane's bench_seconds): what a second one costs."""
         return max(store.values(), default=0.0)
 
-    def record(self, progress, seconds: float, *, quick: bool, compare_compile: bool) -> None:
+    def record(self, progress, seconds: float, *, quick: bool, compare_compile: bool, baseline: bool = False) -> None:
         """Count a bench that ran to a verdict (a hang says nothing of the cost). A run that also timed
-        torch.compile, the job's first, is not what later benches cost: it is the floor for limits."""
+        torch.compile, the job's first, is not what later benches cost: it is the floor for limits. A baseline's
+        other run (one dtype) is the estimate until the job's own kind of bench is measured."""
         store = self.of(progress)
         if compare_compile:
             store["cold"] = max(store.get("cold", 0.0), seconds)
             return
-        kind = "quick" if quick else "full"
+        kind = "baseline" if baseline else "quick" if quick else "full"
         store[kind] = max(store.get(kind, 0.0), seconds)
         self.typical_s = max(self.typical_s or 0.0, seconds)
 

@@ -29,7 +29,7 @@ from autokernel.core.interrupts import Interrupted, InterruptGuard
 from autokernel.core.live import LoopStatus, ProgressView, format_duration, plural
 from autokernel.judge import runner, user_check
 from autokernel.search import gitops, integrity, policy, results, run_state
-from autokernel.search.budget import ONE_RUN_BASELINE, BenchTimes, Budget
+from autokernel.search.budget import ONE_RUN_BASELINE, BenchTimes, Budget, checked_dtypes
 from autokernel.search.loop_records import BUDGET_SPENT, COST_REACHED, LoopRecords, budget_too_short, is_run_stop
 from autokernel.search.policy import is_improvement, one_line
 
@@ -200,7 +200,7 @@ class OptimizationRun(LoopRecords):
                 break
             self.view.phase(f"baseline {job.label} (run {attempt} of 2)")
             # The first run also times torch.compile of the reference: PyTorch's best is the bar.
-            result = self._judge(job, None, quick=self.quick_bench, first_baseline=attempt == 1,
+            result = self._judge(job, None, quick=self.quick_bench, first_baseline=attempt == 1, baseline=True,
                                  compare_compile=attempt == 1 and torch.cuda.is_available())
             if result is None:
                 return None
@@ -236,7 +236,8 @@ class OptimizationRun(LoopRecords):
     def _experiment(self, job: Job, progress: JobProgress) -> str | None:
         """One experiment; returns a run-ending reason when the budget could not pay for it."""
         number = self.state.experiment + 1
-        bench_s = self.bench_times.expected(progress, quick=True)
+        bench_s = self.bench_times.expected(progress, quick=True,      # on a GPU: the screen, in the job's dtype
+                                            dtypes=checked_dtypes(job.kernel_type, one_dtype=not self.quick_bench))
         if self.budget.left() < max(self.bench_times.experiment_s(self._llm_s, bench_s), MIN_WORTH_STARTING_S):
             return self._short_of(self.bench_times.experiment_s(self._llm_s, bench_s), "an experiment")
         started = time.monotonic()
@@ -246,8 +247,7 @@ class OptimizationRun(LoopRecords):
                 return stop
             self.view.phase(f"exp {number}: asking {self.agent.name}")
             try:
-                proposal = self.agent.propose(self._agent_context(job, progress,
-                                                                  deadline=self.budget.deadline() - bench_s))
+                proposal = self.agent.propose(self._agent_context(job, progress, deadline=self.budget.deadline() - bench_s))
             except OutOfTime as exc:
                 self.view.log(f"exp {number} not run: {exc}")
                 return budget_too_short(str(exc))
@@ -304,7 +304,8 @@ class OptimizationRun(LoopRecords):
         self.view.phase(f"exp {number}: judging (quick screen)" if not self.quick_bench else f"exp {number}: judging")
         result = self._judge(job, progress, quick=True, screen=not self.quick_bench)
         if result is not None and not self.quick_bench and is_improvement(result, progress.best, progress.noise):
-            if self.budget.left() < self.bench_times.expected(progress, quick=False):
+            if self.budget.left() < self.bench_times.expected(progress, quick=False,
+                                                              dtypes=checked_dtypes(job.kernel_type, one_dtype=False)):
                 result = None
             else:
                 self.view.phase(f"exp {number}: judging (full)")
@@ -354,14 +355,13 @@ class OptimizationRun(LoopRecords):
         return False
 
     def _judge(self, job: Job, progress: JobProgress | None, *, quick: bool, screen: bool = False,
-               compare_compile: bool = False, first_baseline: bool = False) -> BenchResult | None:
+               compare_compile: bool = False, first_baseline: bool = False, baseline: bool = False) -> BenchResult | None:
         """bench.py on kernel.py in the sandbox, with the integrity checks around it; None when cut by the budget.
-
-        compare_compile also times torch.compile of the reference; that run's duration (compilation
-        included) is not what later benches cost, so it is not counted in their expected time."""
-        quick = quick or self.quick_bench
+        compare_compile also times torch.compile of the reference; that run's duration (compilation included) is not
+        what later benches cost, so it is not counted in their expected time. A baseline checks the job's dtype alone."""
+        quick, dtypes = quick or self.quick_bench, checked_dtypes(job.kernel_type, one_dtype=screen or baseline)
         limit, clipped = self.bench_times.limit(progress, quick, self.settings.experiment_timeout_s, self.budget.left(),
-                                                first_baseline=first_baseline)
+                                                first_baseline=first_baseline, dtypes=dtypes)
         timed = {}
 
         def bench() -> BenchResult:
@@ -370,7 +370,7 @@ class OptimizationRun(LoopRecords):
                 result = runner.run_bench(paths.KERNEL_FILE, shapes=job.shapes, dtype=job.dtype, timeout_s=limit,
                                           seed=self.state.experiment + 1,
                                           extra_args=(["--screen"] if screen else ["--quick"] * quick)
-                                                     + ["--compare-compile"] * compare_compile)
+                                                     + ["--one-dtype"] * baseline + ["--compare-compile"] * compare_compile)
             timed.update(seconds=time.monotonic() - started, result=result)
             self._count_gpu(self.gpu, busy_s=timed["seconds"])
             return result
@@ -379,7 +379,8 @@ class OptimizationRun(LoopRecords):
         if result.correctness == TIMEOUT and clipped:
             return None
         if result.correctness != TIMEOUT and result is timed.get("result"):     # bench's own verdict
-            self.bench_times.record(progress, timed["seconds"], quick=quick, compare_compile=compare_compile)
+            self.bench_times.record(progress, timed["seconds"], quick=quick, compare_compile=compare_compile,
+                                    baseline=baseline)
         return result
 
     def _on_bench_line(self, line: str) -> None:
@@ -394,7 +395,6 @@ class OptimizationRun(LoopRecords):
         last = progress.last_result
         return AgentContext(kernel_type=job.kernel_type, kernel_source=self._kept_source(progress),
                             last_result=last.bench if last else None, history=list(progress.history),
-                            best_versions=best_versions, program=self.program,
-                            job=job.to_json(), baseline=progress.baseline.bench, deadline=deadline,
-                            failure=progress.failure, older=list(progress.older),
-                            max_candidates=self.candidates_per_reply)
+                            best_versions=best_versions, program=self.program, job=job.to_json(),
+                            baseline=progress.baseline.bench, deadline=deadline, failure=progress.failure,
+                            older=list(progress.older), max_candidates=self.candidates_per_reply)

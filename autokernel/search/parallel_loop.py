@@ -48,6 +48,7 @@ from autokernel.core.throughput import JobSpan
 from autokernel.fleet.pool import Finished, WorkerPool
 from autokernel.judge import runner, user_check
 from autokernel.search import integrity, policy, run_state
+from autokernel.search.budget import checked_dtypes
 from autokernel.search.lanes import Flight, Lane, lanes_line
 from autokernel.search.loop import MIN_WORTH_STARTING_S, OptimizationRun
 from autokernel.search.loop_records import BUDGET_SPENT, budget_too_short, is_run_stop
@@ -209,7 +210,7 @@ class ParallelRun(OptimizationRun):
         first = not lane.runs
         if result.correctness != TIMEOUT:
             for seconds in finished.outcome.bench_seconds.values():      # none when its worker died
-                self.bench_times.record(lane, seconds, quick=self.quick_bench,
+                self.bench_times.record(lane, seconds, quick=self.quick_bench, baseline=True,
                                         compare_compile=first and torch.cuda.is_available())
         if first:
             lane.first_slot, lane.first_gpu = finished.slot, finished.outcome.gpu
@@ -243,7 +244,8 @@ class ParallelRun(OptimizationRun):
         """Ask the agent for the job's next candidate: True once the question is out (a free worker held for its
         reply) or the candidate is on a worker; False when the budget cannot pay, or an instant reply was not judged."""
         job, progress = lane.job, lane.progress
-        bench_s = self.bench_times.expected(progress, quick=True)
+        bench_s = self.bench_times.expected(progress, quick=True,      # on a GPU: the screen, in the job's dtype
+                                            dtypes=checked_dtypes(job.kernel_type, one_dtype=not self.quick_bench))
         if self.budget.left() < max(self.bench_times.experiment_s(self._llm_s, bench_s), MIN_WORTH_STARTING_S):
             lane.stop = self._short_of(self.bench_times.experiment_s(self._llm_s, bench_s), "an experiment")
             return False
@@ -310,19 +312,22 @@ class ParallelRun(OptimizationRun):
 
     def _task(self, job: Job, progress: JobProgress | None, source: str, *, quick: bool,
               compare_compile: bool = False, timing: Lane | None = None) -> tuple[JudgeTask, bool]:
-        """A worker's task for source, with the one-GPU loop's limits (from timing's benches, for a baseline,
-        else the job's); and whether the budget clipped them."""
-        quick = quick or self.quick_bench
+        """A worker's task for source, with the one-GPU loop's limits (from timing's benches, for a baseline, which
+        checks the job's dtype alone, else the job's); and whether the budget clipped them."""
+        quick, baseline = quick or self.quick_bench, timing is not None
+        screen = progress is not None and not self.quick_bench
         ceiling, left = self.settings.experiment_timeout_s, self.budget.left()
         limit, clipped = self.bench_times.limit(timing or progress, quick, ceiling, left,
-                                                first_baseline=timing is not None and not timing.runs)
+                                                first_baseline=baseline and not timing.runs,
+                                                dtypes=checked_dtypes(job.kernel_type, one_dtype=screen or baseline))
         full_limit = full_below = None
         if progress is not None and not self.quick_bench and progress.best.latency_us:
             # The screen decides whether the full judge runs, on the same GPU, right after it.
-            full_limit, full_clipped = self.bench_times.limit(progress, False, ceiling, left)
+            full_limit, full_clipped = self.bench_times.limit(progress, False, ceiling, left,
+                                                              dtypes=checked_dtypes(job.kernel_type, one_dtype=False))
             full_below, clipped = progress.best.latency_us / (1 + progress.noise), clipped or full_clipped
-        screen = progress is not None and not self.quick_bench
-        extra = (["--screen"] if screen else ["--quick"] * quick) + ["--compare-compile"] * compare_compile
+        extra = ((["--screen"] if screen else ["--quick"] * quick) + ["--one-dtype"] * baseline
+                 + ["--compare-compile"] * compare_compile)
         self._seed += 1
         return JudgeTask(kernel_source=source, kernel_type=job.kernel_type, shapes=list(job.shapes), dtype=job.dtype,
                          timeout_s=limit, seed=self._seed, extra_args=extra, full_timeout_s=full_limit,

@@ -57,7 +57,7 @@ def record_launches(keys: Counter):
 
 def cases(kt, job_shapes: list[dict], job_dtype, *, one_dtype: bool = False) -> list[tuple[dict, object, str | None]]:
     """(shape, dtype, adversarial name) of every check of a full judge run on a GPU, as bench.py makes them;
-    one_dtype: its stages in the job's dtype alone, at every shape (what a baseline judged in one dtype would cost)."""
+    one_dtype: its stages in the job's dtype alone, at every shape (what a baseline costs, judged with --one-dtype)."""
     from autokernel.core.dtypes import DTYPES
     dtypes = [job_dtype] if one_dtype else list(DTYPES.values())
     timing = job_shapes or [kt.timing_shape]
