@@ -431,8 +431,12 @@ def engine_plan(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device
     fit = [min(b, max(floor, triton.next_power_of_2(max(s, 1)))) for b, s in ((tile.block_m, M), (tile.block_n, N),
                                                                             (block_k, K))]
     split = max(1, min(int(o.get("split_k", base.split_k)), -(-K // fit[2]) if K else 1))
-    made = EnginePlan(*fit, tile.warps, tile.stages, int(o.get("group_m", base.group_m)), split,
-                      bool(o.get("warp_specialize", base.warp_specialize)) and dtype != torch.float32)
+    # Warp-specializing a dual plan of one warpgroup (4 warps) miscompiles with Triton 3.6 on an H200: the
+    # compiler fails (128x64x64/w4/s4) or tiles come out non-finite (64x128x64/w4/s4, 64x64x64/w4/s5); the same
+    # plans without it, and w8 with it, are right (benchmarks/results/2026-11-30_NVIDIA-H200_gate_s21).
+    specialize = (bool(o.get("warp_specialize", base.warp_specialize)) and dtype != torch.float32
+                  and not (kind == "dual" and tile.warps < 8))
+    made = EnginePlan(*fit, tile.warps, tile.stages, int(o.get("group_m", base.group_m)), split, specialize)
     if len(_ENGINE_PLANS_MADE) > 4096:
         _ENGINE_PLANS_MADE.clear()
     _ENGINE_PLANS_MADE[key] = made

@@ -164,6 +164,18 @@ def test_overrides_replace_the_tables_choices(monkeypatch):
     assert engine.engine_plan(512, 2048, 2048, torch.float16, CPU, overrides={"split_k": 1}).split_k == 1
 
 
+def test_a_dual_plan_of_four_warps_is_never_warp_specialized(monkeypatch):
+    # Triton 3.6 on an H200 miscompiles it (a compiler failure, or non-finite tiles); eight warps are right with it.
+    monkeypatch.setattr(engine, "GEMM_TABLE", {"float16/dual/5632/2048": [[4096, "128x128x64/w8/s4/g8/k1/ws1"]]})
+    engine._ENGINE_PLANS_MADE.clear()
+    for text, specialized in (("128x64x64/w4/s4", False), ("64x128x64/w4/s4", False), ("128x64x64/w8/s4", True)):
+        for ws in ("table", True):
+            plan = engine.engine_plan(4096, 5632, 2048, torch.float16, CPU, "dual", {"plan": text, "warp_specialize": ws})
+            assert plan.warp_specialize == specialized, (text, ws)
+    assert engine.engine_plan(4096, 5632, 2048, torch.float16, CPU, "plain", {"plan": "64x128x64/w4/s4",
+                                                                             "warp_specialize": True}).warp_specialize
+
+
 def test_the_default_is_one_plan_per_kind_and_splits_k_when_tiles_are_few(monkeypatch):
     # Where the measured table has no entry (here: none at all; the H100's table holds these shapes).
     monkeypatch.setattr(engine, "GEMM_TABLE", {})
