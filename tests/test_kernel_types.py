@@ -162,3 +162,18 @@ def test_the_generic_modules_name_no_kernel_type(path):
     code = "".join(token.string + " " for token in tokenize.generate_tokens(io.StringIO(source).readline)
                    if token.type not in (tokenize.COMMENT, tokenize.STRING))
     assert not [name for name in TYPE_NAMES if re.search(rf"\b{name}\b", code)]
+
+
+@pytest.mark.parametrize("name", [name for name, kind in registry.REGISTRY.items() if kind.pytorch_op])
+def test_pytorch_s_own_op_computes_the_reference_at_every_shape_it_is_timed_in_place_of(name):
+    # The judge times pytorch_op as PyTorch's bar (eager and compiled) instead of the reference: it must be the same
+    # function at every shape, or the bar would be another computation's time.
+    import torch
+
+    kind = registry.get(name)
+    for seed, shape in enumerate(kind.cpu_sweep + kind.cpu_edge_shapes + [kind.smoke_shape]):
+        inputs = kind.inputs(shape, torch.float32, seed, "cpu")
+        torch.testing.assert_close(kind.pytorch(**inputs), kind.reference(**inputs), atol=1e-5, rtol=1e-4,
+                                   msg=lambda m: f"{registry.format_shape(shape)}: {m}")
+    assert registry.get("flash_attention").pytorch is not registry.get("flash_attention").reference
+    assert registry.get("softmax").pytorch is registry.get("softmax").reference

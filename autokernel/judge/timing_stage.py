@@ -5,7 +5,9 @@ the latency. Timed calls are checked calls: the whole output of a random timed c
 after them, and a random sample of the others' (all, or a random share within a time budget), are compared with
 the reference. Each call's inputs come from a seed the judge draws as it asks for the call, and the judge's own
 clock runs from that request to the proof of the output (timing.proof_problem: it bounds the worker's times from
-below); a time faster than the GPU's roofline allows is a FAIL. PyTorch eager (and optionally torch.compile) are timed the same way, in this process.
+below); a time faster than the GPU's roofline allows is a FAIL. PyTorch eager (and optionally torch.compile) are
+timed the same way, in this process: PyTorch's own op where the type names one (KernelType.pytorch_op: attention's
+F.scaled_dot_product_attention), else the reference.
 """
 
 from __future__ import annotations
@@ -185,7 +187,7 @@ def time_kernel(judge: Judge) -> dict:
     clock = timing.Clock(torch.device(judge.device))
     flush_ms = padded_flush_ms(clock, 0) if ON_GPU else None
     floor_ms = timing.launch_floor_ms(clock, torch.device(judge.device))    # reported for the agents, never judged
-    compiled_ref = torch.compile(kt.reference) if judge.args.compare_compile else None
+    compiled_ref = torch.compile(kt.pytorch) if judge.args.compare_compile else None
     rows, peak_mb = [], None
     for shape in judge.timing_shapes():
         candidate = time_candidate(judge, shape, clock, flush_ms)
@@ -202,7 +204,7 @@ def time_kernel(judge: Judge) -> dict:
             raise CheckFailure(f"{where}: {problem}")
         peaks = [c.record["peak_mb"] for c in calls if "peak_mb" in c.record]
         peak_mb = max([peak_mb or 0.0] + peaks) if peaks else peak_mb
-        eager, eager_call = time_reference(judge, kt.reference, shape, len(calls), clock, flush_ms)
+        eager, eager_call = time_reference(judge, kt.pytorch, shape, len(calls), clock, flush_ms)
         compiled = compiled_time(judge, compiled_ref, shape, len(calls), clock, flush_ms) if compiled_ref else None
         judge.worker.note_judges_own()        # torch.compile's compile workers are the judge's
         line = timing.roofline(kt, [shape], judge.dtype, ours, gpu)

@@ -163,6 +163,15 @@ class KernelType:
     # What the reference computes, shown to the LLM where inspect cannot read the reference's source
     # (a region's: the model's source lines it covers and its ATen ops).
     source: str | None = None
+    # PyTorch's own op for the function, where users call one (attention: F.scaled_dot_product_attention), taking
+    # the reference's arguments: timed, eager and compiled, as PyTorch's bar in the reference's place, which stays
+    # the correctness oracle (its math formulation is slower than what a user's code runs).
+    pytorch_op: Callable | None = None
+
+    @property
+    def pytorch(self) -> Callable:
+        """What PyTorch's bar times: its own op where the type names one, else the reference."""
+        return self.pytorch_op or self.reference
 
     def supports(self, dtype: torch.dtype) -> bool:
         """Whether the type is judged in this dtype."""

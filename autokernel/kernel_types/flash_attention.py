@@ -65,6 +65,12 @@ def op_shape(op: str, event, shapes: list[list[int]]) -> dict | None:
     return shape
 
 
+def sdpa(q, k, v, causal: bool = False, sm_scale: float | None = None):
+    """The reference's function as PyTorch's fused op computes it (its shapes are square: causal masks agree)."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,
+                                          enable_gqa=k.shape[-3] != q.shape[-3])
+
+
 # --------------------------------------------------------------------------- the router
 def read_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                    enable_gqa=False):
@@ -98,6 +104,7 @@ KERNEL_TYPE = KernelType(
     description="softmax(Q K^T * sm_scale) V over (B, H, S, D) queries and (B, KV, S, D) keys and values "
                 "(KV dividing H: grouped- or multi-query), causal or not",
     reference=reference.flash_attention,
+    pytorch_op=sdpa,
     make_inputs=attention_inputs,
     smoke_shape={"B": 1, "H": 2, "S": 64, "D": 64, "causal": 0},
     sweep=_shapes([

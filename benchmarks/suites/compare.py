@@ -91,7 +91,7 @@ def liger_impl(kernel_type: str):
 
 
 def peers(kernel_type: str, kt: KernelType) -> dict:
-    impls = {"eager": kt.reference, "torch.compile": torch.compile(kt.reference)}
+    impls = {"eager": kt.pytorch, "torch.compile": torch.compile(kt.pytorch)}
     if kernel_type == "flash_attention":
         impls["sdpa"] = lambda q, k, v, causal, sm_scale: torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=causal, scale=sm_scale)

@@ -57,7 +57,7 @@ def main(args: argparse.Namespace) -> None:
     info = run_info()
     print(f"{info.device}, {info.versions()}, "
           f"{args.kernel} {args.shape} float16; median host us / median GPU us / min host us over 100 calls")
-    print("pytorch eager  ", *(f"{v:8.1f}" for v in host_and_gpu_us(kt.reference, inputs)))
+    print("pytorch eager  ", *(f"{v:8.1f}" for v in host_and_gpu_us(kt.pytorch, inputs)))
     print("plain          ", *(f"{v:8.1f}" for v in host_and_gpu_us(fn, inputs)))
     counter = guards.LaunchCounter(lambda: torch._C._cuda_getCurrentRawStream(0),
                                    torch.cuda.current_stream().cuda_stream).install()

@@ -37,12 +37,12 @@ def sweep(kernel_type: str, shapes: list[dict], tries: list[dict], dtype: torch.
           device: str = "cuda", timer=do_bench_us) -> list[dict]:
     module, kt = load_kernel(starter_path(kernel_type))
     defaults = dict(module.TUNABLES)
-    compiled = torch.compile(kt.reference, dynamic=False)
+    compiled = torch.compile(kt.pytorch, dynamic=False)
     rows = []
     for shape in shapes:
         inputs = kt.inputs(shape, dtype, seed=0, device=device)
         expected, oracle, allowance = reference_outputs(kt, inputs, dtype)
-        row = {"shape": registry.format_shape(shape), "eager_us": timer(lambda: kt.reference(**inputs)),
+        row = {"shape": registry.format_shape(shape), "eager_us": timer(lambda: kt.pytorch(**inputs)),
                "compile_us": timer(lambda: compiled(**inputs)), "settings": []}
         for overrides in [{}] + tries:
             _set_tunables(module, {**defaults, **overrides})
