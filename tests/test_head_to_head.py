@@ -121,7 +121,7 @@ def test_a_win_on_the_wall_that_the_gpus_own_clock_does_not_show_is_not_claimed(
     0.30 ms in turn against ours' 0.17 (1.76x); on the GPU's own clock it takes 0.124 (ours 0.170: 0.73x)."""
     def steady(ms: float) -> Latency:
         return Latency(ms, ms, ms, 5, (ms,) * 5)
-    monkeypatch.setattr(head_to_head.latency, "paired", lambda a, b, on_gpu: (steady(0.17), steady(0.30)))
+    monkeypatch.setattr(head_to_head.latency, "paired", lambda a, b, on_gpu, **_: (steady(0.17), steady(0.30)))
     monkeypatch.setattr(head_to_head.latency, "gpu_busy", lambda a, b, host_ms: (steady(0.17), steady(0.124)))
     switch = Switch()
     pair = head_to_head.measure(Switched(switch), (torch.ones(2),), switch, "ours", "eager", None, None,
@@ -142,7 +142,7 @@ def test_on_the_cpu_the_pair_has_no_gpu_clock_and_claims_the_walls_speedup():
 
 def test_the_pair_carries_the_larger_noise_of_the_wall_and_the_gpu_clock(monkeypatch):
     steady = Latency(1.0, 1.0, 1.0, 5, (1.0,) * 5)
-    monkeypatch.setattr(head_to_head.latency, "paired", lambda a, b, on_gpu: (
+    monkeypatch.setattr(head_to_head.latency, "paired", lambda a, b, on_gpu, **_: (
         steady, Latency(1.1, 1.1, 1.1, 5, (1.1,) * 5)))          # the wall: 1.10x, every pair alike
     gpu_theirs = Latency(1.05, 0.9, 1.2, 5, (1.0, 1.05, 1.1, 1.2, 0.9))
     monkeypatch.setattr(head_to_head.latency, "gpu_busy", lambda a, b, host_ms: (steady, gpu_theirs))
@@ -152,6 +152,22 @@ def test_the_pair_carries_the_larger_noise_of_the_wall_and_the_gpu_clock(monkeyp
     gpu_speedup, gpu_noise = head_to_head.latency.paired_speedup(steady, gpu_theirs)
     assert gpu_noise > 0.05 and pair.noise == gpu_noise
     assert round(pair.wall_speedup, 3) == 1.1 and pair.speedup == pair.gpu_speedup == gpu_speedup == 1.05
+    # The report shows each pair's ratio, in the order taken: where the noise came from.
+    assert pair.wall_ratios == (1.1,) * 5 and pair.gpu_ratios == (1.0, 1.05, 1.1, 1.2, 0.9)
+    assert pair.to_json()["gpu_ratios"] == pair.gpu_ratios
+
+
+def test_the_verdicts_wall_pairs_run_each_side_for_a_quarter_second_a_repeat(monkeypatch):
+    asked = {}
+
+    def paired(a, b, on_gpu, **kwargs):
+        asked.update(kwargs)
+        return Latency(1.0, 1.0, 1.0, 3, (1.0,) * 3), Latency(1.0, 1.0, 1.0, 3, (1.0,) * 3)
+    monkeypatch.setattr(head_to_head.latency, "paired", paired)
+    switch = Switch()
+    head_to_head.measure(Switched(switch), (torch.ones(2),), switch, "ours", "eager", None, None, on_gpu=False,
+                         log=lambda line: None)
+    assert asked == {"repeat_seconds": head_to_head.VERDICT_REPEAT_S} and head_to_head.VERDICT_REPEAT_S >= 0.25
 
 
 def test_routes_kept_in_turn_are_paired_however_slow_they_read_apart():

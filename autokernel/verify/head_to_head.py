@@ -33,6 +33,11 @@ from autokernel.verify.variants import GRAPHED_MODES, VARIANTS, compiled
 # cannot turn 0.8x into a win worth its noise, and the compiles cost (HF T5's eager routes at 0.04x of PyTorch's
 # best). Apart figures can be far off (session 19: MobileNetV3's folds kept in turn at 1.23x, timed alone 0.37x).
 WORTH_PAIRING = 0.8
+# Each repeat of the verdict's wall pairs runs the model for this long (the selection's trials, many to a model, for
+# latency.REPEAT_SECONDS): a GPU's clock moves within a quarter second, and a short repeat catches a change its
+# pair's repeat does not. Session 21, LLaMA 4x1024 alone on an H200 with 50 ms repeats (6 forward passes): the
+# wall's pairs read 1.007x, noise 6.2%, where the GPU's own clock read 1.046x.
+VERDICT_REPEAT_S = 0.25
 
 
 def worth_pairing(apart_speedup: float, kept_in_turn: bool) -> bool:
@@ -53,6 +58,8 @@ class HeadToHead:
     ours_gpu_ms: float | None = None
     theirs_gpu_ms: float | None = None
     gpu_speedup: float | None = None
+    wall_ratios: tuple[float, ...] = ()        # theirs/ours of each pair, in the order taken (the report shows them)
+    gpu_ratios: tuple[float, ...] = ()
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -103,7 +110,8 @@ def measure(model, inputs: tuple, router, ours: str, theirs: str, ours_backend, 
             warmups = 3 if {VARIANTS[ours][2], VARIANTS[theirs][2]} & set(GRAPHED_MODES) else 1
             for _ in range(warmups):       # compiles both, then records their CUDA graphs
                 ours_call(), theirs_call()
-            ours_latency, theirs_latency = latency.paired(ours_call, theirs_call, on_gpu)
+            ours_latency, theirs_latency = latency.paired(ours_call, theirs_call, on_gpu,
+                                                          repeat_seconds=VERDICT_REPEAT_S)
         pair = latency.paired_speedup(ours_latency, theirs_latency)
         if pair is None:
             return None
@@ -121,4 +129,6 @@ def measure(model, inputs: tuple, router, ours: str, theirs: str, ours_backend, 
     gpu_speedup, gpu_noise = latency.paired_speedup(*gpu) if gpu else (None, 0.0)
     return HeadToHead(ours, theirs, ours_latency.median_ms, theirs_latency.median_ms,
                       min(wall, gpu_speedup or wall), max(noise, gpu_noise), wall, gpu and gpu[0].median_ms,
-                      gpu and gpu[1].median_ms, gpu_speedup)
+                      gpu and gpu[1].median_ms, gpu_speedup,
+                      tuple(round(r, 4) for r in latency.pair_ratios(ours_latency, theirs_latency)),
+                      tuple(round(r, 4) for r in latency.pair_ratios(*gpu)) if gpu else ())

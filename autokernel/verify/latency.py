@@ -86,12 +86,16 @@ def paired_speedup(ours: Latency | None, theirs: Latency | None) -> tuple[float,
     """The speedup of ours over theirs from repeats taken in turn (paired): the median of the per-pair ratios
     theirs/ours, and the trimmed spread of those ratios. A drift of the machine's speed moves both times of a pair
     alike, so it leaves the ratios, and their spread, alone. None unless both kept the same number of repeats."""
+    ratios = pair_ratios(ours, theirs)
+    return (statistics.median(ratios), trimmed_spread(ratios)) if ratios else None
+
+
+def pair_ratios(ours: Latency | None, theirs: Latency | None) -> list[float]:
+    """theirs/ours of each pair of repeats taken in turn; empty unless both kept the same number of repeats."""
     if ours is None or theirs is None or not ours.samples_ms or len(ours.samples_ms) != len(theirs.samples_ms):
-        return None
+        return []
     ratios = [t / o for o, t in zip(ours.samples_ms, theirs.samples_ms) if o > 0]
-    if len(ratios) != len(ours.samples_ms):
-        return None
-    return statistics.median(ratios), trimmed_spread(ratios)
+    return ratios if len(ratios) == len(ours.samples_ms) else []
 
 
 def _summary(samples_ms: list[float]) -> Latency:
@@ -136,15 +140,15 @@ def _wall_clock(fn: Callable[[], object], on_gpu: bool, repeats: int, repeat_sec
 
 
 def paired(fn_a: Callable[[], object], fn_b: Callable[[], object], on_gpu: bool, *,
-           repeats: int = REPEATS) -> tuple[Latency, Latency]:
+           repeats: int = REPEATS, repeat_seconds: float = REPEAT_SECONDS) -> tuple[Latency, Latency]:
     """wall_clock of two calls taken in turn, repeat by repeat, so that a drifting machine moves both alike."""
     samples_a, samples_b = [], []
     if not gpu_lock.held():
         first_call_unlocked(fn_a, fn_b, on_gpu=on_gpu)
     with gpu_to_itself():
         for _ in range(repeats if on_gpu else min(repeats, 3)):
-            samples_a.append(wall_clock(fn_a, on_gpu, repeats=1, warmup=1).median_ms)
-            samples_b.append(wall_clock(fn_b, on_gpu, repeats=1, warmup=1).median_ms)
+            for fn, samples in ((fn_a, samples_a), (fn_b, samples_b)):
+                samples.append(wall_clock(fn, on_gpu, repeats=1, warmup=1, repeat_seconds=repeat_seconds).median_ms)
     return _summary(samples_a), _summary(samples_b)
 
 
