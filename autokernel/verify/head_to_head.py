@@ -21,7 +21,6 @@ side runs with the router bypassed (its patches left in place: MobileNetV3's 34 
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -37,17 +36,8 @@ WORTH_PAIRING = 0.8
 # Each repeat of the verdict's wall pairs runs the model for this long (the selection's trials, many to a model, for
 # latency.REPEAT_SECONDS): a GPU's clock moves within a quarter second, and a short repeat catches a change its
 # pair's repeat does not. Session 21, LLaMA 4x1024 alone on an H200 with 50 ms repeats (6 forward passes): the
-# wall's pairs read 1.007x, noise 6.2%, where the GPU's own clock read 1.046x; with 250 ms repeats, 2.7%.
+# wall's pairs read 1.007x, noise 6.2%, where the GPU's own clock read 1.046x.
 VERDICT_REPEAT_S = 0.25
-# The GPU clock's pairs likewise: as many calls a repeat as fill VERDICT_REPEAT_S, within these bounds (every call
-# of a repeat is queued behind one spin, so not without end). Session 21, the same LLaMA: 10 calls (66 ms) a
-# repeat, noise 6.0%.
-GPU_CALLS = (10, 40)
-
-
-def gpu_calls(host_ms: float) -> int:
-    """Calls per repeat of the GPU clock's pairs for a model whose slower side takes host_ms a call."""
-    return max(GPU_CALLS[0], min(GPU_CALLS[1], math.ceil(VERDICT_REPEAT_S * 1e3 / max(host_ms, 1e-3))))
 
 
 def worth_pairing(apart_speedup: float, kept_in_turn: bool) -> bool:
@@ -126,8 +116,8 @@ def measure(model, inputs: tuple, router, ours: str, theirs: str, ours_backend, 
         if pair is None:
             return None
         wall, noise = pair
-        host_ms = max(ours_latency.median_ms, theirs_latency.median_ms)
-        gpu = latency.gpu_busy(ours_call, theirs_call, host_ms, calls=gpu_calls(host_ms)) if on_gpu else None
+        gpu = (latency.gpu_busy(ours_call, theirs_call, max(ours_latency.median_ms, theirs_latency.median_ms))
+               if on_gpu else None)
     finally:
         router.bypass = False
         torch._dynamo.reset()
