@@ -272,12 +272,12 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
     # Regions are routed by a backend of their own, which then hands the graph to Inductor.
     ours_backend = router.regions.compile_backend if router.regions is not None and backend == INDUCTOR else backend
 
-    def run_ours(variant: str, paired: bool = False) -> VariantResult:
+    def run_ours(variant: str, paired: bool = False, retime=None) -> VariantResult:
         log(f"timing {VARIANTS[variant][0]}")
         if VARIANTS[variant][2] is not None:
             resolve_routes(router, model, inputs)
         return variants.run_routed(variant, model, inputs, expected, on_gpu, ours_backend, router.kernels, log,
-                                   paired_with=router.bypassed if paired else None)
+                                   paired_with=router.bypassed if paired else None, retime=retime)
 
     extra = {}
     if overhead:
@@ -307,7 +307,8 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
             for rewrite in applied:
                 rewrite.candidate(mode)
             kept, mode_trials = drops.contained(SELECTION, f"the {mode} routes", lambda: selection.select(
-                mode, records, variant, lambda v: run_ours(v, paired=True), forget, allowed, log),
+                mode, records, variant, lambda v, retime: run_ours(v, paired=True, retime=retime), forget, allowed,
+                log),
                 default=(None, []))
             trials += mode_trials
             if kept is not None:

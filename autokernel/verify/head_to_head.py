@@ -33,11 +33,6 @@ from autokernel.verify.variants import GRAPHED_MODES, VARIANTS, compiled
 # cannot turn 0.8x into a win worth its noise, and the compiles cost (HF T5's eager routes at 0.04x of PyTorch's
 # best). Apart figures can be far off (session 19: MobileNetV3's folds kept in turn at 1.23x, timed alone 0.37x).
 WORTH_PAIRING = 0.8
-# Each repeat of the verdict's wall pairs runs the model for this long (the selection's trials, many to a model, for
-# latency.REPEAT_SECONDS): a GPU's clock moves within a quarter second, and a short repeat catches a change its
-# pair's repeat does not. Session 21, LLaMA 4x1024 alone on an H200 with 50 ms repeats (6 forward passes): the
-# wall's pairs read 1.007x, noise 6.2%, where the GPU's own clock read 1.046x.
-VERDICT_REPEAT_S = 0.25
 
 
 def worth_pairing(apart_speedup: float, kept_in_turn: bool) -> bool:
@@ -111,7 +106,7 @@ def measure(model, inputs: tuple, router, ours: str, theirs: str, ours_backend, 
             for _ in range(warmups):       # compiles both, then records their CUDA graphs
                 ours_call(), theirs_call()
             ours_latency, theirs_latency = latency.paired(ours_call, theirs_call, on_gpu,
-                                                          repeat_seconds=VERDICT_REPEAT_S)
+                                                          repeat_seconds=latency.LONG_REPEAT_SECONDS)
         pair = latency.paired_speedup(ours_latency, theirs_latency)
         if pair is None:
             return None

@@ -30,6 +30,11 @@ from autokernel.core.gpu_lock import gpu_to_itself
 REPEATS = 5
 TRIM_FROM = 5                # with this many repeats or more, the spread leaves out the highest and the lowest
 REPEAT_SECONDS = 0.05        # each repeat runs enough calls to take about this long (on a GPU)
+# The repeats of a figure that decides a close call: the verdict's pairs (head_to_head.py) and a selection trial that
+# read faster within its noise (selection.py). A GPU's clock moves within a quarter second, and a short repeat
+# catches a change its pair's repeat does not: session 21, LLaMA 4x1024 alone on an H200, the verdict's wall pairs
+# read 1.007x, noise 6.2% with 50 ms repeats (6 forward passes), and 1.047x, noise 2.7% with 250 ms.
+LONG_REPEAT_SECONDS = 0.25
 CALLS_PER_GRAPH = 20
 MIN_SPIN_MS = 20.0           # gpu_busy: the GPU's spin ahead of the host's queued calls, at the least
 # Runs that share one GPU hold its timing lock while they time (autokernel/core/gpu_lock.py). The first call of what is

@@ -20,6 +20,11 @@ again: no timing resolves it, and in the gate of session 16, 18 of 22 second tim
 routes (0.0-0.9%), each 10-40 s of a compile-heavy model's verify. The verdict times AutoKernel's best against
 PyTorch's best in turn in any case (head_to_head.py), so a second chance here never hands over something slower;
 without that figure it claims no more than the speedup the kept trial measured in turn (in_turn, endtoend.choose).
+
+A trial that reads faster than the best so far but within its noise has its pairs taken once more, of the same build
+(no second compile), with repeats of latency.LONG_REPEAT_SECONDS, and those decide: 50 ms repeats caught GPU clock
+changes one side of a pair (LLaMA 4x1024's linear concatenation on an H200, session 21, four verifies: 1.013x to
+1.056x, noise 1.1-4.4%, kept twice and dropped twice).
 """
 
 from __future__ import annotations
@@ -60,14 +65,15 @@ def predicted_gain_us(records: list, mode: str) -> float:
                if getattr(r, flag) and getattr(r, ours) is not None and getattr(r, theirs) is not None)
 
 
-def select(mode: str, records: dict[str, list], variant: str, try_variant: Callable[[str], VariantResult],
+def select(mode: str, records: dict[str, list], variant: str, try_variant: Callable[..., VariantResult],
            forget: Callable[[], None], allowed_error: float,
            log: Callable[[str], None]) -> tuple[VariantResult | None, list[Trial]]:
     """Try each candidate kernel in `mode` in the model; returns the best routed result (None if none kept) and trials.
 
-    records: kernel name -> its route records (their flags are changed in place); try_variant(variant)
-    times the model as routed now, paired with PyTorch's own path (result.baseline); forget() drops
-    the router's cached decisions, so changed flags take effect.
+    records: kernel name -> its route records (their flags are changed in place); try_variant(variant, retime)
+    times the model as routed now, paired with PyTorch's own path (result.baseline), and again with long repeats
+    where retime(result) says (variants.run); forget() drops the router's cached decisions, so changed flags take
+    effect.
     """
     flag = MODES[mode][0]
     candidates = sorted((name for name, rs in records.items() if any(getattr(r, flag) for r in rs)),
@@ -80,14 +86,17 @@ def select(mode: str, records: dict[str, list], variant: str, try_variant: Calla
         _set(records[name], flag, saved[name])
         forget()
         log(f"end-to-end check of {name}'s {mode} routes ({VARIANTS[variant][0]}, paired with PyTorch's own)")
-        result = try_variant(variant)
+        def close_call(result: VariantResult, best: float = best_speedup) -> bool:
+            kept, speedup, _, _ = _judge(result, best, allowed_error)
+            return not kept and speedup is not None and speedup > best
+        result = try_variant(variant, close_call)
         kept, speedup, why, noise = _judge(result, best_speedup, allowed_error)
         timings = 1
         gain = _predicted_fraction(records[name], mode, result)
         if noise is not None and gain is not None and noise > gain >= NOISE_FLOOR:
             log(f"end-to-end check of {name}'s {mode} routes, timed again: its noise ({noise:.1%}) is larger than "
                 f"the gain the route table predicts ({gain:.1%}); {why}")
-            result = try_variant(variant)
+            result = try_variant(variant, close_call)
             (kept, speedup, why, noise), timings = _judge(result, best_speedup, allowed_error), 2
         trials.append(Trial(mode, name, variant, result.ms, result.baseline.median_ms if result.baseline else None,
                             speedup, best_speedup, kept, why, timings, noise))
@@ -132,7 +141,9 @@ def _judge(result: VariantResult, best_speedup: float,
         return False, None, f"output error {result.error:.3g} over {allowed_error:g}", None
     paired = latency.paired_speedup(result.latency, result.baseline)
     if paired is not None:
-        speedup, measured, how = *paired, "of the paired repeats"
+        speedup, measured, how = *paired, ("of the paired repeats" if not result.retimed else
+                                           f"of the paired {latency.LONG_REPEAT_SECONDS * 1e3:.0f} ms repeats, "
+                                           f"taken again: the short ones read faster within their noise")
     else:
         speedup, how = result.baseline.median_ms / result.ms, "of the repeats"
         measured = max(result.latency.spread, result.baseline.spread)

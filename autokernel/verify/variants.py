@@ -59,6 +59,7 @@ class VariantResult:
     graphs: int | None = None                 # graphs Dynamo compiled for the forward (1 without breaks or recompiles)
     failed: str | None = None
     baseline: latency.Latency | None = None   # PyTorch's own path, timed in turn with this one (paired runs)
+    retimed: bool = False                     # its pairs taken again with long repeats (run's retime)
 
     @property
     def ms(self) -> float | None:
@@ -93,13 +94,15 @@ def compiled(model, mode: str, backend):
 def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str = INDUCTOR,
         after_first_call: Callable[[], None] | None = None,
         paired_with: Callable[[], ContextManager] | None = None,
-        after_timing: Callable[[Callable[[], object]], None] | None = None) -> VariantResult:
+        after_timing: Callable[[Callable[[], object]], None] | None = None,
+        retime: Callable[[VariantResult], bool] | None = None) -> VariantResult:
     """Build the variant (compiling where it asks), check its output, and time it; after_timing(call), when given, is
     handed the built variant's call before it is thrown away (it must not raise).
 
     paired_with() is a context in which the same model runs PyTorch's own path (the router
     bypassed): then the two are timed in turn, repeat by repeat, and result.baseline holds
-    PyTorch's figure. A ratio of paired figures survives a machine that drifts between runs.
+    PyTorch's figure. A ratio of paired figures survives a machine that drifts between runs. Where retime(result)
+    says the pairs cannot decide (selection.py), they are taken once more, of the same build, with long repeats.
     """
     from torch._dynamo.utils import counters
 
@@ -127,6 +130,10 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
                 for _ in range(3 if mode in GRAPHED_MODES else 1):
                     pytorch()                     # compiles and records PyTorch's own graph too
                 result.latency, result.baseline = latency.paired(lambda: fn(*inputs), pytorch, on_gpu)
+                if retime is not None and retime(result):
+                    result.latency, result.baseline = latency.paired(lambda: fn(*inputs), pytorch, on_gpu,
+                                                                     repeat_seconds=latency.LONG_REPEAT_SECONDS)
+                    result.retimed = True
             if after_timing is not None:
                 after_timing(lambda: fn(*inputs))
     except Exception as exc:        # a compiler error is a finding to report, not a crash
@@ -142,13 +149,14 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
 
 def run_routed(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str, kernels: list,
                log: Callable[[str], None], after_first_call: Callable[[], None] | None = None,
-               paired_with: Callable[[], ContextManager] | None = None) -> VariantResult:
+               paired_with: Callable[[], ContextManager] | None = None,
+               retime: Callable[[VariantResult], bool] | None = None) -> VariantResult:
     """run(), and when a compiled variant fails with Triton ops in it, once more with those traced as opaque ops."""
-    result = run(variant, model, inputs, expected, on_gpu, backend, after_first_call, paired_with)
+    result = run(variant, model, inputs, expected, on_gpu, backend, after_first_call, paired_with, retime=retime)
     triton_ops = [k for k in kernels if k.op_kind == "triton_op"]
     if result.failed and VARIANTS[variant][2] and triton_ops:
         for kernel in triton_ops:
             kernel.use_opaque_op(f"its Triton op failed in torch.compile: {result.failed[:120]}")
         log(f"{VARIANTS[variant][0]} failed with Triton ops ({result.failed[:120]}); again with opaque custom ops")
-        result = run(variant, model, inputs, expected, on_gpu, backend, after_first_call, paired_with)
+        result = run(variant, model, inputs, expected, on_gpu, backend, after_first_call, paired_with, retime=retime)
     return result
