@@ -86,7 +86,7 @@ def test_a_lanes_first_baseline_run_is_limited_by_the_ceiling_and_its_second_by_
     first, clipped = run._task(job, None, lane.source, quick=False, compare_compile=True, timing=lane)
     assert (first.timeout_s, clipped) == (900.0, False), "a starter's first run compiles every shape: the ceiling"
     lane.runs.append(result(100.0))
-    lane.bench_seconds["full"] = 25.0
+    lane.bench_seconds["cold"] = 25.0                                           # what the first run recorded
     second, _ = run._task(job, None, lane.source, quick=False, timing=lane)
     assert second.timeout_s == 75.0, "the second run is held to its first's measured time"
 
@@ -105,6 +105,8 @@ def test_a_baseline_in_one_dtype_sets_a_full_judges_estimate_and_floor_per_dtype
     assert times.limit(job, False, 900.0, 5000.0, dtypes=3) == (240.0, False), "the full judge: cold in each dtype"
     times.record(job, 45.0, quick=False, compare_compile=False)                  # a full judge measured
     assert times.expected(job, quick=False, dtypes=3) == 45.0
+    # A baseline that stood on its first run alone: that run (it timed torch.compile too) is the estimate, not 0.
+    assert BenchTimes().expected(SimpleNamespace(bench_seconds={"cold": 80.0}), quick=False, dtypes=3) == 240.0
 
 
 def test_a_lanes_baseline_checks_its_dtype_alone_and_a_candidates_full_judge_gets_the_cold_floor_per_dtype(tmp_path):

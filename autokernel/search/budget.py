@@ -102,10 +102,12 @@ class BenchTimes:
 
     def expected(self, progress, quick: bool, *, dtypes: int = 1) -> float:
         """What a bench of this job is expected to take: its kind's longest so far, else the baseline's (a run in
-        one dtype: times `dtypes`, the dtypes this bench checks), else the session's typical bench."""
+        one dtype: times `dtypes`, the dtypes this bench checks; the first run's where the baseline stood on it
+        alone, which timed torch.compile too: more than a bench costs, not less), else the session's typical bench."""
         seconds = progress.bench_seconds if progress else {}
         measured = seconds.get("quick" if quick else "full") or (quick and seconds.get("full"))
-        return measured or dtypes * seconds.get("baseline", 0.0) or self.typical_s or 0.0
+        one_dtype = seconds.get("baseline") or seconds.get("cold") or 0.0
+        return measured or dtypes * one_dtype or self.typical_s or 0.0
 
     def limit(self, progress, quick: bool, ceiling_s: float, left_s: float, *,
               first_baseline: bool = False, dtypes: int = 1) -> tuple[float, bool]:
