@@ -28,3 +28,26 @@ def test_running_below_finds_children_and_grandchildren_and_not_once_they_are_go
     finally:
         child.kill()
         child.wait()
+
+
+def test_cpu_ns_counts_a_process_s_threads_even_ended_ones_and_not_once_it_is_gone():
+    # A child that spins 60 ms of CPU in a thread of its own, which then ends, and says so: its clock has all of it.
+    child = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
+                              "def spin():\n    while time.thread_time() < 0.06: pass\n"
+                              "t = threading.Thread(target=spin); t.start(); t.join(); print('done', flush=True)\n"
+                              "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "done\n"
+        used = process_tree.cpu_ns([child.pid])
+        assert used >= 60e6 and process_tree.cpu_ns([child.pid, os.getpid()]) > used
+    finally:
+        child.kill()
+        child.wait()
+    assert process_tree.cpu_ns([child.pid]) is None
+
+
+def test_last_pid_moves_when_a_process_is_born():
+    before = process_tree.last_pid()
+    subprocess.run(["true"], check=True)
+    after = process_tree.last_pid()
+    assert before is not None and after is not None and after != before

@@ -123,8 +123,9 @@ def test_a_padded_flush_of_the_expected_length_passes_and_a_longer_one_fails():
     assert "cache flush" in timing_problem(padded, EMPTY, flush_ms=0.08)
 
 
-def _proved(kernel_ms: float, proof_ms: float) -> TimedCall:
-    return TimedCall({"kernel_ms": kernel_ms, "host_ms": kernel_ms, "wall_ms": kernel_ms}, kernel_ms, proof_ms)
+def _proved(kernel_ms: float, proof_ms: float, cpu_ms: float | None = None) -> TimedCall:
+    return TimedCall({"kernel_ms": kernel_ms, "host_ms": kernel_ms, "wall_ms": kernel_ms}, kernel_ms, proof_ms,
+                     cpu_ms=cpu_ms)
 
 
 def test_on_a_gpu_the_proof_clock_judges_nothing_until_it_is_calibrated_there():
@@ -162,3 +163,20 @@ def test_empty_calls_slowed_by_the_candidate_cannot_hide_its_work():
     forged = [_proved(0.35, 4.3) for _ in range(3)]
     assert "did not time the work it did" in timing.proof_problem(forged, slowed, own_ms=0.05, on_gpu=False)
     assert timing.bracket_overhead_ms([], own_ms=0.05, on_gpu=False) == pytest.approx(cap)
+
+
+def test_waits_for_a_core_on_a_shared_machine_are_not_taken_for_hidden_work():
+    # CI, two loaded cores: an honest 3.6 ms call whose processes waited for a core as they woke, 10 ms more each on
+    # the wall clock (a FAIL there); their CPU time over the same span shows the work and its bracket alone.
+    empty = [_proved(0.0, 0.9, cpu_ms=0.5), _proved(0.0, 5.2, cpu_ms=0.4)]
+    honest = [_proved(3.6, 14.0, cpu_ms=4.2), _proved(3.5, 13.8, cpu_ms=4.1), _proved(3.7, 15.1, cpu_ms=4.3)]
+    assert timing.busy_ms(honest[0]) == 4.2 and timing.busy_ms(_proved(3.6, 3.9, cpu_ms=4.2)) == 3.9
+    assert "did not time the work it did" in timing.proof_problem(
+        [_proved(c.record["kernel_ms"], c.proof_ms) for c in honest], empty, own_ms=0.05, on_gpu=False)
+    assert timing.proof_problem(honest, empty, own_ms=0.05, on_gpu=False) is None
+    # A forger's tenth stays a FAIL on the CPU clock, which counts the work wherever the worker's threads did it.
+    forged = [_proved(0.36, 14.0, cpu_ms=4.2), _proved(0.35, 13.8, cpu_ms=4.1), _proved(0.37, 15.1, cpu_ms=4.3)]
+    assert "did not time the work it did" in timing.proof_problem(forged, empty, own_ms=0.05, on_gpu=False)
+    # Where the CPU clock could not count all of it (a process born in the span: judge_link), the wall clock judges.
+    unread = [_proved(0.36, 4.3), _proved(0.35, 4.2)]
+    assert "did not time the work it did" in timing.proof_problem(unread, empty, own_ms=0.05, on_gpu=False)

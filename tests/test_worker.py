@@ -12,6 +12,7 @@ import torch  # noqa: E402
 from autokernel.judge.correctness import case_inputs, compare, compare_outputs, reference_outputs  # noqa: E402
 from autokernel.judge.judge_link import CandidateWorker, WorkerFailure  # noqa: E402
 from autokernel.kernel_types import registry  # noqa: E402
+from autokernel.sandbox import process_tree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 HONEST = (ROOT / "tests" / "judge_fixtures" / "row_softmax.py").read_text()
@@ -52,6 +53,42 @@ def test_worker_computes_what_the_judge_checks(tmp_path):
     finally:
         worker.close()
     assert worker.proc.returncode == 0
+
+
+SPINS = HONEST + """
+
+import os as _os
+import time as _time
+_honest = kernel_fn
+FORK = False
+
+
+def kernel_fn(x):
+    started = _time.process_time()
+    while _time.process_time() - started < 0.03:       # 30 ms of the worker's CPU
+        pass
+    if FORK:
+        child = _os.fork()
+        if child == 0:
+            _os._exit(0)
+        _os.waitpid(child, 0)
+    return _honest(x)
+"""
+
+
+@pytest.mark.parametrize("fork", [False, True])
+def test_the_cpu_clock_counts_the_workers_work_and_gives_up_where_a_process_is_born(tmp_path, monkeypatch, fork):
+    worker = start(tmp_path, SPINS.replace("FORK = False", f"FORK = {fork}"))
+    try:
+        worker.hello()
+        worker.time_begin(CASE)
+        assert worker.iterate(1).cpu_ms is None                    # asked for on a CPU only (timing_stage)
+        if not fork:        # this test's machine: other jobs' processes are born in this PID namespace too
+            monkeypatch.setattr(process_tree, "last_pid", lambda: 1)
+        call = worker.iterate(2, cpu_clock=True)
+    finally:
+        worker.close()
+    assert (call.cpu_ms is None) if fork else (30.0 <= call.cpu_ms)
 
 
 def failure_of_a_call(tmp_path: Path, source: str, sink=None, output_bytes: int = 1 << 20) -> WorkerFailure:

@@ -186,7 +186,7 @@ class CandidateWorker:
         self.request({"op": "time_begin", "case": case, "parts": parts})
 
     def iterate(self, seed: int, pad_cycles: int = 0, positions: list[list[int]] | None = None,
-                empty: bool = False) -> TimedCall:
+                empty: bool = False, cpu_clock: bool = False) -> TimedCall:
         """One timed call on fresh inputs from seed (empty: a call of nothing, the bracket's own cost), and at once
         its proof: the output's elements at `positions` (one list per tensor; none by default). pad_cycles of GPU
         sleep after the flush (timing.Clock.pad_cycles).
@@ -194,9 +194,11 @@ class CandidateWorker:
         The judge's own clock runs from the request (the seed in it is drawn at random just now, so nothing can
         have been computed before) to the proof's reply (the elements it holds are computed by then, so the work
         was done inside it): TimedCall.proof_ms. bracket_ms is the time between the worker's own "started" and
-        "idle" (a finer figure, but the worker's to choose). The call's own checks run after the proof's reply,
-        off the clock; their failure is raised here."""
+        "idle" (a finer figure, but the worker's to choose). With cpu_clock, also the CPU time the worker's
+        processes used over that span (TimedCall.cpu_ms), where it counts all of their work. The call's own checks
+        run after the proof's reply, off the clock; their failure is raised here."""
         positions = positions if positions is not None else [[] for _ in range(self.timed_parts)]
+        cpu_start = self._cpu_mark() if cpu_clock else None
         sent = time.perf_counter()
         try:
             wire.send(self.sock, {"op": "iterate", "seed": int(seed), "pad_cycles": int(pad_cycles), "empty": empty})
@@ -214,6 +216,7 @@ class CandidateWorker:
         _, sample = self.request({"op": "proof", "positions": positions},
                                  sum(8 * len(chosen) + 1024 for chosen in positions))
         proof_ms = (time.perf_counter() - sent) * 1e3
+        cpu_ms = self._cpu_ms_since(cpu_start) if cpu_start else None
         self._expect(sample, len(positions))
         if not empty:
             self._expect_marker("checked")
@@ -223,7 +226,24 @@ class CandidateWorker:
             raise WorkerFailure(FAIL, f"the kernel's process reported a launch time of {launch_ms!r} ms "
                                         f"for a call that took {record['wall_ms']} ms in all")
         return TimedCall({k: float(v) for k, v in record.items() if isinstance(v, (int, float))}, bracket_ms,
-                         proof_ms, tuple(sample))
+                         proof_ms, tuple(sample), cpu_ms)
+
+    def _cpu_mark(self) -> tuple[list[int], int | None, int | None]:
+        """The worker's processes (the launcher and every one below it), the PID namespace's last id, and the CPU
+        time those processes have used."""
+        pids = [self.proc.pid, *process_tree.running_below(self.proc.pid)]
+        return pids, process_tree.last_pid(), process_tree.cpu_ns(pids)
+
+    @staticmethod
+    def _cpu_ms_since(start: tuple[list[int], int | None, int | None]) -> float | None:
+        """The CPU time the processes of a _cpu_mark used since, in ms; None unless it counts all of their work:
+        where a process or thread was born meanwhile (a child's time is not its parent's clock's, and one that
+        ended is gone from every clock), one of them ended, or a clock could not be read."""
+        pids, born, used = start
+        now = process_tree.cpu_ns(pids)
+        if used is None or now is None or born is None or process_tree.last_pid() != born:
+            return None
+        return (now - used) / 1e6
 
     def _expect_marker(self, name: str) -> None:
         header, _ = self.receive()

@@ -180,6 +180,16 @@ class TimedCall:
     bracket_ms: float             # the judge's clock: from the worker's "started" to its "idle"
     proof_ms: float = 0.0         # the judge's clock: from its request (fresh seed) to the proof's reply
     sample: tuple = ()            # the output's elements at the positions the judge chose, in that reply
+    cpu_ms: float | None = None   # the CPU time of the worker's processes over proof_ms's span, where it counts all
+    #                               their work (no process or thread born meanwhile: judge_link); None elsewhere
+
+
+def busy_ms(call: TimedCall) -> float:
+    """The least time the judge's clocks allow a call's bracket: its wall clock from request to proof or, where it is
+    less, the CPU time the worker's processes used over the same span. On a machine shared with other jobs the wall
+    clock also counts each process's waits for a core as it wakes (several a call, milliseconds each on two loaded
+    cores): no work is done in them, and the CPU clock does not count them."""
+    return call.proof_ms if call.cpu_ms is None else min(call.proof_ms, call.cpu_ms)
 
 
 def _median(values) -> float:
@@ -229,10 +239,11 @@ def timing_problem(calls: list[TimedCall], empty_calls: list[TimedCall], flush_m
 
 # The judge's own bound, on every device. Each timed call's inputs come from a seed the judge draws at random and
 # sends with its request, and the call's reply is followed at once by a proof: elements of its output at positions
-# the judge chose. So the work was done between the request and the proof's reply, on the judge's clock (proof_ms),
-# whatever the worker reports. Less the same bracket around calls of nothing (empty calls: the same drawing, flush,
-# pad, messages and proof), that clock bounds the call's time from below; the worker's figure (the events on a
-# GPU) refines it only above half that bound, less a slack for the host checks and the jitter of a shared machine.
+# the judge chose. So the work was done between the request and the proof's reply, on the judge's clocks (busy_ms:
+# the wall clock, or the worker's CPU time over the span where that counts all its work), whatever the worker
+# reports. Less the same bracket around calls of nothing (empty calls: the same drawing, flush, pad, messages and
+# proof), that bounds the call's time from below; the worker's figure (the events on a GPU) refines it only above
+# half that bound, less a slack for the host checks and the jitter of a shared machine.
 PROOF_RATIO = 2.0
 PROOF_SLACK_MS = {False: 0.5, True: 0.1}            # CPU, GPU
 # The empty calls run in the candidate's process, which could slow them to hide work: their cost is taken no
@@ -252,18 +263,18 @@ def bracket_overhead_ms(empty_calls: list[TimedCall], own_ms: float, on_gpu: boo
     least), capped from the judge's own measurement (own_ms) so that a candidate cannot hide work in slow empty
     calls."""
     cap = OVERHEAD_COVER * own_ms + OVERHEAD_SLACK_MS[on_gpu]
-    return min([c.proof_ms for c in empty_calls] + [cap])
+    return min([busy_ms(c) for c in empty_calls] + [cap])
 
 
 def proof_problem(checked: list[TimedCall], empty_calls: list[TimedCall], own_ms: float, on_gpu: bool) -> str | None:
     """A FAIL message when the worker's times for the checked calls are far below the judge's own clock, else None.
 
-    The bound is the fastest checked call on the judge's clock less the bracket's cost: each call's work is in its
-    own proof, and the fastest is the one the machine's other work delayed least (on a CPU shared with other jobs,
-    a wake-up can wait milliseconds). The worker's figure is its median: moving it takes forging most calls."""
+    The bound is the fastest checked call on the judge's clocks (busy_ms) less the bracket's cost: each call's work
+    is in its own proof, and the fastest is the one the machine's other work delayed least. The worker's figure is
+    its median: moving it takes forging most calls."""
     if not checked or on_gpu and not PROOF_ON_GPU:
         return None
-    bound = min(c.proof_ms for c in checked) - bracket_overhead_ms(empty_calls, own_ms, on_gpu)
+    bound = min(busy_ms(c) for c in checked) - bracket_overhead_ms(empty_calls, own_ms, on_gpu)
     reported = _median([c.record["kernel_ms"] for c in checked])
     if reported >= bound / PROOF_RATIO - PROOF_SLACK_MS[on_gpu]:
         return None

@@ -99,14 +99,16 @@ def time_candidate(judge: Judge, shape: dict, clock: timing.Clock, flush_ms: flo
     calls = [worker.iterate(fresh_seed()) for _ in range(WARMUP_CALLS)]
     pad = clock.pad_cycles(statistics.median(c.record["host_ms"] for c in calls), flush_ms) if flush_ms else 0
     own_ms = own_overhead_ms(judge, case, clock, padded_flush_ms(clock, pad) if flush_ms else 0.0)
-    empty = [worker.iterate(fresh_seed(), pad, sampled_positions(first), empty=True) for _ in range(EMPTY_CALLS)]
+    # On a CPU the work is the worker's CPU time too (timing.busy_ms); a GPU's is not.
+    empty = [worker.iterate(fresh_seed(), pad, sampled_positions(first), empty=True, cpu_clock=not ON_GPU)
+             for _ in range(EMPTY_CALLS)]
     count = timed_call_count(calls, judge.args.quick)
     whole = {WARMUP_CALLS + PICKER.randrange(count), WARMUP_CALLS + count - 1, WARMUP_CALLS + count}
     timed, checked, rate, checking_s = [], [], 1.0, 0.0
     for i in range(WARMUP_CALLS, WARMUP_CALLS + count + 1):
         seed = fresh_seed()
         positions = sampled_positions(first) if i in whole or PICKER.random() < rate else None
-        call = worker.iterate(seed, pad, positions)
+        call = worker.iterate(seed, pad, positions, cpu_clock=not ON_GPU)
         if i < WARMUP_CALLS + count:
             timed.append(call)
         if positions is None:

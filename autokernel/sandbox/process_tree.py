@@ -18,6 +18,7 @@ import time
 
 KILL_ROUNDS_S = 5.0          # how long kill_tree keeps killing a tree that keeps forking
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+_CPUCLOCK_SCHED = 2           # a process CPU clock's id: ~pid << 3 | 2 (Linux's MAKE_PROCESS_CPUCLOCK)
 
 
 def process_table() -> dict[int, tuple[int, str]]:
@@ -76,6 +77,28 @@ def running(pid: int) -> bool:
             return handle.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
     except (OSError, IndexError):
         return False
+
+
+def last_pid() -> int | None:
+    """The last process or thread id handed out in this PID namespace (None where it cannot be read): any process
+    or thread born since moves it."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid") as handle:
+            return int(handle.read())
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_ns(pids) -> int | None:
+    """The CPU time the processes pids have used, in ns: each one's process CPU clock, which counts every thread it
+    has had, ended ones too (not its children's). None where one of them has ended."""
+    total = 0
+    for pid in pids:
+        try:
+            total += time.clock_gettime_ns(((~pid) << 3) | _CPUCLOCK_SCHED)
+        except OSError:
+            return None
+    return total
 
 
 def running_below(root: int) -> list[int]:
