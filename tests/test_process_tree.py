@@ -51,3 +51,23 @@ def test_last_pid_moves_when_a_process_is_born():
     subprocess.run(["true"], check=True)
     after = process_tree.last_pid()
     assert before is not None and after is not None and after != before
+
+
+def test_a_task_is_foreign_unless_it_is_below_the_root_or_gone_and_a_counted_process_s_thread_is_foreign():
+    # The judge's question about each task born during a timed call (judge_link.CandidateWorker._cpu_ms_since).
+    grandchild = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                                   "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']).wait()"])
+    try:
+        deadline = time.monotonic() + 10
+        while not process_tree.running_below(grandchild.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [below] = process_tree.running_below(grandchild.pid)
+        assert not process_tree.foreign(below, os.getpid(), counted=[])          # below this process: its making
+        assert process_tree.foreign(below, grandchild.pid + 10**6, counted=[])   # below another root only
+        assert process_tree.foreign(below, os.getpid(), counted=[below])         # its clock counts it
+        ended = subprocess.Popen(["true"])
+        ended.wait()
+        assert not process_tree.foreign(ended.pid, os.getpid(), counted=[])      # gone: whose it was is unknown
+    finally:
+        grandchild.kill()
+        grandchild.wait()

@@ -83,7 +83,7 @@ def test_the_cpu_clock_counts_the_workers_work_and_gives_up_where_a_process_is_b
         worker.hello()
         worker.time_begin(CASE)
         assert worker.iterate(1).cpu_ms is None                    # asked for on a CPU only (timing_stage)
-        if not fork:        # this test's machine: other jobs' processes are born in this PID namespace too
+        if not fork:        # this machine: a task of another job born and ended meanwhile would leave it unread
             monkeypatch.setattr(process_tree, "last_pid", lambda: 1)
         call = worker.iterate(2, cpu_clock=True)
     finally:

@@ -33,6 +33,7 @@ OUTPUT_PREFIX = "kernel| "
 OUTPUT_LIMIT_BYTES = 1 << 20       # what the judge echoes of the kernel's prints; the rest is counted
 TAIL_LINES = 20
 EXIT_GRACE_S = 2.0
+MAX_BIRTHS = 64            # tasks born on the machine during one timed call beyond which its CPU clock is not read
 STRAY_GRACE_S = 1.0        # how long a process of the worker's may take to end (a compiler exiting) before it counts
 COMPILED_FIGURES = ("registers", "spills", "shared_bytes", "num_warps", "num_stages")
 MAX_COMPILED_KERNELS = 8
@@ -234,14 +235,18 @@ class CandidateWorker:
         pids = [self.proc.pid, *process_tree.running_below(self.proc.pid)]
         return pids, process_tree.last_pid(), process_tree.cpu_ns(pids)
 
-    @staticmethod
-    def _cpu_ms_since(start: tuple[list[int], int | None, int | None]) -> float | None:
+    def _cpu_ms_since(self, start: tuple[list[int], int | None, int | None]) -> float | None:
         """The CPU time the processes of a _cpu_mark used since, in ms; None unless it counts all of their work:
-        where a process or thread was born meanwhile (a child's time is not its parent's clock's, and one that
-        ended is gone from every clock), one of them ended, or a clock could not be read."""
+        where a process was born meanwhile below the judge (a child's time is not on its parent's clock, and one that
+        ended is on none), or a task born meanwhile has ended (whose it was is unknown), one of the processes ended,
+        or a clock could not be read. Tasks born elsewhere on the machine (other jobs') and threads of the counted
+        processes do not count."""
         pids, born, used = start
         now = process_tree.cpu_ns(pids)
-        if used is None or now is None or born is None or process_tree.last_pid() != born:
+        last = process_tree.last_pid()
+        if used is None or now is None or born is None or last is None or not 0 <= last - born <= MAX_BIRTHS:
+            return None
+        if not all(process_tree.foreign(tid, os.getpid(), pids) for tid in range(born + 1, last + 1)):
             return None
         return (now - used) / 1e6
 

@@ -101,6 +101,30 @@ def cpu_ns(pids) -> int | None:
     return total
 
 
+def foreign(tid: int, root: int, counted) -> bool:
+    """The task tid (a process or a thread) is alive and none of root's making: not below root, or a thread of one of
+    the processes `counted` (whose CPU clocks count it). False where it is gone or cannot be read."""
+    try:
+        with open(f"/proc/{tid}/status") as handle:
+            tgid = int(next(line for line in handle if line.startswith("Tgid:")).split()[1])
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False
+    if tgid in counted:
+        return True
+    pid = tgid
+    for _ in range(64):                       # up through the parents: root, or the top of this PID namespace
+        if pid == root:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+        if pid <= 1:
+            return True
+    return False
+
+
 def running_below(root: int) -> list[int]:
     """The running processes below root (children() walked down), without reading the whole process table."""
     found, frontier = [], children(root)
