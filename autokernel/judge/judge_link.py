@@ -231,9 +231,11 @@ class CandidateWorker:
 
     def _cpu_mark(self) -> tuple[list[int], int | None, int | None]:
         """The worker's processes (the launcher and every one below it), the PID namespace's last id, and the CPU
-        time those processes have used."""
+        time those processes have used. The last id is read first: a process of the worker's born after it is
+        judged by _cpu_ms_since, one born before it and still running is among the processes counted."""
+        born = process_tree.last_pid()
         pids = [self.proc.pid, *process_tree.running_below(self.proc.pid)]
-        return pids, process_tree.last_pid(), process_tree.cpu_ns(pids)
+        return pids, born, process_tree.cpu_ns(pids)
 
     def _cpu_ms_since(self, start: tuple[list[int], int | None, int | None]) -> float | None:
         """The CPU time the processes of a _cpu_mark used since, in ms; None unless it counts all of their work:
