@@ -180,3 +180,13 @@ def test_waits_for_a_core_on_a_shared_machine_are_not_taken_for_hidden_work():
     # Where the CPU clock could not count all of it (a process born in the span: judge_link), the wall clock judges.
     unread = [_proved(0.36, 4.3), _proved(0.35, 4.2)]
     assert "did not time the work it did" in timing.proof_problem(unread, empty, own_ms=0.05, on_gpu=False)
+
+
+def test_a_call_on_the_wall_clock_is_never_judged_against_an_empty_calls_cpu_time():
+    # Every checked call's CPU time withheld (another job's task ended during each), one empty call's read: the wall
+    # clock's own bound (3.6 ms less its 2.0 ms overhead) judges, not 3.6 ms less the empty call's 0.3 ms of CPU.
+    empty = [_proved(0.0, 2.0, cpu_ms=0.3), _proved(0.0, 2.2)]
+    checked = [_proved(1.0, 3.6), _proved(1.0, 3.7)]
+    assert timing.proof_problem(checked, empty, own_ms=1.0, on_gpu=False) is None
+    assert timing.bracket_overhead_ms(empty, own_ms=1.0, on_gpu=False) == 0.3
+    assert timing.bracket_overhead_ms(empty, own_ms=1.0, on_gpu=False, clock=timing.wall_ms) == 2.0

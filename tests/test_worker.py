@@ -12,7 +12,7 @@ import torch  # noqa: E402
 from autokernel.judge.correctness import case_inputs, compare, compare_outputs, reference_outputs  # noqa: E402
 from autokernel.judge.judge_link import CandidateWorker, WorkerFailure  # noqa: E402
 from autokernel.kernel_types import registry  # noqa: E402
-from autokernel.sandbox import process_tree  # noqa: E402
+from autokernel.judge import worker_cpu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 HONEST = (ROOT / "tests" / "judge_fixtures" / "row_softmax.py").read_text()
@@ -84,7 +84,7 @@ def test_the_cpu_clock_counts_the_workers_work_and_gives_up_where_a_process_is_b
         worker.time_begin(CASE)
         assert worker.iterate(1).cpu_ms is None                    # asked for on a CPU only (timing_stage)
         if not fork:        # this machine: a task of another job born and ended meanwhile would leave it unread
-            monkeypatch.setattr(process_tree, "last_pid", lambda: 1)
+            monkeypatch.setattr(worker_cpu, "last_pid", lambda: 1)
         call = worker.iterate(2, cpu_clock=True)
     finally:
         worker.close()

@@ -24,6 +24,7 @@ import torch
 
 from autokernel.core import wire
 from autokernel.core.contracts import CRASH, FAIL
+from autokernel.judge import worker_cpu
 from autokernel.judge.candidate import worker_process
 from autokernel.judge.timing import TimedCall
 from autokernel.sandbox import process_tree
@@ -33,7 +34,6 @@ OUTPUT_PREFIX = "kernel| "
 OUTPUT_LIMIT_BYTES = 1 << 20       # what the judge echoes of the kernel's prints; the rest is counted
 TAIL_LINES = 20
 EXIT_GRACE_S = 2.0
-MAX_BIRTHS = 64            # tasks born on the machine during one timed call beyond which its CPU clock is not read
 STRAY_GRACE_S = 1.0        # how long a process of the worker's may take to end (a compiler exiting) before it counts
 COMPILED_FIGURES = ("registers", "spills", "shared_bytes", "num_warps", "num_stages")
 MAX_COMPILED_KERNELS = 8
@@ -196,10 +196,10 @@ class CandidateWorker:
         have been computed before) to the proof's reply (the elements it holds are computed by then, so the work
         was done inside it): TimedCall.proof_ms. bracket_ms is the time between the worker's own "started" and
         "idle" (a finer figure, but the worker's to choose). With cpu_clock, also the CPU time the worker's
-        processes used over that span (TimedCall.cpu_ms), where it counts all of their work. The call's own checks
-        run after the proof's reply, off the clock; their failure is raised here."""
+        processes used over that span (TimedCall.cpu_ms: judge/worker_cpu.py), where it counts all their work. The
+        call's own checks run after the proof's reply, off the clock; their failure is raised here."""
         positions = positions if positions is not None else [[] for _ in range(self.timed_parts)]
-        cpu_start = self._cpu_mark() if cpu_clock else None
+        cpu_start = worker_cpu.mark(self.proc.pid) if cpu_clock else None
         sent = time.perf_counter()
         try:
             wire.send(self.sock, {"op": "iterate", "seed": int(seed), "pad_cycles": int(pad_cycles), "empty": empty})
@@ -217,7 +217,7 @@ class CandidateWorker:
         _, sample = self.request({"op": "proof", "positions": positions},
                                  sum(8 * len(chosen) + 1024 for chosen in positions))
         proof_ms = (time.perf_counter() - sent) * 1e3
-        cpu_ms = self._cpu_ms_since(cpu_start) if cpu_start else None
+        cpu_ms = worker_cpu.ms_since(cpu_start, os.getpid()) if cpu_clock else None
         self._expect(sample, len(positions))
         if not empty:
             self._expect_marker("checked")
@@ -228,29 +228,6 @@ class CandidateWorker:
                                         f"for a call that took {record['wall_ms']} ms in all")
         return TimedCall({k: float(v) for k, v in record.items() if isinstance(v, (int, float))}, bracket_ms,
                          proof_ms, tuple(sample), cpu_ms)
-
-    def _cpu_mark(self) -> tuple[list[int], int | None, int | None]:
-        """The worker's processes (the launcher and every one below it), the PID namespace's last id, and the CPU
-        time those processes have used. The last id is read first: a process of the worker's born after it is
-        judged by _cpu_ms_since, one born before it and still running is among the processes counted."""
-        born = process_tree.last_pid()
-        pids = [self.proc.pid, *process_tree.running_below(self.proc.pid)]
-        return pids, born, process_tree.cpu_ns(pids)
-
-    def _cpu_ms_since(self, start: tuple[list[int], int | None, int | None]) -> float | None:
-        """The CPU time the processes of a _cpu_mark used since, in ms; None unless it counts all of their work:
-        where a process was born meanwhile below the judge (a child's time is not on its parent's clock, and one that
-        ended is on none), or a task born meanwhile has ended (whose it was is unknown), one of the processes ended,
-        or a clock could not be read. Tasks born elsewhere on the machine (other jobs') and threads of the counted
-        processes do not count."""
-        pids, born, used = start
-        now = process_tree.cpu_ns(pids)
-        last = process_tree.last_pid()
-        if used is None or now is None or born is None or last is None or not 0 <= last - born <= MAX_BIRTHS:
-            return None
-        if not all(process_tree.foreign(tid, os.getpid(), pids) for tid in range(born + 1, last + 1)):
-            return None
-        return (now - used) / 1e6
 
     def _expect_marker(self, name: str) -> None:
         header, _ = self.receive()

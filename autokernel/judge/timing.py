@@ -258,23 +258,30 @@ PROOF_ON_GPU = False
 OVERHEAD_SLACK_MS = {False: 2.0, True: 0.2}
 
 
-def bracket_overhead_ms(empty_calls: list[TimedCall], own_ms: float, on_gpu: bool) -> float:
-    """What the judge's clock around a call costs by itself: the fastest empty call (the one a busy machine delayed
-    least), capped from the judge's own measurement (own_ms) so that a candidate cannot hide work in slow empty
-    calls."""
+def wall_ms(call: TimedCall) -> float:
+    return call.proof_ms
+
+
+def bracket_overhead_ms(empty_calls: list[TimedCall], own_ms: float, on_gpu: bool, clock=busy_ms) -> float:
+    """What the judge's clock (wall_ms or busy_ms) around a call costs by itself: the fastest empty call (the one a
+    busy machine delayed least), capped from the judge's own measurement (own_ms) so that a candidate cannot hide
+    work in slow empty calls."""
     cap = OVERHEAD_COVER * own_ms + OVERHEAD_SLACK_MS[on_gpu]
-    return min([busy_ms(c) for c in empty_calls] + [cap])
+    return min([clock(c) for c in empty_calls] + [cap])
 
 
 def proof_problem(checked: list[TimedCall], empty_calls: list[TimedCall], own_ms: float, on_gpu: bool) -> str | None:
     """A FAIL message when the worker's times for the checked calls are far below the judge's own clock, else None.
 
-    The bound is the fastest checked call on the judge's clocks (busy_ms) less the bracket's cost: each call's work
-    is in its own proof, and the fastest is the one the machine's other work delayed least. The worker's figure is
-    its median: moving it takes forging most calls."""
+    The bound is the fastest checked call less the bracket's cost, each on one clock: each call's work is in its own
+    proof, and the fastest is the one the machine's other work delayed least. Of the wall clock's bound and busy_ms's
+    the lesser: a call whose CPU time was withheld is on the wall clock in both, and its bound less an empty call's
+    CPU time would be stricter than the wall clock's own. The worker's figure is its median: moving it takes forging
+    most calls."""
     if not checked or on_gpu and not PROOF_ON_GPU:
         return None
-    bound = min(busy_ms(c) for c in checked) - bracket_overhead_ms(empty_calls, own_ms, on_gpu)
+    bound = min(min(clock(c) for c in checked) - bracket_overhead_ms(empty_calls, own_ms, on_gpu, clock)
+                for clock in (wall_ms, busy_ms))
     reported = _median([c.record["kernel_ms"] for c in checked])
     if reported >= bound / PROOF_RATIO - PROOF_SLACK_MS[on_gpu]:
         return None

@@ -18,7 +18,6 @@ import time
 
 KILL_ROUNDS_S = 5.0          # how long kill_tree keeps killing a tree that keeps forking
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-_CPUCLOCK_SCHED = 2           # a process CPU clock's id: ~pid << 3 | 2 (Linux's MAKE_PROCESS_CPUCLOCK)
 
 
 def process_table() -> dict[int, tuple[int, str]]:
@@ -71,58 +70,24 @@ def children(pid: int) -> list[int]:
 
 
 def running(pid: int) -> bool:
-    """pid exists and is not a zombie."""
+    """pid exists and one of its threads is not a zombie: a process whose first thread ended (SYS_exit) shows as a
+    zombie while its other threads run on (tests/attacks/helper_whose_first_thread_exited.py)."""
+    state = _state(f"/proc/{pid}/stat")
+    if state != b"Z":
+        return state is not None and state != b"X"
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    return any(_state(f"/proc/{pid}/task/{tid}/stat") not in (None, b"Z", b"X") for tid in tasks)
+
+
+def _state(stat_path: str) -> bytes | None:
+    try:
+        with open(stat_path, "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return False
-
-
-def last_pid() -> int | None:
-    """The last process or thread id handed out in this PID namespace (None where it cannot be read): any process
-    or thread born since moves it."""
-    try:
-        with open("/proc/sys/kernel/ns_last_pid") as handle:
-            return int(handle.read())
-    except (OSError, ValueError):
         return None
-
-
-def cpu_ns(pids) -> int | None:
-    """The CPU time the processes pids have used, in ns: each one's process CPU clock, which counts every thread it
-    has had, ended ones too (not its children's). None where one of them has ended."""
-    total = 0
-    for pid in pids:
-        try:
-            total += time.clock_gettime_ns(((~pid) << 3) | _CPUCLOCK_SCHED)
-        except OSError:
-            return None
-    return total
-
-
-def foreign(tid: int, root: int, counted) -> bool:
-    """The task tid (a process or a thread) is alive and none of root's making: not below root, or a thread of one of
-    the processes `counted` (whose CPU clocks count it). False where it is gone or cannot be read."""
-    try:
-        with open(f"/proc/{tid}/status") as handle:
-            tgid = int(next(line for line in handle if line.startswith("Tgid:")).split()[1])
-    except (OSError, StopIteration, ValueError, IndexError):
-        return False
-    if tgid in counted:
-        return True
-    pid = tgid
-    for _ in range(64):                       # up through the parents: root, or the top of this PID namespace
-        if pid == root:
-            return False
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            return False
-        if pid <= 1:
-            return True
-    return False
 
 
 def running_below(root: int) -> list[int]:

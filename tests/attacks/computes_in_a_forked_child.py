@@ -5,7 +5,7 @@ machine shared with other jobs puts waits for a core on the wall clock). A child
 worker's processes, so with the tamper check silenced (as in silences_the_tamper_check) and each timed call's figures
 replaced by the worker's own CPU time (the fork, a decoy launch of one row, the wait), the work would have been off
 every clock the judge reads: a PASS. Where a process is born below the judge during the span, the judge keeps to
-the wall clock (judge_link.CandidateWorker._cpu_ms_since): a FAIL in timing. At the CPU test shape one call's work costs less
+the wall clock (autokernel/judge/worker_cpu.py): a FAIL in timing. At the CPU test shape one call's work costs less
 than forking the worker, so the child does it twenty times over, as a larger shape's would outweigh the fork.
 """
 import mmap

@@ -71,8 +71,10 @@ ATTACKS = {
     "computes_before_the_clock_starts": ("FAIL", "timing", "did not time the work it did", "cpu"),
     "precomputes_the_next_call": ("FAIL", "timing", "returned a wrong result", "cpu"),
     # Round 4: on a CPU the judge also reads the worker's CPU time, which a forked child's work is not on; a process
-    # born below the judge during a call sends it back to its wall clock (judge_link.CandidateWorker._cpu_ms_since).
+    # born below the judge during a call sends it back to its wall clock (autokernel/judge/worker_cpu.py).
     "computes_in_a_forked_child": ("FAIL", "timing", "did not time the work it did", "cpu"),
+    # Round 4: a helper whose first thread exited looked like a zombie to the judge's process walk while it computed.
+    "helper_whose_first_thread_exited": ("FAIL", "load", "other process(es) still running", "cpu"),
     # Red team (session 9): wrong for a user's model, right on every input the judge drew before.
     "softmax_shift_never_negative": ("FAIL", "stability", "[large negative values", "cpu"),
     "cross_entropy_lse_in_input_dtype": ("FAIL", "stability", "[confident logits", "cpu"),
