@@ -181,7 +181,7 @@ class TimedCall:
     proof_ms: float = 0.0         # the judge's clock: from its request (fresh seed) to the proof's reply
     sample: tuple = ()            # the output's elements at the positions the judge chose, in that reply
     cpu_ms: float | None = None   # the CPU time of the worker's processes over proof_ms's span, where it counts all
-    #                               their work (no process or thread born meanwhile: judge_link); None elsewhere
+    #                               their work (judge/worker_cpu.py says when it does not); None elsewhere
 
 
 def busy_ms(call: TimedCall) -> float:
@@ -273,11 +273,11 @@ def bracket_overhead_ms(empty_calls: list[TimedCall], own_ms: float, on_gpu: boo
 def proof_problem(checked: list[TimedCall], empty_calls: list[TimedCall], own_ms: float, on_gpu: bool) -> str | None:
     """A FAIL message when the worker's times for the checked calls are far below the judge's own clock, else None.
 
-    The bound is the fastest checked call less the bracket's cost, each on one clock: each call's work is in its own
-    proof, and the fastest is the one the machine's other work delayed least. Of the wall clock's bound and busy_ms's
-    the lesser: a call whose CPU time was withheld is on the wall clock in both, and its bound less an empty call's
-    CPU time would be stricter than the wall clock's own. The worker's figure is its median: moving it takes forging
-    most calls."""
+    The bound is the fastest checked call less the bracket's cost (the fastest empty call), both on one clock: each
+    call's work is in its own proof, and the fastest is the one the machine's other work delayed least. It is taken
+    on the wall clock and on busy_ms, and the lesser counts: a checked call whose CPU time was withheld is on the
+    wall clock in busy_ms too, and less an empty call's CPU time it would be judged more strictly than the wall
+    clock alone would judge it. The worker's figure is its median: moving it takes forging most calls."""
     if not checked or on_gpu and not PROOF_ON_GPU:
         return None
     bound = min(min(clock(c) for c in checked) - bracket_overhead_ms(empty_calls, own_ms, on_gpu, clock)
