@@ -110,7 +110,7 @@ def cpu_ns(pids) -> int | None:
 def start_times(pids) -> tuple[int, ...] | None:
     """Each process's start time (clock ticks after boot): a pid taken by another process has another."""
     try:
-        return tuple(int(_stat_fields(pid)[19]) for pid in pids)
+        return tuple(int(process_tree.stat_fields(f"/proc/{pid}/stat")[19]) for pid in pids)
     except (OSError, IndexError, ValueError):
         return None
 
@@ -130,18 +130,12 @@ def foreign(tid: int, judge: int, counted) -> bool:
         if pid == judge:
             return False
         try:
-            pid = int(_stat_fields(pid)[1])
+            pid = int(process_tree.stat_fields(f"/proc/{pid}/stat")[1])
         except (OSError, IndexError, ValueError):
             return False
         if pid <= 1:
             return True
     return False
-
-
-def _stat_fields(pid: int) -> list[bytes]:
-    """/proc/<pid>/stat after the command's name: state, ppid, ... (field 3 of proc(5) is index 0)."""
-    with open(f"/proc/{pid}/stat", "rb") as handle:
-        return handle.read().rsplit(b")", 1)[1].split()
 
 
 def _read_int(path: str) -> int | None:

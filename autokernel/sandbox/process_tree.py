@@ -27,8 +27,7 @@ def process_table() -> dict[int, tuple[int, str]]:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
+            fields = stat_fields(f"/proc/{name}/stat")
         except (OSError, IndexError):
             continue
         table[int(name)] = (int(fields[1]), fields[0].decode())
@@ -84,10 +83,16 @@ def running(pid: int) -> bool:
 
 def _state(stat_path: str) -> bytes | None:
     try:
-        with open(stat_path, "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[0]
+        return stat_fields(stat_path)[0]
     except (OSError, IndexError):
         return None
+
+
+def stat_fields(stat_path: str) -> list[bytes]:
+    """A /proc .../stat file's fields after the command's name (which may hold spaces and parentheses): state,
+    ppid, ... (proc(5)'s field 3 is index 0)."""
+    with open(stat_path, "rb") as handle:
+        return handle.read().rsplit(b")", 1)[1].split()
 
 
 def running_below(root: int) -> list[int]:
