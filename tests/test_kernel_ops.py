@@ -110,3 +110,46 @@ def test_a_cuda_kernel_file_is_an_opaque_custom_op_with_a_fake_and_routes_like_a
     seen = len(calls)
     model(torch.randn(3, 5))
     assert len(calls) == seen                     # ... another shape stayed with PyTorch
+
+
+def _copy_through(use_descriptor: bool, monkeypatch):
+    """A Triton op whose one kernel copies a 16x16 tile, reading it through a host-side TMA descriptor or a pointer.
+
+    Its kernels are compiled ones, as on a GPU, not the interpreter's: these are traced, never run, and the
+    interpreter would run them on the fake tensors."""
+    import triton
+    import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    monkeypatch.setattr(triton.knobs.runtime, "interpret", False)
+
+    @triton.jit
+    def _tile_from_descriptor(desc, out_ptr, B: tl.constexpr):
+        tile = desc.load([0, 0])
+        tl.store(out_ptr + tl.arange(0, B)[:, None] * B + tl.arange(0, B)[None, :], tile)
+
+    @triton.jit
+    def _tile_from_pointer(x_ptr, out_ptr, B: tl.constexpr):
+        offsets = tl.arange(0, B)[:, None] * B + tl.arange(0, B)[None, :]
+        tl.store(out_ptr + offsets, tl.load(x_ptr + offsets))
+
+    name = "tile_from_descriptor" if use_descriptor else "tile_from_pointer"
+
+    @torch.library.triton_op(f"autokernel_test::{name}", mutates_args=())
+    def op(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        if use_descriptor:
+            torch.library.wrap_triton(_tile_from_descriptor)[(1,)](TensorDescriptor.from_tensor(x, [16, 16]), out, 16)
+        else:
+            torch.library.wrap_triton(_tile_from_pointer)[(1,)](x, out, 16)
+        return out
+    return op
+
+
+def test_a_kernel_given_a_host_side_tma_descriptor_is_found_before_inductor_fails_on_it(monkeypatch):
+    # Inductor (torch 2.11) failed on such a kernel while compiling the whole model, with "tolist() shouldn't be
+    # called on a tensor with unallocated storage", and every Triton op of the model fell back to an opaque op.
+    x = torch.randn(16, 16)
+    why = kernel_ops._fails_on_fake_tensors(_copy_through(True, monkeypatch), (x,))
+    assert "_tile_from_descriptor takes desc as a TensorDescriptor" in why
+    assert kernel_ops._fails_on_fake_tensors(_copy_through(False, monkeypatch), (x,)) == ""

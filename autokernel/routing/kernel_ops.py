@@ -226,13 +226,37 @@ def _triton_op(kernel: OptimizedKernel, example_args: tuple | None) -> tuple[Cal
 
 def _fails_on_fake_tensors(op: Callable, example_args: tuple) -> str:
     """Why the op cannot be traced as torch.compile traces it (fake, functionalized tensors), or "" when it can."""
+    from torch._subclasses.functional_tensor import dispatch_functionalize
     from torch.fx.experimental.proxy_tensor import make_fx
 
     try:
         with warnings.catch_warnings():
             # torch releases that still allow a fake tensor's data pointer warn where Dynamo fails.
             warnings.simplefilter("error")
-            make_fx(torch.func.functionalize(lambda *args: op(*args)), tracing_mode="fake")(*example_args)
+            # Functionalized in Python, as AOTAutograd does: only then is a Triton op taken apart into its launches.
+            graph = make_fx(dispatch_functionalize(lambda *args: op(*args)), tracing_mode="fake")(*example_args)
     except Exception as exc:
         return f"it does not trace on fake tensors: {type(exc).__name__}: {exc}".splitlines()[0][:200]
+    return _untraceable_launch(graph)
+
+
+def _untraceable_launch(graph: torch.fx.GraphModule) -> str:
+    """Why Inductor cannot launch a kernel of the traced op from its own code, or "".
+
+    Triton's host-side TMA descriptor (triton.tools.tensor_descriptor.TensorDescriptor) passes the trace as a
+    constant argument holding a fake tensor; Inductor (torch 2.11) then fails on it while compiling the whole
+    graph ("tolist() shouldn't be called on a tensor with unallocated storage"), and every Triton op of the model
+    had to fall back. Found here, the one kernel is an opaque op from the start."""
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    for node in graph.graph.nodes:
+        if node.op != "call_function" or "triton_kernel_wrapper" not in str(node.target):
+            continue
+        for name, value in kernel_side_table.get_constant_args(node.kwargs["constant_args_idx"]).items():
+            if isinstance(value, torch.Tensor) or hasattr(value, "base") and isinstance(value.base, torch.Tensor):
+                kernel = kernel_side_table.get_kernel(node.kwargs["kernel_idx"])
+                while hasattr(kernel, "fn"):            # an autotuner's JITFunction, a JITFunction's Python function
+                    kernel = kernel.fn
+                return (f"its kernel {getattr(kernel, '__name__', kernel)} takes {name} as a "
+                        f"{type(value).__name__} (a host-side TMA descriptor), which Inductor cannot launch")
     return ""

@@ -8,6 +8,8 @@ original's. A variant that fails (a compiler error) is a finding to report, not 
 
 from __future__ import annotations
 
+import sys
+import traceback
 from dataclasses import dataclass
 from typing import Callable, ContextManager
 
@@ -138,6 +140,10 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
                 after_timing(lambda: fn(*inputs))
     except Exception as exc:        # a compiler error is a finding to report, not a crash
         result.failed = failure_line(exc)
+        # The whole traceback, unmarked: in verify's sandboxed child it goes to workspace/torch.log, where a bug
+        # report (ours or torch's) can start from it; the terminal keeps the one line.
+        print(f"{VARIANTS[variant][0]} failed:", file=sys.stderr)
+        traceback.print_exc()
         graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
     if mode is not None:
         result.graphs, result.graph_breaks = graphs, max(breaks, graphs - 1)
