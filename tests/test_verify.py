@@ -126,6 +126,8 @@ def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_p
     regions = [e["kernel_type"] for e in plan["entries"] if e["kernel_type"].startswith("region_")]
     assert regions and all((starters / f"{name}.py").is_file() and (starters / "regions" / f"{name}.json").is_file()
                            for name in regions)
+    # The plan's regions are in the workspace beside it, for the next verify there, which reuses the plan.
+    assert all((workspace / "regions" / f"{name}.json").is_file() for name in regions)
     report = read_report(workspace)
     assert report["correctness"]["passed"] and report["plan"].endswith("profiled now")
     assert report["optimized_dir"] == str(workspace / STARTER_MANIFEST_DIR)

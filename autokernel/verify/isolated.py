@@ -54,7 +54,10 @@ GPU_EXPECTED_VARIABLE = "AUTOKERNEL_GPU_EXPECTED"
 # later plug_in of starter_kernels/ would import into the user's process.
 VERIFY_REPORT = "verify_report.json"
 VERIFY_FILES = ("optimization_plan.json", "profile_report.json", VERIFY_REPORT)
-VERIFY_FILE_PATTERNS = ("starter_kernels/manifest.json", "starter_kernels/*.py", "starter_kernels/regions/*.json")
+# regions/*.json: the regions a fresh plan names (a region file is read only under the name its content digests to,
+# kernel_types/regions/store.py, so the child cannot change what a region computes).
+VERIFY_FILE_PATTERNS = ("starter_kernels/manifest.json", "starter_kernels/*.py", "starter_kernels/regions/*.json",
+                        "regions/*.json")
 HF_CACHE = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
 
 

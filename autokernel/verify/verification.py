@@ -150,7 +150,10 @@ def starters_of_plan(loaded: models.LoadedModel, workspace: Path, out: Path, pla
             _, plan = profiler.profile_to_workspace(loaded.model, loaded.inputs, name=loaded.name, workspace=out)
         console.print(_took(profiling, PROFILED), markup=False)
         plan_note = f"{_plan_source(workspace / profiler.PLAN_FILE, plan)}, profiled now"
-        made += [profiler.PLAN_FILE, profiler.REPORT_FILE]
+        # The regions the plan names go with it: a later verify of this workspace reuses the plan, and without them
+        # every region's starter was dropped ("unknown kernel type", H200, session 23).
+        made += [profiler.PLAN_FILE, profiler.REPORT_FILE,
+                 *(str(path.relative_to(out)) for path in sorted((out / region_store.FOLDER).glob("*.json")))]
     earlier = workspace / STARTER_MANIFEST_DIR / paths.MANIFEST_NAME
     with stopwatch.recording() as generating, generating.timing(GENERATED):
         folder = write_starter_manifest(plan, out / STARTER_MANIFEST_DIR, earlier=earlier, drops=drops, top=top)
