@@ -52,6 +52,7 @@ NOTHING_TO_PLUG_IN = 3       # verify.py's exit code when no kernel type covers 
 VERDICT_EXITS = (0, 1, NOTHING_TO_PLUG_IN, 4, 5)
 TAIL_LINES = 15
 PROBLEM_TIMEOUT_S = 900
+VERIFY_LIMIT_MARGIN_S = 30      # of a problem's limit, kept for verify's own start and end around its --time-limit
 
 
 @dataclass
@@ -320,7 +321,9 @@ def _verify(file: Path, workspace: Path, optimized: Path | None, run: ScoringRun
             ) -> tuple[VerifyReport | None, bool]:
     """verify's report (None where it wrote none because nothing covers the problem), and whether anything did."""
     kernels = ["--optimized-dir", str(optimized)] if optimized else ["--starters"]
-    cmd = paths.module_command(VERIFY_MODULE, str(file), *kernels, "--workspace", str(workspace),
+    # Asked to end inside the problem's limit with a verdict (some routes left unchecked), not to be killed at it.
+    limit = ["--time-limit", f"{max(run.problem_timeout_s - VERIFY_LIMIT_MARGIN_S, 1):.0f}"]
+    cmd = paths.module_command(VERIFY_MODULE, str(file), *kernels, "--workspace", str(workspace), *limit,
                                *run.extra_args, *run.verify_args, *([] if run.compile_enabled else ["--no-compile"]))
     proc = _run(cmd, "verify", run, env)
     report_file = workspace / "verify_report.json"

@@ -295,6 +295,8 @@ def test_reports_keeps_each_problems_verify_report_and_overhead_reaches_verify_a
     assert kept["route_table"] == [{"kernel": "1_softmax", "ours_us": 12.0, "pytorch_us": 9.0}]
     (verify_cmd,) = commands
     assert "--overhead" in verify_cmd and "--starters" in verify_cmd and "--dtype" in verify_cmd
+    limit = score.PROBLEM_TIMEOUT_S - score.VERIFY_LIMIT_MARGIN_S
+    assert verify_cmd[verify_cmd.index("--time-limit") + 1] == str(limit)
 
 
 def test_score_passes_reports_and_overhead_from_its_command_line(tmp_path, monkeypatch):

@@ -3,7 +3,7 @@
 import pytest
 
 from autokernel.routing.manifest import RouteRecord
-from autokernel.verify import selection
+from autokernel.verify import deadline, selection
 from autokernel.verify.latency import Latency, _summary
 from autokernel.verify.variants import VariantResult
 
@@ -193,3 +193,48 @@ def test_a_retimed_variant_is_timed_again_of_the_same_build_with_long_repeats(mo
     calls.clear()
     assert not variants.run("ours", model, (x,), expected, False, paired_with=contextlib.nullcontext,
                             retime=lambda r: False).retimed and calls == [{}]
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """verify's deadline clock, moved by hand; the time limit is taken off after the test."""
+    now = [1000.0]
+    monkeypatch.setattr(deadline, "now", lambda: now[0])
+    yield now
+    deadline.start(None)
+
+
+def test_checks_that_would_not_fit_in_verifys_time_limit_are_left_out_and_their_routes_dropped(clock):
+    records = {"norm": [record(10, 1.0, 3.0)], "rotary": [record(4, 1.0, 2.0)], "mlp": [record(2, 1.0, 2.0)]}
+    lines = []
+
+    def try_variant(variant, retime=None):
+        clock[0] += 30                                   # a check takes 30 s
+        return result(variant, 9.0)
+
+    deadline.start(clock[0] + 60)                        # 60 s left, 15 of them for the verdict after the checks
+    deadline.reserve(15)
+    kept, trials = selection.select("eager", records, "ours", try_variant, lambda: None, 1e-2, lines.append,
+                                    first_cost_s=20)
+    # The first check was expected to take 20 s and fitted (20 + 15 <= 60); it took 30, and with 30 s left the next
+    # (expected to take 30 as well) does not fit, nor the one after it.
+    assert [(t.kernel, t.kept, t.timings) for t in trials] == [("norm", True, 1), ("rotary", False, 0),
+                                                                ("mlp", False, 0)]
+    assert kept.ms == 9.0 and records["norm"][0].route_eager
+    assert not records["rotary"][0].route_eager and not records["mlp"][0].route_eager
+    assert ("eager route dropped end to end: not checked: 30 s were left of verify's time limit, and the check "
+            "takes about 30 s, the verdict 15 s more") in records["rotary"][0].why
+    assert trials[1].ms is None and trials[1].speedup is None
+    assert sum("not checked" in line for line in lines) == 2
+
+
+def test_without_a_time_limit_every_check_is_made(clock):
+    records = {"norm": [record(10, 1.0, 3.0)], "rotary": [record(4, 1.0, 2.0)]}
+
+    def try_variant(variant, retime=None):
+        clock[0] += 3600
+        return result(variant, 9.0)
+
+    _, trials = selection.select("eager", records, "ours", try_variant, lambda: None, 1e-2, lambda line: None,
+                                 first_cost_s=3600)
+    assert [t.timings for t in trials] == [1, 1]

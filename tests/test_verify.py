@@ -308,3 +308,16 @@ def test_the_report_names_the_runs_whose_kernels_it_verified(tmp_path):
                                                    "3_matmul": {}})
     assert verification.kernel_runs(folder) == ["night1", "night2"]
     assert verification.kernel_runs(tmp_path / "absent") == [] and verification.kernel_runs(None) == []
+
+
+def test_a_time_limit_reaches_the_sandboxed_child_as_a_deadline_from_verifys_start(monkeypatch, tmp_path):
+    from autokernel.verify import deadline, isolated
+
+    monkeypatch.setattr(deadline, "now", lambda: 1000.0)
+    handed = {}
+    monkeypatch.setattr(isolated, "verify_in_sandbox", lambda argv, **kwargs: handed.setdefault("argv", argv) and 0)
+    verify.main([*TINY_LLAMA_ARGS, "--time-limit", "90", "--workspace", str(tmp_path)])
+    argv = handed["argv"]
+    assert argv[argv.index("--deadline") + 1] == "1090.0"
+    child = verify.build_parser().parse_args(argv)
+    assert child.deadline == 1090.0 and child.time_limit == 90

@@ -35,6 +35,13 @@ def test_an_entry_with_its_own_dtype_is_verified_in_it_and_the_others_in_the_run
     assert dtype_of("hf gpt2 1x512 float32") == "float32" and dtype_of("hf bert 1x512") == "float16"
 
 
+def test_each_verify_is_asked_to_end_with_a_verdict_inside_its_models_limit(tmp_path):
+    # Killed at the limit, a verify leaves no verdict (the gate of session 23: two models at 420 s).
+    cmd = zoo.command("hf t5 1x512", "full", "float16", tmp_path, timeout_s=420)
+    assert cmd[cmd.index("--time-limit") + 1] == str(420 - zoo.LIMIT_MARGIN_S)
+    assert "--time-limit" not in zoo.command("hf t5 1x512", "full", "float16", tmp_path)
+
+
 def test_a_row_without_a_report_is_counted_and_shown_as_no_verdict():
     rows = [{"name": "crashes", "exit": 2, "seconds": 3.0, "report": None, "tail": ["KeyError: relu_1"]},
             {"name": "needs torchvision", "exit": None, "skipped": "needs torchvision", "seconds": 0, "report": None,

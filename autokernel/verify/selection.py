@@ -25,6 +25,9 @@ A trial that reads faster than the best so far but within its noise has its pair
 (no second compile), with repeats of latency.LONG_REPEAT_SECONDS, and those decide: 50 ms repeats caught GPU clock
 changes one side of a pair (LLaMA 4x1024's linear concatenation on an H200, session 21, four verifies: 1.013x to
 1.056x, noise 1.1-4.4%, kept twice and dropped twice).
+
+Under verify --time-limit (deadline.py), a check that would not end in time, with what the verdict needs after it, is
+not made: its routes are dropped as unchecked, and its trial says so (timings 0).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from autokernel.verify import latency
+from autokernel.verify import deadline, latency
 from autokernel.verify.variants import NOISE_FLOOR, VARIANTS, VariantResult
 
 # mode -> (the record flag it sets, the record times that predict its gain: ours, PyTorch's)
@@ -51,7 +54,8 @@ class Trial:
     best_before: float                  # the speedup over PyTorch to beat
     kept: bool
     why: str
-    timings: int = 1                    # 2 when the first was too noisy to tell the predicted gain (module doc)
+    timings: int = 1                    # 2 when the first was too noisy to tell the predicted gain (module doc); 0 when
+                                        # it did not fit in verify's time limit
     noise: float | None = None          # of the speedup (the paired repeats' spread, at least NOISE_FLOOR)
 
     def to_json(self) -> dict:
@@ -67,13 +71,14 @@ def predicted_gain_us(records: list, mode: str) -> float:
 
 def select(mode: str, records: dict[str, list], variant: str, try_variant: Callable[..., VariantResult],
            forget: Callable[[], None], allowed_error: float,
-           log: Callable[[str], None]) -> tuple[VariantResult | None, list[Trial]]:
+           log: Callable[[str], None], first_cost_s: float = 0.0) -> tuple[VariantResult | None, list[Trial]]:
     """Try each candidate kernel in `mode` in the model; returns the best routed result (None if none kept) and trials.
 
     records: kernel name -> its route records (their flags are changed in place); try_variant(variant, retime)
     times the model as routed now, paired with PyTorch's own path (result.baseline), and again with long repeats
     where retime(result) says (variants.run); forget() drops the router's cached decisions, so changed flags take
-    effect.
+    effect. A check that would not fit in verify's time limit (deadline.py) is not made, and its routes are dropped:
+    it is expected to take as long as the longest check so far, or first_cost_s before the first.
     """
     flag = MODES[mode][0]
     candidates = sorted((name for name, rs in records.items() if any(getattr(r, flag) for r in rs)),
@@ -81,8 +86,15 @@ def select(mode: str, records: dict[str, list], variant: str, try_variant: Calla
     saved = {name: [getattr(r, flag) for r in records[name]] for name in candidates}
     for name in candidates:          # start from PyTorch's path in this mode
         _set(records[name], flag, [False] * len(records[name]))
-    best_speedup, best_routed, trials = 1.0, None, []
+    best_speedup, best_routed, trials, cost_s = 1.0, None, [], first_cost_s
     for name in candidates:
+        out_of_time = deadline.too_late_for(cost_s)
+        if out_of_time:
+            log(f"end-to-end check of {name}'s {mode} routes: {out_of_time}")
+            trials.append(Trial(mode, name, variant, None, None, None, best_speedup, False, out_of_time, 0))
+            _drop(records[name], saved[name], mode, out_of_time)
+            continue
+        started = deadline.now()
         _set(records[name], flag, saved[name])
         forget()
         log(f"end-to-end check of {name}'s {mode} routes ({VARIANTS[variant][0]}, paired with PyTorch's own)")
@@ -100,15 +112,21 @@ def select(mode: str, records: dict[str, list], variant: str, try_variant: Calla
             (kept, speedup, why, noise), timings = _judge(result, best_speedup, allowed_error), 2
         trials.append(Trial(mode, name, variant, result.ms, result.baseline.median_ms if result.baseline else None,
                             speedup, best_speedup, kept, why, timings, noise))
+        cost_s = max(cost_s, deadline.now() - started)
         if kept:
             best_speedup, best_routed = speedup, result
             continue
-        _set(records[name], flag, [False] * len(records[name]))
-        for record, was_routed in zip(records[name], saved[name]):
-            if was_routed:
-                record.why += f"; {mode} route dropped end to end: {why}"
+        _drop(records[name], saved[name], mode, why)
     forget()
     return best_routed, trials
+
+
+def _drop(records: list, was_routed: list[bool], mode: str, why: str) -> None:
+    """A kernel's routes in `mode` off, each that was on saying why."""
+    _set(records, MODES[mode][0], [False] * len(records))
+    for record, routed in zip(records, was_routed):
+        if routed:
+            record.why += f"; {mode} route dropped end to end: {why}"
 
 
 def in_turn(trials: list[Trial]) -> tuple[float, float] | None:

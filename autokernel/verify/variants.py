@@ -9,6 +9,7 @@ original's. A variant that fails (a compiler error) is a finding to report, not 
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Callable, ContextManager
@@ -62,6 +63,7 @@ class VariantResult:
     failed: str | None = None
     baseline: latency.Latency | None = None   # PyTorch's own path, timed in turn with this one (paired runs)
     retimed: bool = False                     # its pairs taken again with long repeats (run's retime)
+    seconds: float | None = None              # what building, checking and timing it took (verify's time limit)
 
     @property
     def ms(self) -> float | None:
@@ -110,6 +112,7 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
 
     mode = VARIANTS[variant][2]
     result = VariantResult(variant)
+    started = time.monotonic()
     torch._dynamo.reset()
     counters.clear()
     try:
@@ -150,6 +153,7 @@ def run(variant: str, model, inputs: tuple, expected, on_gpu: bool, backend: str
     torch._dynamo.reset()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()       # what this variant cached goes back before the next one is built
+    result.seconds = time.monotonic() - started
     return result
 
 

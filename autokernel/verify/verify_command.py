@@ -4,7 +4,7 @@
                      [--model-arg NAME=VALUE ...] [--device cuda]
                      [--optimized-dir optimized_kernels | --starters [--top 8]]
                      [--workspace workspace] [--no-compile] [--compile-backend inductor]
-                     [--route measured|all] [--overhead]
+                     [--route measured|all] [--overhead] [--time-limit SECONDS]
     python verify.py models/llama.py --dtype float16 --model-arg batch=4 --model-arg seq=1024
     python verify.py --hf llama [--input-shape 1,512] [--dtype float16] ...
     python verify.py                 # the model the run in workspace/state.json optimized, with its arguments
@@ -58,7 +58,7 @@ from autokernel.profile import models
 from autokernel.profile.model_args import add_model_arguments, load_model_keywords, names_a_model
 from autokernel.routing.decisions import MEASURED, POLICIES
 from autokernel.routing.manifest import PlugInError
-from autokernel.verify import isolated, run_model
+from autokernel.verify import deadline, isolated, run_model
 from autokernel.verify.verification import (EXIT_ERROR, EXIT_NOTHING_TO_PLUG_IN, STARTERS_TOP, NothingToPlugIn, Outcome,
                                             run)
 from autokernel.verify.child_lines import OWN_ERROR, OwnLines
@@ -93,11 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
                              "PyTorch's best, never chosen by the verdict")
     parser.add_argument("--compile-backend", default="inductor",
                         help="torch.compile backend (default inductor; the CUDA-graph variants need inductor)")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        help="end with a verdict within about this many seconds: the end-to-end checks of routes "
+                             "that would not fit are left out, and those routes dropped (the report says which)")
     # The sandboxed child's own (autokernel/verify/isolated.py): where it writes, the pipe it answers on, and
     # whether it compares PyTorch's own paths alone (after a first child crashed with our kernels in it).
     parser.add_argument("--pytorch-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--write-to", help=argparse.SUPPRESS)
     parser.add_argument("--sandboxed-fd", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)   # --time-limit from the parent's start
     return parser
 
 
@@ -118,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{paths.command_name('verify.py')}: name the model these flags are for (a model file, or --hf "
                   "NAME), or give none of them to verify the model the run optimized", file=sys.stderr)
             return EXIT_ERROR
+        if args.time_limit is not None:
+            argv += ["--deadline", repr(deadline.now() + args.time_limit)]
         return isolated.verify_in_sandbox(argv, model=args.model, workspace=Path(args.workspace),
                                           optimized_dir=Path(args.optimized_dir), starters=args.starters)
     return _in_sandbox(args)
@@ -126,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 def _in_sandbox(args) -> int:
     """The child's side: verify, print the report, and answer on the pipe (autokernel/verify/isolated.py)."""
     interpreter.choose()        # first, before any kernel file is imported: no GPU means Triton's interpreter
+    deadline.start(args.deadline)
     # Our own lines are marked, so that the parent shows them and sends torch's to the workspace's log.
     errors = OwnLines(sys.stderr, OWN_ERROR)
     console = report_console(OwnLines(sys.stdout))   # the terminal's width (the parent passes it), or whole tables

@@ -12,7 +12,9 @@ as KernelBench writes them (benchmarks/zoo/cnn.py); and a sample of benchmarks/p
 Each model is verified by its own `autokernel verify` process (verify.py), `--jobs` of them side by side so that
 their compilations overlap; every timing in them (verify's, and the judge's when a region's pick judges its
 variants) holds one file lock (autokernel/core/gpu_lock.py), so no two timings share the GPU. A model's row is its
-verdict, or the crash: the exit code and the last lines of what it printed. OUT/zoo.json holds every row (with the
+verdict, or the crash: the exit code and the last lines of what it printed. Each verify is given the model's
+limit less LIMIT_MARGIN_S as its --time-limit, so that a slow model ends with a verdict (some routes left unchecked)
+rather than being killed at the limit. OUT/zoo.json holds every row (with the
 whole report), OUT/verify.log every model's output, each line stamped with its second (where the time went),
 OUT/table.md the table. Exit code 0 when every model ended with a verdict, 1 otherwise.
 `--size tiny` runs the same zoo at the CPU tests' sizes (tests/test_zoo.py runs a part of it on the CPU).
@@ -121,10 +123,16 @@ ZOO: dict[str, Entry] = {
 }
 
 
-def command(name: str, size: str, dtype: str, workspace: Path) -> list[str]:
+# Seconds of a model's limit kept for verify's own start and end around its --time-limit (the sandbox, the report).
+LIMIT_MARGIN_S = 30
+
+
+def command(name: str, size: str, dtype: str, workspace: Path, timeout_s: float | None = None) -> list[str]:
+    """verify --starters on the entry; with a timeout, verify is asked to end with a verdict inside it."""
     entry = ZOO[name]
+    limit = [] if timeout_s is None else ["--time-limit", f"{max(timeout_s - LIMIT_MARGIN_S, 1):.0f}"]
     return [sys.executable, str(ROOT / "verify.py"), *(entry.full if size == "full" else entry.tiny),
-            "--dtype", entry.dtype or dtype, "--starters", "--workspace", str(workspace)]
+            "--dtype", entry.dtype or dtype, "--starters", "--workspace", str(workspace), *limit]
 
 
 def missing(name: str) -> str | None:
@@ -145,7 +153,7 @@ def verify_one(name: str, size: str, dtype: str, timeout_s: float, env: dict) ->
         return {"name": name, "exit": None, "skipped": f"needs {missing(name)}", "seconds": 0, "report": None,
                 "tail": [], "output": ""}
     workspace = Path(tempfile.mkdtemp(prefix="autokernel-zoo-"))
-    cmd = command(name, size, dtype, workspace)
+    cmd = command(name, size, dtype, workspace, timeout_s)
     started = time.monotonic()
     code, lines, output = _run_stamped(cmd, env, timeout_s, started)
     report_file = workspace / "verify_report.json"
