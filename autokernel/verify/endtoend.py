@@ -36,9 +36,6 @@ from autokernel.verify.containment import (CHECK, COUNTS, HEAD_TO_HEAD, HEADROOM
 from autokernel.verify.report_record import Verdict
 from autokernel.verify.variants import HOW_TO_USE, INDUCTOR, NOISE_FLOOR, VARIANTS, VariantResult
 
-# Each of our variants and PyTorch's in the same mode.
-THEIRS = {"ours": "eager", "ours_compile": "compile", "ours_cudagraphs": "cudagraphs"}
-
 
 def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool, routed: bool,
            in_turn: dict[str, tuple[float, float] | None] | None = None,
@@ -312,7 +309,7 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
             for rewrite in applied:
                 rewrite.candidate(mode)
             # A check builds and times ours and PyTorch's path in turn: about twice PyTorch's variant, at first.
-            theirs = results.get(THEIRS[variant])
+            theirs = results.get(variants.pytorchs_in_mode(variant))
             first_cost_s = 2 * (theirs.seconds or 0.0) if theirs is not None else 0.0
             kept, mode_trials = drops.contained(SELECTION, f"the {mode} routes", lambda: selection.select(
                 mode, records, variant, lambda v, retime: run_ours(v, paired=True, retime=retime), forget, allowed,

@@ -75,6 +75,12 @@ class VariantResult:
                 "error": self.error, "graph_breaks": self.graph_breaks, "graphs": self.graphs, "failed": self.failed}
 
 
+def pytorchs_in_mode(variant: str) -> str:
+    """PyTorch's own variant in the torch.compile mode of one of ours ("ours_cudagraphs" -> "cudagraphs")."""
+    mode = VARIANTS[variant][2]
+    return next(name for name, (_, ours, its_mode) in VARIANTS.items() if not ours and its_mode == mode)
+
+
 def available(on_gpu: bool, compile_backend: str | None, max_autotune: bool = False) -> list[str]:
     """The variants that can run here: compiled ones when a backend is given, CUDA-graph ones with inductor on a GPU;
     max-autotune only when asked for."""
