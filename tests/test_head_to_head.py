@@ -122,7 +122,7 @@ def test_a_win_on_the_wall_that_the_gpus_own_clock_does_not_show_is_not_claimed(
     def steady(ms: float) -> Latency:
         return Latency(ms, ms, ms, 5, (ms,) * 5)
     monkeypatch.setattr(head_to_head.latency, "paired", lambda a, b, on_gpu, **_: (steady(0.17), steady(0.30)))
-    monkeypatch.setattr(head_to_head.latency, "gpu_busy", lambda a, b, host_ms: (steady(0.17), steady(0.124)))
+    monkeypatch.setattr(head_to_head.latency, "gpu_busy", lambda a, b, host_ms, **_: (steady(0.17), steady(0.124)))
     switch = Switch()
     pair = head_to_head.measure(Switched(switch), (torch.ones(2),), switch, "ours", "eager", None, None,
                                 on_gpu=True, log=lambda line: None)
@@ -145,7 +145,7 @@ def test_the_pair_carries_the_larger_noise_of_the_wall_and_the_gpu_clock(monkeyp
     monkeypatch.setattr(head_to_head.latency, "paired", lambda a, b, on_gpu, **_: (
         steady, Latency(1.1, 1.1, 1.1, 5, (1.1,) * 5)))          # the wall: 1.10x, every pair alike
     gpu_theirs = Latency(1.05, 0.9, 1.2, 5, (1.0, 1.05, 1.1, 1.2, 0.9))
-    monkeypatch.setattr(head_to_head.latency, "gpu_busy", lambda a, b, host_ms: (steady, gpu_theirs))
+    monkeypatch.setattr(head_to_head.latency, "gpu_busy", lambda a, b, host_ms, **_: (steady, gpu_theirs))
     switch = Switch()
     pair = head_to_head.measure(Switched(switch), (torch.ones(2),), switch, "ours", "eager", None, None,
                                 on_gpu=True, log=lambda line: None)
@@ -169,6 +169,23 @@ def test_the_verdicts_wall_pairs_run_each_side_for_a_quarter_second_a_repeat(mon
                          log=lambda line: None)
     assert asked == {"repeat_seconds": head_to_head.latency.LONG_REPEAT_SECONDS}
     assert head_to_head.latency.LONG_REPEAT_SECONDS >= 5 * head_to_head.latency.REPEAT_SECONDS
+
+
+def test_the_gpu_clocks_pairs_fill_a_quarter_second_a_repeat_too(monkeypatch):
+    asked = {}
+
+    def gpu_busy(a, b, host_ms, **kwargs):
+        asked.update(kwargs, host_ms=host_ms)
+        return Latency(7.0, 7.0, 7.0, 15, (7.0,) * 15), Latency(7.4, 7.4, 7.4, 15, (7.4,) * 15)
+    monkeypatch.setattr(head_to_head.latency, "paired", lambda a, b, on_gpu, **_: (
+        Latency(7.0, 7.0, 7.0, 15, (7.0,) * 15), Latency(7.4, 7.4, 7.4, 15, (7.4,) * 15)))
+    monkeypatch.setattr(head_to_head.latency, "gpu_busy", gpu_busy)
+    switch = Switch()
+    head_to_head.measure(Switched(switch), (torch.ones(2),), switch, "ours", "eager", None, None, on_gpu=True,
+                         log=lambda line: None)
+    # LLaMA 4x1024's 7.4 ms a call: 34 calls a repeat (10 gave its GPU clock's pairs 6% noise, session 21)
+    assert asked == {"host_ms": 7.4, "calls": 34}
+    assert [head_to_head.gpu_calls(ms) for ms in (7.4, 0.05, 60.0)] == [34, 40, 10]
 
 
 def test_routes_kept_in_turn_are_paired_however_slow_they_read_apart():

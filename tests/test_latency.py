@@ -50,6 +50,48 @@ def test_paired_speedup_needs_the_same_repeats_on_both_sides():
     assert latency.paired_speedup(None, latency._summary([1.0])) is None
 
 
+def test_the_median_bound_is_the_sign_tests_order_statistic():
+    ratios = [1.00 + i / 100 for i in range(15)]                          # 1.00 .. 1.14, in any order
+    assert latency.median_lower_bound(list(reversed(ratios))) == pytest.approx(1.03)   # the 4th smallest of 15
+    assert latency.median_lower_bound(ratios[:6]) == pytest.approx(1.00)               # 6 pairs: the smallest
+    assert latency.median_lower_bound(ratios[:5]) is None                              # 5: no bound at 97.5%
+    speedup, noise = latency.paired_speedup(latency._summary([1.0] * 15), latency._summary(ratios))
+    assert speedup == pytest.approx(1.07) and noise == pytest.approx(1.07 / 1.03 - 1)
+    # One wild pair moves the bound by one place at most
+    assert latency.median_lower_bound([0.2] + ratios[1:]) == pytest.approx(1.03)
+
+
+def _keep_rates(gain: float, rng, trials: int = 1500) -> tuple[float, float]:
+    """How often each rule calls `gain` faster than 1.0: pairs spread 3% with a stray repeat (15%) in twenty."""
+    def pairs(n: int) -> list[float]:
+        return [gain * (1 + rng.gauss(0, 0.03)) * (1.15 ** rng.choice((1, -1)) if rng.random() < 0.05 else 1)
+                for _ in range(n)]
+
+    def kept(ratios: list[float]) -> bool:
+        speedup, noise = latency.paired_speedup(latency._summary([1.0] * len(ratios)), latency._summary(ratios))
+        return speedup > 1 + max(0.01, noise)
+    return (sum(kept(pairs(5)) for _ in range(trials)) / trials,
+            sum(kept(pairs(latency.PAIRS)) for _ in range(trials)) / trials)
+
+
+def test_the_bound_over_15_pairs_keeps_no_gain_rarely_and_a_real_gain_more_often_than_5_pairs_did():
+    import random
+
+    rng = random.Random(20261130)        # a fixed draw: the rates below are of these pairs, not of chance
+    old_false, new_false = _keep_rates(1.0, rng)
+    old_true, new_true = _keep_rates(1.03, rng)
+    assert new_false <= 1 - latency.PAIR_CONFIDENCE < 0.05 < old_false   # the sign test's promise holds
+    assert new_true > old_true + 0.1                                     # and a 3% gain is seen more often
+
+
+def test_paired_repeats_alternate_which_side_runs_first():
+    order = []
+    latency.paired(lambda: order.append("a"), lambda: order.append("b"), on_gpu=False, repeats=3)
+    # the first calls (compile, warm-up) aside, each repeat is a warm-up and a timed call of one side
+    timed = order[2:]
+    assert timed == ["a", "a", "b", "b", "b", "b", "a", "a", "a", "a", "b", "b"]
+
+
 def test_paired_repeats_keep_their_samples_in_the_order_taken():
     ticks = iter(range(100))
     first, second = latency.paired(lambda: next(ticks), lambda: next(ticks), on_gpu=False, repeats=3)

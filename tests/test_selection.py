@@ -73,7 +73,7 @@ def test_a_real_gain_survives_a_machine_that_drifts_during_the_trial():
                                     lambda v, *_: paired_result([10 * d / 1.2 for d in drift], [10 * d for d in drift]),
                                     lambda: None, 1e-2, lambda line: None)
     assert trials[0].kept and trials[0].speedup == pytest.approx(1.2)
-    assert "of the paired repeats" in trials[0].why
+    assert "noise 1.0%: the spread of 5 paired repeats" in trials[0].why
 
 
 def test_a_gain_inside_the_pairs_own_noise_is_not_kept():

@@ -21,6 +21,7 @@ side runs with the router bypassed (its patches left in place: MobileNetV3's 34 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -33,6 +34,17 @@ from autokernel.verify.variants import GRAPHED_MODES, VARIANTS, compiled
 # cannot turn 0.8x into a win worth its noise, and the compiles cost (HF T5's eager routes at 0.04x of PyTorch's
 # best). Apart figures can be far off (session 19: MobileNetV3's folds kept in turn at 1.23x, timed alone 0.37x).
 WORTH_PAIRING = 0.8
+
+
+# The GPU clock's pairs run as many calls a repeat as fill latency.LONG_REPEAT_SECONDS, as the wall's pairs do, within
+# these bounds (every call of a repeat is queued behind one spin, so not without end). Session 21, LLaMA 4x1024 alone on
+# an H200: with 10 calls (66 ms) a repeat the GPU clock's pairs spread 6.0% where the wall's 250 ms repeats spread 2.7%.
+GPU_CALLS = (10, 40)
+
+
+def gpu_calls(host_ms: float) -> int:
+    """Calls per repeat of the GPU clock's pairs for a model whose slower side takes host_ms a call."""
+    return max(GPU_CALLS[0], min(GPU_CALLS[1], math.ceil(latency.LONG_REPEAT_SECONDS * 1e3 / max(host_ms, 1e-3))))
 
 
 def worth_pairing(apart_speedup: float, kept_in_turn: bool) -> bool:
@@ -111,8 +123,8 @@ def measure(model, inputs: tuple, router, ours: str, theirs: str, ours_backend, 
         if pair is None:
             return None
         wall, noise = pair
-        gpu = (latency.gpu_busy(ours_call, theirs_call, max(ours_latency.median_ms, theirs_latency.median_ms))
-               if on_gpu else None)
+        host_ms = max(ours_latency.median_ms, theirs_latency.median_ms)
+        gpu = latency.gpu_busy(ours_call, theirs_call, host_ms, calls=gpu_calls(host_ms)) if on_gpu else None
     finally:
         router.bypass = False
         torch._dynamo.reset()

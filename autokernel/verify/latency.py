@@ -13,10 +13,18 @@ L2 from the previous one. So here:
 Each gives the median of several repeats and their spread (trimmed_spread); `paired` takes two
 calls' repeats in turn, and `paired_speedup` reads their ratio pair by pair. Under the CPU interpreter the wall
 clock still runs, but nothing it says about speed is meaningful; callers label it so.
+
+How a speedup read from pairs is judged (paired_speedup): its noise is how far the median pair ratio stands above a
+97.5% lower bound of it that assumes nothing about how the ratios spread (the sign test: the k-th smallest of n ratios,
+PAIRS of them on a GPU), so "faster than X by more than the noise" means "that bound is above X". With the old rule
+(5 pairs, noise the range of the middle three) a route no faster than PyTorch's path was kept in 7-9% of trials
+where pairs vary by 3-5% with a stray repeat in twenty, and a 3% gain in 50% (simulated); with the bound over 15
+pairs, in under 2.5% whatever the spread (1.8%), and the 3% gain in 70% (tests/test_latency.py simulates both).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -28,6 +36,9 @@ from autokernel.core import gpu_lock
 from autokernel.core.gpu_lock import gpu_to_itself
 
 REPEATS = 5
+# Pairs of a paired timing on a GPU, and the confidence of the bound they give the median pair ratio (module doc).
+PAIRS = 15
+PAIR_CONFIDENCE = 0.975
 TRIM_FROM = 5                # with this many repeats or more, the spread leaves out the highest and the lowest
 REPEAT_SECONDS = 0.05        # each repeat runs enough calls to take about this long (on a GPU)
 # The repeats of a figure that decides a close call: the verdict's pairs (head_to_head.py) and a selection trial that
@@ -89,10 +100,34 @@ def trimmed_spread(samples: tuple[float, ...] | list[float]) -> float:
 
 def paired_speedup(ours: Latency | None, theirs: Latency | None) -> tuple[float, float] | None:
     """The speedup of ours over theirs from repeats taken in turn (paired): the median of the per-pair ratios
-    theirs/ours, and the trimmed spread of those ratios. A drift of the machine's speed moves both times of a pair
-    alike, so it leaves the ratios, and their spread, alone. None unless both kept the same number of repeats."""
+    theirs/ours, and its noise: median / median_lower_bound - 1 (so speedup > x * (1 + noise) says the bound is
+    above x), or the ratios' trimmed spread where they are too few for a bound (the CPU's 3 repeats). A drift of the
+    machine's speed moves both times of a pair alike, so it leaves the ratios alone. None unless both kept the same
+    number of repeats."""
     ratios = pair_ratios(ours, theirs)
-    return (statistics.median(ratios), trimmed_spread(ratios)) if ratios else None
+    if not ratios:
+        return None
+    median, bound = statistics.median(ratios), median_lower_bound(ratios)
+    return median, (median / bound - 1 if bound and bound > 0 else trimmed_spread(ratios))
+
+
+def noise_words(pairs: int) -> str:
+    """What paired_speedup's noise is, for n pairs, in the words a report uses."""
+    if median_lower_bound([1.0] * pairs) is None:
+        return f"the spread of {pairs} paired repeats"
+    return f"the median pair ratio over its {PAIR_CONFIDENCE:.1%} lower bound, {pairs} pairs"
+
+
+def median_lower_bound(ratios: list[float], confidence: float = PAIR_CONFIDENCE) -> float | None:
+    """A lower bound of the median of the distribution the ratios are drawn from, right with at least this
+    confidence whatever that distribution: the k-th smallest ratio, k the largest with P(Binomial(n, 1/2) < k) <=
+    1 - confidence (at most k-1 of n ratios fall at or below the true median only that rarely). A stray repeat moves
+    it by one place at most. None where n is too small for any k (fewer than 6 at 97.5%)."""
+    n, below, k = len(ratios), 0.0, 0
+    while k < n and below + math.comb(n, k) / 2 ** n <= 1 - confidence:
+        below += math.comb(n, k) / 2 ** n
+        k += 1
+    return sorted(ratios)[k - 1] if k else None
 
 
 def pair_ratios(ours: Latency | None, theirs: Latency | None) -> list[float]:
@@ -145,20 +180,26 @@ def _wall_clock(fn: Callable[[], object], on_gpu: bool, repeats: int, repeat_sec
 
 
 def paired(fn_a: Callable[[], object], fn_b: Callable[[], object], on_gpu: bool, *,
-           repeats: int = REPEATS, repeat_seconds: float = REPEAT_SECONDS) -> tuple[Latency, Latency]:
+           repeats: int = PAIRS, repeat_seconds: float = REPEAT_SECONDS) -> tuple[Latency, Latency]:
     """wall_clock of two calls taken in turn, repeat by repeat, so that a drifting machine moves both alike."""
     samples_a, samples_b = [], []
     if not gpu_lock.held():
         first_call_unlocked(fn_a, fn_b, on_gpu=on_gpu)
     with gpu_to_itself():
-        for _ in range(repeats if on_gpu else min(repeats, 3)):
-            for fn, samples in ((fn_a, samples_a), (fn_b, samples_b)):
+        for pair in _pair_orders((fn_a, samples_a), (fn_b, samples_b), repeats if on_gpu else min(repeats, 3)):
+            for fn, samples in pair:
                 samples.append(wall_clock(fn, on_gpu, repeats=1, warmup=1, repeat_seconds=repeat_seconds).median_ms)
     return _summary(samples_a), _summary(samples_b)
 
 
+def _pair_orders(a, b, pairs: int) -> list:
+    """The two sides of each pair in the order they run: a first, then b first, and so on. A machine that slows
+    (or speeds up) through a run would otherwise favour whichever side always runs first."""
+    return [(a, b) if i % 2 == 0 else (b, a) for i in range(pairs)]
+
+
 def gpu_busy(fn_a: Callable[[], object], fn_b: Callable[[], object], host_ms: float, *, calls: int = 10,
-             repeats: int = REPEATS) -> tuple[Latency, Latency]:
+             repeats: int = PAIRS) -> tuple[Latency, Latency]:
     """The GPU's own time per call of two calls, taken in turn: before each repeat the GPU is given a spin of its own
     (torch.cuda._sleep) long enough for the host to queue `calls` calls behind it (twice host_ms each, the slower
     side's wall time, and MIN_SPIN_MS at least), so the events around them see no gap left by a slow host: what a
@@ -170,8 +211,8 @@ def gpu_busy(fn_a: Callable[[], object], fn_b: Callable[[], object], host_ms: fl
     cycles = _sleep_cycles_per_ms() * max(MIN_SPIN_MS, 2 * calls * host_ms)
     samples: tuple[list[float], list[float]] = ([], [])
     with torch.no_grad(), gpu_to_itself():
-        for _ in range(repeats):
-            for fn, taken in ((fn_a, samples[0]), (fn_b, samples[1])):
+        for pair in _pair_orders((fn_a, samples[0]), (fn_b, samples[1]), repeats):
+            for fn, taken in pair:
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 torch.cuda.synchronize()
                 torch.cuda._sleep(int(cycles))

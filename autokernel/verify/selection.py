@@ -159,16 +159,16 @@ def _judge(result: VariantResult, best_speedup: float,
         return False, None, f"output error {result.error:.3g} over {allowed_error:g}", None
     paired = latency.paired_speedup(result.latency, result.baseline)
     if paired is not None:
-        speedup, measured, how = *paired, ("of the paired repeats" if not result.retimed else
-                                           "of the paired repeats taken again, longer: the short ones read "
-                                           "faster within their noise")
+        speedup, measured = paired
+        how = latency.noise_words(result.latency.repeats) + (
+            "" if not result.retimed else ", taken again, longer: the short ones read faster within their noise")
     else:
         speedup, how = result.baseline.median_ms / result.ms, "of the repeats"
         measured = max(result.latency.spread, result.baseline.spread)
     noise = max(NOISE_FLOOR, measured)
     kept = speedup > best_speedup * (1 + noise)
     return kept, speedup, (f"{'faster' if kept else 'not faster'}: {speedup:.3f}x PyTorch's own path, timed in turn "
-                           f"(to beat: {best_speedup:.3f}x, noise {noise:.1%} {how}; {result.ms:.3f} ms against "
+                           f"(to beat: {best_speedup:.3f}x, noise {noise:.1%}: {how}; {result.ms:.3f} ms against "
                            f"{result.baseline.median_ms:.3f})"), noise
 
 
