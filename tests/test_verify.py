@@ -151,6 +151,16 @@ def test_starters_verify_the_current_kernels_at_the_shapes_of_a_fresh_plan(tmp_p
     assert re.search(rf"starters made in {SECONDS} \(region starters {SECONDS}{count}, Inductor {SECONDS}{count}\)",
                      out)
 
+    # A second verify there reuses the plan and reads its regions from the workspace, which its sandboxed child may
+    # only read: the regions' starters are made again in the child, not dropped (session 24 on an H200: "Permission
+    # denied" writing a region's starter beside its file, and nothing was checked).
+    code = verify.main([*TINY_LLAMA_ARGS, "--starters", "--workspace", str(workspace), "--no-compile"])
+    out = capsys.readouterr().out
+    assert code == EXIT_PASS and "dropped" not in out and "plan " in out and "profiling llama.py:Model" not in out
+    report = read_report(workspace)
+    assert report["correctness"]["passed"] and not report["dropped"]
+    assert [k["kernel_type"] for k in report["checked"]["kernels"]] == [e["kernel_type"] for e in plan["entries"]]
+
 
 def test_starters_are_made_for_the_plans_top_kernel_types_and_the_log_says_how_many_were_left(tmp_path):
     # A convolutional net plans thirty kernel types; each starter costs a compile and an autotuning.

@@ -50,7 +50,10 @@ def test_regions_timed_past_the_forward_pass_are_scaled_to_fit_and_the_plan_says
     assert written["caveats"] == plan.caveats
 
 
-def test_a_plan_profiled_on_cpu_says_so_in_its_json_and_its_table(tmp_path):
+def test_a_plan_profiled_on_cpu_says_so_in_its_json_and_its_table(tmp_path, monkeypatch):
+    # Regions that fit in the forward pass by construction: timed for real on two cores busy with other tests, the
+    # regions once read longer than their ops inside the model and were scaled (session 24), the test above's case.
+    monkeypatch.setattr(region_plan, "region_time_ms", lambda region, device: 1e-6)
     plan = plan_of(tmp_path)
     assert plan.device == "cpu" and profiler.CPU_CAVEAT in plan.caveats
     assert not any("scaled by" in caveat for caveat in plan.caveats), "regions that fit are not scaled"

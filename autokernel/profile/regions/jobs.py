@@ -41,6 +41,8 @@ def starter_source(name: str, on: torch.device | None = None, *, variants: bool 
     cache = store.find(name).with_name(f"{name}.{on.type}{'.variants' if variants else ''}.starter.py")
     if cache.is_file():
         return cache.read_text()
+    if cache in _UNSAVED:
+        return _UNSAVED[cache]
     # On a GPU, a GEMM's or convolution's template configs are timed (and our GEMM variant judged against them):
     # time that a run's budget may not pay for. Without a GPU a template takes its first config anyway.
     searched = on.type == "cuda" and bool(set(ops.HEADS) & set(region.about.kinds))
@@ -51,8 +53,18 @@ def starter_source(name: str, on: torch.device | None = None, *, variants: bool 
     with timed:
         source = _made(name, region, on, variants, judged if judged is not None else tuned and on.type == "cuda",
                        tuned, log)
-    cache.write_text(source)
+    try:
+        cache.write_text(source)
+    except OSError:     # a folder this process may only read: verify's sandboxed child reads the workspace's regions
+        _UNSAVED[cache] = source
+        log(f"{name}: its starter is kept in this process only ({cache.parent} is not writable here)")
     return source
+
+
+# Starters whose cache file could not be written, by that file's path, so that a second call makes nothing again. Where
+# that happens: verify's sandboxed child, a second verify into a workspace whose regions an earlier one profiled
+# (session 24 on an H200: "Permission denied: .../regions/region_4c4deebf703181e9.cuda.starter.py" dropped the region).
+_UNSAVED: dict[Path, str] = {}
 
 
 def _made(name: str, region, on: torch.device, variants: bool, judged: bool, autotune: bool,
