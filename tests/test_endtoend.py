@@ -74,6 +74,20 @@ def test_the_verdict_claims_no_more_than_the_speedup_timed_in_turn():
     assert verdict.faster and verdict.speedup == pytest.approx(0.558 / 0.508)
 
 
+def test_the_selection_checks_the_mode_of_pytorchs_best_first():
+    # Under verify's time limit the first checks are the ones made: with PyTorch's best compiled (most models on a
+    # GPU), eager checks first could leave no time for the compiled ones.
+    compiled_best = {"eager": result("eager", 8.0), "compile": result("compile", 2.1),
+                     "cudagraphs": result("cudagraphs", 1.2)}
+    assert endtoend._modes_in_order(compiled_best, 1e-2, "ours_cudagraphs") == [
+        ("compiled", "ours_cudagraphs"), ("eager", "ours")]
+    eager_best = {"eager": result("eager", 0.03), "compile": result("compile", 0.05)}
+    assert endtoend._modes_in_order(eager_best, 1e-2, "ours_compile") == [("eager", "ours"), ("compiled", "ours_compile")]
+    # A compiled best that is wrong is no best: eager first
+    wrong = {"eager": result("eager", 8.0), "compile": result("compile", 2.1, error=0.5)}
+    assert endtoend._modes_in_order(wrong, 1e-2, "ours_compile")[0] == ("eager", "ours")
+
+
 def test_without_a_gpu_there_is_no_speed_verdict():
     results = {"eager": result("eager", 8.0), "ours": result("ours", 1.0)}
     verdict = endtoend.choose(results, 1e-2, on_gpu=False, routed=True)

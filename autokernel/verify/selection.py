@@ -3,7 +3,7 @@
 A kernel that beats PyTorch's op alone can still make the model slower: under torch.compile,
 Inductor fuses PyTorch's op with its neighbours (a residual add into a norm, a transpose into a
 rotary), which a separate kernel prevents, and the copies our launch makes to give the kernel the
-contiguous inputs it was verified on cost time too. So, mode by mode (eager, and compiled), the
+contiguous inputs it was verified on cost time too. So, mode by mode (the mode of PyTorch's best first), the
 kernels with routes that won alone are tried in the model one at a time, the largest predicted
 gain first. Each trial times the routed model and PyTorch's own path in turn (paired runs:
 autokernel/verify/variants.py), so that a machine whose speed drifts between runs moves both alike; a
