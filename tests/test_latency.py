@@ -44,6 +44,14 @@ def test_paired_speedup_is_read_pair_by_pair_so_a_drifting_machine_leaves_it_alo
     assert speedup == pytest.approx(1.2) and spread == pytest.approx(0.0, abs=1e-12)
 
 
+def test_a_time_that_is_not_a_time_makes_no_pair():
+    # A NaN would sort anywhere among the ratios and could pass for a pair; a zero would divide into infinity.
+    for bad in (float("nan"), float("inf"), 0.0):
+        theirs = latency._summary([1.1] * 15 + [bad])
+        assert latency.paired_speedup(latency._summary([1.0] * 16), theirs) is None
+        assert latency.paired_speedup(theirs, latency._summary([1.0] * 16)) is None
+
+
 def test_paired_speedup_needs_the_same_repeats_on_both_sides():
     assert latency.paired_speedup(latency.Latency(1.0, 0.9, 1.1, 5), latency.Latency(1.0, 0.9, 1.1, 5)) is None
     assert latency.paired_speedup(latency._summary([1.0, 1.0, 1.0]), latency._summary([1.0] * 5)) is None

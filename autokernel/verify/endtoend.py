@@ -140,8 +140,11 @@ def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, com
             results[variant] = variants.run(variant, model, inputs, expected, on_gpu, backend, after_timing=(
                 _profiler_of(profiled, log) if variant == "compile" and on_gpu and compile_backend == INDUCTOR
                 else None))
-    # After the checks, our variants are built and timed as PyTorch's were, and the two bests timed in turn.
-    deadline.reserve(1.25 * sum(result.seconds or 0.0 for result in results.values()) + 10)
+    # After the checks, our variants are built and timed as PyTorch's were, and the two bests timed in turn (each
+    # call about as long as PyTorch's best, as a first guess).
+    theirs_best = bests(results, allowed)[0]
+    deadline.reserve(1.25 * sum(result.seconds or 0.0 for result in results.values()) + 10
+                     + head_to_head.seconds_needed(theirs_best.ms if theirs_best else 0.0, on_gpu))
     found = drops.contained(HEADROOM, "torch.compile's forward", lambda: _headroom(results, profiled))
     ours, applied = None, []
     if plug_in is not None:

@@ -36,15 +36,27 @@ from autokernel.verify.variants import GRAPHED_MODES, VARIANTS, compiled
 WORTH_PAIRING = 0.8
 
 
-# The GPU clock's pairs run as many calls a repeat as fill latency.LONG_REPEAT_SECONDS, as the wall's pairs do, within
-# these bounds (every call of a repeat is queued behind one spin, so not without end). Session 21, LLaMA 4x1024 alone on
-# an H200: with 10 calls (66 ms) a repeat the GPU clock's pairs spread 6.0% where the wall's 250 ms repeats spread 2.7%.
+# The GPU clock's pairs run as many calls a repeat as fill GPU_REPEAT_S, within these bounds (every call of a repeat is
+# queued behind one spin twice as long, so not without end). Session 21, LLaMA 4x1024 alone on an H200, 5 pairs: 10
+# calls (66 ms) a repeat spread 6.0% where the wall's 250 ms repeats spread 2.7%. Filling the wall's quarter second
+# as well cost about 24 s a verdict at 16 pairs (two thirds of it spin), so half of it.
+GPU_REPEAT_S = latency.LONG_REPEAT_SECONDS / 2
 GPU_CALLS = (10, 40)
 
 
 def gpu_calls(host_ms: float) -> int:
     """Calls per repeat of the GPU clock's pairs for a model whose slower side takes host_ms a call."""
-    return max(GPU_CALLS[0], min(GPU_CALLS[1], math.ceil(latency.LONG_REPEAT_SECONDS * 1e3 / max(host_ms, 1e-3))))
+    return max(GPU_CALLS[0], min(GPU_CALLS[1], math.ceil(GPU_REPEAT_S * 1e3 / max(host_ms, 1e-3))))
+
+
+def seconds_needed(host_ms: float, on_gpu: bool) -> float:
+    """About how long measure() times a pair whose slower side takes host_ms a call: the wall's pairs (a warm-up, a
+    calibrating call and a long repeat each side) and, on a GPU, the GPU clock's (a spin, a warm-up and the calls)."""
+    calls = gpu_calls(host_ms)
+    wall = 2 * latency.PAIRS * (latency.LONG_REPEAT_SECONDS + 2 * host_ms / 1e3)
+    spin_ms = max(latency.MIN_SPIN_MS, 2 * (calls + 1) * host_ms)
+    gpu = 2 * latency.PAIRS * (spin_ms + (calls + 1) * host_ms) / 1e3 if on_gpu else 0.0
+    return wall + gpu
 
 
 def worth_pairing(apart_speedup: float, kept_in_turn: bool) -> bool:
@@ -54,7 +66,8 @@ def worth_pairing(apart_speedup: float, kept_in_turn: bool) -> bool:
 @dataclass(frozen=True)
 class HeadToHead:
     """The two bests timed in turn: wall-clock medians, the median of the per-pair ratios; on a GPU the same in the
-    GPU's own time; the speedup the verdict may claim, the smaller of the two, and the larger spread of the two."""
+    GPU's own time; the speedup the verdict may claim, the smaller of the two, and the larger noise of the two
+    (latency.paired_speedup: how far each median stands above its 97.5% lower bound)."""
     ours: str                   # the variants paired
     theirs: str
     ours_ms: float

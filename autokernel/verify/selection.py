@@ -56,7 +56,7 @@ class Trial:
     why: str
     timings: int = 1                    # 2 when the first was too noisy to tell the predicted gain (module doc); 0 when
                                         # it did not fit in verify's time limit
-    noise: float | None = None          # of the speedup (the paired repeats' spread, at least NOISE_FLOOR)
+    noise: float | None = None          # of the speedup (latency.paired_speedup's, at least NOISE_FLOOR)
 
     def to_json(self) -> dict:
         return asdict(self)

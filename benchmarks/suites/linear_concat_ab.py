@@ -80,9 +80,9 @@ def measure(name: str, modes: list[str], tiny: bool = False, backend: str = "ind
                     output = call(on)
                 errors[on] = output_error(expected, [t.clone() for t in _tensors(output)])
             off, on = latency.paired(lambda: call(False), lambda: call(True), on_gpu=not tiny, repeats=7)
-            speedup, spread = latency.paired_speedup(on, off)
+            speedup, noise = latency.paired_speedup(on, off)
             row["modes"][mode] = {"off_ms": off.median_ms, "on_ms": on.median_ms, "speedup": speedup,
-                                  "spread": spread, "error_off": errors[False], "error_on": errors[True],
+                                  "noise": noise, "error_off": errors[False], "error_on": errors[True],
                                   "tolerance": tolerance(expected)}
             torch._dynamo.reset()
         unconcat_linears(model)
@@ -106,10 +106,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     info = run_info()
     out = env_out("linear_concat", args.out)
-    print(f"{info.device}, {info.versions()}: speedup = rewrite off / on, median of paired repeats (spread)")
+    print(f"{info.device}, {info.versions()}: speedup = rewrite off / on, median of 7 paired repeats (noise: the "
+          "median over its smallest ratio, the 97.5% bound at 7 pairs)")
     for name in args.only or list(MODELS):
         row = measure(name, args.modes, args.tiny, args.backend)
-        cells = [f"{mode} {m['off_ms']:.3f} -> {m['on_ms']:.3f} ms = {m['speedup']:.3f}x ({m['spread']:.1%}; "
+        cells = [f"{mode} {m['off_ms']:.3f} -> {m['on_ms']:.3f} ms = {m['speedup']:.3f}x ({m['noise']:.1%}; "
                  f"error {m['error_on']:.2g} of {m['tolerance']:g})" for mode, m in row["modes"].items()]
         print(f"{name}: {row['groups']} groups, {row['seconds']} s; " + "; ".join(cells), flush=True)
         if out is not None:

@@ -163,3 +163,22 @@ def test_a_region_that_reads_no_tensor_gets_no_starter():
     arange = RegionNode("n0", "aten.arange.default", [8], {"device": {"device": "cpu"}}, [8], "int64")
     with pytest.raises(StarterError, match="reads no tensor"):
         starter.write(Region(RegionDefinition([], [arange], ["n0"])), "", generated_on="cpu", versions="")
+
+
+def test_a_starter_cache_cut_short_is_not_left_to_be_read_as_whole(tmp_path, monkeypatch):
+    # A later call reads the cache file whenever it exists (jobs.starter_source): a full disk mid-write must leave none.
+    from autokernel.profile.regions import jobs
+
+    real_write = Path.write_text
+
+    def half_then_full_disk(self, text, *args, **kwargs):
+        real_write(self, text[: len(text) // 2])
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(Path, "write_text", half_then_full_disk)
+    cache = tmp_path / "region_x.cpu.starter.py"
+    with pytest.raises(OSError):
+        jobs._write_whole(cache, "KERNEL_TYPE = 'region_x'\n" * 10)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(Path, "write_text", real_write)
+    jobs._write_whole(cache, "whole\n")
+    assert cache.read_text() == "whole\n" and list(tmp_path.iterdir()) == [cache]

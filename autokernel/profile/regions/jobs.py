@@ -14,6 +14,7 @@ in on its own). A GEMM region's file also holds the menu matmul's GEMM with the 
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -54,11 +55,21 @@ def starter_source(name: str, on: torch.device | None = None, *, variants: bool 
         source = _made(name, region, on, variants, judged if judged is not None else tuned and on.type == "cuda",
                        tuned, log)
     try:
-        cache.write_text(source)
+        _write_whole(cache, source)
     except OSError:     # a folder this process may only read: verify's sandboxed child reads the workspace's regions
         _UNSAVED[cache] = source
         log(f"{name}: its starter is kept in this process only ({cache.parent} is not writable here)")
     return source
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """path's text, all of it or none: a write cut short (a full disk) must not leave a cache file read as whole."""
+    partial = path.with_name(path.name + f".{os.getpid()}.tmp")
+    try:
+        partial.write_text(text)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 # Starters whose cache file could not be written, by that file's path, so that a second call makes nothing again. Where
