@@ -54,8 +54,7 @@ def seconds_needed(host_ms: float, on_gpu: bool) -> float:
     calibrating call and a long repeat each side) and, on a GPU, the GPU clock's (a spin, a warm-up and the calls)."""
     calls = gpu_calls(host_ms)
     wall = 2 * latency.PAIRS * (latency.LONG_REPEAT_SECONDS + 2 * host_ms / 1e3)
-    spin_ms = max(latency.MIN_SPIN_MS, 2 * (calls + 1) * host_ms)
-    gpu = 2 * latency.PAIRS * (spin_ms + (calls + 1) * host_ms) / 1e3 if on_gpu else 0.0
+    gpu = 2 * latency.PAIRS * (latency.spin_ms(calls, host_ms) + (calls + 1) * host_ms) / 1e3 if on_gpu else 0.0
     return wall + gpu
 
 

@@ -117,21 +117,27 @@ def paired_speedup(ours: Latency | None, theirs: Latency | None) -> tuple[float,
 
 def noise_words(pairs: int) -> str:
     """What paired_speedup's noise is, for n pairs, in the words a report uses."""
-    if median_lower_bound([1.0] * pairs) is None:
+    if not bound_rank(pairs):
         return f"the spread of {pairs} paired repeats"
     return f"the median pair ratio over its {PAIR_CONFIDENCE:.1%} lower bound, {pairs} pairs"
 
 
 def median_lower_bound(ratios: list[float], confidence: float = PAIR_CONFIDENCE) -> float | None:
     """A lower bound of the median of the distribution the ratios are drawn from, right with at least this
-    confidence whatever that distribution: the k-th smallest ratio, k the largest with P(Binomial(n, 1/2) < k) <=
-    1 - confidence (at most k-1 of n ratios fall at or below the true median only that rarely). A stray repeat moves
-    it by one place at most. None where n is too small for any k (fewer than 6 at 97.5%)."""
-    n, below, k = len(ratios), 0.0, 0
+    confidence whatever that distribution: the bound_rank-th smallest ratio. A stray repeat moves it by one place
+    at most. None where n is too small for any (fewer than 6 at 97.5%)."""
+    k = bound_rank(len(ratios), confidence)
+    return sorted(ratios)[k - 1] if k else None
+
+
+def bound_rank(n: int, confidence: float = PAIR_CONFIDENCE) -> int:
+    """The largest k with P(Binomial(n, 1/2) < k) <= 1 - confidence: at most k-1 of n ratios fall at or below the
+    true median only that rarely (the sign test); 0 where no k is (the 4th of 16 at 97.5%)."""
+    below, k = 0.0, 0
     while k < n and below + math.comb(n, k) / 2 ** n <= 1 - confidence:
         below += math.comb(n, k) / 2 ** n
         k += 1
-    return sorted(ratios)[k - 1] if k else None
+    return k
 
 
 def pair_ratios(ours: Latency | None, theirs: Latency | None) -> list[float]:
@@ -219,7 +225,7 @@ def gpu_busy(fn_a: Callable[[], object], fn_b: Callable[[], object], host_ms: fl
     first, a side would otherwise start its block right after itself in one pair and after the other in the next."""
     # At least MIN_SPIN_MS: a loaded host's scheduler can take a few of its time slices (milliseconds each) from the
     # thread that queues the calls; session 19's ResNet-18 beside 5 verifies, spun 6 ms, read pairs 0.85x to 1.02x
-    cycles = _sleep_cycles_per_ms() * max(MIN_SPIN_MS, 2 * (calls + 1) * host_ms)
+    cycles = _sleep_cycles_per_ms() * spin_ms(calls, host_ms)
     samples: tuple[list[float], list[float]] = ([], [])
     with torch.no_grad(), gpu_to_itself():
         for pair in _pair_orders((fn_a, samples[0]), (fn_b, samples[1]), repeats):
@@ -235,6 +241,11 @@ def gpu_busy(fn_a: Callable[[], object], fn_b: Callable[[], object], host_ms: fl
                 end.synchronize()
                 taken.append(start.elapsed_time(end) / calls)
     return _summary(samples[0]), _summary(samples[1])
+
+
+def spin_ms(calls: int, host_ms: float) -> float:
+    """gpu_busy's spin before each block: twice what the host takes to queue the block and its warm-up call."""
+    return max(MIN_SPIN_MS, 2 * (calls + 1) * host_ms)
 
 
 _CYCLES_PER_MS: list[float] = []
