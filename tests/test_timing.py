@@ -190,3 +190,34 @@ def test_a_call_on_the_wall_clock_is_never_judged_against_an_empty_calls_cpu_tim
     assert timing.proof_problem(checked, empty, own_ms=1.0, on_gpu=False) is None
     assert timing.bracket_overhead_ms(empty, own_ms=1.0, on_gpu=False) == 0.3
     assert timing.bracket_overhead_ms(empty, own_ms=1.0, on_gpu=False, clock=timing.wall_ms) == 2.0
+
+
+def _timing_stage_with(monkeypatch, timings):
+    """timing_stage.trusted_timing over a scripted series of timings (each a list of timed calls)."""
+    import types
+
+    from autokernel.judge import timing_stage
+
+    series = iter(timings)
+    monkeypatch.setattr(timing_stage, "time_candidate", lambda *args: timing_stage.CandidateTiming(
+        next(series), [], EMPTY, 0, 0.0))
+    judge = types.SimpleNamespace(args=types.SimpleNamespace(dtype="float16"))
+    return lambda: timing_stage.trusted_timing(judge, {"M": 4, "N": 8}, None, 0.08)
+
+
+def test_a_timing_a_busy_machine_spoiled_is_timed_again(monkeypatch, capsys):
+    from autokernel.judge import timing_stage
+
+    honest, spoiled = [_call(0.095) for _ in range(50)], [_call(0.095, bracket=0.8) for _ in range(50)]
+    assert _timing_stage_with(monkeypatch, [spoiled, honest])().timed is honest
+    assert f"timing 1 of {timing_stage.TIMING_ATTEMPTS} at M=4,N=8 float16 not trusted" in capsys.readouterr().err
+
+
+def test_work_hidden_from_the_timer_in_every_timing_fails(monkeypatch):
+    from autokernel.judge import timing_stage
+    from autokernel.judge.correctness import CheckFailure
+
+    hiding = [_call(0.0013, bracket=0.08 + 0.095 + 0.02) for _ in range(50)]
+    trusted = _timing_stage_with(monkeypatch, [hiding] * timing_stage.TIMING_ATTEMPTS + [[_call(0.095)] * 50])
+    with pytest.raises(CheckFailure, match=f"left work running.*in each of {timing_stage.TIMING_ATTEMPTS} timings"):
+        trusted()

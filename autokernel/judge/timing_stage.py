@@ -35,6 +35,11 @@ SAMPLED_ELEMENTS = 1024                # checked in a timed call whose whole out
 CHECK_BUDGET_S = {False: 2.0, True: 0.5}   # the judge's time for references of timed calls, about
 PICKER = random.SystemRandom()         # what to check: not predictable from the seed
 EMPTY_CALLS = 10 if ON_GPU else 3      # timed calls of nothing: the cost of the judge's bracket itself
+# A shape whose timings the judge cannot trust is timed again, up to this many timings in all, and fails only when
+# every one shows it. Work a kernel hides from the timer is hidden in each timing; a busy machine is not busy in each.
+# On an H200 shared by four verifies, honest starters showed the device busy 290-990 us per call beyond the events
+# in 5 of 42 judgements, at moments when other jobs compiled, and passed alone (session 25's gate).
+TIMING_ATTEMPTS = 3
 
 
 def timed_call_count(warmup: list[timing.TimedCall], quick: bool) -> int:
@@ -138,6 +143,22 @@ def time_candidate(judge: Judge, shape: dict, clock: timing.Clock, flush_ms: flo
     return CandidateTiming(timed, checked, empty, pad, own_ms)
 
 
+def trusted_timing(judge: Judge, shape: dict, clock: timing.Clock, flush_ms: float | None) -> CandidateTiming:
+    """The kernel's timed calls at one shape, from the first of TIMING_ATTEMPTS timings whose times the judge's
+    checks trust (timing.proof_problem, timing.timing_problem); a CheckFailure when none is trusted. Each timing is
+    a whole one: fresh seeds, its own empty calls and pad, its own checked outputs."""
+    where = f"{registry.format_shape(shape)} {judge.args.dtype}"
+    for attempt in range(1, TIMING_ATTEMPTS + 1):
+        candidate = time_candidate(judge, shape, clock, flush_ms)
+        pad_ms = padded_flush_ms(clock, candidate.pad) - flush_ms if candidate.pad else 0.0
+        problem = (timing.proof_problem(candidate.checked, candidate.empty, candidate.own_overhead_ms, ON_GPU)
+                   or timing.timing_problem(candidate.timed, candidate.empty, flush_ms, pad_ms))
+        if problem is None:
+            return candidate
+        print(f"timing {attempt} of {TIMING_ATTEMPTS} at {where} not trusted: {problem}", file=sys.stderr)
+    raise CheckFailure(f"{where}: {problem} (in each of {TIMING_ATTEMPTS} timings)")
+
+
 def time_reference(judge: Judge, fn, shape: dict, count: int, clock: timing.Clock,
                    flush_ms: float | None) -> tuple[float, float]:
     """Median ms of fn (PyTorch's) in this process, timed exactly as the kernel is (fresh inputs each
@@ -192,14 +213,8 @@ def time_kernel(judge: Judge) -> dict:
     compiled_ref = torch.compile(kt.pytorch) if judge.args.compare_compile else None
     rows, peak_mb = [], None
     for shape in judge.timing_shapes():
-        candidate = time_candidate(judge, shape, clock, flush_ms)
-        calls, pad = candidate.timed, candidate.pad
-        where = f"{registry.format_shape(shape)} {judge.args.dtype}"
-        problem = (timing.proof_problem(candidate.checked, candidate.empty, candidate.own_overhead_ms, ON_GPU)
-                   or timing.timing_problem(calls, candidate.empty, flush_ms,
-                                            padded_flush_ms(clock, pad) - flush_ms if pad else 0.0))
-        if problem:
-            raise CheckFailure(f"{where}: {problem}")
+        candidate = trusted_timing(judge, shape, clock, flush_ms)
+        calls, where = candidate.timed, f"{registry.format_shape(shape)} {judge.args.dtype}"
         ours = statistics.median(c.record["kernel_ms"] for c in calls)
         problem = timing.speed_of_light_problem(kt, shape, judge.dtype, ours, gpu)
         if problem:
