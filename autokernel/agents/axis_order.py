@@ -5,12 +5,17 @@ Each tunable is classified by its name, by the first pattern of AXIS_KINDS its w
 latest passing result (bench.py's `limits`, autokernel/judge/limits.py) says the kernel is memory-bound
 at the shape where most of its time goes, the kinds that change how memory is moved come first;
 when it is compute-bound, the pipeline depth and the warps come first, then the tiles (see KIND_ORDER). Within
-a kind, and without a bound (no passing result yet, or the CPU interpreter, which has none), the
-order is the kernel's declaration order.
+a kind, and without a bound (no passing result yet, or the CPU interpreter, which has none) after the whole
+plans, the order is the kernel's declaration order.
 
-A GEMM starter's plans (the GEMM engine's tile-and-pipeline plans, "gate_up" and warp specialization:
-kind "plan") come first for either bound: each moves tiles, warps and stages together to a plan that
-fits the GPU, where a single tile side moved alone fell off a cliff (spills, shared memory) on an H100.
+Whole plans (kind "plan") come first, for either bound and without one: a GEMM starter's (the GEMM engine's
+tile-and-pipeline plans, "gate_up" and warp specialization), each of which moves tiles, warps and stages together
+to a plan that fits the GPU, where a single tile side moved alone fell off a cliff (spills, shared memory) on an
+H100; and a region starter's `variant`, its ways of running the whole region (Inductor's code, Inductor's other
+ways with a reduction, the GEMM engine with the region's epilogue), whose knobs only matter once the way is
+chosen. A 3-minute loop on gemm_relu_rowmax (float32, H200, session 25) started from Inductor's code untuned
+(5.2 ms: a quarter of 3 minutes pays for no autotuned starter, autotune_budget.py, and an untuned starter's
+variants are not judged) and turned its stages for the whole budget; the engine variant runs the region in 0.4 ms.
 
 A kernel whose tunables come in shape buckets (kernels/matmul.py: large_BLOCK_M, mid_BLOCK_M,
 small_BLOCK_M...) and whose starter plans each shape (its public `plan(...)` returns an object
@@ -39,7 +44,7 @@ log = logging.getLogger(__name__)
 
 # (kind, pattern): the first pattern a tunable's whole name matches gives its kind.
 AXIS_KINDS: list[tuple[str, str]] = [
-    ("plan", r"\w*PLAN|GATE_UP|\w*WARP_SPECIALIZE"),                       # the GEMM engine's whole plans
+    ("plan", r"\w*PLAN|GATE_UP|\w*WARP_SPECIALIZE|VARIANT"),               # whole plans: the GEMM engine's, a region's way
     ("vectorisation", r".*(ELEMS_PER_THREAD|VEC\w*)"),                     # elements per thread per access
     ("contiguous block", r"MAX_BLOCK_\w+|\w*BLOCK_(V|R|INNER|D)|\w*TILE_ELEMS|\w*MEAN_BLOCK|EPILOGUE_BLOCK_\w+"),
     ("warps", r"\w*WARPS"),                                                 # num_warps, MAX_NUM_WARPS, large_warps
@@ -95,8 +100,9 @@ def axis_order(names: list[str], bound: str | None, used_buckets: list[str] | No
                declared_buckets: dict[str, list[str]] | None = None) -> list[str]:
     """The tunables in the order to walk them: by kind for the bound, other buckets' tunables last."""
     idle = set(idle_bucket_axes(names, used_buckets or [], declared_buckets))
-    ranks = {kind: i for i, kind in enumerate(KIND_ORDER[bound])} if bound else {}
-    return sorted(names, key=lambda name: (name in idle, ranks.get(kind_of(name), 0), names.index(name)))
+    order = KIND_ORDER[bound] if bound else ["plan"]
+    ranks = {kind: i for i, kind in enumerate(order)}
+    return sorted(names, key=lambda name: (name in idle, ranks.get(kind_of(name), len(order)), names.index(name)))
 
 
 def bucket_families(names: list[str]) -> list[list[str]]:

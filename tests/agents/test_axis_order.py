@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
     ("num_stages", "stages"), ("mid_stages", "stages"), ("split_k_max", "split-K"), ("GROUP_M", "swizzle"),
     ("fp32_highest", "other"), ("large_min_seq", "other"), ("HEADS_PER_PROGRAM", "other"),
     ("plan", "plan"), ("engine_plan", "plan"), ("gate_up_plan", "plan"), ("gate_up", "plan"),
-    ("warp_specialize", "plan"), ("engine_split_k", "split-K"), ("engine_16bit", "other"),
+    ("warp_specialize", "plan"), ("variant", "plan"), ("engine_split_k", "split-K"), ("engine_16bit", "other"),
 ])
 def test_each_tunable_is_classified_by_its_name(name, kind):
     assert axis_order.kind_of(name) == kind

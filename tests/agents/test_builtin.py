@@ -354,3 +354,34 @@ def test_a_resumed_run_proposes_again_what_was_in_flight_when_it_was_killed():
     resumed = BuiltinAgent()
     resumed.load_state(json.loads(json.dumps(agent.state_dict())))
     assert resumed.propose(ctx).kernel_source == lost.kernel_source, "never judged, so it is tried again"
+
+
+# A GEMM region's starter as extract writes it on a GPU when the run's budget paid for no autotuning (session 25:
+# gemm_relu_rowmax, float32): Inductor's GEMM template at its first config, its reduction, and the GEMM engine with
+# the region's epilogue, chosen between by `variant`.
+REGION = '''"""A GEMM region's starter: two ways of running it."""
+KERNEL_TYPE = "softmax"
+TUNABLES = {"k0_BLOCK_M": 32, "k0_num_warps": 2, "k0_num_stages": 1, "k1_R0_BLOCK": 2048, "gemm_BLOCK_M": 128,
+            "gemm_num_stages": 3, "gemm_precision": "tf32x3", "variant": "inductor"}
+TUNABLE_CHOICES = {"k0_BLOCK_M": [16, 32, 64], "k0_num_warps": [1, 2, 4], "k0_num_stages": [1, 2, 3],
+                   "k1_R0_BLOCK": [1024, 2048], "gemm_BLOCK_M": [64, 128], "gemm_num_stages": [2, 3, 4],
+                   "gemm_precision": ["ieee", "tf32x3"], "variant": ["inductor", "engine"]}
+
+
+def kernel_fn(x):
+    return x
+'''
+
+
+@pytest.mark.parametrize("bound", [None, "compute", "memory"])
+def test_a_regions_other_way_of_running_is_measured_before_any_knob(bound):
+    # On the H200 the untuned Inductor code took 5.2 ms and the engine 0.4: a loop that turned Inductor's stages
+    # first spent its 3 minutes there and never measured the engine.
+    def bench(config):
+        latency_us = (400.0 if config["variant"] == "engine" else 5200.0) / (1.0 + 0.01 * config["k0_num_stages"])
+        return BenchResult("PASS", throughput=1e6 / latency_us, throughput_unit="GB/s", latency_us=latency_us,
+                           limits={"bound": bound} if bound else None)
+
+    proposals, kept, _ = run_loop(bench, source=REGION)
+    assert proposals[0].description == 'variant "inductor" -> "engine"'
+    assert read_tunables(kept)[0]["variant"] == "engine"
