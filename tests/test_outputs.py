@@ -42,3 +42,31 @@ def test_a_float32_output_under_tf32_is_held_to_float16s_bar():
         assert tolerance(torch.zeros(2)) == 1e-4
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+class _OnCuda:
+    """A float32 output tensor's dtype and device as a GPU run has them (no GPU here to make one)."""
+    dtype, device = torch.float32, torch.device("cuda")
+
+    def is_floating_point(self):
+        return True
+
+
+def test_a_float32_model_with_convolutions_on_a_gpu_is_held_to_tf32s_bar(monkeypatch):
+    from autokernel.routing import outputs
+
+    convnet = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+    mlp = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU())
+    assert outputs.has_convolutions(convnet) and not outputs.has_convolutions(mlp)
+    # On a CPU no cuDNN runs the convolutions: float32's own bar.
+    assert tolerance(torch.zeros(2), convnet) == 1e-4
+    monkeypatch.setattr(outputs, "tensors_of", lambda output: [_OnCuda()])
+    before = torch.backends.cudnn.conv.fp32_precision
+    try:
+        torch.backends.cudnn.conv.fp32_precision = "tf32"        # PyTorch's default
+        assert tolerance(object(), convnet) == 1e-2
+        assert tolerance(object(), mlp) == 1e-4 and tolerance(object()) == 1e-4
+        torch.backends.cudnn.conv.fp32_precision = "ieee"        # a user who turned TF32 off for convolutions
+        assert tolerance(object(), convnet) == 1e-4
+    finally:
+        torch.backends.cudnn.conv.fp32_precision = before

@@ -45,13 +45,25 @@ def pytorch_fp32_matmul_uses_tf32() -> bool:
         return (torch.backends.fp32_precision if setting == "none" else setting) == "tf32"
 
 
-def model_tolerance_of(dtype: torch.dtype) -> float:
+def pytorch_fp32_conv_uses_tf32() -> bool:
+    """Whether cuDNN's float32 convolutions may use TF32 now: PyTorch's default (torch.backends.cudnn.allow_tf32, or
+    torch.backends.cudnn.conv.fp32_precision "tf32"). Reading allow_tf32 raises once the per-operator API set conv
+    and RNN apart; then ask the convolutions' own setting ("none": cuDNN's)."""
+    try:
+        return bool(torch.backends.cudnn.allow_tf32)
+    except RuntimeError:
+        setting = torch.backends.cudnn.conv.fp32_precision
+        return (torch.backends.cudnn.fp32_precision if setting == "none" else setting) == "tf32"
+
+
+def model_tolerance_of(dtype: torch.dtype, cudnn_convolutions: bool = False) -> float:
     """The error bar of a whole model output of this dtype, as PyTorch itself computes it now.
 
-    Under TF32 (torch.set_float32_matmul_precision("high")), PyTorch's own float32 matmuls keep 10
-    mantissa bits, as float16 does: a float32 model output then carries a float16-sized error, and
-    is held to float16's bar.
+    Under TF32, PyTorch's own float32 matmuls (torch.set_float32_matmul_precision("high")) or cuDNN's float32
+    convolutions (on by default) keep 10 mantissa bits, as float16 does: a float32 model output then carries a
+    float16-sized error, and is held to float16's bar. cudnn_convolutions: the model runs convolutions on cuDNN.
     """
-    if dtype == torch.float32 and pytorch_fp32_matmul_uses_tf32():
+    if dtype == torch.float32 and (pytorch_fp32_matmul_uses_tf32()
+                                   or cudnn_convolutions and pytorch_fp32_conv_uses_tf32()):
         return TOLERANCES[torch.float16]
     return tolerance_of(dtype)

@@ -270,7 +270,7 @@ def fold_batch_norms(model: nn.Module, inputs, bypassed: Callable[[], bool] = la
         folding = BatchNormFolding(folds, rejected, bypassed)
         setattr(model, FOLDING_ATTRIBUTE, folding)
         if folds:
-            error, allowed = output_error(expected, model(*inputs)), tolerance(expected)
+            error, allowed = output_error(expected, model(*inputs)), tolerance(expected, model)
             if not error <= allowed:
                 unfold_batch_norms(model)
                 why = f"the folded forward differs from the model's by {error:.3g} (tolerance {allowed:g})"

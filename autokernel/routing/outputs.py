@@ -16,16 +16,28 @@ from autokernel.core.dtypes import model_tolerance_of
 
 CHUNK = 1 << 20          # elements compared at once
 ERROR_DEFINITION = ("max over output tensors of max|ours - original| / max|original|, "
-                    "against the output dtype's tolerance (float16 1e-2, bfloat16 2e-2, float32 1e-4)")
+                    "against the output dtype's tolerance (float16 1e-2, bfloat16 2e-2, float32 1e-4; float32 "
+                    "under TF32, in PyTorch's own matmuls or cuDNN's convolutions, float16's)")
 
 
-def tolerance(output) -> float:
+def tolerance(output, model: torch.nn.Module | None = None) -> float:
     """The error bar for a model output: by the dtype of its first float tensor (float32's for other dtypes).
 
-    A float32 output under TF32 gets float16's bar (dtypes.model_tolerance_of).
+    A float32 output under TF32 gets float16's bar (dtypes.model_tolerance_of): PyTorch's float32 matmuls where
+    their precision says so, and, for a model with convolution layers run on a GPU, cuDNN's float32 convolutions,
+    which use TF32 by default. So PyTorch's own path already carries that error: held to 1e-4 against it, a
+    float32 convolution region on the tensor cores (2.9e-4 off, problems conv2d_standard and conv2d_bn_relu on an
+    H200, session 25) was dropped for differing from PyTorch's TF32 result by less than TF32 itself does.
     """
-    dtype = next((t.dtype for t in tensors_of(output) if t.is_floating_point()), torch.float32)
-    return model_tolerance_of(dtype)
+    floats = [t for t in tensors_of(output) if t.is_floating_point()]
+    dtype = floats[0].dtype if floats else torch.float32
+    cudnn = bool(floats) and floats[0].device.type == "cuda" and model is not None and has_convolutions(model)
+    return model_tolerance_of(dtype, cudnn_convolutions=cudnn)
+
+
+def has_convolutions(model: torch.nn.Module) -> bool:
+    """Whether the model has a convolution layer (nn.Conv1d/2d/3d and their transposes): on a GPU, cuDNN runs them."""
+    return any(isinstance(module, torch.nn.modules.conv._ConvNd) for module in model.modules())
 
 
 def output_error(expected, actual) -> float:
