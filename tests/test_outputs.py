@@ -44,29 +44,34 @@ def test_a_float32_output_under_tf32_is_held_to_float16s_bar():
         torch.set_float32_matmul_precision(before)
 
 
-class _OnCuda:
-    """A float32 output tensor's dtype and device as a GPU run has them (no GPU here to make one)."""
-    dtype, device = torch.float32, torch.device("cuda")
+def test_a_float32_output_is_held_to_4x_pytorchs_own_tf32_error_up_to_float16s_bar():
+    assert tolerance(torch.zeros(2)) == 1e-4
+    assert tolerance(torch.zeros(2), own_error=1e-5) == 1e-4                 # float32's own bar is the floor
+    assert tolerance(torch.zeros(2), own_error=3e-4) == pytest.approx(1.2e-3)
+    assert tolerance(torch.zeros(2), own_error=0.5) == 1e-2                  # never looser than float16's
 
-    def is_floating_point(self):
-        return True
+
+class _ByConvolutionPrecision(torch.nn.Module):
+    """Stands for a float32 convolution net on a GPU: its output moves by 3e-4 when cuDNN's convolutions use TF32."""
+
+    def forward(self, x):
+        return x * (1 + 3e-4 if torch.backends.cudnn.conv.fp32_precision == "tf32" else 1.0)
 
 
-def test_a_float32_model_with_convolutions_on_a_gpu_is_held_to_tf32s_bar(monkeypatch):
+def test_pytorchs_own_tf32_convolution_error_is_measured_against_exact_convolutions(monkeypatch):
     from autokernel.routing import outputs
 
-    convnet = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
-    mlp = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU())
-    assert outputs.has_convolutions(convnet) and not outputs.has_convolutions(mlp)
-    # On a CPU no cuDNN runs the convolutions: float32's own bar.
-    assert tolerance(torch.zeros(2), convnet) == 1e-4
-    monkeypatch.setattr(outputs, "tensors_of", lambda output: [_OnCuda()])
+    model, x = _ByConvolutionPrecision(), torch.ones(4)
     before = torch.backends.cudnn.conv.fp32_precision
     try:
-        torch.backends.cudnn.conv.fp32_precision = "tf32"        # PyTorch's default
-        assert tolerance(object(), convnet) == 1e-2
-        assert tolerance(object(), mlp) == 1e-4 and tolerance(object()) == 1e-4
-        torch.backends.cudnn.conv.fp32_precision = "ieee"        # a user who turned TF32 off for convolutions
-        assert tolerance(object(), convnet) == 1e-4
+        torch.backends.cudnn.conv.fp32_precision = "tf32"         # PyTorch's default
+        as_pytorch_ran_it = model(x)
+        assert outputs.tf32_convolution_error(model, (x,), as_pytorch_ran_it) == 0.0     # on a CPU: none made
+        monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda")))
+        error = outputs.tf32_convolution_error(model, (x,), as_pytorch_ran_it)
+        monkeypatch.undo()
+        assert error == pytest.approx(3e-4, rel=1e-3)
+        assert torch.backends.cudnn.conv.fp32_precision == "tf32"   # the user's setting, as it was
+        assert torch.backends.cudnn.allow_tf32 is True
     finally:
         torch.backends.cudnn.conv.fp32_precision = before

@@ -199,8 +199,14 @@ def _timing_stage_with(monkeypatch, timings):
     from autokernel.judge import timing_stage
 
     series = iter(timings)
-    monkeypatch.setattr(timing_stage, "time_candidate", lambda *args: timing_stage.CandidateTiming(
-        next(series), [], EMPTY, 0, 0.0))
+
+    def time_candidate(*args):
+        calls = next(series)
+        if isinstance(calls, Exception):
+            raise calls
+        return timing_stage.CandidateTiming(calls, [], EMPTY, 0, 0.0)
+    monkeypatch.setattr(timing_stage, "time_candidate", time_candidate)
+    monkeypatch.setattr(timing_stage, "RETRY_PAUSE_S", 0.0)
     judge = types.SimpleNamespace(args=types.SimpleNamespace(dtype="float16"))
     return lambda: timing_stage.trusted_timing(judge, {"M": 4, "N": 8}, None, 0.08)
 
@@ -220,4 +226,24 @@ def test_work_hidden_from_the_timer_in_every_timing_fails(monkeypatch):
     hiding = [_call(0.0013, bracket=0.08 + 0.095 + 0.02) for _ in range(50)]
     trusted = _timing_stage_with(monkeypatch, [hiding] * timing_stage.TIMING_ATTEMPTS + [[_call(0.095)] * 50])
     with pytest.raises(CheckFailure, match=f"left work running.*in each of {timing_stage.TIMING_ATTEMPTS} timings"):
+        trusted()
+
+
+def test_a_wrong_result_in_a_timing_is_never_timed_again(monkeypatch):
+    from autokernel.judge.correctness import CheckFailure
+
+    honest = [_call(0.095) for _ in range(50)]
+    trusted = _timing_stage_with(monkeypatch, [CheckFailure("timed call 3 of 50 returned a wrong result"), honest])
+    with pytest.raises(CheckFailure, match="wrong result"):
+        trusted()
+
+
+def test_no_timing_starts_once_the_attempts_took_their_time(monkeypatch):
+    from autokernel.judge import timing_stage
+    from autokernel.judge.correctness import CheckFailure
+
+    hiding = [_call(0.0013, bracket=0.08 + 0.095 + 0.02) for _ in range(50)]
+    trusted = _timing_stage_with(monkeypatch, [hiding, [_call(0.095)] * 50])
+    monkeypatch.setattr(timing_stage, "RETRY_WITHIN_S", 0.0)
+    with pytest.raises(CheckFailure, match="in its only timing"):
         trusted()

@@ -38,8 +38,12 @@ EMPTY_CALLS = 10 if ON_GPU else 3      # timed calls of nothing: the cost of the
 # A shape whose timings the judge cannot trust is timed again, up to this many timings in all, and fails only when
 # every one shows it. Work a kernel hides from the timer is hidden in each timing; a busy machine is not busy in each.
 # On an H200 shared by four verifies, honest starters showed the device busy 290-990 us per call beyond the events
-# in 5 of 42 judgements, at moments when other jobs compiled, and passed alone (session 25's gate).
+# in 5 of 42 judgements, at moments when other jobs compiled, and passed alone (session 25's gate). A pause before
+# each new timing lets a burst of other work pass; no new timing starts once the attempts so far took
+# RETRY_WITHIN_S, so that a slow kernel's retries cannot run the stage past its limit (a TIMEOUT, not the FAIL).
 TIMING_ATTEMPTS = 3
+RETRY_PAUSE_S = 2.0 if ON_GPU else 0.5
+RETRY_WITHIN_S = 60.0
 
 
 def timed_call_count(warmup: list[timing.TimedCall], quick: bool) -> int:
@@ -148,15 +152,22 @@ def trusted_timing(judge: Judge, shape: dict, clock: timing.Clock, flush_ms: flo
     checks trust (timing.proof_problem, timing.timing_problem); a CheckFailure when none is trusted. Each timing is
     a whole one: fresh seeds, its own empty calls and pad, its own checked outputs."""
     where = f"{registry.format_shape(shape)} {judge.args.dtype}"
-    for attempt in range(1, TIMING_ATTEMPTS + 1):
+    problems: list[str] = []
+    started = time.monotonic()
+    while len(problems) < TIMING_ATTEMPTS and (not problems or time.monotonic() - started < RETRY_WITHIN_S):
+        if problems:
+            time.sleep(RETRY_PAUSE_S)
+        # A wrong result raises CheckFailure from here at once: only an untrusted clock is timed again.
         candidate = time_candidate(judge, shape, clock, flush_ms)
         pad_ms = padded_flush_ms(clock, candidate.pad) - flush_ms if candidate.pad else 0.0
         problem = (timing.proof_problem(candidate.checked, candidate.empty, candidate.own_overhead_ms, ON_GPU)
                    or timing.timing_problem(candidate.timed, candidate.empty, flush_ms, pad_ms))
         if problem is None:
             return candidate
-        print(f"timing {attempt} of {TIMING_ATTEMPTS} at {where} not trusted: {problem}", file=sys.stderr)
-    raise CheckFailure(f"{where}: {problem} (in each of {TIMING_ATTEMPTS} timings)")
+        problems.append(problem)
+        print(f"timing {len(problems)} of {TIMING_ATTEMPTS} at {where} not trusted: {problem}", file=sys.stderr)
+    seen = f"in each of {len(problems)} timings" if len(problems) > 1 else "in its only timing, which took its time"
+    raise CheckFailure(f"{where}: {'; '.join(dict.fromkeys(problems))} ({seen})")
 
 
 def time_reference(judge: Judge, fn, shape: dict, count: int, clock: timing.Clock,

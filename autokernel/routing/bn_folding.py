@@ -48,7 +48,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from autokernel.core import patching
 from autokernel.routing.norm_folding import find_folds
-from autokernel.routing.outputs import detached_copy, output_error, tolerance
+from autokernel.routing.outputs import detached_copy, output_error, tf32_convolution_error, tolerance
 
 FOLDING_ATTRIBUTE = "_autokernel_bn_folding"
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -267,10 +267,11 @@ def fold_batch_norms(model: nn.Module, inputs, bypassed: Callable[[], bool] = la
             rejected[fold.norm_path] = (f"{fold.layer_path}: its forward is patched on the module (autokernel.plug_in "
                                         "before the fold?): fold first, then plug in")
         expected = detached_copy(output)          # the next forward may reuse the output's memory
+        own_error = tf32_convolution_error(model, inputs, expected) if folds else 0.0     # still unfolded here
         folding = BatchNormFolding(folds, rejected, bypassed)
         setattr(model, FOLDING_ATTRIBUTE, folding)
         if folds:
-            error, allowed = output_error(expected, model(*inputs)), tolerance(expected, model)
+            error, allowed = output_error(expected, model(*inputs)), tolerance(expected, own_error)
             if not error <= allowed:
                 unfold_batch_norms(model)
                 why = f"the folded forward differs from the model's by {error:.3g} (tolerance {allowed:g})"

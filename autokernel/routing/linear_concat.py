@@ -291,7 +291,7 @@ def _check(model: nn.Module, inputs: tuple, expected) -> str:
         actual = model(*inputs)
     except Exception as exc:          # code after a projection that needs its output contiguous (a .view over it)
         return f"the fused forward raises {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
-    error, allowed = output_error(expected, actual), tolerance(expected, model)
+    error, allowed = output_error(expected, actual), tolerance(expected)
     if error <= allowed:
         return ""
     return f"the fused forward differs from the model's by {error:.3g} (tolerance {allowed:g})"

@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 
 from autokernel.routing.decisions import ALL, MEASURED
-from autokernel.routing.outputs import detached_copy, output_error, tolerance
+from autokernel.routing.outputs import detached_copy, output_error, tf32_convolution_error, tolerance
 from autokernel.routing.plugin import router_of
 from autokernel.routing.router import Router
 from autokernel.verify import deadline, head_to_head, headroom, rewrites, route_table, selection, variants
@@ -134,7 +134,7 @@ def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, com
     profiled: dict = {}          # torch.compile's forward, profiled where it was built and timed (_headroom)
     with torch.no_grad():
         expected = detached_copy(model(*inputs))
-        allowed = tolerance(expected, model)
+        allowed = tolerance(expected, tf32_convolution_error(model, inputs, expected))
         for variant in (v for v in names if not VARIANTS[v][1]):
             log(f"timing {VARIANTS[variant][0]}")
             results[variant] = variants.run(variant, model, inputs, expected, on_gpu, backend, after_timing=(
