@@ -247,3 +247,16 @@ def test_no_timing_starts_once_the_attempts_took_their_time(monkeypatch):
     monkeypatch.setattr(timing_stage, "RETRY_WITHIN_S", 0.0)
     with pytest.raises(CheckFailure, match="in its only timing"):
         trusted()
+
+
+def test_the_timing_kept_says_how_many_were_not_trusted_before_it(monkeypatch):
+    from autokernel.profile.regions import pick
+
+    honest, spoiled = [_call(0.095) for _ in range(50)], [_call(0.095, bracket=0.8) for _ in range(50)]
+    kept = _timing_stage_with(monkeypatch, [spoiled, spoiled, honest])()
+    assert len(kept.untrusted_before) == 2 and "left work running" in kept.untrusted_before[0]
+    # The region pick's line in verify's output shows it, so a gate's log says where a busy machine cost a timing.
+    verdict = pick.Verdict("engine", "PASS", 394.8, retimed=pick._retimed([{"untrusted_timings": 2}]))
+    assert verdict.show() == "engine PASS 394.8 us (timed again 2x: a busy machine)"
+    assert pick.Verdict("engine", "PASS", 394.8, retimed=pick._retimed([{"timed_calls": 20}])).show() == \
+        "engine PASS 394.8 us"

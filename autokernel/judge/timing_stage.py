@@ -16,7 +16,7 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -81,12 +81,14 @@ def own_overhead_ms(judge: Judge, case: dict, clock: timing.Clock, padded_ms: fl
 @dataclass
 class CandidateTiming:
     """The timed calls of one shape, the calls the judge checked (the timed ones and the one after them), the empty
-    calls, the pad the calls were given (GPU sleep cycles) and the judge's own measure of the bracket's cost."""
+    calls, the pad the calls were given (GPU sleep cycles) and the judge's own measure of the bracket's cost; and
+    why the timings of the shape taken before this one were not trusted (trusted_timing)."""
     timed: list[timing.TimedCall]
     checked: list[timing.TimedCall]
     empty: list[timing.TimedCall]
     pad: int
     own_overhead_ms: float
+    untrusted_before: list[str] = field(default_factory=list)
 
 
 def time_candidate(judge: Judge, shape: dict, clock: timing.Clock, flush_ms: float | None) -> CandidateTiming:
@@ -163,6 +165,7 @@ def trusted_timing(judge: Judge, shape: dict, clock: timing.Clock, flush_ms: flo
         problem = (timing.proof_problem(candidate.checked, candidate.empty, candidate.own_overhead_ms, ON_GPU)
                    or timing.timing_problem(candidate.timed, candidate.empty, flush_ms, pad_ms))
         if problem is None:
+            candidate.untrusted_before = problems
             return candidate
         problems.append(problem)
         print(f"timing {len(problems)} of {TIMING_ATTEMPTS} at {where} not trusted: {problem}", file=sys.stderr)
@@ -242,7 +245,7 @@ def time_kernel(judge: Judge) -> dict:
                      "call_latency_us": statistics.median(timing.call_ms(c.record) for c in calls) * 1e3,
                      "pytorch_call_latency_us": eager_call * 1e3,
                      "guard_us": statistics.median(c.record.get("guard_ms", 0.0) for c in calls) * 1e3,
-                     "timed_calls": len(calls)})
+                     "timed_calls": len(calls), "untrusted_timings": len(candidate.untrusted_before)})
     ours_us = sum(row["latency_us"] for row in rows)
     eager_us = sum(row["pytorch_latency_us"] for row in rows)
     compile_us = sum(row["compile_latency_us"] for row in rows) if all(row["compile_latency_us"] for row in rows) \

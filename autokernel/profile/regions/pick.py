@@ -33,10 +33,16 @@ class Verdict:
     correctness: str
     latency_us: float | None
     message: str = ""
+    retimed: int = 0        # timings the judge did not trust before the one it kept (judge/timing_stage.py)
 
     def show(self) -> str:
         time = f"{self.latency_us:.1f} us" if self.latency_us else "no time"
-        return f"{self.variant} {self.correctness} {time}" + (f" ({self.message[:120]})" if self.message else "")
+        again = f" (timed again {self.retimed}x: a busy machine)" if self.retimed else ""
+        return f"{self.variant} {self.correctness} {time}{again}" + (f" ({self.message[:120]})" if self.message else "")
+
+
+def _retimed(timings: list[dict] | None) -> int:
+    return sum(int(row.get("untrusted_timings", 0)) for row in timings or [])
 
 
 Judge = Callable[[Path, Region], Verdict]
@@ -62,7 +68,7 @@ def judge_with_bench(path: Path, region: Region) -> Verdict:
                                       readable=[path.parent])
         except runner.SandboxError:
             return _judge_in_this_sandbox(path, region)
-    return Verdict("", result.correctness, result.latency_us, result.message or "")
+    return Verdict("", result.correctness, result.latency_us, result.message or "", _retimed(result.timings))
 
 
 def _judge_in_this_sandbox(path: Path, region: Region) -> Verdict:
@@ -82,7 +88,8 @@ def _judge_in_this_sandbox(path: Path, region: Region) -> Verdict:
         result = json.loads(out.read_text())
     except (OSError, ValueError):
         return Verdict("", "CRASH", None, (child.stderr or child.stdout).strip()[-300:])
-    return Verdict("", str(result.get("correctness")), result.get("latency_us"), result.get("message") or "")
+    return Verdict("", str(result.get("correctness")), result.get("latency_us"), result.get("message") or "",
+                   _retimed(result.get("timings")))
 
 
 @contextlib.contextmanager
