@@ -35,6 +35,10 @@ class Judge:
         self.seed = args.seed
         self.case_index = 0
 
+    def where(self, shape) -> str:
+        """A timing shape as a failure message names it: "M=4,N=8 float16"."""
+        return f"{registry.format_shape(shape)} {self.args.dtype}"
+
     def next_case(self, shape, dtype, adversarial=None) -> dict:
         self.case_index += 1
         return {"shape": shape, "dtype": dtype_name(dtype), "seed": self.seed + self.case_index,
@@ -110,7 +114,7 @@ def stage_determinism(judge: Judge) -> int:
     expected, oracle, allowance = reference_outputs(judge.kt, case_inputs(judge.kt, case, judge.device),
                                                     judge.dtype)
     outputs = judge.worker.call(case, repeat=3, parts=len(output_parts(expected)), output_bytes=output_limit(expected))
-    where = f"{registry.format_shape(shape)} {judge.args.dtype}"
+    where = judge.where(shape)
     for i, output in enumerate(outputs[1:], start=2):
         for first, again in zip(outputs[0], output):
             if same_bits(first, again):

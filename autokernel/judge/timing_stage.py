@@ -140,7 +140,7 @@ def time_candidate(judge: Judge, shape: dict, clock: timing.Clock, flush_ms: flo
                                 allowance=allowance)
         except CheckFailure as failure:
             raise CheckFailure(
-                f"{registry.format_shape(shape)} {judge.args.dtype}: {which} returned a wrong result ({failure}). "
+                f"{judge.where(shape)}: {which} returned a wrong result ({failure}). "
                 "Every timed call gets fresh inputs written into the same tensors, and this kernel passed the "
                 "same checks before timing: it changes behaviour with the call count, the call stack or the "
                 "timing phase (a stale or cached output, for example one keyed by the input's address)") from None
@@ -153,7 +153,7 @@ def trusted_timing(judge: Judge, shape: dict, clock: timing.Clock, flush_ms: flo
     """The kernel's timed calls at one shape, from the first of TIMING_ATTEMPTS timings whose times the judge's
     checks trust (timing.proof_problem, timing.timing_problem); a CheckFailure when none is trusted. Each timing is
     a whole one: fresh seeds, its own empty calls and pad, its own checked outputs."""
-    where = f"{registry.format_shape(shape)} {judge.args.dtype}"
+    where = judge.where(shape)
     problems: list[str] = []
     started = time.monotonic()
     while len(problems) < TIMING_ATTEMPTS and (not problems or time.monotonic() - started < RETRY_WITHIN_S):
@@ -169,8 +169,7 @@ def trusted_timing(judge: Judge, shape: dict, clock: timing.Clock, flush_ms: flo
             return candidate
         problems.append(problem)
         print(f"timing {len(problems)} of {TIMING_ATTEMPTS} at {where} not trusted: {problem}", file=sys.stderr)
-    seen = f"in each of {len(problems)} timings" if len(problems) > 1 else "in its only timing, which took its time"
-    raise CheckFailure(f"{where}: {'; '.join(dict.fromkeys(problems))} ({seen})")
+    raise CheckFailure(f"{where}: {'; '.join(dict.fromkeys(problems))} (in each of {len(problems)} timing(s))")
 
 
 def time_reference(judge: Judge, fn, shape: dict, count: int, clock: timing.Clock,
@@ -228,7 +227,7 @@ def time_kernel(judge: Judge) -> dict:
     rows, peak_mb = [], None
     for shape in judge.timing_shapes():
         candidate = trusted_timing(judge, shape, clock, flush_ms)
-        calls, where = candidate.timed, f"{registry.format_shape(shape)} {judge.args.dtype}"
+        calls, where = candidate.timed, judge.where(shape)
         ours = statistics.median(c.record["kernel_ms"] for c in calls)
         problem = timing.speed_of_light_problem(kt, shape, judge.dtype, ours, gpu)
         if problem:

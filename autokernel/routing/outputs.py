@@ -18,7 +18,8 @@ from autokernel.core.dtypes import LIBRARY_ERROR_FACTOR, TOLERANCES, model_toler
 CHUNK = 1 << 20          # elements compared at once
 ERROR_DEFINITION = ("max over output tensors of max|ours - original| / max|original|, "
                     "against the output dtype's tolerance (float16 1e-2, bfloat16 2e-2, float32 1e-4; float32 "
-                    "under TF32 float16's, and never under 4x PyTorch's own error from cuDNN's TF32 convolutions)")
+                    f"under TF32 float16's, and never under {LIBRARY_ERROR_FACTOR:g}x PyTorch's own error from cuDNN's "
+                    "TF32 convolutions)")
 
 
 def tolerance(output, own_error: float = 0.0) -> float:
