@@ -24,7 +24,7 @@ NEW = {"gelu", "tanh_gelu_in_ops", "mish", "softsign_in_ops", "swish_scaled", "l
        "multihead_attention", "vit_block", "matrix_vector"}
 MENU_ONLY = {"matrix_vector"}      # a lone GEMM: the menu's matmul (a matrix-vector product is one)
 # Issue 34's convolutions and pooling, "not planned" before: each is a region, the convolution at its head.
-CONVOLUTIONAL = {"conv2d_standard", "depthwise_conv2d", "max_pool2d", "conv2d_bn_relu"}
+CONVOLUTIONAL = {"conv2d_standard", "depthwise_conv2d", "depthwise_conv2d_strided", "max_pool2d", "conv2d_bn_relu"}
 
 
 def small_problem(path):

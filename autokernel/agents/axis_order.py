@@ -46,9 +46,9 @@ log = logging.getLogger(__name__)
 AXIS_KINDS: list[tuple[str, str]] = [
     ("plan", r"\w*PLAN|GATE_UP|\w*WARP_SPECIALIZE|VARIANT"),               # whole plans: the GEMM engine's, a region's way
     ("vectorisation", r".*(ELEMS_PER_THREAD|VEC\w*)"),                     # elements per thread per access
-    ("contiguous block", r"MAX_BLOCK_\w+|\w*BLOCK_(V|R|INNER|D)|\w*TILE_ELEMS|\w*MEAN_BLOCK|EPILOGUE_BLOCK_\w+"),
+    ("contiguous block", r"MAX_BLOCK_\w+|\w*BLOCK_(V|R|INNER|D|W)|\w*TILE_ELEMS|\w*MEAN_BLOCK|EPILOGUE_BLOCK_\w+"),
     ("warps", r"\w*WARPS"),                                                 # num_warps, MAX_NUM_WARPS, large_warps
-    ("tile", r"\w*BLOCK_[MNK]"),                                            # BLOCK_M, large_BLOCK_N, SMALL_BLOCK_K
+    ("tile", r"\w*BLOCK_[MNKH]"),                                           # BLOCK_M, large_BLOCK_N, dw_BLOCK_H
     ("stages", r"\w*STAGES"),                                               # software pipelining depth
     ("split-K", r"\w*SPLIT_K\w*"),
     ("swizzle", r"\w*GROUP_M"),                                             # the order tiles run in (L2 reuse)

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
     ("ELEMS_PER_THREAD", "vectorisation"), ("VEC_WIDTH", "vectorisation"),
     ("MAX_BLOCK_N", "contiguous block"), ("MAX_BLOCK_V", "contiguous block"), ("TILE_ELEMS", "contiguous block"),
     ("STRIDED_BLOCK_INNER", "contiguous block"), ("EPILOGUE_BLOCK_N", "contiguous block"),
+    ("dw_BLOCK_W", "contiguous block"), ("dw_BLOCK_H", "tile"), ("dw_num_warps", "warps"),
     ("num_warps", "warps"), ("MAX_NUM_WARPS", "warps"), ("large_warps", "warps"),
     ("BLOCK_M", "tile"), ("large_BLOCK_N", "tile"), ("SMALL_BLOCK_K", "tile"),
     ("num_stages", "stages"), ("mid_stages", "stages"), ("split_k_max", "split-K"), ("GROUP_M", "swizzle"),

@@ -34,8 +34,8 @@ def starter_source(name: str, on: torch.device | None = None, *, variants: bool 
                    judged: bool | None = None, log: Callable[[str], None] = lambda line: None) -> str:
     """The region's starter kernel file (StarterError or InductorFailed when Inductor's code cannot be one); with
     variants, a reducing region's file also holds Inductor's other ways with it (looped, unsplit), for the search.
-    A region that is a GEMM with an epilogue also gets the menu matmul's GEMM with that epilogue (gemm_variant.py);
-    where it is judged (by default on a GPU, where times mean something: pick.py) the faster correct of it and
+    A region that is a GEMM with an epilogue also gets the menu matmul's GEMM with that epilogue (gemm_variant.py),
+    a depthwise convolution a direct kernel (depthwise_variant.py); where it is judged (by default on a GPU, where times mean something: pick.py) the faster correct of it and
     Inductor's code goes first, and a failing one of ours is dropped."""
     on = on or device()
     region = store.load(name)
@@ -81,7 +81,8 @@ _UNSAVED: dict[Path, str] = {}
 def _made(name: str, region, on: torch.device, variants: bool, judged: bool, autotune: bool,
           log: Callable[[str], None]) -> str:
     """starter_source's work: Inductor's code (and its other ways, and ours) as one starter file."""
-    from autokernel.profile.regions import gemm_variant, pick, starter  # import triton: after the interpreter's choice
+    # these import triton: after the interpreter's choice
+    from autokernel.profile.regions import depthwise_variant, gemm_variant, pick, starter
 
     with stopwatch.timed("Inductor"):
         out = inductor.generate(region.definition, on, autotune=autotune)
@@ -97,17 +98,19 @@ def _made(name: str, region, on: torch.device, variants: bool, judged: bool, aut
                 continue
             if all(fingerprint(other.code) != fingerprint(code) for code, _ in made.values()):
                 made[other_name] = (other.code, other.configs)
-    ours = gemm_variant.variant(region, on, log)
-    if ours is not None:
-        made[gemm_variant.VARIANT] = ours
+    ours = None           # a variant of our own: a GEMM's engine, or a depthwise convolution's direct kernel
+    for maker in (gemm_variant, depthwise_variant):
+        mine = maker.variant(region, on, log)
+        if mine is not None:
+            made[maker.VARIANT], ours = mine, maker.VARIANT
     try:
         source = starter.write(region, made, generated_on=out.device, versions=out.versions)
     except StarterError:        # one of Inductor's other ways cannot be a starter: its own choice (and ours) alone
-        made = {key: value for key, value in made.items() if key in ("inductor", gemm_variant.VARIANT)}
+        made = {key: value for key, value in made.items() if key in ("inductor", ours)}
         source = starter.write(region, made, generated_on=out.device, versions=out.versions)
-    if gemm_variant.VARIANT in made and judged:
+    if ours is not None and judged:
         alone = {key: starter.write(region, {key: made[key]}, generated_on=out.device, versions=out.versions)
-                 for key in (next(iter(made)), gemm_variant.VARIANT)}
+                 for key in (next(iter(made)), ours)}
         try:
             with stopwatch.timed("judge"):
                 verdicts = pick.judge_variants(alone, region)
@@ -115,7 +118,7 @@ def _made(name: str, region, on: torch.device, variants: bool, judged: bool, aut
             log(f"{name}: the variants could not be judged ({type(exc).__name__}: {exc}); Inductor's code first")
         else:
             log(f"{name}: {'; '.join(v.show() for v in verdicts)}")
-            picked = pick.order(made, gemm_variant.VARIANT, verdicts)
+            picked = pick.order(made, ours, verdicts)
             if list(picked) != list(made):
                 source = starter.write(region, picked, generated_on=out.device, versions=out.versions)
     return source

@@ -103,7 +103,8 @@ def write(region: Region, code: str | dict[str, tuple[str, dict]], configs: dict
 VARIANT_NOTES = {"inductor": "Inductor's own code", "looped": "Inductor's, persistent reductions off",
                  "unsplit": "Inductor's, long reductions not split",
                  "engine": "the menu matmul's GEMM on the tensor cores (tf32x3 for float32) with this region's "
-                           "epilogue in its tile"}
+                           "epilogue in its tile",
+                 "depthwise": "a direct depthwise convolution, a tile of one output plane a program"}
 
 
 def _variants_note(variants: dict) -> str:
