@@ -19,7 +19,8 @@ where the home folder is unreadable or TMPDIR looks like the worker's. Before a 
     computed here from a copy of the inputs taken before the call;
   - after every call, the inputs and outputs of the last HELD_WINDOW calls compared with their saved
     copies (all of them once more at the end: everything stays alive, as a model holds its
-    activations), and each output checked to share storage with no input and no earlier output;
+    activations, up to HELD_BYTES: past it the oldest call is compared once more and let go), and each
+    output checked to share storage with no input and no earlier output still held;
   - torch's namespace (torch.equal and the rest) and the number of threads checked after the import
     and after every call: the comparisons here use functions taken before the kernel was imported.
 Nothing of this process is trusted for the verdict beyond what it reports on its verdict pipe with the
@@ -53,6 +54,11 @@ ROW_KEYS = ("M", "O", "B")
 # writes into a held tensor is seen at once when it writes within this many calls; every held tensor is compared
 # again at the end).
 HELD_WINDOW = 8
+# The held calls' tensors and copies are let go, oldest first, past this many bytes (never the last HELD_WINDOW
+# calls). A model holds its activations, but not 2000 calls' worth: a region's check runs at the model's own shape,
+# and on an H200 (session 26) a depthwise convolution's region, 256 MiB a call with its copies, ran the 140 GiB
+# GPU out of memory, so the loop could keep no kernel for it. A menu type's smallest shape holds every call in this.
+HELD_BYTES = 2 << 30
 # Modules whose names the comparisons here and the user's own code rely on: none may change while the kernel runs.
 WATCHED_MODULES = ("torch", "torch.nn.functional", "builtins")
 # Where a region's definition is found (autokernel/kernel_types/regions/store.py's FOLDERS_VARIABLE; not imported:
@@ -112,6 +118,8 @@ class Checker:
         self.kt, self.dtype, self.device, self.seed = kt, dtype, device, seed
         self.calls = 0
         self.held: list[tuple[str, list, list]] = []      # (label, [(tensor, copy)] inputs, outputs)
+        self.held_costs: list[tuple[int, list[int]]] = []  # each held call's bytes, and the spans it added
+        self.held_bytes = 0
         # The storage spans of the held tensors, disjoint (distinct live storages never overlap): sorted starts, and
         # each start's end and what holds it.
         self.starts: list[int] = []
@@ -168,22 +176,42 @@ class Checker:
         for name, value, copy in saved:
             if not self._same_bits(value, copy):
                 raise UserProcessFailure(f"{where}: kernel_fn changed its input {name!r}")
-        self._hold(where, [(name, value) for name, value, _ in saved], parts)
+        added = self._hold(where, [(name, value) for name, value, _ in saved], parts)
         self.held.append((where, [(name, value, copy) for name, value, copy in saved],
                           [(f"output {i}", part, self._clone(part)) for i, part in enumerate(parts)]))
+        size = 2 * sum(t.untyped_storage().nbytes() for t in [value for _, value, _ in saved] + list(parts))
+        self.held_costs.append((size, added))
+        self.held_bytes += size
         self.compare_held(self.held[-HELD_WINDOW:], f"after {where}")
+        self._let_go(where)
 
-    def _hold(self, where: str, inputs: list, outputs) -> None:
-        """Every output's storage is its own: no input's, no earlier output's (all held, as a model holds them)."""
+    def _let_go(self, where: str) -> None:
+        """Past HELD_BYTES, the oldest held calls compared once more and released, and the spans only they held."""
+        while self.held_bytes > HELD_BYTES and len(self.held) > HELD_WINDOW:
+            oldest, (size, added) = self.held.pop(0), self.held_costs.pop(0)
+            self.compare_held([oldest], f"after {where}")
+            live = {tensor.untyped_storage().data_ptr() for _, inputs, outputs in self.held
+                    for _, tensor, _ in inputs + outputs}
+            for start in added:
+                if start not in live:
+                    del self.spans[start]
+                    self.starts.pop(bisect.bisect_left(self.starts, start))
+            self.held_bytes -= size
+
+    def _hold(self, where: str, inputs: list, outputs) -> list[int]:
+        """Every output's storage is its own: no input's, no earlier output's (all held, as a model holds them).
+        Returns the starts of the spans it added."""
+        added: list[int] = []
         for name, value in inputs:
-            self._add_span(value, f"the input {name!r} of {where}", check=False)
+            self._add_span(value, f"the input {name!r} of {where}", check=False, added=added)
         for i, part in enumerate(outputs):
-            clash = self._add_span(part, f"output {i} of {where}", check=True)
+            clash = self._add_span(part, f"output {i} of {where}", check=True, added=added)
             if clash:
                 raise UserProcessFailure(f"{where}: output {i} shares memory with {clash}, which the caller still "
                                          "holds: a kernel must return fresh tensors")
+        return added
 
-    def _add_span(self, tensor, what: str, *, check: bool) -> str | None:
+    def _add_span(self, tensor, what: str, *, check: bool, added: list[int]) -> str | None:
         storage = tensor.untyped_storage()
         start, size = storage.data_ptr(), storage.nbytes()
         if size == 0:
@@ -198,6 +226,7 @@ class Checker:
                 return other if check else None
         bisect.insort(self.starts, start)
         self.spans[start] = (end, what)
+        added.append(start)
         return None
 
     def compare_held(self, held, when: str) -> None:
