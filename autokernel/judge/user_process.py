@@ -19,8 +19,10 @@ where the home folder is unreadable or TMPDIR looks like the worker's. Before a 
     computed here from a copy of the inputs taken before the call;
   - after every call, the inputs and outputs of the last HELD_WINDOW calls compared with their saved
     copies (all of them once more at the end: everything stays alive, as a model holds its
-    activations, up to HELD_BYTES: past it the oldest call is compared once more and let go), and each
-    output checked to share storage with no input and no earlier output still held;
+    activations, up to HELD_BYTES: past it the oldest call is compared once more and let go, and none
+    of its tensors may outlive the caller's last reference, so a kernel that keeps them to hand back or
+    write into later fails there), and each output checked to share storage with no input and no earlier
+    output still held;
   - torch's namespace (torch.equal and the rest) and the number of threads checked after the import
     and after every call: the comparisons here use functions taken before the kernel was imported.
 Nothing of this process is trusted for the verdict beyond what it reports on its verdict pipe with the
@@ -38,6 +40,7 @@ import json
 import os
 import sys
 import threading
+import weakref
 
 # On the GPU, thousands; under Triton's CPU interpreter a call costs 5 to 30 ms, so fewer: still past the 500th
 # call, where the red team's kernel turned wrong, and inside the ~10 s a check may take there.
@@ -58,6 +61,8 @@ HELD_WINDOW = 8
 # calls). A model holds its activations, but not 2000 calls' worth: a region's check runs at the model's own shape,
 # and on an H200 (session 26) a depthwise convolution's region, 256 MiB a call with its copies, ran the 140 GiB
 # GPU out of memory, so the loop could keep no kernel for it. A menu type's smallest shape holds every call in this.
+# What a call holds is counted from the sizes the checker knows (its inputs, the reference's outputs), never from
+# the storages the kernel returns, which it could make as large as it likes to shrink what is held.
 HELD_BYTES = 2 << 30
 # Modules whose names the comparisons here and the user's own code rely on: none may change while the kernel runs.
 WATCHED_MODULES = ("torch", "torch.nn.functional", "builtins")
@@ -124,6 +129,7 @@ class Checker:
         # each start's end and what holds it.
         self.starts: list[int] = []
         self.spans: dict[int, tuple[int, str]] = {}
+        self.span_holders: dict[int, int] = {}        # a span's start: how many held calls hold it
         # Bound now: a kernel that replaces torch.equal or the comparison's module names changes none of these.
         self._equal, self._clone, self._tensor = torch.equal, torch.Tensor.clone, torch.Tensor
         self._same_bits, self._compare = correctness.same_bits, correctness.compare_outputs
@@ -179,22 +185,35 @@ class Checker:
         added = self._hold(where, [(name, value) for name, value, _ in saved], parts)
         self.held.append((where, [(name, value, copy) for name, value, copy in saved],
                           [(f"output {i}", part, self._clone(part)) for i, part in enumerate(parts)]))
-        size = 2 * sum(t.untyped_storage().nbytes() for t in [value for _, value, _ in saved] + list(parts))
+        size = 2 * sum(t.untyped_storage().nbytes() for _, t, _ in saved) + 2 * sum(
+            t.numel() * t.element_size() for t in self._parts(expected) if isinstance(t, self._tensor))
         self.held_costs.append((size, added))
         self.held_bytes += size
         self.compare_held(self.held[-HELD_WINDOW:], f"after {where}")
         self._let_go(where)
 
     def _let_go(self, where: str) -> None:
-        """Past HELD_BYTES, the oldest held calls compared once more and released, and the spans only they held."""
+        """Past HELD_BYTES, the oldest held calls compared once more and released, and the spans only they held. A
+        released call's input or output must die with the caller's last reference: a kernel that keeps one, to
+        return it again or write into it, fails here, however few calls the bound leaves held."""
         while self.held_bytes > HELD_BYTES and len(self.held) > HELD_WINDOW:
             oldest, (size, added) = self.held.pop(0), self.held_costs.pop(0)
             self.compare_held([oldest], f"after {where}")
-            live = {tensor.untyped_storage().data_ptr() for _, inputs, outputs in self.held
-                    for _, tensor, _ in inputs + outputs}
+            label = oldest[0]
+            kept = [(f"the input {name!r}", weakref.ref(tensor.untyped_storage())) for name, tensor, _ in oldest[1]]
+            kept += [(name, weakref.ref(tensor.untyped_storage())) for name, tensor, _ in oldest[2]]
+            del oldest
+            alive = [name for name, ref in kept if ref() is not None]
+            if alive:
+                held = {t.untyped_storage().data_ptr() for _, ins, outs in self.held for _, t, _ in ins + outs}
+                alive = [name for name, ref in kept if ref() is not None and ref().data_ptr() not in held]
+            if alive:
+                raise UserProcessFailure(f"after {where}: {alive[0]} of {label} outlived the caller's last "
+                                         "reference to it: the kernel keeps tensors it was given or returned")
             for start in added:
-                if start not in live:
-                    del self.spans[start]
+                self.span_holders[start] -= 1
+                if not self.span_holders[start]:
+                    del self.spans[start], self.span_holders[start]
                     self.starts.pop(bisect.bisect_left(self.starts, start))
             self.held_bytes -= size
 
@@ -218,7 +237,9 @@ class Checker:
             return None
         end = start + size
         if start in self.spans and self.spans[start][0] == end and not check:
-            return None          # an input sharing a storage held already (one table, several calls)
+            self.span_holders[start] += 1     # an input sharing a storage held already (one table, several calls)
+            added.append(start)
+            return None
         at = bisect.bisect_right(self.starts, start)
         for neighbour in self.starts[max(at - 1, 0):at + 1]:
             other_end, other = self.spans[neighbour]
@@ -226,6 +247,7 @@ class Checker:
                 return other if check else None
         bisect.insort(self.starts, start)
         self.spans[start] = (end, what)
+        self.span_holders[start] = 1
         added.append(start)
         return None
 

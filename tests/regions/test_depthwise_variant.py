@@ -70,13 +70,51 @@ def test_other_convolutions_keep_inductors_starter_alone(module, shape, why):
     assert depthwise_variant.read(region.definition) is None, why
 
 
+class OneElementPadding(nn.Module):
+    """F.conv2d's padding=[1]: ATen records [1] and means [1, 1]."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 1, 3, 3))
+
+    def forward(self, x):
+        return torch.nn.functional.conv2d(x, self.weight, groups=4, padding=[1], dilation=[1])
+
+
+@pytest.mark.parametrize("module, x, why", [
+    (OneElementPadding(), torch.randn(1, 4, 6, 6), "a one-element padding"),
+    (nn.Conv2d(4, 4, 3, groups=4), torch.randn(1, 8, 6, 6)[:, ::2], "an input sliced in its channels"),
+])
+def test_what_the_kernel_does_not_read_as_written_keeps_inductors_starter(module, x, why, tmp_path, monkeypatch):
+    region = only_region(module.eval(), x)
+    assert depthwise_variant.read(region.definition) is None, why
+    monkeypatch.setenv(store.FOLDERS_VARIABLE, str(tmp_path))
+    store.save(region, tmp_path)
+    assert "depthwise" not in read_tunables(jobs.starter_source(region.name, CPU, judged=False))[1].get("variant", [])
+
+
+def test_a_variant_of_ours_that_fails_to_write_leaves_the_region_inductors_starter(tmp_path, monkeypatch):
+    monkeypatch.setenv(store.FOLDERS_VARIABLE, str(tmp_path))
+    region = problem_region("depthwise_conv2d")
+    store.save(region, tmp_path)
+
+    def broken(g, name):
+        raise ValueError("not enough values to unpack")
+    monkeypatch.setattr(depthwise_variant, "_kernel", broken)
+    said = []
+    source = jobs.starter_source(region.name, CPU, judged=True, log=said.append)
+    assert "TUNABLES['variant']" not in source and "def depthwise_plane" not in source
+    assert any("our depthwise variant could not be written (ValueError" in line for line in said), said
+    check(source, region, tmp_path, {})
+
+
 def test_channels_last_input_keeps_inductors_starter_and_says_why():
     """cuDNN's channels_last depthwise kernel was 2.5-4x faster than ours on the H200: not offered there."""
     x = torch.randn(1, 4, 6, 6).contiguous(memory_format=torch.channels_last)
     region = only_region(nn.Conv2d(4, 4, 3, padding=1, groups=4).eval(), x)
     said = []
     assert depthwise_variant.variant(region, CPU, said.append) is None
-    assert said and "row-major planes" in said[0]
+    assert said and "a contiguous input and weight" in said[0]
 
 
 def test_a_depthwise_regions_starter_holds_inductors_code_and_ours_and_the_judge_orders_them(tmp_path, monkeypatch):

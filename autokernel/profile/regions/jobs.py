@@ -103,11 +103,7 @@ def _made(name: str, region, on: torch.device, variants: bool, judged: bool, aut
         mine = maker.variant(region, on, log)
         if mine is not None:
             made[maker.VARIANT], ours = mine, maker.VARIANT
-    try:
-        source = starter.write(region, made, generated_on=out.device, versions=out.versions)
-    except StarterError:        # one of Inductor's other ways cannot be a starter: its own choice (and ours) alone
-        made = {key: value for key, value in made.items() if key in ("inductor", ours)}
-        source = starter.write(region, made, generated_on=out.device, versions=out.versions)
+    source, ours = _write_with(region, made, ours, out, log)
     if ours is not None and judged:
         alone = {key: starter.write(region, {key: made[key]}, generated_on=out.device, versions=out.versions)
                  for key in (next(iter(made)), ours)}
@@ -122,6 +118,29 @@ def _made(name: str, region, on: torch.device, variants: bool, judged: bool, aut
             if list(picked) != list(made):
                 source = starter.write(region, picked, generated_on=out.device, versions=out.versions)
     return source
+
+
+def _write_with(region, made: dict, ours: str | None, out, log: Callable[[str], None]) -> tuple[str, str | None]:
+    """The starter's source from `made` (changed in place to what it holds), and our variant's name in it: None where
+    ours could not be written (our bug, not the region's: said to log, and the region keeps Inductor's code)."""
+    from autokernel.profile.regions import starter
+
+    try:
+        return starter.write(region, made, generated_on=out.device, versions=out.versions), ours
+    except StarterError:        # one of Inductor's other ways cannot be a starter: its own choice (and ours) alone
+        kept = {key: value for key, value in made.items() if key in ("inductor", ours)}
+        if kept.keys() == made.keys():
+            raise
+        made.clear()
+        made.update(kept)
+        return _write_with(region, made, ours, out, log)
+    except Exception as exc:
+        if ours is None:
+            raise
+        log(f"{region.name}: our {ours} variant could not be written ({type(exc).__name__}: {exc}); Inductor's "
+            "code alone")
+        del made[ours]
+        return starter.write(region, made, generated_on=out.device, versions=out.versions), None
 
 
 def reduces(region) -> bool:
