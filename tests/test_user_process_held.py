@@ -37,30 +37,20 @@ def test_an_honest_triton_kernel_is_let_go_without_a_trace(monkeypatch):
     assert len(checker.held) == user_process.HELD_WINDOW and len(checker.spans) == 2 * user_process.HELD_WINDOW
 
 
-def test_with_calls_let_go_a_ring_of_outputs_within_the_held_calls_is_still_seen(monkeypatch):
+@pytest.mark.parametrize("length, caught", [
+    (user_process.HELD_WINDOW, r"call 9 .*output 0 shares memory with output 0 of call 1"),      # within the held
+    (user_process.HELD_WINDOW + 1, r"after call 9 .*output 0 of call 1 .*outlived"),             # past them (review)
+])
+def test_a_ring_of_outputs_is_seen_within_the_held_calls_or_when_its_first_is_let_go(length, caught, monkeypatch):
     monkeypatch.setattr(user_process, "HELD_BYTES", 0)
-    ring = [torch.empty(SMALL["M"], SMALL["N"], dtype=torch.float16) for _ in range(user_process.HELD_WINDOW)]
+    ring = [torch.empty(SMALL["M"], SMALL["N"], dtype=torch.float16) for _ in range(length)]
 
     def cycles(x):
         out = ring[cycles.calls % len(ring)]
         cycles.calls += 1
         return out.copy_(_softmax(x))
     cycles.calls = 0
-    with pytest.raises(UserProcessFailure, match=r"call 9 .*output 0 shares memory with output 0 of call 1"):
-        _calls(cycles, 20)
-
-
-def test_a_ring_longer_than_the_held_calls_is_seen_when_its_first_buffer_is_let_go(monkeypatch):
-    """The review's attack on the bound: buffers handed back after the call that returned them was let go."""
-    monkeypatch.setattr(user_process, "HELD_BYTES", 0)
-    ring = [torch.empty(SMALL["M"], SMALL["N"], dtype=torch.float16) for _ in range(user_process.HELD_WINDOW + 1)]
-
-    def cycles(x):
-        out = ring[cycles.calls % len(ring)]
-        cycles.calls += 1
-        return out.copy_(_softmax(x))
-    cycles.calls = 0
-    with pytest.raises(UserProcessFailure, match=r"after call 9 .*output 0 of call 1 .*outlived"):
+    with pytest.raises(UserProcessFailure, match=caught):
         _calls(cycles, 20)
 
 

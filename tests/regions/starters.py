@@ -43,3 +43,22 @@ def starter_for(region, folder: str) -> Path:
     path = Path(folder) / f"{region.name}_starter.py"
     path.write_text(starter.write(region, out.code, out.configs, generated_on=out.device, versions=out.versions))
     return path
+
+
+def judged_again(region, ours: str, ours_us: float, inductor_us: float, monkeypatch) -> str:
+    """The region's starter made again on the CPU, judged by a stand-in for bench.py that times our variant `ours`
+    (a file that defines its kernel, named after it) at ours_us and Inductor's at inductor_us; each judged once."""
+    from autokernel.profile.regions import jobs, pick
+
+    marker = {"engine": "def gemm_epilogue(", "depthwise": "def depthwise_plane("}[ours]
+    judged = []
+
+    def judge(path, judged_region):        # each file holds one variant
+        mine = marker in path.read_text()
+        judged.append(ours if mine else "inductor")
+        return pick.Verdict("", "PASS", ours_us if mine else inductor_us)
+    monkeypatch.setattr(pick, "judge_with_bench", judge)
+    store.find(region.name).with_name(f"{region.name}.cpu.starter.py").unlink(missing_ok=True)
+    source = jobs.starter_source(region.name, torch.device("cpu"), judged=True)
+    assert judged == ["inductor", ours], judged
+    return source

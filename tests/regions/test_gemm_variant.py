@@ -24,6 +24,7 @@ from autokernel.profile.regions.epilogue_ops import Unsupported  # noqa: E402
 from autokernel.profile.regions.find import find_regions  # noqa: E402
 from autokernel.routing.manifest import write_manifest  # noqa: E402
 from benchmarks.common import load_problem  # noqa: E402
+from tests.regions.starters import judged_again  # noqa: E402
 
 CPU = torch.device("cpu")
 # Small tiles and pointer loads: several column tiles per row (the partials' combine), masked edges, no TMA.
@@ -235,16 +236,8 @@ def test_a_gemm_regions_starter_holds_inductors_code_and_ours_each_computing_it(
     assert tunables["variant"] == "inductor" and choices["variant"] == ["inductor", "engine"]
     for variant in choices["variant"]:
         check(source, region, tmp_path, {"variant": variant})
-    judged = []
-
-    def judge(path, judged_region):        # ours twice as fast as Inductor's: it goes first
-        ours = "def gemm_epilogue(" in path.read_text()         # each file holds one variant
-        judged.append("engine" if ours else "inductor")
-        return pick.Verdict("", "PASS", 50.0 if ours else 100.0)
-    monkeypatch.setattr(pick, "judge_with_bench", judge)
-    store.find(region.name).with_name(f"{region.name}.cpu.starter.py").unlink()
-    source = jobs.starter_source(region.name, CPU, judged=True)
-    assert judged == ["inductor", "engine"] and read_tunables(source)[0]["variant"] == "engine"
+    source = judged_again(region, "engine", 50.0, 100.0, monkeypatch)     # ours twice as fast: it goes first
+    assert read_tunables(source)[0]["variant"] == "engine"
     check(source, region, tmp_path, {})
 
 
