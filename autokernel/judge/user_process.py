@@ -203,10 +203,10 @@ class Checker:
             kept = [(f"the input {name!r}", weakref.ref(tensor.untyped_storage())) for name, tensor, _ in oldest[1]]
             kept += [(name, weakref.ref(tensor.untyped_storage())) for name, tensor, _ in oldest[2]]
             del oldest
-            alive = [name for name, ref in kept if ref() is not None]
-            if alive:
+            alive = [(name, storage) for name, ref in kept if (storage := ref()) is not None]
+            if alive:           # alive is right only where a call still held shares the storage (one table)
                 held = {t.untyped_storage().data_ptr() for _, ins, outs in self.held for _, t, _ in ins + outs}
-                alive = [name for name, ref in kept if ref() is not None and ref().data_ptr() not in held]
+                alive = [name for name, storage in alive if storage.data_ptr() not in held]
             if alive:
                 raise UserProcessFailure(f"after {where}: {alive[0]} of {label} outlived the caller's last "
                                          "reference to it: the kernel keeps tensors it was given or returned")

@@ -59,11 +59,7 @@ class Geometry:
 
 
 def _contiguous(shape: list[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= size
-    return tuple(reversed(strides))
+    return torch.empty(shape, device="meta").stride()
 
 
 def read(definition: RegionDefinition) -> Geometry | None:

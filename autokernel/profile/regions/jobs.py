@@ -35,8 +35,9 @@ def starter_source(name: str, on: torch.device | None = None, *, variants: bool 
     """The region's starter kernel file (StarterError or InductorFailed when Inductor's code cannot be one); with
     variants, a reducing region's file also holds Inductor's other ways with it (looped, unsplit), for the search.
     A region that is a GEMM with an epilogue also gets the menu matmul's GEMM with that epilogue (gemm_variant.py),
-    a depthwise convolution a direct kernel (depthwise_variant.py); where it is judged (by default on a GPU, where times mean something: pick.py) the faster correct of it and
-    Inductor's code goes first, and a failing one of ours is dropped."""
+    a depthwise convolution a direct kernel (depthwise_variant.py); where it is judged (by default on a GPU, where
+    times mean something: pick.py) the faster correct of it and Inductor's code goes first, and a failing one of ours
+    is dropped."""
     on = on or device()
     region = store.load(name)
     cache = store.find(name).with_name(f"{name}.{on.type}{'.variants' if variants else ''}.starter.py")

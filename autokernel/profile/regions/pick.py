@@ -1,9 +1,10 @@
 """Which variant a region's starter runs first: the judge's verdict and time on each, the faster correct one first.
 
 A region with a GEMM has two starters worth comparing (jobs.py): Inductor's code, and the menu matmul's GEMM
-with the region's epilogue (gemm_variant.py); so has a depthwise convolution (depthwise_variant.py). The first variant of the starter file is the one a job's
-baseline and `verify --starters` run, so on a GPU each of the two is judged by bench.py in the sandbox
-(--quick: the five stages at the region's shape, then its time), as the loop judges a kernel:
+with the region's epilogue (gemm_variant.py); so has a depthwise convolution (depthwise_variant.py). The first
+variant of the starter file is the one a job's baseline and `verify --starters` run, so on a GPU each of the two
+is judged by bench.py in the sandbox (--quick: the five stages at the region's shape, then its time), as the loop
+judges a kernel:
   - ours passes and is faster: it goes first;
   - ours passes but is slower: it stays, after Inductor's (the search may still move to it);
   - ours fails: it is dropped, with the judge's message, and the starter is Inductor's as before.
