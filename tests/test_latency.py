@@ -23,6 +23,7 @@ def test_spread_and_microseconds():
 def test_graph_replay_needs_a_gpu():
     if not torch.cuda.is_available():
         assert latency.graph_replay(lambda: None) is None
+        assert latency.graph_replays_paired(lambda: None, lambda: None) is None
 
 
 def test_one_stray_repeat_does_not_decide_the_spread_but_a_noisy_machine_still_shows():

@@ -1,14 +1,16 @@
 """Measures, for every kernel and every call signature a model makes, whether our kernel beats PyTorch there.
 
 At each signature (a Site the router noted, with a copy of its first inputs) four times are taken
-on the GPU, per call (autokernel/verify/latency.py):
+on the GPU, per call (autokernel/verify/latency.py), each pair of them in turn, repeat by repeat:
   - ours eagerly and PyTorch eagerly (what the model would otherwise run at that call: the
     module's own forward, or the torch function), back to back, launch overhead included;
   - ours and torch.compile of PyTorch's, as GPU time replayed from a CUDA graph, which is what
     a compiled forward pays.
 A signature routes eagerly when ours is faster than PyTorch eager by more than the noise, and
-under torch.compile when ours is faster than compiled PyTorch by more than the noise. The noise
-is the larger of NOISE_FLOOR and the spread of the repeats of the two times compared.
+under torch.compile when ours is faster than compiled PyTorch by more than the noise. The speedup is the median of
+the pairs' ratios and the noise the larger of NOISE_FLOOR and how far that median stands above its 97.5% lower bound
+(latency.paired_speedup): work of another process on the machine slows both sides of a pair alike, where it spread
+separate repeats by more than a real gain (a 1.21x GEMM was not routed beside seven other verifies, session 27).
 Without a GPU nothing is timed and nothing routes: the interpreter's timings mean nothing.
 """
 
@@ -27,14 +29,19 @@ NOISE_FLOOR = 0.03
 NOT_TIMED_ON_CPU = "not timed: no GPU (the CPU interpreter's timings mean nothing)"
 
 
+EAGER_PAIRS = 10        # a second of wall clock a signature (50 ms repeats); the bound is then the 2nd smallest ratio
+
+
 def faster_by_more_than_noise(ours: latency.Latency | None, theirs: latency.Latency | None) -> tuple[bool, str]:
-    """Whether ours beats theirs by more than the noise, and the figures behind the answer."""
-    if ours is None or theirs is None:
+    """Whether ours beats theirs, timed in pairs, by more than the noise, and the figures behind the answer."""
+    found = latency.paired_speedup(ours, theirs)
+    if found is None:
         return False, "could not be timed"
-    noise = max(NOISE_FLOOR, ours.spread, theirs.spread)
-    ratio = theirs.median_ms / ours.median_ms
-    verdict = "faster" if ratio > 1 + noise else "not faster"
-    return ratio > 1 + noise, f"{verdict}: {ratio:.2f}x (noise {noise:.0%}; ours {ours.us:.1f} us, PyTorch {theirs.us:.1f} us)"
+    speedup, noise = found
+    noise = max(NOISE_FLOOR, noise)
+    verdict = "faster" if speedup > 1 + noise else "not faster"
+    return speedup > 1 + noise, (f"{verdict}: {speedup:.2f}x (noise {noise:.0%}, {ours.repeats} pairs; ours "
+                                 f"{ours.us:.1f} us, PyTorch {theirs.us:.1f} us)")
 
 
 def measure(router, on_gpu: bool, log: Callable[[str], None] = lambda line: None,
@@ -66,17 +73,28 @@ def measure(router, on_gpu: bool, log: Callable[[str], None] = lambda line: None
 
 @torch.no_grad()
 def _time_site(site, record: RouteRecord, router) -> None:
-    ours = latency.wall_clock(site.run_ours, True)
-    ours_gpu = latency.graph_replay(site.run_ours)
-    with router.bypassed():      # PyTorch's op as the model has it, none of its inner calls routed
-        pytorch = latency.wall_clock(site.run_pytorch, True)
-        compiled_gpu = latency.graph_replay(_compiled(site.run_pytorch))
-    record.ours_us, record.pytorch_us = ours.us, pytorch.us
+    ours, pytorch = _bypassing(router, False, site.run_ours), _bypassing(router, True, site.run_pytorch)
+    ours_wall, pytorch_wall = latency.paired(ours, pytorch, True, repeats=EAGER_PAIRS)
+    gpu = latency.graph_replays_paired(ours, _bypassing(router, True, _compiled(site.run_pytorch)))
+    ours_gpu, compiled_gpu = gpu if gpu else (None, None)
+    record.ours_us, record.pytorch_us = ours_wall.us, pytorch_wall.us
     record.ours_gpu_us = ours_gpu.us if ours_gpu else None
     record.compiled_gpu_us = compiled_gpu.us if compiled_gpu else None
-    record.route_eager, eager_why = faster_by_more_than_noise(ours, pytorch)
+    record.route_eager, eager_why = faster_by_more_than_noise(ours_wall, pytorch_wall)
     record.route_compiled, compiled_why = faster_by_more_than_noise(ours_gpu, compiled_gpu)
     record.why = f"eager: {eager_why}; compiled: {compiled_why}"
+
+
+def _bypassing(router, bypass: bool, fn: Callable) -> Callable:
+    """fn with the router bypassed (PyTorch's op as the model has it, none of its inner calls routed) or not, set
+    around each call: the two sides of a pair run in turn, and each pays the same two attribute writes."""
+    def call():
+        before, router.bypass = router.bypass, bypass
+        try:
+            return fn()
+        finally:
+            router.bypass = before
+    return call
 
 
 def _compiled(fn: Callable) -> Callable:
