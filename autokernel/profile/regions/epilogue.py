@@ -14,6 +14,8 @@ a reduction over N) or "scalar" (after a reduction over the rows). An op's tenso
 of one level, or region inputs read through views and broadcasts: which element of an input each
 element of the level reads is found by running the views on a tensor of the input's element offsets,
 and it must be an affine function of (row, column) (a bias row has strides (0, 1), a residual (N, 1)).
+Two layouts beyond that (epilogue_layout.py): A's rows read in another order than the input stores them (the tile
+then takes them in storage order), and views that reorder the tile's values at the end, before the output.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 
 from autokernel.kernel_types.regions import ops
 from autokernel.kernel_types.regions.graph import RegionDefinition, RegionNode, decode, references
+from autokernel.profile.regions import epilogue_layout as layout
 from autokernel.profile.regions.epilogue_ops import FLOATS, Unsupported, number, pointwise
 
 TILE, ROW, SCALAR = "tile", "row", "scalar"
@@ -63,6 +66,11 @@ class Epilogue:
     out_level: str = TILE
     out_shape: list[int] = field(default_factory=list)
     out_dtype: str = "float32"
+    # Where the tile's element (row, column) lands in the contiguous output: out_base + the row digits of the row
+    # + the column digits of the column (epilogue_layout.mixed_radix); None: at row * N + column.
+    out_base: int = 0
+    out_rows: list | None = None
+    out_cols: list | None = None
 
 
 def read(definition: RegionDefinition) -> Epilogue:
@@ -78,6 +86,8 @@ class _Reader:
         self.offsets: dict[str, torch.Tensor] = {}       # input or view-of-input name -> element offsets
         self.values: dict[str, tuple[str, str]] = {}     # computed value name -> (variable, level)
         self.tuples: dict[str, tuple[str, str]] = {}     # an op's (values, indices...) result -> its values
+        self.perm: torch.Tensor | None = None            # the tile's row q is the product's row perm[q]
+        self.reordered: dict[str, tuple[str, list]] = {}  # a reordering view -> (the plain value, the views to it)
         self.count = 0
 
     def read(self) -> Epilogue:
@@ -105,7 +115,30 @@ class _Reader:
         self.e.out_shape, self.e.out_dtype = list(out.shape or []), out.dtype or "float32"
         if self.e.out_dtype not in FLOATS:
             raise Unsupported(f"a {self.e.out_dtype} output")
+        if out.name in self.reordered or self.perm is not None:
+            self._output_layout(out.name)
         return self.e
+
+    def _output_layout(self, name: str) -> None:
+        """Where each tile element lands, when the tile's rows are out of the product's order or views reorder
+        the product before the output (epilogue_layout.py)."""
+        M, N = self.shape
+        if self.e.out_level != TILE or self.e.row_reduce:
+            raise Unsupported("a reduction over the product's rows read out of order")
+        if name in self.reordered:
+            plain, chain = self.reordered[name]
+            positions = layout.reorder_positions(chain, list(self.nodes[plain].shape), self._replay)
+        else:
+            positions = torch.arange(M * N)
+        self.e.out_base, self.e.out_rows, self.e.out_cols = layout.output_offsets(positions.view(M, N), self.perm)
+
+    def _replay(self, node: RegionNode, tensor: torch.Tensor) -> torch.Tensor:
+        """One view node run on a tensor standing for its source."""
+        source = references(node.args[0])[0]
+        cpu = torch.device("cpu")
+        args = [decode(a, {source: tensor}, cpu, None) for a in node.args]
+        kwargs = {k: decode(v, {source: tensor}, cpu, None) for k, v in node.kwargs.items()}
+        return ops.resolve(node.op)(*args, **kwargs)
 
     # ------------------------------------------------------------------ the GEMM and its operands
     def _gemm(self, node: RegionNode) -> Epilogue:
@@ -119,7 +152,14 @@ class _Reader:
         dtype = self.inputs[a[0]].dtype
         if dtype not in FLOATS or self.inputs[b[0]].dtype != dtype or node.dtype != dtype:
             raise Unsupported("GEMM operands of another dtype than float16, bfloat16 or float32, or of two")
-        a_op = _with_whole_rows(_affine(a[0], a[1], TILE, "A"), a[1].shape)
+        try:
+            a_op = _with_whole_rows(_affine(a[0], a[1], TILE, "A"), a[1].shape)
+        except Unsupported:
+            found = layout.rows_in_storage_order(a[1])
+            if found is None:
+                raise
+            offset, steps, self.perm = found
+            a_op = Operand(a[0], offset, steps, TILE)
         bt_op = _with_whole_rows(_affine(b[0], b[1].t(), TILE, "B"), (b[1].shape[1], b[1].shape[0]))
         e = Epilogue(M, N, K, dtype, a_op, bt_op)
         self.shape = (M, N)
@@ -169,7 +209,10 @@ class _Reader:
         grid = {TILE: (M, N), ROW: (M, 1), SCALAR: (1, 1)}[level]
         if spread.numel() != grid[0] * grid[1]:
             raise Unsupported(f"a {level} value of {spread.numel()} elements")
-        operand = _affine(name, spread.reshape(grid), level, "an epilogue input")
+        spread = spread.reshape(grid)
+        if self.perm is not None and level != SCALAR:        # read at the tile's rows, in their order
+            spread = spread[self.perm]
+        operand = _affine(name, spread, level, "an epilogue input")
         e.operands.append(operand)
         return f"o{len(e.operands) - 1}"
 
@@ -193,10 +236,20 @@ class _Reader:
             self.values[node.name] = self.tuples[source[0]]
             return
         if kind == ops.VIEW:
-            if name not in _ORDER_KEEPING_VIEWS or not source or source[0] not in self.values:
-                raise Unsupported(f"{name}, which reorders the GEMM's output")
+            if not source or source[0] not in self.values:
+                raise Unsupported(f"{name} of something other than a value of the epilogue")
             self.values[node.name] = self.values[source[0]]
+            if source[0] in self.reordered:
+                plain, chain = self.reordered[source[0]]
+                self.reordered[node.name] = (plain, chain + [node])
+            elif name not in _ORDER_KEEPING_VIEWS:
+                if self.values[source[0]][1] != TILE:
+                    raise Unsupported(f"{name}, which reorders a reduced value")
+                self.reordered[node.name] = (source[0], [node])
             return
+        used = {r for a in [*node.args, *node.kwargs.values()] for r in references(a)}
+        if used & set(self.reordered):
+            raise Unsupported(f"{name} after a view that reorders the GEMM's output (only views may follow one)")
         if kind == ops.REDUCTION:
             self._reduction(node, name)
             return

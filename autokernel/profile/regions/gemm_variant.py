@@ -25,6 +25,7 @@ import torch
 from autokernel.kernel_types.regions.graph import torch_dtype
 from autokernel.kernel_types.regions.record import Region
 from autokernel.profile.regions import epilogue as ep
+from autokernel.profile.regions import epilogue_layout as layout
 from autokernel.profile.regions.epilogue_ops import Unsupported
 
 VARIANT = "engine"
@@ -208,9 +209,18 @@ def _tile_kernel(e: ep.Epilogue, name: str) -> str:
         lines += [f"    part = {_REDUCE[e.row_reduce].format(v=f'tl.where(inside, reduced, {neutral})', axis=1)}",
                   "    tl.store(out_ptr + tile_n * M + r64, part, mask=rows < M)      # partials (tiles_n, M)"]
     else:
-        lines.append(f"    tl.store(out_ptr + r64[:, None] * N + c64[None, :], "
-                     f"{e.result}.to({_TL_DTYPES[e.out_dtype]}), mask=inside)")
+        lines.append(f"    tl.store(out_ptr + {_store_offsets(e)}, {e.result}.to({_TL_DTYPES[e.out_dtype]}), mask=inside)")
     return "@triton.jit\n" + "\n".join(lines)
+
+
+def _store_offsets(e: ep.Epilogue) -> str:
+    """Where the tile's (rows, cols) land in the output: row-major (M, N), or the layout epilogue_layout.py read
+    (the views that reorder the product, the rows taken in A's storage order)."""
+    if e.out_rows is None:
+        return "r64[:, None] * N + c64[None, :]"
+    rows = layout.expression(e.out_rows, "r64", e.M)
+    cols = layout.expression(e.out_cols, "c64", e.N)
+    return f"{e.out_base} + ({rows})[:, None] + ({cols})[None, :]"
 
 
 def _combined_rows(e: ep.Epilogue) -> list[str]:
