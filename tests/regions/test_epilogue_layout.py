@@ -75,9 +75,32 @@ def test_rows_out_of_order_alone_are_stored_back_in_the_products_order(tmp_path)
     check(engine_source(region), region, tmp_path, SMALL_TILES)
 
 
+class Residual(nn.Module):
+    """The projection's rows out of order, plus a residual read through a transpose: at the tile's rows (x's order)
+    its rows are one step apart again."""
+
+    def __init__(self, transposed: bool = True):
+        super().__init__()
+        self.weight, self.transposed = nn.Parameter(torch.randn(24, 16)), transposed
+
+    def forward(self, x, residual):
+        product = torch.matmul(x.transpose(0, 1).contiguous(), self.weight.t())
+        return product + (residual.transpose(0, 1) if self.transposed else residual)
+
+
+def test_an_epilogue_input_is_read_at_the_tiles_rows(tmp_path):
+    region = only_region(Residual(), torch.randn(3, 5, 16), torch.randn(3, 5, 24))
+    e = epilogue.read(region.definition)
+    assert [o.strides for o in e.operands] == [(24, 1)]
+    check(engine_source(region), region, tmp_path, SMALL_TILES)
+
+
 def test_what_the_layouts_cannot_describe_keeps_inductors_starter():
     region = only_region(Projection(torch.relu), torch.randn(3, 5, 16))     # the tile's values, reordered, then used
     with pytest.raises(Unsupported, match="after a view that reorders"):
+        epilogue.read(region.definition)
+    region = only_region(Residual(transposed=False), torch.randn(3, 5, 16), torch.randn(5, 3, 24))
+    with pytest.raises(Unsupported, match="one step per row"):           # in the product's row order, not x's
         epilogue.read(region.definition)
     with pytest.raises(Unsupported, match="not copied contiguous"):        # an output left as a strided view
         layout.reorder_positions(["transpose"], [4, 6], lambda node, tensor: tensor.t())

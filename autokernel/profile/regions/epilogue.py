@@ -127,10 +127,10 @@ class _Reader:
             raise Unsupported("a reduction over the product's rows read out of order")
         if name in self.reordered:
             plain, chain = self.reordered[name]
-            positions = layout.reorder_positions(chain, list(self.nodes[plain].shape), self._replay)
-        else:
-            positions = torch.arange(M * N)
-        self.e.out_base, self.e.out_rows, self.e.out_cols = layout.output_offsets(positions.view(M, N), self.perm)
+            positions = layout.reorder_positions(chain, list(self.nodes[plain].shape), self._replay).view(M, N)
+            self.e.out_base, self.e.out_rows, self.e.out_cols = layout.output_offsets(positions, self.perm)
+        else:                         # only the rows are out of order: row q goes back to row perm[q]
+            self.e.out_base, self.e.out_rows, self.e.out_cols = layout.rows_put_back(self.perm, N)
 
     def _replay(self, node: RegionNode, tensor: torch.Tensor) -> torch.Tensor:
         """One view node run on a tensor standing for its source."""

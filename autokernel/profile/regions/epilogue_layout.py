@@ -53,6 +53,15 @@ def output_offsets(positions: torch.Tensor, perm: torch.Tensor | None) -> tuple[
     return base, row_digits, col_digits
 
 
+def rows_put_back(perm: torch.Tensor, n: int) -> tuple[int, list, list]:
+    """output_offsets for a row-major (M, n) output whose row q of the tile is row perm[q] (no (M, n) map built)."""
+    base = int(perm[0]) * n
+    row_digits = mixed_radix(perm * n - base)
+    if row_digits is None:
+        raise Unsupported("the rows' order is not one of reshapes and transposes")
+    return base, row_digits, [(1, n, 1)]
+
+
 def mixed_radix(values: torch.Tensor) -> list[tuple[int, int, int]] | None:
     """Digits (p, d, s) with values[i] = sum of ((i // p) % d) * s over them (values[0] is 0), found level by level
     as runs of one step, or None where values are not of that form. A reshape's dims are the radices and a
