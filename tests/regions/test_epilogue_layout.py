@@ -154,3 +154,8 @@ def test_the_projections_engine_variant_passes_the_judges_five_stages(saved):
     region = saved(problem_region("multihead_attention"))
     [verdict] = pick.judge_variants({"engine": engine_source(region)}, region)
     assert verdict.correctness == "PASS", verdict.message
+
+
+def test_the_offsets_expression_is_a_vector_of_the_index_even_with_no_digits():
+    assert layout.expression([], "r64", 1) == "r64 * 0"
+    assert layout.expression([(1, 16, 1024), (16, 2, 512)], "r64", 32) == "(r64 % 16) * 1024 + (r64 // 16) * 512"

@@ -86,14 +86,15 @@ def mixed_radix(values: torch.Tensor) -> list[tuple[int, int, int]] | None:
 
 
 def expression(digits: list[tuple[int, int, int]], index: str, count: int) -> str:
-    """Triton for sum of ((index // p) % d) * s over the digits, for index < count ("0" for none)."""
+    """Triton for sum of ((index // p) % d) * s over the digits, for index < count (zeros shaped as the index
+    for none: a single row or column, which the tile kernel still indexes as a vector)."""
     terms = []
     for p, d, s in digits:
         digit = index if p == 1 else f"({index} // {p})"
         if p * d < count:
             digit = f"({digit} % {d})"
         terms.append(digit if s == 1 else f"{digit} * {s}")
-    return " + ".join(terms) or "0"
+    return " + ".join(terms) or f"{index} * 0"
 
 
 def reorder_positions(chain: list, start_shape: list[int], replay) -> torch.Tensor:
