@@ -51,6 +51,12 @@ def test_a_row_without_a_report_is_counted_and_shown_as_no_verdict():
     assert "0 of 1 models ended with a verdict." in table
 
 
+def test_the_table_names_its_host_and_the_load_around_the_run():
+    line = zoo.host_line(0.25, 31.0)
+    assert line.startswith(f"host: {zoo.os.cpu_count()} CPUs (") and line.endswith("load average 0.2 at the start, "
+                                                                                  "31.0 at the end")
+
+
 @pytest.mark.slow
 def test_the_tiny_zoo_ends_every_model_with_a_verdict_on_the_cpu(tmp_path):
     code = zoo.run(tmp_path, ON_CPU, jobs=2, size="tiny", dtype="float32", timeout_s=900)

@@ -236,12 +236,28 @@ def run(out: Path, names: list[str], *, jobs: int, size: str, dtype: str, timeou
             (out / "zoo.json").write_text(json.dumps([rows[n] for n in names if n in rows], indent=1))
             print(f"[{time.monotonic() - begun:5.0f} s] {name}: {verdict_of(row)}", flush=True)
 
+    load_before = os.getloadavg()[0]
     with ThreadPoolExecutor(max_workers=jobs * gpus) as pool:
         list(pool.map(one, names))
-    table = summarize([rows[n] for n in names])
+    table = summarize([rows[n] for n in names]) + "\n" + host_line(load_before, os.getloadavg()[0])
     (out / "table.md").write_text(table + "\n")
     print(table)
     return 0 if all(row["report"] is not None or row.get("skipped") for row in rows.values()) else 1
+
+
+def host_line(load_before: float, load_after: float) -> str:
+    """The machine under the table: the same verifies ran twice as long on a host with a slower CPU side (session
+    27's gate), which cuts end-to-end checks short at verify's time limit, so a reader needs to know the host."""
+    model = "an unnamed CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"host: {os.cpu_count()} CPUs ({model}); load average {load_before:.1f} at the start, "
+            f"{load_after:.1f} at the end")
 
 
 def verdict_of(row: dict) -> str:
