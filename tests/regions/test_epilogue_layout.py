@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from autokernel.profile.regions import epilogue, epilogue_layout as layout  # noqa: E402
+from autokernel.profile.regions import epilogue, epilogue_layout as layout, gemm_variant  # noqa: E402
 from autokernel.profile.regions.epilogue_ops import Unsupported  # noqa: E402
 from autokernel.profile.regions.find import find_regions  # noqa: E402
 from benchmarks.common import load_problem  # noqa: E402
@@ -95,6 +95,43 @@ def test_an_epilogue_input_is_read_at_the_tiles_rows(tmp_path):
     check(engine_source(region), region, tmp_path, SMALL_TILES)
 
 
+class Tail(nn.Module):
+    """A GEMM and a relu, then a view of the product that slices, repeats or reads by strides (a review's finds:
+    each crashed the reader or was accepted and stored wrongly)."""
+
+    def __init__(self, tail):
+        super().__init__()
+        self.linear, self.tail = nn.Linear(16, 48), tail
+
+    def forward(self, x):
+        return self.tail(torch.relu(self.linear(x)))
+
+
+@pytest.mark.parametrize("tail", [
+    lambda y: y[..., :24].reshape(-1),                                     # a slice: fewer elements
+    lambda y: y.unsqueeze(0).expand(2, *y.shape).contiguous(),             # a repeat: more
+    lambda y: y[:, :1].expand(y.shape[0], 2).contiguous(),                 # a repeat of as many
+    lambda y: y.as_strided((48, 15), (1, 48)).contiguous(),                # by strides
+])
+def test_a_view_that_drops_repeats_or_strides_the_product_keeps_inductors_starter(tail):
+    region = only_region(Tail(tail), torch.randn(15, 16))
+    with pytest.raises(Unsupported):
+        epilogue.read(region.definition)
+    said = []
+    assert gemm_variant.variant(region, torch.device("cpu"), said.append) is None and said
+
+
+def test_a_readers_own_error_costs_the_variant_only(monkeypatch):
+    region = only_region(Projection(), torch.randn(3, 5, 16))
+
+    def broken(definition):
+        raise RuntimeError("a shape the reader did not foresee")
+    monkeypatch.setattr(epilogue, "read", broken)
+    said = []
+    assert gemm_variant.variant(region, torch.device("cpu"), said.append) is None
+    assert "reading its epilogue failed: RuntimeError" in said[0] and "Inductor's starter alone" in said[0]
+
+
 def test_what_the_layouts_cannot_describe_keeps_inductors_starter():
     region = only_region(Projection(torch.relu), torch.randn(3, 5, 16))     # the tile's values, reordered, then used
     with pytest.raises(Unsupported, match="after a view that reorders"):
@@ -102,6 +139,8 @@ def test_what_the_layouts_cannot_describe_keeps_inductors_starter():
     region = only_region(Residual(transposed=False), torch.randn(3, 5, 16), torch.randn(5, 3, 24))
     with pytest.raises(Unsupported, match="one step per row"):           # in the product's row order, not x's
         epilogue.read(region.definition)
+    with pytest.raises(Unsupported, match="drop or repeat"):               # each element must land once
+        layout.reorder_positions(["repeat"], [2, 3], lambda node, tensor: tensor[:, [0, 0, 1]])
     with pytest.raises(Unsupported, match="not copied contiguous"):        # an output left as a strided view
         layout.reorder_positions(["transpose"], [4, 6], lambda node, tensor: tensor.t())
     with pytest.raises(Unsupported, match="mixes the product's rows and columns"):

@@ -38,6 +38,9 @@ _REDUCTION_OPS = {"sum": "sum", "mean": "sum", "amax": "amax", "amin": "amin", "
 _ORDER_KEEPING_VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "flatten", "alias", "clone",
                         "contiguous", "detach", "_reshape_alias", "view_copy", "unsqueeze_copy", "squeeze_copy",
                         "unflatten", "lift_fresh_copy"}
+# Views that move each element of the product once, by its logical index (not by strides, as as_strided and
+# _reshape_alias do, and never dropping or repeating one, as slice and expand do): what may reorder the product.
+_REORDERING_VIEWS = {"permute", "transpose", "t", "movedim", "permute_copy", "transpose_copy", "t_copy"}
 
 
 @dataclass
@@ -238,8 +241,13 @@ class _Reader:
         if kind == ops.VIEW:
             if not source or source[0] not in self.values:
                 raise Unsupported(f"{name} of something other than a value of the epilogue")
+            reordered = source[0] in self.reordered
+            # _reshape_alias keeps a row-major value's order, but reads a reordered one by its strides
+            allowed = (_ORDER_KEEPING_VIEWS - ({"_reshape_alias"} if reordered else set())) | _REORDERING_VIEWS
+            if name not in allowed:
+                raise Unsupported(f"{name}, which reorders the GEMM's output other than by permuting it")
             self.values[node.name] = self.values[source[0]]
-            if source[0] in self.reordered:
+            if reordered:
                 plain, chain = self.reordered[source[0]]
                 self.reordered[node.name] = (plain, chain + [node])
             elif name not in _ORDER_KEEPING_VIEWS:

@@ -109,6 +109,8 @@ def reorder_positions(chain: list, start_shape: list[int], replay) -> torch.Tens
     mapped = torch.arange(numel).view(start_shape)
     for node in chain:
         mapped = replay(node, mapped)
+    if mapped.numel() != numel or not torch.equal(torch.sort(mapped.reshape(-1)).values, torch.arange(numel)):
+        raise Unsupported("views that drop or repeat the product's elements")        # each must land once
     if not mapped.is_contiguous():
         raise Unsupported("an output left as a reordering view (not copied contiguous)")
     positions = torch.empty(numel, dtype=torch.int64)

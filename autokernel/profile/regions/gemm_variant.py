@@ -79,6 +79,10 @@ def variant(region: Region, device: torch.device, log: Callable[[str], None] = l
         if "gemm" in region.about.kinds:
             log(f"{region.label}: no GEMM-engine variant ({why}); Inductor's starter alone")
         return None
+    except Exception as error:      # a reader's own bug costs this variant only, never the region's starter
+        log(f"{region.label}: no GEMM-engine variant (reading its epilogue failed: {type(error).__name__}: "
+            f"{error}); Inductor's starter alone")
+        return None
     return GemmVariant(e, plan(e, device))
 
 
