@@ -7,7 +7,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from autokernel.judge.correctness import (CheckFailure, case_inputs, compare, compare_outputs,  # noqa: E402
+from autokernel.judge.correctness import (CheckFailure, case_inputs, compare, compare_outputs, index_in,  # noqa: E402
                                            library_error, reference_outputs, same_bits)
 from autokernel.kernel_types import registry  # noqa: E402
 
@@ -188,3 +188,11 @@ def test_relocated_inputs_hold_the_same_values_and_layout_at_addresses_that_diff
             assert (copy.data_ptr() ^ original.data_ptr()) % 4096 == flip, name
     # Between them the flips set every address bit from 4 to 11, and none below 4 (16-byte alignment is kept).
     assert ADDRESS_FLIPS[0] | ADDRESS_FLIPS[1] == 0xFF0 and not ADDRESS_FLIPS[0] & ADDRESS_FLIPS[1]
+
+
+def test_the_index_a_failure_names_is_torchs_unravel_index():
+    for shape in [(), (7,), (3, 5), (2, 1, 4), (4, 3, 1, 6)]:
+        numel = torch.Size(shape).numel()
+        for flat in sorted({0, 1, numel // 2, numel - 1}):
+            want = [int(i) for i in torch.unravel_index(torch.tensor(flat), shape)] if shape else []
+            assert index_in(flat, torch.Size(shape)) == want, (shape, flat)

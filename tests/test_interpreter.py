@@ -127,3 +127,14 @@ def test_a_dot_of_bfloat16_multiplies_the_numbers_not_their_bits():
     _dot[(1,)](a, b, out, BLOCK=16)
     expected = a.float() @ b.float()        # bfloat16 products are exact in float32; only the sums' order differs
     assert torch.allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_numpy_dtype_table_answers_as_the_interpreters_own_function():
+    assert interpreter.choose() and interpreter._numpy_dtypes_from_a_table()
+    table = triton_interpreter._get_np_dtype
+    assert table.autokernel_table
+    scalars = [getattr(tl, name) for name in ("int1", "float16", "bfloat16", "float32", "float64", "int8", "uint8",
+                                              "int16", "int32", "uint32", "int64", "uint64", "float8e5", "float8e4nv")]
+    pointers = [tl.pointer_type(tl.float16), tl.pointer_type(tl.int64)]
+    for dtype in scalars + pointers + [tl.block_type(d, [4, 8]) for d in scalars + pointers]:
+        assert table(dtype) == table.autokernel_own(dtype), dtype

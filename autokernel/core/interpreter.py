@@ -9,7 +9,8 @@ plug_in(). Nothing switches it as a side effect of an import.
 With the interpreter on, `choose()` also makes Triton's interpreter patch triton.language once per launch instead of
 once per call of a @jit helper (see `_patch_once_per_launch`): the same results in about half the time; and makes
 a scalar broadcast to a block keep the block's type (see `_splat_in_the_blocks_type`), and tl.dot multiply bfloat16
-values rather than their bits (see `_dot_bfloat16_as_floats`).
+values rather than their bits (see `_dot_bfloat16_as_floats`); and it looks numpy dtypes up in a table made once
+(see `_numpy_dtypes_from_a_table`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def choose() -> bool:
         _patch_once_per_launch()
         _splat_in_the_blocks_type()
         _dot_bfloat16_as_floats()
+        _numpy_dtypes_from_a_table()
     return on
 
 
@@ -145,4 +147,41 @@ def _dot_bfloat16_as_floats() -> bool:
 
     create_dot.autokernel_bfloat16 = True
     builder.create_dot = create_dot
+    return True
+
+
+def _numpy_dtypes_from_a_table() -> bool:
+    """Make Triton's interpreter look up a Triton dtype's numpy dtype in a table made once; False where this Triton's
+    interpreter lacks the names it wraps (nothing is changed there).
+
+    Its `_get_np_dtype`, called for nearly every value it makes, builds its dict of 17 dtypes anew on every call: 9%
+    of the CPU a flash attention edge shape takes (issue 37). The table holds the interpreter's own answers, for the
+    dtypes its dict names; anything else (a pointer, a type it does not know) is still its own function's to answer.
+    """
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter as triton_interpreter
+        own = triton_interpreter._get_np_dtype
+    except (ImportError, AttributeError):
+        return False
+    if getattr(own, "autokernel_table", False):
+        return True
+    names = ("int1", "float16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
+             "uint64", "bfloat16", "float8e5", "float8e5b16", "float8e4nv", "float8e4b8", "float8e4b15")
+    table = {}
+    for name in names:
+        dtype = getattr(tl, name, None)
+        if isinstance(dtype, tl.dtype) and not isinstance(dtype, tl.pointer_type):
+            try:
+                table[dtype] = own(dtype)
+            except KeyError:
+                continue
+
+    def get_np_dtype(tt_dtype):
+        element = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        found = None if isinstance(element, tl.pointer_type) else table.get(element)
+        return own(tt_dtype) if found is None else found
+
+    get_np_dtype.autokernel_table, get_np_dtype.autokernel_own = True, own
+    triton_interpreter._get_np_dtype = get_np_dtype
     return True

@@ -368,4 +368,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Exit at once, as the judge's worker does: the verdict is out, and the kernel's atexit handlers and the
+    # interpreter's teardown (most of a second of CPU with torch and Triton loaded, issue 37) have nothing to add.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -349,4 +349,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    from autokernel.core import teardown      # it has answered on its pipe: no teardown to wait for
+
+    teardown.answered_exit(code)

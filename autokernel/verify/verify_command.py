@@ -160,4 +160,9 @@ def _in_sandbox(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if any(arg.startswith("--sandboxed-fd") for arg in sys.argv[1:]):     # the sandboxed child, which has answered
+        from autokernel.core import teardown
+
+        teardown.answered_exit(code)
+    sys.exit(code)
