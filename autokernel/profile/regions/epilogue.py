@@ -137,11 +137,7 @@ class _Reader:
 
     def _replay(self, node: RegionNode, tensor: torch.Tensor) -> torch.Tensor:
         """One view node run on a tensor standing for its source."""
-        source = references(node.args[0])[0]
-        cpu = torch.device("cpu")
-        args = [decode(a, {source: tensor}, cpu, None) for a in node.args]
-        kwargs = {k: decode(v, {source: tensor}, cpu, None) for k, v in node.kwargs.items()}
-        return ops.resolve(node.op)(*args, **kwargs)
+        return _run_view(node, {references(node.args[0])[0]: tensor})
 
     # ------------------------------------------------------------------ the GEMM and its operands
     def _gemm(self, node: RegionNode) -> Epilogue:
@@ -179,11 +175,8 @@ class _Reader:
         source = references(node.args[0]) if node.args else []
         if len(source) != 1 or source[0] not in self.offsets:
             raise Unsupported(f"{ops.packet(node.op)} of something other than an input")
-        cpu = torch.device("cpu")
-        args = [decode(a, self.offsets, cpu, None) for a in node.args]
-        kwargs = {k: decode(v, self.offsets, cpu, None) for k, v in node.kwargs.items()}
         try:
-            self.offsets[node.name] = ops.resolve(node.op)(*args, **kwargs)
+            self.offsets[node.name] = _run_view(node, self.offsets)
         except (RuntimeError, TypeError, ValueError) as error:
             raise Unsupported(f"{ops.packet(node.op)} of an input: {error}") from None
 
@@ -359,6 +352,14 @@ class _Reader:
         if read["b"] is not None:
             expression = f"{expression} + {read['b']}"
         self.tuples[node.name] = (self._emit(self.e, TILE, expression), TILE)
+
+
+def _run_view(node: RegionNode, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A view node run on the CPU, its references read from tensors (element offsets, or indices of the product)."""
+    cpu = torch.device("cpu")
+    args = [decode(a, tensors, cpu, None) for a in node.args]
+    kwargs = {k: decode(v, tensors, cpu, None) for k, v in node.kwargs.items()}
+    return ops.resolve(node.op)(*args, **kwargs)
 
 
 def _with_whole_rows(operand: Operand, shape) -> Operand:

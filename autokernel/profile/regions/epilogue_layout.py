@@ -14,6 +14,8 @@ A layout neither describes keeps the region on Inductor's starter (Unsupported s
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from autokernel.profile.regions.epilogue_ops import Unsupported
@@ -101,9 +103,7 @@ def reorder_positions(chain: list, start_shape: list[int], replay) -> torch.Tens
     """positions (M*N flat, in the product's order) of each element after the views in `chain` reorder it:
     replay(node, tensor) runs one view node on a tensor; the result must come out contiguous, as the output the
     tile kernel writes is."""
-    numel = 1
-    for size in start_shape:
-        numel *= size
+    numel = math.prod(start_shape)
     if numel > MAX_MAPPED:
         raise Unsupported(f"an output of {numel} elements reordered (mapped up to {MAX_MAPPED})")
     mapped = torch.arange(numel).view(start_shape)
