@@ -12,7 +12,14 @@ Grouped-query and multi-query attention: k and v may have fewer heads than q (KV
 query head h reads key/value head h // (H / KV), as torch's scaled_dot_product_attention with
 enable_gqa does. Heads of one group run next to each other, so their K and V stay in L2.
 Head dims up to MAX_HEAD_DIM (256); D above 128 takes the "WIDE" blocks, whose 256-wide q and
-accumulator tiles leave room for fewer rows. Larger D is refused at once with a ValueError.
+accumulator tiles leave room for fewer rows.
+
+Above MAX_HEAD_DIM a (BLOCK_M x D) query tile and accumulator no longer fit in registers, so the scores are
+kept in memory instead (two kernels, "SCORES" and "VALUES" tunables): the first computes Q K^T tile by tile,
+streaming D, and writes the scaled scores with each tile's row max and exp-sum; the second folds those partial
+sums into each row's softmax and multiplies P by one D-slice of V. For KernelBench's head dim 1024 (B2 H8 S512)
+PyTorch's fused backends take the memory-efficient kernel, about 0.15 ms on an H200 for 17 GFLOP. The scores cost
+B*H*S*S*4 bytes; calls whose scores would pass SCORES_MAX_BYTES are refused at once with a ValueError.
 
 On Hopper, for calls of at least `tma_min_gflop` of work, and when q, k, v and the output have a
 unit last stride and 16-byte-aligned strides, the tiles move by TMA (tensor descriptors), which
@@ -43,6 +50,10 @@ TUNABLES = {
     "SMALL_BLOCK_M": 32, "SMALL_BLOCK_N": 32, "small_num_warps": 4, "small_num_stages": 2,
     "WIDE_BLOCK_M": 64, "WIDE_BLOCK_N": 64, "wide_num_warps": 8, "wide_num_stages": 2,
     "large_min_seq": 256, "tma_min_gflop": 64,
+    "SCORES_BLOCK_M": 128, "SCORES_BLOCK_N": 128, "SCORES_BLOCK_K": 64, "scores_num_warps": 8,
+    "scores_num_stages": 3,
+    "VALUES_BLOCK_M": 64, "VALUES_BLOCK_N": 32, "VALUES_BLOCK_D": 128, "values_num_warps": 4,
+    "values_num_stages": 2,
 }
 # The values the search agent may try for each tunable.
 TUNABLE_CHOICES = {
@@ -52,13 +63,20 @@ TUNABLE_CHOICES = {
     "WIDE_BLOCK_M": [16, 32, 64, 128], "WIDE_BLOCK_N": [16, 32, 64], "wide_num_warps": [4, 8],
     "wide_num_stages": [1, 2, 3],
     "large_min_seq": [64, 128, 256, 512, 1024], "tma_min_gflop": [0, 1, 4, 16, 64],
+    "SCORES_BLOCK_M": [32, 64, 128], "SCORES_BLOCK_N": [32, 64, 128], "SCORES_BLOCK_K": [32, 64],
+    "scores_num_warps": [4, 8], "scores_num_stages": [2, 3, 4],
+    "VALUES_BLOCK_M": [32, 64, 128], "VALUES_BLOCK_N": [32, 64], "VALUES_BLOCK_D": [64, 128, 256],
+    "values_num_warps": [4, 8], "values_num_stages": [1, 2, 3],
 }
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-# The largest head dim the kernel takes. Above it a (BLOCK_M x D) query tile and accumulator no
-# longer fit in registers, and the compile would take minutes to produce a spilling kernel:
-# kernel_fn refuses such calls at once, and a router should leave them to PyTorch.
+# The largest head dim the one-pass kernel takes. Above it a (BLOCK_M x D) query tile and accumulator no
+# longer fit in registers (the compile would take minutes to produce a spilling kernel): such calls keep
+# their scores in memory (the module doc).
 MAX_HEAD_DIM = 256
+# The most memory the scores of one call may take (float32, B*H*S*S*4 bytes); a call above it is refused at once,
+# and a router leaves it to PyTorch. KernelBench's B32 H32 S512 takes 1 GiB.
+SCORES_MAX_BYTES = 2 ** 31
 # Head dims above this take the WIDE blocks.
 WIDE_HEAD_DIM = 128
 LOG2_E = 1.4426950408889634
@@ -226,6 +244,134 @@ def _flash_attention_tma_kernel(desc_q, desc_k, desc_v, desc_o, H, group, seq_q,
     desc_o.store([batch, head, first_query, 0], out.to(desc_o.dtype).reshape(1, 1, BLOCK_M, BLOCK_D))
 
 
+@triton.jit
+def _scores_kernel(q_ptr, k_ptr, s_ptr, max_ptr, sum_ptr, H, group, seq_q, seq_k, head_dim, qk_scale,
+                   stride_qb, stride_qh, stride_qs, stride_qd, stride_kb, stride_kh, stride_ks, stride_kd,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
+                   UPCAST: tl.constexpr):
+    """One (BLOCK_M x BLOCK_N) tile of the scaled scores (log2 units) of one (batch, head), D streamed in
+    BLOCK_K slices; also the tile's row max and sum of exp2(score - max), the partial sums _values_kernel folds.
+    Tiles wholly above the causal diagonal are never needed, so never computed."""
+    qk_scale = tl.cast(qk_scale, tl.float32)       # float64 under torch.compile, as above
+    first_query, first_key = tl.program_id(0) * BLOCK_M, tl.program_id(1) * BLOCK_N
+    causal_shift = seq_k - seq_q
+    if CAUSAL:
+        if first_key > first_query + BLOCK_M - 1 + causal_shift:
+            return
+    bh = tl.program_id(2)
+    batch, head = bh // H, bh % H
+    queries = first_query + tl.arange(0, BLOCK_M)
+    keys = first_key + tl.arange(0, BLOCK_N)
+    slice_d = tl.arange(0, BLOCK_K)
+    q_ptrs = (q_ptr + batch.to(tl.int64) * stride_qb + head.to(tl.int64) * stride_qh
+              + queries.to(tl.int64)[:, None] * stride_qs + slice_d[None, :] * stride_qd)
+    k_ptrs = (k_ptr + batch.to(tl.int64) * stride_kb + (head // group).to(tl.int64) * stride_kh
+              + keys.to(tl.int64)[:, None] * stride_ks + slice_d[None, :] * stride_kd)
+    scores = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for start_d in range(0, head_dim, BLOCK_K):
+        dim_ok = (start_d + slice_d)[None, :] < head_dim
+        q = tl.load(q_ptrs, mask=(queries[:, None] < seq_q) & dim_ok, other=0.0)
+        k = tl.load(k_ptrs, mask=(keys[:, None] < seq_k) & dim_ok, other=0.0)
+        if UPCAST:
+            q = q.to(tl.float32)
+            k = k.to(tl.float32)
+        scores = tl.dot(q, tl.trans(k), scores, input_precision="ieee")
+        q_ptrs += BLOCK_K * stride_qd
+        k_ptrs += BLOCK_K * stride_kd
+    visible = keys[None, :] < seq_k
+    if CAUSAL:
+        visible = visible & (keys[None, :] <= queries[:, None] + causal_shift)
+    scores = tl.where(visible, scores * qk_scale, -float("inf"))
+    rows = bh.to(tl.int64) * seq_q + queries
+    row_ok = queries < seq_q
+    tl.store(s_ptr + rows[:, None] * seq_k + keys[None, :], scores, mask=row_ok[:, None] & (keys[None, :] < seq_k))
+    tile_max = tl.max(scores, axis=1)
+    # A row with no visible key in this tile (causal) has max -inf: its sum is 0, and exp2 never sees -inf - -inf.
+    tile_sum = tl.sum(tl.math.exp2(scores - tl.where(tile_max == -float("inf"), 0.0, tile_max)[:, None]), axis=1)
+    partial = (bh.to(tl.int64) * tl.num_programs(1) + tl.program_id(1)) * seq_q + queries
+    tl.store(max_ptr + partial, tile_max, mask=row_ok)
+    tl.store(sum_ptr + partial, tile_sum, mask=row_ok)
+
+
+@triton.jit
+def _values_kernel(s_ptr, max_ptr, sum_ptr, v_ptr, o_ptr, H, group, seq_q, seq_k, head_dim, score_tiles,
+                   stride_vb, stride_vh, stride_vs, stride_vd, stride_ob, stride_oh, stride_os, stride_od,
+                   SCORES_BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
+    """softmax(scores) times one BLOCK_D slice of V, for BLOCK_M query rows of one (batch, head): the rows' max
+    and exp-sum folded from _scores_kernel's partials, then P = exp2(score - max) block by block, as flash does."""
+    first_query, bh = tl.program_id(0) * BLOCK_M, tl.program_id(2)
+    batch, head = bh // H, bh % H
+    queries = first_query + tl.arange(0, BLOCK_M)
+    row_ok = queries < seq_q
+    causal_shift = seq_k - seq_q
+    key_stop = seq_k
+    if CAUSAL:
+        key_stop = tl.minimum(first_query + BLOCK_M + causal_shift, seq_k)
+    row_max = tl.full((BLOCK_M,), -float("inf"), dtype=tl.float32)
+    row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for tile in range(0, tl.cdiv(key_stop, SCORES_BLOCK_N)):
+        # Only the tiles _scores_kernel computed: under the diagonal for each row.
+        ok = row_ok
+        if CAUSAL:
+            ok = ok & (tile * SCORES_BLOCK_N <= queries + causal_shift)
+        partial = (bh.to(tl.int64) * score_tiles + tile) * seq_q + queries
+        tile_max = tl.load(max_ptr + partial, mask=ok, other=-float("inf"))
+        tile_sum = tl.load(sum_ptr + partial, mask=ok, other=0.0)
+        new_max = tl.maximum(row_max, tile_max)
+        safe_max = tl.where(new_max == -float("inf"), 0.0, new_max)
+        row_sum = row_sum * tl.math.exp2(row_max - safe_max) + tile_sum * tl.math.exp2(tile_max - safe_max)
+        row_max = new_max
+    safe_max = tl.where(row_max == -float("inf"), 0.0, row_max)
+
+    dims = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    offs_n = tl.arange(0, BLOCK_N)
+    s_rows = s_ptr + (bh.to(tl.int64) * seq_q + queries)[:, None] * seq_k
+    v_head = v_ptr + batch.to(tl.int64) * stride_vb + (head // group).to(tl.int64) * stride_vh
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    for start_n in range(0, key_stop, BLOCK_N):
+        keys = start_n + offs_n
+        visible = row_ok[:, None] & (keys[None, :] < seq_k)
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= queries[:, None] + causal_shift)
+        scores = tl.load(s_rows + keys[None, :], mask=visible, other=-float("inf"))
+        v = tl.load(v_head + keys.to(tl.int64)[:, None] * stride_vs + dims[None, :] * stride_vd,
+                    mask=(keys[:, None] < seq_k) & (dims[None, :] < head_dim), other=0.0)
+        # P is rounded to the input dtype, as the tensor cores need, before it meets V (as in flash above).
+        p = tl.math.exp2(scores - safe_max[:, None]).to(v.dtype)
+        if UPCAST:
+            p = p.to(tl.float32)
+            v = v.to(tl.float32)
+        acc = tl.dot(p, v, acc, input_precision="ieee")
+    out = acc / tl.where(row_ok, row_sum, 1.0)[:, None]       # rows past the end are not stored
+    o_ptrs = (o_ptr + batch.to(tl.int64) * stride_ob + head.to(tl.int64) * stride_oh
+              + queries.to(tl.int64)[:, None] * stride_os + dims[None, :] * stride_od)
+    tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & (dims[None, :] < head_dim))
+
+
+def _attention_through_scores(q, k, v, out, causal: bool, qk_scale: float) -> None:
+    """Attention for head dims above MAX_HEAD_DIM: the scores written by _scores_kernel, read by _values_kernel."""
+    batch, heads, seq_q, head_dim = q.shape
+    seq_k, t = k.shape[2], TUNABLES
+    tiles_n = -(-seq_k // t["SCORES_BLOCK_N"])
+    scores = torch.empty((batch * heads, seq_q, seq_k), dtype=torch.float32, device=q.device)
+    tile_max = torch.empty((batch * heads, tiles_n, seq_q), dtype=torch.float32, device=q.device)
+    tile_sum = torch.empty_like(tile_max)
+    group, upcast = heads // k.shape[1], not q.is_cuda
+    stage_bytes = (t["SCORES_BLOCK_M"] + t["SCORES_BLOCK_N"]) * t["SCORES_BLOCK_K"] * q.element_size()
+    _scores_kernel[(-(-seq_q // t["SCORES_BLOCK_M"]), tiles_n, batch * heads)](
+        q, k, scores, tile_max, tile_sum, heads, group, seq_q, seq_k, head_dim, qk_scale, *q.stride(), *k.stride(),
+        BLOCK_M=t["SCORES_BLOCK_M"], BLOCK_N=t["SCORES_BLOCK_N"], BLOCK_K=t["SCORES_BLOCK_K"], CAUSAL=causal,
+        UPCAST=upcast, num_warps=t["scores_num_warps"],
+        num_stages=_stages_that_fit(t["scores_num_stages"], stage_bytes, 0, q.device))
+    stage_bytes = t["VALUES_BLOCK_N"] * (t["VALUES_BLOCK_M"] * 4 + t["VALUES_BLOCK_D"] * v.element_size())
+    _values_kernel[(-(-seq_q // t["VALUES_BLOCK_M"]), -(-head_dim // t["VALUES_BLOCK_D"]), batch * heads)](
+        scores, tile_max, tile_sum, v, out, heads, group, seq_q, seq_k, head_dim, tiles_n, *v.stride(), *out.stride(),
+        SCORES_BLOCK_N=t["SCORES_BLOCK_N"], BLOCK_M=t["VALUES_BLOCK_M"], BLOCK_N=t["VALUES_BLOCK_N"],
+        BLOCK_D=t["VALUES_BLOCK_D"], CAUSAL=causal, UPCAST=upcast, num_warps=t["values_num_warps"],
+        num_stages=_stages_that_fit(t["values_num_stages"], stage_bytes, 0, q.device))
+
+
 @functools.lru_cache(maxsize=None)
 def _shared_memory_bytes(device_index: int) -> int:
     return triton.runtime.driver.active.utils.get_device_properties(device_index)["max_shared_mem"]
@@ -282,9 +428,11 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         raise ValueError(f"flash_attention: q's {q.shape[1]} heads must be a multiple of k and v's {k.shape[1]} "
                          "(grouped-query attention)")
-    if q.shape[3] > MAX_HEAD_DIM:
-        raise ValueError(f"flash_attention: head dim D={q.shape[3]} is above this kernel's MAX_HEAD_DIM = "
-                         f"{MAX_HEAD_DIM}; leave such attention to PyTorch")
+    score_bytes = 4 * q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]
+    if q.shape[3] > MAX_HEAD_DIM and score_bytes > SCORES_MAX_BYTES:
+        raise ValueError(f"flash_attention: head dim D={q.shape[3]} is above MAX_HEAD_DIM = {MAX_HEAD_DIM}, and "
+                         f"its scores would take {score_bytes / 2 ** 30:.1f} GiB, above SCORES_MAX_BYTES = "
+                         f"{SCORES_MAX_BYTES / 2 ** 30:.1f} GiB; leave such attention to PyTorch")
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"flash_attention: q, k and v must share one dtype of {SUPPORTED_DTYPES}, "
                         f"got {q.dtype}, {k.dtype}, {v.dtype}")
@@ -305,6 +453,9 @@ def kernel_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(head_dim)
     if not scale > 0:
         raise ValueError(f"flash_attention: sm_scale must be positive, got {sm_scale}")
+    if head_dim > MAX_HEAD_DIM:
+        _attention_through_scores(q, k, v, out, bool(causal), scale * LOG2_E)
+        return out
     config = _block_config(seq_q, head_dim)
     # tl.dot needs every tile side to be at least 16 (a power of two; shifts cost less than triton's helper).
     block_d = max(16, 1 << (head_dim - 1).bit_length())

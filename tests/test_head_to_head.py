@@ -5,6 +5,8 @@ No speed is asserted (CPU timings mean nothing): the tests check which state eac
 object keeps its own graph, and how the verdict reads a pair it is given.
 """
 
+import statistics
+
 import pytest
 import torch
 from torch import nn
@@ -132,6 +134,30 @@ def test_a_win_on_the_wall_that_the_gpus_own_clock_does_not_show_is_not_claimed(
     results = {"eager": timed("eager", 0.30), "ours": timed("ours", 0.17)}
     verdict = endtoend.choose(results, 1e-2, on_gpu=True, routed=True, pair=pair)
     assert not verdict.faster and verdict.use == "eager"
+
+
+def test_the_verdicts_two_figures_are_its_median_pair_where_each_sides_median_falls_in_another_mode(monkeypatch):
+    """Session 28's gate, KernelBench's deep narrow MLP: both sides bimodal, 14 of 16 pairs 1.02-1.13x, and the two
+    medians printed beside "faster by 1.06x" read 0.148 against 0.127 ms, slower."""
+    ours_ms = (0.100,) * 7 + (0.150,) * 9
+    theirs_ms = (0.106,) * 7 + (0.159,) * 8 + (0.100,)             # the last pair the other way round
+    def bimodal(samples):
+        return Latency(statistics.median(samples), min(samples), max(samples), 16, samples)
+    assert bimodal(ours_ms).median_ms > bimodal(theirs_ms).median_ms     # each side's median: ours slower
+    monkeypatch.setattr(head_to_head.latency, "paired", lambda a, b, on_gpu, **_: (bimodal(ours_ms),
+                                                                                  bimodal(theirs_ms)))
+    monkeypatch.setattr(head_to_head.latency, "gpu_busy", lambda a, b, host_ms, **_: (
+        Latency(0.05, 0.05, 0.05, 5, (0.05,) * 5), Latency(0.1, 0.1, 0.1, 5, (0.1,) * 5)))
+    switch = Switch()
+    pair = head_to_head.measure(Switched(switch), (torch.ones(2),), switch, "ours", "eager", None, None,
+                                on_gpu=True, log=lambda line: None)
+    assert round(pair.speedup, 2) == 1.06 and round(pair.theirs_ms / pair.ours_ms, 2) == 1.06
+    assert (pair.ours_ms, pair.theirs_ms) in {(0.100, 0.106), (0.150, 0.159)}
+    verdict = endtoend.choose({"eager": timed("eager", 0.13), "ours": timed("ours", 0.15)}, 1e-2, on_gpu=True,
+                              routed=True, pair=pair)
+    assert verdict.faster
+    assert f"AutoKernel ({pair.ours_ms:.3f} ms) against PyTorch's best, PyTorch eager ({pair.theirs_ms:.3f} ms)" in \
+        verdict.summary
 
 
 def test_on_the_cpu_the_pair_has_no_gpu_clock_and_claims_the_walls_speedup():

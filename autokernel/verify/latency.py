@@ -148,6 +148,17 @@ def pair_ratios(ours: Latency | None, theirs: Latency | None) -> list[float]:
     return ratios if len(ratios) == len(ours.samples_ms) else []
 
 
+def median_pair(ours: Latency, theirs: Latency) -> tuple[float, float]:
+    """(ours, theirs) of the pair whose ratio theirs/ours is the median (the lower middle one of an even count): two
+    times taken together whose ratio is the one paired_speedup reads. Each side's own median where there are no
+    pairs."""
+    ratios = pair_ratios(ours, theirs)
+    if not ratios:
+        return ours.median_ms, theirs.median_ms
+    middle = sorted(range(len(ratios)), key=ratios.__getitem__)[(len(ratios) - 1) // 2]
+    return ours.samples_ms[middle], theirs.samples_ms[middle]
+
+
 def _a_time(ms: float) -> bool:
     """A time a ratio can be made of: finite and above zero (a NaN would sort anywhere and pass for a pair)."""
     return math.isfinite(ms) and ms > 0

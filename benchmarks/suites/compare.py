@@ -39,7 +39,12 @@ TARGETS = {
     "flash_attention": ({"B": 4, "H": 32, "S": 2048, "D": 128, "causal": 1}, "sdpa", 0.90),
     "fused_mlp": ({"M": 4096, "D": 4096, "F": 11008, "act": "silu"}, "torch.compile", 1.0),
 }
-EXTRA_SHAPES = {"matmul": [{"M": 8192, "N": 8192, "K": 8192}]}
+# Head dim 1024 (KernelBench level 1's attention, and benchmarks/problems/sdpa_head_dim_1024.py): the starter keeps
+# the scores in memory there (kernels/flash_attention.py), and PyTorch takes its memory-efficient kernel.
+EXTRA_SHAPES = {"matmul": [{"M": 8192, "N": 8192, "K": 8192}],
+                "flash_attention": [{"B": 2, "H": 8, "S": 512, "D": 1024, "causal": 0},
+                                    {"B": 2, "H": 8, "S": 512, "D": 1024, "causal": 1},
+                                    {"B": 32, "H": 32, "S": 512, "D": 1024, "causal": 0}]}
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 

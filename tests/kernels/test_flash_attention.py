@@ -201,6 +201,7 @@ def test_tunable_choices_stay_correct_in_both_configs(monkeypatch, combination):
     q, k, v = _qkv(1, 1, 41, 16)
     _assert_matches_reference(q, k, v, causal=True)
     _assert_matches_reference(*_qkv(1, 2, 41, 136, kv_heads=1), causal=True)      # the wide blocks
+    _assert_matches_reference(*_qkv(1, 2, 41, 264, kv_heads=1), causal=True)      # the scores in memory
     monkeypatch.setitem(attention.TUNABLES, "large_min_seq", 1)
     _assert_matches_reference(q, k, v, causal=True)
 
@@ -242,14 +243,47 @@ def test_head_dims_up_to_256_take_the_wide_blocks(head_dim):
     _assert_matches_reference(*_qkv(1, 2, 24, head_dim, dtype=torch.bfloat16, kv_heads=1), causal=True)
 
 
-def test_head_dims_above_the_limit_are_refused_at_once():
-    q, k, v = _qkv(1, 1, 4, attention.MAX_HEAD_DIM + 1)
+def _small_score_tiles(monkeypatch):
+    """Tiles small enough that a short interpreted call crosses several of each, and the diagonal."""
+    for key, value in {"SCORES_BLOCK_M": 32, "SCORES_BLOCK_N": 32, "SCORES_BLOCK_K": 32, "VALUES_BLOCK_M": 32,
+                       "VALUES_BLOCK_N": 32, "VALUES_BLOCK_D": 64}.items():
+        monkeypatch.setitem(attention.TUNABLES, key, value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [True, False])
+def test_head_dims_above_the_limit_keep_their_scores_in_memory(monkeypatch, dtype, causal):
+    # KernelBench's attention has head dim 1024: no (BLOCK_M x D) tile fits in registers, so the scores go through
+    # memory; D = 300 is not a multiple of any tile (masked D slices), S = 70 crosses three score tiles.
+    _small_score_tiles(monkeypatch)
+    calls = []
+    monkeypatch.setattr(attention, "_attention_through_scores",
+                        lambda *args, f=attention._attention_through_scores: calls.append(1) or f(*args))
+    _assert_matches_reference(*_qkv(1, 2, 70, 300, dtype=dtype), causal=causal)
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("seq_q,seq_k", [(37, 70), (70, 70)])
+def test_the_scores_path_takes_grouped_heads_strides_and_causal_alignment(monkeypatch, seq_q, seq_k):
+    _small_score_tiles(monkeypatch)
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn((2, seq_q, 4, 264), generator=gen).transpose(1, 2)        # (B, S, H, D) read as (B, H, S, D)
+    k, v = (torch.randn((2, 2, seq_k, 264), generator=gen) for _ in range(2))
+    assert not q.is_contiguous()
+    _assert_matches_reference(q, k, v, causal=True)
+    _assert_matches_reference(q, k, v, causal=False, sm_scale=0.02)
+
+
+def test_scores_beyond_their_memory_limit_are_refused_at_once(monkeypatch):
+    q, k, v = _qkv(1, 2, 16, attention.MAX_HEAD_DIM + 1)
+    monkeypatch.setattr(attention, "SCORES_MAX_BYTES", 4 * 2 * 16 * 16 - 1)
     started = time.monotonic()
-    with pytest.raises(ValueError, match=f"D={attention.MAX_HEAD_DIM + 1} is above .*MAX_HEAD_DIM = 256"):
+    with pytest.raises(ValueError, match=r"D=257 is above MAX_HEAD_DIM = 256, and its scores would take"):
         attention.kernel_fn(q, k, v)
     assert time.monotonic() - started < 1.0      # no compile, no launch
-    with pytest.raises(ValueError, match="MAX_HEAD_DIM"):
-        attention.kernel_fn(*_qkv(1, 2, 4, 1024))
+    attention.kernel_fn(*_qkv(1, 2, 16, attention.MAX_HEAD_DIM))     # the one-pass kernel has no such limit
+    monkeypatch.setattr(attention, "SCORES_MAX_BYTES", 4 * 2 * 16 * 16)
+    _assert_matches_reference(q, k, v)
 
 
 def test_bad_inputs_get_clear_errors():
