@@ -160,6 +160,25 @@ def test_the_verdicts_two_figures_are_its_median_pair_where_each_sides_median_fa
         verdict.summary
 
 
+def test_with_an_even_count_the_claim_is_the_lower_middle_ratio_the_printed_pair_reads(monkeypatch):
+    """16 pairs (a GPU's count): the middle two ratios are 1.05 and 1.15. Their mean, 1.10, is no pair's: the verdict
+    claims the lower one, 1.05, the ratio of the two times it prints (the review of session 28's change)."""
+    ours = Latency(1.0, 1.0, 1.0, 16, (1.0,) * 16)
+    theirs_ms = (1.00,) * 3 + (1.05,) * 5 + (1.15,) * 8
+    theirs = Latency(statistics.median(theirs_ms), 1.0, 1.15, 16, theirs_ms)
+    monkeypatch.setattr(head_to_head.latency, "paired", lambda a, b, on_gpu, **_: (ours, theirs))
+    monkeypatch.setattr(head_to_head.latency, "gpu_busy", lambda a, b, host_ms, **_: (
+        Latency(0.05, 0.05, 0.05, 5, (0.05,) * 5), Latency(0.06, 0.06, 0.06, 5, (0.06,) * 5)))
+    switch = Switch()
+    pair = head_to_head.measure(Switched(switch), (torch.ones(2),), switch, "ours", "eager", None, None,
+                                on_gpu=True, log=lambda line: None)
+    assert pair.wall_speedup == pair.theirs_ms / pair.ours_ms == 1.05
+    verdict = endtoend.choose({"eager": timed("eager", 1.1), "ours": timed("ours", 1.0)}, 1e-2, on_gpu=True,
+                              routed=True, pair=pair)
+    assert verdict.summary.startswith("faster by 1.05x: AutoKernel (1.000 ms) against PyTorch's best, PyTorch "
+                                      "eager (1.050 ms)")
+
+
 def test_on_the_cpu_the_pair_has_no_gpu_clock_and_claims_the_walls_speedup():
     switch = Switch()
     pair = head_to_head.measure(Switched(switch), (torch.ones(2),), switch, "ours", "eager", None, None,

@@ -102,16 +102,17 @@ def trimmed_spread(samples: tuple[float, ...] | list[float]) -> float:
     return (ordered[-1] - ordered[0]) / median if median > 0 else 0.0
 
 
-def paired_speedup(ours: Latency | None, theirs: Latency | None) -> tuple[float, float] | None:
+def paired_speedup(ours: Latency | None, theirs: Latency | None,
+                   middle: Callable[[list[float]], float] = statistics.median) -> tuple[float, float] | None:
     """The speedup of ours over theirs from repeats taken in turn (paired): the median of the per-pair ratios
-    theirs/ours, and its noise: median / median_lower_bound - 1 (so speedup > x * (1 + noise) says the bound is
+    theirs/ours (`middle`: statistics.median_low for the verdict, whose median pair is printed), and its noise: median / median_lower_bound - 1 (so speedup > x * (1 + noise) says the bound is
     above x), or the ratios' trimmed spread where they are too few for a bound (the CPU's 3 repeats). A drift of the
     machine's speed moves both times of a pair alike, so it leaves the ratios alone. None unless both kept the same
     number of repeats."""
     ratios = pair_ratios(ours, theirs)
     if not ratios:
         return None
-    median, bound = statistics.median(ratios), median_lower_bound(ratios)
+    median, bound = middle(ratios), median_lower_bound(ratios)
     return median, (median / bound - 1 if bound and bound > 0 else trimmed_spread(ratios))
 
 
