@@ -105,10 +105,10 @@ def trimmed_spread(samples: tuple[float, ...] | list[float]) -> float:
 def paired_speedup(ours: Latency | None, theirs: Latency | None,
                    middle: Callable[[list[float]], float] = statistics.median) -> tuple[float, float] | None:
     """The speedup of ours over theirs from repeats taken in turn (paired): the median of the per-pair ratios
-    theirs/ours (`middle`: statistics.median_low for the verdict, whose median pair is printed), and its noise: median / median_lower_bound - 1 (so speedup > x * (1 + noise) says the bound is
-    above x), or the ratios' trimmed spread where they are too few for a bound (the CPU's 3 repeats). A drift of the
-    machine's speed moves both times of a pair alike, so it leaves the ratios alone. None unless both kept the same
-    number of repeats."""
+    theirs/ours (`middle`: statistics.median_low for the verdict, whose median pair is printed), and its noise:
+    median / median_lower_bound - 1 (so speedup > x * (1 + noise) says the bound is above x), or the ratios' trimmed
+    spread where they are too few for a bound (the CPU's 3 repeats). A drift of the machine's speed moves both times
+    of a pair alike, so it leaves the ratios alone. None unless both kept the same number of repeats."""
     ratios = pair_ratios(ours, theirs)
     if not ratios:
         return None
