@@ -284,10 +284,14 @@ def _scores_kernel(q_ptr, k_ptr, s_ptr, max_ptr, sum_ptr, H, group, seq_q, seq_k
     scores = tl.where(visible, scores * qk_scale, -float("inf"))
     rows = bh.to(tl.int64) * seq_q + queries
     row_ok = queries < seq_q
-    tl.store(s_ptr + rows[:, None] * seq_k + keys[None, :], scores, mask=row_ok[:, None] & (keys[None, :] < seq_k))
     tile_max = tl.max(scores, axis=1)
     # A row with no visible key in this tile (causal) has max -inf: its sum is 0, and exp2 never sees -inf - -inf.
-    tile_sum = tl.sum(tl.math.exp2(scores - tl.where(tile_max == -float("inf"), 0.0, tile_max)[:, None]), axis=1)
+    # What is stored is this tile's own P, exp2(score - tile max) in [0, 1]: _values_kernel rescales it by one
+    # factor per row, so it computes no exp2 and reads half the bytes (float16 for 16-bit inputs).
+    p = tl.math.exp2(scores - tl.where(tile_max == -float("inf"), 0.0, tile_max)[:, None])
+    tile_sum = tl.sum(p, axis=1)
+    tl.store(s_ptr + rows[:, None] * seq_k + keys[None, :], p.to(s_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & (keys[None, :] < seq_k))
     partial = (bh.to(tl.int64) * tl.num_programs(1) + tl.program_id(1)) * seq_q + queries
     tl.store(max_ptr + partial, tile_max, mask=row_ok)
     tl.store(sum_ptr + partial, tile_sum, mask=row_ok)
@@ -334,11 +338,20 @@ def _values_kernel(s_ptr, max_ptr, sum_ptr, v_ptr, o_ptr, H, group, seq_q, seq_k
         visible = row_ok[:, None] & (keys[None, :] < seq_k)
         if CAUSAL:
             visible = visible & (keys[None, :] <= queries[:, None] + causal_shift)
-        scores = tl.load(s_rows + keys[None, :], mask=visible, other=-float("inf"))
+        # The block lies in one score tile (BLOCK_N <= SCORES_BLOCK_N): one factor a row turns the tile's P into
+        # the row's, exp2(tile max - row max). Tiles never computed (causal) are masked off, factor and values.
+        tile = start_n // SCORES_BLOCK_N
+        ok = row_ok
+        if CAUSAL:
+            ok = ok & (tile * SCORES_BLOCK_N <= queries + causal_shift)
+        tile_max = tl.load(max_ptr + (bh.to(tl.int64) * score_tiles + tile) * seq_q + queries, mask=ok,
+                           other=-float("inf"))
+        factor = tl.math.exp2(tile_max - safe_max)
+        tile_p = tl.load(s_rows + keys[None, :], mask=visible, other=0.0).to(tl.float32)
         v = tl.load(v_head + keys.to(tl.int64)[:, None] * stride_vs + dims[None, :] * stride_vd,
                     mask=(keys[:, None] < seq_k) & (dims[None, :] < head_dim), other=0.0)
         # P is rounded to the input dtype, as the tensor cores need, before it meets V (as in flash above).
-        p = tl.math.exp2(scores - safe_max[:, None]).to(v.dtype)
+        p = (tile_p * factor[:, None]).to(v.dtype)
         if UPCAST:
             p = p.to(tl.float32)
             v = v.to(tl.float32)
@@ -354,7 +367,10 @@ def _attention_through_scores(q, k, v, out, causal: bool, qk_scale: float) -> No
     batch, heads, seq_q, head_dim = q.shape
     seq_k, t = k.shape[2], TUNABLES
     tiles_n = -(-seq_k // t["SCORES_BLOCK_N"])
-    scores = torch.empty((batch * heads, seq_q, seq_k), dtype=torch.float32, device=q.device)
+    # Each tile's P is in [0, 1]: float16 keeps 11 bits of it for 16-bit inputs (bfloat16 would keep 8)
+    p_dtype = torch.float32 if q.dtype == torch.float32 else torch.float16
+    scores = torch.empty((batch * heads, seq_q, seq_k), dtype=p_dtype, device=q.device)
+    values_n = min(t["VALUES_BLOCK_N"], t["SCORES_BLOCK_N"])       # a values block inside one score tile
     tile_max = torch.empty((batch * heads, tiles_n, seq_q), dtype=torch.float32, device=q.device)
     tile_sum = torch.empty_like(tile_max)
     group, upcast = heads // k.shape[1], not q.is_cuda
@@ -364,10 +380,10 @@ def _attention_through_scores(q, k, v, out, causal: bool, qk_scale: float) -> No
         BLOCK_M=t["SCORES_BLOCK_M"], BLOCK_N=t["SCORES_BLOCK_N"], BLOCK_K=t["SCORES_BLOCK_K"], CAUSAL=causal,
         UPCAST=upcast, num_warps=t["scores_num_warps"],
         num_stages=_stages_that_fit(t["scores_num_stages"], stage_bytes, 0, q.device))
-    stage_bytes = t["VALUES_BLOCK_N"] * (t["VALUES_BLOCK_M"] * 4 + t["VALUES_BLOCK_D"] * v.element_size())
+    stage_bytes = values_n * (t["VALUES_BLOCK_M"] * scores.element_size() + t["VALUES_BLOCK_D"] * v.element_size())
     _values_kernel[(-(-seq_q // t["VALUES_BLOCK_M"]), -(-head_dim // t["VALUES_BLOCK_D"]), batch * heads)](
         scores, tile_max, tile_sum, v, out, heads, group, seq_q, seq_k, head_dim, tiles_n, *v.stride(), *out.stride(),
-        SCORES_BLOCK_N=t["SCORES_BLOCK_N"], BLOCK_M=t["VALUES_BLOCK_M"], BLOCK_N=t["VALUES_BLOCK_N"],
+        SCORES_BLOCK_N=t["SCORES_BLOCK_N"], BLOCK_M=t["VALUES_BLOCK_M"], BLOCK_N=values_n,
         BLOCK_D=t["VALUES_BLOCK_D"], CAUSAL=causal, UPCAST=upcast, num_warps=t["values_num_warps"],
         num_stages=_stages_that_fit(t["values_num_stages"], stage_bytes, 0, q.device))
 

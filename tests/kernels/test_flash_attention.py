@@ -274,6 +274,13 @@ def test_the_scores_path_takes_grouped_heads_strides_and_causal_alignment(monkey
     _assert_matches_reference(q, k, v, causal=False, sm_scale=0.02)
 
 
+def test_a_values_block_wider_than_a_score_tile_is_narrowed_to_it(monkeypatch):
+    # Each values block reads one score tile's P with one factor a row, so it may not straddle two tiles.
+    _small_score_tiles(monkeypatch)
+    monkeypatch.setitem(attention.TUNABLES, "VALUES_BLOCK_N", 64)
+    _assert_matches_reference(*_qkv(1, 2, 70, 264, dtype=torch.float16), causal=True)
+
+
 def test_scores_beyond_their_memory_limit_are_refused_at_once(monkeypatch):
     q, k, v = _qkv(1, 2, 16, attention.MAX_HEAD_DIM + 1)
     monkeypatch.setattr(attention, "SCORES_MAX_BYTES", 4 * 2 * 16 * 16 - 1)
