@@ -81,6 +81,12 @@ def pytorchs_in_mode(variant: str) -> str:
     return next(name for name, (_, ours, its_mode) in VARIANTS.items() if not ours and its_mode == mode)
 
 
+def ours_in_mode(variant: str) -> str:
+    """AutoKernel's variant in the torch.compile mode of one of PyTorch's ("cudagraphs" -> "ours_cudagraphs")."""
+    mode = VARIANTS[variant][2]
+    return next(name for name, (_, ours, its_mode) in VARIANTS.items() if ours and its_mode == mode)
+
+
 def available(on_gpu: bool, compile_backend: str | None, max_autotune: bool = False) -> list[str]:
     """The variants that can run here: compiled ones when a backend is given, CUDA-graph ones with inductor on a GPU;
     max-autotune only when asked for."""
