@@ -15,6 +15,7 @@ from autokernel.core.errors import failure_line  # noqa: E402
 from autokernel.routing import plugin  # noqa: E402
 from autokernel.verify import endtoend, head_to_head, latency, rewrites, route_table  # noqa: E402
 from autokernel.verify.latency import Latency  # noqa: E402
+from autokernel.verify import variants  # noqa: E402
 from autokernel.verify.variants import VariantResult  # noqa: E402
 from tests.test_plugin import LLAMA_SHAPES, reference_sources, tiny_llama, write_optimized  # noqa: E402
 
@@ -83,7 +84,7 @@ def test_autokernels_best_is_the_one_in_the_mode_of_pytorchs_best_where_the_two_
                "cudagraphs": spread("cudagraphs", 7.336, 6.669, 7.426),
                "ours_compile": spread("ours_compile", 7.290, 6.857, 7.489),
                "ours_cudagraphs": spread("ours_cudagraphs", 7.317, 6.814, 7.433)}
-    theirs, ours = endtoend.bests(results, 1e-2)
+    theirs, ours = variants.bests(results, 1e-2)
     assert (theirs.variant, ours.variant) == ("cudagraphs", "ours_cudagraphs")
     pair = head_to_head.HeadToHead("ours_cudagraphs", "cudagraphs", 7.12, 7.336, 1.030, 0.013)
     verdict = endtoend.choose(results, 1e-2, on_gpu=True, routed=True, pair=pair)
@@ -91,14 +92,14 @@ def test_autokernels_best_is_the_one_in_the_mode_of_pytorchs_best_where_the_two_
     # Outside the noise the faster one stays AutoKernel's best, in whatever mode; so does a wrong one of the mode.
     results["ours_compile"] = result("ours_compile", 6.0)
     results["ours_cudagraphs"] = result("ours_cudagraphs", 7.0)
-    assert endtoend.bests(results, 1e-2)[1].variant == "ours_compile"
+    assert variants.bests(results, 1e-2)[1].variant == "ours_compile"
     results["ours_compile"] = result("ours_compile", 7.29)
     results["ours_cudagraphs"] = result("ours_cudagraphs", 7.3, error=0.5)
-    assert endtoend.bests(results, 1e-2)[1].variant == "ours_compile"
+    assert variants.bests(results, 1e-2)[1].variant == "ours_compile"
     # PyTorch's best eager: AutoKernel's eager routes, where they are as fast within the noise.
     eager = {"eager": result("eager", 0.03), "ours": result("ours", 0.0285),
              "ours_compile": result("ours_compile", 0.028)}
-    assert endtoend.bests(eager, 1e-2)[1].variant == "ours"
+    assert variants.bests(eager, 1e-2)[1].variant == "ours"
 
 
 def test_the_selection_checks_the_mode_of_pytorchs_best_first():

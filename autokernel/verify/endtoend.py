@@ -53,7 +53,7 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
         return None if result is None else {"variant": result.variant, "name": VARIANTS[result.variant][0],
                                             "ms": result.ms}
 
-    theirs, ours = bests(results, allowed_error)
+    theirs, ours = variants.bests(results, allowed_error)
     speedup = theirs.ms / ours.ms if theirs and ours else None
     if pair is not None and not (ours and pair.ours == ours.variant and pair.theirs == theirs.variant):
         pair = None
@@ -95,34 +95,6 @@ def _in_turn_note(pair: head_to_head.HeadToHead) -> str:
     return f"; the two timed in turn{gpu}"
 
 
-def bests(results: dict[str, VariantResult],
-          allowed_error: float) -> tuple[VariantResult | None, VariantResult | None]:
-    """PyTorch's fastest variant and AutoKernel's, among those timed and correct (a reference-only one never).
-
-    Like with like: where AutoKernel's variant in the mode of PyTorch's best is within the noise of AutoKernel's
-    fastest, it is AutoKernel's best, the one the verdict pairs with PyTorch's. Figures timed apart cannot order two
-    variants inside their noise, and the pair of one mode carries the selection's own check. Session 29, LLaMA
-    4x1024 on an H200: the linear concatenation under CUDA graphs checked in turn at 1.030x PyTorch's CUDA graphs
-    (noise 1.3%), but ours compiled without them read 7.290 ms apart against 7.317 (ranges 6.8-7.5), so it was
-    paired with PyTorch's CUDA graphs instead and read 1.00x."""
-    def usable(name: str) -> bool:
-        r = results.get(name)
-        return (r is not None and r.ms is not None and name not in variants.REFERENCE_ONLY
-                and r.error is not None and r.error <= allowed_error)
-
-    def best(ours: bool) -> VariantResult | None:
-        return min((results[n] for n in results if VARIANTS[n][1] == ours and usable(n)), key=lambda r: r.ms,
-                   default=None)
-    theirs, ours = best(False), best(True)
-    if theirs is not None and ours is not None:
-        same = variants.ours_in_mode(theirs.variant)
-        if same != ours.variant and usable(same):
-            noise = max(NOISE_FLOOR, ours.latency.spread, results[same].latency.spread)
-            if results[same].ms <= ours.ms * (1 + noise):
-                ours = results[same]
-    return theirs, ours
-
-
 def _unmeasured(eager: VariantResult | None, allowed_error: float) -> str:
     """Why PyTorch's own variants have no figure. The model run again as it is, off from its first output: the model
     does not give the same output twice (random numbers in its forward, or inputs it changes in place), so no
@@ -160,7 +132,7 @@ def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, com
                 else None))
     # After the checks, our variants are built and timed as PyTorch's were, and the two bests timed in turn (each
     # call about as long as PyTorch's best, as a first guess).
-    theirs_best = bests(results, allowed)[0]
+    theirs_best = variants.bests(results, allowed)[0]
     deadline.reserve(1.25 * sum(result.seconds or 0.0 for result in results.values()) + 10
                      + head_to_head.seconds_needed(theirs_best.ms if theirs_best else 0.0, on_gpu))
     found = drops.contained(HEADROOM, "torch.compile's forward", lambda: _headroom(results, profiled))
@@ -350,7 +322,7 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
         router, model, inputs), default=router.summary())
     for rewrite in applied:
         routing[rewrite.kind.report_key] = rewrite.summary()
-    theirs_best, ours_best = bests(results, allowed)
+    theirs_best, ours_best = variants.bests(results, allowed)
     pair = None
     if on_gpu and theirs_best and ours_best and head_to_head.worth_pairing(theirs_best.ms / ours_best.ms,
                                                                            paired.get(ours_best.variant) is not None):
@@ -368,7 +340,7 @@ def _modes_in_order(results: dict[str, VariantResult], allowed: float,
     """The selection's modes, the mode of PyTorch's best first: under verify's time limit (deadline.py) the checks
     made first are the ones made at all, and where PyTorch's best is compiled (most models on a GPU), eager checks
     made first could leave no time for the compiled ones, which have that best in their own mode to beat."""
-    theirs = bests(results, allowed)[0]
+    theirs = variants.bests(results, allowed)[0]
     modes = [("eager", "ours"), ("compiled", compiled_variant)]
     return modes[::-1] if theirs is not None and VARIANTS[theirs.variant][2] is not None else modes
 
