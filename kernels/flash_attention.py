@@ -20,8 +20,8 @@ streaming D, and writes each tile's P = exp2(score - tile max) (float16 for 16-b
 max and exp-sum; the second folds those partial sums into each row's softmax, rescales P by one factor a row and
 tile, and multiplies it by one D-slice of V. For KernelBench's head dim 1024 (B2 H8 S512) PyTorch's fused backends
 take the memory-efficient kernel, about 0.15 ms on an H200 for 17 GFLOP; this path 64 us (storing P rather than
-the scores: 74 us before, benchmarks/results/2026-12-01_NVIDIA-H200_s29). The scores cost B*H*S*S*4 bytes; calls
-whose scores would pass SCORES_MAX_BYTES are refused at once with a ValueError.
+the scores: 74 us before, benchmarks/results/2026-12-01_NVIDIA-H200_s29). P costs B*H*S*S*2 bytes (4 for float32
+inputs); calls whose float32 scores would pass SCORES_MAX_BYTES are refused at once with a ValueError.
 
 On Hopper, for calls of at least `tma_min_gflop` of work, and when q, k, v and the output have a
 unit last stride and 16-byte-aligned strides, the tiles move by TMA (tensor descriptors), which
