@@ -102,6 +102,25 @@ def test_autokernels_best_is_the_one_in_the_mode_of_pytorchs_best_where_the_two_
     assert variants.bests(eager, 1e-2)[1].variant == "ours"
 
 
+def test_routes_left_unchecked_by_the_time_limit_are_said_to_be_so_not_that_no_kernel_was_faster():
+    # Session 29's gate, 16 verifies on one H200: hf GPT-2 float32's starters took 201 s and its 9 checks did not fit
+    # in the 40 s left; the verdict read "no kernel made this model faster" where its lm_head had won 1.19x before.
+    results = {"compile": result("compile", 2.049), "cudagraphs": result("cudagraphs", 2.1)}
+    verdict = endtoend.choose(results, 1e-2, on_gpu=True, routed=False, unchecked=9)
+    assert not verdict.faster and verdict.use == "compile" and verdict.unchecked_routes == 9
+    assert verdict.summary == ("no gain: use torch.compile (2.049 ms); nothing routed: the end-to-end checks of 9 "
+                               "kernel(s) did not fit in verify's time limit (a longer --time-limit may find a gain)")
+    assert "no kernel made this model faster" in endtoend.choose(results, 1e-2, on_gpu=True, routed=False).summary
+    # With some routes kept, a verdict either way names what was left out.
+    results["ours_compile"] = result("ours_compile", 1.6)
+    faster = endtoend.choose(results, 1e-2, on_gpu=True, routed=True, unchecked=2)
+    assert faster.faster and faster.summary.startswith("faster by 1.28x: AutoKernel + torch.compile (1.600 ms)")
+    assert faster.summary.endswith("; the end-to-end checks of 2 more kernel(s) did not fit in verify's time limit")
+    results["ours_compile"] = result("ours_compile", 2.04)
+    assert endtoend.choose(results, 1e-2, on_gpu=True, routed=True, unchecked=1).summary.endswith(
+        "is 1.00x of it (noise 2%); the end-to-end checks of 1 more kernel(s) did not fit in verify's time limit")
+
+
 def test_the_selection_checks_the_mode_of_pytorchs_best_first():
     # Under verify's time limit the first checks are the ones made: with PyTorch's best compiled (most models on a
     # GPU), eager checks first could leave no time for the compiled ones.

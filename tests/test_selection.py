@@ -226,6 +226,10 @@ def test_checks_that_would_not_fit_in_verifys_time_limit_are_left_out_and_their_
             "takes about 30 s, the verdict 15 s more") in records["rotary"][0].why
     assert trials[1].ms is None and trials[1].speedup is None
     assert sum("not checked" in line for line in lines) == 2
+    # The verdict counts the kernels left unchecked (each once, per mode), from the trials as the report keeps them.
+    as_json = [t.to_json() for t in trials] + [{**trials[1].to_json(), "variant": "ours_again"}]
+    assert selection.unchecked(as_json) == 2
+    assert selection.unchecked([{**t, "mode": "compiled"} for t in as_json] + as_json) == 4
 
 
 def test_without_a_time_limit_every_check_is_made(clock):

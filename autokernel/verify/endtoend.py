@@ -39,7 +39,7 @@ from autokernel.verify.variants import HOW_TO_USE, INDUCTOR, NOISE_FLOOR, VARIAN
 
 def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool, routed: bool,
            in_turn: dict[str, tuple[float, float] | None] | None = None,
-           pair: head_to_head.HeadToHead | None = None) -> Verdict:
+           pair: head_to_head.HeadToHead | None = None, unchecked: int = 0) -> Verdict:
     """PyTorch's best, AutoKernel's best among the variants that are correct, and which of the two to use.
 
     pair: the two bests timed in turn (head_to_head.py): where it is of these two variants, its speedup and the
@@ -48,7 +48,10 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
     selection. PyTorch's best was timed minutes before ours, and a GPU shared with other work (the gate's 8
     verifies on one GPU, session 18: LLaMA's compile + CUDA graphs 1.17-1.63 ms from repeat to repeat) can make it
     look slower than it is: the shipped LLaMA measured 1.41x so, 1.08x in turn. Where both exist, the verdict
-    takes the smaller speedup, so it never claims more than either says, against the noise of the pairs."""
+    takes the smaller speedup, so it never claims more than either says, against the noise of the pairs.
+
+    unchecked: kernels whose checks verify's time limit left out (selection.unchecked); the summary says so, where
+    "no kernel made this model faster" would not be true (session 29's gate: 10 models had no time for any check)."""
     def brief(result: VariantResult | None) -> dict | None:     # the times apart: score's baselines are too
         return None if result is None else {"variant": result.variant, "name": VARIANTS[result.variant][0],
                                             "ms": result.ms}
@@ -79,15 +82,20 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
                    f"PyTorch's best, {name} ({theirs_ms:.3f} ms)" + (_in_turn_note(pair) if pair else "")
                    + ("; the speedup is the one timed in turn with PyTorch's own path, smaller than these two "
                       "figures' ratio" if capped else ""))
+    elif not routed and unchecked:
+        summary = (f"no gain: use {name} ({theirs.ms:.3f} ms); nothing routed: the end-to-end checks of "
+                   f"{unchecked} kernel(s) did not fit in verify's time limit (a longer --time-limit may find a gain)")
     elif not routed:
         summary = (f"no gain: use {name} ({theirs.ms:.3f} ms); no kernel made this model faster at its own "
                    "call shapes")
     else:
         summary = (f"no gain: use {name} ({theirs.ms:.3f} ms); AutoKernel's best, "
                    f"{VARIANTS[ours.variant][0] if ours else 'none'}, is {speedup or 0:.2f}x of it (noise {noise:.0%})")
+    if unchecked and routed and on_gpu:
+        summary += f"; the end-to-end checks of {unchecked} more kernel(s) did not fit in verify's time limit"
     use = ours.variant if faster else theirs.variant
     return Verdict(summary, brief(theirs), brief(ours), speedup, use, HOW_TO_USE[use], faster, on_gpu, False,
-                   head_to_head=pair.to_json() if pair else None)
+                   head_to_head=pair.to_json() if pair else None, unchecked_routes=unchecked)
 
 
 def _in_turn_note(pair: head_to_head.HeadToHead) -> str:
@@ -149,7 +157,8 @@ def compare(model, inputs: tuple, plug_in: Callable | None, *, on_gpu: bool, com
     if ours is None:          # no kernel of ours ran: PyTorch's best, still with a verdict
         ours = _nothing_of_ours(names, results, policy)
     routed_any = ours.pop("routed_any")
-    verdict = choose(results, allowed, on_gpu, routed_any, ours.pop("in_turn", {}), ours.pop("head_to_head", None))
+    verdict = choose(results, allowed, on_gpu, routed_any, ours.pop("in_turn", {}), ours.pop("head_to_head", None),
+                     selection.unchecked(ours.get("selection", [])))
     if ours.pop("regions") and verdict.use in variants.HOW_TO_USE_WITH_REGIONS:
         verdict.use_code = variants.HOW_TO_USE_WITH_REGIONS[verdict.use]
     if VARIANTS[verdict.use][1]:

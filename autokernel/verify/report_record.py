@@ -28,6 +28,7 @@ class Verdict:
     batch_norm_folding: bool            # the path to use runs with the model's batch norms folded (rewrites.py)
     linear_concat: bool = False         # ... with its linears that read one input run as one GEMM (rewrites.py)
     head_to_head: dict | None = None    # the two bests timed in turn, whose speedup this is (head_to_head.py)
+    unchecked_routes: int = 0           # kernels whose routes verify's time limit left unchecked (selection.py)
 
     def to_json(self) -> dict:
         return asdict(self)

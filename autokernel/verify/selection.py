@@ -121,6 +121,11 @@ def select(mode: str, records: dict[str, list], variant: str, try_variant: Calla
     return best_routed, trials
 
 
+def unchecked(trials: list[dict]) -> int:
+    """How many kernels' routes (per mode) were left out by verify's time limit, from the trials' JSON (timings 0)."""
+    return len({(t["mode"], t["kernel"]) for t in trials if t.get("timings") == 0})
+
+
 def _drop(records: list, was_routed: list[bool], mode: str, why: str) -> None:
     """A kernel's routes in `mode` off, each that was on saying why."""
     _set(records, MODES[mode][0], [False] * len(records))
