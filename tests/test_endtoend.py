@@ -75,31 +75,55 @@ def test_the_verdict_claims_no_more_than_the_speedup_timed_in_turn():
     assert verdict.faster and verdict.speedup == pytest.approx(0.558 / 0.508)
 
 
+def spread_of(variant: str, ms: float, spread: float) -> VariantResult:
+    """A variant whose 5 repeats spread by `spread` of the median (the trimmed spread: the middle three)."""
+    half = ms * spread / 2
+    return VariantResult(variant, Latency(ms, ms - half, ms + half, 5, (ms * 0.5, ms - half, ms, ms + half, ms * 2)),
+                         error=0.0)
+
+
 def test_autokernels_best_is_the_one_in_the_mode_of_pytorchs_best_where_the_two_are_inside_their_noise():
-    # Session 29, LLaMA 4x1024 on an H200: ours compiled read 7.290 ms apart, ours with CUDA graphs 7.317, each spread
-    # about 8%; PyTorch's best was its CUDA graphs at 7.336. The CUDA-graph routes had checked in turn at 1.030x.
-    def spread(variant, ms, low, high):
-        return VariantResult(variant, Latency(ms, low, high, 5, (low, ms * 0.99, ms, ms * 1.01, high)), error=0.0)
-    results = {"compile": spread("compile", 7.505, 7.126, 7.686),
-               "cudagraphs": spread("cudagraphs", 7.336, 6.669, 7.426),
-               "ours_compile": spread("ours_compile", 7.290, 6.857, 7.489),
-               "ours_cudagraphs": spread("ours_cudagraphs", 7.317, 6.814, 7.433)}
-    theirs, ours = variants.bests(results, 1e-2)
+    # Session 29, LLaMA 4x1024 on an H200: ours compiled read 7.290 ms apart, ours with CUDA graphs 7.317 (ranges
+    # 6.8-7.5); PyTorch's best was its CUDA graphs at 7.336. The CUDA-graph routes had checked in turn at 1.030x.
+    results = {"compile": spread_of("compile", 7.505, 0.03), "cudagraphs": spread_of("cudagraphs", 7.336, 0.03),
+               "ours_compile": spread_of("ours_compile", 7.290, 0.03),
+               "ours_cudagraphs": spread_of("ours_cudagraphs", 7.317, 0.03)}
+    theirs, ours = variants.bests(results, 1e-2, like_with_like=True)
     assert (theirs.variant, ours.variant) == ("cudagraphs", "ours_cudagraphs")
+    assert variants.bests(results, 1e-2)[1].variant == "ours_compile"        # without a pair to time: the fastest
     pair = head_to_head.HeadToHead("ours_cudagraphs", "cudagraphs", 7.12, 7.336, 1.030, 0.013)
     verdict = endtoend.choose(results, 1e-2, on_gpu=True, routed=True, pair=pair)
     assert verdict.faster and verdict.use == "ours_cudagraphs" and verdict.speedup == pytest.approx(1.030)
-    # Outside the noise the faster one stays AutoKernel's best, in whatever mode; so does a wrong one of the mode.
-    results["ours_compile"] = result("ours_compile", 6.0)
-    results["ours_cudagraphs"] = result("ours_cudagraphs", 7.0)
-    assert variants.bests(results, 1e-2)[1].variant == "ours_compile"
-    results["ours_compile"] = result("ours_compile", 7.29)
+    # Inside the spread (4%) though outside the 1% floor: like with like; outside the spread, or past the 5% that
+    # LIKE_WITH_LIKE_MAX allows however wide the spread, the fastest; a wrong variant of the mode never.
+    for same_ms, spread, paired in ((1.03, 0.04, "ours_cudagraphs"), (1.05, 0.04, "ours_compile"),
+                                    (1.06, 0.20, "ours_compile")):
+        both = {"cudagraphs": spread_of("cudagraphs", 1.2, spread),
+                "ours_compile": spread_of("ours_compile", 1.0, spread),
+                "ours_cudagraphs": spread_of("ours_cudagraphs", same_ms, spread)}
+        assert variants.bests(both, 1e-2, like_with_like=True)[1].variant == paired, (same_ms, spread)
     results["ours_cudagraphs"] = result("ours_cudagraphs", 7.3, error=0.5)
-    assert variants.bests(results, 1e-2)[1].variant == "ours_compile"
+    assert variants.bests(results, 1e-2, like_with_like=True)[1].variant == "ours_compile"
     # PyTorch's best eager: AutoKernel's eager routes, where they are as fast within the noise.
     eager = {"eager": result("eager", 0.03), "ours": result("ours", 0.0285),
              "ours_compile": result("ours_compile", 0.028)}
-    assert variants.bests(eager, 1e-2)[1].variant == "ours"
+    assert variants.bests(eager, 1e-2, like_with_like=True)[1].variant == "ours"
+
+
+def test_without_a_pair_the_fastest_is_autokernels_best_and_its_check_in_turn_caps_the_claim():
+    # The review of the rule above: with PyTorch's best plain torch.compile, ours compiled (no check in turn of its own:
+    # the compiled selection runs with CUDA graphs) would have replaced ours with CUDA graphs, whose check read 1.00x,
+    # and without a pair (its timing failed) the ratio apart, 1.10x, would have been claimed.
+    results = {"compile": result("compile", 10.0), "cudagraphs": result("cudagraphs", 10.4),
+               "ours_cudagraphs": result("ours_cudagraphs", 9.0), "ours_compile": result("ours_compile", 9.05)}
+    verdict = endtoend.choose(results, 1e-2, on_gpu=True, routed=True, in_turn={"ours_cudagraphs": (1.00, 0.01)})
+    assert not verdict.faster and verdict.autokernel_best["variant"] == "ours_cudagraphs"
+    assert verdict.speedup == pytest.approx(1.00)
+    # A pair of the fastest (the like-with-like one was not timed) is no verdict's figure: the cap holds as well.
+    stale = head_to_head.HeadToHead("ours_cudagraphs", "compile", 9.0, 10.0, 1.11, 0.01)
+    verdict = endtoend.choose(results, 1e-2, on_gpu=True, routed=True, in_turn={"ours_cudagraphs": (1.00, 0.01)},
+                              pair=stale)
+    assert not verdict.faster and verdict.head_to_head is None and verdict.speedup == pytest.approx(1.00)
 
 
 def test_routes_left_unchecked_by_the_time_limit_are_said_to_be_so_not_that_no_kernel_was_faster():

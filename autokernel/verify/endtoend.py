@@ -56,10 +56,10 @@ def choose(results: dict[str, VariantResult], allowed_error: float, on_gpu: bool
         return None if result is None else {"variant": result.variant, "name": VARIANTS[result.variant][0],
                                             "ms": result.ms}
 
-    theirs, ours = variants.bests(results, allowed_error)
-    speedup = theirs.ms / ours.ms if theirs and ours else None
+    theirs, ours = variants.bests(results, allowed_error, like_with_like=pair is not None)
     if pair is not None and not (ours and pair.ours == ours.variant and pair.theirs == theirs.variant):
-        pair = None
+        pair, (theirs, ours) = None, variants.bests(results, allowed_error)
+    speedup = theirs.ms / ours.ms if theirs and ours else None
     if theirs is None:
         return Verdict(_unmeasured(results.get("eager"), allowed_error), None, brief(ours), None, "eager", "model",
                        False, on_gpu, False)
@@ -331,7 +331,7 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
         router, model, inputs), default=router.summary())
     for rewrite in applied:
         routing[rewrite.kind.report_key] = rewrite.summary()
-    theirs_best, ours_best = variants.bests(results, allowed)
+    theirs_best, ours_best = variants.bests(results, allowed, like_with_like=True)
     pair = None
     if on_gpu and theirs_best and ours_best and head_to_head.worth_pairing(theirs_best.ms / ours_best.ms,
                                                                            paired.get(ours_best.variant) is not None):

@@ -87,16 +87,22 @@ def ours_in_mode(variant: str) -> str:
     return next(name for name, (_, ours, its_mode) in VARIANTS.items() if ours and its_mode == mode)
 
 
-def bests(results: dict[str, VariantResult],
-          allowed_error: float) -> tuple[VariantResult | None, VariantResult | None]:
+# The most the same-mode variant may read slower apart than AutoKernel's fastest and still be paired in its place:
+# on a GPU shared with other work the spread can reach 20-35% (session 18), where two variants are not alike.
+LIKE_WITH_LIKE_MAX = 0.05
+
+
+def bests(results: dict[str, VariantResult], allowed_error: float,
+          like_with_like: bool = False) -> tuple[VariantResult | None, VariantResult | None]:
     """PyTorch's fastest variant and AutoKernel's, among those timed and correct (a reference-only one never).
 
-    Like with like: where AutoKernel's variant in the mode of PyTorch's best is within the noise of AutoKernel's
-    fastest, it is AutoKernel's best, the one the verdict pairs with PyTorch's. Figures timed apart cannot order two
-    variants inside their noise, and the pair of one mode carries the selection's own check. Session 29, LLaMA
-    4x1024 on an H200: the linear concatenation under CUDA graphs checked in turn at 1.030x PyTorch's CUDA graphs
-    (noise 1.3%), but AutoKernel + torch.compile, 7.290 ms apart against 7.317 for ours with CUDA graphs (ranges
-    6.8-7.5), was the one paired with PyTorch's CUDA graphs, and read 1.00x."""
+    like_with_like (when the two bests are to be timed in turn, head_to_head.py): where AutoKernel's variant in the
+    mode of PyTorch's best is within the noise of AutoKernel's fastest (at most LIKE_WITH_LIKE_MAX), it is the one
+    paired. Figures timed apart cannot order two variants inside their noise. Session 29, LLaMA 4x1024 on an H200:
+    the linear concatenation under CUDA graphs checked in turn at 1.030x PyTorch's CUDA graphs (noise 1.3%), but
+    AutoKernel + torch.compile, 7.290 ms apart against 7.317 for ours with CUDA graphs (ranges 6.8-7.5), was the one
+    paired with PyTorch's CUDA graphs, and read 1.00x. Without a pair the verdict keeps the fastest, whose figure
+    the selection's check in turn caps (endtoend.choose): the same-mode variant may have no such figure."""
     def usable(name: str) -> bool:
         r = results.get(name)
         return (r is not None and r.ms is not None and name not in REFERENCE_ONLY
@@ -106,10 +112,10 @@ def bests(results: dict[str, VariantResult],
         return min((results[n] for n in results if VARIANTS[n][1] == ours and usable(n)), key=lambda r: r.ms,
                    default=None)
     theirs, ours = best(False), best(True)
-    if theirs is not None and ours is not None:
+    if like_with_like and theirs is not None and ours is not None:
         same = ours_in_mode(theirs.variant)
         if same != ours.variant and usable(same):
-            noise = max(NOISE_FLOOR, ours.latency.spread, results[same].latency.spread)
+            noise = min(LIKE_WITH_LIKE_MAX, max(NOISE_FLOOR, ours.latency.spread, results[same].latency.spread))
             if results[same].ms <= ours.ms * (1 + noise):
                 ours = results[same]
     return theirs, ours
