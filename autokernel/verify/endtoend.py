@@ -311,7 +311,7 @@ def _ours(model, inputs, router, names, backend, results, expected, allowed, *, 
             for rewrite in applied:
                 rewrite.candidate(mode)
             # A check builds and times ours and PyTorch's path in turn: about twice PyTorch's variant, at first.
-            theirs = results.get(variants.pytorchs_in_mode(variant))
+            theirs = results.get(variants.in_mode(variant, ours=False))
             first_cost_s = 2 * (theirs.seconds or 0.0) if theirs is not None else 0.0
             kept, mode_trials = drops.contained(SELECTION, f"the {mode} routes", lambda: selection.select(
                 mode, records, variant, lambda v, retime: run_ours(v, paired=True, retime=retime), forget, allowed,

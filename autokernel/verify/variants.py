@@ -75,16 +75,11 @@ class VariantResult:
                 "error": self.error, "graph_breaks": self.graph_breaks, "graphs": self.graphs, "failed": self.failed}
 
 
-def pytorchs_in_mode(variant: str) -> str:
-    """PyTorch's own variant in the torch.compile mode of one of ours ("ours_cudagraphs" -> "cudagraphs")."""
+def in_mode(variant: str, ours: bool) -> str:
+    """Ours (ours=True) or PyTorch's variant in the torch.compile mode of `variant` ("ours_cudagraphs", False ->
+    "cudagraphs"; "compile", True -> "ours_compile")."""
     mode = VARIANTS[variant][2]
-    return next(name for name, (_, ours, its_mode) in VARIANTS.items() if not ours and its_mode == mode)
-
-
-def ours_in_mode(variant: str) -> str:
-    """AutoKernel's variant in the torch.compile mode of one of PyTorch's ("cudagraphs" -> "ours_cudagraphs")."""
-    mode = VARIANTS[variant][2]
-    return next(name for name, (_, ours, its_mode) in VARIANTS.items() if ours and its_mode == mode)
+    return next(name for name, (_, is_ours, its_mode) in VARIANTS.items() if is_ours == ours and its_mode == mode)
 
 
 # The most the same-mode variant may read slower apart than AutoKernel's fastest and still be paired in its place:
@@ -113,7 +108,7 @@ def bests(results: dict[str, VariantResult], allowed_error: float,
                    default=None)
     theirs, ours = best(False), best(True)
     if like_with_like and theirs is not None and ours is not None:
-        same = ours_in_mode(theirs.variant)
+        same = in_mode(theirs.variant, ours=True)
         if same != ours.variant and usable(same):
             noise = min(LIKE_WITH_LIKE_MAX, max(NOISE_FLOOR, ours.latency.spread, results[same].latency.spread))
             if results[same].ms <= ours.ms * (1 + noise):
